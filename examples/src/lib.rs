@@ -1,0 +1,1 @@
+//! Examples for the LDP workspace; see the `examples/` folder.

@@ -1,0 +1,36 @@
+//! `ldp`: the command-line tool of the LDP workspace.
+//!
+//! Each subcommand lives in its own module and owns its arguments, so the protocol layers stay independent here too.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod lctl;
+mod llmx;
+
+/// The LLM Delegate Protocol toolkit.
+#[derive(Debug, Parser)]
+#[command(name = "ldp", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Parse, format and bridge LLMX v1.0 text.
+    #[command(subcommand)]
+    Llmx(llmx::LlmxCommand),
+    /// Check, render and acknowledge LCTL v3.0 chain traces.
+    #[command(subcommand)]
+    Lctl(lctl::LctlCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Llmx(cmd) => llmx::run(cmd),
+        Command::Lctl(cmd) => lctl::run(cmd),
+    }
+}

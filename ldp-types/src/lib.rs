@@ -1,0 +1,1 @@
+//! The LDP wire model.
