@@ -1,1 +1,55 @@
-//! Work in progress.
+//! LLMX v1.0: a strict parser, typed messages, a canonical writer, and a bridge to LDP.
+//!
+//! LLMX is the compact text that LLM agents write and read directly:
+//!
+//! ```text
+//! HEADER:{f:Claude,t:Gemini,s:1}          one HEADER per message
+//! CTX:{p:myapp,f:["src/api.ts"]}          then blocks, one per line by convention
+//! REQ:{o:"implement auth",pr:2}
+//! PLAN:[(i:1,t:"analyze",s:C),(i:2,t:"implement",s:I)]
+//! ```
+//!
+//! The layers, each usable alone:
+//!
+//! - [`parse`] / [`parse_all`] / [`Parser`]: text to [`Message`] (a [`Header`] and typed [`Block`]s). Errors are
+//!   [`LlmxError::Parse`] with a line, a column and what was expected; [`Res::nack`] turns one into the spec's
+//!   `RES:{o:"NACK",...}` answer, and [`Message::warnings`] gives the `RES:{o:"WARN",...}` answers for unknown types.
+//! - [`Value`]: the generic model behind `X_*` blocks, `x_*` fields, `args`, `st` and `c`.
+//! - [`write`]: the canonical (most compact) text; `parse(&write(&m)) == Ok(m)` for every message.
+//! - [`Target`], [`PathRef`], [`OpShortcut`]: section 4's shortcuts; [`SafeRoot`]: section 9.2's path checks.
+//! - [`BatchTracker`]: section 5's batches, matching OBS `ai` to ACT `i` in any order.
+//! - [`bridge`]: LLMX messages to LDP envelopes and back.
+//!
+//! ```
+//! use ldp_llmx::{Block, Operation, Resource, parse, write};
+//!
+//! let text = "HEADER:{f:Claude,t:Gemini,s:1}\nACT:{i:A1, op:edit, tgt:\"p:src/auth.ts#L42\"}";
+//! let msg = parse(text)?;
+//! let Block::Act(act) = &msg.blocks[0] else { unreachable!() };
+//! assert_eq!(act.op, Operation::Edit);
+//! assert!(matches!(act.target.resource(), Resource::Path(p) if p.path == "src/auth.ts"));
+//! assert_eq!(write(&msg), "HEADER:{f:Claude,t:Gemini,s:1}\nACT:{i:A1,op:edit,tgt:\"p:src/auth.ts#L42\"}\n");
+//! assert_eq!(parse(&write(&msg))?, msg);
+//! # Ok::<(), ldp_llmx::LlmxError>(())
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod batch;
+mod error;
+mod message;
+mod parser;
+mod shortcut;
+mod value;
+mod writer;
+
+pub use batch::{BatchTracker, ObserveReport};
+pub use error::{LlmxError, ParseErrorKind, Position};
+pub use message::{
+    Act, Ask, Blk, Block, BlockBody, Ctx, CustomFields, End, ExtensionBlock, Header, Message, Obs, ObsStatus, Operation,
+    Plan, PlanStep, Priority, Req, Res, STANDARD_TYPES, StepId, StepStatus,
+};
+pub use parser::{DEFAULT_MAX_DEPTH, Parser, parse, parse_all};
+pub use shortcut::{Lines, OpShortcut, PathRef, Resource, SafeRoot, Target};
+pub use value::{Number, Object, Value};
+pub use writer::{write, write_all, write_block, write_into, write_value};

@@ -1,0 +1,836 @@
+//! Typed LLMX messages (spec section 3) and their checked construction from parsed text.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{LlmxError, ParseErrorKind};
+use crate::parser::{PErr, RawBlock, RawBody, RawField};
+use crate::shortcut::Target;
+use crate::value::{Object, Value};
+
+/// One LLMX message: a HEADER and one or more blocks (spec section 2.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// The HEADER block.
+    pub header: Header,
+    /// The blocks after it, in order.
+    pub blocks: Vec<Block>,
+}
+
+impl Message {
+    /// A message from its parts.
+    pub fn new(header: Header, blocks: Vec<Block>) -> Self {
+        Message { header, blocks }
+    }
+
+    /// The `RES:{o:"WARN",...}` answers that spec section 7.3 asks for: one for each block of an unknown type.
+    ///
+    /// `X_` extension blocks are ignored silently (section 8.1), so they get none.
+    pub fn warnings(&self) -> Vec<Res> {
+        self.blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Extension(e) if !e.is_custom() => Some(Res::warn_unknown(e.name())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl fmt::Display for Message {
+    /// The canonical text (see [`crate::write`]).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::writer::write(self))
+    }
+}
+
+/// `HEADER:{f,t,s,b?}` (section 3.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// `f`: sender.
+    pub from: String,
+    /// `t`: target, or `ALL`.
+    pub to: String,
+    /// `s`: sequence number.
+    pub seq: u64,
+    /// `b`: batch id for parallel operations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+/// A block after the HEADER.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Block {
+    /// `CTX`.
+    #[serde(rename = "CTX")]
+    Ctx(Ctx),
+    /// `REQ`.
+    #[serde(rename = "REQ")]
+    Req(Req),
+    /// `PLAN`.
+    #[serde(rename = "PLAN")]
+    Plan(Plan),
+    /// `ACT`.
+    #[serde(rename = "ACT")]
+    Act(Act),
+    /// `OBS`.
+    #[serde(rename = "OBS")]
+    Obs(Obs),
+    /// `BLK`.
+    #[serde(rename = "BLK")]
+    Blk(Blk),
+    /// `ASK`.
+    #[serde(rename = "ASK")]
+    Ask(Ask),
+    /// `END`.
+    #[serde(rename = "END")]
+    End(End),
+    /// `RES`.
+    #[serde(rename = "RES")]
+    Res(Res),
+    /// An `X_*` extension or a type this crate does not know, kept as generic values.
+    #[serde(rename = "EXTENSION")]
+    Extension(ExtensionBlock),
+}
+
+impl Block {
+    /// The block's LLMX type name.
+    pub fn type_name(&self) -> &str {
+        match self {
+            Block::Ctx(_) => "CTX",
+            Block::Req(_) => "REQ",
+            Block::Plan(_) => "PLAN",
+            Block::Act(_) => "ACT",
+            Block::Obs(_) => "OBS",
+            Block::Blk(_) => "BLK",
+            Block::Ask(_) => "ASK",
+            Block::End(_) => "END",
+            Block::Res(_) => "RES",
+            Block::Extension(e) => e.name(),
+        }
+    }
+}
+
+/// The standard block type names of section 3 (after HEADER).
+pub const STANDARD_TYPES: [&str; 9] = ["CTX", "REQ", "PLAN", "ACT", "OBS", "BLK", "ASK", "END", "RES"];
+
+/// `CTX:{p,f?,st?,issue?}` (section 3.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ctx {
+    /// `p`: project.
+    pub project: String,
+    /// `f`: relevant file paths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<String>>,
+    /// `st`: state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<Object>,
+    /// `issue`: issue or ticket id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issue: Option<String>,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+/// `REQ:{o,pr,d?,exp?}` (section 3.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Req {
+    /// `o`: objective.
+    pub objective: String,
+    /// `pr`: priority.
+    pub priority: Priority,
+    /// `d`: dependency ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deps: Option<Vec<String>>,
+    /// `exp`: required expert reviewers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<Vec<String>>,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+/// A REQ priority: 1 (critical) to 5 (low).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct Priority(u8);
+
+impl Priority {
+    /// 1, the most urgent.
+    pub const CRITICAL: Priority = Priority(1);
+    /// 5, the least urgent.
+    pub const LOW: Priority = Priority(5);
+
+    /// A priority; 1..=5 only.
+    pub fn new(p: u8) -> Result<Self, LlmxError> {
+        if (1..=5).contains(&p) { Ok(Priority(p)) } else { Err(LlmxError::OutOfRange("priority must be 1..=5")) }
+    }
+
+    /// The number.
+    pub fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl TryFrom<u8> for Priority {
+    type Error = LlmxError;
+    fn try_from(p: u8) -> Result<Self, LlmxError> {
+        Priority::new(p)
+    }
+}
+
+impl From<Priority> for u8 {
+    fn from(p: Priority) -> u8 {
+        p.0
+    }
+}
+
+/// `PLAN:[(i,t,s),...]` (section 3.4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Steps in order.
+    pub steps: Vec<PlanStep>,
+}
+
+/// One `(i:ID,t:TASK,s:STATUS)` step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanStep {
+    /// `i`: step id.
+    pub id: StepId,
+    /// `t`: task.
+    pub task: String,
+    /// `s`: status.
+    pub status: StepStatus,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+/// A PLAN step id: the spec allows a number or a string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StepId {
+    /// A numeric id.
+    Num(u64),
+    /// A textual id.
+    Name(String),
+}
+
+impl fmt::Display for StepId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepId::Num(n) => write!(f, "{n}"),
+            StepId::Name(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A PLAN step status (`P|I|C|X`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StepStatus {
+    /// `P`: not started.
+    #[serde(rename = "P")]
+    Pending,
+    /// `I`: executing.
+    #[serde(rename = "I")]
+    InProgress,
+    /// `C`: finished successfully.
+    #[serde(rename = "C")]
+    Completed,
+    /// `X`: cancelled or failed.
+    #[serde(rename = "X")]
+    Cancelled,
+}
+
+impl StepStatus {
+    /// The one-letter code.
+    pub fn code(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "P",
+            StepStatus::InProgress => "I",
+            StepStatus::Completed => "C",
+            StepStatus::Cancelled => "X",
+        }
+    }
+
+    fn from_code(s: &str) -> Option<Self> {
+        Some(match s {
+            "P" => StepStatus::Pending,
+            "I" => StepStatus::InProgress,
+            "C" => StepStatus::Completed,
+            "X" => StepStatus::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// `ACT:{i?,op,tgt,args?}` (section 3.5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Act {
+    /// `i`: action id, which OBS `ai` refers to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `op`: operation.
+    pub op: Operation,
+    /// `tgt`: target, with its shortcuts decoded on demand.
+    pub target: Target,
+    /// `args`: operation arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Object>,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+/// An ACT operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    /// Read a file or resource.
+    Read,
+    /// Create a file.
+    Write,
+    /// Modify a file.
+    Edit,
+    /// Run a shell command.
+    Shell,
+    /// Search the codebase.
+    Search,
+    /// Start a sub-agent.
+    Spawn,
+}
+
+impl Operation {
+    /// The LLMX spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Read => "read",
+            Operation::Write => "write",
+            Operation::Edit => "edit",
+            Operation::Shell => "shell",
+            Operation::Search => "search",
+            Operation::Spawn => "spawn",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "read" => Operation::Read,
+            "write" => Operation::Write,
+            "edit" => Operation::Edit,
+            "shell" => Operation::Shell,
+            "search" => Operation::Search,
+            "spawn" => Operation::Spawn,
+            _ => return None,
+        })
+    }
+}
+
+/// `OBS:{ai?,s,c,e?}` (section 3.6).
+///
+/// The spec's table makes `c` required, yet its own `s:ERR` examples (sections 3.6 and 7.1) leave it out. This crate
+/// follows the examples: `c` is required when the status is `OK` and optional when it is `ERR`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Obs {
+    /// `ai`: the ACT id this reports on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_id: Option<String>,
+    /// `s`: status.
+    pub status: ObsStatus,
+    /// `c`: result content (must be `Some` when `status` is `Ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Object>,
+    /// `e`: error message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+/// OBS status (`OK|ERR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ObsStatus {
+    /// `OK`.
+    #[serde(rename = "OK")]
+    Ok,
+    /// `ERR`.
+    #[serde(rename = "ERR")]
+    Err,
+}
+
+/// `BLK:{w,a,esc?}` (section 3.7).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Blk {
+    /// `w`: why work is blocked.
+    pub why: String,
+    /// `a`: alternative approaches.
+    pub alternatives: Vec<String>,
+    /// `esc`: escalate to a human.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate: Option<bool>,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+/// `ASK:{q,o,def?}` (section 3.8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ask {
+    /// `q`: question.
+    pub question: String,
+    /// `o`: options.
+    pub options: Vec<String>,
+    /// `def`: default or recommended option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+/// `END:{n,t?,r?,del}` (section 3.9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct End {
+    /// `n`: next action needed.
+    pub next: String,
+    /// `t`: tests to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests: Option<Vec<String>>,
+    /// `r`: risks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risks: Option<Vec<String>>,
+    /// `del`: deliverable paths.
+    pub deliverables: Vec<String>,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+/// `RES:{o,msg?}` (section 3.10).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Res {
+    /// `o`: the selected option, or `ACK`/`NACK`/`WARN`.
+    pub option: String,
+    /// `msg`: additional message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msg: Option<String>,
+    /// `x_*` fields.
+    #[serde(default, skip_serializing_if = "CustomFields::is_empty")]
+    pub custom: CustomFields,
+}
+
+impl Res {
+    /// `RES:{o:ACK,msg?}`.
+    pub fn ack(msg: Option<String>) -> Res {
+        Res { option: "ACK".to_owned(), msg, custom: CustomFields::default() }
+    }
+
+    /// The section 7.2 answer to a malformed message: `RES:{o:"NACK",msg:"parse error: ..."}`.
+    pub fn nack(err: &LlmxError) -> Res {
+        let msg = match err {
+            LlmxError::Parse { position, kind } => {
+                format!("parse error: {kind} at line {}, column {}", position.line, position.column)
+            }
+            other => format!("parse error: {other}"),
+        };
+        Res { option: "NACK".to_owned(), msg: Some(msg), custom: CustomFields::default() }
+    }
+
+    /// The section 7.3 answer to an unknown block type: `RES:{o:"WARN",msg:"unknown message type: NAME ignored"}`.
+    pub fn warn_unknown(type_name: &str) -> Res {
+        Res {
+            option: "WARN".to_owned(),
+            msg: Some(format!("unknown message type: {type_name} ignored")),
+            custom: CustomFields::default(),
+        }
+    }
+}
+
+/// The body of a block this crate has no type for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum BlockBody {
+    /// `{...}`.
+    #[serde(rename = "object")]
+    Object(Object),
+    /// `[...]`.
+    #[serde(rename = "array")]
+    Array(Vec<Value>),
+}
+
+/// An `X_*` extension block (section 8.1) or a block of an unknown type (section 7.3), kept as generic values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "ExtensionRepr")]
+pub struct ExtensionBlock {
+    name: String,
+    body: BlockBody,
+}
+
+#[derive(Deserialize)]
+struct ExtensionRepr {
+    name: String,
+    body: BlockBody,
+}
+
+impl TryFrom<ExtensionRepr> for ExtensionBlock {
+    type Error = LlmxError;
+    fn try_from(r: ExtensionRepr) -> Result<Self, LlmxError> {
+        ExtensionBlock::new(r.name, r.body)
+    }
+}
+
+impl ExtensionBlock {
+    /// An extension block. The name must be a block type (a letter, then letters, digits and `_`) other than
+    /// `HEADER` and the standard types, since those would read back as typed blocks.
+    pub fn new(name: impl Into<String>, body: BlockBody) -> Result<Self, LlmxError> {
+        let name = name.into();
+        let b = name.as_bytes();
+        let well_formed = b.first().is_some_and(u8::is_ascii_alphabetic)
+            && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
+        if !well_formed {
+            return Err(LlmxError::InvalidName { name, reason: "a block type is a letter then letters, digits or _" });
+        }
+        if name == "HEADER" || STANDARD_TYPES.contains(&name.as_str()) {
+            return Err(LlmxError::InvalidName { name, reason: "standard block types have typed variants" });
+        }
+        Ok(ExtensionBlock { name, body })
+    }
+
+    /// The block type.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The body.
+    pub fn body(&self) -> &BlockBody {
+        &self.body
+    }
+
+    /// Whether this is a declared `X_` extension (ignored silently) rather than an unknown type (warned about).
+    pub fn is_custom(&self) -> bool {
+        self.name.starts_with("X_")
+    }
+
+    /// Name and body.
+    pub fn into_parts(self) -> (String, BlockBody) {
+        (self.name, self.body)
+    }
+}
+
+/// The `x_*` custom fields of a standard block (section 8.2), in written order.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(try_from = "Object", into = "Object")]
+pub struct CustomFields(Object);
+
+impl CustomFields {
+    /// No custom fields.
+    pub fn new() -> Self {
+        CustomFields::default()
+    }
+
+    /// Sets a custom field; the key must start with `x_`.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<Value>) -> Result<Option<Value>, LlmxError> {
+        let key = key.into();
+        if !key.starts_with("x_") {
+            return Err(LlmxError::InvalidName { name: key, reason: "custom fields start with x_" });
+        }
+        Ok(self.0.insert(key, value))
+    }
+
+    /// The value under `key`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key)
+    }
+
+    /// Entries in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.0.iter()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The fields as an object.
+    pub fn as_object(&self) -> &Object {
+        &self.0
+    }
+}
+
+impl TryFrom<Object> for CustomFields {
+    type Error = LlmxError;
+    fn try_from(o: Object) -> Result<Self, LlmxError> {
+        let mut c = CustomFields::new();
+        for (k, v) in o.into_pairs() {
+            c.insert(k, v)?;
+        }
+        Ok(c)
+    }
+}
+
+impl From<CustomFields> for Object {
+    fn from(c: CustomFields) -> Object {
+        c.0
+    }
+}
+
+// ---- construction from parsed text ----
+
+/// Takes a block's fields one by one and reports what is missing, mistyped or unknown.
+struct Reader {
+    block: &'static str,
+    at: usize,
+    fields: Vec<Option<RawField>>,
+}
+
+type Conv<T> = fn(Value) -> Option<T>;
+
+impl Reader {
+    fn new(block: &'static str, at: usize, body: RawBody) -> Result<Self, PErr> {
+        match body {
+            RawBody::Object(fields) => Ok(Reader { block, at, fields: fields.into_iter().map(Some).collect() }),
+            RawBody::Array(_) => {
+                Err(PErr { offset: at, kind: ParseErrorKind::InvalidBody { block, expected: "an object {...}" } })
+            }
+        }
+    }
+
+    fn from_fields(block: &'static str, at: usize, fields: Vec<RawField>) -> Self {
+        Reader { block, at, fields: fields.into_iter().map(Some).collect() }
+    }
+
+    fn take(&mut self, key: &str) -> Option<RawField> {
+        self.fields.iter_mut().find(|f| f.as_ref().is_some_and(|f| f.key == key)).and_then(Option::take)
+    }
+
+    fn opt<T>(&mut self, key: &'static str, conv: Conv<T>, expected: &'static str) -> Result<Option<T>, PErr> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(f) => {
+                let offset = f.offset;
+                conv(f.value).map(Some).ok_or(PErr {
+                    offset,
+                    kind: ParseErrorKind::InvalidField { block: self.block, field: key, expected },
+                })
+            }
+        }
+    }
+
+    fn req<T>(&mut self, key: &'static str, conv: Conv<T>, expected: &'static str) -> Result<T, PErr> {
+        self.opt(key, conv, expected)?.ok_or(PErr {
+            offset: self.at,
+            kind: ParseErrorKind::MissingField { block: self.block, field: key },
+        })
+    }
+
+    fn finish(self) -> Result<CustomFields, PErr> {
+        let mut custom = Vec::new();
+        for f in self.fields.into_iter().flatten() {
+            if !f.key.starts_with("x_") {
+                return Err(PErr {
+                    offset: f.offset,
+                    kind: ParseErrorKind::UnknownField { block: self.block, field: f.key },
+                });
+            }
+            custom.push((f.key, f.value));
+        }
+        Ok(CustomFields(Object::from_unique(custom)))
+    }
+}
+
+fn string(v: Value) -> Option<String> {
+    match v {
+        Value::Str(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn strings(v: Value) -> Option<Vec<String>> {
+    match v {
+        Value::Array(a) => a.into_iter().map(string).collect(),
+        _ => None,
+    }
+}
+
+fn object(v: Value) -> Option<Object> {
+    match v {
+        Value::Object(o) => Some(o),
+        _ => None,
+    }
+}
+
+fn boolean(v: Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(b),
+        _ => None,
+    }
+}
+
+fn uint(v: Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+}
+
+const STR: &str = "a string";
+const STRS: &str = "an array of strings";
+const OBJ: &str = "an object";
+
+pub(crate) fn header_from_raw(raw: RawBlock<'_>) -> Result<Header, PErr> {
+    let mut r = Reader::new("HEADER", raw.offset, raw.body)?;
+    Ok(Header {
+        from: r.req("f", string, STR)?,
+        to: r.req("t", string, STR)?,
+        seq: r.req("s", uint, "a non-negative integer")?,
+        batch: r.opt("b", string, STR)?,
+        custom: r.finish()?,
+    })
+}
+
+pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
+    let at = raw.offset;
+    Ok(match raw.name {
+        "HEADER" => return Err(PErr { offset: at, kind: ParseErrorKind::ExtraHeader }),
+        "CTX" => {
+            let mut r = Reader::new("CTX", at, raw.body)?;
+            Block::Ctx(Ctx {
+                project: r.req("p", string, STR)?,
+                files: r.opt("f", strings, STRS)?,
+                state: r.opt("st", object, OBJ)?,
+                issue: r.opt("issue", string, STR)?,
+                custom: r.finish()?,
+            })
+        }
+        "REQ" => {
+            let mut r = Reader::new("REQ", at, raw.body)?;
+            Block::Req(Req {
+                objective: r.req("o", string, STR)?,
+                priority: r.req(
+                    "pr",
+                    |v| uint(v).and_then(|p| u8::try_from(p).ok()).and_then(|p| Priority::new(p).ok()),
+                    "an integer from 1 (critical) to 5 (low)",
+                )?,
+                deps: r.opt("d", strings, STRS)?,
+                experts: r.opt("exp", strings, STRS)?,
+                custom: r.finish()?,
+            })
+        }
+        "PLAN" => {
+            let RawBody::Array(items) = raw.body else {
+                return Err(PErr {
+                    offset: at,
+                    kind: ParseErrorKind::InvalidBody { block: "PLAN", expected: "an array of (i,t,s) steps" },
+                });
+            };
+            let mut steps = Vec::with_capacity(items.len());
+            for (item, offset) in items {
+                // Tuples are what the examples write; objects are what the appendix grammar allows. Both mean a step.
+                let (Value::Tuple(o) | Value::Object(o)) = item else {
+                    return Err(PErr {
+                        offset,
+                        kind: ParseErrorKind::InvalidField { block: "PLAN", field: "step", expected: "a (i,t,s) tuple" },
+                    });
+                };
+                let fields =
+                    o.into_pairs().into_iter().map(|(key, value)| RawField { key, value, offset }).collect::<Vec<_>>();
+                let mut r = Reader::from_fields("PLAN", offset, fields);
+                steps.push(PlanStep {
+                    id: r.req(
+                        "i",
+                        |v| match v {
+                            Value::Str(s) => Some(StepId::Name(s)),
+                            other => uint(other).map(StepId::Num),
+                        },
+                        "a non-negative integer or a string",
+                    )?,
+                    task: r.req("t", string, STR)?,
+                    status: r.req("s", |v| string(v).and_then(|s| StepStatus::from_code(&s)), "one of P, I, C, X")?,
+                    custom: r.finish()?,
+                });
+            }
+            Block::Plan(Plan { steps })
+        }
+        "ACT" => {
+            let mut r = Reader::new("ACT", at, raw.body)?;
+            Block::Act(Act {
+                id: r.opt("i", string, STR)?,
+                op: r.req(
+                    "op",
+                    |v| string(v).and_then(|s| Operation::parse(&s)),
+                    "one of read, write, edit, shell, search, spawn",
+                )?,
+                target: r.req("tgt", |v| string(v).map(Target::from), STR)?,
+                args: r.opt("args", object, OBJ)?,
+                custom: r.finish()?,
+            })
+        }
+        "OBS" => {
+            let mut r = Reader::new("OBS", at, raw.body)?;
+            let action_id = r.opt("ai", string, STR)?;
+            let status = r.req(
+                "s",
+                |v| match v.as_str() {
+                    Some("OK") => Some(ObsStatus::Ok),
+                    Some("ERR") => Some(ObsStatus::Err),
+                    _ => None,
+                },
+                "OK or ERR",
+            )?;
+            let content = match status {
+                ObsStatus::Ok => Some(r.req("c", object, OBJ)?),
+                ObsStatus::Err => r.opt("c", object, OBJ)?,
+            };
+            Block::Obs(Obs { action_id, status, content, error: r.opt("e", string, STR)?, custom: r.finish()? })
+        }
+        "BLK" => {
+            let mut r = Reader::new("BLK", at, raw.body)?;
+            Block::Blk(Blk {
+                why: r.req("w", string, STR)?,
+                alternatives: r.req("a", strings, STRS)?,
+                escalate: r.opt("esc", boolean, "true or false")?,
+                custom: r.finish()?,
+            })
+        }
+        "ASK" => {
+            let mut r = Reader::new("ASK", at, raw.body)?;
+            Block::Ask(Ask {
+                question: r.req("q", string, STR)?,
+                options: r.req("o", strings, STRS)?,
+                default: r.opt("def", string, STR)?,
+                custom: r.finish()?,
+            })
+        }
+        "END" => {
+            let mut r = Reader::new("END", at, raw.body)?;
+            Block::End(End {
+                next: r.req("n", string, STR)?,
+                tests: r.opt("t", strings, STRS)?,
+                risks: r.opt("r", strings, STRS)?,
+                deliverables: r.req("del", strings, STRS)?,
+                custom: r.finish()?,
+            })
+        }
+        "RES" => {
+            let mut r = Reader::new("RES", at, raw.body)?;
+            Block::Res(Res { option: r.req("o", string, STR)?, msg: r.opt("msg", string, STR)?, custom: r.finish()? })
+        }
+        other => {
+            let body = match raw.body {
+                RawBody::Object(fields) => {
+                    BlockBody::Object(Object::from_unique(fields.into_iter().map(|f| (f.key, f.value)).collect()))
+                }
+                RawBody::Array(items) => BlockBody::Array(items.into_iter().map(|(v, _)| v).collect()),
+            };
+            // The parser only hands over names of the block-type shape, and standard names are matched above.
+            Block::Extension(ExtensionBlock { name: other.to_owned(), body })
+        }
+    })
+}

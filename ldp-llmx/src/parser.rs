@@ -1,0 +1,529 @@
+//! The hand-written LLMX parser: text to [`Message`]s.
+//!
+//! One pass over the bytes, no backtracking, recursion bounded by [`Parser::max_depth`] so that hostile input ends in a
+//! typed error instead of a stack overflow. Line and column are computed only when an error is reported, which keeps
+//! the hot path to byte comparisons.
+
+use std::collections::HashSet;
+
+use crate::error::{LlmxError, ParseErrorKind, Position};
+use crate::message::{self, Message};
+use crate::value::{Number, Object, Value};
+
+/// The nesting limit [`parse`] uses (same as `serde_json`'s default recursion limit).
+pub const DEFAULT_MAX_DEPTH: usize = 128;
+
+/// Parses exactly one LLMX message (a HEADER and its blocks) with the default limits.
+///
+/// ```
+/// let m = ldp_llmx::parse("HEADER:{f:Claude,t:Gemini,s:1}\nRES:{o:ACK}")?;
+/// assert_eq!(m.header.from, "Claude");
+/// # Ok::<(), ldp_llmx::LlmxError>(())
+/// ```
+pub fn parse(text: &str) -> Result<Message, LlmxError> {
+    Parser::new().parse(text)
+}
+
+/// Parses a sequence of LLMX messages, each starting at its HEADER, with the default limits.
+pub fn parse_all(text: &str) -> Result<Vec<Message>, LlmxError> {
+    Parser::new().parse_all(text)
+}
+
+/// A configured parser.
+#[derive(Debug, Clone, Copy)]
+pub struct Parser {
+    max_depth: usize,
+}
+
+impl Default for Parser {
+    fn default() -> Self {
+        Parser::new()
+    }
+}
+
+impl Parser {
+    /// A parser with [`DEFAULT_MAX_DEPTH`].
+    pub fn new() -> Self {
+        Parser { max_depth: DEFAULT_MAX_DEPTH }
+    }
+
+    /// Sets the deepest nesting of objects, arrays and tuples accepted (a block body counts as one level).
+    pub fn max_depth(mut self, depth: usize) -> Self {
+        self.max_depth = depth;
+        self
+    }
+
+    /// Parses exactly one message.
+    pub fn parse(&self, text: &str) -> Result<Message, LlmxError> {
+        let mut c = Cursor::new(text, self.max_depth);
+        let mut run = || -> Result<Message, PErr> {
+            c.ws();
+            let m = c.message()?;
+            c.ws();
+            if c.at_eof() {
+                Ok(m)
+            } else {
+                Err(PErr { offset: c.i, kind: ParseErrorKind::ExtraHeader })
+            }
+        };
+        run().map_err(|e| e.locate(text))
+    }
+
+    /// Parses zero or more messages, each starting at its HEADER.
+    pub fn parse_all(&self, text: &str) -> Result<Vec<Message>, LlmxError> {
+        let mut c = Cursor::new(text, self.max_depth);
+        let mut out = Vec::new();
+        let mut run = || -> Result<(), PErr> {
+            c.ws();
+            while !c.at_eof() {
+                out.push(c.message()?);
+                c.ws();
+            }
+            Ok(())
+        };
+        run().map_err(|e| e.locate(text))?;
+        Ok(out)
+    }
+
+    /// Like [`Parser::parse_all`] on raw bytes; invalid UTF-8 is reported at its position.
+    pub fn parse_bytes(&self, bytes: &[u8]) -> Result<Vec<Message>, LlmxError> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => self.parse_all(text),
+            Err(e) => {
+                let valid = &bytes[..e.valid_up_to()];
+                // The prefix up to valid_up_to is UTF-8 by definition, so this cannot fail; fall back to 1:1 anyway.
+                let position = std::str::from_utf8(valid)
+                    .map(|t| Position::of_offset(t, t.len()))
+                    .unwrap_or(Position { line: 1, column: 1 });
+                Err(LlmxError::Parse { position, kind: ParseErrorKind::InvalidUtf8 })
+            }
+        }
+    }
+}
+
+/// An error at a byte offset; turned into line:column only once, at the top.
+#[derive(Debug)]
+pub(crate) struct PErr {
+    pub(crate) offset: usize,
+    pub(crate) kind: ParseErrorKind,
+}
+
+impl PErr {
+    fn locate(self, text: &str) -> LlmxError {
+        LlmxError::Parse { position: Position::of_offset(text, self.offset), kind: self.kind }
+    }
+}
+
+/// A top-level field of a block body, with where its value starts (for error positions).
+pub(crate) struct RawField {
+    pub(crate) key: String,
+    pub(crate) value: Value,
+    pub(crate) offset: usize,
+}
+
+/// A block body before typing.
+pub(crate) enum RawBody {
+    Object(Vec<RawField>),
+    Array(Vec<(Value, usize)>),
+}
+
+/// A block before typing.
+pub(crate) struct RawBlock<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) offset: usize,
+    pub(crate) body: RawBody,
+}
+
+fn is_key_start(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_'
+}
+
+fn is_key_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// Bare identifier values may also hold `-` and `.` (`f:gpt-4o`, `p:my.app`), which no other value can start with.
+fn is_ident_char(b: u8) -> bool {
+    is_key_char(b) || b == b'-' || b == b'.'
+}
+
+struct Cursor<'a> {
+    text: &'a str,
+    b: &'a [u8],
+    i: usize,
+    depth: usize,
+    max_depth: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(text: &'a str, max_depth: usize) -> Self {
+        Cursor { text, b: text.as_bytes(), i: 0, depth: 0, max_depth }
+    }
+
+    fn at_eof(&self) -> bool {
+        self.i >= self.b.len()
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    /// A short quote of what is at the cursor, for "found ..." in messages.
+    fn found(&self) -> String {
+        let rest = &self.text[self.i.min(self.text.len())..];
+        let Some(first) = rest.chars().next() else {
+            return "end of input".to_owned();
+        };
+        let len = if first.is_ascii() && is_ident_char(first as u8) {
+            rest.bytes().take(24).take_while(|&b| is_ident_char(b)).count()
+        } else {
+            first.len_utf8()
+        };
+        format!("{:?}", &rest[..len])
+    }
+
+    fn unexpected(&self, expected: &'static str) -> PErr {
+        PErr { offset: self.i, kind: ParseErrorKind::Unexpected { expected, found: self.found() } }
+    }
+
+    fn expect(&mut self, byte: u8, expected: &'static str) -> Result<(), PErr> {
+        if self.peek() == Some(byte) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(self.unexpected(expected))
+        }
+    }
+
+    fn enter(&mut self) -> Result<(), PErr> {
+        if self.depth >= self.max_depth {
+            return Err(PErr { offset: self.i, kind: ParseErrorKind::TooDeep { limit: self.max_depth } });
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    fn word(&mut self, pred: fn(u8) -> bool) -> &'a str {
+        let start = self.i;
+        while self.peek().is_some_and(pred) {
+            self.i += 1;
+        }
+        &self.text[start..self.i]
+    }
+
+    fn at_header(&self) -> bool {
+        self.b[self.i..].starts_with(b"HEADER") && !self.b.get(self.i + 6).is_some_and(|&b| is_key_char(b))
+    }
+
+    fn message(&mut self) -> Result<Message, PErr> {
+        if !self.at_header() {
+            return Err(PErr { offset: self.i, kind: ParseErrorKind::MissingHeader });
+        }
+        let header = self.block()?;
+        let header = message::header_from_raw(header)?;
+        let mut blocks = Vec::new();
+        loop {
+            self.ws();
+            if self.at_eof() || self.at_header() {
+                break;
+            }
+            let raw = self.block()?;
+            blocks.push(message::block_from_raw(raw)?);
+        }
+        if blocks.is_empty() {
+            return Err(PErr { offset: self.i, kind: ParseErrorKind::NoBlocks });
+        }
+        Ok(Message { header, blocks })
+    }
+
+    fn block(&mut self) -> Result<RawBlock<'a>, PErr> {
+        let offset = self.i;
+        if !self.peek().is_some_and(|b| b.is_ascii_alphabetic()) {
+            return Err(self.unexpected("a block type such as REQ"));
+        }
+        let name = self.word(is_key_char);
+        self.expect(b':', "':' after the block type")?;
+        self.ws();
+        let body = match self.peek() {
+            Some(b'{') => {
+                self.i += 1;
+                self.enter()?;
+                let fields = self.pairs(b'}', "',' or '}'")?;
+                self.depth -= 1;
+                RawBody::Object(fields.into_iter().map(|(key, value, offset)| RawField { key, value, offset }).collect())
+            }
+            Some(b'[') => {
+                self.i += 1;
+                self.enter()?;
+                let mut items = Vec::new();
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.i += 1;
+                } else {
+                    loop {
+                        self.ws();
+                        let at = self.i;
+                        items.push((self.value()?, at));
+                        self.ws();
+                        match self.peek() {
+                            Some(b',') => self.i += 1,
+                            Some(b']') => {
+                                self.i += 1;
+                                break;
+                            }
+                            _ => return Err(self.unexpected("',' or ']'")),
+                        }
+                    }
+                }
+                self.depth -= 1;
+                RawBody::Array(items)
+            }
+            _ => return Err(self.unexpected("'{' or '[' after the block type")),
+        };
+        Ok(RawBlock { name, offset, body })
+    }
+
+    /// `key:value` pairs up to `close`; the opening bracket is already consumed.
+    fn pairs(&mut self, close: u8, sep_expected: &'static str) -> Result<Vec<(String, Value, usize)>, PErr> {
+        let mut out: Vec<(String, Value, usize)> = Vec::new();
+        // Linear duplicate search is fastest for the small objects LLMX carries; a set takes over for big ones so
+        // that hostile input stays linear.
+        let mut seen: Option<HashSet<String>> = None;
+        self.ws();
+        if self.peek() == Some(close) {
+            self.i += 1;
+            return Ok(out);
+        }
+        loop {
+            self.ws();
+            let key_at = self.i;
+            let key = match self.peek() {
+                Some(b'"') => self.string()?,
+                Some(b) if is_key_start(b) => self.word(is_key_char).to_owned(),
+                _ => return Err(self.unexpected("a field name")),
+            };
+            let dup = match &mut seen {
+                Some(set) => !set.insert(key.clone()),
+                None => {
+                    let dup = out.iter().any(|(k, _, _)| *k == key);
+                    if out.len() >= 16 {
+                        let mut set: HashSet<String> = out.iter().map(|(k, _, _)| k.clone()).collect();
+                        set.insert(key.clone());
+                        seen = Some(set);
+                    }
+                    dup
+                }
+            };
+            if dup {
+                return Err(PErr { offset: key_at, kind: ParseErrorKind::DuplicateField { field: key } });
+            }
+            self.ws();
+            self.expect(b':', "':' after the field name")?;
+            self.ws();
+            let at = self.i;
+            let value = self.value()?;
+            out.push((key, value, at));
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.i += 1,
+                Some(b) if b == close => {
+                    self.i += 1;
+                    return Ok(out);
+                }
+                _ => return Err(self.unexpected(sep_expected)),
+            }
+        }
+    }
+
+    fn value(&mut self) -> Result<Value, PErr> {
+        match self.peek() {
+            Some(b'"') => Ok(Value::Str(self.string()?)),
+            Some(b'-' | b'0'..=b'9') => Ok(Value::Number(self.number()?)),
+            Some(b'{') => {
+                self.i += 1;
+                self.enter()?;
+                let pairs = self.pairs(b'}', "',' or '}'")?;
+                self.depth -= 1;
+                Ok(Value::Object(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k, v)).collect())))
+            }
+            Some(b'(') => {
+                self.i += 1;
+                self.enter()?;
+                let pairs = self.pairs(b')', "',' or ')'")?;
+                self.depth -= 1;
+                Ok(Value::Tuple(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k, v)).collect())))
+            }
+            Some(b'[') => {
+                self.i += 1;
+                self.enter()?;
+                let mut items = Vec::new();
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.i += 1;
+                } else {
+                    loop {
+                        self.ws();
+                        items.push(self.value()?);
+                        self.ws();
+                        match self.peek() {
+                            Some(b',') => self.i += 1,
+                            Some(b']') => {
+                                self.i += 1;
+                                break;
+                            }
+                            _ => return Err(self.unexpected("',' or ']'")),
+                        }
+                    }
+                }
+                self.depth -= 1;
+                Ok(Value::Array(items))
+            }
+            Some(b) if is_key_start(b) => {
+                let w = self.word(is_ident_char);
+                Ok(match w {
+                    "true" => Value::Bool(true),
+                    "false" => Value::Bool(false),
+                    _ => Value::Str(w.to_owned()),
+                })
+            }
+            _ => Err(self.unexpected("a value (string, number, boolean, identifier, array, object or tuple)")),
+        }
+    }
+
+    fn number(&mut self) -> Result<Number, PErr> {
+        let start = self.i;
+        let neg = self.peek() == Some(b'-');
+        if neg {
+            self.i += 1;
+        }
+        if !self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            return Err(self.unexpected("a digit"));
+        }
+        // Accumulate negatively so that i64::MIN parses without overflow.
+        let mut acc: Option<i64> = Some(0);
+        while let Some(d @ b'0'..=b'9') = self.peek() {
+            acc = acc.and_then(|a| a.checked_mul(10)).and_then(|a| a.checked_sub(i64::from(d - b'0')));
+            self.i += 1;
+        }
+        let mut float = false;
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            if !self.peek().is_some_and(|b| b.is_ascii_digit()) {
+                return Err(self.unexpected("a digit after '.'"));
+            }
+            while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+                self.i += 1;
+            }
+            float = true;
+        }
+        if !float {
+            let int = if neg { acc } else { acc.and_then(i64::checked_neg) };
+            if let Some(i) = int {
+                return Ok(Number::from_i64(i));
+            }
+        }
+        // Decimals, and integers too large for i64, go through the standard library's correctly rounded parser.
+        let lexeme = &self.text[start..self.i];
+        lexeme
+            .parse::<f64>()
+            .ok()
+            .and_then(Number::from_f64)
+            .ok_or(PErr { offset: start, kind: ParseErrorKind::Unexpected {
+                expected: "a number within the range of f64",
+                found: format!("{lexeme:?}"),
+            } })
+    }
+
+    /// A quoted string; the cursor is on the opening quote.
+    fn string(&mut self) -> Result<String, PErr> {
+        self.i += 1;
+        let start = self.i;
+        // Fast path: no escapes, one copy.
+        loop {
+            match self.peek() {
+                None => return Err(self.unexpected("'\"' to close the string")),
+                Some(b'"') => {
+                    let s = self.text[start..self.i].to_owned();
+                    self.i += 1;
+                    return Ok(s);
+                }
+                Some(b'\\') => break,
+                Some(b) if b < 0x20 => return Err(PErr { offset: self.i, kind: ParseErrorKind::ControlCharacter }),
+                Some(_) => self.i += 1,
+            }
+        }
+        let mut out = String::with_capacity(self.i - start + 16);
+        out.push_str(&self.text[start..self.i]);
+        loop {
+            let run = self.i;
+            while let Some(b) = self.peek() {
+                if b == b'"' || b == b'\\' || b < 0x20 {
+                    break;
+                }
+                self.i += 1;
+            }
+            out.push_str(&self.text[run..self.i]);
+            match self.peek() {
+                None => return Err(self.unexpected("'\"' to close the string")),
+                Some(b'"') => {
+                    self.i += 1;
+                    return Ok(out);
+                }
+                Some(b'\\') => {
+                    let esc_at = self.i;
+                    self.i += 1;
+                    let bad = PErr { offset: esc_at, kind: ParseErrorKind::InvalidEscape };
+                    let c = match self.peek() {
+                        Some(b'"') => '"',
+                        Some(b'\\') => '\\',
+                        Some(b'/') => '/',
+                        Some(b'b') => '\u{8}',
+                        Some(b'f') => '\u{c}',
+                        Some(b'n') => '\n',
+                        Some(b'r') => '\r',
+                        Some(b't') => '\t',
+                        Some(b'u') => {
+                            self.i += 1;
+                            let hi = self.hex4().ok_or(PErr { offset: esc_at, kind: ParseErrorKind::InvalidEscape })?;
+                            let code = if (0xD800..0xDC00).contains(&hi) {
+                                if !self.b[self.i..].starts_with(b"\\u") {
+                                    return Err(bad);
+                                }
+                                self.i += 2;
+                                let lo = self.hex4().ok_or(PErr { offset: esc_at, kind: ParseErrorKind::InvalidEscape })?;
+                                if !(0xDC00..0xE000).contains(&lo) {
+                                    return Err(bad);
+                                }
+                                0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                            } else {
+                                hi
+                            };
+                            out.push(char::from_u32(code).ok_or(bad)?);
+                            continue;
+                        }
+                        _ => return Err(bad),
+                    };
+                    self.i += 1;
+                    out.push(c);
+                }
+                Some(_) => return Err(PErr { offset: self.i, kind: ParseErrorKind::ControlCharacter }),
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Option<u32> {
+        let digits = self.b.get(self.i..self.i + 4)?;
+        let mut v = 0u32;
+        for &d in digits {
+            v = v * 16 + char::from(d).to_digit(16)?;
+        }
+        self.i += 4;
+        Some(v)
+    }
+}
