@@ -1,1 +1,69 @@
-//! The LDP wire model.
+//! The LDP wire model: everything needed to read, write, validate and sign LLM Delegate Protocol messages, with no
+//! IO and no async runtime.
+//!
+//! A tour:
+//! - [`Envelope`] wraps every message; its [`Body`] is one of the twelve message types of RFC 3.2 (or
+//!   [`Body::Unknown`], so a receiver can answer an unknown type with a typed error instead of failing to parse).
+//! - [`IdentityCard`] (RFC 2.1) describes a delegate; its [`Capability`]s carry quality claims tagged with a
+//!   [`ClaimType`] (self-claimed vs attested, paper 3.2). [`TrustDomain`] implements the RFC 7.2 check.
+//! - [`PayloadMode`] and [`negotiate`] implement RFC 4; [`SemanticFrame`] is mode 1.
+//! - [`Provenance`] travels with every result; [`DelegationContract`] bounds a task; [`LdpError`] is the typed failure
+//!   of paper 3.3, with the category defaults of its table and a catalogue of [`codes`].
+//! - [`signing`] signs and verifies envelopes with `hmac-sha256` (reference-SDK compatible), `hmac-sha256-jcs` and
+//!   `ed25519-jcs` (both covering the whole envelope).
+//!
+//! Decoding is liberal (reference-SDK shapes, `null`s, unknown members are all accepted and kept); encoding follows
+//! the RFC.
+//!
+//! ```
+//! use ldp_types::{Body, Envelope, PayloadMode, TaskSubmit};
+//!
+//! let json = r#"{
+//!   "message_id": "msg-005", "session_id": "s-1",
+//!   "from": "ldp:delegate:router-alpha", "to": "ldp:delegate:qwen3-8b",
+//!   "body": {"type": "TASK_SUBMIT", "task_id": "task-001", "skill": "reasoning",
+//!            "input": {"task_type": "analysis", "instruction": "Compare two designs"}},
+//!   "payload_mode": "semantic_frame", "timestamp": "2026-03-09T10:00:04Z", "provenance": null
+//! }"#;
+//! let envelope = Envelope::from_json(json)?;
+//! let Body::TaskSubmit(TaskSubmit { skill, .. }) = &envelope.body else { unreachable!() };
+//! assert_eq!(skill, "reasoning");
+//! assert_eq!(envelope.payload_mode, PayloadMode::SemanticFrame);
+//! let again = Envelope::from_json(&envelope.to_json()?)?;
+//! assert_eq!(again, envelope);
+//! # Ok::<(), ldp_types::Error>(())
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod contract;
+mod envelope;
+mod error;
+mod identity;
+mod messages;
+mod payload;
+mod provenance;
+mod score;
+pub mod signing;
+pub mod time;
+
+pub use contract::{
+    Budget, ContractCheck, ContractLimits, ContractOutcome, ContractPolicy, ContractViolation, DelegationContract,
+    FailurePolicy, apply_contract,
+};
+pub use envelope::{Body, Envelope};
+pub use error::{Error, ErrorCategory, ErrorSeverity, LdpError, codes};
+pub use identity::{
+    AgentCardLabels, Capability, ClaimType, CostTier, DelegateId, IdentityCard, QualityMetrics, TrustDomain,
+    TrustViolation,
+};
+pub use messages::{
+    Attestation, CapabilityManifest, Hello, Manifest, MessageType, SessionAccept, SessionClose, SessionConfig,
+    SessionPropose, SessionReject, TaskCancel, TaskFailed, TaskResult, TaskSubmit, TaskUpdate, UnknownBody,
+};
+pub use payload::{IMPLEMENTED_MODES, Negotiated, PayloadMode, SemanticFrame, negotiate, validate_payload};
+pub use provenance::{EvidenceRef, LineageEntry, Provenance, VerificationStatus};
+pub use score::Score;
+
+/// The LDP RFC version this crate implements.
+pub const PROTOCOL_VERSION: &str = "0.1";

@@ -1,0 +1,646 @@
+//! The envelope (RFC 3.1) and the body enum, with a single-pass decoder.
+//!
+//! Serde's internally tagged enums buffer the whole body before dispatching on `type`. The decoder here instead reads
+//! each member straight into a typed slot of the union of all body fields, then assembles the variant once `type` is
+//! known, wherever it appears. That is one pass with no intermediate tree, and it tolerates Python peers that write
+//! every field of every body type as `null`.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::contract::DelegationContract;
+use crate::error::{Error, LdpError};
+use crate::messages::*;
+use crate::payload::PayloadMode;
+use crate::provenance::Provenance;
+
+/// A message body: one of the twelve types, or an explicit unknown.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// `HELLO`
+    Hello(Hello),
+    /// `CAPABILITY_MANIFEST`
+    CapabilityManifest(CapabilityManifest),
+    /// `SESSION_PROPOSE`
+    SessionPropose(SessionPropose),
+    /// `SESSION_ACCEPT`
+    SessionAccept(SessionAccept),
+    /// `SESSION_REJECT`
+    SessionReject(SessionReject),
+    /// `TASK_SUBMIT`
+    TaskSubmit(TaskSubmit),
+    /// `TASK_UPDATE`
+    TaskUpdate(TaskUpdate),
+    /// `TASK_RESULT`
+    TaskResult(TaskResult),
+    /// `TASK_FAILED`
+    TaskFailed(TaskFailed),
+    /// `TASK_CANCEL`
+    TaskCancel(TaskCancel),
+    /// `ATTESTATION`
+    Attestation(Attestation),
+    /// `SESSION_CLOSE`
+    SessionClose(SessionClose),
+    /// Any other `type`.
+    Unknown(UnknownBody),
+}
+
+impl Body {
+    /// The message type, or `None` for an unknown body.
+    pub fn message_type(&self) -> Option<MessageType> {
+        Some(match self {
+            Self::Hello(_) => MessageType::Hello,
+            Self::CapabilityManifest(_) => MessageType::CapabilityManifest,
+            Self::SessionPropose(_) => MessageType::SessionPropose,
+            Self::SessionAccept(_) => MessageType::SessionAccept,
+            Self::SessionReject(_) => MessageType::SessionReject,
+            Self::TaskSubmit(_) => MessageType::TaskSubmit,
+            Self::TaskUpdate(_) => MessageType::TaskUpdate,
+            Self::TaskResult(_) => MessageType::TaskResult,
+            Self::TaskFailed(_) => MessageType::TaskFailed,
+            Self::TaskCancel(_) => MessageType::TaskCancel,
+            Self::Attestation(_) => MessageType::Attestation,
+            Self::SessionClose(_) => MessageType::SessionClose,
+            Self::Unknown(_) => return None,
+        })
+    }
+
+    /// The `type` wire name as it appears (or appeared) on the wire.
+    pub fn type_name(&self) -> &str {
+        match self {
+            Self::Unknown(u) => &u.type_name,
+            known => known.message_type().map_or("", MessageType::as_str),
+        }
+    }
+
+    /// The task id of a task-scoped body.
+    pub fn task_id(&self) -> Option<&str> {
+        match self {
+            Self::TaskSubmit(b) => Some(&b.task_id),
+            Self::TaskUpdate(b) => Some(&b.task_id),
+            Self::TaskResult(b) => Some(&b.task_id),
+            Self::TaskFailed(b) => Some(&b.task_id),
+            Self::TaskCancel(b) => Some(&b.task_id),
+            _ => None,
+        }
+    }
+}
+
+macro_rules! body_from {
+    ($($variant:ident),*) => {
+        $(impl From<$variant> for Body {
+            fn from(b: $variant) -> Self {
+                Body::$variant(b)
+            }
+        })*
+    };
+}
+body_from!(
+    Hello,
+    CapabilityManifest,
+    SessionPropose,
+    SessionAccept,
+    SessionReject,
+    TaskSubmit,
+    TaskUpdate,
+    TaskResult,
+    TaskFailed,
+    TaskCancel,
+    Attestation,
+    SessionClose
+);
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+enum TaggedRef<'a> {
+    Hello(&'a Hello),
+    CapabilityManifest(&'a CapabilityManifest),
+    SessionPropose(&'a SessionPropose),
+    SessionAccept(&'a SessionAccept),
+    SessionReject(&'a SessionReject),
+    TaskSubmit(&'a TaskSubmit),
+    TaskUpdate(&'a TaskUpdate),
+    TaskResult(&'a TaskResult),
+    TaskFailed(&'a TaskFailed),
+    TaskCancel(&'a TaskCancel),
+    Attestation(&'a Attestation),
+    SessionClose(&'a SessionClose),
+}
+
+impl Serialize for Body {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let tagged = match self {
+            Self::Hello(b) => TaggedRef::Hello(b),
+            Self::CapabilityManifest(b) => TaggedRef::CapabilityManifest(b),
+            Self::SessionPropose(b) => TaggedRef::SessionPropose(b),
+            Self::SessionAccept(b) => TaggedRef::SessionAccept(b),
+            Self::SessionReject(b) => TaggedRef::SessionReject(b),
+            Self::TaskSubmit(b) => TaggedRef::TaskSubmit(b),
+            Self::TaskUpdate(b) => TaggedRef::TaskUpdate(b),
+            Self::TaskResult(b) => TaggedRef::TaskResult(b),
+            Self::TaskFailed(b) => TaggedRef::TaskFailed(b),
+            Self::TaskCancel(b) => TaggedRef::TaskCancel(b),
+            Self::Attestation(b) => TaggedRef::Attestation(b),
+            Self::SessionClose(b) => TaggedRef::SessionClose(b),
+            Self::Unknown(u) => {
+                let mut map = serializer.serialize_map(Some(u.fields.len() + 1))?;
+                map.serialize_entry("type", &u.type_name)?;
+                for (k, v) in &u.fields {
+                    map.serialize_entry(k, v)?;
+                }
+                return map.end();
+            }
+        };
+        tagged.serialize(serializer)
+    }
+}
+
+/// One typed slot per member name used by any body type.
+#[derive(Default)]
+struct BodySlots {
+    type_name: Option<String>,
+    delegate_id: Option<String>,
+    supported_modes: Option<Vec<PayloadMode>>,
+    capabilities: Option<Value>,
+    config: Option<SessionConfig>,
+    session_id: Option<String>,
+    negotiated_mode: Option<PayloadMode>,
+    fallback_chain: Option<Vec<PayloadMode>>,
+    reason: Option<String>,
+    error: Option<LdpError>,
+    task_id: Option<String>,
+    skill: Option<String>,
+    input: Option<Value>,
+    contract: Option<DelegationContract>,
+    progress: Option<f64>,
+    message: Option<String>,
+    output: Option<Value>,
+    provenance: Option<Provenance>,
+    claim: Option<Value>,
+    evidence: Option<Value>,
+    extra: Map<String, Value>,
+}
+
+fn required<T, E: de::Error>(slot: Option<T>, name: &'static str) -> Result<T, E> {
+    slot.ok_or_else(|| E::missing_field(name))
+}
+
+/// Moves a slot that does not belong to the decoded type into `extra`, so nothing a peer sent is silently lost.
+fn keep<T: Serialize>(extra: &mut Map<String, Value>, name: &str, slot: Option<T>) {
+    if let Some(v) = slot
+        && let Ok(v) = serde_json::to_value(v)
+        && !v.is_null()
+    {
+        extra.insert(name.to_owned(), v);
+    }
+}
+
+impl BodySlots {
+    fn assemble<E: de::Error>(mut self) -> Result<Body, E> {
+        let Some(type_name) = self.type_name.take() else {
+            return Err(E::missing_field("type"));
+        };
+        let ty: Option<MessageType> = type_name.parse().ok();
+        // Take the slots the type uses; whatever remains goes to `extra`.
+        let body = match ty {
+            Some(MessageType::Hello) => Body::Hello(Hello {
+                delegate_id: required(self.delegate_id.take(), "delegate_id")?,
+                supported_modes: self.supported_modes.take().unwrap_or_default(),
+                extra: Map::new(),
+            }),
+            Some(MessageType::CapabilityManifest) => Body::CapabilityManifest(CapabilityManifest {
+                capabilities: required(self.capabilities.take(), "capabilities")?,
+                extra: Map::new(),
+            }),
+            Some(MessageType::SessionPropose) => Body::SessionPropose(SessionPropose {
+                config: self.config.take().unwrap_or_default(),
+                extra: Map::new(),
+            }),
+            Some(MessageType::SessionAccept) => Body::SessionAccept(SessionAccept {
+                session_id: required(self.session_id.take(), "session_id")?,
+                negotiated_mode: required(self.negotiated_mode.take(), "negotiated_mode")?,
+                fallback_chain: self.fallback_chain.take(),
+                extra: Map::new(),
+            }),
+            Some(MessageType::SessionReject) => Body::SessionReject(SessionReject {
+                reason: self.reason.take().unwrap_or_default(),
+                error: self.error.take(),
+                extra: Map::new(),
+            }),
+            Some(MessageType::TaskSubmit) => Body::TaskSubmit(TaskSubmit {
+                task_id: required(self.task_id.take(), "task_id")?,
+                skill: required(self.skill.take(), "skill")?,
+                input: self.input.take().unwrap_or(Value::Null),
+                contract: self.contract.take(),
+                extra: Map::new(),
+            }),
+            Some(MessageType::TaskUpdate) => Body::TaskUpdate(TaskUpdate {
+                task_id: required(self.task_id.take(), "task_id")?,
+                progress: self.progress.take(),
+                message: self.message.take(),
+                extra: Map::new(),
+            }),
+            Some(MessageType::TaskResult) => Body::TaskResult(TaskResult {
+                task_id: required(self.task_id.take(), "task_id")?,
+                output: self.output.take().unwrap_or(Value::Null),
+                provenance: required(self.provenance.take(), "provenance")?,
+                extra: Map::new(),
+            }),
+            Some(MessageType::TaskFailed) => Body::TaskFailed(TaskFailed {
+                task_id: required(self.task_id.take(), "task_id")?,
+                error: required(self.error.take(), "error")?,
+                extra: Map::new(),
+            }),
+            Some(MessageType::TaskCancel) => {
+                Body::TaskCancel(TaskCancel { task_id: required(self.task_id.take(), "task_id")?, extra: Map::new() })
+            }
+            Some(MessageType::Attestation) => Body::Attestation(Attestation {
+                claim: self.claim.take().unwrap_or(Value::Null),
+                evidence: self.evidence.take().unwrap_or(Value::Null),
+                extra: Map::new(),
+            }),
+            Some(MessageType::SessionClose) => {
+                Body::SessionClose(SessionClose { reason: self.reason.take(), extra: Map::new() })
+            }
+            None => Body::Unknown(UnknownBody { type_name, fields: Map::new() }),
+        };
+        let mut extra = std::mem::take(&mut self.extra);
+        keep(&mut extra, "delegate_id", self.delegate_id);
+        keep(&mut extra, "supported_modes", self.supported_modes);
+        keep(&mut extra, "capabilities", self.capabilities);
+        keep(&mut extra, "config", self.config);
+        keep(&mut extra, "session_id", self.session_id);
+        keep(&mut extra, "negotiated_mode", self.negotiated_mode);
+        keep(&mut extra, "fallback_chain", self.fallback_chain);
+        keep(&mut extra, "reason", self.reason);
+        keep(&mut extra, "error", self.error);
+        keep(&mut extra, "task_id", self.task_id);
+        keep(&mut extra, "skill", self.skill);
+        keep(&mut extra, "input", self.input);
+        keep(&mut extra, "contract", self.contract);
+        keep(&mut extra, "progress", self.progress);
+        keep(&mut extra, "message", self.message);
+        keep(&mut extra, "output", self.output);
+        keep(&mut extra, "provenance", self.provenance);
+        keep(&mut extra, "claim", self.claim);
+        keep(&mut extra, "evidence", self.evidence);
+        Ok(with_extra(body, extra))
+    }
+}
+
+fn with_extra(mut body: Body, extra: Map<String, Value>) -> Body {
+    let slot = match &mut body {
+        Body::Hello(b) => &mut b.extra,
+        Body::CapabilityManifest(b) => &mut b.extra,
+        Body::SessionPropose(b) => &mut b.extra,
+        Body::SessionAccept(b) => &mut b.extra,
+        Body::SessionReject(b) => &mut b.extra,
+        Body::TaskSubmit(b) => &mut b.extra,
+        Body::TaskUpdate(b) => &mut b.extra,
+        Body::TaskResult(b) => &mut b.extra,
+        Body::TaskFailed(b) => &mut b.extra,
+        Body::TaskCancel(b) => &mut b.extra,
+        Body::Attestation(b) => &mut b.extra,
+        Body::SessionClose(b) => &mut b.extra,
+        Body::Unknown(u) => &mut u.fields,
+    };
+    *slot = extra;
+    body
+}
+
+impl<'de> Deserialize<'de> for Body {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct BodyVisitor;
+        impl<'de> Visitor<'de> for BodyVisitor {
+            type Value = Body;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an LDP message body object with a `type`")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Body, A::Error> {
+                let mut s = BodySlots::default();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "type" => s.type_name = Some(map.next_value()?),
+                        "delegate_id" => s.delegate_id = map.next_value()?,
+                        "supported_modes" => s.supported_modes = map.next_value()?,
+                        "capabilities" => s.capabilities = map.next_value::<Option<Value>>()?,
+                        "config" => s.config = map.next_value()?,
+                        "session_id" => s.session_id = map.next_value()?,
+                        "negotiated_mode" => s.negotiated_mode = map.next_value()?,
+                        "fallback_chain" => s.fallback_chain = map.next_value()?,
+                        "reason" => s.reason = map.next_value()?,
+                        "error" => s.error = map.next_value()?,
+                        "task_id" => s.task_id = map.next_value()?,
+                        "skill" => s.skill = map.next_value()?,
+                        "input" => s.input = map.next_value::<Option<Value>>()?,
+                        "contract" => s.contract = map.next_value()?,
+                        "progress" => s.progress = map.next_value()?,
+                        "message" => s.message = map.next_value()?,
+                        "output" => s.output = map.next_value::<Option<Value>>()?,
+                        "provenance" => s.provenance = map.next_value()?,
+                        "claim" => s.claim = map.next_value::<Option<Value>>()?,
+                        "evidence" => s.evidence = map.next_value::<Option<Value>>()?,
+                        other => {
+                            let v: Value = map.next_value()?;
+                            s.extra.insert(other.to_owned(), v);
+                        }
+                    }
+                }
+                s.assemble()
+            }
+        }
+        deserializer.deserialize_map(BodyVisitor)
+    }
+}
+
+/// The LDP envelope that wraps every message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// Unique message id (a UUID in practice).
+    pub message_id: String,
+    /// The session (empty before one exists).
+    pub session_id: String,
+    /// Sender delegate id.
+    pub from: String,
+    /// Recipient delegate id (the Python SDK sends a URL here during set-up).
+    pub to: String,
+    /// The message body.
+    pub body: Body,
+    /// Payload mode of this message.
+    pub payload_mode: PayloadMode,
+    /// ISO 8601 timestamp, kept exactly as sent because signatures cover it.
+    pub timestamp: String,
+    /// Envelope-level provenance (RFC 3.1; usually `null`).
+    pub provenance: Option<Provenance>,
+    /// Hex signature.
+    pub signature: Option<String>,
+    /// Signature algorithm name, e.g. `hmac-sha256-jcs`.
+    pub signature_algorithm: Option<String>,
+    /// Replay-protection nonce.
+    pub nonce: Option<String>,
+    /// Members this implementation does not define, kept as received.
+    pub extensions: Map<String, Value>,
+}
+
+impl Envelope {
+    /// An unsigned text-mode envelope.
+    pub fn new(
+        message_id: impl Into<String>,
+        timestamp: impl Into<String>,
+        session_id: impl Into<String>,
+        from: impl Into<String>,
+        to: impl Into<String>,
+        body: impl Into<Body>,
+    ) -> Self {
+        Self {
+            message_id: message_id.into(),
+            session_id: session_id.into(),
+            from: from.into(),
+            to: to.into(),
+            body: body.into(),
+            payload_mode: PayloadMode::Text,
+            timestamp: timestamp.into(),
+            provenance: None,
+            signature: None,
+            signature_algorithm: None,
+            nonce: None,
+            extensions: Map::new(),
+        }
+    }
+
+    /// Sets the payload mode.
+    pub fn with_payload_mode(mut self, mode: PayloadMode) -> Self {
+        self.payload_mode = mode;
+        self
+    }
+
+    /// Sets the nonce.
+    pub fn with_nonce(mut self, nonce: impl Into<String>) -> Self {
+        self.nonce = Some(nonce.into());
+        self
+    }
+
+    /// Decodes an envelope from JSON text.
+    pub fn from_json(json: &str) -> Result<Self, Error> {
+        serde_json::from_str(json).map_err(Error::from_decode)
+    }
+
+    /// Decodes an envelope from JSON bytes.
+    pub fn from_slice(json: &[u8]) -> Result<Self, Error> {
+        serde_json::from_slice(json).map_err(Error::from_decode)
+    }
+
+    /// Decodes an envelope from a JSON value.
+    pub fn from_value(value: Value) -> Result<Self, Error> {
+        serde_json::from_value(value).map_err(Error::InvalidMessage)
+    }
+
+    /// Encodes the envelope as JSON text.
+    pub fn to_json(&self) -> Result<String, Error> {
+        serde_json::to_string(self).map_err(Error::Serialize)
+    }
+
+    /// Encodes the envelope as JSON bytes.
+    pub fn to_vec(&self) -> Result<Vec<u8>, Error> {
+        serde_json::to_vec(self).map_err(Error::Serialize)
+    }
+
+    /// Encodes the envelope as a JSON value.
+    pub fn to_value(&self) -> Result<Value, Error> {
+        serde_json::to_value(self).map_err(Error::Serialize)
+    }
+}
+
+impl Serialize for Envelope {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serialize_envelope(self, true, serializer)
+    }
+}
+
+/// The envelope without `signature` and `signature_algorithm`: what the JCS signature algorithms sign.
+pub(crate) struct UnsignedView<'a>(pub(crate) &'a Envelope);
+
+impl Serialize for UnsignedView<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serialize_envelope(self.0, false, serializer)
+    }
+}
+
+fn serialize_envelope<S: Serializer>(env: &Envelope, with_signature: bool, serializer: S) -> Result<S::Ok, S::Error> {
+    let mut map = serializer.serialize_map(None)?;
+    map.serialize_entry("message_id", &env.message_id)?;
+    map.serialize_entry("session_id", &env.session_id)?;
+    map.serialize_entry("from", &env.from)?;
+    map.serialize_entry("to", &env.to)?;
+    map.serialize_entry("body", &env.body)?;
+    map.serialize_entry("payload_mode", &env.payload_mode)?;
+    map.serialize_entry("timestamp", &env.timestamp)?;
+    map.serialize_entry("provenance", &env.provenance)?;
+    if with_signature {
+        if let Some(s) = &env.signature {
+            map.serialize_entry("signature", s)?;
+        }
+        if let Some(s) = &env.signature_algorithm {
+            map.serialize_entry("signature_algorithm", s)?;
+        }
+    }
+    if let Some(s) = &env.nonce {
+        map.serialize_entry("nonce", s)?;
+    }
+    for (k, v) in &env.extensions {
+        if !with_signature && (k == "signature" || k == "signature_algorithm") {
+            continue;
+        }
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
+}
+
+impl<'de> Deserialize<'de> for Envelope {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EnvelopeVisitor;
+        impl<'de> Visitor<'de> for EnvelopeVisitor {
+            type Value = Envelope;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an LDP envelope object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+                let mut message_id: Option<String> = None;
+                let mut session_id: Option<String> = None;
+                let mut from: Option<String> = None;
+                let mut to: Option<String> = None;
+                let mut body: Option<Body> = None;
+                let mut payload_mode: Option<PayloadMode> = None;
+                let mut timestamp: Option<String> = None;
+                let mut provenance: Option<Provenance> = None;
+                let mut signature: Option<String> = None;
+                let mut signature_algorithm: Option<String> = None;
+                let mut nonce: Option<String> = None;
+                let mut extensions = Map::new();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "message_id" => message_id = Some(map.next_value()?),
+                        "session_id" => session_id = map.next_value()?,
+                        "from" => from = Some(map.next_value()?),
+                        "to" => to = Some(map.next_value()?),
+                        "body" => body = Some(map.next_value()?),
+                        "payload_mode" => payload_mode = map.next_value()?,
+                        "timestamp" => timestamp = Some(map.next_value()?),
+                        "provenance" => provenance = map.next_value()?,
+                        "signature" => signature = map.next_value()?,
+                        "signature_algorithm" => signature_algorithm = map.next_value()?,
+                        "nonce" => nonce = map.next_value()?,
+                        other => {
+                            let v: Value = map.next_value()?;
+                            extensions.insert(other.to_owned(), v);
+                        }
+                    }
+                }
+                Ok(Envelope {
+                    message_id: required(message_id, "message_id")?,
+                    session_id: session_id.unwrap_or_default(),
+                    from: required(from, "from")?,
+                    to: required(to, "to")?,
+                    body: required(body, "body")?,
+                    payload_mode: payload_mode.unwrap_or(PayloadMode::Text),
+                    timestamp: required(timestamp, "timestamp")?,
+                    provenance,
+                    signature,
+                    signature_algorithm,
+                    nonce,
+                    extensions,
+                })
+            }
+        }
+        deserializer.deserialize_map(EnvelopeVisitor)
+    }
+}
+
+#[doc(hidden)]
+pub fn _ignored_any_parse(json: &[u8]) -> Result<(), serde_json::Error> {
+    serde_json::from_slice::<IgnoredAny>(json).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn submit_json(extra: &str) -> String {
+        format!(
+            r#"{{"message_id":"m1","session_id":"s1","from":"ldp:delegate:a","to":"ldp:delegate:b","payload_mode":"semantic_frame",
+            "timestamp":"2026-03-09T10:00:04Z","provenance":null,
+            "body":{{"input":{{"task_type":"t","instruction":"i"}},"type":"TASK_SUBMIT","task_id":"t1","skill":"reasoning"{extra}}}}}"#
+        )
+    }
+
+    #[test]
+    fn type_may_come_after_fields() {
+        let env = Envelope::from_json(&submit_json("")).unwrap();
+        let Body::TaskSubmit(t) = &env.body else { panic!("wrong variant {:?}", env.body) };
+        assert_eq!(t.skill, "reasoning");
+        assert_eq!(env.payload_mode, PayloadMode::SemanticFrame);
+    }
+
+    #[test]
+    fn python_style_nulls_are_tolerated_and_dropped() {
+        let env =
+            Envelope::from_json(&submit_json(r#","delegate_id":null,"output":null,"error":null,"contract":null"#))
+                .unwrap();
+        let Body::TaskSubmit(t) = &env.body else { panic!() };
+        assert!(t.extra.is_empty());
+        assert!(t.contract.is_none());
+    }
+
+    #[test]
+    fn unknown_type_parses_as_unknown_and_round_trips() {
+        let json = r#"{"message_id":"m","session_id":"","from":"a","to":"b","timestamp":"2026-03-09T10:00:00Z",
+            "body":{"type":"GOSSIP","rumour":"x","task_id":"t"}}"#;
+        let env = Envelope::from_json(json).unwrap();
+        assert_eq!(env.body.message_type(), None);
+        assert_eq!(env.body.type_name(), "GOSSIP");
+        let v = env.to_value().unwrap();
+        assert_eq!(v["body"]["rumour"], "x");
+        assert_eq!(v["body"]["task_id"], "t");
+        assert_eq!(v["body"]["type"], "GOSSIP");
+    }
+
+    #[test]
+    fn unknown_envelope_members_are_kept() {
+        let json = r#"{"message_id":"m","from":"a","to":"b","timestamp":"t","x_trace":{"id":7},
+            "body":{"type":"SESSION_CLOSE"}}"#;
+        let env = Envelope::from_json(json).unwrap();
+        assert_eq!(env.extensions["x_trace"]["id"], 7);
+        assert_eq!(env.to_value().unwrap()["x_trace"]["id"], 7);
+    }
+
+    #[test]
+    fn missing_required_fields_are_typed_errors() {
+        assert!(matches!(Envelope::from_json("{\"message_id\":"), Err(Error::MalformedJson(_))));
+        assert!(matches!(
+            Envelope::from_json(
+                r#"{"message_id":"m","from":"a","to":"b","timestamp":"t","body":{"type":"TASK_SUBMIT"}}"#
+            ),
+            Err(Error::InvalidMessage(_))
+        ));
+        assert!(matches!(
+            Envelope::from_json(r#"{"message_id":"m","from":"a","to":"b","timestamp":"t","body":{"skill":"x"}}"#),
+            Err(Error::InvalidMessage(_))
+        ));
+        assert!(matches!(Envelope::from_json(r#"{"message_id":5}"#), Err(Error::InvalidMessage(_))));
+        assert!(matches!(Envelope::from_json("[]"), Err(Error::InvalidMessage(_))));
+    }
+
+    #[test]
+    fn bare_string_task_failed_error_is_accepted() {
+        let json = r#"{"message_id":"m","session_id":"s","from":"a","to":"b","timestamp":"t",
+            "body":{"type":"TASK_FAILED","task_id":"t1","error":"boom"}}"#;
+        let env = Envelope::from_json(json).unwrap();
+        let Body::TaskFailed(f) = env.body else { panic!() };
+        assert_eq!(f.error.message, "boom");
+    }
+}

@@ -1,0 +1,250 @@
+//! Provenance (RFC section 6 plus the paper's section 3.4): who produced a result, how it was verified, and which
+//! delegates handled it on the way.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::identity::null_as_default;
+use crate::payload::PayloadMode;
+use crate::score::Score;
+
+/// How a result was verified (paper 3.4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerificationStatus {
+    /// Not verified.
+    #[default]
+    Unverified,
+    /// Checked by the producing delegate itself.
+    SelfVerified,
+    /// Checked by another delegate.
+    PeerVerified,
+    /// Checked by a tool (tests, a validator).
+    ToolVerified,
+    /// Checked by a person.
+    HumanVerified,
+}
+
+/// A reference to evidence supporting a result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceRef {
+    /// What produced the evidence, e.g. `pytest`.
+    pub source: String,
+    /// The kind of evidence, e.g. `test_results`.
+    pub kind: String,
+    /// Where to find it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    /// A short summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+/// One hop of a delegation chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineageEntry {
+    /// The delegate that handled the hop.
+    pub delegate_id: String,
+    /// Its model version.
+    pub model_version: String,
+    /// What it did, e.g. `reasoning` or `delegated`.
+    pub step: String,
+    /// When (ISO 8601).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
+    /// How that hop's output was verified.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub verification_status: VerificationStatus,
+}
+
+/// The provenance record every TASK_RESULT carries.
+///
+/// `verification_status` is authoritative; the legacy `verified` bool is kept consistent with it
+/// ([`Provenance::set_verification_status`]) and, when a peer sends only `verified: true`, reads as `self_verified`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Provenance {
+    /// Delegate id that produced the result.
+    pub produced_by: String,
+    /// Model version used.
+    pub model_version: String,
+    /// Payload mode of the exchange.
+    pub payload_mode_used: PayloadMode,
+    /// Self-reported confidence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<Score>,
+    /// Legacy flag: whether the result was independently verified.
+    pub verified: bool,
+    /// Session in which the result was produced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// When it was produced (ISO 8601).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
+    /// Granular verification status, absent when the sender predates the paper.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification_status: Option<VerificationStatus>,
+    /// Evidence references.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<EvidenceRef>,
+    /// Delegation lineage, newest hop first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<LineageEntry>,
+    /// Tokens consumed (delegate-reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_used: Option<u64>,
+    /// Cost in USD (delegate-reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// The contract the result was produced under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contract_id: Option<String>,
+    /// Whether the contract was satisfied (set by validation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contract_satisfied: Option<bool>,
+    /// Violation codes found by validation.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contract_violations: Vec<String>,
+}
+
+impl Provenance {
+    /// A minimal record.
+    pub fn new(
+        produced_by: impl Into<String>,
+        model_version: impl Into<String>,
+        payload_mode_used: PayloadMode,
+    ) -> Self {
+        Self {
+            produced_by: produced_by.into(),
+            model_version: model_version.into(),
+            payload_mode_used,
+            confidence: None,
+            verified: false,
+            session_id: None,
+            timestamp: None,
+            verification_status: None,
+            evidence: Vec::new(),
+            lineage: Vec::new(),
+            tokens_used: None,
+            cost_usd: None,
+            contract_id: None,
+            contract_satisfied: None,
+            contract_violations: Vec::new(),
+        }
+    }
+
+    /// The verification status, derived from the legacy bool when the sender did not send one.
+    pub fn verification_status(&self) -> VerificationStatus {
+        match self.verification_status {
+            Some(s) => s,
+            None if self.verified => VerificationStatus::SelfVerified,
+            None => VerificationStatus::Unverified,
+        }
+    }
+
+    /// Sets the status and keeps `verified` consistent with it.
+    pub fn set_verification_status(&mut self, status: VerificationStatus) {
+        self.verification_status = Some(status);
+        self.verified = status != VerificationStatus::Unverified;
+    }
+
+    /// Number of delegation hops recorded.
+    pub fn delegation_depth(&self) -> usize {
+        self.lineage.len()
+    }
+}
+
+impl<'de> Deserialize<'de> for Provenance {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            produced_by: String,
+            model_version: String,
+            payload_mode_used: PayloadMode,
+            #[serde(default)]
+            confidence: Option<Score>,
+            #[serde(default, deserialize_with = "null_as_default")]
+            verified: bool,
+            #[serde(default)]
+            session_id: Option<String>,
+            #[serde(default)]
+            timestamp: Option<String>,
+            #[serde(default)]
+            verification_status: Option<VerificationStatus>,
+            #[serde(default, deserialize_with = "null_as_default")]
+            evidence: Vec<EvidenceRef>,
+            #[serde(default, deserialize_with = "null_as_default")]
+            lineage: Vec<LineageEntry>,
+            #[serde(default)]
+            tokens_used: Option<u64>,
+            #[serde(default)]
+            cost_usd: Option<f64>,
+            #[serde(default)]
+            contract_id: Option<String>,
+            #[serde(default)]
+            contract_satisfied: Option<bool>,
+            #[serde(default, deserialize_with = "null_as_default")]
+            contract_violations: Vec<String>,
+        }
+        let w = Wire::deserialize(deserializer)?;
+        // A status other than unverified implies verified; keep the legacy flag consistent on the way in.
+        let verified = match w.verification_status {
+            Some(s) => s != VerificationStatus::Unverified,
+            None => w.verified,
+        };
+        Ok(Provenance {
+            produced_by: w.produced_by,
+            model_version: w.model_version,
+            payload_mode_used: w.payload_mode_used,
+            confidence: w.confidence,
+            verified,
+            session_id: w.session_id,
+            timestamp: w.timestamp,
+            verification_status: w.verification_status,
+            evidence: w.evidence,
+            lineage: w.lineage,
+            tokens_used: w.tokens_used,
+            cost_usd: w.cost_usd,
+            contract_id: w.contract_id,
+            contract_satisfied: w.contract_satisfied,
+            contract_violations: w.contract_violations,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_verified_true_reads_as_self_verified() {
+        let p: Provenance = serde_json::from_str(
+            r#"{"produced_by":"d","model_version":"v","payload_mode_used":"text","verified":true}"#,
+        )
+        .unwrap();
+        assert_eq!(p.verification_status(), VerificationStatus::SelfVerified);
+    }
+
+    #[test]
+    fn status_keeps_verified_consistent() {
+        let mut p = Provenance::new("d", "v", PayloadMode::Text);
+        p.set_verification_status(VerificationStatus::PeerVerified);
+        assert!(p.verified);
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["verified"], true);
+        assert_eq!(json["verification_status"], "peer_verified");
+        p.set_verification_status(VerificationStatus::Unverified);
+        assert!(!p.verified);
+        let inconsistent: Provenance = serde_json::from_str(
+            r#"{"produced_by":"d","model_version":"v","payload_mode_used":"text","verified":false,"verification_status":"tool_verified"}"#,
+        )
+        .unwrap();
+        assert!(inconsistent.verified);
+    }
+
+    #[test]
+    fn confidence_out_of_range_is_rejected() {
+        let r = serde_json::from_str::<Provenance>(
+            r#"{"produced_by":"d","model_version":"v","payload_mode_used":"text","verified":false,"confidence":1.2}"#,
+        );
+        assert!(r.is_err());
+    }
+}
