@@ -43,7 +43,9 @@ stdout: exactly one JSON object on one line:
         "remote_delegate_id", "remote_trust_domain", "hello_reply_type", "proposed_session_id",
         "propose_reply_type", "accept_envelope_session_id", "accept_body_session_id",
         "accept_negotiated_mode"},
-     "submit_task": {"ok", "reply_type", "skill", "input", "task_id", "output", "provenance"},
+     "submit_task": {"ok", "reply_type", "skill", "input", "task_id", "output",
+        "provenance" (as the SDK parsed it: missing fields get defaults, a missing timestamp
+        becomes "now"), "provenance_wire" (exactly as received)},
      "close_session": {"ok", "reply_type", "reply_reason"}},
    "response_signatures": [{"path", "type", "signature_present", "signature_algorithm", "valid"}],
    "http": [{"method", "url", "status", "request_json", "response_json" | "response_text"}]}
@@ -286,6 +288,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 args.timeout,
             )
             reply_type = res.get("status", "TASK_RESULT")
+            # The SDK's parse fills a missing provenance.timestamp with "now" and other missing
+            # fields with defaults: keep the provenance exactly as it was on the wire too.
+            raw_prov = None
+            for e in reversed(http_log):
+                rq = e.get("request_json") or {}
+                if (rq.get("body") or {}).get("type") == "TASK_SUBMIT":
+                    rs = e.get("response_json")
+                    if isinstance(rs, dict) and isinstance(rs.get("body"), dict):
+                        raw_prov = rs["body"].get("provenance")
+                    break
             sub = {
                 "ok": reply_type == "TASK_RESULT",
                 "reply_type": reply_type,
@@ -294,6 +306,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "task_id": res.get("task_id"),
                 "output": res.get("output"),
                 "provenance": res.get("provenance"),
+                "provenance_wire": raw_prov,
             }
             if reply_type != "TASK_RESULT":
                 sub["message"] = res.get("message")
