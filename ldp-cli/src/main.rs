@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod lctl;
 mod llmx;
+mod paradox;
 
 /// The LLM Delegate Protocol toolkit.
 #[derive(Debug, Parser)]
@@ -25,6 +26,8 @@ enum Command {
     /// Check, render and acknowledge LCTL v3.0 chain traces.
     #[command(subcommand)]
     Lctl(lctl::LctlCommand),
+    /// Reproduce the provenance-paradox routing experiment of the paper.
+    Paradox(paradox::ParadoxArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,5 +35,6 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Llmx(cmd) => llmx::run(cmd),
         Command::Lctl(cmd) => lctl::run(cmd),
+        Command::Paradox(args) => paradox::run(args),
     }
 }
