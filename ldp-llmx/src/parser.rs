@@ -252,15 +252,15 @@ impl<'a> Cursor<'a> {
         self.ws();
         let body = match self.peek() {
             Some(b'{') => {
-                self.i += 1;
                 self.enter()?;
+                self.i += 1;
                 let fields = self.pairs(b'}', "',' or '}'")?;
                 self.depth -= 1;
                 RawBody::Object(fields.into_iter().map(|(key, value, offset)| RawField { key, value, offset }).collect())
             }
             Some(b'[') => {
-                self.i += 1;
                 self.enter()?;
+                self.i += 1;
                 let mut items = Vec::new();
                 self.ws();
                 if self.peek() == Some(b']') {
@@ -346,22 +346,22 @@ impl<'a> Cursor<'a> {
             Some(b'"') => Ok(Value::Str(self.string()?)),
             Some(b'-' | b'0'..=b'9') => Ok(Value::Number(self.number()?)),
             Some(b'{') => {
-                self.i += 1;
                 self.enter()?;
+                self.i += 1;
                 let pairs = self.pairs(b'}', "',' or '}'")?;
                 self.depth -= 1;
                 Ok(Value::Object(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k, v)).collect())))
             }
             Some(b'(') => {
-                self.i += 1;
                 self.enter()?;
+                self.i += 1;
                 let pairs = self.pairs(b')', "',' or ')'")?;
                 self.depth -= 1;
                 Ok(Value::Tuple(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k, v)).collect())))
             }
             Some(b'[') => {
-                self.i += 1;
                 self.enter()?;
+                self.i += 1;
                 let mut items = Vec::new();
                 self.ws();
                 if self.peek() == Some(b']') {
@@ -405,10 +405,9 @@ impl<'a> Cursor<'a> {
         if !self.peek().is_some_and(|b| b.is_ascii_digit()) {
             return Err(self.unexpected("a digit"));
         }
-        // Accumulate negatively so that i64::MIN parses without overflow.
-        let mut acc: Option<i64> = Some(0);
+        let mut magnitude: Option<u64> = Some(0);
         while let Some(d @ b'0'..=b'9') = self.peek() {
-            acc = acc.and_then(|a| a.checked_mul(10)).and_then(|a| a.checked_sub(i64::from(d - b'0')));
+            magnitude = magnitude.and_then(|a| a.checked_mul(10)).and_then(|a| a.checked_add(u64::from(d - b'0')));
             self.i += 1;
         }
         let mut float = false;
@@ -422,9 +421,12 @@ impl<'a> Cursor<'a> {
             }
             float = true;
         }
-        if !float {
-            let int = if neg { acc } else { acc.and_then(i64::checked_neg) };
-            if let Some(i) = int {
+        if !float && let Some(m) = magnitude {
+            if !neg {
+                return Ok(Number::from_u64(m));
+            }
+            // i64::MIN has no positive counterpart in i64, hence the detour through i128.
+            if let Ok(i) = i64::try_from(-i128::from(m)) {
                 return Ok(Number::from_i64(i));
             }
         }

@@ -15,6 +15,8 @@ pub struct Number(N);
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum N {
     Int(i64),
+    // Invariant: above i64::MAX (smaller values are always Int, so equal numbers have one representation).
+    UInt(u64),
     // Invariant: finite (LLMX has no syntax for NaN or infinities).
     Float(f64),
 }
@@ -23,6 +25,14 @@ impl Number {
     /// An integer.
     pub fn from_i64(n: i64) -> Self {
         Number(N::Int(n))
+    }
+
+    /// A non-negative integer.
+    pub fn from_u64(n: u64) -> Self {
+        match i64::try_from(n) {
+            Ok(i) => Number(N::Int(i)),
+            Err(_) => Number(N::UInt(n)),
+        }
     }
 
     /// A decimal; `None` for NaN and infinities, which LLMX cannot express.
@@ -34,13 +44,17 @@ impl Number {
     pub fn as_i64(&self) -> Option<i64> {
         match self.0 {
             N::Int(i) => Some(i),
-            N::Float(_) => None,
+            N::UInt(_) | N::Float(_) => None,
         }
     }
 
     /// The value as an `u64` if it was written as a non-negative integer.
     pub fn as_u64(&self) -> Option<u64> {
-        self.as_i64().and_then(|i| u64::try_from(i).ok())
+        match self.0 {
+            N::Int(i) => u64::try_from(i).ok(),
+            N::UInt(u) => Some(u),
+            N::Float(_) => None,
+        }
     }
 
     /// The value as an `f64` (integers are converted).
@@ -49,13 +63,15 @@ impl Number {
             // Precision loss above 2^53 is what any f64 reader accepts.
             #[allow(clippy::cast_precision_loss)]
             N::Int(i) => i as f64,
+            #[allow(clippy::cast_precision_loss)]
+            N::UInt(u) => u as f64,
             N::Float(f) => f,
         }
     }
 
     /// Whether the number was written as an integer.
     pub fn is_integer(&self) -> bool {
-        matches!(self.0, N::Int(_))
+        !matches!(self.0, N::Float(_))
     }
 }
 
@@ -64,6 +80,7 @@ impl fmt::Display for Number {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             N::Int(i) => write!(f, "{i}"),
+            N::UInt(u) => write!(f, "{u}"),
             N::Float(x) => {
                 // `Display` for f64 never uses an exponent and prints the shortest text that reads back exactly.
                 let s = x.to_string();
@@ -189,7 +206,10 @@ impl Value {
             serde_json::Value::Bool(b) => Value::Bool(*b),
             serde_json::Value::Number(n) => Value::Number(match n.as_i64() {
                 Some(i) => Number::from_i64(i),
-                None => Number::from_f64(n.as_f64()?)?,
+                None => match n.as_u64() {
+                    Some(u) => Number::from_u64(u),
+                    None => Number::from_f64(n.as_f64()?)?,
+                },
             }),
             serde_json::Value::String(s) => Value::Str(s.clone()),
             serde_json::Value::Array(a) => Value::Array(a.iter().map(Value::from_json).collect::<Option<_>>()?),
@@ -207,6 +227,7 @@ impl Value {
             Value::Str(s) => serde_json::Value::String(s.clone()),
             Value::Number(n) => match n.0 {
                 N::Int(i) => serde_json::Value::from(i),
+                N::UInt(u) => serde_json::Value::from(u),
                 N::Float(f) => serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, serde_json::Value::Number),
             },
             Value::Bool(b) => serde_json::Value::Bool(*b),
@@ -263,6 +284,7 @@ impl Serialize for Number {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.0 {
             N::Int(i) => s.serialize_i64(i),
+            N::UInt(u) => s.serialize_u64(u),
             N::Float(f) => s.serialize_f64(f),
         }
     }
@@ -329,11 +351,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Ok(Value::from(v))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        match i64::try_from(v) {
-            Ok(i) => Ok(Value::from(i)),
-            #[allow(clippy::cast_precision_loss)]
-            Err(_) => Number::from_f64(v as f64).map(Value::Number).ok_or_else(|| E::custom("number out of range")),
-        }
+        Ok(Value::Number(Number::from_u64(v)))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
         Number::from_f64(v).map(Value::Number).ok_or_else(|| E::custom("non-finite number"))
