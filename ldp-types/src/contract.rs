@@ -1,5 +1,6 @@
 //! Delegation contracts (paper section 3.1) and their validation against a result's provenance.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -9,7 +10,7 @@ use crate::time::parse_timestamp;
 use crate::{Error, LdpError, codes};
 
 /// What happens when a result violates its contract.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailurePolicy {
     /// Reject: the result becomes a `policy` / `CONTRACT_VIOLATED` error with the output as `partial_output`.
@@ -20,7 +21,7 @@ pub enum FailurePolicy {
 }
 
 /// Budget limits of a contract.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Budget {
     /// Maximum tokens the delegate may use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -31,16 +32,18 @@ pub struct Budget {
 }
 
 /// The policy part of a contract.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ContractPolicy {
     /// Fail closed or open.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<FailurePolicy>")]
     pub failure_policy: FailurePolicy,
     /// Budget limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
     /// Free-form safety constraints.
     #[serde(default, deserialize_with = "null_as_default", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
     pub safety_constraints: Vec<String>,
     /// How many times the task may be re-delegated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -48,18 +51,21 @@ pub struct ContractPolicy {
 }
 
 /// A delegation contract carried by TASK_SUBMIT.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DelegationContract {
     /// Contract id.
     pub contract_id: String,
     /// What the task should achieve.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<String>")]
     pub objective: String,
     /// Free-form success criteria.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<Vec<String>>")]
     pub success_criteria: Vec<String>,
     /// Failure policy, budget, constraints.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<ContractPolicy>")]
     pub policy: ContractPolicy,
     /// Deadline (ISO 8601).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
@@ -212,7 +213,7 @@ impl From<&TrustViolation> for LdpError {
 }
 
 /// How a quality claim was established (paper section 3.2).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ClaimType {
     /// Reported by the delegate itself.
@@ -249,7 +250,7 @@ impl fmt::Display for ClaimType {
 }
 
 /// Quality, latency and cost of one capability, in the reference SDKs' shape, with the claim's provenance.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct QualityMetrics {
     /// Quality score in 0.0-1.0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -268,9 +269,11 @@ pub struct QualityMetrics {
     pub max_tokens: Option<u64>,
     /// Whether streaming responses are supported. Always sent: the Rust reference SDK requires it.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<bool>")]
     pub supports_streaming: bool,
     /// How the claim was established.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<ClaimType>")]
     pub claim_type: ClaimType,
     /// Who attested the claim (for `issuer_attested` / `externally_benchmarked`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -287,7 +290,7 @@ pub struct QualityMetrics {
 }
 
 /// Cost tier of the RFC's capability shape and of `cost_profile`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CostTier {
     /// Cheap.
@@ -304,7 +307,7 @@ pub enum CostTier {
 /// `cost_hint`) and the reference SDKs' (`description`, `input_schema`, `output_schema`, `domains`, `quality{...}`).
 /// The accessors ([`Capability::quality_score`], ...) read whichever is present; [`Capability::new`] and the
 /// builders fill both, so reference clients (which drop the RFC shape) and RFC clients both understand our cards.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Capability {
     /// The skill name, e.g. `reasoning`.
     pub name: String,
@@ -319,6 +322,7 @@ pub struct Capability {
     pub output_schema: Option<Value>,
     /// Domains the capability applies to.
     #[serde(default, deserialize_with = "null_as_default", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Option<Vec<String>>")]
     pub domains: Vec<String>,
     /// Reference-SDK quality block.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -405,7 +409,7 @@ impl Capability {
 }
 
 /// A delegate's identity card (RFC 2.1), served at `/.well-known/ldp-identity`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IdentityCard {
     /// `ldp:delegate:<name>`.
     pub delegate_id: DelegateId,
@@ -439,14 +443,17 @@ pub struct IdentityCard {
     pub jurisdiction: Option<String>,
     /// Capabilities with quality and cost metadata.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<Vec<Capability>>")]
     pub capabilities: Vec<Capability>,
     /// Supported payload modes, most preferred first.
     pub supported_payload_modes: Vec<PayloadMode>,
     /// The delegate's URL (defaults to empty when a peer omits it, as the Python SDK allows).
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<String>")]
     pub endpoint: String,
     /// Additional metadata.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<BTreeMap<String, String>>")]
     pub metadata: BTreeMap<String, String>,
     /// Fields the RFC does not define, kept as received.
     #[serde(flatten)]

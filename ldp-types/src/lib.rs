@@ -43,6 +43,7 @@ mod identity;
 mod messages;
 mod payload;
 mod provenance;
+pub mod schema;
 mod score;
 pub mod signing;
 pub mod time;

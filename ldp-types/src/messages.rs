@@ -3,6 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -182,7 +183,7 @@ impl Manifest {
 }
 
 /// `SESSION_PROPOSE` configuration (RFC 5.4), accepting the reference SDKs' variants.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct SessionConfig {
     /// Mode preference list (RFC, Python SDK).
     #[serde(default, skip_serializing_if = "Option::is_none")]

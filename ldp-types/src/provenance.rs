@@ -1,6 +1,7 @@
 //! Provenance (RFC section 6 plus the paper's section 3.4): who produced a result, how it was verified, and which
 //! delegates handled it on the way.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::identity::null_as_default;
@@ -8,7 +9,7 @@ use crate::payload::PayloadMode;
 use crate::score::Score;
 
 /// How a result was verified (paper 3.4).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum VerificationStatus {
     /// Not verified.
@@ -25,7 +26,7 @@ pub enum VerificationStatus {
 }
 
 /// A reference to evidence supporting a result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EvidenceRef {
     /// What produced the evidence, e.g. `pytest`.
     pub source: String,
@@ -40,7 +41,7 @@ pub struct EvidenceRef {
 }
 
 /// One hop of a delegation chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LineageEntry {
     /// The delegate that handled the hop.
     pub delegate_id: String,
@@ -53,6 +54,7 @@ pub struct LineageEntry {
     pub timestamp: Option<String>,
     /// How that hop's output was verified.
     #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<VerificationStatus>")]
     pub verification_status: VerificationStatus,
 }
 
@@ -152,39 +154,46 @@ impl Provenance {
     }
 }
 
+/// What the provenance decoder accepts (every optional member may be `null`); also its JSON Schema.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(rename = "Provenance", description = "The provenance record of a result (RFC 6, paper 3.4).")]
+pub(crate) struct ProvenanceWire {
+    pub(crate) produced_by: String,
+    pub(crate) model_version: String,
+    pub(crate) payload_mode_used: PayloadMode,
+    #[serde(default)]
+    pub(crate) confidence: Option<Score>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<bool>")]
+    pub(crate) verified: bool,
+    #[serde(default)]
+    pub(crate) session_id: Option<String>,
+    #[serde(default)]
+    pub(crate) timestamp: Option<String>,
+    #[serde(default)]
+    pub(crate) verification_status: Option<VerificationStatus>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<Vec<EvidenceRef>>")]
+    pub(crate) evidence: Vec<EvidenceRef>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<Vec<LineageEntry>>")]
+    pub(crate) lineage: Vec<LineageEntry>,
+    #[serde(default)]
+    pub(crate) tokens_used: Option<u64>,
+    #[serde(default)]
+    pub(crate) cost_usd: Option<f64>,
+    #[serde(default)]
+    pub(crate) contract_id: Option<String>,
+    #[serde(default)]
+    pub(crate) contract_satisfied: Option<bool>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub(crate) contract_violations: Vec<String>,
+}
+
 impl<'de> Deserialize<'de> for Provenance {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        struct Wire {
-            produced_by: String,
-            model_version: String,
-            payload_mode_used: PayloadMode,
-            #[serde(default)]
-            confidence: Option<Score>,
-            #[serde(default, deserialize_with = "null_as_default")]
-            verified: bool,
-            #[serde(default)]
-            session_id: Option<String>,
-            #[serde(default)]
-            timestamp: Option<String>,
-            #[serde(default)]
-            verification_status: Option<VerificationStatus>,
-            #[serde(default, deserialize_with = "null_as_default")]
-            evidence: Vec<EvidenceRef>,
-            #[serde(default, deserialize_with = "null_as_default")]
-            lineage: Vec<LineageEntry>,
-            #[serde(default)]
-            tokens_used: Option<u64>,
-            #[serde(default)]
-            cost_usd: Option<f64>,
-            #[serde(default)]
-            contract_id: Option<String>,
-            #[serde(default)]
-            contract_satisfied: Option<bool>,
-            #[serde(default, deserialize_with = "null_as_default")]
-            contract_violations: Vec<String>,
-        }
-        let w = Wire::deserialize(deserializer)?;
+        let w = ProvenanceWire::deserialize(deserializer)?;
         // A status other than unverified implies verified; keep the legacy flag consistent on the way in.
         let verified = match w.verification_status {
             Some(s) => s != VerificationStatus::Unverified,
