@@ -1,0 +1,133 @@
+//! Configuration of the two machines.
+
+use std::time::Duration;
+
+use ldp_types::{Budget, IMPLEMENTED_MODES, IdentityCard, PayloadMode};
+
+use crate::security::SecurityConfig;
+
+/// Where a responder takes the initiator's trust domain from when the transport has not authenticated one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeclaredDomains {
+    /// Believe the `trust_domain` a peer declares in SESSION_PROPOSE (the reference SDKs' behaviour; for
+    /// development only).
+    TakeAtWord,
+    /// Believe a declared domain only if it is in this list.
+    Allow(Vec<String>),
+    /// Never believe declarations.
+    Ignore,
+}
+
+/// How a responder establishes the initiator's trust domain (RFC 7.2).
+///
+/// An authenticated domain (from a bearer token or a client certificate, supplied by the transport) always wins, and
+/// a declaration that contradicts it is refused. Without one, a declared domain is used as `declared_domains` says;
+/// without a usable declaration, `unidentified_domain` is assumed, or the session is refused when it is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustPolicy {
+    /// What to do with declared domains.
+    pub declared_domains: DeclaredDomains,
+    /// The domain assumed for an initiator that is neither authenticated nor (acceptably) declared.
+    pub unidentified_domain: Option<String>,
+}
+
+impl TrustPolicy {
+    /// Development defaults, as the reference SDKs behave: declared domains are believed, and a peer that declares
+    /// none is taken to be in `own_domain`.
+    pub fn permissive(own_domain: &str) -> Self {
+        Self { declared_domains: DeclaredDomains::TakeAtWord, unidentified_domain: Some(own_domain.to_owned()) }
+    }
+
+    /// Production defaults: only authenticated domains count.
+    pub fn strict() -> Self {
+        Self { declared_domains: DeclaredDomains::Ignore, unidentified_domain: None }
+    }
+}
+
+/// Resource limits of a responder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Most sessions held at once.
+    pub max_sessions: usize,
+    /// Most tasks running at once across all sessions (advertised as `max_concurrent_tasks`).
+    pub max_concurrent_tasks: usize,
+    /// Finished tasks remembered per session (the bounded conversation history).
+    pub history_len: usize,
+    /// Upper bound on a proposed TTL.
+    pub max_ttl: Duration,
+    /// Per-session budget across all its tasks (tokens and USD, from provenance).
+    pub session_budget: Budget,
+    /// Most tasks per session.
+    pub max_tasks_per_session: Option<u64>,
+    /// Ids of expired and closed sessions remembered (so late messages get `SESSION_EXPIRED`/`SESSION_CLOSED`
+    /// rather than `SESSION_NOT_FOUND`).
+    pub tombstones: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_sessions: 1_000_000,
+            max_concurrent_tasks: 64,
+            history_len: 32,
+            max_ttl: Duration::from_secs(24 * 3600),
+            session_budget: Budget::default(),
+            max_tasks_per_session: None,
+            tombstones: 65_536,
+        }
+    }
+}
+
+/// A responder's configuration.
+#[derive(Debug, Clone)]
+pub struct ResponderConfig {
+    /// The identity card it serves; its capabilities are the skills it accepts and its trust domain is checked.
+    pub card: IdentityCard,
+    /// How initiator domains are established.
+    pub trust: TrustPolicy,
+    /// Signatures and replay protection.
+    pub security: SecurityConfig,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Payload modes this responder can process.
+    pub implemented_modes: Vec<PayloadMode>,
+}
+
+impl ResponderConfig {
+    /// Defaults around a card: permissive trust, no signatures, default limits.
+    pub fn new(card: IdentityCard) -> Self {
+        let trust = TrustPolicy::permissive(&card.trust_domain.name);
+        Self {
+            card,
+            trust,
+            security: SecurityConfig::default(),
+            limits: Limits::default(),
+            implemented_modes: IMPLEMENTED_MODES.to_vec(),
+        }
+    }
+}
+
+/// An initiator's configuration.
+#[derive(Debug, Clone)]
+pub struct InitiatorConfig {
+    /// Our delegate id (the `from` of everything we send).
+    pub delegate_id: String,
+    /// Our trust domain, declared in proposals for peers that read it.
+    pub trust_domain: Option<String>,
+    /// Modes we can produce, most preferred first.
+    pub supported_modes: Vec<PayloadMode>,
+    /// Signatures and replay protection of replies.
+    pub security: SecurityConfig,
+}
+
+impl InitiatorConfig {
+    /// Defaults: semantic frame then text, no signatures.
+    pub fn new(delegate_id: impl Into<String>) -> Self {
+        Self {
+            delegate_id: delegate_id.into(),
+            trust_domain: None,
+            supported_modes: IMPLEMENTED_MODES.to_vec(),
+            security: SecurityConfig::default(),
+        }
+    }
+}

@@ -1,0 +1,464 @@
+//! The initiator machine: one peer, any number of sessions with it.
+//!
+//! Build outbound messages with [`Initiator::hello`], [`Initiator::propose`], [`Initiator::submit`],
+//! [`Initiator::cancel`] and [`Initiator::close`]; feed every reply to [`Initiator::handle`]; drain
+//! [`Initiator::poll_outbound`] (automatic resubmissions after a payload-mode fallback) and
+//! [`Initiator::poll_event`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use ldp_types::{
+    Body, ContractLimits, ContractOutcome, DelegationContract, Envelope, Hello, LdpError, Manifest, PayloadMode,
+    Provenance, SessionClose, SessionConfig, SessionPropose, TaskCancel, TaskSubmit, apply_contract, codes,
+    validate_payload,
+};
+use serde_json::Value;
+
+use crate::clock::{IdSource, WallClock};
+use crate::config::InitiatorConfig;
+use crate::error::SessionError;
+use crate::responder::TaskRequest;
+use crate::security::{ReplayGuard, sign_outbound, verify_inbound};
+use crate::{SessionState, TaskKey};
+
+/// Something the initiator learned from its peer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InitiatorEvent {
+    /// The peer's CAPABILITY_MANIFEST.
+    Manifest(Manifest),
+    /// A session became active.
+    SessionEstablished {
+        /// The authoritative session id (the responder's).
+        session_id: String,
+        /// The negotiated mode.
+        mode: PayloadMode,
+        /// The fallback chain.
+        fallback_chain: Vec<PayloadMode>,
+    },
+    /// The proposal was rejected.
+    SessionRejected {
+        /// Why.
+        error: LdpError,
+    },
+    /// Progress of a task.
+    TaskProgress {
+        /// The task.
+        key: TaskKey,
+        /// Progress in 0.0-1.0.
+        progress: Option<f64>,
+        /// Status message.
+        message: Option<String>,
+    },
+    /// A task failed in its payload mode and was queued for resubmission in the next fallback mode.
+    FellBack {
+        /// The task.
+        key: TaskKey,
+        /// The failed mode.
+        from: PayloadMode,
+        /// The mode of the resubmission.
+        to: PayloadMode,
+    },
+    /// A task completed; provenance records the contract check.
+    TaskCompleted {
+        /// The task.
+        key: TaskKey,
+        /// The output.
+        output: Value,
+        /// Its provenance.
+        provenance: Provenance,
+    },
+    /// A task failed (including a `fail_closed` contract violation).
+    TaskFailed {
+        /// The task.
+        key: TaskKey,
+        /// Why.
+        error: LdpError,
+    },
+    /// The session was closed (by either side).
+    SessionClosed {
+        /// The session.
+        session_id: String,
+    },
+    /// The peer sent an ATTESTATION.
+    Attestation {
+        /// The session.
+        session_id: String,
+        /// The attestation.
+        attestation: ldp_types::Attestation,
+    },
+}
+
+#[derive(Debug)]
+struct InitiatorSession {
+    state: SessionState,
+    mode: PayloadMode,
+    fallback: Vec<PayloadMode>,
+}
+
+#[derive(Debug)]
+struct PendingTask {
+    skill: String,
+    input: Value,
+    mode: PayloadMode,
+    contract: Option<(DelegationContract, ContractLimits)>,
+}
+
+/// The initiator machine.
+#[derive(Debug)]
+pub struct Initiator {
+    cfg: InitiatorConfig,
+    wall: Arc<dyn WallClock>,
+    ids: Box<dyn IdSource>,
+    peer: String,
+    manifest: Option<Manifest>,
+    proposals: VecDeque<String>,
+    sessions: HashMap<String, InitiatorSession>,
+    tasks: HashMap<TaskKey, PendingTask>,
+    replay: ReplayGuard,
+    outbound: VecDeque<Envelope>,
+    events: VecDeque<InitiatorEvent>,
+}
+
+impl Initiator {
+    /// An initiator talking to `peer` (its delegate id, or its URL until the identity card is known).
+    pub fn new(
+        cfg: InitiatorConfig,
+        peer: impl Into<String>,
+        wall: Arc<dyn WallClock>,
+        ids: Box<dyn IdSource>,
+    ) -> Self {
+        Self {
+            cfg,
+            wall,
+            ids,
+            peer: peer.into(),
+            manifest: None,
+            proposals: VecDeque::new(),
+            sessions: HashMap::new(),
+            tasks: HashMap::new(),
+            replay: ReplayGuard::default(),
+            outbound: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Addresses later messages to `peer` (e.g. once the identity card has been fetched).
+    pub fn set_peer(&mut self, peer: impl Into<String>) {
+        self.peer = peer.into();
+    }
+
+    /// The peer's manifest, once received.
+    pub fn manifest(&self) -> Option<&Manifest> {
+        self.manifest.as_ref()
+    }
+
+    /// A session's state.
+    pub fn session_state(&self, session_id: &str) -> Option<SessionState> {
+        self.sessions.get(session_id).map(|s| s.state)
+    }
+
+    /// A session's current payload mode.
+    pub fn session_mode(&self, session_id: &str) -> Option<PayloadMode> {
+        self.sessions.get(session_id).map(|s| s.mode)
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<InitiatorEvent> {
+        self.events.pop_front()
+    }
+
+    /// The next message the machine wants sent on its own (a resubmission after fallback).
+    pub fn poll_outbound(&mut self) -> Option<Envelope> {
+        self.outbound.pop_front()
+    }
+
+    fn envelope(&mut self, session_id: &str, body: impl Into<Body>, mode: PayloadMode) -> Envelope {
+        let mut env = Envelope::new(
+            self.ids.uuid(),
+            ldp_types::time::format_timestamp(self.wall.now_utc()),
+            session_id,
+            self.cfg.delegate_id.as_str(),
+            self.peer.as_str(),
+            body,
+        )
+        .with_payload_mode(mode);
+        if self.cfg.security.signing_key.is_some() {
+            env.nonce = Some(self.ids.nonce());
+        }
+        sign_outbound(&self.cfg.security, &mut env);
+        env
+    }
+
+    /// HELLO.
+    pub fn hello(&mut self) -> Envelope {
+        let body = Hello::new(self.cfg.delegate_id.clone(), self.cfg.supported_modes.clone());
+        self.envelope("", body, PayloadMode::Text)
+    }
+
+    /// SESSION_PROPOSE. Preferences default to our supported modes; our declared domain is added for peers that
+    /// read it. The proposal carries a fresh session id, which the responder may keep or replace.
+    pub fn propose(&mut self, mut config: SessionConfig) -> Envelope {
+        if config.preferred_payload_modes.is_none() && config.payload_mode.is_none() {
+            config.preferred_payload_modes = Some(self.cfg.supported_modes.clone());
+        }
+        if config.trust_domain.is_none() {
+            config.trust_domain = self.cfg.trust_domain.clone();
+        }
+        let proposed = self.ids.uuid();
+        self.proposals.push_back(proposed.clone());
+        self.envelope(&proposed, SessionPropose::new(config), PayloadMode::Text)
+    }
+
+    fn active(&self, session_id: &str) -> Result<&InitiatorSession, SessionError> {
+        let s = self.sessions.get(session_id).ok_or_else(|| SessionError::UnknownSession(session_id.to_owned()))?;
+        if s.state != SessionState::Active {
+            return Err(SessionError::NotActive { session_id: session_id.to_owned(), state: s.state });
+        }
+        Ok(s)
+    }
+
+    /// TASK_SUBMIT in the session's current mode.
+    ///
+    /// `parent` is the task this one is delegated from, if any: its contract's `max_delegation_depth` is enforced
+    /// here (a depth of 0 forbids re-delegation) and passed on, reduced by one.
+    pub fn submit(
+        &mut self,
+        session_id: &str,
+        skill: &str,
+        input: Value,
+        contract: Option<DelegationContract>,
+        parent: Option<&TaskRequest>,
+    ) -> Result<Envelope, SessionError> {
+        let mode = self.active(session_id)?.mode;
+        let contract = inherit_depth(contract, parent)?;
+        let input = fit_payload(input, mode).map_err(SessionError::Payload)?;
+        let limits = contract
+            .as_ref()
+            .map(|c| c.limits().map(|l| (c.clone(), l)))
+            .transpose()
+            .map_err(SessionError::InvalidContract)?;
+        let task_id = self.ids.uuid();
+        let key = TaskKey { session_id: session_id.to_owned(), task_id: task_id.clone() };
+        let body = TaskSubmit::new(task_id, skill.to_owned(), input.clone(), contract);
+        let env = self.envelope(session_id, body, mode);
+        self.tasks.insert(key, PendingTask { skill: skill.to_owned(), input, mode, contract: limits });
+        Ok(env)
+    }
+
+    /// TASK_CANCEL.
+    pub fn cancel(&mut self, key: &TaskKey) -> Result<Envelope, SessionError> {
+        let mode = self.tasks.get(key).map(|t| t.mode).ok_or_else(|| SessionError::UnknownTask(key.task_id.clone()))?;
+        Ok(self.envelope(&key.session_id, TaskCancel::new(key.task_id.clone()), mode))
+    }
+
+    /// SESSION_CLOSE. The session is closed locally at once.
+    pub fn close(&mut self, session_id: &str, reason: Option<String>) -> Result<Envelope, SessionError> {
+        let s = self.sessions.get_mut(session_id).ok_or_else(|| SessionError::UnknownSession(session_id.to_owned()))?;
+        s.state = SessionState::Closed;
+        self.tasks.retain(|k, _| k.session_id != session_id);
+        Ok(self.envelope(session_id, SessionClose::new(reason), PayloadMode::Text))
+    }
+
+    /// Handles one reply as raw bytes.
+    pub fn handle(&mut self, bytes: &[u8]) -> Result<(), SessionError> {
+        let raw: Value =
+            serde_json::from_slice(bytes).map_err(|e| SessionError::Protocol(format!("reply is not JSON: {e}")))?;
+        let env = Envelope::from_value(raw.clone()).map_err(|e| SessionError::Protocol(e.to_string()))?;
+        self.handle_envelope(env, Some(&raw))
+    }
+
+    /// Handles one decoded reply; `raw` is the JSON as received when available (JCS signatures need it).
+    pub fn handle_envelope(&mut self, env: Envelope, raw: Option<&Value>) -> Result<(), SessionError> {
+        verify_inbound(&self.cfg.security, &env, raw).map_err(SessionError::Peer)?;
+        if let Some(replay) = self.cfg.security.replay {
+            self.replay.check(&replay, &env, self.wall.now_utc()).map_err(SessionError::Peer)?;
+        }
+        match env.body {
+            Body::CapabilityManifest(m) => {
+                let manifest = Manifest::from_value(&m.capabilities);
+                self.manifest = Some(manifest.clone());
+                self.events.push_back(InitiatorEvent::Manifest(manifest));
+            }
+            Body::SessionAccept(a) => {
+                // The responder's id is authoritative; match it to our proposal, or to the oldest one.
+                match self.proposals.iter().position(|p| *p == a.session_id) {
+                    Some(i) => {
+                        self.proposals.remove(i);
+                    }
+                    None => {
+                        self.proposals.pop_front();
+                    }
+                }
+                let fallback = a.fallback_chain.clone().unwrap_or_else(|| self.default_fallback(a.negotiated_mode));
+                self.sessions.insert(
+                    a.session_id.clone(),
+                    InitiatorSession {
+                        state: SessionState::Active,
+                        mode: a.negotiated_mode,
+                        fallback: fallback.clone(),
+                    },
+                );
+                self.events.push_back(InitiatorEvent::SessionEstablished {
+                    session_id: a.session_id,
+                    mode: a.negotiated_mode,
+                    fallback_chain: fallback,
+                });
+            }
+            Body::SessionReject(r) => {
+                self.proposals.pop_front();
+                let error = r.error.unwrap_or_else(|| LdpError::policy(codes::SESSION_REJECTED, r.reason));
+                self.events.push_back(InitiatorEvent::SessionRejected { error });
+            }
+            Body::TaskUpdate(u) => {
+                let key = TaskKey { session_id: env.session_id, task_id: u.task_id };
+                self.events.push_back(InitiatorEvent::TaskProgress { key, progress: u.progress, message: u.message });
+            }
+            Body::TaskResult(r) => {
+                let key = TaskKey { session_id: env.session_id, task_id: r.task_id };
+                let pending = self.tasks.remove(&key);
+                let event = match pending.and_then(|p| p.contract) {
+                    Some((contract, limits)) => {
+                        match apply_contract(&contract, &limits, &r.output, r.provenance, self.wall.now_utc()) {
+                            ContractOutcome::Accepted(provenance) => {
+                                InitiatorEvent::TaskCompleted { key, output: r.output, provenance }
+                            }
+                            ContractOutcome::Rejected(error) => InitiatorEvent::TaskFailed { key, error },
+                        }
+                    }
+                    None => InitiatorEvent::TaskCompleted { key, output: r.output, provenance: r.provenance },
+                };
+                self.events.push_back(event);
+            }
+            Body::TaskFailed(f) => {
+                let key = TaskKey { session_id: env.session_id, task_id: f.task_id };
+                if f.error.code == codes::PAYLOAD_MODE_FAILED && self.fall_back(&key)? {
+                    return Ok(());
+                }
+                self.tasks.remove(&key);
+                if matches!(
+                    f.error.code.as_str(),
+                    codes::SESSION_EXPIRED | codes::SESSION_CLOSED | codes::SESSION_NOT_FOUND
+                ) {
+                    if let Some(s) = self.sessions.get_mut(&key.session_id) {
+                        s.state = SessionState::Closed;
+                    }
+                }
+                self.events.push_back(InitiatorEvent::TaskFailed { key, error: f.error });
+            }
+            Body::SessionClose(_) => {
+                if let Some(s) = self.sessions.get_mut(&env.session_id) {
+                    s.state = SessionState::Closed;
+                }
+                self.events.push_back(InitiatorEvent::SessionClosed { session_id: env.session_id });
+            }
+            Body::Attestation(a) => {
+                self.events.push_back(InitiatorEvent::Attestation { session_id: env.session_id, attestation: a });
+            }
+            other @ (Body::Hello(_)
+            | Body::SessionPropose(_)
+            | Body::TaskSubmit(_)
+            | Body::TaskCancel(_)
+            | Body::Unknown(_)) => {
+                return Err(SessionError::Protocol(format!(
+                    "{} is not a reply an initiator accepts",
+                    other.type_name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn default_fallback(&self, mode: PayloadMode) -> Vec<PayloadMode> {
+        let peer_modes = self.manifest.as_ref().map(|m| m.supported_modes.clone()).unwrap_or_default();
+        let mut chain: Vec<PayloadMode> = self
+            .cfg
+            .supported_modes
+            .iter()
+            .copied()
+            .filter(|m| m.number() < mode.number() && (peer_modes.contains(m) || *m == PayloadMode::Text))
+            .collect();
+        chain.sort_by_key(|m| std::cmp::Reverse(m.number()));
+        if mode != PayloadMode::Text && !chain.contains(&PayloadMode::Text) {
+            chain.push(PayloadMode::Text);
+        }
+        chain
+    }
+
+    /// RFC 4.3: downgrade the session and queue the task again in the next mode. Returns false when no fallback is
+    /// left (the failure then surfaces).
+    fn fall_back(&mut self, key: &TaskKey) -> Result<bool, SessionError> {
+        let Some(task) = self.tasks.get(key) else { return Ok(false) };
+        let failed = task.mode;
+        let Some(session) = self.sessions.get_mut(&key.session_id) else { return Ok(false) };
+        let Some(next) = session.fallback.iter().copied().find(|m| m.number() < failed.number()) else {
+            return Ok(false);
+        };
+        if session.mode.number() > next.number() {
+            session.mode = next;
+        }
+        let Some(task) = self.tasks.get_mut(key) else { return Ok(false) };
+        task.input = fit_payload(task.input.clone(), next).map_err(SessionError::Payload)?;
+        task.mode = next;
+        let body = TaskSubmit::new(
+            key.task_id.clone(),
+            task.skill.clone(),
+            task.input.clone(),
+            task.contract.as_ref().map(|(c, _)| c.clone()),
+        );
+        let env = self.envelope(&key.session_id, body, next);
+        self.outbound.push_back(env);
+        self.events.push_back(InitiatorEvent::FellBack { key: key.clone(), from: failed, to: next });
+        Ok(true)
+    }
+}
+
+/// Applies a parent task's delegation-depth limit to a sub-task's contract.
+fn inherit_depth(
+    contract: Option<DelegationContract>,
+    parent: Option<&TaskRequest>,
+) -> Result<Option<DelegationContract>, SessionError> {
+    let Some(parent_max) = parent.and_then(|p| p.contract.as_ref()).and_then(|c| c.policy.max_delegation_depth) else {
+        return Ok(contract);
+    };
+    if parent_max == 0 {
+        return Err(SessionError::DelegationDepthExceeded { depth: 1, max: 0 });
+    }
+    let remaining = parent_max - 1;
+    let mut c = match (contract, parent.and_then(|p| p.contract.clone())) {
+        (Some(c), _) => c,
+        (None, Some(parent_contract)) => parent_contract,
+        (None, None) => return Ok(None),
+    };
+    c.policy.max_delegation_depth = Some(c.policy.max_delegation_depth.map_or(remaining, |m| m.min(remaining)));
+    Ok(Some(c))
+}
+
+/// Shapes an input for `mode`: text mode renders a semantic frame as readable text; semantic-frame mode requires a
+/// valid frame.
+pub fn fit_payload(input: Value, mode: PayloadMode) -> Result<Value, ldp_types::Error> {
+    match mode {
+        PayloadMode::Text => Ok(match input {
+            Value::Object(obj) if obj.contains_key("instruction") => {
+                let mut lines = Vec::new();
+                for key in ["task_type", "instruction"] {
+                    if let Some(Value::String(v)) = obj.get(key) {
+                        lines.push(format!("{key}: {v}"));
+                    }
+                }
+                for (k, v) in &obj {
+                    if k != "task_type" && k != "instruction" {
+                        let text = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                        lines.push(format!("{k}: {text}"));
+                    }
+                }
+                Value::String(lines.join("\n"))
+            }
+            other => other,
+        }),
+        mode => {
+            validate_payload(mode, &input)?;
+            Ok(input)
+        }
+    }
+}

@@ -1,0 +1,906 @@
+//! The responder machine: serves a delegate's side of every session.
+//!
+//! Calling order: feed each inbound message to [`Responder::handle`] (or `handle_envelope`), act on the returned
+//! [`Outcome`], report task progress and completion with [`Responder::progress`], [`Responder::complete_task`] and
+//! [`Responder::fail_task`], drain [`Responder::poll_event`], and call [`Responder::handle_timeout`] when
+//! [`Responder::poll_timeout`] says so (it reaps expired sessions and returns their memory).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ldp_types::{
+    Body, CapabilityManifest, DelegationContract, Envelope, EvidenceRef, LdpError, LineageEntry, Manifest, PayloadMode,
+    Provenance, Score, SessionAccept, SessionClose, SessionReject, TaskFailed, TaskResult, TaskSubmit, TaskUpdate,
+    VerificationStatus, codes, negotiate, validate_payload,
+};
+use serde_json::Value;
+
+use crate::clock::{IdSource, WallClock};
+use crate::config::{DeclaredDomains, ResponderConfig};
+use crate::error::{Refusal, SessionError};
+use crate::security::{ReplayGuard, sign_outbound, verify_inbound};
+use crate::{SessionState, TaskKey};
+
+/// What the transport learned about the peer, independent of what the peer's messages claim.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerContext {
+    /// The authenticated identity, when the transport authenticated the peer (bearer token, mTLS).
+    pub authenticated: Option<AuthenticatedPeer>,
+    /// The connection the message arrived on (WebSocket), for suspend and resume.
+    pub connection: Option<u64>,
+}
+
+/// An identity established by the transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthenticatedPeer {
+    /// The delegate id the credential belongs to, if the credential names one.
+    pub delegate_id: Option<String>,
+    /// The trust domain the credential belongs to.
+    pub trust_domain: String,
+}
+
+/// A task the delegate must run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRequest {
+    /// Session and task id.
+    pub key: TaskKey,
+    /// The declared skill.
+    pub skill: String,
+    /// The input, valid for `payload_mode`.
+    pub input: Value,
+    /// The mode the input is in.
+    pub payload_mode: PayloadMode,
+    /// The delegation contract, if any.
+    pub contract: Option<DelegationContract>,
+    /// The initiator's id.
+    pub peer: String,
+}
+
+/// What a delegate produced.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TaskOutput {
+    /// The output.
+    pub output: Value,
+    /// Self-reported confidence.
+    pub confidence: Option<Score>,
+    /// Tokens used.
+    pub tokens_used: Option<u64>,
+    /// Cost in USD.
+    pub cost_usd: Option<f64>,
+    /// How the output was verified.
+    pub verification_status: VerificationStatus,
+    /// Evidence references.
+    pub evidence: Vec<EvidenceRef>,
+    /// Provenance of results obtained by re-delegating; they become lineage entries.
+    pub delegated: Vec<Provenance>,
+}
+
+impl TaskOutput {
+    /// An unverified output with no usage figures.
+    pub fn new(output: Value) -> Self {
+        Self { output, ..Self::default() }
+    }
+}
+
+/// What to do with an inbound message that was accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Send this reply.
+    Reply(Envelope),
+    /// Run this task, then report with `complete_task` or `fail_task`.
+    Execute(TaskRequest),
+    /// Stop these running tasks and send the reply (TASK_CANCEL, SESSION_CLOSE).
+    Cancel {
+        /// The reply to send.
+        reply: Envelope,
+        /// Tasks to abort.
+        cancelled: Vec<TaskKey>,
+    },
+    /// Accepted; nothing to send (ATTESTATION).
+    Accepted,
+}
+
+/// Whether a finished task's reply can go out now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delivery {
+    /// Send it.
+    Send(Envelope),
+    /// The session is suspended; the reply is held and returned by [`Responder::take_held`] after resume.
+    Held,
+}
+
+/// Something that happened, for the application to observe.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResponderEvent {
+    /// A session became active.
+    SessionEstablished {
+        /// The session.
+        session_id: String,
+        /// The initiator.
+        peer: String,
+        /// The initiator's trust domain as established.
+        peer_domain: String,
+        /// The negotiated mode.
+        mode: PayloadMode,
+    },
+    /// A proposal was rejected.
+    SessionRejected {
+        /// The proposing peer.
+        peer: String,
+        /// Why.
+        error: LdpError,
+    },
+    /// A session ended by SESSION_CLOSE.
+    SessionClosed {
+        /// The session.
+        session_id: String,
+    },
+    /// A session expired through inactivity and was reaped.
+    SessionExpired {
+        /// The session.
+        session_id: String,
+    },
+    /// A session was suspended (its connection dropped).
+    SessionSuspended {
+        /// The session.
+        session_id: String,
+    },
+    /// A suspended session resumed.
+    SessionResumed {
+        /// The session.
+        session_id: String,
+    },
+    /// The payload mode of a session fell back.
+    ModeFellBack {
+        /// The session.
+        session_id: String,
+        /// The failed mode.
+        from: PayloadMode,
+        /// The new mode.
+        to: PayloadMode,
+    },
+    /// An ATTESTATION arrived in an active session.
+    AttestationReceived {
+        /// The session.
+        session_id: String,
+        /// The sender.
+        from: String,
+        /// The attestation.
+        attestation: ldp_types::Attestation,
+    },
+}
+
+/// How a task ended, as recorded in the session history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// It produced a TASK_RESULT.
+    Completed,
+    /// It produced a TASK_FAILED.
+    Failed,
+    /// It was cancelled.
+    Cancelled,
+}
+
+/// One entry of a session's bounded history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryItem {
+    /// The task.
+    pub task_id: String,
+    /// Its skill.
+    pub skill: String,
+    /// How it ended.
+    pub status: TaskStatus,
+}
+
+#[derive(Debug)]
+struct HistoryEntry {
+    task_id: Box<str>,
+    skill: Box<str>,
+    status: TaskStatus,
+}
+
+#[derive(Debug)]
+struct RunningTask {
+    skill: Box<str>,
+    mode: PayloadMode,
+    contract_id: Option<Box<str>>,
+}
+
+/// Per-session state. Kept small: an idle session is a few hundred bytes.
+#[derive(Debug)]
+struct ResponderSession {
+    peer: Box<str>,
+    peer_delegate: Option<Box<str>>,
+    peer_domain: Box<str>,
+    state: SessionState,
+    mode: PayloadMode,
+    fallback: Box<[PayloadMode]>,
+    ttl: Duration,
+    last_activity: Instant,
+    connection: Option<u64>,
+    running: HashMap<Box<str>, RunningTask>,
+    history: VecDeque<HistoryEntry>,
+    tasks_submitted: u64,
+    tokens_used: u64,
+    cost_usd: f64,
+    held: Vec<Envelope>,
+}
+
+impl ResponderSession {
+    fn deadline(&self) -> Instant {
+        self.last_activity + self.ttl
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Expired,
+    Closed,
+}
+
+/// The responder machine. See the module docs for the calling order.
+#[derive(Debug)]
+pub struct Responder {
+    cfg: ResponderConfig,
+    wall: Arc<dyn WallClock>,
+    ids: Box<dyn IdSource>,
+    sessions: HashMap<Box<str>, ResponderSession>,
+    expiry: BinaryHeap<Reverse<(Instant, Box<str>)>>,
+    ended: HashMap<Box<str>, Ended>,
+    ended_order: VecDeque<Box<str>>,
+    replay: ReplayGuard,
+    running_total: usize,
+    events: VecDeque<ResponderEvent>,
+    manifest: Value,
+}
+
+fn session_error(code: &str, msg: impl Into<String>) -> LdpError {
+    LdpError::session(code, msg)
+}
+
+impl Responder {
+    /// A responder with the given clock and id source.
+    pub fn new(cfg: ResponderConfig, wall: Arc<dyn WallClock>, ids: Box<dyn IdSource>) -> Self {
+        let manifest = Manifest {
+            skills: cfg.card.capabilities.iter().map(|c| c.name.clone()).collect(),
+            supported_modes: cfg
+                .card
+                .supported_payload_modes
+                .iter()
+                .copied()
+                .filter(|m| cfg.implemented_modes.contains(m))
+                .collect(),
+            max_concurrent_tasks: u32::try_from(cfg.limits.max_concurrent_tasks).ok(),
+            capabilities: cfg.card.capabilities.clone(),
+        }
+        .to_value();
+        Self {
+            cfg,
+            wall,
+            ids,
+            sessions: HashMap::new(),
+            expiry: BinaryHeap::new(),
+            ended: HashMap::new(),
+            ended_order: VecDeque::new(),
+            replay: ReplayGuard::default(),
+            running_total: 0,
+            events: VecDeque::new(),
+            manifest,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ResponderConfig {
+        &self.cfg
+    }
+
+    /// Number of live (not yet reaped) sessions.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Number of tasks running across all sessions.
+    pub fn running_tasks(&self) -> usize {
+        self.running_total
+    }
+
+    /// The state of a session, if it is live.
+    pub fn session_state(&self, session_id: &str) -> Option<SessionState> {
+        self.sessions.get(session_id).map(|s| s.state)
+    }
+
+    /// The current payload mode of a session.
+    pub fn session_mode(&self, session_id: &str) -> Option<PayloadMode> {
+        self.sessions.get(session_id).map(|s| s.mode)
+    }
+
+    /// Tokens and USD used by a session so far.
+    pub fn session_usage(&self, session_id: &str) -> Option<(u64, f64)> {
+        self.sessions.get(session_id).map(|s| (s.tokens_used, s.cost_usd))
+    }
+
+    /// A session's bounded history of finished tasks, oldest first.
+    pub fn session_history(&self, session_id: &str) -> Vec<HistoryItem> {
+        let Some(s) = self.sessions.get(session_id) else { return Vec::new() };
+        s.history
+            .iter()
+            .map(|h| HistoryItem { task_id: h.task_id.to_string(), skill: h.skill.to_string(), status: h.status })
+            .collect()
+    }
+
+    /// The initiator's trust domain as established for a session.
+    pub fn session_peer_domain(&self, session_id: &str) -> Option<&str> {
+        self.sessions.get(session_id).map(|s| &*s.peer_domain)
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<ResponderEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`Responder::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.expiry.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Reaps sessions whose TTL has run out.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(Reverse((deadline, _))) = self.expiry.peek() {
+            if *deadline > now {
+                break;
+            }
+            let Some(Reverse((_, id))) = self.expiry.pop() else { break };
+            let Some(session) = self.sessions.get(&id) else { continue };
+            let real = session.deadline();
+            if real > now {
+                // Activity moved the deadline; re-arm with the real one.
+                self.expiry.push(Reverse((real, id)));
+                continue;
+            }
+            self.end_session(&id, Ended::Expired);
+        }
+        self.replay.prune(self.wall.now_utc());
+    }
+
+    fn end_session(&mut self, id: &str, how: Ended) -> Vec<TaskKey> {
+        let Some(session) = self.sessions.remove(id) else { return Vec::new() };
+        self.running_total = self.running_total.saturating_sub(session.running.len());
+        let cancelled =
+            session.running.keys().map(|t| TaskKey { session_id: id.to_owned(), task_id: t.to_string() }).collect();
+        if self.cfg.limits.tombstones > 0 {
+            if self.ended_order.len() >= self.cfg.limits.tombstones {
+                if let Some(old) = self.ended_order.pop_front() {
+                    self.ended.remove(&old);
+                }
+            }
+            self.ended.insert(id.into(), how);
+            self.ended_order.push_back(id.into());
+        }
+        self.events.push_back(match how {
+            Ended::Expired => ResponderEvent::SessionExpired { session_id: id.to_owned() },
+            Ended::Closed => ResponderEvent::SessionClosed { session_id: id.to_owned() },
+        });
+        cancelled
+    }
+
+    /// Suspends every active session last used over `connection` (the connection dropped). Their TTL keeps
+    /// running; results finished meanwhile are held for [`Responder::take_held`].
+    pub fn suspend_connection(&mut self, connection: u64) {
+        for (id, s) in &mut self.sessions {
+            if s.connection == Some(connection) && s.state == SessionState::Active {
+                s.state = SessionState::Suspended;
+                self.events.push_back(ResponderEvent::SessionSuspended { session_id: id.to_string() });
+            }
+        }
+    }
+
+    /// Replies held while the session was suspended, each returned exactly once.
+    pub fn take_held(&mut self, session_id: &str) -> Vec<Envelope> {
+        self.sessions.get_mut(session_id).map(|s| std::mem::take(&mut s.held)).unwrap_or_default()
+    }
+
+    /// Handles one message as raw bytes from the transport.
+    pub fn handle(&mut self, now: Instant, peer: &PeerContext, bytes: &[u8]) -> Result<Outcome, Refusal> {
+        let malformed = |e: ldp_types::Error| Refusal { error: LdpError::from(&e), reply: None };
+        if self.cfg.security.needs_raw_json() {
+            let raw: Value =
+                serde_json::from_slice(bytes).map_err(|e| malformed(ldp_types::Error::MalformedJson(e)))?;
+            let env = Envelope::from_value(raw.clone()).map_err(malformed)?;
+            self.handle_envelope(now, peer, env, Some(&raw))
+        } else {
+            let env = Envelope::from_slice(bytes).map_err(malformed)?;
+            self.handle_envelope(now, peer, env, None)
+        }
+    }
+
+    /// Handles one decoded message. `raw` is the JSON as received, needed to verify JCS signatures.
+    pub fn handle_envelope(
+        &mut self,
+        now: Instant,
+        peer: &PeerContext,
+        env: Envelope,
+        raw: Option<&Value>,
+    ) -> Result<Outcome, Refusal> {
+        self.handle_timeout(now);
+        if let Body::Unknown(u) = &env.body {
+            let error =
+                LdpError::capability(codes::UNKNOWN_MESSAGE_TYPE, format!("unknown message type {:?}", u.type_name));
+            return Err(self.refuse(&env, error));
+        }
+        if let Err(error) = verify_inbound(&self.cfg.security, &env, raw) {
+            return Err(self.refuse(&env, error));
+        }
+        if let Some(replay) = self.cfg.security.replay {
+            let wall = self.wall.now_utc();
+            if let Err(error) = self.replay.check(&replay, &env, wall) {
+                return Err(self.refuse(&env, error));
+            }
+        }
+        if let Some(AuthenticatedPeer { delegate_id: Some(id), .. }) = &peer.authenticated {
+            if *id != env.from {
+                let error = LdpError::identity(
+                    codes::UNAUTHENTICATED,
+                    format!("sender {:?} does not match the authenticated identity {id:?}", env.from),
+                );
+                return Err(self.refuse(&env, error));
+            }
+        }
+        match &env.body {
+            Body::Hello(_) => Ok(Outcome::Reply(self.manifest_reply(&env))),
+            Body::SessionPropose(_) => self.on_propose(now, peer, env),
+            Body::TaskSubmit(_) => self.on_submit(now, peer, env),
+            Body::TaskCancel(_) => self.on_cancel(now, peer, env),
+            Body::TaskUpdate(_) => self.on_status_query(now, peer, env),
+            Body::SessionClose(_) => self.on_close(now, peer, env),
+            Body::Attestation(a) => {
+                let attestation = a.clone();
+                self.with_session(now, peer, &env)?;
+                self.events.push_back(ResponderEvent::AttestationReceived {
+                    session_id: env.session_id.clone(),
+                    from: env.from.clone(),
+                    attestation,
+                });
+                Ok(Outcome::Accepted)
+            }
+            Body::CapabilityManifest(_)
+            | Body::SessionAccept(_)
+            | Body::SessionReject(_)
+            | Body::TaskResult(_)
+            | Body::TaskFailed(_)
+            | Body::Unknown(_) => {
+                let error = session_error(
+                    codes::INVALID_STATE,
+                    format!("{} is sent by a responder, not to one", env.body.type_name()),
+                )
+                .with_retryable(false);
+                Err(self.refuse(&env, error))
+            }
+        }
+    }
+
+    /// Builds, stamps and signs an outbound envelope.
+    fn envelope(&mut self, session_id: &str, to: &str, body: impl Into<Body>, mode: PayloadMode) -> Envelope {
+        let mut env = Envelope::new(
+            self.ids.uuid(),
+            ldp_types::time::format_timestamp(self.wall.now_utc()),
+            session_id,
+            self.cfg.card.delegate_id.as_str(),
+            to,
+            body,
+        )
+        .with_payload_mode(mode);
+        if self.cfg.security.signing_key.is_some() {
+            env.nonce = Some(self.ids.nonce());
+        }
+        sign_outbound(&self.cfg.security, &mut env);
+        env
+    }
+
+    /// The in-protocol answer to a refused message.
+    fn refuse(&mut self, env: &Envelope, error: LdpError) -> Refusal {
+        let reply = match &env.body {
+            Body::SessionPropose(_) => {
+                self.events.push_back(ResponderEvent::SessionRejected { peer: env.from.clone(), error: error.clone() });
+                let body = SessionReject::new(error.message.clone(), Some(error.clone()));
+                self.envelope(&env.session_id, &env.from, body, PayloadMode::Text)
+            }
+            body => {
+                let task_id = body.task_id().unwrap_or_default().to_owned();
+                self.envelope(&env.session_id, &env.from, TaskFailed::new(task_id, error.clone()), env.payload_mode)
+            }
+        };
+        Refusal { error, reply: Some(reply) }
+    }
+
+    fn manifest_reply(&mut self, env: &Envelope) -> Envelope {
+        let manifest = self.manifest.clone();
+        self.envelope(&env.session_id, &env.from, CapabilityManifest::new(manifest), PayloadMode::Text)
+    }
+
+    fn initiator_domain(&self, peer: &PeerContext, declared: Option<&str>) -> Result<String, LdpError> {
+        if let Some(auth) = &peer.authenticated {
+            if let Some(d) = declared {
+                if d != auth.trust_domain {
+                    return Err(LdpError::policy(
+                        codes::TRUST_VIOLATION,
+                        format!(
+                            "declared trust domain {d:?} contradicts the authenticated domain {:?}",
+                            auth.trust_domain
+                        ),
+                    ));
+                }
+            }
+            return Ok(auth.trust_domain.clone());
+        }
+        let believed = declared.filter(|d| match &self.cfg.trust.declared_domains {
+            DeclaredDomains::TakeAtWord => true,
+            DeclaredDomains::Allow(list) => list.iter().any(|a| a == d),
+            DeclaredDomains::Ignore => false,
+        });
+        match (believed, &self.cfg.trust.unidentified_domain) {
+            (Some(d), _) => Ok(d.to_owned()),
+            (None, Some(assumed)) if declared.is_none() => Ok(assumed.clone()),
+            (None, _) => Err(LdpError::policy(
+                codes::TRUST_VIOLATION,
+                match declared {
+                    Some(d) => format!("declared trust domain {d:?} is not accepted without authentication"),
+                    None => "the initiator's trust domain is unknown (not authenticated)".to_owned(),
+                },
+            )),
+        }
+    }
+
+    fn on_propose(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
+        let Body::SessionPropose(p) = &env.body else { return Err(self.refuse(&env, internal())) };
+        let config = p.config.clone();
+        let domain = match self.initiator_domain(peer, config.trust_domain.as_deref()) {
+            Ok(d) => d,
+            Err(e) => return Err(self.refuse(&env, e)),
+        };
+        if let Err(v) = self.cfg.card.trust_domain.check_session(&domain, config.required_trust_domain.as_deref()) {
+            return Err(self.refuse(&env, LdpError::from(&v)));
+        }
+        if self.sessions.len() >= self.cfg.limits.max_sessions {
+            let error = session_error(codes::CAPACITY_EXCEEDED, "too many sessions; retry later");
+            return Err(self.refuse(&env, error));
+        }
+        let negotiated =
+            negotiate(&config.preferences(), &self.cfg.card.supported_payload_modes, &self.cfg.implemented_modes);
+        let ttl_secs = match config.ttl_secs() {
+            0 => ldp_types::SessionConfig::DEFAULT_TTL_SECS,
+            n => n,
+        };
+        let ttl = Duration::from_secs(ttl_secs).min(self.cfg.limits.max_ttl);
+        // Keep the initiator's id when it is fresh and unused (the Rust SDK relies on it); assign one otherwise.
+        let proposed = env.session_id.as_str();
+        let session_id = if !proposed.is_empty()
+            && proposed.len() <= 128
+            && !self.sessions.contains_key(proposed)
+            && !self.ended.contains_key(proposed)
+        {
+            proposed.to_owned()
+        } else {
+            self.ids.uuid()
+        };
+        let session = ResponderSession {
+            peer: env.from.as_str().into(),
+            peer_delegate: peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref()).map(Into::into),
+            peer_domain: domain.as_str().into(),
+            state: SessionState::Active,
+            mode: negotiated.mode,
+            fallback: negotiated.fallback_chain.clone().into_boxed_slice(),
+            ttl,
+            last_activity: now,
+            connection: peer.connection,
+            running: HashMap::new(),
+            history: VecDeque::new(),
+            tasks_submitted: 0,
+            tokens_used: 0,
+            cost_usd: 0.0,
+            held: Vec::new(),
+        };
+        self.expiry.push(Reverse((session.deadline(), session_id.as_str().into())));
+        self.sessions.insert(session_id.as_str().into(), session);
+        self.events.push_back(ResponderEvent::SessionEstablished {
+            session_id: session_id.clone(),
+            peer: env.from.clone(),
+            peer_domain: domain,
+            mode: negotiated.mode,
+        });
+        let body = SessionAccept::new(session_id.clone(), negotiated.mode, Some(negotiated.fallback_chain));
+        Ok(Outcome::Reply(self.envelope(&session_id, &env.from, body, PayloadMode::Text)))
+    }
+
+    /// Finds the message's session and checks that it is live and that the sender is its peer. A suspended session
+    /// resumes on its peer's first message.
+    fn with_session(&mut self, now: Instant, peer: &PeerContext, env: &Envelope) -> Result<(), Refusal> {
+        let id = env.session_id.as_str();
+        let expired = self.sessions.get(id).is_some_and(|s| s.deadline() <= now);
+        if expired {
+            self.end_session(id, Ended::Expired);
+        }
+        let Some(session) = self.sessions.get_mut(id) else {
+            let error = match self.ended.get(id) {
+                Some(Ended::Expired) => {
+                    session_error(codes::SESSION_EXPIRED, format!("session {id:?} expired; establish a new one"))
+                }
+                Some(Ended::Closed) => {
+                    session_error(codes::SESSION_CLOSED, format!("session {id:?} is closed")).with_retryable(false)
+                }
+                None if id.is_empty() => {
+                    session_error(codes::SESSION_NOT_FOUND, "no session: establish one with SESSION_PROPOSE first")
+                }
+                None => session_error(codes::SESSION_NOT_FOUND, format!("unknown session {id:?}")),
+            };
+            return Err(self.refuse(env, error));
+        };
+        let authenticated = peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref());
+        let wrong_sender = *session.peer != *env.from
+            || (session.peer_delegate.is_some() && session.peer_delegate.as_deref() != authenticated);
+        if wrong_sender {
+            let error =
+                session_error(codes::NOT_SESSION_PEER, format!("{:?} is not the peer of session {id:?}", env.from))
+                    .with_retryable(false);
+            return Err(self.refuse(env, error));
+        }
+        session.last_activity = now;
+        if peer.connection.is_some() {
+            session.connection = peer.connection;
+        }
+        if session.state == SessionState::Suspended {
+            session.state = SessionState::Active;
+            self.events.push_back(ResponderEvent::SessionResumed { session_id: id.to_owned() });
+        }
+        Ok(())
+    }
+
+    fn on_submit(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
+        self.with_session(now, peer, &env)?;
+        let Body::TaskSubmit(TaskSubmit { task_id, skill, input, contract, .. }) = &env.body else {
+            return Err(self.refuse(&env, internal()));
+        };
+        let Some(session) = self.sessions.get(env.session_id.as_str()) else {
+            return Err(self.refuse(&env, internal()));
+        };
+        let error = if task_id.is_empty() {
+            Some(LdpError::runtime(codes::MALFORMED_MESSAGE, "task_id must not be empty").with_retryable(false))
+        } else if session.running.contains_key(task_id.as_str())
+            // A failed task may be resubmitted under its id (payload fallback, retries); a finished one may not.
+            || session.history.iter().any(|h| *h.task_id == **task_id && h.status != TaskStatus::Failed)
+        {
+            Some(session_error(codes::DUPLICATE_TASK, format!("task {task_id:?} already exists")).with_retryable(false))
+        } else if self.cfg.card.capability(skill).is_none() {
+            Some(LdpError::capability(
+                codes::SKILL_NOT_FOUND,
+                format!("skill {skill:?} is not declared by this delegate"),
+            ))
+        } else if env.payload_mode != session.mode && !session.fallback.contains(&env.payload_mode) {
+            Some(LdpError::capability(
+                codes::PAYLOAD_MODE_FAILED,
+                format!("payload mode {} was not negotiated (session mode {})", env.payload_mode, session.mode),
+            ))
+        } else if self.running_total >= self.cfg.limits.max_concurrent_tasks {
+            Some(LdpError::runtime(
+                codes::CAPACITY_EXCEEDED,
+                format!("all {} task slots are busy; retry later", self.cfg.limits.max_concurrent_tasks),
+            ))
+        } else if self.cfg.limits.max_tasks_per_session.is_some_and(|max| session.tasks_submitted >= max) {
+            Some(LdpError::policy(codes::BUDGET_EXCEEDED, "the session's task limit is reached"))
+        } else if self.cfg.limits.session_budget.max_tokens.is_some_and(|max| session.tokens_used >= max)
+            || self.cfg.limits.session_budget.max_cost_usd.is_some_and(|max| session.cost_usd >= max)
+        {
+            Some(LdpError::policy(codes::BUDGET_EXCEEDED, "the session's budget is exhausted"))
+        } else if let Err(e) = contract.as_ref().map(|c| c.limits()).transpose() {
+            Some(LdpError::policy(codes::CONTRACT_VIOLATED, format!("contract cannot be honoured: {e}")))
+        } else if let Err(e) = validate_payload(env.payload_mode, input) {
+            Some(LdpError::capability(
+                codes::PAYLOAD_MODE_FAILED,
+                format!("{} validation failed: {e}", env.payload_mode),
+            ))
+        } else {
+            None
+        };
+        if let Some(error) = error {
+            if error.code == codes::PAYLOAD_MODE_FAILED {
+                self.fall_back(&env.session_id, env.payload_mode);
+            }
+            return Err(self.refuse(&env, error));
+        }
+        let (task_id, skill, input, contract) = (task_id.clone(), skill.clone(), input.clone(), contract.clone());
+        let Some(session) = self.sessions.get_mut(env.session_id.as_str()) else {
+            return Err(self.refuse(&env, internal()));
+        };
+        session.tasks_submitted += 1;
+        session.running.insert(
+            task_id.as_str().into(),
+            RunningTask {
+                skill: skill.as_str().into(),
+                mode: env.payload_mode,
+                contract_id: contract.as_ref().map(|c| c.contract_id.as_str().into()),
+            },
+        );
+        self.running_total += 1;
+        Ok(Outcome::Execute(TaskRequest {
+            key: TaskKey { session_id: env.session_id.clone(), task_id },
+            skill,
+            input,
+            payload_mode: env.payload_mode,
+            contract,
+            peer: env.from,
+        }))
+    }
+
+    /// RFC 4.3: a payload-mode failure moves the session down its fallback chain instead of ending it.
+    fn fall_back(&mut self, session_id: &str, failed: PayloadMode) {
+        let Some(s) = self.sessions.get_mut(session_id) else { return };
+        if s.mode != failed {
+            return;
+        }
+        if let Some(next) = s.fallback.iter().copied().find(|m| m.number() < failed.number()) {
+            s.mode = next;
+            self.events.push_back(ResponderEvent::ModeFellBack {
+                session_id: session_id.to_owned(),
+                from: failed,
+                to: next,
+            });
+        }
+    }
+
+    fn on_cancel(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
+        self.with_session(now, peer, &env)?;
+        let task_id = env.body.task_id().unwrap_or_default().to_owned();
+        let key = TaskKey { session_id: env.session_id.clone(), task_id: task_id.clone() };
+        if !self.end_task(&key, TaskStatus::Cancelled) {
+            let error =
+                session_error(codes::TASK_NOT_FOUND, format!("task {task_id:?} is not running")).with_retryable(false);
+            return Err(self.refuse(&env, error));
+        }
+        let error = LdpError::runtime(codes::CANCELLED, "cancelled by the initiator").with_retryable(false);
+        let reply = self.envelope(&env.session_id, &env.from, TaskFailed::new(task_id, error), env.payload_mode);
+        Ok(Outcome::Cancel { reply, cancelled: vec![key] })
+    }
+
+    /// TASK_UPDATE sent to a responder is answered as a status query (as the Rust reference SDK does).
+    fn on_status_query(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
+        self.with_session(now, peer, &env)?;
+        let task_id = env.body.task_id().unwrap_or_default();
+        let status = self.sessions.get(env.session_id.as_str()).and_then(|s| {
+            if s.running.contains_key(task_id) {
+                return Some("running");
+            }
+            s.history.iter().rev().find(|h| *h.task_id == *task_id).map(|h| match h.status {
+                TaskStatus::Completed => "completed",
+                TaskStatus::Failed => "failed",
+                TaskStatus::Cancelled => "cancelled",
+            })
+        });
+        let Some(status) = status else {
+            let error =
+                session_error(codes::TASK_NOT_FOUND, format!("task {task_id:?} is not known")).with_retryable(false);
+            return Err(self.refuse(&env, error));
+        };
+        let body = TaskUpdate::new(task_id.to_owned(), None, Some(status.to_owned()));
+        Ok(Outcome::Reply(self.envelope(&env.session_id, &env.from, body, env.payload_mode)))
+    }
+
+    fn on_close(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
+        self.with_session(now, peer, &env)?;
+        let cancelled = self.end_session(&env.session_id, Ended::Closed);
+        let reply = self.envelope(
+            &env.session_id,
+            &env.from,
+            SessionClose::new(Some("acknowledged".into())),
+            PayloadMode::Text,
+        );
+        Ok(Outcome::Cancel { reply, cancelled })
+    }
+
+    /// Removes a running task and records it in the history. Returns false if it was not running.
+    fn end_task(&mut self, key: &TaskKey, status: TaskStatus) -> bool {
+        let history_len = self.cfg.limits.history_len;
+        let Some(s) = self.sessions.get_mut(key.session_id.as_str()) else { return false };
+        let Some(task) = s.running.remove(key.task_id.as_str()) else { return false };
+        self.running_total = self.running_total.saturating_sub(1);
+        if history_len > 0 {
+            if s.history.len() >= history_len {
+                s.history.pop_front();
+            }
+            s.history.push_back(HistoryEntry { task_id: key.task_id.as_str().into(), skill: task.skill, status });
+        }
+        true
+    }
+
+    fn running(&self, key: &TaskKey) -> Result<&RunningTask, SessionError> {
+        let s = self
+            .sessions
+            .get(key.session_id.as_str())
+            .ok_or_else(|| SessionError::UnknownSession(key.session_id.clone()))?;
+        s.running.get(key.task_id.as_str()).ok_or_else(|| SessionError::TaskEnded(key.task_id.clone()))
+    }
+
+    fn deliver(&mut self, session_id: &str, env: Envelope) -> Delivery {
+        match self.sessions.get_mut(session_id) {
+            Some(s) if s.state == SessionState::Suspended => {
+                s.held.push(env);
+                Delivery::Held
+            }
+            _ => Delivery::Send(env),
+        }
+    }
+
+    /// A TASK_UPDATE for a running task.
+    pub fn progress(
+        &mut self,
+        key: &TaskKey,
+        progress: Option<f64>,
+        message: Option<String>,
+    ) -> Result<Envelope, SessionError> {
+        let mode = self.running(key)?.mode;
+        let peer = self.peer_of(&key.session_id)?;
+        let progress = progress.map(|p| p.clamp(0.0, 1.0));
+        Ok(self.envelope(&key.session_id, &peer, TaskUpdate::new(key.task_id.clone(), progress, message), mode))
+    }
+
+    fn peer_of(&self, session_id: &str) -> Result<String, SessionError> {
+        self.sessions
+            .get(session_id)
+            .map(|s| s.peer.to_string())
+            .ok_or_else(|| SessionError::UnknownSession(session_id.to_owned()))
+    }
+
+    /// Completes a task: builds the TASK_RESULT with full provenance (RFC 10.1.3), records usage against the
+    /// session budget, and appends lineage entries for results obtained by re-delegating.
+    pub fn complete_task(&mut self, key: &TaskKey, out: TaskOutput) -> Result<Delivery, SessionError> {
+        let (mode, contract_id) = {
+            let t = self.running(key)?;
+            (t.mode, t.contract_id.as_deref().map(str::to_owned))
+        };
+        let peer = self.peer_of(&key.session_id)?;
+        let mut provenance =
+            Provenance::new(self.cfg.card.delegate_id.as_str(), self.cfg.card.model_version.as_str(), mode);
+        provenance.confidence = out.confidence;
+        provenance.session_id = Some(key.session_id.clone());
+        provenance.timestamp = Some(ldp_types::time::format_timestamp(self.wall.now_utc()));
+        provenance.set_verification_status(out.verification_status);
+        provenance.evidence = out.evidence;
+        provenance.tokens_used = out.tokens_used;
+        provenance.cost_usd = out.cost_usd;
+        provenance.contract_id = contract_id;
+        for sub in out.delegated {
+            provenance.lineage.push(LineageEntry {
+                delegate_id: sub.produced_by.clone(),
+                model_version: sub.model_version.clone(),
+                step: "delegated".to_owned(),
+                timestamp: sub.timestamp.clone(),
+                verification_status: sub.verification_status(),
+            });
+            provenance.lineage.extend(sub.lineage);
+        }
+        if let Some(s) = self.sessions.get_mut(key.session_id.as_str()) {
+            s.tokens_used = s.tokens_used.saturating_add(out.tokens_used.unwrap_or(0));
+            s.cost_usd += out.cost_usd.unwrap_or(0.0);
+        }
+        self.end_task(key, TaskStatus::Completed);
+        let env =
+            self.envelope(&key.session_id, &peer, TaskResult::new(key.task_id.clone(), out.output, provenance), mode);
+        Ok(self.deliver(&key.session_id, env))
+    }
+
+    /// Fails a task with a typed error.
+    pub fn fail_task(&mut self, key: &TaskKey, error: LdpError) -> Result<Delivery, SessionError> {
+        let mode = self.running(key)?.mode;
+        let peer = self.peer_of(&key.session_id)?;
+        if error.code == codes::PAYLOAD_MODE_FAILED {
+            self.fall_back(&key.session_id, mode);
+        }
+        self.end_task(key, TaskStatus::Failed);
+        let env = self.envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode);
+        Ok(self.deliver(&key.session_id, env))
+    }
+}
+
+fn internal() -> LdpError {
+    LdpError::runtime(codes::EXECUTION_FAILED, "internal state inconsistency")
+}

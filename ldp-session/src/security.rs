@@ -1,0 +1,231 @@
+//! Message-level security (RFC 7.3, first row): signature policy per peer and replay protection.
+//!
+//! Replay protection keys on `message_id` + `nonce` and only admits messages whose timestamp lies within a window
+//! around the local wall clock. An entry is remembered until its timestamp leaves the window, and never earlier: when
+//! the table is full, new messages are refused (retryably) rather than evicting old entries, so flooding with fresh
+//! nonces can never re-open a replay.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use ldp_types::signing::{self, SigningKey, VerifyingKey};
+use ldp_types::{Body, Envelope, LdpError, codes};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+/// What a receiver requires of one peer's signatures.
+#[derive(Debug, Clone, Default)]
+pub enum SignaturePolicy {
+    /// Signatures are neither required nor checked.
+    #[default]
+    None,
+    /// Every message must carry a valid signature under this key (and its algorithm).
+    Require(VerifyingKey),
+}
+
+/// Replay-protection settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayConfig {
+    /// How far in the past a timestamp may lie.
+    pub window: Duration,
+    /// How far in the future a timestamp may lie (clock skew).
+    pub future_skew: Duration,
+    /// Most messages remembered at once; beyond it new messages are refused, never old entries evicted.
+    pub max_entries: usize,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        Self { window: Duration::from_secs(300), future_skew: Duration::from_secs(30), max_entries: 1_000_000 }
+    }
+}
+
+/// Signing and verification settings of one side.
+#[derive(Debug, Clone, Default)]
+pub struct SecurityConfig {
+    /// Signs every outbound message when set.
+    pub signing_key: Option<SigningKey>,
+    /// The policy for peers without their own entry.
+    pub default_policy: SignaturePolicy,
+    /// Per-peer policies, keyed by the peer's `from` id.
+    pub peer_policies: HashMap<String, SignaturePolicy>,
+    /// Accept an unsigned HELLO even when the peer's policy requires signatures (discovery before keys are known).
+    pub allow_unsigned_hello: bool,
+    /// Replay protection; off when `None`.
+    pub replay: Option<ReplayConfig>,
+}
+
+impl SecurityConfig {
+    /// Signs with `key` and requires every peer to sign with the same algorithm and shared secret (or, for
+    /// `ed25519-jcs`, with the matching public key), with replay protection on.
+    pub fn symmetric(key: SigningKey) -> Self {
+        let verify = key.verifying_key();
+        Self {
+            signing_key: Some(key),
+            default_policy: SignaturePolicy::Require(verify),
+            peer_policies: HashMap::new(),
+            allow_unsigned_hello: false,
+            replay: Some(ReplayConfig::default()),
+        }
+    }
+
+    fn policy_for(&self, peer: &str) -> &SignaturePolicy {
+        self.peer_policies.get(peer).unwrap_or(&self.default_policy)
+    }
+
+    /// Whether any policy needs the received JSON verbatim (the JCS algorithms do).
+    pub fn needs_raw_json(&self) -> bool {
+        let jcs = |p: &SignaturePolicy| matches!(p, SignaturePolicy::Require(k) if k.algorithm() != signing::SignatureAlgorithm::HmacSha256);
+        jcs(&self.default_policy) || self.peer_policies.values().any(jcs)
+    }
+}
+
+/// The replay table.
+#[derive(Debug, Default)]
+pub struct ReplayGuard {
+    seen: HashSet<String>,
+    by_expiry: BTreeSet<(i128, String)>,
+}
+
+impl ReplayGuard {
+    /// Number of remembered messages.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    /// Forgets entries whose timestamps have left the window.
+    pub fn prune(&mut self, now: OffsetDateTime) {
+        let now_ns = now.unix_timestamp_nanos();
+        while let Some(first) = self.by_expiry.first() {
+            if first.0 > now_ns {
+                break;
+            }
+            if let Some((_, key)) = self.by_expiry.pop_first() {
+                self.seen.remove(&key);
+            }
+        }
+    }
+
+    /// Admits a message once, or refuses it.
+    pub fn check(&mut self, cfg: &ReplayConfig, env: &Envelope, now: OffsetDateTime) -> Result<(), LdpError> {
+        let ts = ldp_types::time::parse_timestamp(&env.timestamp).map_err(|_| {
+            LdpError::security(codes::TIMESTAMP_OUT_OF_WINDOW, format!("unparseable timestamp {:?}", env.timestamp))
+        })?;
+        let window = time::Duration::try_from(cfg.window).unwrap_or(time::Duration::MAX);
+        let skew = time::Duration::try_from(cfg.future_skew).unwrap_or(time::Duration::MAX);
+        if ts < now - window || ts > now + skew {
+            return Err(LdpError::security(
+                codes::TIMESTAMP_OUT_OF_WINDOW,
+                format!("timestamp {} is outside the accepted window", env.timestamp),
+            ));
+        }
+        self.prune(now);
+        let key = format!("{}\u{0}{}", env.message_id, env.nonce.as_deref().unwrap_or(""));
+        if self.seen.contains(&key) {
+            return Err(LdpError::security(
+                codes::REPLAY_DETECTED,
+                format!("message {} was already received", env.message_id),
+            ));
+        }
+        if self.seen.len() >= cfg.max_entries {
+            return Err(LdpError::runtime(codes::CAPACITY_EXCEEDED, "replay table full; retry later"));
+        }
+        let expiry = (ts + window).unix_timestamp_nanos();
+        self.by_expiry.insert((expiry, key.clone()));
+        self.seen.insert(key);
+        Ok(())
+    }
+}
+
+/// Checks an inbound message's signature under the policy for its sender.
+pub(crate) fn verify_inbound(cfg: &SecurityConfig, env: &Envelope, raw: Option<&Value>) -> Result<(), LdpError> {
+    let SignaturePolicy::Require(key) = cfg.policy_for(&env.from) else {
+        return Ok(());
+    };
+    let unsigned = env.signature.as_deref().is_none_or(str::is_empty);
+    if unsigned && cfg.allow_unsigned_hello && matches!(env.body, Body::Hello(_)) {
+        return Ok(());
+    }
+    let verdict = match raw {
+        Some(raw) => signing::verify_value(raw, key),
+        None => signing::verify(env, key),
+    };
+    verdict.map_err(|e| {
+        let mut err = LdpError::from(&e);
+        err.message = format!("message {} from {}: {}", env.message_id, env.from, err.message);
+        err
+    })
+}
+
+/// Signs an outbound message when a key is configured.
+pub(crate) fn sign_outbound(cfg: &SecurityConfig, env: &mut Envelope) {
+    if let Some(key) = &cfg.signing_key {
+        // Signing a typed envelope only fails when a `Value` holds a non-finite float, which serde_json cannot
+        // produce; leave such a message unsigned and let the peer refuse it.
+        if let Err(e) = signing::sign(env, key) {
+            tracing::warn!(error = %e, "could not sign outbound message");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ldp_types::SessionClose;
+
+    fn env(id: &str, nonce: &str, ts: &str) -> Envelope {
+        Envelope::new(id, ts, "s", "a", "b", SessionClose::new(None)).with_nonce(nonce)
+    }
+
+    fn t(s: &str) -> OffsetDateTime {
+        ldp_types::time::parse_timestamp(s).unwrap()
+    }
+
+    #[test]
+    fn replay_is_refused_within_window_and_stale_messages_outside() {
+        let cfg =
+            ReplayConfig { window: Duration::from_secs(60), future_skew: Duration::from_secs(5), max_entries: 10 };
+        let mut g = ReplayGuard::default();
+        let now = t("2026-01-01T00:01:00Z");
+        g.check(&cfg, &env("m1", "n", "2026-01-01T00:00:30Z"), now).unwrap();
+        let again = g.check(&cfg, &env("m1", "n", "2026-01-01T00:00:30Z"), now).unwrap_err();
+        assert_eq!(again.code, codes::REPLAY_DETECTED);
+        // Same id, other nonce: a different message.
+        g.check(&cfg, &env("m1", "n2", "2026-01-01T00:00:30Z"), now).unwrap();
+        let stale = g.check(&cfg, &env("m2", "n", "2025-12-31T23:59:00Z"), now).unwrap_err();
+        assert_eq!(stale.code, codes::TIMESTAMP_OUT_OF_WINDOW);
+        let future = g.check(&cfg, &env("m3", "n", "2026-01-01T00:02:00Z"), now).unwrap_err();
+        assert_eq!(future.code, codes::TIMESTAMP_OUT_OF_WINDOW);
+        let garbage = g.check(&cfg, &env("m4", "n", "yesterday"), now).unwrap_err();
+        assert_eq!(garbage.category, ldp_types::ErrorCategory::Security);
+    }
+
+    #[test]
+    fn flooding_never_evicts_a_remembered_message() {
+        let cfg = ReplayConfig { window: Duration::from_secs(60), future_skew: Duration::from_secs(5), max_entries: 3 };
+        let mut g = ReplayGuard::default();
+        let now = t("2026-01-01T00:01:00Z");
+        g.check(&cfg, &env("victim", "n", "2026-01-01T00:00:59Z"), now).unwrap();
+        for i in 0..2 {
+            g.check(&cfg, &env(&format!("flood{i}"), "n", "2026-01-01T00:00:59Z"), now).unwrap();
+        }
+        let full = g.check(&cfg, &env("flood9", "n", "2026-01-01T00:00:59Z"), now).unwrap_err();
+        assert_eq!(full.code, codes::CAPACITY_EXCEEDED);
+        assert!(full.retryable);
+        let replay = g.check(&cfg, &env("victim", "n", "2026-01-01T00:00:59Z"), now).unwrap_err();
+        assert_eq!(replay.code, codes::REPLAY_DETECTED);
+        // Once the window has passed, entries are forgotten and the stale timestamp is refused on its own.
+        let later = t("2026-01-01T00:03:00Z");
+        g.prune(later);
+        assert!(g.is_empty());
+        assert_eq!(
+            g.check(&cfg, &env("victim", "n", "2026-01-01T00:00:59Z"), later).unwrap_err().code,
+            codes::TIMESTAMP_OUT_OF_WINDOW
+        );
+    }
+}
