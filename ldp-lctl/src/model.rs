@@ -134,7 +134,7 @@ pub struct Chain {
     pub failed_at_step: Option<u32>,
     /// `parallel_merge`: the receiver merges parallel branches.
     pub parallel_merge: Option<bool>,
-    /// Which endpoint spelling to write.
+    /// Which endpoint spelling to write (observable only when `source` or `target` is set).
     pub endpoint_keys: EndpointKeys,
     /// Keys this crate does not know, in document order.
     pub extra: Mapping,
