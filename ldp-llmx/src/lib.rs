@@ -18,7 +18,8 @@
 //! - [`write`]: the canonical (most compact) text; `parse(&write(&m)) == Ok(m)` for every message.
 //! - [`Target`], [`PathRef`], [`OpShortcut`]: section 4's shortcuts; [`SafeRoot`]: section 9.2's path checks.
 //! - [`BatchTracker`]: section 5's batches, matching OBS `ai` to ACT `i` in any order.
-//! - [`bridge`]: LLMX messages to LDP envelopes and back.
+//! - [`bridge`]: [`to_ldp`] turns messages into LDP envelopes (REQ to `TASK_SUBMIT`, END/OBS to `TASK_RESULT` or
+//!   `TASK_FAILED`, BLK/ASK to an input-required `TASK_UPDATE`) and [`from_ldp`] turns them back.
 //!
 //! ```
 //! use ldp_llmx::{Block, Operation, Resource, parse, write};
@@ -36,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 mod batch;
+pub mod bridge;
 mod error;
 mod message;
 mod parser;
@@ -44,6 +46,7 @@ mod value;
 mod writer;
 
 pub use batch::{BatchTracker, ObserveReport};
+pub use bridge::{BridgeConfig, from_ldp, to_ldp};
 pub use error::{LlmxError, ParseErrorKind, Position};
 pub use message::{
     Act, Ask, Blk, Block, BlockBody, Ctx, CustomFields, End, ExtensionBlock, Header, Message, Obs, ObsStatus, Operation,

@@ -584,16 +584,16 @@ impl From<CustomFields> for Object {
 // ---- construction from parsed text ----
 
 /// Takes a block's fields one by one and reports what is missing, mistyped or unknown.
-struct Reader {
+struct Reader<'a> {
     block: &'static str,
     at: usize,
-    fields: Vec<Option<RawField>>,
+    fields: Vec<Option<RawField<'a>>>,
 }
 
 type Conv<T> = fn(Value) -> Option<T>;
 
-impl Reader {
-    fn new(block: &'static str, at: usize, body: RawBody) -> Result<Self, PErr> {
+impl<'a> Reader<'a> {
+    fn new(block: &'static str, at: usize, body: RawBody<'a>) -> Result<Self, PErr> {
         match body {
             RawBody::Object(fields) => Ok(Reader { block, at, fields: fields.into_iter().map(Some).collect() }),
             RawBody::Array(_) => {
@@ -602,11 +602,11 @@ impl Reader {
         }
     }
 
-    fn from_fields(block: &'static str, at: usize, fields: Vec<RawField>) -> Self {
+    fn from_fields(block: &'static str, at: usize, fields: Vec<RawField<'a>>) -> Self {
         Reader { block, at, fields: fields.into_iter().map(Some).collect() }
     }
 
-    fn take(&mut self, key: &str) -> Option<RawField> {
+    fn take(&mut self, key: &str) -> Option<RawField<'a>> {
         self.fields.iter_mut().find(|f| f.as_ref().is_some_and(|f| f.key == key)).and_then(Option::take)
     }
 
@@ -636,10 +636,10 @@ impl Reader {
             if !f.key.starts_with("x_") {
                 return Err(PErr {
                     offset: f.offset,
-                    kind: ParseErrorKind::UnknownField { block: self.block, field: f.key },
+                    kind: ParseErrorKind::UnknownField { block: self.block, field: f.key.into_owned() },
                 });
             }
-            custom.push((f.key, f.value));
+            custom.push((f.key.into_owned(), f.value));
         }
         Ok(CustomFields(Object::from_unique(custom)))
     }
@@ -740,7 +740,7 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
                     });
                 };
                 let fields =
-                    o.into_pairs().into_iter().map(|(key, value)| RawField { key, value, offset }).collect::<Vec<_>>();
+                    o.into_pairs().into_iter().map(|(key, value)| RawField { key: key.into(), value, offset }).collect::<Vec<_>>();
                 let mut r = Reader::from_fields("PLAN", offset, fields);
                 steps.push(PlanStep {
                     id: r.req(
@@ -825,7 +825,9 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
         other => {
             let body = match raw.body {
                 RawBody::Object(fields) => {
-                    BlockBody::Object(Object::from_unique(fields.into_iter().map(|f| (f.key, f.value)).collect()))
+                    BlockBody::Object(Object::from_unique(
+                    fields.into_iter().map(|f| (f.key.into_owned(), f.value)).collect(),
+                ))
                 }
                 RawBody::Array(items) => BlockBody::Array(items.into_iter().map(|(v, _)| v).collect()),
             };

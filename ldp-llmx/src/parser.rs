@@ -4,6 +4,7 @@
 //! typed error instead of a stack overflow. Line and column are computed only when an error is reported, which keeps
 //! the hot path to byte comparisons.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use crate::error::{LlmxError, ParseErrorKind, Position};
@@ -115,15 +116,15 @@ impl PErr {
 }
 
 /// A top-level field of a block body, with where its value starts (for error positions).
-pub(crate) struct RawField {
-    pub(crate) key: String,
+pub(crate) struct RawField<'a> {
+    pub(crate) key: Cow<'a, str>,
     pub(crate) value: Value,
     pub(crate) offset: usize,
 }
 
 /// A block body before typing.
-pub(crate) enum RawBody {
-    Object(Vec<RawField>),
+pub(crate) enum RawBody<'a> {
+    Object(Vec<RawField<'a>>),
     Array(Vec<(Value, usize)>),
 }
 
@@ -131,7 +132,7 @@ pub(crate) enum RawBody {
 pub(crate) struct RawBlock<'a> {
     pub(crate) name: &'a str,
     pub(crate) offset: usize,
-    pub(crate) body: RawBody,
+    pub(crate) body: RawBody<'a>,
 }
 
 fn is_key_start(b: u8) -> bool {
@@ -290,11 +291,12 @@ impl<'a> Cursor<'a> {
     }
 
     /// `key:value` pairs up to `close`; the opening bracket is already consumed.
-    fn pairs(&mut self, close: u8, sep_expected: &'static str) -> Result<Vec<(String, Value, usize)>, PErr> {
-        let mut out: Vec<(String, Value, usize)> = Vec::new();
+    fn pairs(&mut self, close: u8, sep_expected: &'static str) -> Result<Vec<(Cow<'a, str>, Value, usize)>, PErr> {
+        // Keys stay borrowed from the input: typed blocks only compare them, so most never need an allocation.
+        let mut out: Vec<(Cow<'a, str>, Value, usize)> = Vec::new();
         // Linear duplicate search is fastest for the small objects LLMX carries; a set takes over for big ones so
         // that hostile input stays linear.
-        let mut seen: Option<HashSet<String>> = None;
+        let mut seen: Option<HashSet<Cow<'a, str>>> = None;
         self.ws();
         if self.peek() == Some(close) {
             self.i += 1;
@@ -304,8 +306,8 @@ impl<'a> Cursor<'a> {
             self.ws();
             let key_at = self.i;
             let key = match self.peek() {
-                Some(b'"') => self.string()?,
-                Some(b) if is_key_start(b) => self.word(is_key_char).to_owned(),
+                Some(b'"') => self.string_cow()?,
+                Some(b) if is_key_start(b) => Cow::Borrowed(self.word(is_key_char)),
                 _ => return Err(self.unexpected("a field name")),
             };
             let dup = match &mut seen {
@@ -313,7 +315,7 @@ impl<'a> Cursor<'a> {
                 None => {
                     let dup = out.iter().any(|(k, _, _)| *k == key);
                     if out.len() >= 16 {
-                        let mut set: HashSet<String> = out.iter().map(|(k, _, _)| k.clone()).collect();
+                        let mut set: HashSet<Cow<'a, str>> = out.iter().map(|(k, _, _)| k.clone()).collect();
                         set.insert(key.clone());
                         seen = Some(set);
                     }
@@ -321,7 +323,7 @@ impl<'a> Cursor<'a> {
                 }
             };
             if dup {
-                return Err(PErr { offset: key_at, kind: ParseErrorKind::DuplicateField { field: key } });
+                return Err(PErr { offset: key_at, kind: ParseErrorKind::DuplicateField { field: key.into_owned() } });
             }
             self.ws();
             self.expect(b':', "':' after the field name")?;
@@ -350,14 +352,14 @@ impl<'a> Cursor<'a> {
                 self.i += 1;
                 let pairs = self.pairs(b'}', "',' or '}'")?;
                 self.depth -= 1;
-                Ok(Value::Object(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k, v)).collect())))
+                Ok(Value::Object(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k.into_owned(), v)).collect())))
             }
             Some(b'(') => {
                 self.enter()?;
                 self.i += 1;
                 let pairs = self.pairs(b')', "',' or ')'")?;
                 self.depth -= 1;
-                Ok(Value::Tuple(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k, v)).collect())))
+                Ok(Value::Tuple(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k.into_owned(), v)).collect())))
             }
             Some(b'[') => {
                 self.enter()?;
@@ -444,6 +446,11 @@ impl<'a> Cursor<'a> {
 
     /// A quoted string; the cursor is on the opening quote.
     fn string(&mut self) -> Result<String, PErr> {
+        self.string_cow().map(Cow::into_owned)
+    }
+
+    /// A quoted string, borrowed from the input when it has no escapes.
+    fn string_cow(&mut self) -> Result<Cow<'a, str>, PErr> {
         self.i += 1;
         let start = self.i;
         // Fast path: no escapes, one copy.
@@ -451,9 +458,9 @@ impl<'a> Cursor<'a> {
             match self.peek() {
                 None => return Err(self.unexpected("'\"' to close the string")),
                 Some(b'"') => {
-                    let s = self.text[start..self.i].to_owned();
+                    let s = &self.text[start..self.i];
                     self.i += 1;
-                    return Ok(s);
+                    return Ok(Cow::Borrowed(s));
                 }
                 Some(b'\\') => break,
                 Some(b) if b < 0x20 => return Err(PErr { offset: self.i, kind: ParseErrorKind::ControlCharacter }),
@@ -475,7 +482,7 @@ impl<'a> Cursor<'a> {
                 None => return Err(self.unexpected("'\"' to close the string")),
                 Some(b'"') => {
                     self.i += 1;
-                    return Ok(out);
+                    return Ok(Cow::Owned(out));
                 }
                 Some(b'\\') => {
                     let esc_at = self.i;

@@ -103,8 +103,18 @@ impl From<i64> for Number {
 /// An ordered map of unique keys to values: an LLMX `{k:v}` object or `(k:v)` tuple.
 ///
 /// Order is kept as written so that the canonical writer reproduces it.
-#[derive(Debug, Clone, PartialEq, Default)]
+///
+/// Equality is a map's: the same keys with equal values, in any order (JSON, the LDP side of the bridge, keeps no
+/// order).
+#[derive(Debug, Clone, Default)]
 pub struct Object(Vec<(String, Value)>);
+
+impl PartialEq for Object {
+    fn eq(&self, other: &Self) -> bool {
+        // Keys are unique on both sides, so equal length plus every entry found equal means equal maps.
+        self.0.len() == other.0.len() && self.0.iter().all(|(k, v)| other.get(k) == Some(v))
+    }
+}
 
 impl Object {
     /// An empty object.
