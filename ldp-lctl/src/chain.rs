@@ -37,10 +37,7 @@ pub fn check_chain(documents: &[LctlDocument]) -> Report {
                     Severity::Error,
                     index,
                     "facts",
-                    format!(
-                        "critical fact {id} (critical in document {}) disappeared",
-                        origin + 1
-                    ),
+                    format!("critical fact {id} (critical in document {}) disappeared", origin + 1),
                 );
             }
         }
@@ -69,18 +66,11 @@ fn compare_hops(previous: &LctlDocument, next: &LctlDocument, index: usize, repo
             format!("chain {after} follows a document of chain {before}"),
         );
     }
-    let steps = (
-        previous.chain.as_ref().and_then(|c| c.step),
-        next.chain.as_ref().and_then(|c| c.step),
-    );
+    let steps = (previous.chain.as_ref().and_then(|c| c.step), next.chain.as_ref().and_then(|c| c.step));
     if let (Some(before), Some(after)) = steps
         && after != before + 1
     {
-        let what = if after <= before {
-            "does not advance past"
-        } else {
-            "skips ahead of"
-        };
+        let what = if after <= before { "does not advance past" } else { "skips ahead of" };
         report.push(
             Rule::HopStepGap,
             Severity::Error,
@@ -90,20 +80,14 @@ fn compare_hops(previous: &LctlDocument, next: &LctlDocument, index: usize, repo
         );
     }
     for old in &previous.trace {
-        let kept = next
-            .trace
-            .iter()
-            .any(|new| new.step == old.step && new.agent == old.agent);
+        let kept = next.trace.iter().any(|new| new.step == old.step && new.agent == old.agent);
         if !kept {
             report.push(
                 Rule::TraceHistoryLost,
                 Severity::Error,
                 index,
                 "trace",
-                format!(
-                    "step {} by {} from the previous hop is missing",
-                    old.step, old.agent
-                ),
+                format!("step {} by {} from the previous hop is missing", old.step, old.agent),
             );
         }
     }
@@ -135,9 +119,7 @@ fn compare_hops(previous: &LctlDocument, next: &LctlDocument, index: usize, repo
         }
         // Nobody re-assessed a carried fact, so its own confidence is the parent's and the
         // propagation bound min(parent, own) is just the parent.
-        if crate::check_propagation(parent.confidence, parent.confidence, child.confidence)
-            .is_err()
-        {
+        if crate::check_propagation(parent.confidence, parent.confidence, child.confidence).is_err() {
             report.push(
                 Rule::ConfidenceRoseUnverified,
                 Severity::Error,
@@ -164,7 +146,9 @@ fn compare_hops(previous: &LctlDocument, next: &LctlDocument, index: usize, repo
                 Severity::Warning,
                 index,
                 format!("{path}.text"),
-                format!("{id} was reworded but no step at this hop lists it in facts_modified; check its meaning survived"),
+                format!(
+                    "{id} was reworded but no step at this hop lists it in facts_modified; check its meaning survived"
+                ),
             );
         }
     }
@@ -173,11 +157,9 @@ fn compare_hops(previous: &LctlDocument, next: &LctlDocument, index: usize, repo
 /// A fact modified by an unknown agent is also attributed to an unknown source; one
 /// diagnostic per place is enough, and the chain-level one says more.
 fn dedupe_source_findings(report: &mut Report) {
-    let chain_level: Vec<(usize, String)> = report
-        .by_rule(Rule::FactModifiedByUnknownAgent)
-        .map(|f| (f.document, f.path.clone()))
-        .collect();
-    report.findings.retain(|f| {
-        f.rule != Rule::UnknownFactSource || !chain_level.contains(&(f.document, f.path.clone()))
-    });
+    let chain_level: Vec<(usize, String)> =
+        report.by_rule(Rule::FactModifiedByUnknownAgent).map(|f| (f.document, f.path.clone())).collect();
+    report
+        .findings
+        .retain(|f| f.rule != Rule::UnknownFactSource || !chain_level.contains(&(f.document, f.path.clone())));
 }

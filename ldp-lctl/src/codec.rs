@@ -6,8 +6,8 @@
 //! collected without serde's buffered `flatten`.
 
 use crate::model::{
-    AckStatus, Analysis, Chain, ChainStatus, EndpointKeys, Fact, FactId, FactRegistry, Handoff,
-    LCTL_VERSION, LctlAck, LctlDocument, Purpose, TraceStep,
+    AckStatus, Analysis, Chain, ChainStatus, EndpointKeys, Fact, FactId, FactRegistry, Handoff, LCTL_VERSION, LctlAck,
+    LctlDocument, Purpose, TraceStep,
 };
 use crate::{Confidence, LctlError, Mapping, Value};
 
@@ -83,17 +83,7 @@ impl LctlDocument {
             Some(value) => Some(decode_ack(value, "lctl_ack")?),
             None => None,
         };
-        Ok(LctlDocument {
-            purpose,
-            chain,
-            trace,
-            facts,
-            handoff,
-            instruction,
-            analysis,
-            ack,
-            extra: root.rest(),
-        })
+        Ok(LctlDocument { purpose, chain, trace, facts, handoff, instruction, analysis, ack, extra: root.rest() })
     }
 
     /// Encodes the document as a value tree, ready for YAML or JSON.
@@ -105,17 +95,10 @@ impl LctlDocument {
             out.insert("chain", encode_chain(chain));
         }
         if !self.trace.is_empty() {
-            out.insert(
-                "trace",
-                Value::Sequence(self.trace.iter().map(encode_trace_step).collect()),
-            );
+            out.insert("trace", Value::Sequence(self.trace.iter().map(encode_trace_step).collect()));
         }
         if !self.facts.is_empty() {
-            let facts = self
-                .facts
-                .iter()
-                .map(|(id, fact)| (id.as_str().to_owned(), encode_fact(fact)))
-                .collect();
+            let facts = self.facts.iter().map(|(id, fact)| (id.as_str().to_owned(), encode_fact(fact))).collect();
             out.insert("facts", Value::Mapping(facts));
         }
         if let Some(handoff) = &self.handoff {
@@ -157,11 +140,7 @@ fn check_version(version: &Value) -> Result<(), LctlError> {
         Value::Integer(number) => *number == 3,
         _ => false,
     };
-    if matches {
-        Ok(())
-    } else {
-        Err(LctlError::schema("lctl", format!("\"{LCTL_VERSION}\"")))
-    }
+    if matches { Ok(()) } else { Err(LctlError::schema("lctl", format!("\"{LCTL_VERSION}\""))) }
 }
 
 fn decode_chain(value: Value, path: &str) -> Result<Chain, LctlError> {
@@ -173,26 +152,17 @@ fn decode_chain(value: Value, path: &str) -> Result<Chain, LctlError> {
     let short_form = source_key == Some("from") || target_key == Some("to");
     let long_form = source_key == Some("source") || target_key == Some("target");
     if short_form && long_form {
-        return Err(LctlError::schema(
-            path,
-            "either source/target or from/to, not a mix",
-        ));
+        return Err(LctlError::schema(path, "either source/target or from/to, not a mix"));
     }
     Ok(Chain {
         id,
         step,
         source,
         target,
-        status: fields
-            .optional_string("status")?
-            .map(|s| ChainStatus::from_wire(&s)),
+        status: fields.optional_string("status")?.map(|s| ChainStatus::from_wire(&s)),
         failed_at_step: fields.optional_u32("failed_at_step")?,
         parallel_merge: fields.optional_bool("parallel_merge")?,
-        endpoint_keys: if short_form {
-            EndpointKeys::FromTo
-        } else {
-            EndpointKeys::SourceTarget
-        },
+        endpoint_keys: if short_form { EndpointKeys::FromTo } else { EndpointKeys::SourceTarget },
         extra: fields.rest(),
     })
 }
@@ -264,8 +234,7 @@ fn decode_facts(value: Value, path: &str) -> Result<FactRegistry, LctlError> {
     let mut registry = FactRegistry::new();
     for (key, value) in fields.rest() {
         let fact_path = format!("{path}.{key}");
-        let id = FactId::new(key.clone())
-            .map_err(|_| LctlError::schema(&fact_path, "a fact id such as F1"))?;
+        let id = FactId::new(key.clone()).map_err(|_| LctlError::schema(&fact_path, "a fact id such as F1"))?;
         registry.insert(id, decode_fact(value, &fact_path)?);
     }
     Ok(registry)
@@ -402,11 +371,7 @@ fn put_ids(out: &mut Mapping, key: &str, ids: &[FactId]) {
 }
 
 fn ids_value(ids: &[FactId]) -> Value {
-    Value::Sequence(
-        ids.iter()
-            .map(|id| Value::String(id.as_str().to_owned()))
-            .collect(),
-    )
+    Value::Sequence(ids.iter().map(|id| Value::String(id.as_str().to_owned())).collect())
 }
 
 fn u64_value(number: u64) -> Value {
@@ -423,23 +388,13 @@ struct Fields {
 impl Fields {
     fn take(value: Value, path: &str) -> Result<Self, LctlError> {
         match value {
-            Value::Mapping(map) => Ok(Fields {
-                path: path.to_owned(),
-                map,
-            }),
-            other => Err(LctlError::schema(
-                path,
-                format!("a mapping, found {}", other.kind()),
-            )),
+            Value::Mapping(map) => Ok(Fields { path: path.to_owned(), map }),
+            other => Err(LctlError::schema(path, format!("a mapping, found {}", other.kind()))),
         }
     }
 
     fn child(&self, key: &str) -> String {
-        if self.path.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{}.{key}", self.path)
-        }
+        if self.path.is_empty() { key.to_owned() } else { format!("{}.{key}", self.path) }
     }
 
     /// Present and not null.
@@ -451,8 +406,7 @@ impl Fields {
     }
 
     fn required(&mut self, key: &str) -> Result<Value, LctlError> {
-        self.optional(key)
-            .ok_or_else(|| LctlError::schema(&self.child(key), "a value (missing)"))
+        self.optional(key).ok_or_else(|| LctlError::schema(&self.child(key), "a value (missing)"))
     }
 
     fn optional_string(&mut self, key: &str) -> Result<Option<String>, LctlError> {
@@ -463,8 +417,7 @@ impl Fields {
     }
 
     fn required_string(&mut self, key: &str) -> Result<String, LctlError> {
-        self.optional_string(key)?
-            .ok_or_else(|| LctlError::schema(&self.child(key), "a string (missing)"))
+        self.optional_string(key)?.ok_or_else(|| LctlError::schema(&self.child(key), "a string (missing)"))
     }
 
     fn either_string(
@@ -475,10 +428,7 @@ impl Fields {
         let long_value = self.optional_string(long)?;
         let short_value = self.optional_string(short)?;
         match (long_value, short_value) {
-            (Some(_), Some(_)) => Err(LctlError::schema(
-                &self.child(short),
-                format!("only one of {long} and {short}"),
-            )),
+            (Some(_), Some(_)) => Err(LctlError::schema(&self.child(short), format!("only one of {long} and {short}"))),
             (Some(value), None) => Ok((Some(value), Some(long))),
             (None, Some(value)) => Ok((Some(value), Some(short))),
             (None, None) => Ok((None, None)),
@@ -489,10 +439,7 @@ impl Fields {
         match self.optional(key) {
             None => Ok(None),
             Some(Value::Integer(number)) if number >= 0 => Ok(u64::try_from(number).ok()),
-            Some(_) => Err(LctlError::schema(
-                &self.child(key),
-                "a non-negative integer",
-            )),
+            Some(_) => Err(LctlError::schema(&self.child(key), "a non-negative integer")),
         }
     }
 
@@ -502,16 +449,12 @@ impl Fields {
             Some(Value::Integer(number)) => u32::try_from(number)
                 .map(Some)
                 .map_err(|_| LctlError::schema(&self.child(key), "a non-negative step number")),
-            Some(_) => Err(LctlError::schema(
-                &self.child(key),
-                "a non-negative step number",
-            )),
+            Some(_) => Err(LctlError::schema(&self.child(key), "a non-negative step number")),
         }
     }
 
     fn required_u32(&mut self, key: &str) -> Result<u32, LctlError> {
-        self.optional_u32(key)?
-            .ok_or_else(|| LctlError::schema(&self.child(key), "a step number (missing)"))
+        self.optional_u32(key)?.ok_or_else(|| LctlError::schema(&self.child(key), "a step number (missing)"))
     }
 
     fn optional_bool(&mut self, key: &str) -> Result<Option<bool>, LctlError> {
@@ -529,9 +472,7 @@ impl Fields {
             Some(Value::Integer(number)) => number as f64,
             Some(_) => return Err(LctlError::schema(&self.child(key), "0.0-1.0")),
         };
-        Confidence::new(number)
-            .map(Some)
-            .map_err(|_| LctlError::schema(&self.child(key), "0.0-1.0"))
+        Confidence::new(number).map(Some).map_err(|_| LctlError::schema(&self.child(key), "0.0-1.0"))
     }
 
     fn list<T>(
@@ -542,15 +483,10 @@ impl Fields {
         let path = self.child(key);
         match self.optional(key) {
             None => Ok(Vec::new()),
-            Some(Value::Sequence(items)) => items
-                .into_iter()
-                .enumerate()
-                .map(|(index, item)| decode(item, &format!("{path}[{index}]")))
-                .collect(),
-            Some(other) => Err(LctlError::schema(
-                &path,
-                format!("a list, found {}", other.kind()),
-            )),
+            Some(Value::Sequence(items)) => {
+                items.into_iter().enumerate().map(|(index, item)| decode(item, &format!("{path}[{index}]"))).collect()
+            }
+            Some(other) => Err(LctlError::schema(&path, format!("a list, found {}", other.kind()))),
         }
     }
 

@@ -154,17 +154,9 @@ pub fn propagate(parent: Confidence, own: Confidence) -> Confidence {
 ///
 /// Returns the bound that was exceeded otherwise. A tiny tolerance absorbs decimal
 /// round-off (0.1 + 0.2 style), which is far below the two decimals LCTL writes.
-pub fn check_propagation(
-    parent: Confidence,
-    own: Confidence,
-    child: Confidence,
-) -> Result<(), Confidence> {
+pub fn check_propagation(parent: Confidence, own: Confidence, child: Confidence) -> Result<(), Confidence> {
     let bound = propagate(parent, own);
-    if child.value() <= bound.value() + 1e-9 {
-        Ok(())
-    } else {
-        Err(bound)
-    }
+    if child.value() <= bound.value() + 1e-9 { Ok(()) } else { Err(bound) }
 }
 
 #[cfg(test)]

@@ -59,6 +59,7 @@ mod chain;
 mod codec;
 mod confidence;
 mod error;
+pub mod ldp;
 mod model;
 mod receive;
 mod render;
@@ -67,20 +68,16 @@ mod value;
 
 pub use chain::check_chain;
 pub use codec::{parse, parse_yaml_value};
-pub use confidence::{
-    Confidence, ConfidenceBand, PropagationAdvice, check_propagation, propagate,
-};
+pub use confidence::{Confidence, ConfidenceBand, PropagationAdvice, check_propagation, propagate};
 pub use error::LctlError;
 pub use model::{
-    AckStatus, Analysis, Chain, ChainStatus, EndpointKeys, Fact, FactId, FactRegistry, Handoff,
-    LCTL_VERSION, LctlAck, LctlDocument, Purpose, TraceStep,
+    AckStatus, Analysis, Chain, ChainStatus, EndpointKeys, Fact, FactId, FactRegistry, Handoff, LCTL_VERSION, LctlAck,
+    LctlDocument, Purpose, TraceStep,
 };
-pub use receive::{
-    ConfidenceConcern, NewFact, NextStep, Reception, receive, receive_document, receiver_step,
-};
+pub use receive::{ConfidenceConcern, NewFact, NextStep, Reception, receive, receive_document, receiver_step};
 pub use render::{RenderFormat, render, render_dot, render_mermaid, render_timeline};
 pub use rules::{
-    FailureReport, Finding, MergePoint, ParallelBranch, ParallelGroup, Report, Rule, Severity,
-    check_document, failure_report, parallel_groups,
+    FailureReport, Finding, MergePoint, ParallelBranch, ParallelGroup, Report, Rule, Severity, check_document,
+    failure_report, parallel_groups,
 };
 pub use value::{Mapping, Value};

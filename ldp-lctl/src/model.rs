@@ -23,11 +23,7 @@ impl FactId {
     pub fn new(id: impl Into<String>) -> Result<Self, LctlError> {
         let id = id.into();
         let forbidden = |c: char| c.is_whitespace() || "[]{},:#&*!|>'\"%@`".contains(c);
-        if id.is_empty() || id.chars().any(forbidden) {
-            Err(LctlError::InvalidFactId(id))
-        } else {
-            Ok(FactId(id))
-        }
+        if id.is_empty() || id.chars().any(forbidden) { Err(LctlError::InvalidFactId(id)) } else { Ok(FactId(id)) }
     }
 
     /// The id text.
@@ -187,11 +183,7 @@ impl TraceStep {
 
     /// Whether the step recorded a failure (an `error`, or an action starting with `FAILED`).
     pub fn is_failed(&self) -> bool {
-        self.error.is_some()
-            || self
-                .action
-                .as_deref()
-                .is_some_and(|action| action.trim_start().starts_with("FAILED"))
+        self.error.is_some() || self.action.as_deref().is_some_and(|action| action.trim_start().starts_with("FAILED"))
     }
 
     /// Whether the step added or modified `fact`.
@@ -220,29 +212,27 @@ pub struct Fact {
 impl Fact {
     /// A fact with only text and confidence.
     pub fn new(text: impl Into<String>, confidence: Confidence) -> Self {
-        Fact {
-            text: text.into(),
-            confidence,
-            source: None,
-            step: None,
-            note: None,
-            extra: Mapping::new(),
-        }
+        Fact { text: text.into(), confidence, source: None, step: None, note: None, extra: Mapping::new() }
     }
 
     /// Whether the fact announces a conflict (the spec's `CONFLICT:` convention for merge results).
     pub fn is_conflict(&self) -> bool {
-        self.text
-            .trim_start()
-            .get(..8)
-            .is_some_and(|head| head.eq_ignore_ascii_case("CONFLICT"))
+        self.text.trim_start().get(..8).is_some_and(|head| head.eq_ignore_ascii_case("CONFLICT"))
     }
 }
 
 /// The `facts` registry, in document order.
-#[derive(Debug, Clone, PartialEq, Default)]
+///
+/// Equality ignores order (it is a map); iteration and writing keep document order.
+#[derive(Debug, Clone, Default)]
 pub struct FactRegistry {
     entries: Vec<(FactId, Fact)>,
+}
+
+impl PartialEq for FactRegistry {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(id, fact)| other.get(id) == Some(fact))
+    }
 }
 
 impl FactRegistry {

@@ -40,41 +40,28 @@ pub fn receive(yaml: &str, receiver: Option<&str>) -> Result<Reception, LctlErro
 ///
 /// The receiver loads the handoff's critical facts (all registry facts when there is no
 /// handoff); those below 0.7 become concerns, listed in the ack's `confidence_concerns`.
-pub fn receive_document(
-    document: LctlDocument,
-    receiver: Option<&str>,
-) -> Result<Reception, LctlError> {
+pub fn receive_document(document: LctlDocument, receiver: Option<&str>) -> Result<Reception, LctlError> {
     let chain = document
         .chain
         .as_ref()
         .ok_or_else(|| LctlError::Unusable("cannot acknowledge: the document has no chain".into()))?;
-    let agent = receiver
-        .map(str::to_owned)
-        .or_else(|| chain.target.clone())
-        .ok_or_else(|| {
-            LctlError::Unusable(
-                "cannot acknowledge: no receiver given and chain.target is not set".into(),
-            )
-        })?;
+    let agent = receiver.map(str::to_owned).or_else(|| chain.target.clone()).ok_or_else(|| {
+        LctlError::Unusable("cannot acknowledge: no receiver given and chain.target is not set".into())
+    })?;
     let facts_loaded: Vec<FactId> = match &document.handoff {
-        Some(handoff) if !handoff.critical_facts.is_empty() => handoff
-            .critical_facts
-            .iter()
-            .filter(|id| document.facts.contains(id))
-            .cloned()
-            .collect(),
+        Some(handoff) if !handoff.critical_facts.is_empty() => {
+            handoff.critical_facts.iter().filter(|id| document.facts.contains(id)).cloned().collect()
+        }
         _ => document.facts.iter().map(|(id, _)| id.clone()).collect(),
     };
     let concerns: Vec<ConfidenceConcern> = facts_loaded
         .iter()
         .filter_map(|id| {
             let fact = document.facts.get(id)?;
-            (fact.confidence < Confidence::RECEIVING_CONCERN_THRESHOLD).then(|| {
-                ConfidenceConcern {
-                    fact: id.clone(),
-                    confidence: fact.confidence,
-                    advice: fact.confidence.advice(),
-                }
+            (fact.confidence < Confidence::RECEIVING_CONCERN_THRESHOLD).then(|| ConfidenceConcern {
+                fact: id.clone(),
+                confidence: fact.confidence,
+                advice: fact.confidence.advice(),
             })
         })
         .collect();
@@ -88,12 +75,7 @@ pub fn receive_document(
         extra: Mapping::new(),
     };
     let report = check_document(&document);
-    Ok(Reception {
-        document,
-        report,
-        concerns,
-        ack,
-    })
+    Ok(Reception { document, report, concerns, ack })
 }
 
 /// The step number the receiver works at.
@@ -180,9 +162,7 @@ impl Reception {
         let mut facts = previous.facts.clone();
         for (id, mut fact) in next.updated_facts.iter().cloned() {
             if !facts.contains(&id) {
-                return Err(LctlError::Unusable(format!(
-                    "cannot update {id}: it is not in the registry"
-                )));
+                return Err(LctlError::Unusable(format!("cannot update {id}: it is not in the registry")));
             }
             fact.source.get_or_insert_with(|| next.agent.clone());
             fact.step.get_or_insert(step_number);
@@ -191,18 +171,14 @@ impl Reception {
         for new in &next.new_facts {
             for parent_id in &new.derived_from {
                 let parent = previous.facts.get(parent_id).ok_or_else(|| {
+                    LctlError::Unusable(format!("{} is derived from {parent_id}, which is not in the registry", new.id))
+                })?;
+                check_propagation(parent.confidence, next.confidence, new.fact.confidence).map_err(|bound| {
                     LctlError::Unusable(format!(
-                        "{} is derived from {parent_id}, which is not in the registry",
-                        new.id
+                        "{} claims {} but the propagation rule caps it at {bound} (parent {parent_id}, own {})",
+                        new.id, new.fact.confidence, next.confidence
                     ))
                 })?;
-                check_propagation(parent.confidence, next.confidence, new.fact.confidence)
-                    .map_err(|bound| {
-                        LctlError::Unusable(format!(
-                            "{} claims {} but the propagation rule caps it at {bound} (parent {parent_id}, own {})",
-                            new.id, new.fact.confidence, next.confidence
-                        ))
-                    })?;
             }
             let mut fact = new.fact.clone();
             fact.source.get_or_insert_with(|| next.agent.clone());
@@ -216,11 +192,7 @@ impl Reception {
                 critical.push(id.clone());
             }
         }
-        let mut context: Vec<FactId> = previous
-            .handoff
-            .as_ref()
-            .map(|h| h.context_facts.clone())
-            .unwrap_or_default();
+        let mut context: Vec<FactId> = previous.handoff.as_ref().map(|h| h.context_facts.clone()).unwrap_or_default();
         for id in &next.context_facts {
             if !context.contains(id) {
                 context.push(id.clone());
@@ -229,9 +201,7 @@ impl Reception {
         context.retain(|id| !critical.contains(id));
         let uncertain: Vec<FactId> = facts
             .iter()
-            .filter(|(id, fact)| {
-                fact.confidence.band() == ConfidenceBand::Uncertain && !critical.contains(id)
-            })
+            .filter(|(id, fact)| fact.confidence.band() == ConfidenceBand::Uncertain && !critical.contains(id))
             .map(|(id, _)| id.clone())
             .collect();
         for id in &uncertain {
@@ -260,11 +230,7 @@ impl Reception {
             critical_facts: critical,
             context_facts: context,
             warnings: next.warnings,
-            extra: previous
-                .handoff
-                .as_ref()
-                .map(|h| h.extra.clone())
-                .unwrap_or_default(),
+            extra: previous.handoff.as_ref().map(|h| h.extra.clone()).unwrap_or_default(),
         };
         Ok(LctlDocument {
             purpose: previous.purpose.clone(),

@@ -57,11 +57,7 @@ impl<'a> Layout<'a> {
                 _ => None,
             })
             .collect();
-        Layout {
-            doc,
-            groups: step_groups(&doc.trace),
-            merge_indices,
-        }
+        Layout { doc, groups: step_groups(&doc.trace), merge_indices }
     }
 
     fn is_failed(&self, index: usize) -> bool {
@@ -79,11 +75,7 @@ impl<'a> Layout<'a> {
     fn receiver(&self) -> Option<String> {
         let chain = self.doc.chain.as_ref()?;
         let target = chain.target.clone()?;
-        Some(if chain.parallel_merge == Some(true) {
-            format!("{target} (merge)")
-        } else {
-            target
-        })
+        Some(if chain.parallel_merge == Some(true) { format!("{target} (merge)") } else { target })
     }
 
     /// (from, to, label) between trace indices; `None` as `to` is the receiver.
@@ -126,15 +118,11 @@ impl<'a> Layout<'a> {
 }
 
 fn confidence_label(step: &TraceStep) -> String {
-    step.confidence
-        .map_or_else(|| "?".to_owned(), |c| c.to_string())
+    step.confidence.map_or_else(|| "?".to_owned(), |c| c.to_string())
 }
 
 fn mermaid_escape(text: &str) -> String {
-    text.replace('"', "#quot;")
-        .replace('<', "#lt;")
-        .replace('>', "#gt;")
-        .replace('\n', "<br/>")
+    text.replace('"', "#quot;").replace('<', "#lt;").replace('>', "#gt;").replace('\n', "<br/>")
 }
 
 /// Renders the trace as a Mermaid flowchart.
@@ -169,10 +157,7 @@ pub fn render_mermaid(doc: &LctlDocument) -> String {
         let to = to.map_or_else(|| "next".to_owned(), |to| format!("s{to}"));
         let _ = writeln!(out, "    s{from} -->|\"{label}\"| {to}");
     }
-    let failed: Vec<String> = (0..doc.trace.len())
-        .filter(|&i| layout.is_failed(i))
-        .map(|i| format!("s{i}"))
-        .collect();
+    let failed: Vec<String> = (0..doc.trace.len()).filter(|&i| layout.is_failed(i)).map(|i| format!("s{i}")).collect();
     let merges: Vec<String> = layout.merge_indices.iter().map(|i| format!("s{i}")).collect();
     if !failed.is_empty() {
         out.push_str("    classDef failed fill:#f8d7da,stroke:#c00,stroke-width:2px,color:#000\n");
@@ -186,26 +171,18 @@ pub fn render_mermaid(doc: &LctlDocument) -> String {
 }
 
 fn dot_escape(text: &str) -> String {
-    text.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// Renders the trace as a Graphviz digraph.
 pub fn render_dot(doc: &LctlDocument) -> String {
     let layout = Layout::new(doc);
     let name = doc.chain_id().unwrap_or("lctl");
-    let mut out = format!(
-        "digraph \"{}\" {{\n    rankdir=TB;\n    node [shape=box, style=rounded];\n",
-        dot_escape(name)
-    );
+    let mut out =
+        format!("digraph \"{}\" {{\n    rankdir=TB;\n    node [shape=box, style=rounded];\n", dot_escape(name));
     let node = |out: &mut String, index: usize, indent: &str| {
         let (title, detail) = layout.node_text(index);
-        let label = if detail.is_empty() {
-            title
-        } else {
-            format!("{title}\n{detail}")
-        };
+        let label = if detail.is_empty() { title } else { format!("{title}\n{detail}") };
         let mut attributes = format!("label=\"{}\"", dot_escape(&label));
         if layout.is_failed(index) {
             attributes.push_str(", color=red, style=\"rounded,filled\", fillcolor=\"#f8d7da\"");
@@ -230,11 +207,7 @@ pub fn render_dot(doc: &LctlDocument) -> String {
         }
     }
     if let Some(receiver) = layout.receiver() {
-        let _ = writeln!(
-            out,
-            "    next [label=\"next: {}\", shape=ellipse, style=dashed];",
-            dot_escape(&receiver)
-        );
+        let _ = writeln!(out, "    next [label=\"next: {}\", shape=ellipse, style=dashed];", dot_escape(&receiver));
     }
     for (from, to, label) in layout.edges() {
         let to = to.map_or_else(|| "next".to_owned(), |to| format!("s{to}"));
@@ -261,18 +234,8 @@ pub fn render_timeline(doc: &LctlDocument) -> String {
         let _ = write!(out, " status {}", status.as_str());
     }
     out.push('\n');
-    let agent_width = doc
-        .trace
-        .iter()
-        .map(|s| s.agent.chars().count())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    let _ = writeln!(
-        out,
-        "step  {:<agent_width$}  conf  {:<12}  change    action",
-        "agent", "confidence"
-    );
+    let agent_width = doc.trace.iter().map(|s| s.agent.chars().count()).max().unwrap_or(5).max(5);
+    let _ = writeln!(out, "step  {:<agent_width$}  conf  {:<12}  change    action", "agent", "confidence");
     let mut degradations = Vec::new();
     let mut previous_floor: Option<crate::Confidence> = None;
     for range in &layout.groups {
@@ -300,10 +263,7 @@ pub fn render_timeline(doc: &LctlDocument) -> String {
                                 now.band().meaning()
                             ));
                         } else {
-                            degradations.push(format!(
-                                "step {} {}: {before} -> {now}",
-                                step.step, step.agent
-                            ));
+                            degradations.push(format!("step {} {}: {before} -> {now}", step.step, step.agent));
                         }
                         note
                     } else if delta > 0.005 {
@@ -334,19 +294,11 @@ pub fn render_timeline(doc: &LctlDocument) -> String {
             }
             if !step.facts_at_failure.is_empty() {
                 let ids: Vec<&str> = step.facts_at_failure.iter().map(|f| f.as_str()).collect();
-                let _ = writeln!(
-                    out,
-                    "      {:<agent_width$}  facts at failure: {}",
-                    "",
-                    ids.join(", ")
-                );
+                let _ = writeln!(out, "      {:<agent_width$}  facts at failure: {}", "", ids.join(", "));
             }
         }
-        previous_floor = range
-            .clone()
-            .filter_map(|i| doc.trace[i].confidence)
-            .reduce(crate::Confidence::min)
-            .or(previous_floor);
+        previous_floor =
+            range.clone().filter_map(|i| doc.trace[i].confidence).reduce(crate::Confidence::min).or(previous_floor);
     }
     if let Some(receiver) = layout.receiver() {
         let _ = writeln!(out, "  ->  {receiver}");

@@ -129,11 +129,7 @@ pub struct Finding {
 
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} [{}] {}: {}",
-            self.severity, self.rule, self.path, self.message
-        )
+        write!(f, "{} [{}] {}: {}", self.severity, self.rule, self.path, self.message)
     }
 }
 
@@ -167,13 +163,7 @@ impl Report {
         path: impl Into<String>,
         message: impl Into<String>,
     ) {
-        self.findings.push(Finding {
-            rule,
-            severity,
-            document,
-            path: path.into(),
-            message: message.into(),
-        });
+        self.findings.push(Finding { rule, severity, document, path: path.into(), message: message.into() });
     }
 }
 
@@ -243,19 +233,14 @@ pub fn parallel_groups(doc: &LctlDocument) -> Vec<ParallelGroup> {
     let mut start = 0;
     while start < doc.trace.len() {
         let number = doc.trace[start].step;
-        let end = doc.trace[start..]
-            .iter()
-            .position(|s| s.step != number)
-            .map_or(doc.trace.len(), |offset| start + offset);
+        let end =
+            doc.trace[start..].iter().position(|s| s.step != number).map_or(doc.trace.len(), |offset| start + offset);
         let members = &doc.trace[start..end];
         if members.len() > 1 || members.iter().any(|s| s.parallel) {
             let branches = members
                 .iter()
                 .enumerate()
-                .map(|(offset, s)| ParallelBranch {
-                    trace_index: start + offset,
-                    agent: s.agent.clone(),
-                })
+                .map(|(offset, s)| ParallelBranch { trace_index: start + offset, agent: s.agent.clone() })
                 .collect();
             let merge = match doc.trace.get(end) {
                 Some(next) => Some(MergePoint::TraceStep {
@@ -270,19 +255,13 @@ pub fn parallel_groups(doc: &LctlDocument) -> Vec<ParallelGroup> {
                         .cloned()
                         .collect(),
                 }),
-                None if doc.chain.as_ref().and_then(|c| c.parallel_merge) == Some(true) => {
-                    Some(MergePoint::Receiver {
-                        step: doc.chain.as_ref().and_then(|c| c.step),
-                        agent: doc.chain.as_ref().and_then(|c| c.target.clone()),
-                    })
-                }
+                None if doc.chain.as_ref().and_then(|c| c.parallel_merge) == Some(true) => Some(MergePoint::Receiver {
+                    step: doc.chain.as_ref().and_then(|c| c.step),
+                    agent: doc.chain.as_ref().and_then(|c| c.target.clone()),
+                }),
                 None => None,
             };
-            groups.push(ParallelGroup {
-                step: number,
-                branches,
-                merge,
-            });
+            groups.push(ParallelGroup { step: number, branches, merge });
         }
         start = end;
     }
@@ -308,10 +287,7 @@ pub fn failure_report(doc: &LctlDocument) -> Option<FailureReport> {
     if declared.is_none() && failed_step.is_none() && !status_failed {
         return None;
     }
-    let failed_at_step = declared
-        .or(failed_step.map(|s| s.step))
-        .or_else(|| doc.last_trace_step())
-        .unwrap_or(0);
+    let failed_at_step = declared.or(failed_step.map(|s| s.step)).or_else(|| doc.last_trace_step()).unwrap_or(0);
     Some(FailureReport {
         failed_at_step,
         agent: failed_step.map(|s| s.agent.clone()),
@@ -340,10 +316,7 @@ pub(crate) fn check_document_into(doc: &LctlDocument, index: usize, report: &mut
 
 fn check_handoff_references(doc: &LctlDocument, index: usize, report: &mut Report) {
     let Some(handoff) = &doc.handoff else { return };
-    let lists = [
-        ("critical_facts", &handoff.critical_facts),
-        ("context_facts", &handoff.context_facts),
-    ];
+    let lists = [("critical_facts", &handoff.critical_facts), ("context_facts", &handoff.context_facts)];
     for (name, ids) in lists {
         for (position, id) in ids.iter().enumerate() {
             if !doc.facts.contains(id) {
@@ -369,10 +342,7 @@ fn check_step_numbers(doc: &LctlDocument, index: usize, report: &mut Report) {
                 Severity::Error,
                 index,
                 path,
-                format!(
-                    "step {} follows step {}; step numbers must increase",
-                    current.step, previous.step
-                ),
+                format!("step {} follows step {}; step numbers must increase", current.step, previous.step),
             );
         } else if current.step > previous.step + 1 {
             report.push(
@@ -390,10 +360,7 @@ fn check_step_numbers(doc: &LctlDocument, index: usize, report: &mut Report) {
             );
         }
     }
-    if let (Some(chain_step), Some(last)) = (
-        doc.chain.as_ref().and_then(|c| c.step),
-        doc.last_trace_step(),
-    ) {
+    if let (Some(chain_step), Some(last)) = (doc.chain.as_ref().and_then(|c| c.step), doc.last_trace_step()) {
         if chain_step < last {
             report.push(
                 Rule::StepOrder,
@@ -424,10 +391,7 @@ fn check_parallel(doc: &LctlDocument, index: usize, report: &mut Report) {
                     Severity::Error,
                     index,
                     format!("trace[{}].parallel", branch.trace_index),
-                    format!(
-                        "parallel step {} has no sibling branch sharing its step number",
-                        group.step
-                    ),
+                    format!("parallel step {} has no sibling branch sharing its step number", group.step),
                 );
             }
         } else {
@@ -461,11 +425,7 @@ fn check_parallel(doc: &LctlDocument, index: usize, report: &mut Report) {
                     ),
                 );
             }
-            Some(MergePoint::TraceStep {
-                trace_index,
-                conflicts,
-                ..
-            }) => {
+            Some(MergePoint::TraceStep { trace_index, conflicts, .. }) => {
                 for conflict in conflicts {
                     let handed_off = doc.critical_facts().contains(conflict);
                     if doc.handoff.is_some() && !handed_off {
@@ -505,30 +465,21 @@ fn check_confidence_bands(doc: &LctlDocument, index: usize, report: &mut Report)
                 Severity::Error,
                 index,
                 path,
-                format!(
-                    "{id} has confidence {} (below 0.40): do not propagate",
-                    fact.confidence
-                ),
+                format!("{id} has confidence {} (below 0.40): do not propagate", fact.confidence),
             ),
             ConfidenceBand::Low if critical => report.push(
                 Rule::FlagForReview,
                 Severity::Warning,
                 index,
                 path,
-                format!(
-                    "critical fact {id} has low confidence {}: flag for human review",
-                    fact.confidence
-                ),
+                format!("critical fact {id} has low confidence {}: flag for human review", fact.confidence),
             ),
             ConfidenceBand::Moderate if critical => report.push(
                 Rule::VerifyBeforeActing,
                 Severity::Note,
                 index,
                 path,
-                format!(
-                    "critical fact {id} has moderate confidence {}: verify before acting",
-                    fact.confidence
-                ),
+                format!("critical fact {id} has moderate confidence {}: verify before acting", fact.confidence),
             ),
             _ => {}
         }

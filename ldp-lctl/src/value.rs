@@ -33,10 +33,17 @@ pub enum Value {
 /// A mapping with string keys that remembers insertion order.
 ///
 /// Lookups are linear: LCTL mappings have a handful of keys, so a hash index would cost more
-/// than it saves.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// than it saves. Equality ignores order, as for any map: a document that crossed a JSON hop
+/// whose map type sorts keys is still the same document.
+#[derive(Debug, Clone, Default)]
 pub struct Mapping {
     entries: Vec<(String, Value)>,
+}
+
+impl PartialEq for Mapping {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().all(|(key, value)| other.get(key) == Some(value))
+    }
 }
 
 impl Mapping {

@@ -11,12 +11,7 @@ fn doc(name: &str) -> LctlDocument {
 }
 
 fn error_rules(report: &Report) -> Vec<Rule> {
-    report
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Error)
-        .map(|f| f.rule)
-        .collect()
+    report.findings.iter().filter(|f| f.severity == Severity::Error).map(|f| f.rule).collect()
 }
 
 /// Checks `broken/<name>` alone and returns the (rule, path) of each error.
@@ -39,26 +34,17 @@ fn handoff_must_name_existing_facts() {
 
 #[test]
 fn step_numbers_must_increase() {
-    assert_eq!(
-        single("step-order.yaml"),
-        [(Rule::StepOrder, "trace[1].step".to_owned())]
-    );
+    assert_eq!(single("step-order.yaml"), [(Rule::StepOrder, "trace[1].step".to_owned())]);
 }
 
 #[test]
 fn step_numbers_must_not_skip() {
-    assert_eq!(
-        single("step-gap.yaml"),
-        [(Rule::StepGap, "trace[3].step".to_owned())]
-    );
+    assert_eq!(single("step-gap.yaml"), [(Rule::StepGap, "trace[3].step".to_owned())]);
 }
 
 #[test]
 fn steps_sharing_a_number_must_be_marked_parallel() {
-    assert_eq!(
-        single("parallel-not-marked.yaml"),
-        [(Rule::ParallelSharing, "trace[2].step".to_owned())]
-    );
+    assert_eq!(single("parallel-not-marked.yaml"), [(Rule::ParallelSharing, "trace[2].step".to_owned())]);
 }
 
 #[test]
@@ -99,18 +85,12 @@ fn a_merge_flag_needs_parallel_branches() {
 #[test]
 fn merge_conflicts_must_be_handed_off_as_critical() {
     let errors = single("conflict-not-handed-off.yaml");
-    assert_eq!(
-        errors,
-        [(Rule::ConflictNotHandedOff, "handoff.critical_facts".to_owned())]
-    );
+    assert_eq!(errors, [(Rule::ConflictNotHandedOff, "handoff.critical_facts".to_owned())]);
 }
 
 #[test]
 fn facts_below_040_must_not_propagate() {
-    assert_eq!(
-        single("do-not-propagate.yaml"),
-        [(Rule::DoNotPropagate, "facts.F3.confidence".to_owned())]
-    );
+    assert_eq!(single("do-not-propagate.yaml"), [(Rule::DoNotPropagate, "facts.F3.confidence".to_owned())]);
 }
 
 #[test]
@@ -125,27 +105,18 @@ fn low_critical_facts_are_flagged_but_do_not_fail() {
 
 #[test]
 fn fact_sources_must_appear_in_the_trace() {
-    assert_eq!(
-        single("unknown-fact-source.yaml"),
-        [(Rule::UnknownFactSource, "facts.F4.source".to_owned())]
-    );
+    assert_eq!(single("unknown-fact-source.yaml"), [(Rule::UnknownFactSource, "facts.F4.source".to_owned())]);
 }
 
 #[test]
 fn failed_at_step_must_point_into_the_trace() {
-    assert_eq!(
-        single("failed-step-unknown.yaml"),
-        [(Rule::FailedStepUnknown, "chain.failed_at_step".to_owned())]
-    );
+    assert_eq!(single("failed-step-unknown.yaml"), [(Rule::FailedStepUnknown, "chain.failed_at_step".to_owned())]);
 }
 
 /// Checks hop 1 of Example 1 followed by `broken/<name>` and returns the errors as
 /// (document index, rule, path).
 fn chain_after_example_1(name: &str) -> Vec<(usize, Rule, String)> {
-    let docs = [
-        doc("spec-example1-step1.yaml"),
-        doc(&format!("broken/{name}")),
-    ];
+    let docs = [doc("spec-example1-step1.yaml"), doc(&format!("broken/{name}"))];
     check_chain(&docs)
         .findings
         .into_iter()
@@ -168,11 +139,7 @@ fn a_critical_fact_must_survive_every_later_hop() {
     let hop3 = doc("broken/chain-critical-fact-lost.yaml");
     let mut hop3 = hop3;
     hop3.chain.as_mut().unwrap().step = Some(3);
-    let report = check_chain(&[
-        doc("spec-example1-step1.yaml"),
-        doc("spec-example1-step2.yaml"),
-        hop3,
-    ]);
+    let report = check_chain(&[doc("spec-example1-step1.yaml"), doc("spec-example1-step2.yaml"), hop3]);
     let lost: Vec<_> = report.by_rule(Rule::CriticalFactLost).collect();
     assert_eq!(lost.len(), 1);
     assert_eq!(lost[0].document, 2);
@@ -209,10 +176,7 @@ fn a_fact_modified_by_an_absent_agent_is_reported() {
 
 #[test]
 fn a_fact_reworded_without_a_step_is_a_warning() {
-    let docs = [
-        doc("spec-example1-step1.yaml"),
-        doc("broken/chain-fact-changed-unrecorded.yaml"),
-    ];
+    let docs = [doc("spec-example1-step1.yaml"), doc("broken/chain-fact-changed-unrecorded.yaml")];
     let report = check_chain(&docs);
     assert!(!report.has_errors());
     let changed: Vec<_> = report.by_rule(Rule::FactChangedUnrecorded).collect();
@@ -229,38 +193,25 @@ fn a_fact_changing_hands_without_a_step_is_an_error() {
     fact.source = Some("security-reviewer".into());
     step2.facts.insert(f2, fact);
     let report = check_chain(&[doc("spec-example1-step1.yaml"), step2]);
-    let errors: Vec<_> = report
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Error)
-        .map(|f| (f.rule, f.path.as_str()))
-        .collect();
+    let errors: Vec<_> =
+        report.findings.iter().filter(|f| f.severity == Severity::Error).map(|f| (f.rule, f.path.as_str())).collect();
     assert_eq!(errors, [(Rule::FactChangedUnrecorded, "facts.F2.source")]);
 }
 
 #[test]
 fn hops_must_not_skip_steps() {
-    assert_eq!(
-        chain_after_example_1("chain-hop-step-gap.yaml"),
-        [(1, Rule::HopStepGap, "chain.step".to_owned())]
-    );
+    assert_eq!(chain_after_example_1("chain-hop-step-gap.yaml"), [(1, Rule::HopStepGap, "chain.step".to_owned())]);
 }
 
 #[test]
 fn trace_history_must_be_preserved() {
     let errors = chain_after_example_1("chain-trace-history-lost.yaml");
-    assert!(
-        errors.contains(&(1, Rule::TraceHistoryLost, "trace".to_owned())),
-        "{errors:?}"
-    );
+    assert!(errors.contains(&(1, Rule::TraceHistoryLost, "trace".to_owned())), "{errors:?}");
 }
 
 #[test]
 fn hops_must_share_a_chain_id() {
-    assert_eq!(
-        chain_after_example_1("chain-id-mismatch.yaml"),
-        [(1, Rule::ChainIdMismatch, "chain.id".to_owned())]
-    );
+    assert_eq!(chain_after_example_1("chain-id-mismatch.yaml"), [(1, Rule::ChainIdMismatch, "chain.id".to_owned())]);
 }
 
 #[test]

@@ -14,9 +14,7 @@ const HEAD: &str = "lctl: \"3.0\"\n";
 
 #[test]
 fn out_of_range_fact_confidence_names_its_path() {
-    let yaml = format!(
-        "{HEAD}facts:\n  F1: {{text: a, confidence: 0.9}}\n  F2: {{text: b, confidence: 1.5}}\n"
-    );
+    let yaml = format!("{HEAD}facts:\n  F1: {{text: a, confidence: 0.9}}\n  F2: {{text: b, confidence: 1.5}}\n");
     let err = parse(&yaml).unwrap_err();
     assert_eq!(err.to_string(), "facts.F2.confidence: expected 0.0-1.0");
 }
@@ -43,7 +41,11 @@ fn each_malformed_field_is_reported_at_its_path() {
         ("trace: [{step: 1, agent: a}, {step: 2.5, agent: b}]", "trace[1].step", "a non-negative step number"),
         ("trace: [{step: 1, agent: a, confidence: 2}]", "trace[0].confidence", "0.0-1.0"),
         ("trace: [{step: 1, agent: a, facts_added: F1}]", "trace[0].facts_added", "a list, found a string"),
-        ("trace: [{step: 1, agent: a, facts_modified: [\"F 1\"]}]", "trace[0].facts_modified[0]", "a fact id such as F1"),
+        (
+            "trace: [{step: 1, agent: a, facts_modified: [\"F 1\"]}]",
+            "trace[0].facts_modified[0]",
+            "a fact id such as F1",
+        ),
         ("trace: [{step: 1, agent: a, parallel: yes}]", "trace[0].parallel", "true or false"),
         ("trace: [{step: 1, agent: a, duration_ms: -5}]", "trace[0].duration_ms", "a non-negative integer"),
         ("trace: [{step: 1, agent: [a, b]}]", "trace[0].agent", "a string"),
@@ -63,28 +65,16 @@ fn each_malformed_field_is_reported_at_its_path() {
 
 #[test]
 fn the_version_is_required_and_must_be_3_0() {
-    assert_eq!(
-        schema_error("chain: {id: c}\n"),
-        ("lctl".to_owned(), "a value (missing)".to_owned())
-    );
-    assert_eq!(
-        schema_error("lctl: \"2.0\"\n"),
-        ("lctl".to_owned(), "\"3.0\"".to_owned())
-    );
+    assert_eq!(schema_error("chain: {id: c}\n"), ("lctl".to_owned(), "a value (missing)".to_owned()));
+    assert_eq!(schema_error("lctl: \"2.0\"\n"), ("lctl".to_owned(), "\"3.0\"".to_owned()));
     // YAML reads an unquoted 3.0 as a number; it still means version 3.0.
     assert!(parse("lctl: 3.0\n").is_ok());
 }
 
 #[test]
 fn a_document_must_be_a_mapping() {
-    assert_eq!(
-        schema_error("- lctl\n"),
-        ("(document)".to_owned(), "a mapping, found a sequence".to_owned())
-    );
-    assert_eq!(
-        schema_error(""),
-        ("(document)".to_owned(), "a mapping, found null".to_owned())
-    );
+    assert_eq!(schema_error("- lctl\n"), ("(document)".to_owned(), "a mapping, found a sequence".to_owned()));
+    assert_eq!(schema_error(""), ("(document)".to_owned(), "a mapping, found null".to_owned()));
 }
 
 #[test]

@@ -2,8 +2,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ldp_lctl::{
-    Analysis, Chain, ChainStatus, Confidence, EndpointKeys, Fact, FactId, FactRegistry, Handoff,
-    LctlDocument, Mapping, Purpose, TraceStep, Value, parse,
+    Analysis, Chain, ChainStatus, Confidence, EndpointKeys, Fact, FactId, FactRegistry, Handoff, LctlDocument, Mapping,
+    Purpose, TraceStep, Value, parse,
 };
 use proptest::prelude::*;
 
@@ -59,24 +59,22 @@ fn trace_step() -> impl Strategy<Value = TraceStep> {
         ),
         (any::<bool>(), prop::option::of(0u64..1_000_000), prop::option::of(text()), extra()),
     )
-        .prop_map(
-            |((step, agent, action, confidence), (added, modified, at_failure), rest)| {
-                let (parallel, duration_ms, error, extra) = rest;
-                TraceStep {
-                    step,
-                    agent,
-                    action,
-                    confidence,
-                    facts_added: added,
-                    facts_modified: modified,
-                    facts_at_failure: at_failure,
-                    parallel,
-                    duration_ms,
-                    error,
-                    extra,
-                }
-            },
-        )
+        .prop_map(|((step, agent, action, confidence), (added, modified, at_failure), rest)| {
+            let (parallel, duration_ms, error, extra) = rest;
+            TraceStep {
+                step,
+                agent,
+                action,
+                confidence,
+                facts_added: added,
+                facts_modified: modified,
+                facts_at_failure: at_failure,
+                parallel,
+                duration_ms,
+                error,
+                extra,
+            }
+        })
 }
 
 fn chain() -> impl Strategy<Value = Chain> {
@@ -125,17 +123,7 @@ fn facts() -> impl Strategy<Value = FactRegistry> {
     .prop_map(|entries| {
         let mut registry = FactRegistry::new();
         for (id, (text, confidence, source, step), (note, extra)) in entries {
-            registry.insert(
-                id,
-                Fact {
-                    text,
-                    confidence,
-                    source,
-                    step,
-                    note,
-                    extra,
-                },
-            );
+            registry.insert(id, Fact { text, confidence, source, step, note, extra });
         }
         registry
     })
@@ -170,33 +158,28 @@ fn document() -> impl Strategy<Value = LctlDocument> {
             ),
             prop::option::of(text()),
             prop::option::of(
-                (
-                    prop::option::of(text()),
-                    prop::option::of(confidence()),
-                    prop::option::of(text()),
-                )
-                    .prop_map(|(root_cause, confidence_in_analysis, recommendation)| Analysis {
+                (prop::option::of(text()), prop::option::of(confidence()), prop::option::of(text())).prop_map(
+                    |(root_cause, confidence_in_analysis, recommendation)| Analysis {
                         root_cause,
                         confidence_in_analysis,
                         recommendation,
                         extra: Mapping::new(),
-                    }),
+                    },
+                ),
             ),
             extra(),
         ),
     )
-        .prop_map(|((purpose, chain, trace, facts), (handoff, instruction, analysis, extra))| {
-            LctlDocument {
-                purpose,
-                chain,
-                trace,
-                facts,
-                handoff,
-                instruction,
-                analysis,
-                ack: None,
-                extra,
-            }
+        .prop_map(|((purpose, chain, trace, facts), (handoff, instruction, analysis, extra))| LctlDocument {
+            purpose,
+            chain,
+            trace,
+            facts,
+            handoff,
+            instruction,
+            analysis,
+            ack: None,
+            extra,
         })
 }
 

@@ -2,8 +2,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ldp_lctl::{
-    Confidence, Fact, FactId, LctlDocument, LctlError, NewFact, NextStep, PropagationAdvice,
-    RenderFormat, check_chain, parse, receive, render,
+    Confidence, Fact, FactId, LctlDocument, LctlError, NewFact, NextStep, PropagationAdvice, RenderFormat, check_chain,
+    parse, receive, render,
 };
 
 fn fixture(name: &str) -> String {
@@ -186,10 +186,7 @@ fn the_timeline_shows_where_confidence_degrades() {
     assert!(timeline.contains("facts at failure: F1, F2, F3, F4, F5"), "{timeline}");
     // 0.95 -> 0.90 degrades within the "high" band; 0.92 -> 0.00 drops to "uncertain".
     assert!(timeline.contains("step 2 environment-checker: 0.95 -> 0.90"), "{timeline}");
-    assert!(
-        timeline.contains("step 4 deploy-agent: 0.92 -> 0.00 (high confidence -> uncertain)"),
-        "{timeline}"
-    );
+    assert!(timeline.contains("step 4 deploy-agent: 0.92 -> 0.00 (high confidence -> uncertain)"), "{timeline}");
     assert!(timeline.contains("v -0.92"), "{timeline}");
     assert!(timeline.contains("^ +0.02"), "{timeline}");
 

@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ldp_lctl::{
-    ChainStatus, Confidence, EndpointKeys, FactId, LctlAck, LctlDocument, LctlError, MergePoint,
-    Purpose, Rule, Severity, check_chain, check_document, parse,
+    ChainStatus, Confidence, EndpointKeys, FactId, LctlAck, LctlDocument, LctlError, MergePoint, Purpose, Severity,
+    check_chain, check_document, parse,
 };
 
 fn fixture(name: &str) -> String {
@@ -48,21 +48,14 @@ fn every_example_round_trips_through_yaml_and_json() {
 fn every_example_passes_the_rules() {
     for name in EXAMPLES {
         let report = check_document(&doc(name));
-        let errors: Vec<_> = report
-            .findings
-            .iter()
-            .filter(|f| f.severity == Severity::Error)
-            .collect();
+        let errors: Vec<_> = report.findings.iter().filter(|f| f.severity == Severity::Error).collect();
         assert!(errors.is_empty(), "{name}: {errors:?}");
     }
 }
 
 #[test]
 fn example_1_is_a_valid_two_hop_chain() {
-    let report = check_chain(&[
-        doc("spec-example1-step1.yaml"),
-        doc("spec-example1-step2.yaml"),
-    ]);
+    let report = check_chain(&[doc("spec-example1-step1.yaml"), doc("spec-example1-step2.yaml")]);
     assert!(!report.has_errors(), "{:?}", report.findings);
 }
 
@@ -78,10 +71,7 @@ fn minimal_format_reads_from_and_to_as_source_and_target() {
     let fact = minimal.facts.get(&id("F1")).unwrap();
     assert_eq!(fact.text, "SQL injection in UserController.py:45");
     assert_eq!(fact.confidence, Confidence::new(0.95).unwrap());
-    assert_eq!(
-        minimal.instruction.as_deref(),
-        Some("Fix the SQL injection vulnerability")
-    );
+    assert_eq!(minimal.instruction.as_deref(), Some("Fix the SQL injection vulnerability"));
     // The short form is written back as the short form.
     let yaml = minimal.to_yaml().unwrap();
     assert!(yaml.contains("from: analyzer") && yaml.contains("to: fixer"), "{yaml}");
@@ -99,10 +89,7 @@ fn example_1_step_2_reads_every_field() {
     let handoff = step2.handoff.as_ref().unwrap();
     assert_eq!(handoff.critical_facts, ids(&["F1", "F4", "F5"]));
     assert_eq!(handoff.context_facts, ids(&["F2"]));
-    assert_eq!(
-        handoff.warnings,
-        vec!["Production system - test thoroughly before deploy".to_owned()]
-    );
+    assert_eq!(handoff.warnings, vec!["Production system - test thoroughly before deploy".to_owned()]);
     // The registry keeps document order, not sorted order.
     let order: Vec<&str> = step2.facts.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(order, ["F1", "F2", "F4", "F5"]);
@@ -119,12 +106,7 @@ fn example_2_has_three_parallel_branches_merged_at_step_3() {
     let agents: Vec<&str> = group.branches.iter().map(|b| b.agent.as_str()).collect();
     assert_eq!(agents, ["frontend-dev", "backend-dev", "test-writer"]);
     match &group.merge {
-        Some(MergePoint::TraceStep {
-            step,
-            agent,
-            conflicts,
-            ..
-        }) => {
+        Some(MergePoint::TraceStep { step, agent, conflicts, .. }) => {
             assert_eq!(*step, 3);
             assert_eq!(agent, "orchestrator");
             // F6 is the spec's "CONFLICT: Frontend expects different format ..." fact.
@@ -148,10 +130,7 @@ fn example_3_reports_the_failed_step_its_error_facts_and_analysis() {
     let (_, failure) = &report.failures[0];
     assert_eq!(failure.failed_at_step, 4);
     assert_eq!(failure.agent.as_deref(), Some("deploy-agent"));
-    assert_eq!(
-        failure.error.as_deref(),
-        Some("ConnectionRefused: kubectl cannot reach api-server")
-    );
+    assert_eq!(failure.error.as_deref(), Some("ConnectionRefused: kubectl cannot reach api-server"));
     assert_eq!(failure.facts_at_failure, ids(&["F1", "F2", "F3", "F4", "F5"]));
     let analysis = failure.analysis.as_ref().unwrap();
     assert_eq!(
@@ -159,10 +138,7 @@ fn example_3_reports_the_failed_step_its_error_facts_and_analysis() {
         Some("environment-checker verified wrong environment (staging vs production)")
     );
     assert_eq!(analysis.confidence_in_analysis, Some(Confidence::new(0.85).unwrap()));
-    assert_eq!(
-        analysis.recommendation.as_deref(),
-        Some("Add explicit environment parameter validation at step 2")
-    );
+    assert_eq!(analysis.recommendation.as_deref(), Some("Add explicit environment parameter validation at step 2"));
     let durations: Vec<_> = failed.trace.iter().map(|s| s.duration_ms).collect();
     assert_eq!(durations, [Some(2340), Some(1820), Some(45200), Some(5000)]);
     let f3 = failed.facts.get(&id("F3")).unwrap();
@@ -173,13 +149,7 @@ fn example_3_reports_the_failed_step_its_error_facts_and_analysis() {
 fn the_core_structure_template_is_rejected_at_its_first_placeholder() {
     // The template's placeholders (`id: [unique workflow id]`) are YAML lists, not values.
     let err = parse(&fixture("spec-core-structure-template.yaml")).unwrap_err();
-    assert_eq!(
-        err,
-        LctlError::Schema {
-            path: "chain.id".into(),
-            expected: "a string".into()
-        }
-    );
+    assert_eq!(err, LctlError::Schema { path: "chain.id".into(), expected: "a string".into() });
 }
 
 #[test]
