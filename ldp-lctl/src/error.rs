@@ -36,7 +36,7 @@ pub enum LctlError {
     Serialize(String),
     /// A caller asked for something the document cannot provide (e.g. an ack without a chain id).
     #[error("{0}")]
-    Unusable(String),
+    InvalidRequest(String),
 }
 
 fn location_suffix(line: Option<u64>, column: Option<u64>) -> String {

@@ -216,7 +216,7 @@ fn prefix_path(err: LctlError, prefix: &str) -> LctlError {
 }
 
 fn step_number(existing_steps: usize) -> Result<u32, LctlError> {
-    u32::try_from(existing_steps + 1).map_err(|_| LctlError::Unusable("lineage is too long to number".into()))
+    u32::try_from(existing_steps + 1).map_err(|_| LctlError::InvalidRequest("lineage is too long to number".into()))
 }
 
 fn wire_name<T: serde::Serialize>(value: &T) -> Result<String, LctlError> {

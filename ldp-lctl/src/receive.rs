@@ -44,9 +44,9 @@ pub fn receive_document(document: LctlDocument, receiver: Option<&str>) -> Resul
     let chain = document
         .chain
         .as_ref()
-        .ok_or_else(|| LctlError::Unusable("cannot acknowledge: the document has no chain".into()))?;
+        .ok_or_else(|| LctlError::InvalidRequest("cannot acknowledge: the document has no chain".into()))?;
     let agent = receiver.map(str::to_owned).or_else(|| chain.target.clone()).ok_or_else(|| {
-        LctlError::Unusable("cannot acknowledge: no receiver given and chain.target is not set".into())
+        LctlError::InvalidRequest("cannot acknowledge: no receiver given and chain.target is not set".into())
     })?;
     let facts_loaded: Vec<FactId> = match &document.handoff {
         Some(handoff) if !handoff.critical_facts.is_empty() => {
@@ -162,7 +162,7 @@ impl Reception {
         let mut facts = previous.facts.clone();
         for (id, mut fact) in next.updated_facts.iter().cloned() {
             if !facts.contains(&id) {
-                return Err(LctlError::Unusable(format!("cannot update {id}: it is not in the registry")));
+                return Err(LctlError::InvalidRequest(format!("cannot update {id}: it is not in the registry")));
             }
             fact.source.get_or_insert_with(|| next.agent.clone());
             fact.step.get_or_insert(step_number);
@@ -171,10 +171,13 @@ impl Reception {
         for new in &next.new_facts {
             for parent_id in &new.derived_from {
                 let parent = previous.facts.get(parent_id).ok_or_else(|| {
-                    LctlError::Unusable(format!("{} is derived from {parent_id}, which is not in the registry", new.id))
+                    LctlError::InvalidRequest(format!(
+                        "{} is derived from {parent_id}, which is not in the registry",
+                        new.id
+                    ))
                 })?;
                 check_propagation(parent.confidence, next.confidence, new.fact.confidence).map_err(|bound| {
-                    LctlError::Unusable(format!(
+                    LctlError::InvalidRequest(format!(
                         "{} claims {} but the propagation rule caps it at {bound} (parent {parent_id}, own {})",
                         new.id, new.fact.confidence, next.confidence
                     ))

@@ -311,7 +311,13 @@ pub(crate) fn check_document_into(doc: &LctlDocument, index: usize, report: &mut
     check_parallel(doc, index, report);
     check_confidence_bands(doc, index, report);
     check_fact_sources(doc, index, report);
-    check_failure(doc, index, report);
+    check_failed_step(doc, index, report);
+    for group in parallel_groups(doc) {
+        report.parallel_groups.push((index, group));
+    }
+    if let Some(failure) = failure_report(doc) {
+        report.failures.push((index, failure));
+    }
 }
 
 fn check_handoff_references(doc: &LctlDocument, index: usize, report: &mut Report) {
@@ -507,7 +513,7 @@ fn check_fact_sources(doc: &LctlDocument, index: usize, report: &mut Report) {
     }
 }
 
-fn check_failure(doc: &LctlDocument, index: usize, report: &mut Report) {
+fn check_failed_step(doc: &LctlDocument, index: usize, report: &mut Report) {
     if let Some(failed) = doc.chain.as_ref().and_then(|c| c.failed_at_step)
         && !doc.trace.is_empty()
         && !doc.trace.iter().any(|s| s.step == failed)
@@ -519,11 +525,5 @@ fn check_failure(doc: &LctlDocument, index: usize, report: &mut Report) {
             "chain.failed_at_step",
             format!("step {failed} is not in the trace"),
         );
-    }
-    for group in parallel_groups(doc) {
-        report.parallel_groups.push((index, group));
-    }
-    if let Some(failure) = failure_report(doc) {
-        report.failures.push((index, failure));
     }
 }

@@ -58,9 +58,9 @@ fn the_merge_receiver_of_example_2_acknowledges_step_4() {
 #[test]
 fn receiving_needs_a_receiver() {
     let yaml = "lctl: \"3.0\"\nchain: {id: c, step: 1}\n";
-    assert!(matches!(receive(yaml, None), Err(LctlError::Unusable(_))));
+    assert!(matches!(receive(yaml, None), Err(LctlError::InvalidRequest(_))));
     assert_eq!(receive(yaml, Some("me")).unwrap().ack.agent, "me");
-    assert!(matches!(receive("lctl: \"3.0\"\n", Some("me")), Err(LctlError::Unusable(_))));
+    assert!(matches!(receive("lctl: \"3.0\"\n", Some("me")), Err(LctlError::InvalidRequest(_))));
 }
 
 fn fix_step() -> NextStep {
