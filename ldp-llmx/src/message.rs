@@ -584,62 +584,55 @@ impl From<CustomFields> for Object {
 // ---- construction from parsed text ----
 
 /// Takes a block's fields one by one and reports what is missing, mistyped or unknown.
-struct Reader<'a> {
+struct Reader<'a, 'f> {
     block: &'static str,
     at: usize,
-    fields: Vec<Option<RawField<'a>>>,
+    fields: &'f mut Vec<RawField<'a>>,
 }
 
 type Conv<T> = fn(Value) -> Option<T>;
 
-impl<'a> Reader<'a> {
-    fn new(block: &'static str, at: usize, body: RawBody<'a>) -> Result<Self, PErr> {
-        match body {
-            RawBody::Object(fields) => Ok(Reader { block, at, fields: fields.into_iter().map(Some).collect() }),
+impl<'a, 'f> Reader<'a, 'f> {
+    fn new(block: &'static str, raw: RawBlock<'a>, fields: &'f mut Vec<RawField<'a>>) -> Result<Self, PErr> {
+        match raw.body {
+            RawBody::Object => Ok(Reader { block, at: raw.offset, fields }),
             RawBody::Array(_) => {
-                Err(PErr { offset: at, kind: ParseErrorKind::InvalidBody { block, expected: "an object {...}" } })
+                Err(PErr::new(raw.offset, ParseErrorKind::InvalidBody { block, expected: "an object {...}" }))
             }
         }
     }
 
-    fn from_fields(block: &'static str, at: usize, fields: Vec<RawField<'a>>) -> Self {
-        Reader { block, at, fields: fields.into_iter().map(Some).collect() }
+    fn from_fields(block: &'static str, at: usize, fields: &'f mut Vec<RawField<'a>>) -> Self {
+        Reader { block, at, fields }
     }
 
-    fn take(&mut self, key: &str) -> Option<RawField<'a>> {
-        self.fields.iter_mut().find(|f| f.as_ref().is_some_and(|f| f.key == key)).and_then(Option::take)
+    /// The value and offset of `key`, once.
+    fn take(&mut self, key: &str) -> Option<(Value, usize)> {
+        let f = self.fields.iter_mut().find(|f| !f.taken && f.key == key)?;
+        f.taken = true;
+        Some((std::mem::replace(&mut f.value, Value::Bool(false)), f.offset))
     }
 
     fn opt<T>(&mut self, key: &'static str, conv: Conv<T>, expected: &'static str) -> Result<Option<T>, PErr> {
         match self.take(key) {
             None => Ok(None),
-            Some(f) => {
-                let offset = f.offset;
-                conv(f.value).map(Some).ok_or(PErr {
-                    offset,
-                    kind: ParseErrorKind::InvalidField { block: self.block, field: key, expected },
-                })
+            Some((value, offset)) => {
+                conv(value).map(Some).ok_or(PErr::new(offset, ParseErrorKind::InvalidField { block: self.block, field: key, expected }))
             }
         }
     }
 
     fn req<T>(&mut self, key: &'static str, conv: Conv<T>, expected: &'static str) -> Result<T, PErr> {
-        self.opt(key, conv, expected)?.ok_or(PErr {
-            offset: self.at,
-            kind: ParseErrorKind::MissingField { block: self.block, field: key },
-        })
+        self.opt(key, conv, expected)?.ok_or(PErr::new(self.at, ParseErrorKind::MissingField { block: self.block, field: key }))
     }
 
     fn finish(self) -> Result<CustomFields, PErr> {
         let mut custom = Vec::new();
-        for f in self.fields.into_iter().flatten() {
+        for f in self.fields.iter_mut().filter(|f| !f.taken) {
             if !f.key.starts_with("x_") {
-                return Err(PErr {
-                    offset: f.offset,
-                    kind: ParseErrorKind::UnknownField { block: self.block, field: f.key.into_owned() },
-                });
+                return Err(PErr::new(f.offset, ParseErrorKind::UnknownField { block: self.block, field: f.key.to_string() }));
             }
-            custom.push((f.key.into_owned(), f.value));
+            custom.push((f.key.to_string(), std::mem::replace(&mut f.value, Value::Bool(false))));
         }
         Ok(CustomFields(Object::from_unique(custom)))
     }
@@ -684,8 +677,8 @@ const STR: &str = "a string";
 const STRS: &str = "an array of strings";
 const OBJ: &str = "an object";
 
-pub(crate) fn header_from_raw(raw: RawBlock<'_>) -> Result<Header, PErr> {
-    let mut r = Reader::new("HEADER", raw.offset, raw.body)?;
+pub(crate) fn header_from_raw<'a>(raw: RawBlock<'a>, fields: &mut Vec<RawField<'a>>) -> Result<Header, PErr> {
+    let mut r = Reader::new("HEADER", raw, fields)?;
     Ok(Header {
         from: r.req("f", string, STR)?,
         to: r.req("t", string, STR)?,
@@ -695,12 +688,12 @@ pub(crate) fn header_from_raw(raw: RawBlock<'_>) -> Result<Header, PErr> {
     })
 }
 
-pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
+pub(crate) fn block_from_raw<'a>(raw: RawBlock<'a>, fields: &mut Vec<RawField<'a>>) -> Result<Block, PErr> {
     let at = raw.offset;
     Ok(match raw.name {
-        "HEADER" => return Err(PErr { offset: at, kind: ParseErrorKind::ExtraHeader }),
+        "HEADER" => return Err(PErr::new(at, ParseErrorKind::ExtraHeader)),
         "CTX" => {
-            let mut r = Reader::new("CTX", at, raw.body)?;
+            let mut r = Reader::new("CTX", raw, fields)?;
             Block::Ctx(Ctx {
                 project: r.req("p", string, STR)?,
                 files: r.opt("f", strings, STRS)?,
@@ -710,7 +703,7 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
             })
         }
         "REQ" => {
-            let mut r = Reader::new("REQ", at, raw.body)?;
+            let mut r = Reader::new("REQ", raw, fields)?;
             Block::Req(Req {
                 objective: r.req("o", string, STR)?,
                 priority: r.req(
@@ -725,23 +718,17 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
         }
         "PLAN" => {
             let RawBody::Array(items) = raw.body else {
-                return Err(PErr {
-                    offset: at,
-                    kind: ParseErrorKind::InvalidBody { block: "PLAN", expected: "an array of (i,t,s) steps" },
-                });
+                return Err(PErr::new(at, ParseErrorKind::InvalidBody { block: "PLAN", expected: "an array of (i,t,s) steps" }));
             };
             let mut steps = Vec::with_capacity(items.len());
             for (item, offset) in items {
                 // Tuples are what the examples write; objects are what the appendix grammar allows. Both mean a step.
                 let (Value::Tuple(o) | Value::Object(o)) = item else {
-                    return Err(PErr {
-                        offset,
-                        kind: ParseErrorKind::InvalidField { block: "PLAN", field: "step", expected: "a (i,t,s) tuple" },
-                    });
+                    return Err(PErr::new(offset, ParseErrorKind::InvalidField { block: "PLAN", field: "step", expected: "a (i,t,s) tuple" }));
                 };
-                let fields =
-                    o.into_pairs().into_iter().map(|(key, value)| RawField { key: key.into(), value, offset }).collect::<Vec<_>>();
-                let mut r = Reader::from_fields("PLAN", offset, fields);
+                let mut step_fields =
+                    o.into_pairs().into_iter().map(|(key, value)| RawField::new(key.into(), value, offset)).collect();
+                let mut r = Reader::from_fields("PLAN", offset, &mut step_fields);
                 steps.push(PlanStep {
                     id: r.req(
                         "i",
@@ -759,7 +746,7 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
             Block::Plan(Plan { steps })
         }
         "ACT" => {
-            let mut r = Reader::new("ACT", at, raw.body)?;
+            let mut r = Reader::new("ACT", raw, fields)?;
             Block::Act(Act {
                 id: r.opt("i", string, STR)?,
                 op: r.req(
@@ -773,7 +760,7 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
             })
         }
         "OBS" => {
-            let mut r = Reader::new("OBS", at, raw.body)?;
+            let mut r = Reader::new("OBS", raw, fields)?;
             let action_id = r.opt("ai", string, STR)?;
             let status = r.req(
                 "s",
@@ -791,7 +778,7 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
             Block::Obs(Obs { action_id, status, content, error: r.opt("e", string, STR)?, custom: r.finish()? })
         }
         "BLK" => {
-            let mut r = Reader::new("BLK", at, raw.body)?;
+            let mut r = Reader::new("BLK", raw, fields)?;
             Block::Blk(Blk {
                 why: r.req("w", string, STR)?,
                 alternatives: r.req("a", strings, STRS)?,
@@ -800,7 +787,7 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
             })
         }
         "ASK" => {
-            let mut r = Reader::new("ASK", at, raw.body)?;
+            let mut r = Reader::new("ASK", raw, fields)?;
             Block::Ask(Ask {
                 question: r.req("q", string, STR)?,
                 options: r.req("o", strings, STRS)?,
@@ -809,7 +796,7 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
             })
         }
         "END" => {
-            let mut r = Reader::new("END", at, raw.body)?;
+            let mut r = Reader::new("END", raw, fields)?;
             Block::End(End {
                 next: r.req("n", string, STR)?,
                 tests: r.opt("t", strings, STRS)?,
@@ -819,16 +806,14 @@ pub(crate) fn block_from_raw(raw: RawBlock<'_>) -> Result<Block, PErr> {
             })
         }
         "RES" => {
-            let mut r = Reader::new("RES", at, raw.body)?;
+            let mut r = Reader::new("RES", raw, fields)?;
             Block::Res(Res { option: r.req("o", string, STR)?, msg: r.opt("msg", string, STR)?, custom: r.finish()? })
         }
         other => {
             let body = match raw.body {
-                RawBody::Object(fields) => {
-                    BlockBody::Object(Object::from_unique(
-                    fields.into_iter().map(|f| (f.key.into_owned(), f.value)).collect(),
-                ))
-                }
+                RawBody::Object => BlockBody::Object(Object::from_unique(
+                    fields.drain(..).map(|f| (f.key.into_owned(), f.value)).collect(),
+                )),
                 RawBody::Array(items) => BlockBody::Array(items.into_iter().map(|(v, _)| v).collect()),
             };
             // The parser only hands over names of the block-type shape, and standard names are matched above.

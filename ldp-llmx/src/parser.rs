@@ -64,7 +64,7 @@ impl Parser {
             if c.at_eof() {
                 Ok(m)
             } else {
-                Err(PErr { offset: c.i, kind: ParseErrorKind::ExtraHeader })
+                Err(PErr::new(c.i, ParseErrorKind::ExtraHeader))
             }
         };
         run().map_err(|e| e.locate(text))
@@ -105,13 +105,18 @@ impl Parser {
 /// An error at a byte offset; turned into line:column only once, at the top.
 #[derive(Debug)]
 pub(crate) struct PErr {
-    pub(crate) offset: usize,
-    pub(crate) kind: ParseErrorKind,
+    offset: usize,
+    // Boxed so that the parser's many `Result`s stay as small as the values they carry.
+    kind: Box<ParseErrorKind>,
 }
 
 impl PErr {
+    pub(crate) fn new(offset: usize, kind: ParseErrorKind) -> Self {
+        PErr { offset, kind: Box::new(kind) }
+    }
+
     fn locate(self, text: &str) -> LlmxError {
-        LlmxError::Parse { position: Position::of_offset(text, self.offset), kind: self.kind }
+        LlmxError::Parse { position: Position::of_offset(text, self.offset), kind: *self.kind }
     }
 }
 
@@ -120,11 +125,44 @@ pub(crate) struct RawField<'a> {
     pub(crate) key: Cow<'a, str>,
     pub(crate) value: Value,
     pub(crate) offset: usize,
+    /// Set once the typed reader has consumed the field.
+    pub(crate) taken: bool,
+}
+
+impl<'a> RawField<'a> {
+    pub(crate) fn new(key: Cow<'a, str>, value: Value, offset: usize) -> Self {
+        RawField { key, value, offset, taken: false }
+    }
+}
+
+/// Something `pairs` can collect: a block's top-level field, or an entry of a generic object.
+trait Pair<'a> {
+    fn make(key: Cow<'a, str>, value: Value, offset: usize) -> Self;
+    fn key(&self) -> &str;
+}
+
+impl<'a> Pair<'a> for RawField<'a> {
+    fn make(key: Cow<'a, str>, value: Value, offset: usize) -> Self {
+        RawField::new(key, value, offset)
+    }
+    fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl<'a> Pair<'a> for (String, Value) {
+    fn make(key: Cow<'a, str>, value: Value, _: usize) -> Self {
+        (key.into_owned(), value)
+    }
+    fn key(&self) -> &str {
+        &self.0
+    }
 }
 
 /// A block body before typing.
-pub(crate) enum RawBody<'a> {
-    Object(Vec<RawField<'a>>),
+pub(crate) enum RawBody {
+    /// The fields are in the vector handed to [`Cursor::block`], reused from block to block to save allocations.
+    Object,
     Array(Vec<(Value, usize)>),
 }
 
@@ -132,7 +170,7 @@ pub(crate) enum RawBody<'a> {
 pub(crate) struct RawBlock<'a> {
     pub(crate) name: &'a str,
     pub(crate) offset: usize,
-    pub(crate) body: RawBody<'a>,
+    pub(crate) body: RawBody,
 }
 
 fn is_key_start(b: u8) -> bool {
@@ -154,11 +192,12 @@ struct Cursor<'a> {
     i: usize,
     depth: usize,
     max_depth: usize,
+    scratch: Vec<RawField<'a>>,
 }
 
 impl<'a> Cursor<'a> {
     fn new(text: &'a str, max_depth: usize) -> Self {
-        Cursor { text, b: text.as_bytes(), i: 0, depth: 0, max_depth }
+        Cursor { text, b: text.as_bytes(), i: 0, depth: 0, max_depth, scratch: Vec::new() }
     }
 
     fn at_eof(&self) -> bool {
@@ -190,7 +229,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn unexpected(&self, expected: &'static str) -> PErr {
-        PErr { offset: self.i, kind: ParseErrorKind::Unexpected { expected, found: self.found() } }
+        PErr::new(self.i, ParseErrorKind::Unexpected { expected, found: self.found() })
     }
 
     fn expect(&mut self, byte: u8, expected: &'static str) -> Result<(), PErr> {
@@ -204,7 +243,7 @@ impl<'a> Cursor<'a> {
 
     fn enter(&mut self) -> Result<(), PErr> {
         if self.depth >= self.max_depth {
-            return Err(PErr { offset: self.i, kind: ParseErrorKind::TooDeep { limit: self.max_depth } });
+            return Err(PErr::new(self.i, ParseErrorKind::TooDeep { limit: self.max_depth }));
         }
         self.depth += 1;
         Ok(())
@@ -224,26 +263,29 @@ impl<'a> Cursor<'a> {
 
     fn message(&mut self) -> Result<Message, PErr> {
         if !self.at_header() {
-            return Err(PErr { offset: self.i, kind: ParseErrorKind::MissingHeader });
+            return Err(PErr::new(self.i, ParseErrorKind::MissingHeader));
         }
-        let header = self.block()?;
-        let header = message::header_from_raw(header)?;
+        let mut fields = std::mem::take(&mut self.scratch);
+        let raw = self.block(&mut fields)?;
+        let header = message::header_from_raw(raw, &mut fields)?;
         let mut blocks = Vec::new();
         loop {
             self.ws();
             if self.at_eof() || self.at_header() {
                 break;
             }
-            let raw = self.block()?;
-            blocks.push(message::block_from_raw(raw)?);
+            let raw = self.block(&mut fields)?;
+            blocks.push(message::block_from_raw(raw, &mut fields)?);
         }
+        self.scratch = fields;
         if blocks.is_empty() {
-            return Err(PErr { offset: self.i, kind: ParseErrorKind::NoBlocks });
+            return Err(PErr::new(self.i, ParseErrorKind::NoBlocks));
         }
         Ok(Message { header, blocks })
     }
 
-    fn block(&mut self) -> Result<RawBlock<'a>, PErr> {
+    /// A block; an object body's fields go to `fields` (cleared first).
+    fn block(&mut self, fields: &mut Vec<RawField<'a>>) -> Result<RawBlock<'a>, PErr> {
         let offset = self.i;
         if !self.peek().is_some_and(|b| b.is_ascii_alphabetic()) {
             return Err(self.unexpected("a block type such as REQ"));
@@ -255,9 +297,10 @@ impl<'a> Cursor<'a> {
             Some(b'{') => {
                 self.enter()?;
                 self.i += 1;
-                let fields = self.pairs(b'}', "',' or '}'")?;
+                fields.clear();
+                self.pairs(b'}', "',' or '}'", fields)?;
                 self.depth -= 1;
-                RawBody::Object(fields.into_iter().map(|(key, value, offset)| RawField { key, value, offset }).collect())
+                RawBody::Object
             }
             Some(b'[') => {
                 self.enter()?;
@@ -291,16 +334,15 @@ impl<'a> Cursor<'a> {
     }
 
     /// `key:value` pairs up to `close`; the opening bracket is already consumed.
-    fn pairs(&mut self, close: u8, sep_expected: &'static str) -> Result<Vec<(Cow<'a, str>, Value, usize)>, PErr> {
-        // Keys stay borrowed from the input: typed blocks only compare them, so most never need an allocation.
-        let mut out: Vec<(Cow<'a, str>, Value, usize)> = Vec::new();
+    fn pairs<P: Pair<'a>>(&mut self, close: u8, sep_expected: &'static str, out: &mut Vec<P>) -> Result<(), PErr> {
+        // Keys stay borrowed from the input until stored: typed blocks only compare them.
         // Linear duplicate search is fastest for the small objects LLMX carries; a set takes over for big ones so
         // that hostile input stays linear.
         let mut seen: Option<HashSet<Cow<'a, str>>> = None;
         self.ws();
         if self.peek() == Some(close) {
             self.i += 1;
-            return Ok(out);
+            return Ok(());
         }
         loop {
             self.ws();
@@ -313,9 +355,10 @@ impl<'a> Cursor<'a> {
             let dup = match &mut seen {
                 Some(set) => !set.insert(key.clone()),
                 None => {
-                    let dup = out.iter().any(|(k, _, _)| *k == key);
+                    let dup = out.iter().any(|p| p.key() == key);
                     if out.len() >= 16 {
-                        let mut set: HashSet<Cow<'a, str>> = out.iter().map(|(k, _, _)| k.clone()).collect();
+                        let mut set: HashSet<Cow<'a, str>> =
+                            out.iter().map(|p| Cow::Owned(p.key().to_owned())).collect();
                         set.insert(key.clone());
                         seen = Some(set);
                     }
@@ -323,20 +366,20 @@ impl<'a> Cursor<'a> {
                 }
             };
             if dup {
-                return Err(PErr { offset: key_at, kind: ParseErrorKind::DuplicateField { field: key.into_owned() } });
+                return Err(PErr::new(key_at, ParseErrorKind::DuplicateField { field: key.into_owned() }));
             }
             self.ws();
             self.expect(b':', "':' after the field name")?;
             self.ws();
             let at = self.i;
             let value = self.value()?;
-            out.push((key, value, at));
+            out.push(P::make(key, value, at));
             self.ws();
             match self.peek() {
                 Some(b',') => self.i += 1,
                 Some(b) if b == close => {
                     self.i += 1;
-                    return Ok(out);
+                    return Ok(());
                 }
                 _ => return Err(self.unexpected(sep_expected)),
             }
@@ -350,16 +393,18 @@ impl<'a> Cursor<'a> {
             Some(b'{') => {
                 self.enter()?;
                 self.i += 1;
-                let pairs = self.pairs(b'}', "',' or '}'")?;
+                let mut pairs = Vec::new();
+                self.pairs(b'}', "',' or '}'", &mut pairs)?;
                 self.depth -= 1;
-                Ok(Value::Object(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k.into_owned(), v)).collect())))
+                Ok(Value::Object(Object::from_unique(pairs)))
             }
             Some(b'(') => {
                 self.enter()?;
                 self.i += 1;
-                let pairs = self.pairs(b')', "',' or ')'")?;
+                let mut pairs = Vec::new();
+                self.pairs(b')', "',' or ')'", &mut pairs)?;
                 self.depth -= 1;
-                Ok(Value::Tuple(Object::from_unique(pairs.into_iter().map(|(k, v, _)| (k.into_owned(), v)).collect())))
+                Ok(Value::Tuple(Object::from_unique(pairs)))
             }
             Some(b'[') => {
                 self.enter()?;
@@ -438,10 +483,10 @@ impl<'a> Cursor<'a> {
             .parse::<f64>()
             .ok()
             .and_then(Number::from_f64)
-            .ok_or(PErr { offset: start, kind: ParseErrorKind::Unexpected {
+            .ok_or(PErr::new(start, ParseErrorKind::Unexpected {
                 expected: "a number within the range of f64",
                 found: format!("{lexeme:?}"),
-            } })
+            }))
     }
 
     /// A quoted string; the cursor is on the opening quote.
@@ -463,7 +508,7 @@ impl<'a> Cursor<'a> {
                     return Ok(Cow::Borrowed(s));
                 }
                 Some(b'\\') => break,
-                Some(b) if b < 0x20 => return Err(PErr { offset: self.i, kind: ParseErrorKind::ControlCharacter }),
+                Some(b) if b < 0x20 => return Err(PErr::new(self.i, ParseErrorKind::ControlCharacter)),
                 Some(_) => self.i += 1,
             }
         }
@@ -487,7 +532,7 @@ impl<'a> Cursor<'a> {
                 Some(b'\\') => {
                     let esc_at = self.i;
                     self.i += 1;
-                    let bad = PErr { offset: esc_at, kind: ParseErrorKind::InvalidEscape };
+                    let bad = PErr::new(esc_at, ParseErrorKind::InvalidEscape);
                     let c = match self.peek() {
                         Some(b'"') => '"',
                         Some(b'\\') => '\\',
@@ -499,13 +544,13 @@ impl<'a> Cursor<'a> {
                         Some(b't') => '\t',
                         Some(b'u') => {
                             self.i += 1;
-                            let hi = self.hex4().ok_or(PErr { offset: esc_at, kind: ParseErrorKind::InvalidEscape })?;
+                            let hi = self.hex4().ok_or(PErr::new(esc_at, ParseErrorKind::InvalidEscape))?;
                             let code = if (0xD800..0xDC00).contains(&hi) {
                                 if !self.b[self.i..].starts_with(b"\\u") {
                                     return Err(bad);
                                 }
                                 self.i += 2;
-                                let lo = self.hex4().ok_or(PErr { offset: esc_at, kind: ParseErrorKind::InvalidEscape })?;
+                                let lo = self.hex4().ok_or(PErr::new(esc_at, ParseErrorKind::InvalidEscape))?;
                                 if !(0xDC00..0xE000).contains(&lo) {
                                     return Err(bad);
                                 }
@@ -521,7 +566,7 @@ impl<'a> Cursor<'a> {
                     self.i += 1;
                     out.push(c);
                 }
-                Some(_) => return Err(PErr { offset: self.i, kind: ParseErrorKind::ControlCharacter }),
+                Some(_) => return Err(PErr::new(self.i, ParseErrorKind::ControlCharacter)),
             }
         }
     }
