@@ -324,10 +324,9 @@ fn blocks_from_body(body: &Body) -> Result<Vec<Block>, LlmxError> {
             })],
         },
         Body::TaskFailed(f) => match llmx_type(&f.extra) {
-            Some("OBS") => vec![Block::Obs(from_json::<Obs>(
-                f.extra.get(OBS_EXTRA).cloned().unwrap_or_default(),
-                OBS_EXTRA,
-            )?)],
+            Some("OBS") => {
+                vec![Block::Obs(from_json::<Obs>(f.extra.get(OBS_EXTRA).cloned().unwrap_or_default(), OBS_EXTRA)?)]
+            }
             _ => {
                 let mut content = Object::new();
                 content.insert("code", f.error.code.clone());

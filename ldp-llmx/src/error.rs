@@ -22,10 +22,7 @@ impl Position {
         let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
         let line_start = before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         let column = text[line_start..offset].chars().count() + 1;
-        Position {
-            line: u32::try_from(line).unwrap_or(u32::MAX),
-            column: u32::try_from(column).unwrap_or(u32::MAX),
-        }
+        Position { line: u32::try_from(line).unwrap_or(u32::MAX), column: u32::try_from(column).unwrap_or(u32::MAX) }
     }
 }
 

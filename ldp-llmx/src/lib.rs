@@ -49,8 +49,8 @@ pub use batch::{BatchTracker, ObserveReport};
 pub use bridge::{BridgeConfig, from_ldp, to_ldp};
 pub use error::{LlmxError, ParseErrorKind, Position};
 pub use message::{
-    Act, Ask, Blk, Block, BlockBody, Ctx, CustomFields, End, ExtensionBlock, Header, Message, Obs, ObsStatus, Operation,
-    Plan, PlanStep, Priority, Req, Res, STANDARD_TYPES, StepId, StepStatus,
+    Act, Ask, Blk, Block, BlockBody, Ctx, CustomFields, End, ExtensionBlock, Header, Message, Obs, ObsStatus,
+    Operation, Plan, PlanStep, Priority, Req, Res, STANDARD_TYPES, StepId, StepStatus,
 };
 pub use parser::{DEFAULT_MAX_DEPTH, Parser, parse, parse_all};
 pub use shortcut::{Lines, OpShortcut, PathRef, Resource, SafeRoot, Target};

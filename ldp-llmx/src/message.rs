@@ -491,8 +491,8 @@ impl ExtensionBlock {
     pub fn new(name: impl Into<String>, body: BlockBody) -> Result<Self, LlmxError> {
         let name = name.into();
         let b = name.as_bytes();
-        let well_formed = b.first().is_some_and(u8::is_ascii_alphabetic)
-            && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
+        let well_formed =
+            b.first().is_some_and(u8::is_ascii_alphabetic) && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_');
         if !well_formed {
             return Err(LlmxError::InvalidName { name, reason: "a block type is a letter then letters, digits or _" });
         }
@@ -616,21 +616,25 @@ impl<'a, 'f> Reader<'a, 'f> {
     fn opt<T>(&mut self, key: &'static str, conv: Conv<T>, expected: &'static str) -> Result<Option<T>, PErr> {
         match self.take(key) {
             None => Ok(None),
-            Some((value, offset)) => {
-                conv(value).map(Some).ok_or(PErr::new(offset, ParseErrorKind::InvalidField { block: self.block, field: key, expected }))
-            }
+            Some((value, offset)) => conv(value)
+                .map(Some)
+                .ok_or(PErr::new(offset, ParseErrorKind::InvalidField { block: self.block, field: key, expected })),
         }
     }
 
     fn req<T>(&mut self, key: &'static str, conv: Conv<T>, expected: &'static str) -> Result<T, PErr> {
-        self.opt(key, conv, expected)?.ok_or(PErr::new(self.at, ParseErrorKind::MissingField { block: self.block, field: key }))
+        self.opt(key, conv, expected)?
+            .ok_or(PErr::new(self.at, ParseErrorKind::MissingField { block: self.block, field: key }))
     }
 
     fn finish(self) -> Result<CustomFields, PErr> {
         let mut custom = Vec::new();
         for f in self.fields.iter_mut().filter(|f| !f.taken) {
             if !f.key.starts_with("x_") {
-                return Err(PErr::new(f.offset, ParseErrorKind::UnknownField { block: self.block, field: f.key.to_string() }));
+                return Err(PErr::new(
+                    f.offset,
+                    ParseErrorKind::UnknownField { block: self.block, field: f.key.to_string() },
+                ));
             }
             custom.push((f.key.to_string(), std::mem::replace(&mut f.value, Value::Bool(false))));
         }
@@ -718,13 +722,19 @@ pub(crate) fn block_from_raw<'a>(raw: RawBlock<'a>, fields: &mut Vec<RawField<'a
         }
         "PLAN" => {
             let RawBody::Array(items) = raw.body else {
-                return Err(PErr::new(at, ParseErrorKind::InvalidBody { block: "PLAN", expected: "an array of (i,t,s) steps" }));
+                return Err(PErr::new(
+                    at,
+                    ParseErrorKind::InvalidBody { block: "PLAN", expected: "an array of (i,t,s) steps" },
+                ));
             };
             let mut steps = Vec::with_capacity(items.len());
             for (item, offset) in items {
                 // Tuples are what the examples write; objects are what the appendix grammar allows. Both mean a step.
                 let (Value::Tuple(o) | Value::Object(o)) = item else {
-                    return Err(PErr::new(offset, ParseErrorKind::InvalidField { block: "PLAN", field: "step", expected: "a (i,t,s) tuple" }));
+                    return Err(PErr::new(
+                        offset,
+                        ParseErrorKind::InvalidField { block: "PLAN", field: "step", expected: "a (i,t,s) tuple" },
+                    ));
                 };
                 let mut step_fields =
                     o.into_pairs().into_iter().map(|(key, value)| RawField::new(key.into(), value, offset)).collect();

@@ -61,11 +61,7 @@ impl Parser {
             c.ws();
             let m = c.message()?;
             c.ws();
-            if c.at_eof() {
-                Ok(m)
-            } else {
-                Err(PErr::new(c.i, ParseErrorKind::ExtraHeader))
-            }
+            if c.at_eof() { Ok(m) } else { Err(PErr::new(c.i, ParseErrorKind::ExtraHeader)) }
         };
         run().map_err(|e| e.locate(text))
     }
@@ -479,14 +475,10 @@ impl<'a> Cursor<'a> {
         }
         // Decimals, and integers too large for i64, go through the standard library's correctly rounded parser.
         let lexeme = &self.text[start..self.i];
-        lexeme
-            .parse::<f64>()
-            .ok()
-            .and_then(Number::from_f64)
-            .ok_or(PErr::new(start, ParseErrorKind::Unexpected {
-                expected: "a number within the range of f64",
-                found: format!("{lexeme:?}"),
-            }))
+        lexeme.parse::<f64>().ok().and_then(Number::from_f64).ok_or(PErr::new(
+            start,
+            ParseErrorKind::Unexpected { expected: "a number within the range of f64", found: format!("{lexeme:?}") },
+        ))
     }
 
     /// A quoted string; the cursor is on the opening quote.

@@ -285,9 +285,8 @@ impl SafeRoot {
             out.push(p);
         }
         // Belt and braces: the joined path must not contain a component that climbs or re-roots.
-        if out.strip_prefix(&self.root).map_or(true, |rel| {
-            rel.components().any(|c| !matches!(c, Component::Normal(_)))
-        }) {
+        if out.strip_prefix(&self.root).map_or(true, |rel| rel.components().any(|c| !matches!(c, Component::Normal(_))))
+        {
             return Err(escape());
         }
         Ok(out)

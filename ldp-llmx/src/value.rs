@@ -84,11 +84,7 @@ impl fmt::Display for Number {
             N::Float(x) => {
                 // `Display` for f64 never uses an exponent and prints the shortest text that reads back exactly.
                 let s = x.to_string();
-                if s.contains('.') {
-                    f.write_str(&s)
-                } else {
-                    write!(f, "{s}.0")
-                }
+                if s.contains('.') { f.write_str(&s) } else { write!(f, "{s}.0") }
             }
         }
     }
@@ -224,9 +220,7 @@ impl Value {
             serde_json::Value::String(s) => Value::Str(s.clone()),
             serde_json::Value::Array(a) => Value::Array(a.iter().map(Value::from_json).collect::<Option<_>>()?),
             serde_json::Value::Object(o) => Value::Object(Object::from_unique(
-                o.iter()
-                    .map(|(k, v)| Some((k.clone(), Value::from_json(v)?)))
-                    .collect::<Option<_>>()?,
+                o.iter().map(|(k, v)| Some((k.clone(), Value::from_json(v)?))).collect::<Option<_>>()?,
             )),
         })
     }
@@ -238,7 +232,9 @@ impl Value {
             Value::Number(n) => match n.0 {
                 N::Int(i) => serde_json::Value::from(i),
                 N::UInt(u) => serde_json::Value::from(u),
-                N::Float(f) => serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, serde_json::Value::Number),
+                N::Float(f) => {
+                    serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, serde_json::Value::Number)
+                }
             },
             Value::Bool(b) => serde_json::Value::Bool(*b),
             Value::Array(a) => serde_json::Value::Array(a.iter().map(Value::to_json).collect()),

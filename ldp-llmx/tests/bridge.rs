@@ -215,7 +215,10 @@ fn envelopes_from_plain_ldp_peers_map_to_the_nearest_block() {
     );
     let ms = from_ldp(&[submit, result], &cfg()).unwrap();
     assert_eq!(ms.len(), 2);
-    assert_eq!((ms[0].header.from.as_str(), ms[0].header.to.as_str(), ms[0].header.seq), ("router-alpha", "qwen3-8b", 1));
+    assert_eq!(
+        (ms[0].header.from.as_str(), ms[0].header.to.as_str(), ms[0].header.seq),
+        ("router-alpha", "qwen3-8b", 1)
+    );
     let Block::Req(r) = &ms[0].blocks[0] else { panic!("not REQ") };
     assert_eq!(r.objective, "Compare the tradeoffs");
     assert_eq!(r.custom.get("x_skill"), Some(&"reasoning".into()));

@@ -101,7 +101,10 @@ fn second_header_where_one_message_expected() {
     let (l, c, k, _) = fail("HEADER:{f:A,t:B,s:1}\nRES:{o:A}\nHEADER:{f:B,t:A,s:2}\nRES:{o:B}");
     assert_eq!(k, ParseErrorKind::ExtraHeader);
     assert_eq!((l, c), (3, 1));
-    assert_eq!(ldp_llmx::parse_all("HEADER:{f:A,t:B,s:1}\nRES:{o:A}\nHEADER:{f:B,t:A,s:2}\nRES:{o:B}").unwrap().len(), 2);
+    assert_eq!(
+        ldp_llmx::parse_all("HEADER:{f:A,t:B,s:1}\nRES:{o:A}\nHEADER:{f:B,t:A,s:2}\nRES:{o:B}").unwrap().len(),
+        2
+    );
 }
 
 #[test]
@@ -141,8 +144,10 @@ fn wrong_body_shape() {
 
 #[test]
 fn string_escapes_and_their_errors() {
-    let m = parse(r#"HEADER:{f:A,t:B,s:1}
-RES:{o:"a\"b\\c\/d\n\t\u00e9\ud83d\ude00"}"#)
+    let m = parse(
+        r#"HEADER:{f:A,t:B,s:1}
+RES:{o:"a\"b\\c\/d\n\t\u00e9\ud83d\ude00"}"#,
+    )
     .unwrap();
     let ldp_llmx::Block::Res(r) = &m.blocks[0] else { panic!() };
     assert_eq!(r.option, "a\"b\\c/d\n\té😀");
@@ -208,6 +213,8 @@ fn nack_carries_the_position() {
     let nack = ldp_llmx::Res::nack(&err);
     assert_eq!(
         nack.msg.as_deref(),
-        Some("parse error: invalid field 'pr' in REQ: expected an integer from 1 (critical) to 5 (low) at line 2, column 13")
+        Some(
+            "parse error: invalid field 'pr' in REQ: expected an integer from 1 (critical) to 5 (low) at line 2, column 13"
+        )
     );
 }

@@ -54,14 +54,17 @@ fn object() -> impl Strategy<Value = Object> {
 }
 
 fn custom() -> impl Strategy<Value = CustomFields> {
-    prop::collection::vec((prop_oneof!["x_[a-z0-9_]{1,6}", any::<String>().prop_map(|s| format!("x_{s}"))], value()), 0..3)
-        .prop_map(|pairs| {
-            let mut c = CustomFields::new();
-            for (k, v) in pairs {
-                c.insert(k, v).unwrap();
-            }
-            c
-        })
+    prop::collection::vec(
+        (prop_oneof!["x_[a-z0-9_]{1,6}", any::<String>().prop_map(|s| format!("x_{s}"))], value()),
+        0..3,
+    )
+    .prop_map(|pairs| {
+        let mut c = CustomFields::new();
+        for (k, v) in pairs {
+            c.insert(k, v).unwrap();
+        }
+        c
+    })
 }
 
 fn texts() -> impl Strategy<Value = Vec<String>> {
@@ -90,10 +93,7 @@ fn block() -> impl Strategy<Value = Block> {
     let step_id = prop_oneof![any::<u64>().prop_map(StepId::Num), text().prop_map(StepId::Name)];
     let plan = prop::collection::vec((step_id, text(), status, custom()), 0..4).prop_map(|steps| {
         Block::Plan(Plan {
-            steps: steps
-                .into_iter()
-                .map(|(id, task, status, custom)| PlanStep { id, task, status, custom })
-                .collect(),
+            steps: steps.into_iter().map(|(id, task, status, custom)| PlanStep { id, task, status, custom }).collect(),
         })
     });
     let op = prop_oneof![
@@ -104,9 +104,8 @@ fn block() -> impl Strategy<Value = Block> {
         Just(Operation::Search),
         Just(Operation::Spawn)
     ];
-    let act = (prop::option::of(text()), op, text(), prop::option::of(object()), custom()).prop_map(
-        |(id, op, tgt, args, custom)| Block::Act(Act { id, op, target: Target::from(tgt), args, custom }),
-    );
+    let act = (prop::option::of(text()), op, text(), prop::option::of(object()), custom())
+        .prop_map(|(id, op, tgt, args, custom)| Block::Act(Act { id, op, target: Target::from(tgt), args, custom }));
     let obs = (prop::option::of(text()), any::<bool>(), prop::option::of(object()), prop::option::of(text()), custom())
         .prop_map(|(action_id, ok, content, error, custom)| {
             // Content is required for OK (see the Obs docs).

@@ -37,9 +37,9 @@ fn section_3_1_header_examples() {
 
 #[test]
 fn section_3_2_ctx_example() {
-    let Block::Ctx(c) = block(
-        r#"CTX:{p:myapp,f:["src/api.ts","src/db.ts"],st:{phase:"P1",env:"dev"},issue:"PROJ-123"}"#,
-    ) else {
+    let Block::Ctx(c) =
+        block(r#"CTX:{p:myapp,f:["src/api.ts","src/db.ts"],st:{phase:"P1",env:"dev"},issue:"PROJ-123"}"#)
+    else {
         panic!("not CTX")
     };
     assert_eq!(c.project, "myapp");
@@ -135,7 +135,8 @@ fn section_3_6_obs_examples() {
 
 #[test]
 fn section_3_7_blk_example() {
-    let Block::Blk(b) = block(r#"BLK:{w:"missing API credentials",a:["use mock","wait for config","skip feature"],esc:true}"#)
+    let Block::Blk(b) =
+        block(r#"BLK:{w:"missing API credentials",a:["use mock","wait for config","skip feature"],esc:true}"#)
     else {
         panic!("not BLK")
     };
