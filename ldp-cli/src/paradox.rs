@@ -30,14 +30,14 @@ pub struct ParadoxArgs {
 /// Runs the experiment and prints it as a table, JSON or CSV.
 pub fn run(args: ParadoxArgs) -> ExitCode {
     let output = if args.sensitivity {
-        run_sensitivity(args.seed, args.seeds, args.tasks).and_then(|report| {
-            Ok(if args.json {
+        run_sensitivity(args.seed, args.seeds, args.tasks).map(|report| {
+            if args.json {
                 to_json(serde_json::to_string_pretty(&report))
             } else if args.csv {
                 report.to_csv()
             } else {
                 format!("{report}\n")
-            })
+            }
         })
     } else {
         run_experiment(&Scenario::table2(args.tasks), args.seed, args.seeds).map(|report| {

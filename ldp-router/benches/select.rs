@@ -5,8 +5,8 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ldp_router::{
-    Candidate, ClaimType, Outcome, Quality, QualityClaim, Router, RouterConfig, SelectionRequest, SkillOffer, Strategy,
-    VerificationSource,
+    Candidate, ClaimType, Exploration, LearnerConfig, Outcome, Quality, QualityClaim, Router, RouterConfig,
+    SelectionRequest, SkillOffer, Strategy, VerificationSource,
 };
 use time::macros::datetime;
 
@@ -14,9 +14,9 @@ const POOL: usize = 10_000;
 
 /// A pool with a realistic mix: every delegate self-claims, a third also carry an issuer attestation (some
 /// expiring), a third have runtime observations, and they spread over two trust domains and three jurisdictions.
-fn pool() -> Router {
+fn pool(config: RouterConfig) -> Router {
     let now = datetime!(2026-03-15 12:00 UTC);
-    let mut router = Router::new(RouterConfig::default()).unwrap();
+    let mut router = Router::new(config).unwrap();
     for i in 0..POOL {
         let id = format!("ldp:delegate:bench-{i:05}");
         let quality = Quality::new(0.4 + 0.5 * ((i * 7919) % POOL) as f64 / POOL as f64).unwrap();
@@ -51,7 +51,11 @@ fn pool() -> Router {
 
 fn bench_select(c: &mut Criterion) {
     let now = datetime!(2026-03-15 12:00 UTC);
-    let mut router = pool();
+    let mut router = pool(RouterConfig::default());
+    let mut greedy = pool(RouterConfig {
+        learner: LearnerConfig { exploration: Exploration::Greedy, ..LearnerConfig::default() },
+        ..RouterConfig::default()
+    });
     let balanced = SelectionRequest::new("reasoning").strategy(Strategy::Balanced);
     let filtered = SelectionRequest::new("reasoning")
         .strategy(Strategy::Balanced)
@@ -61,6 +65,7 @@ fn bench_select(c: &mut Criterion) {
         .max_cost_usd(0.04);
     let mut group = c.benchmark_group("select_10k");
     group.bench_function("balanced", |b| b.iter(|| router.select(&balanced, now).unwrap()));
+    group.bench_function("balanced_greedy", |b| b.iter(|| greedy.select(&balanced, now).unwrap()));
     group.bench_function("balanced_filtered", |b| b.iter(|| router.select(&filtered, now).unwrap()));
     group.finish();
 }

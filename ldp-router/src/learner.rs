@@ -61,19 +61,31 @@ impl LearnerConfig {
         Ok(())
     }
 
-    /// The score used for ranking: the mean, plus exploration.
-    pub(crate) fn draw(&self, mean: f64, strength: f64, rng: &mut impl Rng) -> f64 {
-        let sd = || self.outcome_sd / strength.max(f64::MIN_POSITIVE).sqrt();
+    /// The quality used for ranking: the mean plus exploration, for evidence of weight `1 / unit_sd²`.
+    pub(crate) fn draw(&self, mean: f64, unit_sd: f64, rng: &mut impl Rng) -> f64 {
         match self.exploration {
             Exploration::Greedy => mean,
-            Exploration::Optimistic { c } => mean + c * sd(),
+            Exploration::Optimistic { c } => mean + c * self.outcome_sd * unit_sd,
             Exploration::Thompson => {
                 let z: f64 = rng.sample(StandardNormal);
-                mean + z * sd()
+                mean + z.clamp(-THOMPSON_TAIL, THOMPSON_TAIL) * self.outcome_sd * unit_sd
             }
         }
     }
+
+    /// The largest value [`LearnerConfig::draw`] can return, so that hopeless candidates need no draw.
+    pub(crate) fn upper(&self, mean: f64, unit_sd: f64) -> f64 {
+        match self.exploration {
+            Exploration::Greedy => mean,
+            Exploration::Optimistic { c } => mean + c * self.outcome_sd * unit_sd,
+            Exploration::Thompson => mean + THOMPSON_TAIL * self.outcome_sd * unit_sd,
+        }
+    }
 }
+
+/// Thompson draws are truncated at this many standard deviations (a 6e-5 tail), which bounds every draw and lets
+/// selection skip candidates that could not win even with the luckiest draw.
+const THOMPSON_TAIL: f64 = 4.0;
 
 /// The router's own estimate of one delegate on one skill, treated as a `runtime_observed` claim.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -95,23 +107,21 @@ pub(crate) struct ArmStats {
     sum_w: f64,
     sum_wx: f64,
     count: u64,
-    last_at: Option<OffsetDateTime>,
 }
 
 impl ArmStats {
-    pub(crate) fn record(&mut self, score: Quality, recency: f64, now: OffsetDateTime) {
+    pub(crate) fn record(&mut self, score: Quality, recency: f64) {
         self.sum_w = self.sum_w * recency + 1.0;
         self.sum_wx = self.sum_wx * recency + score.get();
         self.count += 1;
-        self.last_at = Some(now);
     }
 
-    pub(crate) fn observed(&self) -> Option<ObservedQuality> {
+    pub(crate) fn observed(&self, last_at: Option<OffsetDateTime>) -> Option<ObservedQuality> {
         (self.count > 0 && self.sum_w > 0.0).then(|| ObservedQuality {
             mean: self.sum_wx / self.sum_w,
             weight: self.sum_w,
             count: self.count,
-            last_at: self.last_at,
+            last_at,
         })
     }
 }

@@ -683,8 +683,8 @@ impl fmt::Display for SensitivityReport {
         writeln!(f)?;
         writeln!(
             f,
-            "{:>9} {:>9} {:>5} {:>7} {:>7} {:>8} {:>7}  {}",
-            "dishonest", "inflation", "pool", "blind", "self", "attested", "ours", "self < blind"
+            "{:>9} {:>9} {:>5} {:>7} {:>7} {:>8} {:>7}  self < blind",
+            "dishonest", "inflation", "pool", "blind", "self", "attested", "ours"
         )?;
         for r in &self.rows {
             writeln!(

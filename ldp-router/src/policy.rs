@@ -130,6 +130,18 @@ impl CompiledClaim {
     }
 }
 
+/// How long, in seconds, a memoised assessment with decaying claims is reused: with the default 30-day half-life
+/// a minute changes a claim's weight by less than 0.002%.
+pub(crate) const DECAY_QUANTUM_S: f64 = 60.0;
+
+/// Time-dependent constants of one assessment pass.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PolicyClock {
+    pub(crate) now_s: f64,
+    inv_half_life: f64,
+    max_age: f64,
+}
+
 pub(crate) fn unix_seconds(t: OffsetDateTime) -> f64 {
     // f64 keeps sub-microsecond precision for present-day timestamps, far finer than claim freshness needs.
     t.unix_timestamp_nanos() as f64 / 1e9
@@ -182,8 +194,37 @@ impl ClaimPolicy {
         observed: Option<&ObservedQuality>,
         now_s: f64,
     ) -> Assessment {
-        let inv_half_life = self.freshness_half_life.map_or(0.0, |h| 1.0 / h.as_secs_f64());
-        let max_age = self.max_claim_age.map_or(f64::INFINITY, |a| a.as_secs_f64());
+        self.assess_with(&self.clock(now_s), claims, observed)
+    }
+
+    /// The per-call constants of an assessment, computed once per selection rather than once per candidate.
+    pub(crate) fn clock(&self, now_s: f64) -> PolicyClock {
+        PolicyClock {
+            now_s,
+            inv_half_life: self.freshness_half_life.map_or(0.0, |h| 1.0 / h.as_secs_f64()),
+            max_age: self.max_claim_age.map_or(f64::INFINITY, |a| a.as_secs_f64()),
+        }
+    }
+
+    pub(crate) fn assess_with(
+        &self,
+        clock: &PolicyClock,
+        claims: impl IntoIterator<Item = CompiledClaim>,
+        observed: Option<&ObservedQuality>,
+    ) -> Assessment {
+        self.assess_until(clock, claims, observed).0
+    }
+
+    /// The assessment and the instant (unix seconds) until which it may be reused: the next expiry or age limit,
+    /// or [`DECAY_QUANTUM_S`] ahead while a dated claim is decaying.
+    pub(crate) fn assess_until(
+        &self,
+        clock: &PolicyClock,
+        claims: impl IntoIterator<Item = CompiledClaim>,
+        observed: Option<&ObservedQuality>,
+    ) -> (Assessment, f64) {
+        let PolicyClock { now_s, inv_half_life, max_age } = *clock;
+        let mut until = f64::INFINITY;
 
         let (mut self_w, mut self_wv) = (0.0, 0.0);
         let (mut other_w, mut other_wv) = (0.0, 0.0);
@@ -196,7 +237,17 @@ impl ClaimPolicy {
                 expired_claims += 1;
                 continue;
             }
-            let weight = self.weights.of(claim.kind) * (-age * inv_half_life).exp2();
+            until = until.min(claim.expires_s);
+            if !claim.attested_s.is_nan() {
+                until = until.min(claim.attested_s + max_age);
+                if inv_half_life > 0.0 {
+                    until = until.min(now_s + DECAY_QUANTUM_S);
+                }
+            }
+            let decay = age * inv_half_life;
+            // exp2 dominates selection time; undated and brand-new claims, the common case, need none.
+            let freshness = if decay > 0.0 { (-decay).exp2() } else { 1.0 };
+            let weight = self.weights.of(claim.kind) * freshness;
             if weight <= 0.0 {
                 continue;
             }
@@ -234,7 +285,7 @@ impl ClaimPolicy {
                 top = (self_w, Some(ClaimType::SelfClaimed));
             }
         }
-        if other_w > 0.0 {
+        let assessment = if other_w > 0.0 {
             Assessment {
                 mean: (other_wv / other_w).clamp(0.0, 1.0),
                 strength: other_w,
@@ -250,7 +301,8 @@ impl ClaimPolicy {
                 self_claim_ignored: has_self,
                 expired_claims,
             }
-        }
+        };
+        (assessment, until)
     }
 }
 

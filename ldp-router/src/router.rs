@@ -1,5 +1,6 @@
 //! The router: a registry of candidates, the claim policy, the learner and the selection loop, with no IO.
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use rand::SeedableRng;
@@ -28,26 +29,103 @@ const NONE: u32 = u32::MAX;
 /// Up to this explanation depth the ranking is kept by insertion rather than by sorting every row.
 const SHORT_LIST: usize = 16;
 
-/// One delegate's offer of one skill, with its claims for that skill compiled.
+/// One delegate's offer of one skill; its claims for that skill live in the skill table's flat claim list.
 #[derive(Debug, Clone)]
 struct Entry {
     delegate: u32,
     arm: u32,
     domain: u32,
     jurisdiction: u32,
-    cost_usd: f64,
+    claims_start: u32,
+    claims_len: u32,
     latency_ms: u64,
-    claims: Box<[CompiledClaim]>,
+    cost_usd: f64,
 }
 
-/// Scratch row of one selection.
+/// Everything selection reads for one skill, laid out contiguously: selection over thousands of candidates is
+/// bound by memory traffic, not arithmetic.
+#[derive(Debug, Clone, Default)]
+struct SkillTable {
+    entries: Vec<Entry>,
+    claims: Vec<CompiledClaim>,
+    /// Claims of removed entries not yet compacted away.
+    dead_claims: usize,
+    /// Outcome statistics per delegate, indexed by `Entry::arm`; kept when a delegate leaves, in case it returns.
+    arms: Vec<ArmStats>,
+    arm_last_at: Vec<Option<OffsetDateTime>>,
+    /// Memoised assessments per arm; an assessment changes only with an outcome, a re-registration, an expiry or
+    /// (slowly) with the decay of dated claims.
+    memo: Vec<Memo>,
+}
+
+/// An assessment and the half-open interval of unix seconds in which it may be reused.
+#[derive(Debug, Clone, Copy)]
+struct Memo {
+    assessment: Assessment,
+    /// `1 / √strength`, so exploration needs neither a division nor a square root per candidate.
+    unit_sd: f64,
+    from_s: f64,
+    until_s: f64,
+}
+
+impl Memo {
+    const STALE: Memo = Memo {
+        assessment: Assessment { mean: 0.0, strength: 0.0, basis: None, self_claim_ignored: false, expired_claims: 0 },
+        unit_sd: 0.0,
+        from_s: f64::INFINITY,
+        until_s: f64::NEG_INFINITY,
+    };
+}
+
+impl SkillTable {
+    fn claims_of(&self, entry: &Entry) -> &[CompiledClaim] {
+        let start = entry.claims_start as usize;
+        self.claims.get(start..start + entry.claims_len as usize).unwrap_or(&[])
+    }
+
+    fn observed(&self, arm: u32) -> Option<ObservedQuality> {
+        let last_at = self.arm_last_at.get(arm as usize).copied().flatten();
+        self.arms.get(arm as usize)?.observed(last_at)
+    }
+
+    fn remove(&mut self, delegate: u32) {
+        let mut dead = 0;
+        self.entries.retain(|e| {
+            let keep = e.delegate != delegate;
+            if !keep {
+                dead += e.claims_len as usize;
+            }
+            keep
+        });
+        self.dead_claims += dead;
+        if self.dead_claims * 2 > self.claims.len() {
+            let mut claims = Vec::with_capacity(self.claims.len() - self.dead_claims);
+            for entry in &mut self.entries {
+                let start = entry.claims_start as usize;
+                let live = self.claims.get(start..start + entry.claims_len as usize).unwrap_or(&[]);
+                entry.claims_start = u32::try_from(claims.len()).unwrap_or(u32::MAX);
+                claims.extend_from_slice(live);
+            }
+            self.claims = claims;
+            self.dead_claims = 0;
+        }
+    }
+}
+
+/// One ranked candidate of a selection.
 #[derive(Debug, Clone, Copy)]
 struct Row {
-    entry: u32,
+    entry: usize,
     assessment: Assessment,
     drawn: f64,
     score: f64,
     tiebreak: f64,
+}
+
+impl Row {
+    fn beats(&self, other: &Row) -> bool {
+        (self.score, self.tiebreak) > (other.score, other.tiebreak)
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -91,12 +169,11 @@ pub struct Router {
     /// Skills each delegate is registered for, so re-registration replaces rather than accumulates.
     delegate_skills: Vec<Vec<u32>>,
     skills: Interner,
-    entries: Vec<Vec<Entry>>,
-    arms: Vec<ArmStats>,
+    tables: Vec<SkillTable>,
+    /// (delegate, skill) to the arm index within that skill's table.
     arm_index: HashMap<(u32, u32), u32>,
     domains: Interner,
     jurisdictions: Interner,
-    rows: Vec<Row>,
 }
 
 impl Router {
@@ -110,12 +187,10 @@ impl Router {
             delegates: Interner::default(),
             delegate_skills: Vec::new(),
             skills: Interner::default(),
-            entries: Vec::new(),
-            arms: Vec::new(),
+            tables: Vec::new(),
             arm_index: HashMap::new(),
             domains: Interner::default(),
             jurisdictions: Interner::default(),
-            rows: Vec::new(),
         })
     }
 
@@ -135,26 +210,33 @@ impl Router {
         let mut skills = Vec::with_capacity(candidate.skills.len());
         for offer in &candidate.skills {
             let skill = self.skills.intern(&offer.skill);
-            if self.entries.len() <= skill as usize {
-                self.entries.resize_with(skill as usize + 1, Vec::new);
+            if self.tables.len() <= skill as usize {
+                self.tables.resize_with(skill as usize + 1, SkillTable::default);
             }
-            let next_arm = u32::try_from(self.arms.len()).unwrap_or(NONE - 1);
+            let Some(table) = self.tables.get_mut(skill as usize) else { continue };
+            let next_arm = u32::try_from(table.arms.len()).unwrap_or(NONE - 1);
             let arm = *self.arm_index.entry((delegate, skill)).or_insert(next_arm);
             if arm == next_arm {
-                self.arms.push(ArmStats::default());
+                table.arms.push(ArmStats::default());
+                table.arm_last_at.push(None);
+                table.memo.push(Memo::STALE);
             }
-            let claims = candidate.claims.iter().filter(|c| c.skill == offer.skill).map(CompiledClaim::new).collect();
-            if let Some(list) = self.entries.get_mut(skill as usize) {
-                list.push(Entry {
-                    delegate,
-                    arm,
-                    domain,
-                    jurisdiction,
-                    cost_usd: offer.cost_usd,
-                    latency_ms: offer.latency_ms,
-                    claims,
-                });
+            if let Some(memo) = table.memo.get_mut(arm as usize) {
+                *memo = Memo::STALE;
             }
+            let claims_start = u32::try_from(table.claims.len()).unwrap_or(NONE);
+            table.claims.extend(candidate.claims.iter().filter(|c| c.skill == offer.skill).map(CompiledClaim::new));
+            let claims_len = u32::try_from(table.claims.len()).unwrap_or(NONE).saturating_sub(claims_start);
+            table.entries.push(Entry {
+                delegate,
+                arm,
+                domain,
+                jurisdiction,
+                claims_start,
+                claims_len,
+                latency_ms: offer.latency_ms,
+                cost_usd: offer.cost_usd,
+            });
             skills.push(skill);
         }
         if self.delegate_skills.len() <= delegate as usize {
@@ -181,8 +263,8 @@ impl Router {
         };
         let skills = std::mem::take(skills);
         for &skill in &skills {
-            if let Some(list) = self.entries.get_mut(skill as usize) {
-                list.retain(|e| e.delegate != delegate);
+            if let Some(table) = self.tables.get_mut(skill as usize) {
+                table.remove(delegate);
             }
         }
         !skills.is_empty()
@@ -190,7 +272,7 @@ impl Router {
 
     /// Number of registered delegate-skill offers.
     pub fn offers(&self) -> usize {
-        self.entries.iter().map(Vec::len).sum()
+        self.tables.iter().map(|t| t.entries.len()).sum()
     }
 
     /// Feeds back a verified outcome; returns the updated runtime-observed estimate.
@@ -200,15 +282,22 @@ impl Router {
         let delegate = self.delegates.get(&outcome.delegate_id).ok_or_else(unknown)?;
         let skill = self.skills.get(&outcome.skill).ok_or_else(unknown)?;
         let arm = *self.arm_index.get(&(delegate, skill)).ok_or_else(unknown)?;
-        let stats = self.arms.get_mut(arm as usize).ok_or_else(unknown)?;
-        stats.record(outcome.score, self.config.learner.recency, now);
-        stats.observed().ok_or_else(unknown)
+        let table = self.tables.get_mut(skill as usize).ok_or_else(unknown)?;
+        table.arms.get_mut(arm as usize).ok_or_else(unknown)?.record(outcome.score, self.config.learner.recency);
+        if let Some(last_at) = table.arm_last_at.get_mut(arm as usize) {
+            *last_at = Some(now);
+        }
+        if let Some(memo) = table.memo.get_mut(arm as usize) {
+            *memo = Memo::STALE;
+        }
+        table.observed(arm).ok_or_else(unknown)
     }
 
     /// The runtime-observed estimate of a delegate on a skill, if any outcome was recorded.
     pub fn observed(&self, delegate_id: &str, skill: &str) -> Option<ObservedQuality> {
-        let arm = self.arm_index.get(&(self.delegates.get(delegate_id)?, self.skills.get(skill)?))?;
-        self.arms.get(*arm as usize)?.observed()
+        let skill = self.skills.get(skill)?;
+        let arm = self.arm_index.get(&(self.delegates.get(delegate_id)?, skill))?;
+        self.tables.get(skill as usize)?.observed(*arm)
     }
 
     /// The policy's assessment of a registered delegate on a skill at `now`, without exploration.
@@ -216,119 +305,129 @@ impl Router {
         let unknown = || RouterError::UnknownDelegate { delegate_id: delegate_id.to_owned(), skill: skill.to_owned() };
         let delegate = self.delegates.get(delegate_id).ok_or_else(unknown)?;
         let skill_id = self.skills.get(skill).ok_or_else(unknown)?;
-        let entry = self
-            .entries
-            .get(skill_id as usize)
-            .and_then(|list| list.iter().find(|e| e.delegate == delegate))
-            .ok_or_else(unknown)?;
-        Ok(self.assess_entry(entry, unix_seconds(now)))
-    }
-
-    fn assess_entry(&self, entry: &Entry, now_s: f64) -> Assessment {
-        let observed = self.arms.get(entry.arm as usize).and_then(ArmStats::observed);
-        self.config.policy.assess_compiled(entry.claims.iter().copied(), observed.as_ref(), now_s)
+        let table = self.tables.get(skill_id as usize).ok_or_else(unknown)?;
+        let entry = table.entries.iter().find(|e| e.delegate == delegate).ok_or_else(unknown)?;
+        let clock = self.config.policy.clock(unix_seconds(now));
+        let observed = table.observed(entry.arm);
+        Ok(self.config.policy.assess_with(&clock, table.claims_of(entry).iter().copied(), observed.as_ref()))
     }
 
     /// Picks one delegate for `request` at `now`, with the explanation of the choice.
+    ///
+    /// Balanced scores normalise cost and latency by the largest among the candidates that pass the trust domain,
+    /// jurisdiction, exclusion and budget filters.
     pub fn select(&mut self, request: &SelectionRequest, now: OffsetDateTime) -> Result<Decision, RouterError> {
         let skill_id = self.skills.get(&request.skill);
-        let entries = match skill_id.and_then(|s| self.entries.get(s as usize)) {
-            Some(list) if !list.is_empty() => list,
-            _ => return Err(RouterError::UnknownSkill(request.skill.clone())),
+        let Some(SkillTable { entries, claims, arms, memo, .. }) =
+            skill_id.and_then(|s| self.tables.get_mut(s as usize)).filter(|t| !t.entries.is_empty())
+        else {
+            return Err(RouterError::UnknownSkill(request.skill.clone()));
         };
-        // Names the router has never seen cannot match anything, so they simply drop out of the filter sets.
-        let domains = request.trust_domains.as_ref().map(|d| ids(&self.domains, d));
-        let jurisdictions = request.jurisdictions.as_ref().map(|j| ids(&self.jurisdictions, j));
-        let excluded = ids(&self.delegates, &request.exclude);
-        let ceiling = request.max_cost_usd.unwrap_or(f64::INFINITY);
+        let (entries, claims, arms) = (&*entries, &*claims, &*arms);
+        let filter = Filter {
+            // Names the router has never seen cannot match anything, so they drop out of the filter sets.
+            domains: request.trust_domains.as_ref().map(|d| ids(&self.domains, d)),
+            jurisdictions: request.jurisdictions.as_ref().map(|j| ids(&self.jurisdictions, j)),
+            excluded: ids(&self.delegates, &request.exclude),
+            ceiling: request.max_cost_usd.unwrap_or(f64::INFINITY),
+        };
         let floor = request.min_quality.unwrap_or(f64::NEG_INFINITY);
-        let now_s = unix_seconds(now);
-
-        let mut rows = std::mem::take(&mut self.rows);
-        rows.clear();
-        let mut rejected = Rejections::default();
-        let (mut max_cost, mut max_latency) = (0.0_f64, 0_u64);
-        for (index, entry) in entries.iter().enumerate() {
-            if excluded.contains(&entry.delegate) {
-                rejected.excluded += 1;
-            } else if domains.as_ref().is_some_and(|d| !d.contains(&entry.domain)) {
-                rejected.trust_domain += 1;
-            } else if jurisdictions.as_ref().is_some_and(|j| !j.contains(&entry.jurisdiction)) {
-                rejected.jurisdiction += 1;
-            } else if entry.cost_usd > ceiling {
-                rejected.budget += 1;
-            } else {
-                let assessment = self.assess_entry(entry, now_s);
-                if assessment.mean < floor {
-                    rejected.min_quality += 1;
-                    continue;
-                }
-                let drawn = self.config.learner.draw(assessment.mean, assessment.strength, &mut self.rng);
-                max_cost = max_cost.max(entry.cost_usd);
-                max_latency = max_latency.max(entry.latency_ms);
-                let entry = u32::try_from(index).unwrap_or(NONE);
-                rows.push(Row { entry, assessment, drawn, score: 0.0, tiebreak: 0.0 });
-            }
-        }
-        if rows.is_empty() {
-            self.rows = rows;
-            return Err(RouterError::NoEligibleDelegate { skill: request.skill.clone(), rejected });
-        }
+        let clock = self.config.policy.clock(unix_seconds(now));
 
         let weights = match request.strategy {
             Strategy::Balanced => BalancedWeights::default(),
             Strategy::Weighted(w) => w,
-            _ => BalancedWeights { quality: 1.0, cost: 0.0, latency: 0.0 },
+            Strategy::Quality | Strategy::Cost | Strategy::Latency => {
+                BalancedWeights { quality: 1.0, cost: 0.0, latency: 0.0 }
+            }
         };
-        let inv_cost = if max_cost > 0.0 { 1.0 / max_cost } else { 0.0 };
-        let inv_latency = if max_latency > 0 { 1.0 / max_latency as f64 } else { 0.0 };
+        // Pass 1, cheap and only when needed: the normalisers of the balanced score.
+        let (mut max_cost, mut max_latency) = (0.0_f64, 0_u64);
+        if weights.cost != 0.0 || weights.latency != 0.0 {
+            for entry in entries.iter().filter(|e| filter.check(e).is_ok()) {
+                max_cost = max_cost.max(entry.cost_usd);
+                max_latency = max_latency.max(entry.latency_ms);
+            }
+        }
+        let cost_scale = if max_cost > 0.0 { weights.cost / max_cost } else { 0.0 };
+        let latency_scale = if max_latency > 0 { weights.latency / max_latency as f64 } else { 0.0 };
         let keep = match request.explain {
             ExplainDepth::Top(n) => n.max(1),
-            ExplainDepth::All => rows.len(),
+            ExplainDepth::All => usize::MAX,
         };
-        for row in rows.iter_mut() {
-            let Some(entry) = entries.get(row.entry as usize) else { continue };
-            (row.score, row.tiebreak) = match request.strategy {
-                Strategy::Cost => (-entry.cost_usd, row.drawn),
-                Strategy::Latency => (-(entry.latency_ms as f64), row.drawn),
-                Strategy::Quality | Strategy::Balanced | Strategy::Weighted(_) => (
-                    weights.quality * row.drawn
-                        - weights.cost * entry.cost_usd * inv_cost
-                        - weights.latency * entry.latency_ms as f64 * inv_latency,
-                    0.0,
-                ),
+
+        // Pass 2: assess, draw and rank, keeping only the best `keep`.
+        let learner = &self.config.learner;
+        let mut rejected = Rejections::default();
+        let mut eligible = 0;
+        let mut top: Vec<Row> = Vec::with_capacity(keep.min(entries.len()).min(SHORT_LIST) + 1);
+        for (index, entry) in entries.iter().enumerate() {
+            if let Err(reason) = filter.check(entry) {
+                *reason.counter(&mut rejected) += 1;
+                continue;
+            }
+            let Some(slot) = memo.get_mut(entry.arm as usize) else { continue };
+            if !(slot.from_s <= clock.now_s && clock.now_s < slot.until_s) {
+                let observed = arms.get(entry.arm as usize).and_then(|a| a.observed(None));
+                let start = entry.claims_start as usize;
+                let own = claims.get(start..start + entry.claims_len as usize).unwrap_or(&[]);
+                let (assessment, until_s) =
+                    self.config.policy.assess_until(&clock, own.iter().copied(), observed.as_ref());
+                let unit_sd = 1.0 / assessment.strength.max(f64::MIN_POSITIVE).sqrt();
+                *slot = Memo { assessment, unit_sd, from_s: clock.now_s, until_s };
+            }
+            let Memo { assessment, unit_sd, .. } = *slot;
+            if assessment.mean < floor {
+                rejected.min_quality += 1;
+                continue;
+            }
+            eligible += 1;
+            let (primary, uses_draw_in_primary) = match request.strategy {
+                Strategy::Cost => (-entry.cost_usd, false),
+                Strategy::Latency => (-(entry.latency_ms as f64), false),
+                Strategy::Quality | Strategy::Balanced | Strategy::Weighted(_) => {
+                    (-(cost_scale * entry.cost_usd) - latency_scale * entry.latency_ms as f64, true)
+                }
             };
-        }
-        // Best first; equal scores keep registration order so that decisions are reproducible.
-        let better = |a: &Row, b: &Row| (b.score, b.tiebreak).partial_cmp(&(a.score, a.tiebreak));
-        let top: Vec<usize> = if keep <= SHORT_LIST {
-            // A short insertion list beats sorting thousands of rows.
-            let mut top: Vec<usize> = Vec::with_capacity(keep + 1);
-            for (i, row) in rows.iter().enumerate() {
-                let key = (row.score, row.tiebreak);
-                let beats = |j: &usize| rows.get(*j).is_none_or(|r| key > (r.score, r.tiebreak));
-                let position = top.iter().position(beats).unwrap_or(top.len());
+            // Skip the random draw of a candidate that cannot enter the kept ranking even at its most optimistic.
+            if top.len() >= keep
+                && let Some(last) = top.last()
+            {
+                let best_case = learner.upper(assessment.mean, unit_sd);
+                let hopeless = if uses_draw_in_primary {
+                    primary + weights.quality * best_case < last.score
+                } else {
+                    primary < last.score
+                };
+                if hopeless {
+                    continue;
+                }
+            }
+            let drawn = learner.draw(assessment.mean, unit_sd, &mut self.rng);
+            let row = if uses_draw_in_primary {
+                Row { entry: index, assessment, drawn, score: primary + weights.quality * drawn, tiebreak: 0.0 }
+            } else {
+                Row { entry: index, assessment, drawn, score: primary, tiebreak: drawn }
+            };
+            if keep == usize::MAX {
+                top.push(row);
+            } else {
+                // Strictly better only, so equal scores keep registration order and decisions are reproducible.
+                let position = top.iter().position(|r| row.beats(r)).unwrap_or(top.len());
                 if position < keep {
-                    top.insert(position, i);
+                    top.insert(position, row);
                     top.truncate(keep);
                 }
             }
-            top
-        } else {
-            let mut order: Vec<usize> = (0..rows.len()).collect();
-            order.sort_by(|&a, &b| match (rows.get(a), rows.get(b)) {
-                (Some(x), Some(y)) => better(x, y).unwrap_or(std::cmp::Ordering::Equal),
-                _ => std::cmp::Ordering::Equal,
-            });
-            order.truncate(keep);
-            order
-        };
+        }
+        if keep == usize::MAX {
+            top.sort_by(|a, b| (b.score, b.tiebreak).partial_cmp(&(a.score, a.tiebreak)).unwrap_or(Ordering::Equal));
+        }
 
         let ranking: Vec<ScoredCandidate> = top
             .iter()
-            .filter_map(|&i| rows.get(i))
             .filter_map(|row| {
-                let entry = entries.get(row.entry as usize)?;
+                let entry = entries.get(row.entry)?;
                 Some(ScoredCandidate {
                     delegate_id: self.delegates.name(entry.delegate).to_owned(),
                     score: row.score,
@@ -339,8 +438,6 @@ impl Router {
                 })
             })
             .collect();
-        let eligible = rows.len();
-        self.rows = rows;
         let chosen = ranking
             .first()
             .cloned()
@@ -352,6 +449,50 @@ impl Router {
             chosen,
             explanation: Explanation { considered: entries.len(), eligible, rejected, ranking },
         })
+    }
+}
+
+/// The request's filters, resolved to interned ids.
+struct Filter {
+    domains: Option<Vec<u32>>,
+    jurisdictions: Option<Vec<u32>>,
+    excluded: Vec<u32>,
+    ceiling: f64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Reject {
+    Excluded,
+    TrustDomain,
+    Jurisdiction,
+    Budget,
+}
+
+impl Reject {
+    fn counter(self, r: &mut Rejections) -> &mut usize {
+        match self {
+            Reject::Excluded => &mut r.excluded,
+            Reject::TrustDomain => &mut r.trust_domain,
+            Reject::Jurisdiction => &mut r.jurisdiction,
+            Reject::Budget => &mut r.budget,
+        }
+    }
+}
+
+impl Filter {
+    #[inline]
+    fn check(&self, entry: &Entry) -> Result<(), Reject> {
+        if self.excluded.contains(&entry.delegate) {
+            Err(Reject::Excluded)
+        } else if self.domains.as_ref().is_some_and(|d| !d.contains(&entry.domain)) {
+            Err(Reject::TrustDomain)
+        } else if self.jurisdictions.as_ref().is_some_and(|j| !j.contains(&entry.jurisdiction)) {
+            Err(Reject::Jurisdiction)
+        } else if entry.cost_usd > self.ceiling {
+            Err(Reject::Budget)
+        } else {
+            Ok(())
+        }
     }
 }
 
