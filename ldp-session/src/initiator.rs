@@ -207,6 +207,11 @@ impl Initiator {
         }
         let proposed = self.ids.uuid();
         self.proposals.push_back(proposed.clone());
+        // RFC 5.1: the session is PROPOSED until the answer arrives (ACTIVE on accept, FAILED on reject).
+        self.sessions.insert(
+            proposed.clone(),
+            InitiatorSession { state: SessionState::Proposed, mode: PayloadMode::Text, fallback: Vec::new() },
+        );
         self.envelope(&proposed, SessionPropose::new(config), PayloadMode::Text)
     }
 
@@ -281,14 +286,20 @@ impl Initiator {
                 self.events.push_back(InitiatorEvent::Manifest(manifest));
             }
             Body::SessionAccept(a) => {
-                // The responder's id is authoritative; match it to our proposal, or to the oldest one.
-                match self.proposals.iter().position(|p| *p == a.session_id) {
-                    Some(i) => {
-                        self.proposals.remove(i);
-                    }
-                    None => {
-                        self.proposals.pop_front();
-                    }
+                // The responder's id is authoritative; match it to our proposal, or to the oldest one. An accept
+                // that answers no proposal of ours is not a session we asked for.
+                let matched = match self.proposals.iter().position(|p| *p == a.session_id) {
+                    Some(i) => self.proposals.remove(i),
+                    None => self.proposals.pop_front(),
+                };
+                let Some(proposed) = matched else {
+                    return Err(SessionError::Protocol(format!(
+                        "SESSION_ACCEPT for {:?} answers no pending proposal",
+                        a.session_id
+                    )));
+                };
+                if proposed != a.session_id {
+                    self.sessions.remove(&proposed);
                 }
                 let fallback = a.fallback_chain.clone().unwrap_or_else(|| self.default_fallback(a.negotiated_mode));
                 self.sessions.insert(
@@ -306,7 +317,13 @@ impl Initiator {
                 });
             }
             Body::SessionReject(r) => {
-                self.proposals.pop_front();
+                let matched = match self.proposals.iter().position(|p| *p == env.session_id) {
+                    Some(i) => self.proposals.remove(i),
+                    None => self.proposals.pop_front(),
+                };
+                if let Some(s) = matched.and_then(|p| self.sessions.get_mut(&p)) {
+                    s.state = SessionState::Failed;
+                }
                 let error = r.error.unwrap_or_else(|| LdpError::policy(codes::SESSION_REJECTED, r.reason));
                 self.events.push_back(InitiatorEvent::SessionRejected { error });
             }
@@ -316,8 +333,12 @@ impl Initiator {
             }
             Body::TaskResult(r) => {
                 let key = TaskKey { session_id: env.session_id, task_id: r.task_id };
-                let pending = self.tasks.remove(&key);
-                let event = match pending.and_then(|p| p.contract) {
+                // A result for no task of ours (never submitted, already finished, or of a closed session) is not
+                // reported: it would escape the contract check of the task it claims to finish.
+                let Some(pending) = self.tasks.remove(&key) else {
+                    return Err(SessionError::Protocol(format!("TASK_RESULT for unknown task {:?}", key.task_id)));
+                };
+                let event = match pending.contract {
                     Some((contract, limits)) => {
                         match apply_contract(&contract, &limits, &r.output, r.provenance, self.wall.now_utc()) {
                             ContractOutcome::Accepted(provenance) => {
@@ -349,6 +370,16 @@ impl Initiator {
             Body::SessionClose(_) => {
                 if let Some(s) = self.sessions.get_mut(&env.session_id) {
                     s.state = SessionState::Closed;
+                }
+                // Tasks still pending in a session the peer closed end definitely, never silently.
+                let mut orphans: Vec<TaskKey> =
+                    self.tasks.keys().filter(|k| k.session_id == env.session_id).cloned().collect();
+                orphans.sort();
+                for key in orphans {
+                    self.tasks.remove(&key);
+                    let error = LdpError::session(codes::SESSION_CLOSED, "the peer closed the session")
+                        .with_retryable(false);
+                    self.events.push_back(InitiatorEvent::TaskFailed { key, error });
                 }
                 self.events.push_back(InitiatorEvent::SessionClosed { session_id: env.session_id });
             }

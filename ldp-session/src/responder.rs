@@ -401,6 +401,19 @@ impl Responder {
         self.sessions.get_mut(session_id).map(|s| std::mem::take(&mut s.held)).unwrap_or_default()
     }
 
+    /// Closes a session from the responder's side (RFC 3.2: SESSION_CLOSE goes either way): forgets it, and returns
+    /// the SESSION_CLOSE to send to the initiator and the running tasks to abort.
+    pub fn close_session(
+        &mut self,
+        session_id: &str,
+        reason: Option<String>,
+    ) -> Result<(Envelope, Vec<TaskKey>), SessionError> {
+        let peer = self.peer_of(session_id)?;
+        let cancelled = self.end_session(session_id, Ended::Closed);
+        let env = self.envelope(session_id, &peer, SessionClose::new(reason), PayloadMode::Text);
+        Ok((env, cancelled))
+    }
+
     /// Handles one message as raw bytes from the transport.
     pub fn handle(&mut self, now: Instant, peer: &PeerContext, bytes: &[u8]) -> Result<Outcome, Refusal> {
         let malformed = |e: ldp_types::Error| Refusal { error: LdpError::from(&e), reply: None };
@@ -541,7 +554,8 @@ impl Responder {
         });
         match (believed, &self.cfg.trust.unidentified_domain) {
             (Some(d), _) => Ok(d.to_owned()),
-            (None, Some(assumed)) if declared.is_none() => Ok(assumed.clone()),
+            // A declaration the policy does not believe is no identification: the peer is unidentified.
+            (None, Some(assumed)) => Ok(assumed.clone()),
             (None, _) => Err(LdpError::policy(
                 codes::TRUST_VIOLATION,
                 match declared {
@@ -572,7 +586,8 @@ impl Responder {
             0 => ldp_types::SessionConfig::DEFAULT_TTL_SECS,
             n => n,
         };
-        let ttl = Duration::from_secs(ttl_secs).min(self.cfg.limits.max_ttl);
+        // A century bounds the TTL even when `max_ttl` does not, so that `last_activity + ttl` cannot overflow.
+        let ttl = Duration::from_secs(ttl_secs).min(self.cfg.limits.max_ttl).min(MAX_TTL);
         // Keep the initiator's id when it is fresh and unused (the Rust SDK relies on it); assign one otherwise.
         let proposed = env.session_id.as_str();
         let session_id = if !proposed.is_empty()
@@ -900,6 +915,9 @@ impl Responder {
         Ok(self.deliver(&key.session_id, env))
     }
 }
+
+/// The longest TTL a session can have, whatever the configuration says.
+const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 fn internal() -> LdpError {
     LdpError::runtime(codes::EXECUTION_FAILED, "internal state inconsistency")
