@@ -1,2 +1,166 @@
-//! Codec benchmarks (filled in below in a later commit).
-fn main() {}
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+//! Codec benchmarks: decode + encode of TASK_SUBMIT envelopes against the reference crate `ldp-protocol` 0.2.0 and
+//! against `serde_json::IgnoredAny` on the same bytes; contract validation; `hmac-sha256-jcs` sign + verify.
+//!
+//! Run with: `cargo bench -p ldp-types --bench codec`
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use ldp_protocol::types::messages::LdpEnvelope;
+use ldp_types::signing::{self, SignatureAlgorithm, SigningKey};
+use ldp_types::time::parse_timestamp;
+use ldp_types::{Body, Envelope, PayloadMode, Provenance};
+use serde::de::IgnoredAny;
+use serde_json::{Value, json};
+
+/// Message 5 of the RFC transcript (the TASK_SUBMIT), without the fixture's `_comment`.
+fn flow_submit() -> Value {
+    let flow: Vec<Value> = serde_json::from_str(include_str!("../tests/fixtures/ldp-session-flow.json")).unwrap();
+    let mut submit = flow[4].clone();
+    submit.as_object_mut().unwrap().remove("_comment");
+    submit
+}
+
+/// The paper's contract example (section 3.1), with the `created_at` the reference crate requires.
+fn paper_contract() -> Value {
+    json!({
+        "contract_id": "ctr-7f3a9c2e-4b1d-4e8a-9f6c-2d5e8a1b3c7f",
+        "objective": "Summarize the quarterly report",
+        "success_criteria": ["<=300 words", "include revenue figures"],
+        "policy": {
+            "failure_policy": "fail_closed",
+            "budget": {"max_tokens": 6000, "max_cost_usd": 0.05},
+            "safety_constraints": ["no speculative projections"],
+            "max_delegation_depth": 2
+        },
+        "deadline": "2026-03-15T18:00:00Z",
+        "created_at": "2026-03-15T10:00:00Z"
+    })
+}
+
+/// A signed, realistic TASK_SUBMIT padded (through the frame's `context`) to exactly `size` compact bytes.
+fn sized_submit(size: usize, contract: bool) -> Vec<u8> {
+    let mut v = flow_submit();
+    v["message_id"] = json!("5f0c6f1e-8d2a-4c1b-9e3f-7a6b5c4d3e2f");
+    v["nonce"] = json!("9a8b7c6d5e4f30211203948576abcdef");
+    v["signature"] = json!("3f1e5d7c9b2a4f6e8d0c1b3a5f7e9d2c4b6a8f0e1d3c5b7a9f2e4d6c8b0a1f3e");
+    v["signature_algorithm"] = json!("hmac-sha256");
+    v["body"]["input"]["labels"] = json!(["scalability", "team-size", "operational-cost", "deployment"]);
+    v["body"]["input"]["context"] = json!("");
+    if contract {
+        v["body"]["contract"] = paper_contract();
+    }
+    let base = serde_json::to_vec(&v).unwrap().len();
+    assert!(base <= size, "base message is {base} bytes, above {size}");
+    let filler = "The team ships weekly, runs on one cloud region and has no dedicated ops engineer. ";
+    v["body"]["input"]["context"] = json!(filler.repeat(size).chars().take(size - base).collect::<String>());
+    let bytes = serde_json::to_vec(&v).unwrap();
+    assert_eq!(bytes.len(), size);
+    bytes
+}
+
+fn codec(c: &mut Criterion) {
+    let flow = serde_json::to_vec(&flow_submit()).unwrap();
+    let mut flow_contract = flow_submit();
+    flow_contract["body"]["contract"] = paper_contract();
+    let flow_contract = serde_json::to_vec(&flow_contract).unwrap();
+    let inputs = [
+        ("flow_submit", flow),
+        ("flow_submit_contract", flow_contract),
+        ("submit_972B", sized_submit(972, false)),
+        ("submit_contract_1497B", sized_submit(1497, true)),
+    ];
+    for (name, bytes) in &inputs {
+        // Both decoders must accept the bytes, or the comparison is meaningless.
+        let ours = Envelope::from_slice(bytes).unwrap();
+        assert!(matches!(ours.body, Body::TaskSubmit(_)));
+        serde_json::from_slice::<LdpEnvelope>(bytes).unwrap();
+
+        let mut group = c.benchmark_group(format!("codec/{name}"));
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        group.bench_function("ldp_types_decode_encode", |b| {
+            b.iter(|| {
+                let env = Envelope::from_slice(black_box(bytes)).unwrap();
+                black_box(env.to_vec().unwrap())
+            })
+        });
+        group.bench_function("ldp_protocol_decode_encode", |b| {
+            b.iter(|| {
+                let env: LdpEnvelope = serde_json::from_slice(black_box(bytes)).unwrap();
+                black_box(serde_json::to_vec(&env).unwrap())
+            })
+        });
+        group.bench_function("ignored_any", |b| {
+            b.iter(|| black_box(serde_json::from_slice::<IgnoredAny>(black_box(bytes)).unwrap()))
+        });
+        // The floor for any decoder producing owned strings and `Value`s: serde_json's own `Value`.
+        group.bench_function("serde_json_value_decode_encode", |b| {
+            b.iter(|| {
+                let v: Value = serde_json::from_slice(black_box(bytes)).unwrap();
+                black_box(serde_json::to_vec(&v).unwrap())
+            })
+        });
+        group.bench_function("ldp_types_decode", |b| b.iter(|| black_box(Envelope::from_slice(black_box(bytes)))));
+        group.bench_function("ldp_types_encode", |b| b.iter(|| black_box(black_box(&ours).to_vec().unwrap())));
+        group.finish();
+    }
+}
+
+fn contract_check(c: &mut Criterion) {
+    let contract: ldp_types::DelegationContract = serde_json::from_value(paper_contract()).unwrap();
+    let limits = contract.limits().unwrap();
+    let mut provenance = Provenance::new("ldp:delegate:qwen3-8b-reasoning", "qwen3-8b-2026.01", PayloadMode::Text);
+    provenance.tokens_used = Some(8200);
+    provenance.cost_usd = Some(0.01);
+    let received = parse_timestamp("2026-03-15T12:00:00Z").unwrap();
+    assert!(!limits.check(&provenance, received).satisfied());
+    c.bench_function("contract/limits_check", |b| {
+        b.iter(|| black_box(black_box(&limits).check(black_box(&provenance), black_box(received))))
+    });
+}
+
+fn jcs_signing(c: &mut Criterion) {
+    let bytes = sized_submit(1497, true);
+    let mut env = Envelope::from_slice(&bytes).unwrap();
+    env.signature = None;
+    env.signature_algorithm = None;
+    let key = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "bench-secret").unwrap();
+    let verifying = key.verifying_key();
+    let mut signed = env.clone();
+    signing::sign(&mut signed, &key).unwrap();
+    let signed_value = signed.to_value().unwrap();
+    signing::verify_value(&signed_value, &verifying).unwrap();
+
+    let mut group = c.benchmark_group("signing/hmac-sha256-jcs_1497B");
+    // Signing overwrites `signature`, which the JCS input excludes, so re-signing the same envelope is the real work.
+    let mut work = env.clone();
+    group.bench_function("sign_verify", |b| {
+        b.iter(|| {
+            signing::sign(black_box(&mut work), &key).unwrap();
+            signing::verify(black_box(&work), &verifying).unwrap();
+        })
+    });
+    group.bench_function("sign", |b| b.iter(|| signing::sign(black_box(&mut work), &key).unwrap()));
+    group.bench_function("canonical_input", |b| b.iter(|| signing::canonical_signing_input(black_box(&env)).unwrap()));
+    group.bench_function("canonical_input_serde_json_canonicalizer", |b| {
+        b.iter(|| serde_json_canonicalizer::to_vec(&black_box(&signed_value)).unwrap())
+    });
+    group.bench_function("verify", |b| b.iter(|| signing::verify(black_box(&signed), &verifying).unwrap()));
+    group.bench_function("verify_value", |b| {
+        b.iter(|| signing::verify_value(black_box(&signed_value), &verifying).unwrap())
+    });
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default().warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_millis(1000))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = codec, contract_check, jcs_signing
+}
+criterion_main!(benches);

@@ -5,7 +5,6 @@
 //! known, wherever it appears. That is one pass with no intermediate tree, and it tolerates Python peers that write
 //! every field of every body type as `null`.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -160,27 +159,129 @@ impl Serialize for Body {
     }
 }
 
-/// One typed slot per member name used by any body type.
+/// Declares an enum of known member names plus `Other(String)`, deserialised as an identifier without allocating
+/// for the known names.
+macro_rules! member_keys {
+    ($name:ident { $($variant:ident = $wire:literal),* $(,)? }) => {
+        enum $name {
+            $($variant,)*
+            Other(String),
+        }
+
+        impl $name {
+            fn from_str(s: &str) -> Option<Self> {
+                match s {
+                    $($wire => Some(Self::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct KeyVisitor;
+                impl Visitor<'_> for KeyVisitor {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a member name")
+                    }
+                    fn visit_str<E: de::Error>(self, v: &str) -> Result<$name, E> {
+                        Ok($name::from_str(v).unwrap_or_else(|| $name::Other(v.to_owned())))
+                    }
+                    fn visit_string<E: de::Error>(self, v: String) -> Result<$name, E> {
+                        Ok($name::from_str(&v).unwrap_or($name::Other(v)))
+                    }
+                }
+                deserializer.deserialize_identifier(KeyVisitor)
+            }
+        }
+    };
+}
+
+member_keys!(BodyKey {
+    Type = "type",
+    DelegateId = "delegate_id",
+    SupportedModes = "supported_modes",
+    Capabilities = "capabilities",
+    Config = "config",
+    SessionId = "session_id",
+    NegotiatedMode = "negotiated_mode",
+    FallbackChain = "fallback_chain",
+    Reason = "reason",
+    Error = "error",
+    TaskId = "task_id",
+    Skill = "skill",
+    Input = "input",
+    Contract = "contract",
+    Progress = "progress",
+    Message = "message",
+    Output = "output",
+    Provenance = "provenance",
+    Claim = "claim",
+    Evidence = "evidence",
+});
+
+member_keys!(EnvelopeKey {
+    MessageId = "message_id",
+    SessionId = "session_id",
+    From = "from",
+    To = "to",
+    Body = "body",
+    PayloadMode = "payload_mode",
+    Timestamp = "timestamp",
+    Provenance = "provenance",
+    Signature = "signature",
+    SignatureAlgorithm = "signature_algorithm",
+    Nonce = "nonce",
+});
+
+/// A body's `type`: one of the twelve, parsed without allocating, or any other string.
+enum TypeTag {
+    Known(MessageType),
+    Unknown(String),
+}
+
+impl<'de> Deserialize<'de> for TypeTag {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TagVisitor;
+        impl Visitor<'_> for TagVisitor {
+            type Value = TypeTag;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a message type string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<TypeTag, E> {
+                Ok(v.parse().map_or_else(|()| TypeTag::Unknown(v.to_owned()), TypeTag::Known))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<TypeTag, E> {
+                Ok(v.parse().map_or(TypeTag::Unknown(v), TypeTag::Known))
+            }
+        }
+        deserializer.deserialize_str(TagVisitor)
+    }
+}
+
+/// One typed slot per member name used by any body type. The large, rarely present slots are boxed to keep this
+/// struct (built and moved on every decode) small.
 #[derive(Default)]
 struct BodySlots {
-    type_name: Option<String>,
+    type_tag: Option<TypeTag>,
     delegate_id: Option<String>,
     supported_modes: Option<Vec<PayloadMode>>,
     capabilities: Option<Value>,
-    config: Option<SessionConfig>,
+    config: Option<Box<SessionConfig>>,
     session_id: Option<String>,
     negotiated_mode: Option<PayloadMode>,
     fallback_chain: Option<Vec<PayloadMode>>,
     reason: Option<String>,
-    error: Option<LdpError>,
+    error: Option<Box<LdpError>>,
     task_id: Option<String>,
     skill: Option<String>,
     input: Option<Value>,
-    contract: Option<DelegationContract>,
+    contract: Option<Box<DelegationContract>>,
     progress: Option<f64>,
     message: Option<String>,
     output: Option<Value>,
-    provenance: Option<Provenance>,
+    provenance: Option<Box<Provenance>>,
     claim: Option<Value>,
     evidence: Option<Value>,
     extra: Map<String, Value>,
@@ -202,10 +303,11 @@ fn keep<T: Serialize>(extra: &mut Map<String, Value>, name: &str, slot: Option<T
 
 impl BodySlots {
     fn assemble<E: de::Error>(mut self) -> Result<Body, E> {
-        let Some(type_name) = self.type_name.take() else {
-            return Err(E::missing_field("type"));
+        let (ty, type_name) = match self.type_tag.take() {
+            Some(TypeTag::Known(ty)) => (Some(ty), String::new()),
+            Some(TypeTag::Unknown(name)) => (None, name),
+            None => return Err(E::missing_field("type")),
         };
-        let ty: Option<MessageType> = type_name.parse().ok();
         // Take the slots the type uses; whatever remains goes to `extra`.
         let body = match ty {
             Some(MessageType::Hello) => Body::Hello(Hello {
@@ -218,7 +320,7 @@ impl BodySlots {
                 extra: Map::new(),
             }),
             Some(MessageType::SessionPropose) => Body::SessionPropose(SessionPropose {
-                config: self.config.take().unwrap_or_default(),
+                config: self.config.take().map(|c| *c).unwrap_or_default(),
                 extra: Map::new(),
             }),
             Some(MessageType::SessionAccept) => Body::SessionAccept(SessionAccept {
@@ -229,14 +331,14 @@ impl BodySlots {
             }),
             Some(MessageType::SessionReject) => Body::SessionReject(SessionReject {
                 reason: self.reason.take().unwrap_or_default(),
-                error: self.error.take(),
+                error: self.error.take().map(|e| *e),
                 extra: Map::new(),
             }),
             Some(MessageType::TaskSubmit) => Body::TaskSubmit(TaskSubmit {
                 task_id: required(self.task_id.take(), "task_id")?,
                 skill: required(self.skill.take(), "skill")?,
                 input: self.input.take().unwrap_or(Value::Null),
-                contract: self.contract.take(),
+                contract: self.contract.take().map(|c| *c),
                 extra: Map::new(),
             }),
             Some(MessageType::TaskUpdate) => Body::TaskUpdate(TaskUpdate {
@@ -248,12 +350,12 @@ impl BodySlots {
             Some(MessageType::TaskResult) => Body::TaskResult(TaskResult {
                 task_id: required(self.task_id.take(), "task_id")?,
                 output: self.output.take().unwrap_or(Value::Null),
-                provenance: required(self.provenance.take(), "provenance")?,
+                provenance: *required(self.provenance.take(), "provenance")?,
                 extra: Map::new(),
             }),
             Some(MessageType::TaskFailed) => Body::TaskFailed(TaskFailed {
                 task_id: required(self.task_id.take(), "task_id")?,
-                error: required(self.error.take(), "error")?,
+                error: *required(self.error.take(), "error")?,
                 extra: Map::new(),
             }),
             Some(MessageType::TaskCancel) => {
@@ -323,31 +425,31 @@ impl<'de> Deserialize<'de> for Body {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Body, A::Error> {
                 let mut s = BodySlots::default();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    match key.as_ref() {
-                        "type" => s.type_name = Some(map.next_value()?),
-                        "delegate_id" => s.delegate_id = map.next_value()?,
-                        "supported_modes" => s.supported_modes = map.next_value()?,
-                        "capabilities" => s.capabilities = map.next_value::<Option<Value>>()?,
-                        "config" => s.config = map.next_value()?,
-                        "session_id" => s.session_id = map.next_value()?,
-                        "negotiated_mode" => s.negotiated_mode = map.next_value()?,
-                        "fallback_chain" => s.fallback_chain = map.next_value()?,
-                        "reason" => s.reason = map.next_value()?,
-                        "error" => s.error = map.next_value()?,
-                        "task_id" => s.task_id = map.next_value()?,
-                        "skill" => s.skill = map.next_value()?,
-                        "input" => s.input = map.next_value::<Option<Value>>()?,
-                        "contract" => s.contract = map.next_value()?,
-                        "progress" => s.progress = map.next_value()?,
-                        "message" => s.message = map.next_value()?,
-                        "output" => s.output = map.next_value::<Option<Value>>()?,
-                        "provenance" => s.provenance = map.next_value()?,
-                        "claim" => s.claim = map.next_value::<Option<Value>>()?,
-                        "evidence" => s.evidence = map.next_value::<Option<Value>>()?,
-                        other => {
+                while let Some(key) = map.next_key::<BodyKey>()? {
+                    match key {
+                        BodyKey::Type => s.type_tag = Some(map.next_value()?),
+                        BodyKey::DelegateId => s.delegate_id = map.next_value()?,
+                        BodyKey::SupportedModes => s.supported_modes = map.next_value()?,
+                        BodyKey::Capabilities => s.capabilities = map.next_value::<Option<Value>>()?,
+                        BodyKey::Config => s.config = map.next_value()?,
+                        BodyKey::SessionId => s.session_id = map.next_value()?,
+                        BodyKey::NegotiatedMode => s.negotiated_mode = map.next_value()?,
+                        BodyKey::FallbackChain => s.fallback_chain = map.next_value()?,
+                        BodyKey::Reason => s.reason = map.next_value()?,
+                        BodyKey::Error => s.error = map.next_value()?,
+                        BodyKey::TaskId => s.task_id = map.next_value()?,
+                        BodyKey::Skill => s.skill = map.next_value()?,
+                        BodyKey::Input => s.input = map.next_value::<Option<Value>>()?,
+                        BodyKey::Contract => s.contract = map.next_value()?,
+                        BodyKey::Progress => s.progress = map.next_value()?,
+                        BodyKey::Message => s.message = map.next_value()?,
+                        BodyKey::Output => s.output = map.next_value::<Option<Value>>()?,
+                        BodyKey::Provenance => s.provenance = map.next_value()?,
+                        BodyKey::Claim => s.claim = map.next_value::<Option<Value>>()?,
+                        BodyKey::Evidence => s.evidence = map.next_value::<Option<Value>>()?,
+                        BodyKey::Other(other) => {
                             let v: Value = map.next_value()?;
-                            s.extra.insert(other.to_owned(), v);
+                            s.extra.insert(other, v);
                         }
                     }
                 }
@@ -357,6 +459,9 @@ impl<'de> Deserialize<'de> for Body {
         deserializer.deserialize_map(BodyVisitor)
     }
 }
+
+/// Initial capacity of the encoding buffer.
+const ENCODE_CAPACITY: usize = 1024;
 
 /// The LDP envelope that wraps every message.
 #[derive(Debug, Clone, PartialEq)]
@@ -442,12 +547,17 @@ impl Envelope {
 
     /// Encodes the envelope as JSON text.
     pub fn to_json(&self) -> Result<String, Error> {
-        serde_json::to_string(self).map_err(Error::Serialize)
+        let bytes = self.to_vec()?;
+        // serde_json only writes UTF-8.
+        String::from_utf8(bytes).map_err(|e| Error::Serialize(serde::ser::Error::custom(e)))
     }
 
     /// Encodes the envelope as JSON bytes.
     pub fn to_vec(&self) -> Result<Vec<u8>, Error> {
-        serde_json::to_vec(self).map_err(Error::Serialize)
+        // Most envelopes are 0.5-2 KB: one allocation instead of serde_json's doubling from 128 bytes.
+        let mut out = Vec::with_capacity(ENCODE_CAPACITY);
+        serde_json::to_writer(&mut out, self).map_err(Error::Serialize)?;
+        Ok(out)
     }
 
     /// Encodes the envelope as a JSON value.
@@ -522,22 +632,22 @@ impl<'de> Deserialize<'de> for Envelope {
                 let mut signature_algorithm: Option<String> = None;
                 let mut nonce: Option<String> = None;
                 let mut extensions = Map::new();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    match key.as_ref() {
-                        "message_id" => message_id = Some(map.next_value()?),
-                        "session_id" => session_id = map.next_value()?,
-                        "from" => from = Some(map.next_value()?),
-                        "to" => to = Some(map.next_value()?),
-                        "body" => body = Some(map.next_value()?),
-                        "payload_mode" => payload_mode = map.next_value()?,
-                        "timestamp" => timestamp = Some(map.next_value()?),
-                        "provenance" => provenance = map.next_value()?,
-                        "signature" => signature = map.next_value()?,
-                        "signature_algorithm" => signature_algorithm = map.next_value()?,
-                        "nonce" => nonce = map.next_value()?,
-                        other => {
+                while let Some(key) = map.next_key::<EnvelopeKey>()? {
+                    match key {
+                        EnvelopeKey::MessageId => message_id = Some(map.next_value()?),
+                        EnvelopeKey::SessionId => session_id = map.next_value()?,
+                        EnvelopeKey::From => from = Some(map.next_value()?),
+                        EnvelopeKey::To => to = Some(map.next_value()?),
+                        EnvelopeKey::Body => body = Some(map.next_value()?),
+                        EnvelopeKey::PayloadMode => payload_mode = map.next_value()?,
+                        EnvelopeKey::Timestamp => timestamp = Some(map.next_value()?),
+                        EnvelopeKey::Provenance => provenance = map.next_value()?,
+                        EnvelopeKey::Signature => signature = map.next_value()?,
+                        EnvelopeKey::SignatureAlgorithm => signature_algorithm = map.next_value()?,
+                        EnvelopeKey::Nonce => nonce = map.next_value()?,
+                        EnvelopeKey::Other(other) => {
                             let v: Value = map.next_value()?;
-                            extensions.insert(other.to_owned(), v);
+                            extensions.insert(other, v);
                         }
                     }
                 }

@@ -244,6 +244,20 @@ impl fmt::Display for LdpError {
 
 impl std::error::Error for LdpError {}
 
+/// The members of an [`LdpError`] object, identified without allocating.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum ErrorKey {
+    Code,
+    Category,
+    Message,
+    Severity,
+    Retryable,
+    PartialOutput,
+    #[serde(other)]
+    Other,
+}
+
 /// Accepts the typed object (missing `severity`/`retryable` take the category's defaults) and, for peers that send
 /// untyped errors, a bare string, which becomes a `runtime` [`codes::UNTYPED_ERROR`].
 impl<'de> Deserialize<'de> for LdpError {
@@ -264,15 +278,15 @@ impl<'de> Deserialize<'de> for LdpError {
                 let mut severity: Option<ErrorSeverity> = None;
                 let mut retryable: Option<bool> = None;
                 let mut partial_output: Option<Value> = None;
-                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                    match key.as_ref() {
-                        "code" => code = map.next_value()?,
-                        "category" => category = map.next_value()?,
-                        "message" => message = map.next_value()?,
-                        "severity" => severity = map.next_value()?,
-                        "retryable" => retryable = map.next_value()?,
-                        "partial_output" => partial_output = map.next_value()?,
-                        _ => {
+                while let Some(key) = map.next_key::<ErrorKey>()? {
+                    match key {
+                        ErrorKey::Code => code = map.next_value()?,
+                        ErrorKey::Category => category = map.next_value()?,
+                        ErrorKey::Message => message = map.next_value()?,
+                        ErrorKey::Severity => severity = map.next_value()?,
+                        ErrorKey::Retryable => retryable = map.next_value()?,
+                        ErrorKey::PartialOutput => partial_output = map.next_value()?,
+                        ErrorKey::Other => {
                             map.next_value::<de::IgnoredAny>()?;
                         }
                     }

@@ -40,6 +40,7 @@ mod contract;
 mod envelope;
 mod error;
 mod identity;
+mod jcs;
 mod messages;
 mod payload;
 mod provenance;

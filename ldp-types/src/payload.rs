@@ -82,8 +82,17 @@ impl Serialize for PayloadMode {
 
 impl<'de> Deserialize<'de> for PayloadMode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let s = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
-        s.parse().map_err(serde::de::Error::custom)
+        struct ModeVisitor;
+        impl serde::de::Visitor<'_> for ModeVisitor {
+            type Value = PayloadMode;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a payload mode name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PayloadMode, E> {
+                v.parse().map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(ModeVisitor)
     }
 }
 

@@ -208,13 +208,13 @@ pub fn legacy_signing_input(envelope: &Envelope) -> Vec<u8> {
 
 /// The RFC 8785 canonical bytes of the envelope without its signature members: what the JCS algorithms sign.
 pub fn canonical_signing_input(envelope: &Envelope) -> Result<Vec<u8>, Error> {
-    serde_json_canonicalizer::to_vec(&UnsignedView(envelope)).map_err(Error::Serialize)
+    crate::jcs::to_vec(&UnsignedView(envelope)).map_err(Error::Serialize)
 }
 
 /// The RFC 8785 canonical bytes of a received envelope object without its signature members.
 pub fn canonical_signing_input_value(envelope: &Value) -> Result<Vec<u8>, Error> {
     let obj = envelope.as_object().ok_or(Error::InvalidKey("an envelope must be a JSON object"))?;
-    serde_json_canonicalizer::to_vec(&WithoutSignature(obj)).map_err(Error::Serialize)
+    crate::jcs::to_vec(&WithoutSignature(obj)).map_err(Error::Serialize)
 }
 
 struct WithoutSignature<'a>(&'a Map<String, Value>);

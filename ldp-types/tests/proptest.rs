@@ -1,0 +1,604 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Property tests: every wire type round-trips (encode, decode, compare; encode again, compare bytes), and arbitrary
+//! or mutated input never panics the decoders or the verifiers. Whatever the envelope decoder accepts also validates
+//! against the envelope JSON Schema, and our JCS canonicalisation equals `serde_json_canonicalizer`'s.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use ldp_types::signing::{self, SignatureAlgorithm, SigningKey};
+use ldp_types::{
+    Attestation, Body, Budget, Capability, CapabilityManifest, ClaimType, ContractPolicy, CostTier, DelegateId,
+    DelegationContract, Envelope, ErrorCategory, ErrorSeverity, EvidenceRef, FailurePolicy, Hello, IdentityCard,
+    LdpError, LineageEntry, Manifest, PayloadMode, Provenance, QualityMetrics, Score, SessionAccept, SessionClose,
+    SessionConfig, SessionPropose, SessionReject, TaskCancel, TaskFailed, TaskResult, TaskSubmit, TaskUpdate,
+    TrustDomain, UnknownBody, VerificationStatus,
+};
+use proptest::collection::{btree_map, vec};
+use proptest::option;
+use proptest::prelude::*;
+use proptest::sample::select;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Strategies
+
+fn text() -> impl Strategy<Value = String> {
+    "[a-zA-Z0-9 _:.|/\\-\"\\\\\n\u{e9}\u{20ac}\u{1f600}]{0,10}"
+}
+
+/// Floats that print and parse back exactly.
+fn exact_f64() -> impl Strategy<Value = f64> {
+    (-100_000i64..100_000).prop_map(|n| n as f64 / 64.0)
+}
+
+fn score() -> impl Strategy<Value = Score> {
+    (0u32..=1024).prop_map(|n| Score::new(f64::from(n) / 1024.0).unwrap())
+}
+
+fn mode() -> impl Strategy<Value = PayloadMode> {
+    select(PayloadMode::ALL.to_vec())
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        exact_f64().prop_map(Value::from),
+        text().prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(Value::Array),
+            btree_map(text(), inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+fn non_null_value() -> impl Strategy<Value = Value> {
+    json_value().prop_filter("not null", |v| !v.is_null())
+}
+
+/// Extension members: names that no decoder gives a meaning to.
+fn extra() -> impl Strategy<Value = Map<String, Value>> {
+    btree_map("x_[a-z]{1,6}", json_value(), 0..3).prop_map(|m| m.into_iter().collect())
+}
+
+fn ldp_error() -> impl Strategy<Value = LdpError> {
+    (
+        select(ErrorCategory::ALL.to_vec()),
+        "[A-Z_]{1,12}",
+        text(),
+        select(vec![ErrorSeverity::Warning, ErrorSeverity::Error, ErrorSeverity::Fatal]),
+        any::<bool>(),
+        option::of(non_null_value()),
+    )
+        .prop_map(|(category, code, message, severity, retryable, partial)| {
+            let mut e = LdpError::new(category, code, message).with_severity(severity).with_retryable(retryable);
+            e.partial_output = partial;
+            e
+        })
+}
+
+fn verification_status() -> impl Strategy<Value = VerificationStatus> {
+    select(vec![
+        VerificationStatus::Unverified,
+        VerificationStatus::SelfVerified,
+        VerificationStatus::PeerVerified,
+        VerificationStatus::ToolVerified,
+        VerificationStatus::HumanVerified,
+    ])
+}
+
+fn provenance() -> impl Strategy<Value = Provenance> {
+    let evidence = (text(), text(), option::of(text()), option::of(text()))
+        .prop_map(|(source, kind, uri, summary)| EvidenceRef { source, kind, uri, summary });
+    let lineage = (text(), text(), text(), option::of(text()), verification_status()).prop_map(
+        |(delegate_id, model_version, step, timestamp, verification_status)| LineageEntry {
+            delegate_id,
+            model_version,
+            step,
+            timestamp,
+            verification_status,
+        },
+    );
+    (
+        (text(), text(), mode(), option::of(score()), any::<bool>(), option::of(text()), option::of(text())),
+        (option::of(verification_status()), vec(evidence, 0..2), vec(lineage, 0..3), option::of(any::<u64>())),
+        (option::of(exact_f64()), option::of(text()), option::of(any::<bool>()), vec("[A-Z_]{1,10}", 0..2)),
+    )
+        .prop_map(|(a, b, c)| {
+            let mut p = Provenance::new(a.0, a.1, a.2);
+            p.confidence = a.3;
+            p.verified = a.4;
+            p.session_id = a.5;
+            p.timestamp = a.6;
+            if let Some(status) = b.0 {
+                p.set_verification_status(status);
+            }
+            p.evidence = b.1;
+            p.lineage = b.2;
+            p.tokens_used = b.3;
+            p.cost_usd = c.0;
+            p.contract_id = c.1;
+            p.contract_satisfied = c.2;
+            p.contract_violations = c.3;
+            p
+        })
+}
+
+fn contract() -> impl Strategy<Value = DelegationContract> {
+    let budget = (option::of(any::<u64>()), option::of(exact_f64()))
+        .prop_map(|(max_tokens, max_cost_usd)| Budget { max_tokens, max_cost_usd });
+    let policy = (
+        select(vec![FailurePolicy::FailClosed, FailurePolicy::FailOpen]),
+        option::of(budget),
+        vec(text(), 0..3),
+        option::of(any::<u32>()),
+    )
+        .prop_map(|(failure_policy, budget, safety_constraints, max_delegation_depth)| ContractPolicy {
+            failure_policy,
+            budget,
+            safety_constraints,
+            max_delegation_depth,
+        });
+    (text(), text(), vec(text(), 0..3), policy, option::of(text()), option::of(text())).prop_map(
+        |(contract_id, objective, success_criteria, policy, deadline, created_at)| DelegationContract {
+            contract_id,
+            objective,
+            success_criteria,
+            policy,
+            deadline,
+            created_at,
+        },
+    )
+}
+
+fn session_config() -> impl Strategy<Value = SessionConfig> {
+    (
+        option::of(vec(mode(), 0..4)),
+        option::of(mode()),
+        option::of(any::<u64>()),
+        option::of(text()),
+        option::of(text()),
+        extra(),
+    )
+        .prop_map(
+            |(preferred_payload_modes, payload_mode, ttl_secs, required_trust_domain, trust_domain, extra)| {
+                SessionConfig {
+                    preferred_payload_modes,
+                    payload_mode,
+                    ttl_secs,
+                    required_trust_domain,
+                    trust_domain,
+                    extra,
+                }
+            },
+        )
+}
+
+fn body() -> impl Strategy<Value = Body> {
+    let names: Vec<&str> = ldp_types::MessageType::ALL.iter().map(|t| t.as_str()).collect();
+    prop_oneof![
+        (text(), vec(mode(), 0..4), extra()).prop_map(|(d, m, x)| Body::Hello(Hello {
+            delegate_id: d,
+            supported_modes: m,
+            extra: x
+        })),
+        (non_null_value(), extra())
+            .prop_map(|(c, x)| Body::CapabilityManifest(CapabilityManifest { capabilities: c, extra: x })),
+        (session_config(), extra()).prop_map(|(c, x)| Body::SessionPropose(SessionPropose { config: c, extra: x })),
+        (text(), mode(), option::of(vec(mode(), 0..3)), extra()).prop_map(|(s, m, f, x)| Body::SessionAccept(
+            SessionAccept { session_id: s, negotiated_mode: m, fallback_chain: f, extra: x }
+        )),
+        (text(), option::of(ldp_error()), extra()).prop_map(|(r, e, x)| Body::SessionReject(SessionReject {
+            reason: r,
+            error: e,
+            extra: x
+        })),
+        (text(), text(), json_value(), option::of(contract()), extra()).prop_map(|(t, s, i, c, x)| Body::TaskSubmit(
+            TaskSubmit { task_id: t, skill: s, input: i, contract: c, extra: x }
+        )),
+        (text(), option::of(exact_f64()), option::of(text()), extra())
+            .prop_map(|(t, p, m, x)| Body::TaskUpdate(TaskUpdate { task_id: t, progress: p, message: m, extra: x })),
+        (text(), json_value(), provenance(), extra()).prop_map(|(t, o, p, x)| Body::TaskResult(TaskResult {
+            task_id: t,
+            output: o,
+            provenance: p,
+            extra: x
+        })),
+        (text(), ldp_error(), extra()).prop_map(|(t, e, x)| Body::TaskFailed(TaskFailed {
+            task_id: t,
+            error: e,
+            extra: x
+        })),
+        (text(), extra()).prop_map(|(t, x)| Body::TaskCancel(TaskCancel { task_id: t, extra: x })),
+        (json_value(), json_value(), extra()).prop_map(|(c, e, x)| Body::Attestation(Attestation {
+            claim: c,
+            evidence: e,
+            extra: x
+        })),
+        (option::of(text()), extra()).prop_map(|(r, x)| Body::SessionClose(SessionClose { reason: r, extra: x })),
+        ("[A-Z_]{0,12}".prop_filter("unknown type", move |t| !names.contains(&t.as_str())), extra())
+            .prop_map(|(t, x)| Body::Unknown(UnknownBody { type_name: t, fields: x })),
+    ]
+}
+
+fn envelope() -> impl Strategy<Value = Envelope> {
+    (
+        (text(), text(), text(), text(), body(), mode(), text()),
+        (option::of(provenance()), option::of("[0-9a-f]{64}"), option::of(text()), option::of(text()), extra()),
+    )
+        .prop_map(|(a, b)| {
+            let mut e = Envelope::new(a.0, a.6, a.1, a.2, a.3, a.4).with_payload_mode(a.5);
+            e.provenance = b.0;
+            e.signature = b.1;
+            e.signature_algorithm = b.2;
+            e.nonce = b.3;
+            e.extensions = b.4;
+            e
+        })
+}
+
+fn quality() -> impl Strategy<Value = QualityMetrics> {
+    (
+        (option::of(score()), option::of(any::<u64>()), option::of(any::<u64>()), option::of(exact_f64())),
+        (option::of(any::<u64>()), any::<bool>(), select(ClaimType::ALL.to_vec())),
+        (option::of(text()), option::of(text()), option::of(text()), option::of(text())),
+    )
+        .prop_map(|(a, b, c)| QualityMetrics {
+            quality_score: a.0,
+            latency_p50_ms: a.1,
+            latency_p99_ms: a.2,
+            cost_per_call_usd: a.3,
+            max_tokens: b.0,
+            supports_streaming: b.1,
+            claim_type: b.2,
+            issuer_id: c.0,
+            attested_at: c.1,
+            expires_at: c.2,
+            evidence_ref: c.3,
+        })
+}
+
+/// A capability in the RFC shape, the reference-SDK shape, or both.
+fn capability() -> impl Strategy<Value = Capability> {
+    let rfc = (option::of(score()), option::of(any::<u64>()), option::of(select(vec![CostTier::Low, CostTier::High])));
+    let sdk = (option::of(text()), option::of(non_null_value()), option::of(non_null_value()), vec(text(), 0..3));
+    ("[a-z_]{1,10}", prop_oneof![Just(0u8), Just(1), Just(2)], rfc, sdk, option::of(quality()), extra()).prop_map(
+        |(name, shape, rfc, sdk, quality, extra)| {
+            let mut c = Capability::new(name);
+            if shape != 1 {
+                (c.quality_hint, c.latency_hint_ms_p50, c.cost_hint) = rfc;
+            }
+            if shape != 0 {
+                (c.description, c.input_schema, c.output_schema, c.domains) = sdk;
+                c.quality = quality;
+            }
+            c.extra = extra.into_iter().collect();
+            c
+        },
+    )
+}
+
+fn identity_card() -> impl Strategy<Value = IdentityCard> {
+    let trust = ("[a-z.]{1,12}", any::<bool>(), vec("[a-z.]{1,8}", 0..3)).prop_map(|(n, a, p)| TrustDomain {
+        name: n,
+        allow_cross_domain: a,
+        trusted_peers: p,
+    });
+    (
+        ("[a-z0-9-]{1,12}", text(), option::of(text()), text(), text(), option::of("[0-9a-f]{64}"), trust),
+        (any::<u64>(), option::of(text()), option::of(text()), option::of(text()), option::of(text())),
+        (vec(capability(), 0..3), vec(mode(), 1..4), text(), btree_map("[a-z]{1,6}", text(), 0..3), extra()),
+    )
+        .prop_map(|(a, b, c)| {
+            let mut card = IdentityCard::new(DelegateId::from_name(&a.0).unwrap(), a.1, a.3, a.4);
+            card.description = a.2;
+            card.weights_fingerprint = a.5;
+            card.trust_domain = a.6;
+            card.context_window = b.0;
+            card.reasoning_profile = b.1;
+            card.cost_profile = b.2;
+            card.latency_profile = b.3;
+            card.jurisdiction = b.4;
+            card.capabilities = c.0;
+            card.supported_payload_modes = c.1;
+            card.endpoint = c.2;
+            card.metadata = c.3;
+            card.extra = c.4.into_iter().collect::<BTreeMap<_, _>>();
+            card
+        })
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Round trips
+
+fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: &T) {
+    let bytes = serde_json::to_vec(value).unwrap();
+    let back: T = serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&bytes)));
+    assert_eq!(&back, value);
+    assert_eq!(serde_json::to_vec(&back).unwrap(), bytes);
+}
+
+fn envelope_validator() -> &'static jsonschema::Validator {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    V.get_or_init(|| jsonschema::validator_for(&ldp_types::schema::envelope_schema()).unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn envelope_round_trips(env in envelope()) {
+        let bytes = env.to_vec().unwrap();
+        let back = Envelope::from_slice(&bytes).unwrap();
+        prop_assert_eq!(&back, &env);
+        prop_assert_eq!(back.to_vec().unwrap(), bytes);
+        prop_assert_eq!(Envelope::from_value(env.to_value().unwrap()).unwrap(), env.clone());
+        prop_assert_eq!(Envelope::from_json(&env.to_json().unwrap()).unwrap(), env.clone());
+        // What we send validates against the schema.
+        prop_assert!(envelope_validator().is_valid(&env.to_value().unwrap()));
+    }
+
+    #[test]
+    fn identity_card_round_trips(card in identity_card()) {
+        round_trip(&card);
+        prop_assert_eq!(IdentityCard::from_json(&serde_json::to_string(&card).unwrap()).unwrap(), card);
+    }
+
+    #[test]
+    fn capability_round_trips_in_both_shapes(c in capability()) {
+        round_trip(&c);
+        // The accessors read whichever shape carries the value.
+        prop_assert_eq!(c.quality_score(), c.quality.as_ref().and_then(|q| q.quality_score).or(c.quality_hint));
+    }
+
+    #[test]
+    fn provenance_round_trips(p in provenance()) {
+        round_trip(&p);
+    }
+
+    #[test]
+    fn contract_round_trips(c in contract()) {
+        round_trip(&c);
+    }
+
+    #[test]
+    fn ldp_error_round_trips(e in ldp_error()) {
+        round_trip(&e);
+    }
+
+    #[test]
+    fn session_config_round_trips(c in session_config()) {
+        round_trip(&c);
+    }
+
+    #[test]
+    fn manifest_round_trips(
+        skills in vec("[a-z]{1,8}", 0..4),
+        supported_modes in vec(mode(), 0..4),
+        max_concurrent_tasks in option::of(any::<u32>()),
+        capabilities in vec(capability(), 0..3),
+    ) {
+        let mut m = Manifest { skills, supported_modes, max_concurrent_tasks, capabilities };
+        // Reading adds every capability's name to the skills; start from that fixed point.
+        m = Manifest::from_value(&m.to_value());
+        let value = m.to_value();
+        let back = Manifest::from_value(&value);
+        prop_assert_eq!(&back, &m);
+        prop_assert_eq!(back.to_value(), value);
+        // The bare-list shape of the Python SDK reads the same capabilities.
+        let list = serde_json::to_value(&m.capabilities).unwrap();
+        prop_assert_eq!(Manifest::from_value(&list).capabilities, m.capabilities);
+    }
+
+    #[test]
+    fn jcs_matches_the_reference_canonicaliser(env in envelope()) {
+        let key = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "k").unwrap();
+        let mut signed = env.clone();
+        signing::sign(&mut signed, &key).unwrap();
+        let mut raw = signed.to_value().unwrap();
+        let ours = signing::canonical_signing_input_value(&raw).unwrap();
+        raw.as_object_mut().unwrap().remove("signature");
+        raw.as_object_mut().unwrap().remove("signature_algorithm");
+        prop_assert_eq!(&ours, &serde_json_canonicalizer::to_vec(&raw).unwrap());
+        prop_assert_eq!(signing::canonical_signing_input(&signed).unwrap(), ours);
+        signing::verify_value(&signed.to_value().unwrap(), &key.verifying_key()).unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Never panics
+
+fn keys() -> Vec<SigningKey> {
+    vec![
+        SigningKey::shared_secret(SignatureAlgorithm::HmacSha256, "k").unwrap(),
+        SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "k").unwrap(),
+        SigningKey::ed25519_from_seed(&[3; 32]),
+    ]
+}
+
+/// Runs every entry point on `value`; they must return, never panic. When the decoder accepts, the schema must too.
+fn exercise(value: &Value) {
+    let decoded = Envelope::from_value(value.clone());
+    let text = value.to_string();
+    let from_text = Envelope::from_slice(text.as_bytes());
+    assert_eq!(decoded.is_ok(), from_text.is_ok(), "value and text decoding disagree on {text}");
+    if decoded.is_ok() {
+        let errors: Vec<String> = envelope_validator().iter_errors(value).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "decoder accepted but schema rejected {text}: {errors:?}");
+    }
+    let _ = IdentityCard::from_json(&text);
+    for key in keys() {
+        let _ = signing::verify_value(value, &key.verifying_key());
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Remove(Vec<usize>),
+    Replace(Vec<usize>, Value),
+    Null(Vec<usize>),
+}
+
+/// The member or element reached by following `path` (indices taken modulo the container size), stopping early at
+/// scalars.
+fn locate<'a>(mut v: &'a mut Value, path: &[usize]) -> (&'a mut Value, Option<usize>) {
+    let mut last = None;
+    for (depth, step) in path.iter().enumerate() {
+        let len = match &*v {
+            Value::Object(m) => m.len(),
+            Value::Array(a) => a.len(),
+            _ => 0,
+        };
+        if len == 0 || depth + 1 == path.len() {
+            last = (len > 0).then_some(step % len.max(1));
+            break;
+        }
+        v = match v {
+            Value::Object(m) => m.values_mut().nth(step % len).unwrap(),
+            Value::Array(a) => &mut a[step % len],
+            _ => unreachable!(),
+        };
+    }
+    (v, last)
+}
+
+fn apply(mut value: Value, mutation: &Mutation) -> Value {
+    let (path, replacement) = match mutation {
+        Mutation::Remove(p) => (p, None),
+        Mutation::Replace(p, r) => (p, Some(r.clone())),
+        Mutation::Null(p) => (p, Some(Value::Null)),
+    };
+    let (container, index) = locate(&mut value, path);
+    let Some(i) = index else { return value };
+    match (container, replacement) {
+        (Value::Object(m), None) => {
+            let key = m.keys().nth(i).cloned().unwrap();
+            m.remove(&key);
+        }
+        (Value::Array(a), None) => drop(a.remove(i)),
+        (Value::Object(m), Some(r)) => *m.values_mut().nth(i).unwrap() = r,
+        (Value::Array(a), Some(r)) => a[i] = r,
+        _ => {}
+    }
+    value
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let path = vec(any::<usize>(), 1..5);
+    let retype = prop_oneof![
+        Just(json!(0)),
+        Just(json!(-1)),
+        Just(json!(1.5)),
+        Just(json!("")),
+        Just(json!("x")),
+        Just(json!([])),
+        Just(json!({})),
+        Just(json!(true)),
+        Just(json!(u64::MAX)),
+        Just(json!("ldp:delegate:")),
+        Just(json!({"type": "TASK_SUBMIT"})),
+        json_value(),
+    ];
+    prop_oneof![
+        path.clone().prop_map(Mutation::Remove),
+        path.clone().prop_map(Mutation::Null),
+        (path, retype).prop_map(|(p, r)| Mutation::Replace(p, r)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in vec(any::<u8>(), 0..256)) {
+        let _ = Envelope::from_slice(&bytes);
+        if let Ok(text) = std::str::from_utf8(&bytes) {
+            let _ = IdentityCard::from_json(text);
+            let _ = Envelope::from_json(text);
+        }
+    }
+
+    #[test]
+    fn arbitrary_json_never_panics(value in json_value()) {
+        exercise(&value);
+        exercise(&json!({"message_id": "m", "from": "a", "to": "b", "timestamp": "t", "body": value}));
+    }
+
+    #[test]
+    fn mutated_envelopes_never_panic(env in envelope(), mutations in vec(mutation(), 1..4)) {
+        let mut value = env.to_value().unwrap();
+        for m in &mutations {
+            value = apply(value, m);
+        }
+        exercise(&value);
+    }
+
+    #[test]
+    fn mutated_flow_and_cards_never_panic(index in 0usize..6, mutations in vec(mutation(), 1..4)) {
+        let flow: Vec<Value> = serde_json::from_str(include_str!("fixtures/ldp-session-flow.json")).unwrap();
+        let mut value = flow[index].clone();
+        for m in &mutations {
+            value = apply(value, m);
+        }
+        exercise(&value);
+        let card = json!({"delegate_id": "ldp:delegate:x", "name": "n", "model_family": "f", "model_version": "v",
+            "trust_domain": {"name": "d", "allow_cross_domain": true, "trusted_peers": ["e"]}, "context_window": 1,
+            "capabilities": [{"name": "c", "quality": {"quality_score": 0.5, "claim_type": "self_claimed"}}],
+            "supported_payload_modes": ["text"]});
+        let mut card = card;
+        for m in &mutations {
+            card = apply(card, m);
+        }
+        let _ = IdentityCard::from_json(&card.to_string());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Deep nesting
+
+fn nested_input(depth: usize) -> String {
+    format!(
+        r#"{{"message_id":"m","from":"a","to":"b","timestamp":"t","body":{{"type":"TASK_SUBMIT","task_id":"t","skill":"s","input":{}{}}}}}"#,
+        "[".repeat(depth),
+        "]".repeat(depth)
+    )
+}
+
+#[test]
+fn recursion_limit_holds_through_the_custom_decoders() {
+    // The envelope and the body are two levels; serde_json allows 128 in all.
+    assert!(Envelope::from_json(&nested_input(100)).is_ok());
+    for depth in [127, 1_000, 100_000] {
+        let err = Envelope::from_json(&nested_input(depth)).unwrap_err();
+        assert!(matches!(err, ldp_types::Error::MalformedJson(_)), "{depth}: {err}");
+        assert!(err.to_string().contains("recursion limit"), "{depth}: {err}");
+    }
+    let deep_card = format!(
+        r#"{{"delegate_id":"ldp:delegate:x","name":"n","model_family":"f","model_version":"v","trust_domain":"d",
+        "context_window":1,"supported_payload_modes":["text"],"x_deep":{}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    assert!(matches!(IdentityCard::from_json(&deep_card), Err(ldp_types::Error::MalformedJson(_))));
+    // A deep value under a member the contract decoder ignores is skipped by serde_json without recursing (so without
+    // a stack overflow and without hitting the limit): the message is accepted.
+    let deep_contract = format!(
+        r#"{{"message_id":"m","from":"a","to":"b","timestamp":"t","body":{{"type":"TASK_SUBMIT","task_id":"t",
+        "skill":"s","contract":{{"contract_id":"c","x":{}1{}}}}}}}"#,
+        "{\"a\":".repeat(5_000),
+        "}".repeat(5_000)
+    );
+    let env = Envelope::from_json(&deep_contract).unwrap();
+    let ldp_types::Body::TaskSubmit(submit) = env.body else { panic!("not a submit") };
+    assert_eq!(submit.contract.unwrap().contract_id, "c");
+    // Where the value is kept (an unknown body member), the limit applies.
+    let kept = deep_contract.replace(r#""contract":{"contract_id":"c","x":"#, r#""x_kept":{"y":"#);
+    let err = Envelope::from_json(&kept).unwrap_err();
+    assert!(err.to_string().contains("recursion limit"), "{err}");
+}
