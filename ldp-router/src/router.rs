@@ -56,12 +56,20 @@ struct SkillTable {
     /// Memoised assessments per arm; an assessment changes only with an outcome, a re-registration, an expiry or
     /// (slowly) with the decay of dated claims.
     memo: Vec<Memo>,
+    memo_detail: Vec<Assessment>,
+    /// Largest cost and latency among the skill's offers: the balanced strategy's normalisers. They describe the
+    /// market for the skill, so a candidate's score does not change with which others a filter removed.
+    max_cost: f64,
+    max_latency: u64,
+    /// A removal may have lowered the maxima; recompute before the next selection.
+    scale_dirty: bool,
 }
 
-/// An assessment and the half-open interval of unix seconds in which it may be reused.
+/// The part of an assessment that ranking reads for every candidate, and the half-open interval of unix seconds
+/// in which it may be reused; the full [`Assessment`] is kept apart and read only for the ranked few.
 #[derive(Debug, Clone, Copy)]
 struct Memo {
-    assessment: Assessment,
+    mean: f64,
     /// `1 / √strength`, so exploration needs neither a division nor a square root per candidate.
     unit_sd: f64,
     from_s: f64,
@@ -69,12 +77,7 @@ struct Memo {
 }
 
 impl Memo {
-    const STALE: Memo = Memo {
-        assessment: Assessment { mean: 0.0, strength: 0.0, basis: None, self_claim_ignored: false, expired_claims: 0 },
-        unit_sd: 0.0,
-        from_s: f64::INFINITY,
-        until_s: f64::NEG_INFINITY,
-    };
+    const STALE: Memo = Memo { mean: 0.0, unit_sd: 0.0, from_s: f64::INFINITY, until_s: f64::NEG_INFINITY };
 }
 
 impl SkillTable {
@@ -98,6 +101,7 @@ impl SkillTable {
             keep
         });
         self.dead_claims += dead;
+        self.scale_dirty = true;
         if self.dead_claims * 2 > self.claims.len() {
             let mut claims = Vec::with_capacity(self.claims.len() - self.dead_claims);
             for entry in &mut self.entries {
@@ -112,11 +116,13 @@ impl SkillTable {
     }
 }
 
+const NO_ASSESSMENT: Assessment =
+    Assessment { mean: 0.0, strength: 0.0, basis: None, self_claim_ignored: false, expired_claims: 0 };
+
 /// One ranked candidate of a selection.
 #[derive(Debug, Clone, Copy)]
 struct Row {
     entry: usize,
-    assessment: Assessment,
     drawn: f64,
     score: f64,
     tiebreak: f64,
@@ -220,6 +226,7 @@ impl Router {
                 table.arms.push(ArmStats::default());
                 table.arm_last_at.push(None);
                 table.memo.push(Memo::STALE);
+                table.memo_detail.push(NO_ASSESSMENT);
             }
             if let Some(memo) = table.memo.get_mut(arm as usize) {
                 *memo = Memo::STALE;
@@ -227,6 +234,8 @@ impl Router {
             let claims_start = u32::try_from(table.claims.len()).unwrap_or(NONE);
             table.claims.extend(candidate.claims.iter().filter(|c| c.skill == offer.skill).map(CompiledClaim::new));
             let claims_len = u32::try_from(table.claims.len()).unwrap_or(NONE).saturating_sub(claims_start);
+            table.max_cost = table.max_cost.max(offer.cost_usd);
+            table.max_latency = table.max_latency.max(offer.latency_ms);
             table.entries.push(Entry {
                 delegate,
                 arm,
@@ -314,16 +323,14 @@ impl Router {
 
     /// Picks one delegate for `request` at `now`, with the explanation of the choice.
     ///
-    /// Balanced scores normalise cost and latency by the largest among the candidates that pass the trust domain,
-    /// jurisdiction, exclusion and budget filters.
+    /// Balanced scores normalise cost and latency by the largest among all registered offers of the skill, so a
+    /// candidate's score does not depend on which others the filters removed.
     pub fn select(&mut self, request: &SelectionRequest, now: OffsetDateTime) -> Result<Decision, RouterError> {
         let skill_id = self.skills.get(&request.skill);
-        let Some(SkillTable { entries, claims, arms, memo, .. }) =
-            skill_id.and_then(|s| self.tables.get_mut(s as usize)).filter(|t| !t.entries.is_empty())
+        let Some(table) = skill_id.and_then(|s| self.tables.get_mut(s as usize)).filter(|t| !t.entries.is_empty())
         else {
             return Err(RouterError::UnknownSkill(request.skill.clone()));
         };
-        let (entries, claims, arms) = (&*entries, &*claims, &*arms);
         let filter = Filter {
             // Names the router has never seen cannot match anything, so they drop out of the filter sets.
             domains: request.trust_domains.as_ref().map(|d| ids(&self.domains, d)),
@@ -341,16 +348,16 @@ impl Router {
                 BalancedWeights { quality: 1.0, cost: 0.0, latency: 0.0 }
             }
         };
-        // Pass 1, cheap and only when needed: the normalisers of the balanced score.
-        let (mut max_cost, mut max_latency) = (0.0_f64, 0_u64);
-        if weights.cost != 0.0 || weights.latency != 0.0 {
-            for entry in entries.iter().filter(|e| filter.check(e).is_ok()) {
-                max_cost = max_cost.max(entry.cost_usd);
-                max_latency = max_latency.max(entry.latency_ms);
-            }
+        if table.scale_dirty {
+            table.max_cost = table.entries.iter().map(|e| e.cost_usd).fold(0.0, f64::max);
+            table.max_latency = table.entries.iter().map(|e| e.latency_ms).max().unwrap_or(0);
+            table.scale_dirty = false;
         }
-        let cost_scale = if max_cost > 0.0 { weights.cost / max_cost } else { 0.0 };
-        let latency_scale = if max_latency > 0 { weights.latency / max_latency as f64 } else { 0.0 };
+        let cost_scale = if table.max_cost > 0.0 { weights.cost / table.max_cost } else { 0.0 };
+        let latency_scale = if table.max_latency > 0 { weights.latency / table.max_latency as f64 } else { 0.0 };
+        let unfiltered = filter.is_empty();
+        let SkillTable { entries, claims, arms, memo, memo_detail, .. } = table;
+        let (entries, claims, arms) = (&*entries, &*claims, &*arms);
         let keep = match request.explain {
             ExplainDepth::Top(n) => n.max(1),
             ExplainDepth::All => usize::MAX,
@@ -362,7 +369,7 @@ impl Router {
         let mut eligible = 0;
         let mut top: Vec<Row> = Vec::with_capacity(keep.min(entries.len()).min(SHORT_LIST) + 1);
         for (index, entry) in entries.iter().enumerate() {
-            if let Err(reason) = filter.check(entry) {
+            if !unfiltered && let Err(reason) = filter.check(entry) {
                 *reason.counter(&mut rejected) += 1;
                 continue;
             }
@@ -374,10 +381,13 @@ impl Router {
                 let (assessment, until_s) =
                     self.config.policy.assess_until(&clock, own.iter().copied(), observed.as_ref());
                 let unit_sd = 1.0 / assessment.strength.max(f64::MIN_POSITIVE).sqrt();
-                *slot = Memo { assessment, unit_sd, from_s: clock.now_s, until_s };
+                *slot = Memo { mean: assessment.mean, unit_sd, from_s: clock.now_s, until_s };
+                if let Some(detail) = memo_detail.get_mut(entry.arm as usize) {
+                    *detail = assessment;
+                }
             }
-            let Memo { assessment, unit_sd, .. } = *slot;
-            if assessment.mean < floor {
+            let Memo { mean, unit_sd, .. } = *slot;
+            if mean < floor {
                 rejected.min_quality += 1;
                 continue;
             }
@@ -393,7 +403,7 @@ impl Router {
             if top.len() >= keep
                 && let Some(last) = top.last()
             {
-                let best_case = learner.upper(assessment.mean, unit_sd);
+                let best_case = learner.upper(mean, unit_sd);
                 let hopeless = if uses_draw_in_primary {
                     primary + weights.quality * best_case < last.score
                 } else {
@@ -403,11 +413,11 @@ impl Router {
                     continue;
                 }
             }
-            let drawn = learner.draw(assessment.mean, unit_sd, &mut self.rng);
+            let drawn = learner.draw(mean, unit_sd, &mut self.rng);
             let row = if uses_draw_in_primary {
-                Row { entry: index, assessment, drawn, score: primary + weights.quality * drawn, tiebreak: 0.0 }
+                Row { entry: index, drawn, score: primary + weights.quality * drawn, tiebreak: 0.0 }
             } else {
-                Row { entry: index, assessment, drawn, score: primary, tiebreak: drawn }
+                Row { entry: index, drawn, score: primary, tiebreak: drawn }
             };
             if keep == usize::MAX {
                 top.push(row);
@@ -432,7 +442,7 @@ impl Router {
                     delegate_id: self.delegates.name(entry.delegate).to_owned(),
                     score: row.score,
                     quality_drawn: row.drawn,
-                    assessment: row.assessment,
+                    assessment: memo_detail.get(entry.arm as usize).copied().unwrap_or(NO_ASSESSMENT),
                     cost_usd: entry.cost_usd,
                     latency_ms: entry.latency_ms,
                 })
@@ -480,7 +490,15 @@ impl Reject {
 }
 
 impl Filter {
-    #[inline]
+    fn is_empty(&self) -> bool {
+        self.excluded.is_empty()
+            && self.domains.is_none()
+            && self.jurisdictions.is_none()
+            && self.ceiling == f64::INFINITY
+    }
+
+    // Inlined: a call per candidate costs as much as the comparisons themselves.
+    #[inline(always)]
     fn check(&self, entry: &Entry) -> Result<(), Reject> {
         if self.excluded.contains(&entry.delegate) {
             Err(Reject::Excluded)
