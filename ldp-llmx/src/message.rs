@@ -587,22 +587,22 @@ impl From<CustomFields> for Object {
 struct Reader<'a, 'f> {
     block: &'static str,
     at: usize,
-    fields: &'f mut Vec<RawField<'a>>,
+    fields: &'f mut [RawField<'a>],
 }
 
 type Conv<T> = fn(Value) -> Option<T>;
 
 impl<'a, 'f> Reader<'a, 'f> {
-    fn new(block: &'static str, raw: RawBlock<'a>, fields: &'f mut Vec<RawField<'a>>) -> Result<Self, PErr> {
+    fn new(block: &'static str, raw: RawBlock<'a>, fields: &'f mut [RawField<'a>]) -> Result<Self, PErr> {
         match raw.body {
             RawBody::Object => Ok(Reader { block, at: raw.offset, fields }),
-            RawBody::Array(_) => {
+            RawBody::Array(_) | RawBody::Steps(_) => {
                 Err(PErr::new(raw.offset, ParseErrorKind::InvalidBody { block, expected: "an object {...}" }))
             }
         }
     }
 
-    fn from_fields(block: &'static str, at: usize, fields: &'f mut Vec<RawField<'a>>) -> Self {
+    fn from_fields(block: &'static str, at: usize, fields: &'f mut [RawField<'a>]) -> Self {
         Reader { block, at, fields }
     }
 
@@ -616,15 +616,15 @@ impl<'a, 'f> Reader<'a, 'f> {
     fn opt<T>(&mut self, key: &'static str, conv: Conv<T>, expected: &'static str) -> Result<Option<T>, PErr> {
         match self.take(key) {
             None => Ok(None),
-            Some((value, offset)) => conv(value)
-                .map(Some)
-                .ok_or(PErr::new(offset, ParseErrorKind::InvalidField { block: self.block, field: key, expected })),
+            Some((value, offset)) => conv(value).map(Some).ok_or_else(|| {
+                PErr::new(offset, ParseErrorKind::InvalidField { block: self.block, field: key, expected })
+            }),
         }
     }
 
     fn req<T>(&mut self, key: &'static str, conv: Conv<T>, expected: &'static str) -> Result<T, PErr> {
         self.opt(key, conv, expected)?
-            .ok_or(PErr::new(self.at, ParseErrorKind::MissingField { block: self.block, field: key }))
+            .ok_or_else(|| PErr::new(self.at, ParseErrorKind::MissingField { block: self.block, field: key }))
     }
 
     fn finish(self) -> Result<CustomFields, PErr> {
@@ -721,24 +721,18 @@ pub(crate) fn block_from_raw<'a>(raw: RawBlock<'a>, fields: &mut Vec<RawField<'a
             })
         }
         "PLAN" => {
-            let RawBody::Array(items) = raw.body else {
+            let RawBody::Steps(items) = raw.body else {
                 return Err(PErr::new(
                     at,
                     ParseErrorKind::InvalidBody { block: "PLAN", expected: "an array of (i,t,s) steps" },
                 ));
             };
             let mut steps = Vec::with_capacity(items.len());
-            for (item, offset) in items {
-                // Tuples are what the examples write; objects are what the appendix grammar allows. Both mean a step.
-                let (Value::Tuple(o) | Value::Object(o)) = item else {
-                    return Err(PErr::new(
-                        offset,
-                        ParseErrorKind::InvalidField { block: "PLAN", field: "step", expected: "a (i,t,s) tuple" },
-                    ));
+            for (range, offset) in items {
+                let Some(step_fields) = fields.get_mut(range) else {
+                    return Err(PErr::new(offset, ParseErrorKind::InvalidBody { block: "PLAN", expected: "steps" }));
                 };
-                let mut step_fields =
-                    o.into_pairs().into_iter().map(|(key, value)| RawField::new(key.into(), value, offset)).collect();
-                let mut r = Reader::from_fields("PLAN", offset, &mut step_fields);
+                let mut r = Reader::from_fields("PLAN", offset, step_fields);
                 steps.push(PlanStep {
                     id: r.req(
                         "i",
@@ -825,6 +819,10 @@ pub(crate) fn block_from_raw<'a>(raw: RawBlock<'a>, fields: &mut Vec<RawField<'a
                     fields.drain(..).map(|f| (f.key.into_owned(), f.value)).collect(),
                 )),
                 RawBody::Array(items) => BlockBody::Array(items.into_iter().map(|(v, _)| v).collect()),
+                // Only blocks named PLAN are parsed as steps, and PLAN is matched above.
+                RawBody::Steps(_) => {
+                    return Err(PErr::new(at, ParseErrorKind::InvalidBody { block: "PLAN", expected: "steps" }));
+                }
             };
             // The parser only hands over names of the block-type shape, and standard names are matched above.
             Block::Extension(ExtensionBlock { name: other.to_owned(), body })

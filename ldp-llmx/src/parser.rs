@@ -159,6 +159,8 @@ impl<'a> Pair<'a> for (String, Value) {
 pub(crate) enum RawBody {
     /// The fields are in the vector handed to [`Cursor::block`], reused from block to block to save allocations.
     Object,
+    /// PLAN steps: each a range of that vector, and where the step starts.
+    Steps(Vec<(std::ops::Range<usize>, usize)>),
     Array(Vec<(Value, usize)>),
 }
 
@@ -169,17 +171,52 @@ pub(crate) struct RawBlock<'a> {
     pub(crate) body: RawBody,
 }
 
+// Byte classes, looked up in one table: the scanning loops are the parser's hot path.
+const KEY_START: u8 = 1;
+const KEY: u8 = 2;
+/// Bare identifier values may also hold `-` and `.` (`f:gpt-4o`, `p:my.app`), which no other value can start with.
+const IDENT: u8 = 4;
+/// Bytes that end the plain run of a quoted string: `"`, `\` and control characters.
+const STR_STOP: u8 = 8;
+
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let mut c = 0;
+        if b.is_ascii_alphabetic() || b == b'_' {
+            c |= KEY_START | KEY | IDENT;
+        }
+        if b.is_ascii_digit() {
+            c |= KEY | IDENT;
+        }
+        if b == b'-' || b == b'.' {
+            c |= IDENT;
+        }
+        if b == b'"' || b == b'\\' || b < 0x20 {
+            c |= STR_STOP;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+fn class(b: u8, c: u8) -> bool {
+    CLASS[usize::from(b)] & c != 0
+}
+
 fn is_key_start(b: u8) -> bool {
-    b.is_ascii_alphabetic() || b == b'_'
+    class(b, KEY_START)
 }
 
 fn is_key_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_'
+    class(b, KEY)
 }
 
-/// Bare identifier values may also hold `-` and `.` (`f:gpt-4o`, `p:my.app`), which no other value can start with.
 fn is_ident_char(b: u8) -> bool {
-    is_key_char(b) || b == b'-' || b == b'.'
+    class(b, IDENT)
 }
 
 struct Cursor<'a> {
@@ -245,12 +282,16 @@ impl<'a> Cursor<'a> {
         Ok(())
     }
 
-    fn word(&mut self, pred: fn(u8) -> bool) -> &'a str {
+    fn word(&mut self, class_bits: u8) -> &'a str {
         let start = self.i;
-        while self.peek().is_some_and(pred) {
-            self.i += 1;
-        }
+        let n = self.b[start..].iter().take_while(|&&b| class(b, class_bits)).count();
+        self.i += n;
         &self.text[start..self.i]
+    }
+
+    /// Skips to the next byte that ends a string's plain run, or to the end.
+    fn skip_plain(&mut self) {
+        self.i += self.b[self.i..].iter().take_while(|&&b| !class(b, STR_STOP)).count();
     }
 
     fn at_header(&self) -> bool {
@@ -286,7 +327,7 @@ impl<'a> Cursor<'a> {
         if !self.peek().is_some_and(|b| b.is_ascii_alphabetic()) {
             return Err(self.unexpected("a block type such as REQ"));
         }
-        let name = self.word(is_key_char);
+        let name = self.word(KEY);
         self.expect(b':', "':' after the block type")?;
         self.ws();
         let body = match self.peek() {
@@ -297,6 +338,54 @@ impl<'a> Cursor<'a> {
                 self.pairs(b'}', "',' or '}'", fields)?;
                 self.depth -= 1;
                 RawBody::Object
+            }
+            // PLAN steps are parsed straight into the field buffer, so that their keys stay borrowed.
+            Some(b'[') if name == "PLAN" => {
+                self.enter()?;
+                self.i += 1;
+                fields.clear();
+                let mut steps = Vec::new();
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.i += 1;
+                } else {
+                    loop {
+                        self.ws();
+                        let at = self.i;
+                        // Tuples are what the examples write; objects are what the appendix grammar allows.
+                        let close = match self.peek() {
+                            Some(b'(') => b')',
+                            Some(b'{') => b'}',
+                            _ => {
+                                return Err(PErr::new(
+                                    at,
+                                    ParseErrorKind::InvalidField {
+                                        block: "PLAN",
+                                        field: "step",
+                                        expected: "a (i,t,s) tuple",
+                                    },
+                                ));
+                            }
+                        };
+                        self.enter()?;
+                        self.i += 1;
+                        let start = fields.len();
+                        self.pairs(close, if close == b')' { "',' or ')'" } else { "',' or '}'" }, fields)?;
+                        self.depth -= 1;
+                        steps.push((start..fields.len(), at));
+                        self.ws();
+                        match self.peek() {
+                            Some(b',') => self.i += 1,
+                            Some(b']') => {
+                                self.i += 1;
+                                break;
+                            }
+                            _ => return Err(self.unexpected("',' or ']'")),
+                        }
+                    }
+                }
+                self.depth -= 1;
+                RawBody::Steps(steps)
             }
             Some(b'[') => {
                 self.enter()?;
@@ -329,8 +418,9 @@ impl<'a> Cursor<'a> {
         Ok(RawBlock { name, offset, body })
     }
 
-    /// `key:value` pairs up to `close`; the opening bracket is already consumed.
+    /// `key:value` pairs up to `close`, appended to `out`; the opening bracket is already consumed.
     fn pairs<P: Pair<'a>>(&mut self, close: u8, sep_expected: &'static str, out: &mut Vec<P>) -> Result<(), PErr> {
+        let from = out.len();
         // Keys stay borrowed from the input until stored: typed blocks only compare them.
         // Linear duplicate search is fastest for the small objects LLMX carries; a set takes over for big ones so
         // that hostile input stays linear.
@@ -345,16 +435,16 @@ impl<'a> Cursor<'a> {
             let key_at = self.i;
             let key = match self.peek() {
                 Some(b'"') => self.string_cow()?,
-                Some(b) if is_key_start(b) => Cow::Borrowed(self.word(is_key_char)),
+                Some(b) if is_key_start(b) => Cow::Borrowed(self.word(KEY)),
                 _ => return Err(self.unexpected("a field name")),
             };
             let dup = match &mut seen {
                 Some(set) => !set.insert(key.clone()),
                 None => {
-                    let dup = out.iter().any(|p| p.key() == key);
-                    if out.len() >= 16 {
+                    let dup = out[from..].iter().any(|p| p.key() == key);
+                    if out.len() - from >= 16 {
                         let mut set: HashSet<Cow<'a, str>> =
-                            out.iter().map(|p| Cow::Owned(p.key().to_owned())).collect();
+                            out[from..].iter().map(|p| Cow::Owned(p.key().to_owned())).collect();
                         set.insert(key.clone());
                         seen = Some(set);
                     }
@@ -428,7 +518,7 @@ impl<'a> Cursor<'a> {
                 Ok(Value::Array(items))
             }
             Some(b) if is_key_start(b) => {
-                let w = self.word(is_ident_char);
+                let w = self.word(IDENT);
                 Ok(match w {
                     "true" => Value::Bool(true),
                     "false" => Value::Bool(false),
@@ -475,10 +565,15 @@ impl<'a> Cursor<'a> {
         }
         // Decimals, and integers too large for i64, go through the standard library's correctly rounded parser.
         let lexeme = &self.text[start..self.i];
-        lexeme.parse::<f64>().ok().and_then(Number::from_f64).ok_or(PErr::new(
-            start,
-            ParseErrorKind::Unexpected { expected: "a number within the range of f64", found: format!("{lexeme:?}") },
-        ))
+        lexeme.parse::<f64>().ok().and_then(Number::from_f64).ok_or_else(|| {
+            PErr::new(
+                start,
+                ParseErrorKind::Unexpected {
+                    expected: "a number within the range of f64",
+                    found: format!("{lexeme:?}"),
+                },
+            )
+        })
     }
 
     /// A quoted string; the cursor is on the opening quote.
@@ -490,30 +585,23 @@ impl<'a> Cursor<'a> {
     fn string_cow(&mut self) -> Result<Cow<'a, str>, PErr> {
         self.i += 1;
         let start = self.i;
-        // Fast path: no escapes, one copy.
-        loop {
-            match self.peek() {
-                None => return Err(self.unexpected("'\"' to close the string")),
-                Some(b'"') => {
-                    let s = &self.text[start..self.i];
-                    self.i += 1;
-                    return Ok(Cow::Borrowed(s));
-                }
-                Some(b'\\') => break,
-                Some(b) if b < 0x20 => return Err(PErr::new(self.i, ParseErrorKind::ControlCharacter)),
-                Some(_) => self.i += 1,
+        // Fast path: no escapes, borrowed.
+        self.skip_plain();
+        match self.peek() {
+            None => return Err(self.unexpected("'\"' to close the string")),
+            Some(b'"') => {
+                let s = &self.text[start..self.i];
+                self.i += 1;
+                return Ok(Cow::Borrowed(s));
             }
+            Some(b'\\') => {}
+            Some(_) => return Err(PErr::new(self.i, ParseErrorKind::ControlCharacter)),
         }
         let mut out = String::with_capacity(self.i - start + 16);
         out.push_str(&self.text[start..self.i]);
         loop {
             let run = self.i;
-            while let Some(b) = self.peek() {
-                if b == b'"' || b == b'\\' || b < 0x20 {
-                    break;
-                }
-                self.i += 1;
-            }
+            self.skip_plain();
             out.push_str(&self.text[run..self.i]);
             match self.peek() {
                 None => return Err(self.unexpected("'\"' to close the string")),
@@ -524,7 +612,7 @@ impl<'a> Cursor<'a> {
                 Some(b'\\') => {
                     let esc_at = self.i;
                     self.i += 1;
-                    let bad = PErr::new(esc_at, ParseErrorKind::InvalidEscape);
+                    let bad = || PErr::new(esc_at, ParseErrorKind::InvalidEscape);
                     let c = match self.peek() {
                         Some(b'"') => '"',
                         Some(b'\\') => '\\',
@@ -536,24 +624,24 @@ impl<'a> Cursor<'a> {
                         Some(b't') => '\t',
                         Some(b'u') => {
                             self.i += 1;
-                            let hi = self.hex4().ok_or(PErr::new(esc_at, ParseErrorKind::InvalidEscape))?;
+                            let hi = self.hex4().ok_or_else(bad)?;
                             let code = if (0xD800..0xDC00).contains(&hi) {
                                 if !self.b[self.i..].starts_with(b"\\u") {
-                                    return Err(bad);
+                                    return Err(bad());
                                 }
                                 self.i += 2;
-                                let lo = self.hex4().ok_or(PErr::new(esc_at, ParseErrorKind::InvalidEscape))?;
+                                let lo = self.hex4().ok_or_else(bad)?;
                                 if !(0xDC00..0xE000).contains(&lo) {
-                                    return Err(bad);
+                                    return Err(bad());
                                 }
                                 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
                             } else {
                                 hi
                             };
-                            out.push(char::from_u32(code).ok_or(bad)?);
+                            out.push(char::from_u32(code).ok_or_else(bad)?);
                             continue;
                         }
-                        _ => return Err(bad),
+                        _ => return Err(bad()),
                     };
                     self.i += 1;
                     out.push(c);
