@@ -173,7 +173,7 @@ impl Scenario {
     /// Number of inflators.
     pub fn inflators(&self) -> usize {
         let k = (self.dishonest_fraction * self.pool_size as f64).round() as usize;
-        if self.dishonest_fraction > 0.0 { k.clamp(1, self.pool_size - 1) } else { 0 }
+        if self.dishonest_fraction > 0.0 { k.max(1).min(self.pool_size.saturating_sub(1)) } else { 0 }
     }
 }
 

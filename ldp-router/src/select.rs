@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::{Assessment, ClaimType};
 
 /// Relative weights of the balanced strategy; costs and latencies are normalised by the largest among the
-/// eligible candidates, so each term lies in `[0, 1]`.
+/// registered offers of the skill, so each term lies in `[0, 1]` and a candidate's score does not depend on which
+/// others a filter removed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct BalancedWeights {
     /// Weight of estimated quality.

@@ -104,3 +104,13 @@ fn invalid_scenarios_are_errors() {
     assert!(run_experiment(&Scenario::table2(0), 0, 1).is_err());
     assert!(run_experiment(&Scenario::table2(10), 0, 0).is_err());
 }
+
+#[test]
+fn inflator_count_rounds_and_keeps_one_honest_delegate() {
+    let count = |fraction, pool| Scenario::sensitivity(fraction, InflationLevel::Medium, pool, 1).inflators();
+    assert_eq!([count(0.1, 5), count(0.3, 5), count(0.5, 5), count(0.7, 5)], [1, 2, 3, 4]);
+    assert_eq!([count(0.1, 20), count(0.7, 20)], [2, 14]);
+    assert_eq!(count(0.0, 10), 0);
+    assert_eq!(count(0.9, 2), 1);
+    assert_eq!(count(0.5, 0), 0);
+}
