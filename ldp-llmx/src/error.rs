@@ -126,7 +126,7 @@ impl fmt::Display for ParseErrorKind {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LlmxError {
-    /// Malformed LLMX text (a peer's fault: answer it with [`crate::nack`]).
+    /// Malformed LLMX text (a peer's fault: answer it with [`crate::Res::nack`]).
     #[error("{position}: {kind}")]
     Parse {
         /// Where the problem is.

@@ -15,7 +15,7 @@
 //!   [`LlmxError::Parse`] with a line, a column and what was expected; [`Res::nack`] turns one into the spec's
 //!   `RES:{o:"NACK",...}` answer, and [`Message::warnings`] gives the `RES:{o:"WARN",...}` answers for unknown types.
 //! - [`Value`]: the generic model behind `X_*` blocks, `x_*` fields, `args`, `st` and `c`.
-//! - [`write`]: the canonical (most compact) text; `parse(&write(&m)) == Ok(m)` for every message.
+//! - [`write()`]: the canonical (most compact) text; `parse(&write(&m)) == Ok(m)` for every message.
 //! - [`Target`], [`PathRef`], [`OpShortcut`]: section 4's shortcuts; [`SafeRoot`]: section 9.2's path checks.
 //! - [`BatchTracker`]: section 5's batches, matching OBS `ai` to ACT `i` in any order.
 //! - [`bridge`]: [`to_ldp`] turns messages into LDP envelopes (REQ to `TASK_SUBMIT`, END/OBS to `TASK_RESULT` or
