@@ -415,13 +415,14 @@ fn json_value(j: &Json) -> Result<Value, LlmxError> {
 fn json_object(j: &Json) -> Result<Object, LlmxError> {
     match j {
         Json::Object(m) => {
-            let mut o = Object::new();
+            // JSON object keys are unique, so the entries go in as they are (no quadratic re-check).
+            let mut pairs = Vec::with_capacity(m.len());
             for (k, v) in m {
                 if !v.is_null() {
-                    o.insert(k.clone(), json_value(v)?);
+                    pairs.push((k.clone(), json_value(v)?));
                 }
             }
-            Ok(o)
+            Ok(Object::from_unique(pairs))
         }
         Json::Null => Ok(Object::new()),
         other => {

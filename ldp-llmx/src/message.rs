@@ -567,11 +567,11 @@ impl CustomFields {
 impl TryFrom<Object> for CustomFields {
     type Error = LlmxError;
     fn try_from(o: Object) -> Result<Self, LlmxError> {
-        let mut c = CustomFields::new();
-        for (k, v) in o.into_pairs() {
-            c.insert(k, v)?;
+        // The object's keys are already unique; only the prefix needs checking (and this stays linear).
+        if let Some((k, _)) = o.iter().find(|(k, _)| !k.starts_with("x_")) {
+            return Err(LlmxError::InvalidName { name: k.to_owned(), reason: "custom fields start with x_" });
         }
-        Ok(c)
+        Ok(CustomFields(o))
     }
 }
 

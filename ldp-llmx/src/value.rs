@@ -98,7 +98,7 @@ impl From<i64> for Number {
 
 /// An ordered map of unique keys to values: an LLMX `{k:v}` object or `(k:v)` tuple.
 ///
-/// Order is kept as written so that the canonical writer reproduces it.
+/// Order is kept as written so that the canonical writer reproduces it. Lookups are linear: LLMX objects are small.
 ///
 /// Equality is a map's: the same keys with equal values, in any order (JSON, the LDP side of the bridge, keeps no
 /// order).
@@ -377,8 +377,22 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out: Vec<(String, Value)> = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+        // As in the LLMX parser: linear search for small objects, a set for big ones, so hostile input stays linear.
+        let mut seen: Option<std::collections::HashSet<String>> = None;
         while let Some((k, v)) = map.next_entry::<String, Value>()? {
-            if out.iter().any(|(ok, _)| *ok == k) {
+            let dup = match &mut seen {
+                Some(set) => !set.insert(k.clone()),
+                None => {
+                    let dup = out.iter().any(|(ok, _)| *ok == k);
+                    if out.len() >= 16 {
+                        let mut set: std::collections::HashSet<String> = out.iter().map(|(ok, _)| ok.clone()).collect();
+                        set.insert(k.clone());
+                        seen = Some(set);
+                    }
+                    dup
+                }
+            };
+            if dup {
                 return Err(de::Error::custom(format!("duplicate key '{k}'")));
             }
             out.push((k, v));

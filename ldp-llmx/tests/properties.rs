@@ -30,7 +30,24 @@ fn number() -> impl Strategy<Value = Number> {
     ]
 }
 
-fn value() -> impl Strategy<Value = Value> {
+/// Arbitrary values; `json_safe` leaves out what JSON cannot carry exactly (tuples, and decimals, which
+/// `serde_json` without its `float_roundtrip` feature may read back one ulp off).
+fn value(json_safe: bool) -> BoxedStrategy<Value> {
+    if json_safe {
+        let leaf = prop_oneof![
+            text().prop_map(Value::Str),
+            any::<i64>().prop_map(Value::from),
+            any::<bool>().prop_map(Value::Bool),
+        ];
+        return leaf
+            .prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                    object_of(inner).prop_map(Value::Object),
+                ]
+            })
+            .boxed();
+    }
     let leaf = prop_oneof![
         text().prop_map(Value::Str),
         number().prop_map(Value::Number),
@@ -43,19 +60,20 @@ fn value() -> impl Strategy<Value = Value> {
             object_of(inner).prop_map(Value::Tuple),
         ]
     })
+    .boxed()
 }
 
 fn object_of(v: impl Strategy<Value = Value>) -> impl Strategy<Value = Object> {
     prop::collection::vec((key(), v), 0..5).prop_map(|pairs| pairs.into_iter().collect())
 }
 
-fn object() -> impl Strategy<Value = Object> {
-    object_of(value())
+fn object(j: bool) -> impl Strategy<Value = Object> {
+    object_of(value(j))
 }
 
-fn custom() -> impl Strategy<Value = CustomFields> {
+fn custom(j: bool) -> impl Strategy<Value = CustomFields> {
     prop::collection::vec(
-        (prop_oneof!["x_[a-z0-9_]{1,6}", any::<String>().prop_map(|s| format!("x_{s}"))], value()),
+        (prop_oneof!["x_[a-z0-9_]{1,6}", any::<String>().prop_map(|s| format!("x_{s}"))], value(j)),
         0..3,
     )
     .prop_map(|pairs| {
@@ -71,15 +89,15 @@ fn texts() -> impl Strategy<Value = Vec<String>> {
     prop::collection::vec(text(), 0..4)
 }
 
-fn header() -> impl Strategy<Value = Header> {
-    (text(), text(), any::<u64>(), prop::option::of(text()), custom())
+fn header(j: bool) -> impl Strategy<Value = Header> {
+    (text(), text(), any::<u64>(), prop::option::of(text()), custom(j))
         .prop_map(|(from, to, seq, batch, custom)| Header { from, to, seq, batch, custom })
 }
 
-fn block() -> impl Strategy<Value = Block> {
-    let ctx = (text(), prop::option::of(texts()), prop::option::of(object()), prop::option::of(text()), custom())
+fn block(j: bool) -> impl Strategy<Value = Block> {
+    let ctx = (text(), prop::option::of(texts()), prop::option::of(object(j)), prop::option::of(text()), custom(j))
         .prop_map(|(project, files, state, issue, custom)| Block::Ctx(Ctx { project, files, state, issue, custom }));
-    let req = (text(), 1u8..=5, prop::option::of(texts()), prop::option::of(texts()), custom()).prop_map(
+    let req = (text(), 1u8..=5, prop::option::of(texts()), prop::option::of(texts()), custom(j)).prop_map(
         |(objective, p, deps, experts, custom)| {
             Block::Req(Req { objective, priority: Priority::new(p).unwrap(), deps, experts, custom })
         },
@@ -91,7 +109,7 @@ fn block() -> impl Strategy<Value = Block> {
         Just(StepStatus::Cancelled)
     ];
     let step_id = prop_oneof![any::<u64>().prop_map(StepId::Num), text().prop_map(StepId::Name)];
-    let plan = prop::collection::vec((step_id, text(), status, custom()), 0..4).prop_map(|steps| {
+    let plan = prop::collection::vec((step_id, text(), status, custom(j)), 0..4).prop_map(|steps| {
         Block::Plan(Plan {
             steps: steps.into_iter().map(|(id, task, status, custom)| PlanStep { id, task, status, custom }).collect(),
         })
@@ -104,29 +122,30 @@ fn block() -> impl Strategy<Value = Block> {
         Just(Operation::Search),
         Just(Operation::Spawn)
     ];
-    let act = (prop::option::of(text()), op, text(), prop::option::of(object()), custom())
+    let act = (prop::option::of(text()), op, text(), prop::option::of(object(j)), custom(j))
         .prop_map(|(id, op, tgt, args, custom)| Block::Act(Act { id, op, target: Target::from(tgt), args, custom }));
-    let obs = (prop::option::of(text()), any::<bool>(), prop::option::of(object()), prop::option::of(text()), custom())
-        .prop_map(|(action_id, ok, content, error, custom)| {
-            // Content is required for OK (see the Obs docs).
-            let (status, content) =
-                if ok { (ObsStatus::Ok, Some(content.unwrap_or_default())) } else { (ObsStatus::Err, content) };
-            Block::Obs(Obs { action_id, status, content, error, custom })
-        });
-    let blk = (text(), texts(), prop::option::of(any::<bool>()), custom())
+    let obs =
+        (prop::option::of(text()), any::<bool>(), prop::option::of(object(j)), prop::option::of(text()), custom(j))
+            .prop_map(|(action_id, ok, content, error, custom)| {
+                // Content is required for OK (see the Obs docs).
+                let (status, content) =
+                    if ok { (ObsStatus::Ok, Some(content.unwrap_or_default())) } else { (ObsStatus::Err, content) };
+                Block::Obs(Obs { action_id, status, content, error, custom })
+            });
+    let blk = (text(), texts(), prop::option::of(any::<bool>()), custom(j))
         .prop_map(|(why, alternatives, escalate, custom)| Block::Blk(Blk { why, alternatives, escalate, custom }));
-    let ask = (text(), texts(), prop::option::of(text()), custom())
+    let ask = (text(), texts(), prop::option::of(text()), custom(j))
         .prop_map(|(question, options, default, custom)| Block::Ask(Ask { question, options, default, custom }));
-    let end = (text(), prop::option::of(texts()), prop::option::of(texts()), texts(), custom()).prop_map(
+    let end = (text(), prop::option::of(texts()), prop::option::of(texts()), texts(), custom(j)).prop_map(
         |(next, tests, risks, deliverables, custom)| Block::End(End { next, tests, risks, deliverables, custom }),
     );
-    let res = (text(), prop::option::of(text()), custom())
+    let res = (text(), prop::option::of(text()), custom(j))
         .prop_map(|(option, msg, custom)| Block::Res(Res { option, msg, custom }));
     let ext = (
         prop_oneof!["X_[A-Z0-9_]{1,6}", "[A-Z][A-Za-z0-9_]{0,6}"],
         prop_oneof![
-            object().prop_map(BlockBody::Object),
-            prop::collection::vec(value(), 0..4).prop_map(BlockBody::Array)
+            object(j).prop_map(BlockBody::Object),
+            prop::collection::vec(value(j), 0..4).prop_map(BlockBody::Array)
         ],
     )
         .prop_filter_map("standard names are typed", |(name, body)| {
@@ -136,7 +155,7 @@ fn block() -> impl Strategy<Value = Block> {
 }
 
 fn message() -> impl Strategy<Value = Message> {
-    (header(), prop::collection::vec(block(), 1..5)).prop_map(|(header, blocks)| Message { header, blocks })
+    (header(false), prop::collection::vec(block(false), 1..5)).prop_map(|(header, blocks)| Message { header, blocks })
 }
 
 /// Parses with a generous wall-clock bound, so a hang shows up as a failure rather than a stuck test.
@@ -233,4 +252,62 @@ proptest! {
             prop_assert!(p.components().all(|c| !matches!(c, std::path::Component::ParentDir)));
         }
     }
+}
+
+#[test]
+fn wide_objects_stay_linear_in_both_parsers() {
+    let n = 50_000;
+    let llmx =
+        format!("HEADER:{{f:A,t:B,s:1}}\nX_W:{{{}}}", (0..n).map(|i| format!("k{i}:1")).collect::<Vec<_>>().join(","));
+    let json = format!("{{{}}}", (0..n).map(|i| format!("\"k{i}\":1")).collect::<Vec<_>>().join(","));
+    let start = Instant::now();
+    assert!(parse(&llmx).is_ok());
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert!(matches!(v, Value::Object(o) if o.len() == n));
+    let dup = format!("{{{},\"k7\":2}}", (0..n).map(|i| format!("\"k{i}\":1")).collect::<Vec<_>>().join(","));
+    assert!(serde_json::from_str::<Value>(&dup).is_err());
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+}
+
+fn only(kind: &'static str) -> impl Strategy<Value = Block> {
+    block(true).prop_filter(kind, move |b| b.type_name() == kind)
+}
+
+/// Messages of the shapes the bridge maps: a REQ with its CTX and PLAN, or answers (ACT, END, OBS, BLK, ASK, PLAN).
+fn bridgeable() -> impl Strategy<Value = Message> {
+    let req = (header(true), prop::option::of(only("CTX")), only("REQ"), prop::option::of(only("PLAN"))).prop_map(
+        |(header, ctx, req, plan)| Message { header, blocks: ctx.into_iter().chain([req]).chain(plan).collect() },
+    );
+    let answers = (
+        header(true),
+        prop::collection::vec(
+            block(true)
+                .prop_filter("answers", |b| ["ACT", "END", "OBS", "BLK", "ASK", "PLAN"].contains(&b.type_name())),
+            1..4,
+        ),
+    )
+        .prop_map(|(header, blocks)| Message { header, blocks });
+    prop_oneof![req, answers]
+}
+
+#[test]
+fn bridge_round_trips_through_envelope_json() {
+    // Building these nested strategies takes more than the 2 MiB test-thread stack in unoptimised builds.
+    let run = || {
+        let mut runner =
+            proptest::test_runner::TestRunner::new(ProptestConfig { cases: 256, ..ProptestConfig::default() });
+        let result = runner.run(&bridgeable(), |m| {
+            let cfg = BridgeConfig::new("s-1", "2026-03-09T10:00:00Z").with_task_id("task-1");
+            let envelopes = to_ldp(&m, &cfg).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let wire: Vec<ldp_types::Envelope> =
+                envelopes.iter().map(|e| ldp_types::Envelope::from_json(&e.to_json().unwrap()).unwrap()).collect();
+            let back = from_ldp(&wire, &cfg).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(back, vec![m]);
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+    };
+    std::thread::Builder::new().stack_size(64 << 20).spawn(run).unwrap().join().unwrap();
 }
