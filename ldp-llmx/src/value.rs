@@ -159,10 +159,6 @@ impl Object {
     pub(crate) fn from_unique(pairs: Vec<(String, Value)>) -> Self {
         Object(pairs)
     }
-
-    pub(crate) fn into_pairs(self) -> Vec<(String, Value)> {
-        self.0
-    }
 }
 
 impl<K: Into<String>, V: Into<Value>> FromIterator<(K, V)> for Object {
