@@ -360,10 +360,9 @@ impl Initiator {
                 if matches!(
                     f.error.code.as_str(),
                     codes::SESSION_EXPIRED | codes::SESSION_CLOSED | codes::SESSION_NOT_FOUND
-                ) {
-                    if let Some(s) = self.sessions.get_mut(&key.session_id) {
-                        s.state = SessionState::Closed;
-                    }
+                ) && let Some(s) = self.sessions.get_mut(&key.session_id)
+                {
+                    s.state = SessionState::Closed;
                 }
                 self.events.push_back(InitiatorEvent::TaskFailed { key, error: f.error });
             }
@@ -377,8 +376,8 @@ impl Initiator {
                 orphans.sort();
                 for key in orphans {
                     self.tasks.remove(&key);
-                    let error = LdpError::session(codes::SESSION_CLOSED, "the peer closed the session")
-                        .with_retryable(false);
+                    let error =
+                        LdpError::session(codes::SESSION_CLOSED, "the peer closed the session").with_retryable(false);
                     self.events.push_back(InitiatorEvent::TaskFailed { key, error });
                 }
                 self.events.push_back(InitiatorEvent::SessionClosed { session_id: env.session_id });

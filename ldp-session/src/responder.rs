@@ -370,10 +370,10 @@ impl Responder {
         let cancelled =
             session.running.keys().map(|t| TaskKey { session_id: id.to_owned(), task_id: t.to_string() }).collect();
         if self.cfg.limits.tombstones > 0 {
-            if self.ended_order.len() >= self.cfg.limits.tombstones {
-                if let Some(old) = self.ended_order.pop_front() {
-                    self.ended.remove(&old);
-                }
+            if self.ended_order.len() >= self.cfg.limits.tombstones
+                && let Some(old) = self.ended_order.pop_front()
+            {
+                self.ended.remove(&old);
             }
             self.ended.insert(id.into(), how);
             self.ended_order.push_back(id.into());
@@ -451,14 +451,14 @@ impl Responder {
                 return Err(self.refuse(&env, error));
             }
         }
-        if let Some(AuthenticatedPeer { delegate_id: Some(id), .. }) = &peer.authenticated {
-            if *id != env.from {
-                let error = LdpError::identity(
-                    codes::UNAUTHENTICATED,
-                    format!("sender {:?} does not match the authenticated identity {id:?}", env.from),
-                );
-                return Err(self.refuse(&env, error));
-            }
+        if let Some(AuthenticatedPeer { delegate_id: Some(id), .. }) = &peer.authenticated
+            && *id != env.from
+        {
+            let error = LdpError::identity(
+                codes::UNAUTHENTICATED,
+                format!("sender {:?} does not match the authenticated identity {id:?}", env.from),
+            );
+            return Err(self.refuse(&env, error));
         }
         match &env.body {
             Body::Hello(_) => Ok(Outcome::Reply(self.manifest_reply(&env))),
@@ -491,6 +491,12 @@ impl Responder {
                 Err(self.refuse(&env, error))
             }
         }
+    }
+
+    /// Builds, stamps and signs an outbound envelope from this delegate (for transports that must answer outside
+    /// the machine's own replies, e.g. a definite TASK_FAILED to a submitter whose task was cancelled).
+    pub fn make_envelope(&mut self, session_id: &str, to: &str, body: impl Into<Body>, mode: PayloadMode) -> Envelope {
+        self.envelope(session_id, to, body, mode)
     }
 
     /// Builds, stamps and signs an outbound envelope.
@@ -534,16 +540,13 @@ impl Responder {
 
     fn initiator_domain(&self, peer: &PeerContext, declared: Option<&str>) -> Result<String, LdpError> {
         if let Some(auth) = &peer.authenticated {
-            if let Some(d) = declared {
-                if d != auth.trust_domain {
-                    return Err(LdpError::policy(
-                        codes::TRUST_VIOLATION,
-                        format!(
-                            "declared trust domain {d:?} contradicts the authenticated domain {:?}",
-                            auth.trust_domain
-                        ),
-                    ));
-                }
+            if let Some(d) = declared
+                && d != auth.trust_domain
+            {
+                return Err(LdpError::policy(
+                    codes::TRUST_VIOLATION,
+                    format!("declared trust domain {d:?} contradicts the authenticated domain {:?}", auth.trust_domain),
+                ));
             }
             return Ok(auth.trust_domain.clone());
         }
@@ -723,27 +726,31 @@ impl Responder {
             }
             return Err(self.refuse(&env, error));
         }
-        let (task_id, skill, input, contract) = (task_id.clone(), skill.clone(), input.clone(), contract.clone());
         let Some(session) = self.sessions.get_mut(env.session_id.as_str()) else {
             return Err(self.refuse(&env, internal()));
+        };
+        // Accepted: take the task out of the message instead of copying it.
+        let Envelope { session_id, from, payload_mode, body, .. } = env;
+        let Body::TaskSubmit(TaskSubmit { task_id, skill, input, contract, .. }) = body else {
+            return Err(Refusal { error: internal(), reply: None });
         };
         session.tasks_submitted += 1;
         session.running.insert(
             task_id.as_str().into(),
             RunningTask {
                 skill: skill.as_str().into(),
-                mode: env.payload_mode,
+                mode: payload_mode,
                 contract_id: contract.as_ref().map(|c| c.contract_id.as_str().into()),
             },
         );
         self.running_total += 1;
         Ok(Outcome::Execute(TaskRequest {
-            key: TaskKey { session_id: env.session_id.clone(), task_id },
+            key: TaskKey { session_id, task_id },
             skill,
             input,
-            payload_mode: env.payload_mode,
+            payload_mode,
             contract,
-            peer: env.from,
+            peer: from,
         }))
     }
 

@@ -1,1 +1,474 @@
+//! The async glue: a [`Delegate`] runs tasks, a [`Transport`] carries envelopes, [`DelegateRuntime`] joins a
+//! [`Responder`] to a delegate for servers, and [`Client`] hides the initiator's message choreography.
+//!
+//! This is the only async code in the crate; every protocol rule stays in the machines. Transports (HTTP, WebSocket,
+//! [`MemoryTransport`]) implement [`Transport`] on the client side and call [`DelegateRuntime::handle`] on the
+//! server side, so swapping one for another changes one value in user code.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use ldp_types::{
+    DelegationContract, Envelope, IdentityCard, LdpError, Manifest, PayloadMode, Provenance, SessionConfig, TaskFailed,
+    codes,
+};
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+use tokio::task::AbortHandle;
+
+use crate::TaskKey;
+use crate::clock::{IdSource, WallClock};
+use crate::config::InitiatorConfig;
+use crate::error::{Refusal, SessionError};
+use crate::initiator::{Initiator, InitiatorEvent};
+use crate::responder::{Delivery, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest};
+
+/// A progress report from a running task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// Fraction done, 0.0-1.0.
+    pub progress: Option<f64>,
+    /// A status message.
+    pub message: Option<String>,
+}
+
+/// What a running task can do besides computing: report progress.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    progress: mpsc::UnboundedSender<Progress>,
+}
+
+impl TaskContext {
+    /// Reports progress; it reaches the initiator as TASK_UPDATE when the transport can push it.
+    pub fn progress(&self, progress: Option<f64>, message: impl Into<Option<String>>) {
+        // The receiver is gone only after the task ended; a late report has nowhere to go.
+        let _ = self.progress.send(Progress { progress, message: message.into() });
+    }
+}
+
+/// Executes tasks. Cancellation drops the future, so long-running work should await regularly.
+#[async_trait]
+pub trait Delegate: Send + Sync + 'static {
+    /// Runs one task.
+    async fn execute(&self, task: TaskRequest, ctx: TaskContext) -> Result<TaskOutput, LdpError>;
+}
+
+/// The echo delegate of the reference SDKs: answers `{"echo": <input>}`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EchoDelegate;
+
+#[async_trait]
+impl Delegate for EchoDelegate {
+    async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        let mut out = TaskOutput::new(serde_json::json!({ "echo": task.input }));
+        out.confidence = ldp_types::Score::new(1.0).ok();
+        Ok(out)
+    }
+}
+
+/// The answer to one inbound message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    /// Send this envelope.
+    Reply(Envelope),
+    /// Accepted; nothing to send.
+    Accepted,
+    /// Refused; send the reply if any, else the error alone.
+    Refused(Refusal),
+}
+
+struct RuntimeInner {
+    responder: Mutex<Responder>,
+    delegate: Arc<dyn Delegate>,
+    running: Mutex<HashMap<TaskKey, AbortHandle>>,
+    events: broadcast::Sender<ResponderEvent>,
+}
+
+/// A responder joined to a delegate: the server side of any transport.
+#[derive(Clone)]
+pub struct DelegateRuntime {
+    inner: Arc<RuntimeInner>,
+}
+
+impl std::fmt::Debug for DelegateRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelegateRuntime").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the machine consistent (every mutation completes before it can panic),
+    // so recover the guard instead of propagating the poison.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl DelegateRuntime {
+    /// Joins `responder` and `delegate`.
+    pub fn new(responder: Responder, delegate: Arc<dyn Delegate>) -> Self {
+        let (events, _) = broadcast::channel(1024);
+        Self {
+            inner: Arc::new(RuntimeInner {
+                responder: Mutex::new(responder),
+                delegate,
+                running: Mutex::new(HashMap::new()),
+                events,
+            }),
+        }
+    }
+
+    /// The identity card served.
+    pub fn card(&self) -> IdentityCard {
+        lock(&self.inner.responder).config().card.clone()
+    }
+
+    /// Subscribes to responder events.
+    pub fn subscribe(&self) -> broadcast::Receiver<ResponderEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Runs `f` on the machine, then forwards its events.
+    pub fn with_responder<R>(&self, f: impl FnOnce(&mut Responder) -> R) -> R {
+        let mut r = lock(&self.inner.responder);
+        let out = f(&mut r);
+        while let Some(e) = r.poll_event() {
+            // No subscribers is fine: events are for observers.
+            let _ = self.inner.events.send(e);
+        }
+        out
+    }
+
+    /// Reaps expired sessions until the returned task is aborted. Servers spawn it once.
+    pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
+        let rt = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = rt.with_responder(|r| r.poll_timeout());
+                let sleep_until = next.unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(1));
+                tokio::time::sleep_until(tokio::time::Instant::from_std(sleep_until)).await;
+                rt.with_responder(|r| r.handle_timeout(Instant::now()));
+            }
+        })
+    }
+
+    /// Handles one inbound message. For a TASK_SUBMIT this runs the task to completion; TASK_UPDATEs it emits are
+    /// sent to `updates` when given (streaming transports), and dropped otherwise.
+    pub async fn handle(&self, peer: &PeerContext, bytes: &[u8], updates: Option<mpsc::Sender<Envelope>>) -> Response {
+        let outcome = self.with_responder(|r| r.handle(Instant::now(), peer, bytes));
+        match outcome {
+            Err(refusal) => Response::Refused(refusal),
+            Ok(Outcome::Reply(env)) => Response::Reply(env),
+            Ok(Outcome::Accepted) => Response::Accepted,
+            Ok(Outcome::Cancel { reply, cancelled }) => {
+                let running = lock(&self.inner.running);
+                for key in &cancelled {
+                    if let Some(handle) = running.get(key) {
+                        handle.abort();
+                    }
+                }
+                Response::Reply(reply)
+            }
+            Ok(Outcome::Execute(task)) => self.execute(task, updates).await,
+        }
+    }
+
+    async fn execute(&self, task: TaskRequest, updates: Option<mpsc::Sender<Envelope>>) -> Response {
+        let key = task.key.clone();
+        let peer = task.peer.clone();
+        let mode = task.payload_mode;
+        let (progress_tx, mut progress_rx) = mpsc::unbounded_channel::<Progress>();
+        let delegate = self.inner.delegate.clone();
+        let ctx = TaskContext { progress: progress_tx };
+        let join = tokio::spawn(async move { delegate.execute(task, ctx).await });
+        lock(&self.inner.running).insert(key.clone(), join.abort_handle());
+        // Forward progress while the task runs; the loop ends when the task drops its context.
+        let forward = {
+            let rt = self.clone();
+            let key = key.clone();
+            async move {
+                while let Some(p) = progress_rx.recv().await {
+                    let Some(tx) = &updates else { continue };
+                    if let Ok(env) = rt.with_responder(|r| r.progress(&key, p.progress, p.message)) {
+                        // A slow or gone reader must not stall the task; updates are best-effort.
+                        let _ = tx.try_send(env);
+                    }
+                }
+            }
+        };
+        let (joined, ()) = tokio::join!(join, forward);
+        lock(&self.inner.running).remove(&key);
+        let delivery = match joined {
+            Ok(Ok(output)) => self.with_responder(|r| r.complete_task(&key, output)),
+            Ok(Err(error)) => self.with_responder(|r| r.fail_task(&key, error)),
+            Err(e) if e.is_cancelled() => {
+                let error = LdpError::runtime(codes::CANCELLED, "cancelled by the initiator").with_retryable(false);
+                let env = self.with_responder(|r| {
+                    r.make_envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode)
+                });
+                return Response::Reply(env);
+            }
+            Err(_) => {
+                let error = LdpError::runtime(codes::EXECUTION_FAILED, "the delegate panicked");
+                self.with_responder(|r| r.fail_task(&key, error))
+            }
+        };
+        match delivery {
+            Ok(Delivery::Send(env)) => Response::Reply(env),
+            Ok(Delivery::Held) => Response::Accepted,
+            Err(e) => {
+                // The task ended while running (its session closed or expired): say so definitely.
+                let error = e.to_ldp_error();
+                let env = self.with_responder(|r| {
+                    r.make_envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode)
+                });
+                Response::Reply(env)
+            }
+        }
+    }
+}
+
+/// Carries envelopes from an initiator to one peer.
+#[async_trait]
+pub trait Transport: Send + Sync {
+    /// Fetches the peer's identity card.
+    async fn identity(&self) -> Result<IdentityCard, LdpError>;
+
+    /// Sends one envelope and returns the peer's reply as received JSON (`None` when the peer accepted it without a
+    /// reply). TASK_UPDATEs that arrive before the reply are sent to `updates` when given. Transport failures are
+    /// `transport`-category errors; a peer's refusal without an in-protocol reply is its typed error.
+    async fn exchange(
+        &self,
+        envelope: &Envelope,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Result<Option<Value>, LdpError>;
+}
+
+/// An in-process transport straight into a [`DelegateRuntime`]: no sockets, for tests and examples.
+#[derive(Debug, Clone)]
+pub struct MemoryTransport {
+    runtime: DelegateRuntime,
+    peer: PeerContext,
+}
+
+impl MemoryTransport {
+    /// Connects to `runtime` as a peer the transport describes with `peer`.
+    pub fn new(runtime: DelegateRuntime, peer: PeerContext) -> Self {
+        Self { runtime, peer }
+    }
+}
+
+#[async_trait]
+impl Transport for MemoryTransport {
+    async fn identity(&self) -> Result<IdentityCard, LdpError> {
+        Ok(self.runtime.card())
+    }
+
+    async fn exchange(
+        &self,
+        envelope: &Envelope,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Result<Option<Value>, LdpError> {
+        let bytes = envelope.to_vec().map_err(|e| LdpError::from(&e))?;
+        let encode = |env: Envelope| env.to_value().map(Some).map_err(|e| LdpError::from(&e));
+        match self.runtime.handle(&self.peer, &bytes, updates).await {
+            Response::Reply(env) => encode(env),
+            Response::Accepted => Ok(None),
+            Response::Refused(Refusal { reply: Some(env), .. }) => encode(env),
+            Response::Refused(Refusal { error, reply: None }) => Err(error),
+        }
+    }
+}
+
+/// An established session, as the client sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionInfo {
+    /// The authoritative session id.
+    pub session_id: String,
+    /// The negotiated mode.
+    pub mode: PayloadMode,
+    /// The fallback chain.
+    pub fallback_chain: Vec<PayloadMode>,
+}
+
+/// The outcome of a completed task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskOutcome {
+    /// The task.
+    pub key: TaskKey,
+    /// The output.
+    pub output: Value,
+    /// Its provenance (with the contract check recorded).
+    pub provenance: Provenance,
+    /// Payload-mode fallbacks that happened on the way (from, to).
+    pub fallbacks: Vec<(PayloadMode, PayloadMode)>,
+}
+
+/// The initiator side over any transport: `connect`, `propose`, `submit`, `close`.
+pub struct Client<T: Transport> {
+    transport: T,
+    initiator: Mutex<Initiator>,
+    card: IdentityCard,
+    manifest: Option<Manifest>,
+}
+
+impl<T: Transport> std::fmt::Debug for Client<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("peer", &self.card.delegate_id).finish_non_exhaustive()
+    }
+}
+
+impl<T: Transport> Client<T> {
+    /// Discovers the peer (identity card) and exchanges HELLO / CAPABILITY_MANIFEST.
+    pub async fn connect(
+        transport: T,
+        cfg: InitiatorConfig,
+        wall: Arc<dyn WallClock>,
+        ids: Box<dyn IdSource>,
+    ) -> Result<Self, SessionError> {
+        let card = transport.identity().await.map_err(SessionError::Transport)?;
+        let mut initiator = Initiator::new(cfg, card.delegate_id.as_str(), wall, ids);
+        let hello = initiator.hello();
+        let reply = transport.exchange(&hello, None).await.map_err(classify)?;
+        let mut manifest = None;
+        if let Some(raw) = reply {
+            handle_reply(&mut initiator, raw)?;
+            while let Some(e) = initiator.poll_event() {
+                if let InitiatorEvent::Manifest(m) = e {
+                    manifest = Some(m);
+                }
+            }
+        }
+        Ok(Self { transport, initiator: Mutex::new(initiator), card, manifest })
+    }
+
+    /// The peer's identity card.
+    pub fn card(&self) -> &IdentityCard {
+        &self.card
+    }
+
+    /// The peer's capability manifest, if it sent one.
+    pub fn manifest(&self) -> Option<&Manifest> {
+        self.manifest.as_ref()
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// Proposes a session and waits for the answer.
+    pub async fn propose(&self, config: SessionConfig) -> Result<SessionInfo, SessionError> {
+        let env = lock(&self.initiator).propose(config);
+        let raw = self.transport.exchange(&env, None).await.map_err(classify)?;
+        let raw = raw.ok_or_else(|| SessionError::Protocol("no answer to SESSION_PROPOSE".into()))?;
+        let mut init = lock(&self.initiator);
+        handle_reply(&mut init, raw)?;
+        let mut result = Err(SessionError::Protocol("SESSION_PROPOSE was not answered with ACCEPT or REJECT".into()));
+        while let Some(e) = init.poll_event() {
+            match e {
+                InitiatorEvent::SessionEstablished { session_id, mode, fallback_chain } => {
+                    result = Ok(SessionInfo { session_id, mode, fallback_chain });
+                }
+                InitiatorEvent::SessionRejected { error } => result = Err(SessionError::Peer(error)),
+                InitiatorEvent::TaskFailed { error, .. } => result = Err(SessionError::Peer(error)),
+                _ => {}
+            }
+        }
+        result
+    }
+
+    /// Submits a task and waits for its outcome, resubmitting automatically along the fallback chain.
+    pub async fn submit(
+        &self,
+        session_id: &str,
+        skill: &str,
+        input: Value,
+        contract: Option<DelegationContract>,
+    ) -> Result<TaskOutcome, SessionError> {
+        self.submit_with(session_id, skill, input, contract, None, None).await
+    }
+
+    /// [`Client::submit`] with progress forwarding and an optional parent task (for re-delegation depth limits).
+    pub async fn submit_with(
+        &self,
+        session_id: &str,
+        skill: &str,
+        input: Value,
+        contract: Option<DelegationContract>,
+        parent: Option<&TaskRequest>,
+        progress: Option<mpsc::Sender<Progress>>,
+    ) -> Result<TaskOutcome, SessionError> {
+        let mut env = lock(&self.initiator).submit(session_id, skill, input, contract, parent)?;
+        let key =
+            TaskKey { session_id: session_id.to_owned(), task_id: env.body.task_id().unwrap_or_default().to_owned() };
+        let mut fallbacks = Vec::new();
+        loop {
+            let updates = progress.clone().map(|p| forward_updates(p, key.clone()));
+            let raw = self.transport.exchange(&env, updates).await.map_err(classify)?;
+            let raw = raw.ok_or_else(|| SessionError::Protocol("no answer to TASK_SUBMIT".into()))?;
+            let mut init = lock(&self.initiator);
+            handle_reply(&mut init, raw)?;
+            let mut done = None;
+            while let Some(e) = init.poll_event() {
+                match e {
+                    InitiatorEvent::TaskCompleted { key: k, output, provenance } if k == key => {
+                        done = Some(Ok(TaskOutcome { key: k, output, provenance, fallbacks: fallbacks.clone() }));
+                    }
+                    InitiatorEvent::TaskFailed { key: k, error } if k == key => {
+                        done = Some(Err(SessionError::Peer(error)))
+                    }
+                    InitiatorEvent::FellBack { key: k, from, to } if k == key => fallbacks.push((from, to)),
+                    _ => {}
+                }
+            }
+            if let Some(done) = done {
+                return done.map(|mut o| {
+                    o.fallbacks = fallbacks;
+                    o
+                });
+            }
+            match init.poll_outbound() {
+                Some(next) => env = next,
+                None => return Err(SessionError::Protocol("TASK_SUBMIT was not answered with a result".into())),
+            }
+        }
+    }
+
+    /// Cancels a running task (submitted from another future).
+    pub async fn cancel(&self, key: &TaskKey) -> Result<(), SessionError> {
+        let env = lock(&self.initiator).cancel(key)?;
+        self.transport.exchange(&env, None).await.map_err(classify)?;
+        Ok(())
+    }
+
+    /// Closes a session.
+    pub async fn close(&self, session_id: &str) -> Result<(), SessionError> {
+        let env = lock(&self.initiator).close(session_id, Some("done".into()))?;
+        self.transport.exchange(&env, None).await.map_err(classify)?;
+        Ok(())
+    }
+}
+
+fn classify(e: LdpError) -> SessionError {
+    if e.category == ldp_types::ErrorCategory::Transport { SessionError::Transport(e) } else { SessionError::Peer(e) }
+}
+
+fn handle_reply(init: &mut Initiator, raw: Value) -> Result<(), SessionError> {
+    let env = Envelope::from_value(raw.clone()).map_err(|e| SessionError::Protocol(e.to_string()))?;
+    init.handle_envelope(env, Some(&raw))
+}
+
+fn forward_updates(progress: mpsc::Sender<Progress>, key: TaskKey) -> mpsc::Sender<Envelope> {
+    let (tx, mut rx) = mpsc::channel::<Envelope>(64);
+    tokio::spawn(async move {
+        while let Some(env) = rx.recv().await {
+            if let ldp_types::Body::TaskUpdate(u) = env.body
+                && u.task_id == key.task_id
+            {
+                let _ = progress.send(Progress { progress: u.progress, message: u.message }).await;
+            }
+        }
+    });
+    tx
+}

@@ -1,0 +1,149 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The async glue end to end over the in-memory transport: client API, delegate runtime, fallback, cancel,
+//! contracts, progress.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ldp_session::runtime::{Client, Delegate, DelegateRuntime, EchoDelegate, MemoryTransport, TaskContext};
+use ldp_session::*;
+use ldp_types::*;
+use serde_json::json;
+
+fn card() -> IdentityCard {
+    let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:test").unwrap(), "Test", "none", "1.0");
+    card.capabilities = vec![Capability::new("echo"), Capability::new("slow"), Capability::new("frames")];
+    card.supported_payload_modes = vec![PayloadMode::SemanticFrame, PayloadMode::Text];
+    card
+}
+
+fn runtime(delegate: Arc<dyn Delegate>) -> DelegateRuntime {
+    let responder = Responder::new(ResponderConfig::new(card()), Arc::new(SystemClock), Box::new(SeededIds::new(7)));
+    DelegateRuntime::new(responder, delegate)
+}
+
+async fn client(rt: &DelegateRuntime) -> Client<MemoryTransport> {
+    let transport = MemoryTransport::new(rt.clone(), PeerContext::default());
+    Client::connect(
+        transport,
+        InitiatorConfig::new("ldp:delegate:client"),
+        Arc::new(SystemClock),
+        Box::new(SeededIds::new(8)),
+    )
+    .await
+    .unwrap()
+}
+
+/// Fails semantic frames as a payload-mode failure, answers text; reports progress and usage.
+struct FussyDelegate;
+
+#[async_trait]
+impl Delegate for FussyDelegate {
+    async fn execute(&self, task: TaskRequest, ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        match task.skill.as_str() {
+            "slow" => {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok(TaskOutput::new(json!("late")))
+            }
+            "frames" if task.payload_mode == PayloadMode::SemanticFrame => {
+                Err(LdpError::capability(codes::PAYLOAD_MODE_FAILED, "semantic_frame validation failed"))
+            }
+            _ => {
+                ctx.progress(Some(0.5), Some("half".to_owned()));
+                let mut out = TaskOutput::new(json!({ "got": task.input }));
+                out.tokens_used = Some(8200);
+                Ok(out)
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn echo_round_trip_with_provenance() {
+    let rt = runtime(Arc::new(EchoDelegate));
+    let c = client(&rt).await;
+    assert_eq!(c.manifest().unwrap().skills, vec!["echo", "slow", "frames"]);
+    let s = c.propose(SessionConfig::default()).await.unwrap();
+    assert_eq!(s.mode, PayloadMode::SemanticFrame);
+    assert_eq!(s.fallback_chain, vec![PayloadMode::Text]);
+    let frame = SemanticFrame::new("echo", "repeat").to_input();
+    let out = c.submit(&s.session_id, "echo", frame.clone(), None).await.unwrap();
+    assert_eq!(out.output, json!({ "echo": frame }));
+    assert_eq!(out.provenance.produced_by, "ldp:delegate:test");
+    assert_eq!(out.provenance.payload_mode_used, PayloadMode::SemanticFrame);
+    c.close(&s.session_id).await.unwrap();
+    let again = c.propose(SessionConfig::default()).await.unwrap();
+    assert_ne!(again.session_id, s.session_id);
+}
+
+#[tokio::test]
+async fn payload_failure_falls_back_to_text_automatically() {
+    let rt = runtime(Arc::new(FussyDelegate));
+    let c = client(&rt).await;
+    let s = c.propose(SessionConfig::default()).await.unwrap();
+    let out = c.submit(&s.session_id, "frames", SemanticFrame::new("t", "do it").to_input(), None).await.unwrap();
+    assert_eq!(out.fallbacks, vec![(PayloadMode::SemanticFrame, PayloadMode::Text)]);
+    assert_eq!(out.provenance.payload_mode_used, PayloadMode::Text);
+    assert!(out.output["got"].as_str().unwrap().contains("instruction: do it"));
+    // The session survived and now runs in text.
+    let next = c.submit(&s.session_id, "echo", json!("plain"), None).await.unwrap();
+    assert_eq!(next.provenance.payload_mode_used, PayloadMode::Text);
+}
+
+#[tokio::test]
+async fn fail_closed_contract_violation_keeps_partial_output() {
+    let rt = runtime(Arc::new(FussyDelegate));
+    let c = client(&rt).await;
+    let s = c
+        .propose(SessionConfig { preferred_payload_modes: Some(vec![PayloadMode::Text]), ..Default::default() })
+        .await
+        .unwrap();
+    let contract = DelegationContract::new("ctr-1", "summarise")
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_budget(Budget { max_tokens: Some(6000), max_cost_usd: None });
+    let err = c.submit(&s.session_id, "echo", json!("x"), Some(contract)).await.unwrap_err();
+    let SessionError::Peer(e) = err else { panic!("{err:?}") };
+    assert_eq!(e.code, codes::CONTRACT_VIOLATED);
+    assert_eq!(e.category, ErrorCategory::Policy);
+    assert_eq!(e.partial_output, Some(json!({ "got": "x" })));
+}
+
+#[tokio::test]
+async fn closing_a_session_cancels_its_running_task_with_a_definite_answer() {
+    let rt = runtime(Arc::new(FussyDelegate));
+    let c = Arc::new(client(&rt).await);
+    let s = c.propose(SessionConfig::default()).await.unwrap();
+    let c2 = c.clone();
+    let sid = s.session_id.clone();
+    let frame = SemanticFrame::new("wait", "take your time").to_input();
+    let running = tokio::spawn(async move { c2.submit(&sid, "slow", frame, None).await });
+    for _ in 0..400 {
+        if rt.with_responder(|r| r.running_tasks()) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(rt.with_responder(|r| r.running_tasks()), 1, "the slow task never started");
+    c.close(&s.session_id).await.unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(5), running).await.unwrap().unwrap();
+    let SessionError::Peer(e) = result.unwrap_err() else { panic!() };
+    assert_eq!(e.code, codes::CANCELLED);
+    assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+}
+
+#[tokio::test]
+async fn progress_reaches_a_streaming_submitter() {
+    let rt = runtime(Arc::new(FussyDelegate));
+    let c = client(&rt).await;
+    let s = c
+        .propose(SessionConfig { preferred_payload_modes: Some(vec![PayloadMode::Text]), ..Default::default() })
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let out = c.submit_with(&s.session_id, "echo", json!("x"), None, None, Some(tx)).await.unwrap();
+    assert_eq!(out.output, json!({ "got": "x" }));
+    let p = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+    assert_eq!(p.progress, Some(0.5));
+    assert_eq!(p.message.as_deref(), Some("half"));
+}
