@@ -389,3 +389,31 @@ fn all_examples_round_trip_through_the_writer() {
     // 2 HEADER + CTX + REQ + PLAN + 2 ACT + 2 OBS + BLK + ASK + END + 2 RES + 4 + 3 batch + OBS + NACK + WARN + REQ.
     assert!(n >= 25, "only {n} example lines found");
 }
+
+#[test]
+fn section_2_3_data_types() {
+    let Block::Extension(e) = block(
+        r#"X_TYPES:{s:"review code",n:42,neg:-7,dec:-2.5,b:true,f:false,a:["file1","file2"],o:{status:"ok"},e:P}"#,
+    ) else {
+        panic!("not an extension block")
+    };
+    let ldp_llmx::BlockBody::Object(o) = e.body() else { panic!("not an object") };
+    assert_eq!(o.get("s"), Some(&Value::from("review code")));
+    assert_eq!(o.get("n"), Some(&Value::from(42)));
+    assert_eq!(o.get("neg"), Some(&Value::from(-7)));
+    assert_eq!(o.get("dec"), Some(&Value::Number(Number::from_f64(-2.5).unwrap())));
+    assert_eq!((o.get("b"), o.get("f")), (Some(&Value::Bool(true)), Some(&Value::Bool(false))));
+    assert_eq!(o.get("a"), Some(&Value::Array(vec![Value::from("file1"), Value::from("file2")])));
+    let Some(Value::Object(inner)) = o.get("o") else { panic!("not an object") };
+    assert_eq!(inner.get("status"), Some(&Value::from("ok")));
+    // An enum value is a bare identifier.
+    assert_eq!(o.get("e"), Some(&Value::from("P")));
+}
+
+#[test]
+fn section_2_2_whitespace_and_line_breaks_between_blocks() {
+    let tight = parse("HEADER:{f:A,t:B,s:1}REQ:{o:x,pr:1}RES:{o:ACK}").unwrap();
+    let loose = parse("\r\n  HEADER:{f:A,t:B,s:1}\n\n\t REQ:{ o : x , pr : 1 }\r\n\nRES:{o:ACK}\n\n").unwrap();
+    assert_eq!(tight, loose);
+    assert_eq!(tight.blocks.len(), 2);
+}
