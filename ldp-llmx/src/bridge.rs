@@ -217,8 +217,8 @@ pub fn to_ldp(message: &Message, cfg: &BridgeConfig) -> Result<Vec<Envelope>, Ll
                     }
                 }
             }
-            Block::Blk(blk) => input_required(task_for("BLK")?, blk.why.clone(), tagged("BLK", blk)?),
-            Block::Ask(ask) => input_required(task_for("ASK")?, ask.question.clone(), tagged("ASK", ask)?),
+            Block::Blk(blk) => input_required(task_for("BLK")?, "why", tagged("BLK", blk)?),
+            Block::Ask(ask) => input_required(task_for("ASK")?, "question", tagged("ASK", ask)?),
             Block::Plan(p) => {
                 let done = p.steps.iter().filter(|s| s.status == StepStatus::Completed).count();
                 #[allow(clippy::cast_precision_loss)]
@@ -239,9 +239,11 @@ pub fn to_ldp(message: &Message, cfg: &BridgeConfig) -> Result<Vec<Envelope>, Ll
     Ok(out)
 }
 
-fn input_required(task_id: String, message: String, mut extra: Map<String, Json>) -> Body {
+/// An update asking for input; the block's text field becomes the update's `message` rather than travelling twice.
+fn input_required(task_id: String, text_field: &str, mut extra: Map<String, Json>) -> Body {
+    let message = extra.remove(text_field).and_then(|v| v.as_str().map(str::to_owned));
     extra.insert("status".to_owned(), Json::String(INPUT_REQUIRED.to_owned()));
-    let mut u = TaskUpdate::new(task_id, None, Some(message));
+    let mut u = TaskUpdate::new(task_id, None, message);
     u.extra = extra;
     u.into()
 }
@@ -272,6 +274,13 @@ pub fn from_ldp(envelopes: &[Envelope], cfg: &BridgeConfig) -> Result<Vec<Messag
         }
     }
     Ok(out.into_iter().map(|(_, m)| m).collect())
+}
+
+/// An update's extras with its `message` put back under the block's own name for it.
+fn with_text(extra: &Map<String, Json>, field: &str, message: &Option<String>) -> Json {
+    let mut m = extra.clone();
+    m.insert(field.to_owned(), Json::String(message.clone().unwrap_or_default()));
+    Json::Object(m)
 }
 
 fn strip(id: &str, prefix: &str) -> String {
@@ -342,8 +351,8 @@ fn blocks_from_body(body: &Body) -> Result<Vec<Block>, LlmxError> {
             }
         },
         Body::TaskUpdate(u) => match llmx_type(&u.extra) {
-            Some("BLK") => vec![Block::Blk(from_json::<Blk>(Json::Object(u.extra.clone()), "BLK")?)],
-            Some("ASK") => vec![Block::Ask(from_json::<Ask>(Json::Object(u.extra.clone()), "ASK")?)],
+            Some("BLK") => vec![Block::Blk(from_json::<Blk>(with_text(&u.extra, "why", &u.message), "BLK")?)],
+            Some("ASK") => vec![Block::Ask(from_json::<Ask>(with_text(&u.extra, "question", &u.message), "ASK")?)],
             Some("PLAN") => vec![Block::Plan(from_json::<Plan>(Json::Object(u.extra.clone()), "PLAN")?)],
             _ if u.extra.get("status").and_then(Json::as_str) == Some(INPUT_REQUIRED) => {
                 let options = u
