@@ -56,6 +56,7 @@ impl Parser {
 
     /// Parses exactly one message.
     pub fn parse(&self, text: &str) -> Result<Message, LlmxError> {
+        let text = strip_bom(text);
         let mut c = Cursor::new(text, self.max_depth);
         let mut run = || -> Result<Message, PErr> {
             c.ws();
@@ -68,6 +69,7 @@ impl Parser {
 
     /// Parses zero or more messages, each starting at its HEADER.
     pub fn parse_all(&self, text: &str) -> Result<Vec<Message>, LlmxError> {
+        let text = strip_bom(text);
         let mut c = Cursor::new(text, self.max_depth);
         let mut out = Vec::new();
         let mut run = || -> Result<(), PErr> {
@@ -96,6 +98,12 @@ impl Parser {
             }
         }
     }
+}
+
+/// Drops a UTF-8 byte-order mark, which some editors write and which is invisible in the text (positions are
+/// counted without it).
+fn strip_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
 }
 
 /// An error at a byte offset; turned into line:column only once, at the top.

@@ -218,3 +218,11 @@ fn nack_carries_the_position() {
         )
     );
 }
+
+#[test]
+fn byte_order_mark_is_skipped() {
+    let m = parse("\u{feff}HEADER:{f:A,t:B,s:1}\nRES:{o:ACK}").unwrap();
+    assert_eq!(m.header.from, "A");
+    let err = parse("\u{feff}HEADER:{f:A,t:B,s:1}\nREQ:{o:x}").unwrap_err();
+    assert_eq!(err.position(), Some(Position { line: 2, column: 1 }));
+}
