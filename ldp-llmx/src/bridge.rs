@@ -15,9 +15,13 @@
 //! `TASK_RESULT` to OBS, `TASK_FAILED` to OBS `s:ERR`, an input-required `TASK_UPDATE` to ASK and any other update to
 //! an `X_LDP_UPDATE` extension block.
 //!
+//! Task ids: [`BridgeConfig::task_id`] if set, else HEADER `b`, else `<f>-<s>` for a REQ (an answer without either is
+//! refused, since it could not name the task it answers); an ACT is its own task `i`, an OBS answers task `ai`.
+//!
 //! What does not round-trip: block order inside a REQ message is normalised to CTX, REQ, PLAN; tuples inside generic
-//! values come back as objects (JSON has no tuples); RES, CTX without REQ, and `X_`/unknown blocks have no LDP
-//! counterpart (RES and lone CTX are refused, extension blocks are left out, as receivers may ignore them).
+//! values come back as objects (JSON has no tuples); a decimal can come back one ulp off once it has been through JSON
+//! text (`serde_json` is built here without `float_roundtrip`); RES, CTX without REQ, and `X_`/unknown blocks have no
+//! LDP counterpart (RES and lone CTX are refused, extension blocks are left out, as receivers may ignore them).
 
 use ldp_types::{
     Body, Envelope, ErrorCategory, LdpError, PayloadMode, Provenance, SemanticFrame, TaskFailed, TaskResult,
