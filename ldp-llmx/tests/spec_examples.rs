@@ -417,3 +417,44 @@ fn section_2_2_whitespace_and_line_breaks_between_blocks() {
     assert_eq!(tight, loose);
     assert_eq!(tight.blocks.len(), 2);
 }
+
+#[test]
+fn section_5_batch_reports_unknown_duplicate_and_missing_ids() {
+    let req = parse(
+        "HEADER:{f:Claude,t:ALL,s:1,b:B1}\nACT:{i:A1,op:read,tgt:\"p:a.ts\"}\nACT:{i:A2,op:read,tgt:\"p:b.ts\"}\n\
+         ACT:{i:A3,op:read,tgt:\"p:c.ts\"}",
+    )
+    .unwrap();
+    let mut t = ldp_llmx::BatchTracker::new(&req).unwrap();
+    assert_eq!(t.batch_id(), Some("B1"));
+    let r = t
+        .observe(
+            &parse(
+                "HEADER:{f:Gemini,t:Claude,s:2,b:B1}\nOBS:{ai:A3,s:OK,c:{}}\nOBS:{ai:A9,s:OK,c:{}}\n\
+                 OBS:{s:ERR,e:\"which one?\"}\nOBS:{ai:A3,s:ERR,e:again}",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(r.matched, vec!["A3"]);
+    assert_eq!(r.unknown, vec!["A9"]);
+    assert_eq!(r.duplicates, vec!["A3"]);
+    assert_eq!(r.unattributed, 1);
+    // The first answer is kept; the others are still missing, in request order.
+    assert_eq!(t.pairs().nth(2).unwrap().1.unwrap().status, ObsStatus::Ok);
+    assert_eq!(t.missing(), vec!["A1", "A2"]);
+    assert!(!t.is_complete());
+
+    // A response from another batch is refused whole.
+    let other = parse("HEADER:{f:Gemini,t:Claude,s:3,b:B2}\nOBS:{ai:A1,s:OK,c:{}}").unwrap();
+    assert!(matches!(t.observe(&other), Err(ldp_llmx::LlmxError::Batch(_))));
+    assert_eq!(t.missing(), vec!["A1", "A2"]);
+
+    // ACTs in a batch need unique ids.
+    for bad in [
+        "HEADER:{f:A,t:ALL,s:1,b:B}\nACT:{op:read,tgt:x}",
+        "HEADER:{f:A,t:ALL,s:1,b:B}\nACT:{i:A1,op:read,tgt:x}\nACT:{i:A1,op:read,tgt:y}",
+    ] {
+        assert!(matches!(ldp_llmx::BatchTracker::new(&parse(bad).unwrap()), Err(ldp_llmx::LlmxError::Batch(_))));
+    }
+}
