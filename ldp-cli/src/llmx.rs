@@ -201,6 +201,21 @@ mod tests {
     }
 
     #[test]
+    fn run_reads_real_files() {
+        let dir = std::env::temp_dir().join(format!("ldp-llmx-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let canonical = dir.join("canonical.llmx");
+        std::fs::write(&canonical, "HEADER:{f:A,t:B,s:1}\nRES:{o:ACK}\n").unwrap();
+        let loose = dir.join("loose.llmx");
+        std::fs::write(&loose, "HEADER:{f:A, t:B, s:1}\nRES:{o:\"ACK\"}\n").unwrap();
+        // --check prints nothing when it passes, so these runs stay quiet.
+        assert_eq!(run(LlmxCommand::Fmt { file: canonical, check: true }), ExitCode::SUCCESS);
+        assert_eq!(run(LlmxCommand::Fmt { file: loose, check: true }), ExitCode::FAILURE);
+        assert_eq!(run(LlmxCommand::Parse { file: dir.join("missing.llmx") }), ExitCode::FAILURE);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn to_ldp_prints_envelopes() {
         let cmd = LlmxCommand::ToLdp {
             file: path(),
