@@ -91,6 +91,11 @@ pub struct ResponderConfig {
     pub limits: Limits,
     /// Payload modes this responder can process.
     pub implemented_modes: Vec<PayloadMode>,
+    /// Whether messages signed with `hmac-sha256` carry a nonce (default true). The PyPI reference SDK signs and
+    /// verifies that scheme without one, so a nonce makes every message fail verification there: set it to false
+    /// to talk to Python peers (replay protection then keys on the message id alone). Other algorithms always
+    /// carry a nonce.
+    pub hmac_sha256_nonce: bool,
 }
 
 impl ResponderConfig {
@@ -103,6 +108,7 @@ impl ResponderConfig {
             security: SecurityConfig::default(),
             limits: Limits::default(),
             implemented_modes: IMPLEMENTED_MODES.to_vec(),
+            hmac_sha256_nonce: true,
         }
     }
 }
@@ -118,6 +124,11 @@ pub struct InitiatorConfig {
     pub supported_modes: Vec<PayloadMode>,
     /// Signatures and replay protection of replies.
     pub security: SecurityConfig,
+    /// Whether messages signed with `hmac-sha256` carry a nonce (default true). The PyPI reference SDK signs and
+    /// verifies that scheme without one, so a nonce makes every message fail verification there: set it to false
+    /// to talk to Python peers (replay protection then keys on the message id alone). Other algorithms always
+    /// carry a nonce.
+    pub hmac_sha256_nonce: bool,
 }
 
 impl InitiatorConfig {
@@ -128,6 +139,7 @@ impl InitiatorConfig {
             trust_domain: None,
             supported_modes: IMPLEMENTED_MODES.to_vec(),
             security: SecurityConfig::default(),
+            hmac_sha256_nonce: true,
         }
     }
 }
