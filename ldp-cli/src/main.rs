@@ -6,9 +6,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod demo;
 mod lctl;
 mod llmx;
 mod paradox;
+mod serve;
 
 /// The LLM Delegate Protocol toolkit.
 #[derive(Debug, Parser)]
@@ -28,6 +30,10 @@ enum Command {
     Lctl(lctl::LctlCommand),
     /// Reproduce the provenance-paradox routing experiment of the paper.
     Paradox(paradox::ParadoxArgs),
+    /// Serve an echo delegate over HTTP (LDP HTTP binding).
+    Serve(serve::ServeArgs),
+    /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,5 +42,7 @@ fn main() -> ExitCode {
         Command::Llmx(cmd) => llmx::run(cmd),
         Command::Lctl(cmd) => lctl::run(cmd),
         Command::Paradox(args) => paradox::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Demo(args) => demo::run(args),
     }
 }

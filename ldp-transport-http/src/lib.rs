@@ -1,1 +1,92 @@
-//! Work in progress.
+//! The HTTP/SSE binding of LDP (RFC 8): an axum server around an `ldp_session` [`DelegateRuntime`], and a
+//! `reqwest` client implementing the session crate's [`Transport`].
+//!
+//! ```text
+//!   Client<HttpTransport> ──POST /ldp/messages──► router(HttpState) ──► DelegateRuntime ──► Delegate
+//!        (retries, SSE)   ◄── envelope / SSE ───   (auth, limits,         (Responder: trust, TTL,
+//!                                                   timeouts, tracing)     signatures, replay)
+//! ```
+//!
+//! Routes of [`router`]:
+//!
+//! | route | answer |
+//! | --- | --- |
+//! | `GET /.well-known/ldp-identity` (RFC 2.3), `GET /ldp/identity` (reference SDKs) | the identity card |
+//! | `GET /ldp/capabilities` | `{"capabilities": [...], "supported_modes": [...]}` |
+//! | `POST /ldp/messages` | one envelope in, one envelope out (202 with no body for an ATTESTATION) |
+//! | `POST /ldp/stream` | SSE: `event: envelope` TASK_UPDATEs, then the TASK_RESULT / TASK_FAILED; `event: error` with `{"error": ...}` if the stream fails after it started |
+//!
+//! Every failure is answered with an LDP body: the reply envelope when the session layer produced one (a
+//! TASK_FAILED or SESSION_REJECT addressed to the sender), otherwise `{"error": <LdpError>}`. The status comes from
+//! one function, [`status_for`], plus the transport's own checks:
+//!
+//! | failure | status | body |
+//! | --- | --- | --- |
+//! | `MALFORMED_MESSAGE` (bad JSON, not an envelope, empty `task_id`), `UNKNOWN_MESSAGE_TYPE` | 400 | error, or TASK_FAILED when addressable |
+//! | content type not `application/json` | 415 | error `MALFORMED_MESSAGE` |
+//! | body over `max_body` (`MESSAGE_TOO_LARGE`) | 413 | error |
+//! | bearer token missing / unknown, or sender not the token's delegate (`UNAUTHENTICATED`) | 401 + `WWW-Authenticate: Bearer` | error / TASK_FAILED |
+//! | `security` category: bad or missing signature, replay, stale timestamp | 401 + `WWW-Authenticate: LDP-Signature` | TASK_FAILED / SESSION_REJECT |
+//! | `TRUST_VIOLATION` (untrusted or contradicted domain, `required_trust_domain` mismatch) | 403 | SESSION_REJECT |
+//! | other refusals with a reply: `SESSION_NOT_FOUND`, `SESSION_CLOSED`, `SESSION_EXPIRED`, `SKILL_NOT_FOUND`, `PAYLOAD_MODE_FAILED`, `CAPACITY_EXCEEDED`, `DUPLICATE_TASK`, `INVALID_STATE`, ... | 200 | TASK_FAILED / SESSION_REJECT |
+//! | task failures (`CONTRACT_VIOLATED`, `EXECUTION_FAILED`, `CANCELLED`, ...) | 200 | TASK_FAILED |
+//! | no answer within `request_timeout` (`TIMEOUT`, transport, not retryable) | 504 | error |
+//! | unknown path | 404 | error |
+//!
+//! Why: session-level answers are protocol answers (the Python reference client fails on any non-2xx, and a
+//! TASK_FAILED is the RFC's way to say no); security failures get 401 because the message was not accepted as
+//! authentic and a 2xx would let a client that treats any non-REJECT answer to SESSION_PROPOSE as acceptance (the
+//! Python one) believe it has a session. Nothing a client sends produces a 500.
+//!
+//! Authentication (RFC 8.3): [`HttpServerConfig::tokens`] maps bearer tokens to an [`AuthenticatedPeer`]; the
+//! session layer then uses the token's trust domain and refuses a contradicting declaration. [`BearerAuth`] and
+//! [`require_bearer`] are reusable by other bindings, and [`router_with`] adds their routes under the same layers.
+//!
+//! A delegate and a client on loopback:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ldp_session::runtime::{Client, DelegateRuntime, EchoDelegate};
+//! use ldp_session::{InitiatorConfig, Responder, ResponderConfig, SeededIds, SystemClock};
+//! use ldp_transport_http::{HttpServerConfig, HttpState, HttpTransport};
+//! use ldp_types::{Capability, DelegateId, IdentityCard, SessionConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:echo")?, "Echo", "none", "1");
+//! card.capabilities.push(Capability::new("echo"));
+//! let responder = Responder::new(ResponderConfig::new(card), Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
+//! let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
+//! let server = ldp_transport_http::spawn("127.0.0.1:0", HttpState::new(runtime, HttpServerConfig::default())).await?;
+//!
+//! let transport = HttpTransport::new(server.url())?;
+//! let client = Client::connect(transport, InitiatorConfig::new("ldp:delegate:me"), Arc::new(SystemClock),
+//!     Box::new(SeededIds::from_entropy())).await?;
+//! let session = client.propose(SessionConfig::default()).await?;
+//! let outcome = client.submit(&session.session_id, "echo", serde_json::json!("hi"), None).await?;
+//! assert_eq!(outcome.output, serde_json::json!({ "echo": "hi" }));
+//! assert_eq!(outcome.provenance.produced_by, "ldp:delegate:echo");
+//! client.close(&session.session_id).await?;
+//! server.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`DelegateRuntime`]: ldp_session::runtime::DelegateRuntime
+//! [`Transport`]: ldp_session::runtime::Transport
+//! [`AuthenticatedPeer`]: ldp_session::AuthenticatedPeer
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod auth;
+mod client;
+mod error;
+mod server;
+mod sse;
+
+pub use auth::{BearerAuth, require_bearer};
+pub use client::{HttpTransport, HttpTransportBuilder, RetryPolicy};
+pub use error::{Error, HttpError, status_for};
+pub use server::{
+    CAPABILITIES, HttpServerConfig, HttpState, IDENTITY, MESSAGES, STREAM, ServerHandle, WELL_KNOWN_IDENTITY, router,
+    router_with, serve, serve_router, spawn,
+};

@@ -1,0 +1,349 @@
+//! `ldp demo`: the whole protocol in one command, on loopback, with no external service. Two delegates with
+//! different identity cards start in-process over HTTP; a client runs HELLO through SESSION_CLOSE and shows
+//! provenance, a payload-mode fallback, a `fail_closed` contract violation, an untrusted domain and a replay.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use ldp_session::runtime::{Client, Delegate, DelegateRuntime, EchoDelegate, TaskContext, Transport};
+use ldp_session::{
+    Initiator, InitiatorConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SessionError, SystemClock,
+    TaskOutput, TaskRequest,
+};
+use ldp_transport_http::{HttpServerConfig, HttpState, HttpTransport, ServerHandle};
+use ldp_types::signing::{SignatureAlgorithm, SigningKey};
+use ldp_types::{
+    Body, Budget, Capability, ClaimType, ContractPolicy, DelegateId, DelegationContract, Envelope, FailurePolicy,
+    IdentityCard, LdpError, PayloadMode, Score, SessionConfig, TrustDomain, VerificationStatus, codes,
+};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+const ROUTER: &str = "ldp:delegate:router";
+
+/// Arguments of `ldp demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {}
+
+/// The analyst: `summarize` works on semantic frames and text; `classify` has no frame parser and fails in
+/// `semantic_frame` mode with PAYLOAD_MODE_FAILED, which makes the session fall back to text (RFC 4.3).
+struct Analyst;
+
+#[async_trait]
+impl Delegate for Analyst {
+    async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        let text = match &task.input {
+            Value::String(s) => s.clone(),
+            Value::Object(o) => o.get("input").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            other => other.to_string(),
+        };
+        let output = match task.skill.as_str() {
+            "classify" if task.payload_mode == PayloadMode::SemanticFrame => {
+                return Err(LdpError::capability(
+                    codes::PAYLOAD_MODE_FAILED,
+                    "classify cannot read semantic frames; send text",
+                ));
+            }
+            "classify" => json!({ "label": if text.contains("fast") { "performance" } else { "other" } }),
+            _ => {
+                let words: Vec<&str> = text.split_whitespace().collect();
+                json!({ "summary": words.iter().take(6).copied().collect::<Vec<_>>().join(" ") + " …",
+                        "words": words.len() })
+            }
+        };
+        let mut out = TaskOutput::new(output);
+        out.confidence = Score::new(0.92).ok();
+        out.tokens_used = Some(120);
+        out.cost_usd = Some(0.0004);
+        out.verification_status = VerificationStatus::SelfVerified;
+        Ok(out)
+    }
+}
+
+fn analyst_card() -> Result<IdentityCard, String> {
+    let id = DelegateId::new("ldp:delegate:analyst").map_err(|e| e.to_string())?;
+    let mut card = IdentityCard::new(id, "Analyst", "qwen", "qwen3-8b");
+    card.context_window = 32_768;
+    card.trust_domain = TrustDomain::new("research.internal");
+    card.supported_payload_modes = vec![PayloadMode::SemanticFrame, PayloadMode::Text];
+    let score = Score::new(0.85).map_err(|e| e.to_string())?;
+    card.capabilities = vec![
+        Capability::new("summarize").with_quality(score, ClaimType::SelfClaimed).with_latency_p50_ms(900),
+        Capability::new("classify"),
+    ];
+    Ok(card)
+}
+
+fn vault_card() -> Result<IdentityCard, String> {
+    let id = DelegateId::new("ldp:delegate:vault").map_err(|e| e.to_string())?;
+    let mut card = IdentityCard::new(id, "Vault", "llama", "llama-3.1-70b");
+    card.context_window = 131_072;
+    card.trust_domain = TrustDomain::new("research.internal");
+    card.capabilities = vec![Capability::new("echo")];
+    Ok(card)
+}
+
+fn vault_key() -> Result<SigningKey, String> {
+    SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "demo-shared-secret").map_err(|e| e.to_string())
+}
+
+async fn start(cfg: ResponderConfig, delegate: Arc<dyn Delegate>) -> Result<ServerHandle, String> {
+    let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
+    let state = HttpState::new(DelegateRuntime::new(responder, delegate), HttpServerConfig::default());
+    ldp_transport_http::spawn("127.0.0.1:0", state).await.map_err(|e| format!("cannot start a delegate: {e}"))
+}
+
+/// Prints every exchange as `→ TYPE` / `← TYPE`, and keeps the last envelope sent.
+struct Traced {
+    inner: HttpTransport,
+    last_sent: Mutex<Option<Envelope>>,
+}
+
+fn describe(env: &Envelope) -> String {
+    let mut s = format!("{:<19}", env.body.type_name());
+    match &env.body {
+        Body::Hello(h) => {
+            let _ = write!(s, " from {}, modes {}", h.delegate_id, modes(&h.supported_modes));
+        }
+        Body::CapabilityManifest(m) => {
+            let m = ldp_types::Manifest::from_value(&m.capabilities);
+            let _ = write!(s, " skills [{}], modes {}", m.skills.join(", "), modes(&m.supported_modes));
+        }
+        Body::SessionPropose(p) => {
+            let domain = p.config.trust_domain.as_deref().unwrap_or("-");
+            let _ = write!(s, " declared domain {domain}, ttl {} s", p.config.ttl_secs());
+        }
+        Body::SessionAccept(a) => {
+            let fallback = modes(a.fallback_chain.as_deref().unwrap_or_default());
+            let _ = write!(s, " session {}…, mode {}, fallback {fallback}", short(&a.session_id), a.negotiated_mode);
+        }
+        Body::SessionReject(r) => {
+            let code = r.error.as_ref().map(|e| format!("{}: ", e.code)).unwrap_or_default();
+            let _ = write!(s, " {code}{}", r.reason);
+        }
+        Body::TaskSubmit(t) => {
+            let contract = if t.contract.is_some() { ", with contract" } else { "" };
+            let _ = write!(s, " skill {}, mode {}{contract}, input {}", t.skill, env.payload_mode, clip(&t.input));
+        }
+        Body::TaskResult(r) => {
+            let _ = write!(s, " output {}", clip(&r.output));
+        }
+        Body::TaskFailed(f) => {
+            let _ = write!(s, " {} ({}): {}", f.error.code, f.error.category, f.error.message);
+        }
+        Body::SessionClose(c) => {
+            let _ = write!(s, " {}", c.reason.as_deref().unwrap_or(""));
+        }
+        _ => {}
+    }
+    if let Some(alg) = &env.signature_algorithm {
+        let _ = write!(s, "  [signed {alg}]");
+    }
+    s
+}
+
+fn modes(m: &[PayloadMode]) -> String {
+    format!("[{}]", m.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", "))
+}
+
+fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}
+
+fn clip(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 70 { s.chars().take(69).collect::<String>() + "…" } else { s }
+}
+
+#[async_trait]
+impl Transport for Traced {
+    async fn identity(&self) -> Result<IdentityCard, LdpError> {
+        let card = self.inner.identity().await?;
+        println!("  GET {}/.well-known/ldp-identity", self.inner.url());
+        println!(
+            "  ✔ {} \"{}\" ({} {}), trust domain {}, context {} tokens",
+            card.delegate_id.as_str(),
+            card.name,
+            card.model_family,
+            card.model_version,
+            card.trust_domain.name,
+            card.context_window
+        );
+        Ok(card)
+    }
+
+    async fn exchange(
+        &self,
+        envelope: &Envelope,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Result<Option<Value>, LdpError> {
+        println!("  → {}", describe(envelope));
+        if let Ok(mut last) = self.last_sent.lock() {
+            *last = Some(envelope.clone());
+        }
+        let reply = self.inner.exchange(envelope, updates).await;
+        match &reply {
+            Ok(Some(v)) => match Envelope::from_value(v.clone()) {
+                Ok(env) => println!("  ← {}", describe(&env)),
+                Err(e) => println!("  ← (unreadable reply: {e})"),
+            },
+            Ok(None) => println!("  ← (accepted, no reply)"),
+            Err(e) => println!("  ← ✘ {} ({}): {}", e.code, e.category, e.message),
+        }
+        reply
+    }
+}
+
+fn traced(url: &str) -> Result<Traced, String> {
+    Ok(Traced { inner: HttpTransport::new(url).map_err(|e| e.to_string())?, last_sent: Mutex::new(None) })
+}
+
+async fn connect(url: &str, cfg: InitiatorConfig) -> Result<Client<Traced>, String> {
+    Client::connect(traced(url)?, cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()))
+        .await
+        .map_err(|e| format!("connect: {e}"))
+}
+
+fn section(n: usize, title: &str) {
+    println!("\n━━ {n}. {title} {}", "━".repeat(70usize.saturating_sub(title.len())));
+}
+
+/// POSTs raw bytes and returns the status and the decoded reply.
+async fn post_raw(http: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<(u16, Value), String> {
+    let resp = http
+        .post(format!("{url}/ldp/messages"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let value = resp.json::<Value>().await.map_err(|e| e.to_string())?;
+    Ok((status, value))
+}
+
+fn reply_line(status: u16, v: &Value) -> String {
+    match Envelope::from_value(v.clone()) {
+        Ok(env) => format!("HTTP {status}  {}", describe(&env)),
+        Err(_) => format!("HTTP {status}  {v}"),
+    }
+}
+
+async fn run_demo() -> Result<(), String> {
+    println!("LDP demo: delegates on loopback, speaking LDP over HTTP (no external service).");
+
+    section(1, "Two delegates start, each with its own identity card");
+    let analyst = start(ResponderConfig::new(analyst_card()?), Arc::new(Analyst)).await?;
+    let mut vault_cfg = ResponderConfig::new(vault_card()?);
+    vault_cfg.security = SecurityConfig::symmetric(vault_key()?);
+    let vault = start(vault_cfg, Arc::new(EchoDelegate)).await?;
+    println!("  ✔ ldp:delegate:analyst  {}  research.internal, modes [semantic_frame, text]", analyst.url());
+    println!("  ✔ ldp:delegate:vault    {}  research.internal, hmac-sha256-jcs signatures + replay guard", vault.url());
+
+    section(2, "Discovery and handshake: router → analyst");
+    let mut cfg = InitiatorConfig::new(ROUTER);
+    cfg.trust_domain = Some("research.internal".into());
+    let client = connect(analyst.url(), cfg).await?;
+    let session = client.propose(SessionConfig::default()).await.map_err(|e| format!("propose: {e}"))?;
+    println!("  ✔ session active, mode {}", session.mode);
+
+    section(3, "A task, and the provenance that comes with its result");
+    let frame = json!({ "task_type": "summarization", "instruction": "Summarize the design note",
+                        "input": "The new cache layer makes reads fast and keeps writes consistent across regions" });
+    let out = client.submit(&session.session_id, "summarize", frame, None).await.map_err(|e| e.to_string())?;
+    let p = &out.provenance;
+    println!("  provenance:");
+    println!("    produced_by          {}", p.produced_by);
+    println!("    model_version        {}", p.model_version);
+    println!("    payload_mode_used    {}", p.payload_mode_used);
+    println!("    confidence           {}", p.confidence.map_or("-".into(), |c| format!("{:.2}", c.get())));
+    println!("    verification_status  {:?}", p.verification_status());
+    println!("    tokens_used          {}", p.tokens_used.map_or("-".into(), |t| t.to_string()));
+    println!("    session_id           {}…", short(p.session_id.as_deref().unwrap_or("")));
+    println!("    timestamp            {}", p.timestamp.as_deref().unwrap_or("-"));
+
+    section(4, "Payload-mode fallback (RFC 4.3): classify cannot read frames");
+    let frame = json!({ "task_type": "classification", "instruction": "Label this note", "input": "reads are fast" });
+    let out = client.submit(&session.session_id, "classify", frame, None).await.map_err(|e| e.to_string())?;
+    for (from, to) in &out.fallbacks {
+        println!("  ✔ fell back {from} → {to}; the session goes on in {to}, output {}", out.output);
+    }
+
+    section(5, "A fail_closed contract: budget 50 tokens, the delegate reports 120");
+    let mut contract = DelegationContract::new("contract-7", "Summarize within budget");
+    contract.policy = ContractPolicy {
+        failure_policy: FailurePolicy::FailClosed,
+        budget: Some(Budget { max_tokens: Some(50), max_cost_usd: None }),
+        ..Default::default()
+    };
+    match client.submit(&session.session_id, "summarize", json!("A short note on budgets"), Some(contract)).await {
+        Err(SessionError::Peer(e)) => {
+            println!("  ✘ refused by the contract check: {} ({}, {:?}): {}", e.code, e.category, e.severity, e.message);
+            if let Some(partial) = &e.partial_output {
+                println!("    partial_output kept for the caller: {partial}");
+            }
+        }
+        other => return Err(format!("expected a contract violation, got {other:?}")),
+    }
+
+    section(6, "An untrusted domain is rejected at establishment (RFC 7.2)");
+    let mut stranger = InitiatorConfig::new("ldp:delegate:stranger");
+    stranger.trust_domain = Some("unknown.example".into());
+    let mut initiator =
+        Initiator::new(stranger, "ldp:delegate:analyst", Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
+    let propose = initiator.propose(SessionConfig::default());
+    println!("  → {}  (from ldp:delegate:stranger)", describe(&propose));
+    let http = reqwest::Client::new();
+    let (status, reply) = post_raw(&http, analyst.url(), propose.to_vec().map_err(|e| e.to_string())?).await?;
+    println!("  ← {}", reply_line(status, &reply));
+
+    section(7, "A replay is rejected (vault signs and checks every message)");
+    let mut cfg = InitiatorConfig::new(ROUTER);
+    cfg.security = SecurityConfig::symmetric(vault_key()?);
+    let signed = connect(vault.url(), cfg).await?;
+    let vs = signed.propose(SessionConfig::default()).await.map_err(|e| format!("propose: {e}"))?;
+    signed.submit(&vs.session_id, "echo", json!("transfer 10 credits"), None).await.map_err(|e| e.to_string())?;
+    let captured = signed.transport().last_sent.lock().ok().and_then(|l| l.clone()).ok_or("nothing was sent")?;
+    println!("  an eavesdropper resends the captured TASK_SUBMIT, byte for byte:");
+    let (status, reply) = post_raw(&http, vault.url(), captured.to_vec().map_err(|e| e.to_string())?).await?;
+    println!("  ← {}", reply_line(status, &reply));
+    signed.close(&vs.session_id).await.map_err(|e| e.to_string())?;
+
+    section(8, "Closing the session");
+    client.close(&session.session_id).await.map_err(|e| e.to_string())?;
+    let mut late = InitiatorConfig::new(ROUTER);
+    late.trust_domain = Some("research.internal".into());
+    println!("  a late TASK_SUBMIT on the closed session:");
+    let mut initiator =
+        Initiator::new(late, "ldp:delegate:analyst", Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
+    let mut env = initiator.propose(SessionConfig::default());
+    env.session_id.clone_from(&session.session_id);
+    env.body = Body::TaskSubmit(ldp_types::TaskSubmit::new("late-1".into(), "summarize".into(), json!("hi"), None));
+    let (status, reply) = post_raw(&http, analyst.url(), env.to_vec().map_err(|e| e.to_string())?).await?;
+    println!("  ← {}", reply_line(status, &reply));
+
+    analyst.shutdown().await.map_err(|e| e.to_string())?;
+    vault.shutdown().await.map_err(|e| e.to_string())?;
+    println!("\n✔ demo complete: HELLO → SESSION_CLOSE over HTTP, provenance, fallback, contract, trust, replay.");
+    Ok(())
+}
+
+/// Runs the demo.
+pub fn run(_args: DemoArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ldp demo: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run_demo()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ldp demo: ✘ {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! `ldp serve`: an echo delegate over HTTP, configured from flags, so anyone can stand one up without code.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
+use ldp_session::{
+    AuthenticatedPeer, ReplayConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TrustPolicy,
+};
+use ldp_transport_http::{HttpServerConfig, HttpState};
+use ldp_types::signing::{SignatureAlgorithm, SigningKey};
+use ldp_types::{Capability, DelegateId, IdentityCard, PayloadMode, TrustDomain};
+
+/// Arguments of `ldp serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    pub bind: String,
+    /// The delegate id of the echo delegate (ignored with --card).
+    #[arg(long, default_value = "ldp:delegate:echo")]
+    pub delegate_id: String,
+    /// The delegate's trust domain [default: `default`, as in the reference SDKs; with --card, the card's].
+    #[arg(long, value_name = "NAME")]
+    pub trust_domain: Option<String>,
+    /// A trust domain whose initiators are accepted too (repeatable; enables cross-domain sessions).
+    #[arg(long = "trusted-peer", value_name = "DOMAIN")]
+    pub trusted_peers: Vec<String>,
+    /// A bearer token and the trust domain it authenticates (repeatable). Once any is given, requests without a
+    /// known token are refused (401) and the token's domain is authoritative.
+    #[arg(long = "token", value_name = "TOKEN=DOMAIN")]
+    pub tokens: Vec<String>,
+    /// Sign replies and require signed requests: hmac-sha256 (reference SDKs), hmac-sha256-jcs or ed25519-jcs.
+    #[arg(long, value_name = "ALG", requires = "secret")]
+    pub sign: Option<String>,
+    /// The shared secret (hmac-*) or the 64-hex-digit Ed25519 seed (ed25519-jcs).
+    #[arg(long, value_name = "S", requires = "sign")]
+    pub secret: Option<String>,
+    /// Longest session TTL granted, in seconds (proposals asking for more get this).
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
+    pub ttl: u64,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
+    pub max_body: usize,
+    /// Longest time one request may take, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub timeout: u64,
+    /// Serve this identity card (JSON) instead of the echo card; its capabilities are the accepted skills, all
+    /// answered by echoing.
+    #[arg(long, value_name = "FILE")]
+    pub card: Option<PathBuf>,
+}
+
+/// The echo delegate's card: skill `echo`, text mode (the reference clients send raw input even when semantic
+/// frames are negotiated, so advertising only text keeps them working).
+pub fn echo_card(delegate_id: &str, domain: &str) -> Result<IdentityCard, String> {
+    let id = DelegateId::new(delegate_id).map_err(|e| e.to_string())?;
+    let mut card = IdentityCard::new(id, "Echo", "echo", "1.0");
+    card.description = Some("Answers every task with {\"echo\": <input>}".into());
+    card.context_window = 4096;
+    card.capabilities.push(Capability::new("echo").with_description("Echoes its input"));
+    card.trust_domain = TrustDomain::new(domain);
+    card.supported_payload_modes = vec![PayloadMode::Text];
+    Ok(card)
+}
+
+fn parse_tokens(tokens: &[String]) -> Result<HashMap<String, AuthenticatedPeer>, String> {
+    tokens
+        .iter()
+        .map(|t| match t.split_once('=') {
+            Some((token, domain)) if !token.is_empty() && !domain.is_empty() => {
+                Ok((token.to_owned(), AuthenticatedPeer { delegate_id: None, trust_domain: domain.to_owned() }))
+            }
+            _ => Err(format!("--token {t:?}: expected TOKEN=DOMAIN")),
+        })
+        .collect()
+}
+
+fn security(sign: Option<&str>, secret: Option<&str>) -> Result<(SecurityConfig, bool), String> {
+    let (Some(alg), Some(secret)) = (sign, secret) else { return Ok((SecurityConfig::default(), true)) };
+    let alg: SignatureAlgorithm = alg.parse().map_err(|e| format!("--sign: {e}"))?;
+    match alg {
+        SignatureAlgorithm::HmacSha256 | SignatureAlgorithm::HmacSha256Jcs => {
+            let key = SigningKey::shared_secret(alg, secret).map_err(|e| format!("--secret: {e}"))?;
+            // hmac-sha256 exists to talk to the reference SDKs, whose PyPI version signs without a nonce.
+            Ok((SecurityConfig::symmetric(key), alg != SignatureAlgorithm::HmacSha256))
+        }
+        SignatureAlgorithm::Ed25519Jcs => {
+            let key = SigningKey::ed25519_from_hex(secret).map_err(|e| format!("--secret: {e}"))?;
+            if let Some(public) = key.verifying_key().public_hex() {
+                eprintln!("ldp serve: ed25519 public key {public} (requests are not verified: peers' keys unknown)");
+            }
+            let cfg =
+                SecurityConfig { signing_key: Some(key), replay: Some(ReplayConfig::default()), ..Default::default() };
+            Ok((cfg, true))
+        }
+    }
+}
+
+/// Everything `ldp serve` needs, checked before anything is bound.
+pub(crate) fn build(args: &ServeArgs) -> Result<(ResponderConfig, HttpServerConfig), String> {
+    let mut card = match &args.card {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("--card {}: {e}", path.display()))?;
+            IdentityCard::from_json(&text).map_err(|e| format!("--card {}: {e}", path.display()))?
+        }
+        None => echo_card(&args.delegate_id, args.trust_domain.as_deref().unwrap_or("default"))?,
+    };
+    if let Some(domain) = &args.trust_domain {
+        card.trust_domain.name.clone_from(domain);
+    }
+    for peer in &args.trusted_peers {
+        card.trust_domain = card.trust_domain.clone().trusting(peer.clone());
+    }
+    let tokens = parse_tokens(&args.tokens)?;
+    let (security, hmac_sha256_nonce) = security(args.sign.as_deref(), args.secret.as_deref())?;
+    let mut cfg = ResponderConfig::new(card);
+    // Without tokens a declared domain is taken at its word (reference behaviour, for development); with tokens
+    // only the token's domain counts (and unauthenticated requests never reach the session layer).
+    cfg.trust =
+        if tokens.is_empty() { TrustPolicy::permissive(&cfg.card.trust_domain.name) } else { TrustPolicy::strict() };
+    cfg.security = security;
+    cfg.hmac_sha256_nonce = hmac_sha256_nonce;
+    cfg.limits.max_ttl = Duration::from_secs(args.ttl.max(1));
+    let http =
+        HttpServerConfig { max_body: args.max_body, request_timeout: Duration::from_secs(args.timeout.max(1)), tokens };
+    Ok((cfg, http))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let (mut cfg, http) = build(&args)?;
+    let listener =
+        tokio::net::TcpListener::bind(&args.bind).await.map_err(|e| format!("cannot bind {}: {e}", args.bind))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let url = format!("http://{addr}");
+    if cfg.card.endpoint.is_empty() {
+        cfg.card.endpoint.clone_from(&url);
+    }
+    let summary = format!(
+        "{} (trust domain {}, skills: {})",
+        cfg.card.delegate_id.as_str(),
+        cfg.card.trust_domain.name,
+        cfg.card.capabilities.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    let auth = if http.tokens.is_empty() { "no authentication" } else { "bearer tokens required" };
+    let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
+    let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
+    let state = HttpState::new(runtime, http);
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "ldp serve: {summary}, {auth}");
+        let _ = writeln!(out, "ldp serve: listening on {url}");
+        let _ = out.flush();
+    }
+    ldp_transport_http::serve(listener, state, shutdown_signal()).await.map_err(|e| e.to_string())?;
+    eprintln!("ldp serve: stopped");
+    Ok(())
+}
+
+/// Runs `ldp serve` until SIGINT or SIGTERM.
+pub fn run(args: ServeArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ldp serve: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ldp serve: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! Placeholder; replaced by the load benchmark.
+fn main() {}

@@ -1,0 +1,91 @@
+//! Bearer-token authentication (RFC 8.3): a token maps to an [`AuthenticatedPeer`] (trust domain, optionally a
+//! delegate id), which the session layer uses for its trust checks instead of what the peer declares.
+//!
+//! [`BearerAuth::authenticate`] is the check itself, usable by any transport (the WebSocket binding calls it on its
+//! upgrade request); [`require_bearer`] is the same check as an axum middleware that stores the resulting
+//! [`PeerContext`] in the request extensions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use ldp_session::{AuthenticatedPeer, PeerContext};
+use subtle::ConstantTimeEq;
+
+use crate::error::HttpError;
+
+/// Token-to-identity table. Empty means authentication is off: every request is an unauthenticated peer whose
+/// declarations the session layer judges by its trust policy.
+#[derive(Debug, Clone, Default)]
+pub struct BearerAuth {
+    tokens: Arc<[(Box<[u8]>, AuthenticatedPeer)]>,
+}
+
+impl BearerAuth {
+    /// A table from `token -> identity` pairs.
+    pub fn new(tokens: impl IntoIterator<Item = (String, AuthenticatedPeer)>) -> Self {
+        let tokens: Vec<_> = tokens.into_iter().map(|(t, p)| (t.into_bytes().into_boxed_slice(), p)).collect();
+        Self { tokens: tokens.into() }
+    }
+
+    /// A table from a map.
+    pub fn from_map(tokens: &HashMap<String, AuthenticatedPeer>) -> Self {
+        Self::new(tokens.iter().map(|(t, p)| (t.clone(), p.clone())))
+    }
+
+    /// Whether any token is configured (and so every protected request must carry one).
+    pub fn is_enabled(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// The peer a request comes from, judged by its `Authorization` header: an authenticated peer for a known
+    /// token, an unauthenticated one when no tokens are configured, and [`HttpError::Unauthenticated`] when tokens
+    /// are configured and the header is missing, malformed or carries an unknown token.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<PeerContext, HttpError> {
+        if !self.is_enabled() {
+            return Ok(PeerContext::default());
+        }
+        let value = headers.get(header::AUTHORIZATION).ok_or(HttpError::Unauthenticated("bearer token required"))?;
+        let value = value.to_str().map_err(|_| HttpError::Unauthenticated("malformed Authorization header"))?;
+        let (scheme, token) =
+            value.split_once(' ').ok_or(HttpError::Unauthenticated("malformed Authorization header"))?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(HttpError::Unauthenticated("Authorization scheme must be Bearer"));
+        }
+        let token = token.trim().as_bytes();
+        // Compare against every token in constant time, so that timing reveals neither which nor how much matched.
+        let mut found = None;
+        for (known, peer) in self.tokens.iter() {
+            if bool::from(known.as_ref().ct_eq(token)) {
+                found = Some(peer);
+            }
+        }
+        let peer = found.ok_or(HttpError::Unauthenticated("unknown bearer token"))?;
+        Ok(PeerContext { authenticated: Some(peer.clone()), connection: None })
+    }
+}
+
+/// Axum middleware: authenticates the request with [`BearerAuth::authenticate`] and stores the [`PeerContext`] in
+/// the request extensions, or answers 401 with an LDP error body.
+///
+/// ```
+/// # use axum::{Router, routing::post, Extension};
+/// # use ldp_session::PeerContext;
+/// use ldp_transport_http::{BearerAuth, require_bearer};
+/// let auth = BearerAuth::default();
+/// let app: Router = Router::new()
+///     .route("/ldp/ws", post(|Extension(peer): Extension<PeerContext>| async move { format!("{peer:?}") }))
+///     .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
+/// ```
+pub async fn require_bearer(State(auth): State<BearerAuth>, mut req: Request, next: Next) -> Response {
+    match auth.authenticate(req.headers()) {
+        Ok(peer) => {
+            req.extensions_mut().insert(peer);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,416 @@
+//! The client side: [`HttpTransport`] implements the session crate's [`Transport`] over HTTP, so
+//! `ldp_session::runtime::Client` can talk to any LDP server (ours, or the reference SDKs').
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use ldp_session::runtime::Transport;
+use ldp_types::{Envelope, ErrorCategory, IdentityCard, LdpError, codes};
+use rand::Rng;
+use reqwest::{RequestBuilder, StatusCode, header};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::error::Error;
+use crate::server::{IDENTITY, MESSAGES, STREAM, WELL_KNOWN_IDENTITY};
+
+/// When and how often to retry. Only failures that are `transport` errors marked retryable are retried: the
+/// connection could not be made, or the server answered 503/429 before handling the message. A timeout after a
+/// message was sent is not retried (it may have been processed; a resent TASK_SUBMIT would be a duplicate, and a
+/// replay-protected peer would refuse it anyway), except for the idempotent discovery GET.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// Backoff before the first retry; doubles on each further retry.
+    pub initial_backoff: Duration,
+    /// Upper bound of one backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { max_retries: 3, initial_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(2) }
+    }
+}
+
+impl RetryPolicy {
+    /// Never retry.
+    pub fn none() -> Self {
+        Self { max_retries: 0, ..Self::default() }
+    }
+
+    /// The wait before retry number `attempt` (0-based): exponential, capped, with "equal jitter" (half fixed,
+    /// half uniformly random) so that many clients failing together do not retry in lockstep.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self.initial_backoff.saturating_mul(2u32.saturating_pow(attempt.min(31)));
+        let capped = exp.min(self.max_backoff);
+        let half = capped / 2;
+        let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+        let jitter = if jitter_ns == 0 { 0 } else { rand::thread_rng().gen_range(0..=jitter_ns) };
+        half + Duration::from_nanos(jitter)
+    }
+}
+
+/// Builds an [`HttpTransport`].
+#[derive(Debug, Clone)]
+pub struct HttpTransportBuilder {
+    url: String,
+    token: Option<String>,
+    timeout: Duration,
+    connect_timeout: Duration,
+    retry: RetryPolicy,
+    client: Option<reqwest::Client>,
+}
+
+impl HttpTransportBuilder {
+    /// Sends `Authorization: Bearer <token>` with every message.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Timeout of one request, task execution included (default 60 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Timeout of establishing a connection (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The retry policy (default: 3 retries, 100 ms doubling up to 2 s, with jitter).
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Uses this `reqwest` client (for custom TLS roots, client certificates, proxies); the timeouts set here are
+    /// then those of the given client, except the per-request timeout, which is still applied.
+    pub fn http_client(mut self, client: reqwest::Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// Builds the transport.
+    pub fn build(self) -> Result<HttpTransport, Error> {
+        let url = self.url.trim_end_matches('/').to_owned();
+        let valid = reqwest::Url::parse(&url).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+        if !valid {
+            return Err(Error::InvalidUrl(self.url));
+        }
+        let client = match self.client {
+            Some(c) => c,
+            None => reqwest::Client::builder()
+                .connect_timeout(self.connect_timeout)
+                .pool_idle_timeout(Duration::from_secs(90))
+                .tcp_nodelay(true)
+                .build()
+                .map_err(Error::Client)?,
+        };
+        Ok(HttpTransport {
+            messages: format!("{url}{MESSAGES}"),
+            stream: format!("{url}{STREAM}"),
+            url,
+            client,
+            token: self.token,
+            timeout: self.timeout,
+            retry: self.retry,
+            stream_unsupported: AtomicBool::new(false),
+        })
+    }
+}
+
+/// An LDP client transport over HTTP: one `POST /ldp/messages` per envelope, `POST /ldp/stream` (SSE) when the
+/// caller wants progress updates, connection reuse through one pooled `reqwest::Client`.
+///
+/// Replies are read by content, not only by status: any body that is an envelope (a SESSION_REJECT with 403, a
+/// TASK_FAILED with 401) is returned for the session layer to interpret; `{"error": ...}` bodies become that typed
+/// error; anything else becomes a `transport` error.
+#[derive(Debug)]
+pub struct HttpTransport {
+    url: String,
+    messages: String,
+    stream: String,
+    client: reqwest::Client,
+    token: Option<String>,
+    timeout: Duration,
+    retry: RetryPolicy,
+    stream_unsupported: AtomicBool,
+}
+
+impl HttpTransport {
+    /// A transport to the delegate at `url` (e.g. `http://127.0.0.1:8090`) with default settings.
+    pub fn new(url: impl Into<String>) -> Result<Self, Error> {
+        Self::builder(url).build()
+    }
+
+    /// A builder for a transport to `url`.
+    pub fn builder(url: impl Into<String>) -> HttpTransportBuilder {
+        HttpTransportBuilder {
+            url: url.into(),
+            token: None,
+            timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+            client: None,
+        }
+    }
+
+    /// The base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn authorize(&self, req: RequestBuilder) -> RequestBuilder {
+        let req = req.timeout(self.timeout);
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
+    /// Sends a request built by `make`, retrying retryable transport failures with backoff.
+    async fn send(&self, make: impl Fn() -> RequestBuilder, idempotent: bool) -> Result<reqwest::Response, LdpError> {
+        let mut attempt = 0;
+        loop {
+            let error = match make().send().await {
+                Ok(resp)
+                    if matches!(resp.status(), StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) =>
+                {
+                    LdpError::transport(codes::TRANSPORT_ERROR, format!("HTTP {} from {}", resp.status(), self.url))
+                }
+                Ok(resp) => return Ok(resp),
+                Err(e) => request_error(&e, idempotent),
+            };
+            if !(error.category == ErrorCategory::Transport && error.retryable) || attempt >= self.retry.max_retries {
+                return Err(error);
+            }
+            let wait = self.retry.backoff(attempt);
+            tracing::debug!(attempt, ?wait, %error, "retrying");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    async fn post_messages(&self, body: &[u8]) -> Result<Option<Value>, LdpError> {
+        let make = || {
+            self.authorize(self.client.post(&self.messages))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body.to_vec())
+        };
+        let resp = self.send(make, false).await?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(|e| request_error(&e, false))?;
+        decode_reply(status, &bytes)
+    }
+
+    /// `None` when the server has no streaming endpoint (the caller falls back to `/ldp/messages`).
+    async fn post_stream(
+        &self,
+        body: &[u8],
+        updates: &mpsc::Sender<Envelope>,
+    ) -> Option<Result<Option<Value>, LdpError>> {
+        let make = || {
+            self.authorize(self.client.post(&self.stream))
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::ACCEPT, "text/event-stream")
+                .body(body.to_vec())
+        };
+        let resp = match self.send(make, false).await {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        let status = resp.status();
+        if matches!(status, StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED) {
+            // Nothing was processed: the server (e.g. a reference SDK's) does not stream.
+            self.stream_unsupported.store(true, Ordering::Relaxed);
+            return None;
+        }
+        let is_sse = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !is_sse {
+            let bytes = match resp.bytes().await {
+                Ok(b) => b,
+                Err(e) => return Some(Err(request_error(&e, false))),
+            };
+            return Some(decode_reply(status, &bytes));
+        }
+        Some(read_events(resp, updates).await)
+    }
+}
+
+/// Reads an SSE answer: TASK_UPDATEs go to `updates`, the first other envelope is the reply.
+async fn read_events(resp: reqwest::Response, updates: &mpsc::Sender<Envelope>) -> Result<Option<Value>, LdpError> {
+    let mut parser = crate::sse::SseParser::default();
+    let mut chunks = resp.bytes_stream();
+    let mut seen_any = false;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| request_error(&e, false))?;
+        for event in parser.push(&chunk) {
+            seen_any = true;
+            let value: Value = serde_json::from_str(&event.data).map_err(|e| {
+                LdpError::runtime(codes::MALFORMED_MESSAGE, format!("bad event from peer: {e}")).with_retryable(false)
+            })?;
+            if event.event == "error" {
+                return Err(error_from_body(&value).unwrap_or_else(|| {
+                    LdpError::transport(codes::TRANSPORT_ERROR, "stream failed").with_retryable(false)
+                }));
+            }
+            let is_update =
+                value.get("body").and_then(|b| b.get("type")).and_then(Value::as_str) == Some("TASK_UPDATE");
+            if !is_update {
+                return Ok(Some(value));
+            }
+            if let Ok(env) = Envelope::from_value(value) {
+                // Updates are best-effort: a caller that stopped reading must not stall the result.
+                let _ = updates.try_send(env);
+            }
+        }
+    }
+    if seen_any {
+        Err(LdpError::transport(codes::TRANSPORT_ERROR, "stream ended before the final envelope").with_retryable(false))
+    } else {
+        Ok(None)
+    }
+}
+
+fn error_from_body(value: &Value) -> Option<LdpError> {
+    serde_json::from_value(value.get("error")?.clone()).ok()
+}
+
+/// Interprets an answer by content first (an envelope is a reply whatever the status), then by status.
+fn decode_reply(status: StatusCode, bytes: &[u8]) -> Result<Option<Value>, LdpError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        if status.is_success() {
+            return Ok(None);
+        }
+        return Err(status_error(status, ""));
+    }
+    let Ok(value) = serde_json::from_slice::<Value>(bytes) else {
+        if status.is_success() {
+            return Err(
+                LdpError::runtime(codes::MALFORMED_MESSAGE, "the peer's reply is not JSON").with_retryable(false)
+            );
+        }
+        return Err(status_error(status, &String::from_utf8_lossy(&bytes[..bytes.len().min(200)])));
+    };
+    if value.get("body").is_some() || status.is_success() {
+        return Ok(Some(value));
+    }
+    Err(error_from_body(&value).unwrap_or_else(|| status_error(status, &value.to_string())))
+}
+
+fn status_error(status: StatusCode, snippet: &str) -> LdpError {
+    let retryable = matches!(status, StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS);
+    LdpError::transport(codes::TRANSPORT_ERROR, format!("HTTP {status}: {snippet}")).with_retryable(retryable)
+}
+
+/// A `reqwest` failure as a `transport` error; retryable only when the request cannot have been processed.
+fn request_error(e: &reqwest::Error, idempotent: bool) -> LdpError {
+    if e.is_connect() {
+        LdpError::transport(codes::TRANSPORT_ERROR, format!("cannot connect: {e}"))
+    } else if e.is_timeout() {
+        LdpError::transport(codes::TIMEOUT, format!("no answer in time: {e}")).with_retryable(idempotent)
+    } else {
+        LdpError::transport(codes::TRANSPORT_ERROR, e.to_string()).with_retryable(idempotent)
+    }
+}
+
+#[async_trait]
+impl Transport for HttpTransport {
+    /// `GET /.well-known/ldp-identity`, falling back to `/ldp/identity` (reference SDKs) when it is missing.
+    async fn identity(&self) -> Result<IdentityCard, LdpError> {
+        let mut last = None;
+        for path in [WELL_KNOWN_IDENTITY, IDENTITY] {
+            let url = format!("{}{path}", self.url);
+            let resp = self.send(|| self.authorize(self.client.get(&url)), true).await?;
+            let status = resp.status();
+            let bytes = resp.bytes().await.map_err(|e| request_error(&e, true))?;
+            if status == StatusCode::NOT_FOUND {
+                last = Some(status_error(status, path));
+                continue;
+            }
+            if !status.is_success() {
+                return Err(status_error(status, &String::from_utf8_lossy(&bytes[..bytes.len().min(200)])));
+            }
+            let card: IdentityCard = serde_json::from_slice(&bytes).map_err(|e| {
+                LdpError::runtime(codes::MALFORMED_MESSAGE, format!("identity card does not parse: {e}"))
+                    .with_retryable(false)
+            })?;
+            return Ok(card);
+        }
+        Err(last.unwrap_or_else(|| status_error(StatusCode::NOT_FOUND, "no identity card")))
+    }
+
+    async fn exchange(
+        &self,
+        envelope: &Envelope,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Result<Option<Value>, LdpError> {
+        let body = envelope.to_vec().map_err(|e| LdpError::from(&e))?;
+        let span = tracing::debug_span!("ldp.exchange", r#type = envelope.body.type_name(), url = %self.url);
+        async {
+            if let Some(tx) = &updates
+                && !self.stream_unsupported.load(Ordering::Relaxed)
+                && let Some(result) = self.post_stream(&body, tx).await
+            {
+                return result;
+            }
+            self.post_messages(&body).await
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered() {
+        let p = RetryPolicy {
+            max_retries: 5,
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(1000),
+        };
+        for attempt in 0..8 {
+            let ceiling = (Duration::from_millis(100) * 2u32.pow(attempt)).min(Duration::from_millis(1000));
+            for _ in 0..50 {
+                let b = p.backoff(attempt);
+                assert!(b >= ceiling / 2 && b <= ceiling, "attempt {attempt}: {b:?}");
+            }
+        }
+        assert_eq!(RetryPolicy::none().max_retries, 0);
+    }
+
+    #[test]
+    fn replies_are_read_by_content() {
+        let env = br#"{"body":{"type":"SESSION_REJECT"}}"#;
+        assert!(decode_reply(StatusCode::FORBIDDEN, env).unwrap().is_some());
+        let err = br#"{"error":{"code":"UNAUTHENTICATED","category":"identity","message":"m"}}"#;
+        assert_eq!(decode_reply(StatusCode::UNAUTHORIZED, err).unwrap_err().code, "UNAUTHENTICATED");
+        assert_eq!(decode_reply(StatusCode::ACCEPTED, b"").unwrap(), None);
+        let e = decode_reply(StatusCode::INTERNAL_SERVER_ERROR, b"Internal Server Error").unwrap_err();
+        assert_eq!(e.category, ErrorCategory::Transport);
+        assert!(!e.retryable);
+        assert!(decode_reply(StatusCode::SERVICE_UNAVAILABLE, b"").unwrap_err().retryable);
+    }
+
+    #[test]
+    fn urls_are_checked() {
+        assert!(HttpTransport::new("ftp://x").is_err());
+        assert!(HttpTransport::new("not a url").is_err());
+        assert_eq!(HttpTransport::new("http://127.0.0.1:1/").unwrap().url(), "http://127.0.0.1:1");
+    }
+}

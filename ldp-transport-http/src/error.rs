@@ -1,0 +1,162 @@
+//! Errors, split by who caused them: [`HttpError`] is a peer's bad request as the server answers it (it implements
+//! [`IntoResponse`]); [`Error`] is the local caller's misuse or an IO failure of this crate's API.
+//!
+//! [`status_for`] is the one place where an LDP failure becomes an HTTP status (see the crate docs for the table).
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ldp_session::Refusal;
+use ldp_types::{ErrorCategory, LdpError, codes};
+
+/// Errors of this crate's API (not a peer's fault).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The base URL is not an absolute `http://` or `https://` URL.
+    #[error("invalid url {0:?}: expected http://host[:port][/path] or https://...")]
+    InvalidUrl(String),
+    /// The HTTP client could not be built (e.g. the TLS backend failed to initialise).
+    #[error("http client: {0}")]
+    Client(#[source] reqwest::Error),
+    /// Binding or serving failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// The TLS configuration is unusable (bad certificate or key).
+    #[error("tls: {0}")]
+    Tls(String),
+}
+
+impl From<Refusal> for HttpError {
+    fn from(refusal: Refusal) -> Self {
+        Self::Refused(Box::new(refusal))
+    }
+}
+
+/// A request the server refuses, as it answers it: an HTTP status and an LDP body.
+///
+/// The body is the reply envelope when the session layer produced one (a TASK_FAILED or SESSION_REJECT addressed to
+/// the sender), otherwise `{"error": <LdpError>}`. Internal failures never reveal details to the peer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// The session layer refused the message (malformed, unknown type, untrusted, bad signature, ...).
+    #[error("refused: {}", .0.error)]
+    Refused(Box<Refusal>),
+    /// The bearer token is missing, malformed or unknown.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(&'static str),
+    /// The request's content type is not `application/json`.
+    #[error("unsupported content type {0:?}; expected application/json")]
+    UnsupportedMediaType(String),
+    /// The body is larger than the configured limit.
+    #[error("body larger than {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The body could not be read (the peer aborted it, or sent a broken chunked encoding).
+    #[error("unreadable body")]
+    UnreadableBody,
+    /// The message was not answered within the request timeout. It may still complete on the server.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// A failure of the server itself. The detail is logged, never sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl HttpError {
+    /// The typed wire error for this failure.
+    pub fn to_ldp_error(&self) -> LdpError {
+        match self {
+            Self::Refused(r) => r.error.clone(),
+            Self::Unauthenticated(why) => LdpError::identity(codes::UNAUTHENTICATED, *why),
+            Self::UnsupportedMediaType(_) => {
+                LdpError::runtime(codes::MALFORMED_MESSAGE, self.to_string()).with_retryable(false)
+            }
+            Self::PayloadTooLarge { .. } => {
+                LdpError::runtime(codes::MESSAGE_TOO_LARGE, self.to_string()).with_retryable(false)
+            }
+            Self::UnreadableBody => LdpError::transport(codes::TRANSPORT_ERROR, self.to_string()),
+            // Not retryable: the message may have been processed (a resent TASK_SUBMIT would be a duplicate).
+            Self::Timeout(_) => LdpError::transport(codes::TIMEOUT, self.to_string()).with_retryable(false),
+            Self::Internal(_) => LdpError::runtime(codes::EXECUTION_FAILED, "internal error"),
+        }
+    }
+
+    /// The HTTP status of this failure.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Refused(r) => status_for(&r.error, r.reply.is_some()),
+            Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnreadableBody => StatusCode::BAD_REQUEST,
+            Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// The HTTP status for a refusal carrying `error`; `has_reply` says whether an in-protocol reply envelope goes with
+/// it. This is the single mapping of the crate; the table is in the crate docs.
+pub fn status_for(error: &LdpError, has_reply: bool) -> StatusCode {
+    match error.code.as_str() {
+        codes::MALFORMED_MESSAGE | codes::UNKNOWN_MESSAGE_TYPE => StatusCode::BAD_REQUEST,
+        codes::UNAUTHENTICATED => StatusCode::UNAUTHORIZED,
+        codes::TRUST_VIOLATION => StatusCode::FORBIDDEN,
+        codes::MESSAGE_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+        codes::TIMEOUT if error.category == ErrorCategory::Transport => StatusCode::GATEWAY_TIMEOUT,
+        // Signature, replay and timestamp failures: the message was not accepted as authentic and changed nothing.
+        // A 2xx would let a client that treats any non-REJECT answer to SESSION_PROPOSE as acceptance (the Python
+        // reference client does) believe it has a session.
+        _ if error.category == ErrorCategory::Security => StatusCode::UNAUTHORIZED,
+        // Session, capability, runtime and other policy refusals are protocol answers, not HTTP errors.
+        _ if has_reply => StatusCode::OK,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// `WWW-Authenticate` for a 401 caused by a missing or unknown bearer token.
+const BEARER_CHALLENGE: &str = "Bearer realm=\"ldp\"";
+/// `WWW-Authenticate` for a 401 caused by a message signature, replay or timestamp failure.
+const SIGNATURE_CHALLENGE: &str = "LDP-Signature realm=\"ldp\"";
+
+/// A JSON response from already-encoded bytes.
+pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut resp = (status, body).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// `{"error": <LdpError>}`.
+pub(crate) fn error_body(error: &LdpError) -> Vec<u8> {
+    // Serialising an LdpError cannot fail unless `partial_output` holds a non-finite float, which JSON cannot
+    // carry; fall back to a fixed body rather than failing the answer.
+    serde_json::to_vec(&serde_json::json!({ "error": error }))
+        .unwrap_or_else(|_| br#"{"error":{"code":"EXECUTION_FAILED","category":"runtime","message":"internal error","severity":"error","retryable":true}}"#.to_vec())
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        match &self {
+            Self::Internal(detail) => tracing::error!(%detail, "internal error answering a request"),
+            other => tracing::debug!(%status, error = %other, "request refused"),
+        }
+        let body = match &self {
+            Self::Refused(r) => r.reply.as_ref().and_then(|env| env.to_vec().ok()),
+            _ => None,
+        };
+        let body = body.unwrap_or_else(|| error_body(&self.to_ldp_error()));
+        let mut resp = json_response(status, body);
+        if status == StatusCode::UNAUTHORIZED {
+            let challenge =
+                if self.to_ldp_error().code == codes::UNAUTHENTICATED { BEARER_CHALLENGE } else { SIGNATURE_CHALLENGE };
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+        }
+        resp
+    }
+}

@@ -1,0 +1,416 @@
+//! The axum server: discovery, `POST /ldp/messages`, `POST /ldp/stream` (SSE), bearer authentication, limits,
+//! timeouts and tracing, around a [`DelegateRuntime`].
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRef, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use futures::Stream;
+use ldp_session::runtime::{DelegateRuntime, Response as RuntimeResponse};
+use ldp_session::{AuthenticatedPeer, PeerContext, Refusal};
+use ldp_types::{Envelope, IdentityCard};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tower_http::trace::TraceLayer;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::auth::{BearerAuth, require_bearer};
+use crate::error::{HttpError, error_body, json_response};
+
+/// Path of the RFC 2.3 identity card.
+pub const WELL_KNOWN_IDENTITY: &str = "/.well-known/ldp-identity";
+/// Path where the reference SDKs' clients look for the identity card.
+pub const IDENTITY: &str = "/ldp/identity";
+/// Path of the capability list (reference SDKs).
+pub const CAPABILITIES: &str = "/ldp/capabilities";
+/// Path of the one-envelope-in, one-envelope-out binding.
+pub const MESSAGES: &str = "/ldp/messages";
+/// Path of the streaming binding (RFC 8.1).
+pub const STREAM: &str = "/ldp/stream";
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct HttpServerConfig {
+    /// Largest request body accepted, in bytes (default 1 MiB); larger bodies get 413.
+    pub max_body: usize,
+    /// Longest time one message may take to be answered, task execution included (default 60 s); then 504. For
+    /// `/ldp/stream` it bounds the whole stream.
+    pub request_timeout: Duration,
+    /// Bearer tokens and the identities they authenticate. When any is set, `/ldp/messages` and `/ldp/stream`
+    /// refuse requests without a known token (401); discovery stays public.
+    pub tokens: HashMap<String, AuthenticatedPeer>,
+}
+
+impl Default for HttpServerConfig {
+    fn default() -> Self {
+        Self { max_body: 1024 * 1024, request_timeout: Duration::from_secs(60), tokens: HashMap::new() }
+    }
+}
+
+/// The server's shared state: the runtime, the configuration and the pre-encoded discovery documents.
+#[derive(Clone)]
+pub struct HttpState {
+    runtime: DelegateRuntime,
+    config: Arc<HttpServerConfig>,
+    auth: BearerAuth,
+    card: Bytes,
+    capabilities: Bytes,
+}
+
+impl std::fmt::Debug for HttpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpState").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl HttpState {
+    /// State serving `runtime` with `config`.
+    pub fn new(runtime: DelegateRuntime, config: HttpServerConfig) -> Self {
+        let card = runtime.card();
+        let auth = BearerAuth::from_map(&config.tokens);
+        Self {
+            card: Bytes::from(encode_card(&card)),
+            capabilities: Bytes::from(encode_capabilities(&card)),
+            runtime,
+            config: Arc::new(config),
+            auth,
+        }
+    }
+
+    /// The runtime behind the server.
+    pub fn runtime(&self) -> &DelegateRuntime {
+        &self.runtime
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HttpServerConfig {
+        &self.config
+    }
+
+    /// The authentication table (for other transports sharing this server).
+    pub fn auth(&self) -> &BearerAuth {
+        &self.auth
+    }
+
+    /// Handles one message on a task of its own, so that a peer hanging up cannot abandon a task half-way (the
+    /// task completes and is recorded even if nobody reads the answer), bounded by the request timeout.
+    pub async fn dispatch(
+        &self,
+        peer: PeerContext,
+        bytes: Bytes,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Result<RuntimeResponse, HttpError> {
+        let rt = self.runtime.clone();
+        let job = tokio::spawn(async move { rt.handle(&peer, &bytes, updates).await }.in_current_span());
+        match tokio::time::timeout(self.config.request_timeout, job).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => Err(HttpError::Internal(format!("message handler failed: {e}"))),
+            Err(_) => Err(HttpError::Timeout(self.config.request_timeout)),
+        }
+    }
+}
+
+impl FromRef<HttpState> for BearerAuth {
+    fn from_ref(state: &HttpState) -> Self {
+        state.auth.clone()
+    }
+}
+
+fn encode_card(card: &IdentityCard) -> Vec<u8> {
+    serde_json::to_vec(card).unwrap_or_else(|_| b"{}".to_vec())
+}
+
+fn encode_capabilities(card: &IdentityCard) -> Vec<u8> {
+    let doc = serde_json::json!({
+        "capabilities": card.capabilities,
+        "supported_modes": card.supported_payload_modes,
+    });
+    serde_json::to_vec(&doc).unwrap_or_else(|_| b"{}".to_vec())
+}
+
+/// The LDP HTTP routes with their layers: discovery, messages, streaming.
+pub fn router(state: HttpState) -> Router {
+    router_with(state, Router::new())
+}
+
+/// [`router`] plus `extra` routes (e.g. the WebSocket binding's `/ldp/ws`), which get the same bearer
+/// authentication (a [`PeerContext`] extension), body limit and tracing as `/ldp/messages`, and can extract the
+/// [`HttpState`].
+pub fn router_with(state: HttpState, extra: Router<HttpState>) -> Router {
+    let protected = Router::new()
+        .route(MESSAGES, post(messages))
+        .route(STREAM, post(stream))
+        .merge(extra)
+        .route_layer(axum::middleware::from_fn_with_state(state.auth.clone(), require_bearer));
+    Router::new()
+        .route(WELL_KNOWN_IDENTITY, get(identity))
+        .route(IDENTITY, get(identity))
+        .route(CAPABILITIES, get(capabilities))
+        .merge(protected)
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(state.config.max_body))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Serves `router(state)` on `listener` until `shutdown` resolves, then drains in-flight requests. Also reaps
+/// expired sessions while it runs.
+pub async fn serve(
+    listener: TcpListener,
+    state: HttpState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_router(listener, state.runtime.clone(), router(state), shutdown).await
+}
+
+/// [`serve`] for a router built with [`router_with`].
+pub async fn serve_router(
+    listener: TcpListener,
+    runtime: DelegateRuntime,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let reaper = runtime.spawn_reaper();
+    let result = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    reaper.abort();
+    result
+}
+
+/// A server started with [`spawn`]: its URL, and a handle to stop it.
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    url: String,
+    stop: Option<oneshot::Sender<()>>,
+    join: JoinHandle<std::io::Result<()>>,
+}
+
+impl ServerHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Stops accepting, drains in-flight requests and waits for the server to end.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            // The server may already have ended; then there is nobody to tell.
+            let _ = stop.send(());
+        }
+        match (&mut self.join).await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        }
+    }
+}
+
+/// Binds `addr` (use `127.0.0.1:0` for a free port) and serves `state` on a background task.
+pub async fn spawn(addr: impl tokio::net::ToSocketAddrs, state: HttpState) -> std::io::Result<ServerHandle> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let join = tokio::spawn(serve(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    Ok(ServerHandle { addr, url: format!("http://{addr}"), stop: Some(stop), join })
+}
+
+async fn identity(State(state): State<HttpState>) -> Response {
+    json_response(StatusCode::OK, state.card.to_vec())
+}
+
+async fn capabilities(State(state): State<HttpState>) -> Response {
+    json_response(StatusCode::OK, state.capabilities.to_vec())
+}
+
+async fn not_found() -> Response {
+    let error = ldp_types::LdpError::runtime("NOT_FOUND", "no such LDP endpoint").with_retryable(false);
+    json_response(StatusCode::NOT_FOUND, error_body(&error))
+}
+
+/// Checks the content type and reads the body.
+fn accept_body(
+    state: &HttpState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes, HttpError> {
+    let ctype = headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("<binary>")).unwrap_or("");
+    let essence = ctype.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") {
+        return Err(HttpError::UnsupportedMediaType(ctype.to_owned()));
+    }
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            HttpError::PayloadTooLarge { limit: state.config.max_body }
+        } else {
+            HttpError::UnreadableBody
+        }
+    })
+}
+
+fn message_span(path: &'static str) -> tracing::Span {
+    tracing::info_span!("ldp.message", path, status = Empty, reply = Empty, code = Empty)
+}
+
+fn record(span: &tracing::Span, status: StatusCode, reply: Option<&Envelope>, code: Option<&str>) {
+    span.record("status", status.as_u16());
+    if let Some(env) = reply {
+        span.record("reply", env.body.type_name());
+    }
+    if let Some(code) = code {
+        span.record("code", code);
+    }
+}
+
+/// The answer to one message, as `/ldp/messages` sends it.
+fn answer(resp: RuntimeResponse) -> Result<Response, HttpError> {
+    match resp {
+        RuntimeResponse::Reply(env) => {
+            let body = env.to_vec().map_err(|e| HttpError::Internal(format!("encoding the reply: {e}")))?;
+            Ok(json_response(StatusCode::OK, body))
+        }
+        RuntimeResponse::Accepted => Ok(StatusCode::ACCEPTED.into_response()),
+        RuntimeResponse::Refused(refusal) => Err(refusal.into()),
+    }
+}
+
+async fn messages(
+    State(state): State<HttpState>,
+    peer: Option<Extension<PeerContext>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let span = message_span(MESSAGES);
+    let result = async {
+        let bytes = accept_body(&state, &headers, body)?;
+        let peer = peer.map(|Extension(p)| p).unwrap_or_default();
+        answer(state.dispatch(peer, bytes, None).await?)
+    }
+    .instrument(span.clone())
+    .await;
+    let resp = result.unwrap_or_else(|e| {
+        let code = e.to_ldp_error().code;
+        let resp = e.into_response();
+        record(&span, resp.status(), None, Some(&code));
+        resp
+    });
+    span.record("status", resp.status().as_u16());
+    resp
+}
+
+type EventStream = std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>>;
+
+fn envelope_event(env: &Envelope) -> Event {
+    match env.to_json() {
+        Ok(json) => Event::default().event("envelope").id(env.message_id.clone()).data(json),
+        Err(e) => error_event(&HttpError::Internal(format!("encoding an event: {e}"))),
+    }
+}
+
+fn error_event(error: &HttpError) -> Event {
+    let body = String::from_utf8(error_body(&error.to_ldp_error())).unwrap_or_default();
+    Event::default().event("error").data(body)
+}
+
+async fn stream(
+    State(state): State<HttpState>,
+    peer: Option<Extension<PeerContext>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let span = message_span(STREAM);
+    match start_stream(state, peer, headers, body).instrument(span.clone()).await {
+        Ok(events) => {
+            record(&span, StatusCode::OK, None, None);
+            Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+        }
+        Err(e) => {
+            let code = e.to_ldp_error().code;
+            let resp = e.into_response();
+            record(&span, resp.status(), None, Some(&code));
+            resp
+        }
+    }
+}
+
+/// Runs the message; until the first TASK_UPDATE arrives nothing is committed, so a refusal still gets its proper
+/// HTTP status. After that the answer is an SSE stream: the updates, then the final envelope.
+async fn start_stream(
+    state: HttpState,
+    peer: Option<Extension<PeerContext>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<EventStream, HttpError> {
+    let bytes = accept_body(&state, &headers, body)?;
+    let peer = peer.map(|Extension(p)| p).unwrap_or_default();
+    let (tx, mut updates) = mpsc::channel::<Envelope>(64);
+    let timeout = state.config.request_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut job = Box::pin(async move { state.dispatch(peer, bytes, Some(tx)).await });
+    let first = tokio::select! {
+        biased;
+        Some(update) = updates.recv() => update,
+        done = &mut job => {
+            // Finished before any update: answer exactly like /ldp/messages would, but as one event.
+            let mut events: Vec<Event> = Vec::new();
+            while let Ok(update) = updates.try_recv() {
+                events.push(envelope_event(&update));
+            }
+            match done? {
+                RuntimeResponse::Reply(env) => events.push(envelope_event(&env)),
+                RuntimeResponse::Accepted => {}
+                RuntimeResponse::Refused(refusal) if events.is_empty() => return Err(refusal.into()),
+                RuntimeResponse::Refused(Refusal { error, reply }) => match reply {
+                    Some(env) => events.push(envelope_event(&env)),
+                    None => events.push(error_event(&Refusal { error, reply: None }.into())),
+                },
+            }
+            let events = futures::stream::iter(events.into_iter().map(Ok));
+            return Ok(Box::pin(events));
+        }
+    };
+    // Committed to streaming: forward updates, then the final envelope, through a channel the response reads.
+    let (out, rx) = mpsc::channel::<Event>(64);
+    tokio::spawn(async move {
+        let mut next = Some(first);
+        while let Some(update) = next {
+            if out.send(envelope_event(&update)).await.is_err() {
+                // The peer hung up; the task still completes on its own (see `dispatch`).
+                return;
+            }
+            next = tokio::select! {
+                u = updates.recv() => u,
+                _ = tokio::time::sleep_until(deadline) => None,
+            };
+        }
+        let last = match tokio::time::timeout_at(deadline, job).await {
+            Ok(Ok(RuntimeResponse::Reply(env))) => envelope_event(&env),
+            Ok(Ok(RuntimeResponse::Accepted)) => return,
+            Ok(Ok(RuntimeResponse::Refused(Refusal { reply: Some(env), .. }))) => envelope_event(&env),
+            Ok(Ok(RuntimeResponse::Refused(refusal))) => error_event(&refusal.into()),
+            Ok(Err(e)) => error_event(&e),
+            Err(_) => error_event(&HttpError::Timeout(timeout)),
+        };
+        let _ = out.send(last).await;
+    });
+    let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) });
+    Ok(Box::pin(events))
+}
