@@ -38,6 +38,35 @@ pub struct Candidate {
     pub skills: Vec<SkillOffer>,
     /// Quality claims about it, any type, any skill.
     pub claims: Vec<QualityClaim>,
+    /// Why evidence about it was set aside (an attestation with a bad signature, a card's unbacked
+    /// `issuer_attested` label, ...); shown in the explanation of every decision that ranks it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<ClaimNote>,
+}
+
+/// A remark about the evidence behind a candidate, kept for explanations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimNote {
+    /// The skill it concerns; `None` for the whole delegate.
+    pub skill: Option<String>,
+    /// What was set aside, and why.
+    pub text: String,
+}
+
+impl ClaimNote {
+    /// A note about `skill` (or the whole delegate when `None`).
+    pub fn new(skill: Option<&str>, text: impl Into<String>) -> Self {
+        ClaimNote { skill: skill.map(str::to_owned), text: text.into() }
+    }
+}
+
+impl std::fmt::Display for ClaimNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.skill {
+            Some(skill) => write!(f, "[{skill}] {}", self.text),
+            None => f.write_str(&self.text),
+        }
+    }
 }
 
 impl Candidate {
@@ -49,6 +78,7 @@ impl Candidate {
             jurisdiction: None,
             skills: Vec::new(),
             claims: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -67,6 +97,12 @@ impl Candidate {
     /// Adds a quality claim.
     pub fn with_claim(mut self, claim: QualityClaim) -> Self {
         self.claims.push(claim);
+        self
+    }
+
+    /// Adds a note for explanations.
+    pub fn with_note(mut self, note: ClaimNote) -> Self {
+        self.notes.push(note);
         self
     }
 }

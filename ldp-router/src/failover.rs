@@ -6,11 +6,14 @@
 //! |--------------|-----------------------------------------|-------------------------------|
 //! | `transport`  | retry the same delegate, with backoff   | reroute to another delegate   |
 //! | `session`    | re-establish the session and retry      | reroute to another delegate   |
-//! | `runtime`    | reroute to another delegate, with backoff | —                           |
+//! | `runtime`    | retry the same delegate, with backoff   | reroute to another delegate   |
 //! | `capability` | reroute at once (no backoff)            | —                             |
 //! | `quality`    | accept the result with a warning        | —                             |
 //! | `policy`     | escalate to the caller                  | —                             |
 //! | `identity`   | escalate to the caller                  | —                             |
+//!
+//! A retry of the same delegate needs the error's `retryable` flag not to be `false` and the delegate to have had
+//! fewer than `max_attempts_per_delegate` attempts; otherwise a retryable category is rerouted instead.
 //!
 //! Every retry or reroute is first checked against the task's contract: the attempt limit, the deadline (the
 //! backoff must end before it) and the budget (what was spent plus the next attempt's estimate must fit); if one is
@@ -180,10 +183,9 @@ impl FailoverPolicy {
             C::Policy | C::Identity => return FailoverAction::Escalate { reason: GiveUpReason::NotRecoverable },
             C::Quality => return FailoverAction::AcceptWithWarning,
             C::Capability => FailoverAction::Reroute { after: Duration::ZERO },
-            C::Runtime => FailoverAction::Reroute { after: backoff },
-            C::Transport if same_allowed => FailoverAction::Retry { after: backoff, new_session: false },
+            C::Runtime | C::Transport if same_allowed => FailoverAction::Retry { after: backoff, new_session: false },
             C::Session if same_allowed => FailoverAction::Retry { after: backoff, new_session: true },
-            C::Transport | C::Session => FailoverAction::Reroute { after: backoff },
+            C::Runtime | C::Transport | C::Session => FailoverAction::Reroute { after: backoff },
         };
         let after = match &wanted {
             FailoverAction::Retry { after, .. } | FailoverAction::Reroute { after } => *after,
@@ -228,7 +230,7 @@ mod tests {
         let backoff = Duration::from_millis(200);
         assert_eq!(decide(C::Transport, &first), Retry { after: backoff, new_session: false });
         assert_eq!(decide(C::Session, &first), Retry { after: backoff, new_session: true });
-        assert_eq!(decide(C::Runtime, &first), Reroute { after: backoff });
+        assert_eq!(decide(C::Runtime, &first), Retry { after: backoff, new_session: false });
         assert_eq!(decide(C::Capability, &first), Reroute { after: Duration::ZERO });
         assert_eq!(decide(C::Quality, &first), AcceptWithWarning);
         assert_eq!(decide(C::Policy, &first), Escalate { reason: GiveUpReason::NotRecoverable });
@@ -241,6 +243,10 @@ mod tests {
         let after = Duration::from_millis(400);
         assert_eq!(decide(FailureCategory::Transport, &state), FailoverAction::Reroute { after });
         assert_eq!(decide(FailureCategory::Session, &state), FailoverAction::Reroute { after });
+        assert_eq!(decide(FailureCategory::Runtime, &state), FailoverAction::Reroute { after });
+        let permanent = Failure { category: FailureCategory::Runtime, retryable: Some(false) };
+        let action = FailoverPolicy::default().decide(permanent, &AttemptState::first(), NOW);
+        assert_eq!(action, FailoverAction::Reroute { after: Duration::from_millis(200) });
     }
 
     #[test]
@@ -297,7 +303,7 @@ mod tests {
             FailoverAction::Escalate { reason: GiveUpReason::BudgetExhausted }
         );
         let cheaper = AttemptState { next_attempt_cost_usd: 0.01, ..state };
-        assert!(matches!(decide(FailureCategory::Runtime, &cheaper), FailoverAction::Reroute { .. }));
+        assert!(matches!(decide(FailureCategory::Runtime, &cheaper), FailoverAction::Retry { .. }));
     }
 
     #[test]

@@ -76,25 +76,59 @@
 //! # }
 //! ```
 //!
-//! Feeding candidates from identity cards: one [`Candidate`] per card, one [`SkillOffer`] per capability (`name`,
-//! a cost per task in dollars derived from `cost_hint`, `latency_hint_ms_p50`), one [`QualityClaim`] per
-//! capability `quality_hint` with its `claim_type` (absent means `self_claimed`), plus one claim per verified
-//! attestation. Only put attestations whose signature and issuer were checked: the router trusts the claim type.
+//! Feeding candidates from identity cards: [`CardMapping`] turns an `IdentityCard` into a [`Candidate`] (one
+//! [`SkillOffer`] per capability, the card's quality scores as `self_claimed`, whatever label the card gives them)
+//! and adds one attested claim per [`AttestationClaim`] that [`verify_attestation`] accepts: signed `ed25519-jcs`
+//! by an issuer in [`TrustedIssuers`], unexpired, about this delegate and one of its skills. Rejected attestations
+//! are logged and appear as [`ClaimNote`]s in every [`Explanation`] that ranks the delegate. [`resolve_ldp_url`]
+//! maps `ldp://` URLs (RFC 9.2) to HTTP or WebSocket endpoints. All of this is IO-free.
+//!
+//! With the `runtime` feature (on by default), [`Registry`] discovers delegates by URL through any
+//! [`TransportFactory`] (a [`SchemeDispatcher`] sends `ldp://` to the [`LdpAdapter`] and `a2a://`/`mcp://` to
+//! adapters registered for them), refreshes them and removes those whose identity keeps failing, and
+//! [`Registry::route_and_submit`] selects, submits over the session layer, verifies, learns and fails over. Build
+//! with `default-features = false` for the selection core alone, without `ldp-session` and tokio.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod attestation;
 mod candidate;
+mod card;
 mod claim;
+#[cfg(feature = "runtime")]
+mod discovery;
+mod endpoint;
 mod error;
 mod failover;
 mod learner;
 pub mod paradox;
 mod policy;
+#[cfg(feature = "runtime")]
+mod registry;
+#[cfg(feature = "runtime")]
+pub mod route;
 mod router;
 mod select;
 
-pub use candidate::{Candidate, SkillOffer};
+pub use attestation::{
+    AttestationClaim, AttestationRejection, TrustedIssuers, VerifiedAttestation, WireTime, sign_attestation,
+    verify_attestation,
+};
+pub use card::{CardMapping, IgnoredAttestation, MappedCard};
+#[cfg(feature = "runtime")]
+pub use discovery::{
+    Connector, DiscoveryError, LDP_SCHEMES, LdpAdapter, SchemeDispatcher, SharedTransport, TransportFactory,
+};
+pub use endpoint::{Binding, Endpoint, UrlError, resolve_ldp_url};
+#[cfg(feature = "runtime")]
+pub use registry::{RefreshReport, Registration, Registry, RegistryConfig};
+#[cfg(feature = "runtime")]
+pub use route::{
+    Attempt, JudgeScorer, NoScore, OutcomeScorer, RouteError, RouteErrorKind, RouteTask, Routed, ScoreFn, Verdict,
+};
+
+pub use candidate::{Candidate, ClaimNote, SkillOffer};
 pub use claim::{ClaimType, Quality, QualityClaim};
 pub use error::RouterError;
 pub use failover::{AttemptState, FailoverAction, FailoverPolicy, Failure, FailureCategory, GiveUpReason};

@@ -12,8 +12,8 @@ use crate::learner::{ArmStats, ObservedQuality};
 use crate::policy::{CompiledClaim, unix_seconds};
 use crate::select::{BalancedWeights, ExplainDepth};
 use crate::{
-    Assessment, Candidate, ClaimPolicy, Decision, Explanation, LearnerConfig, Outcome, Rejections, RouterError,
-    ScoredCandidate, SelectionRequest, Strategy,
+    Assessment, Candidate, ClaimNote, ClaimPolicy, Decision, Explanation, LearnerConfig, Outcome, Rejections,
+    RouterError, ScoredCandidate, SelectionRequest, Strategy,
 };
 
 /// Everything that shapes the router's decisions, including the seed of its randomness.
@@ -174,6 +174,8 @@ pub struct Router {
     delegates: Interner,
     /// Skills each delegate is registered for, so re-registration replaces rather than accumulates.
     delegate_skills: Vec<Vec<u32>>,
+    /// Each delegate's explanation notes; read only for the few ranked candidates of a decision.
+    delegate_notes: Vec<Vec<ClaimNote>>,
     skills: Interner,
     tables: Vec<SkillTable>,
     /// (delegate, skill) to the arm index within that skill's table.
@@ -192,6 +194,7 @@ impl Router {
             config,
             delegates: Interner::default(),
             delegate_skills: Vec::new(),
+            delegate_notes: Vec::new(),
             skills: Interner::default(),
             tables: Vec::new(),
             arm_index: HashMap::new(),
@@ -254,6 +257,12 @@ impl Router {
         if let Some(slot) = self.delegate_skills.get_mut(delegate as usize) {
             *slot = skills;
         }
+        if self.delegate_notes.len() <= delegate as usize {
+            self.delegate_notes.resize_with(delegate as usize + 1, Vec::new);
+        }
+        if let Some(slot) = self.delegate_notes.get_mut(delegate as usize) {
+            slot.clone_from(&candidate.notes);
+        }
         Ok(())
     }
 
@@ -271,6 +280,9 @@ impl Router {
             return false;
         };
         let skills = std::mem::take(skills);
+        if let Some(notes) = self.delegate_notes.get_mut(delegate as usize) {
+            notes.clear();
+        }
         for &skill in &skills {
             if let Some(table) = self.tables.get_mut(skill as usize) {
                 table.remove(delegate);
@@ -445,6 +457,17 @@ impl Router {
                     assessment: memo_detail.get(entry.arm as usize).copied().unwrap_or(NO_ASSESSMENT),
                     cost_usd: entry.cost_usd,
                     latency_ms: entry.latency_ms,
+                    notes: self
+                        .delegate_notes
+                        .get(entry.delegate as usize)
+                        .map(|notes| {
+                            notes
+                                .iter()
+                                .filter(|n| n.skill.as_deref().is_none_or(|s| s == request.skill))
+                                .cloned()
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 })
             })
             .collect();

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Assessment, ClaimType};
+use crate::{Assessment, ClaimNote, ClaimType};
 
 /// Relative weights of the balanced strategy; costs and latencies are normalised by the largest among the
 /// registered offers of the skill, so each term lies in `[0, 1]` and a candidate's score does not depend on which
@@ -199,6 +199,9 @@ pub struct ScoredCandidate {
     pub cost_usd: f64,
     /// Median latency.
     pub latency_ms: u64,
+    /// The candidate's notes for this skill (or for the whole delegate): evidence that was set aside and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<ClaimNote>,
 }
 
 impl fmt::Display for ScoredCandidate {
@@ -215,7 +218,11 @@ impl fmt::Display for ScoredCandidate {
             if self.assessment.self_claim_ignored { ", self-claim ignored" } else { "" },
             self.cost_usd,
             self.latency_ms,
-        )
+        )?;
+        for note in &self.notes {
+            write!(f, "; note: {}", note.text)?;
+        }
+        Ok(())
     }
 }
 

@@ -257,6 +257,21 @@ pub fn sign(envelope: &mut Envelope, key: &SigningKey) -> Result<(), Error> {
     Ok(())
 }
 
+/// Signs any JSON object in place with a JCS algorithm (`hmac-sha256-jcs` or `ed25519-jcs`): the signature covers
+/// the RFC 8785 canonical bytes of the object without its `signature` and `signature_algorithm` members, and is
+/// stored in those two members. [`verify_value`] verifies such an object. `hmac-sha256` signs envelopes only.
+pub fn sign_value(object: &mut Value, key: &SigningKey) -> Result<(), Error> {
+    if key.algorithm() == SignatureAlgorithm::HmacSha256 {
+        return Err(Error::InvalidKey("hmac-sha256 signs envelopes only; use a JCS algorithm"));
+    }
+    let data = canonical_signing_input_value(object)?;
+    let signature = sign_bytes(key, &data);
+    let obj = object.as_object_mut().ok_or(Error::InvalidKey("only a JSON object can be signed"))?;
+    obj.insert("signature".to_owned(), Value::String(signature));
+    obj.insert("signature_algorithm".to_owned(), Value::String(key.algorithm().as_str().to_owned()));
+    Ok(())
+}
+
 fn check_algorithm(named: Option<&str>, key: &VerifyingKey) -> Result<(), Error> {
     // The reference SDKs always name the algorithm; an unnamed signature is read as the key's algorithm.
     match named {
@@ -381,6 +396,20 @@ mod tests {
         verify_value(&raw, &key.verifying_key()).unwrap();
         raw["x_hop"] = Value::from(2);
         assert!(verify_value(&raw, &key.verifying_key()).is_err());
+    }
+
+    #[test]
+    fn any_object_signs_and_verifies_with_jcs_algorithms() {
+        for key in keys().into_iter().skip(1) {
+            let mut claim = serde_json::json!({"subject": "ldp:delegate:a", "quality_score": 0.8});
+            sign_value(&mut claim, &key).unwrap();
+            verify_value(&claim, &key.verifying_key()).unwrap();
+            claim["quality_score"] = Value::from(0.9);
+            assert!(matches!(verify_value(&claim, &key.verifying_key()), Err(Error::BadSignature)));
+        }
+        let legacy = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256, "k").unwrap();
+        assert!(sign_value(&mut serde_json::json!({}), &legacy).is_err());
+        assert!(sign_value(&mut serde_json::json!([1]), &SigningKey::ed25519_from_seed(&[1; 32])).is_err());
     }
 
     #[test]
