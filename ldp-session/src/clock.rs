@@ -93,14 +93,31 @@ impl IdSource for SeededIds {
         // Version 4, variant 10: random UUIDs as RFC 4122 lays them out.
         b[6] = (b[6] & 0x0f) | 0x40;
         b[8] = (b[8] & 0x3f) | 0x80;
-        let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-        format!("{}-{}-{}-{}-{}", h(0..4), h(4..6), h(6..8), h(8..10), h(10..16))
+        let mut id = String::with_capacity(36);
+        for (i, range) in [0..4, 4..6, 6..8, 8..10, 10..16].into_iter().enumerate() {
+            if i > 0 {
+                id.push('-');
+            }
+            push_hex(&mut id, &b[range]);
+        }
+        id
     }
 
     fn nonce(&mut self) -> String {
         let mut b = [0u8; 16];
         self.rng.fill_bytes(&mut b);
-        b.iter().map(|x| format!("{x:02x}")).collect()
+        let mut nonce = String::with_capacity(32);
+        push_hex(&mut nonce, &b);
+        nonce
+    }
+}
+
+/// Appends lowercase hex without an allocation per byte (ids are made on every outbound message).
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0x0f)]));
     }
 }
 
