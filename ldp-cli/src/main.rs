@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod conformance;
 mod demo;
 mod lctl;
 mod llmx;
@@ -34,6 +35,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP.
     Demo(demo::DemoArgs),
+    /// Run the conformance kit against an LDP implementation.
+    Conformance(conformance::ConformanceArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,5 +47,6 @@ fn main() -> ExitCode {
         Command::Paradox(args) => paradox::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Conformance(args) => conformance::run(args),
     }
 }

@@ -1,0 +1,811 @@
+//! The context a check runs in: the probe, what is known about the implementation, the findings and evidence of the
+//! current check, and observations of every message received so far (schema, envelope fields, provenance, errors).
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use ldp_types::signing::{self, SigningKey};
+use ldp_types::{
+    Body, DelegationContract, Envelope, ErrorCategory, Hello, IdentityCard, LdpError, PayloadMode, SessionClose,
+    SessionConfig, SessionPropose, TaskSubmit,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::catalogue::Feature;
+use crate::probe::{Exchange, Outgoing, Probe, RawReply, TransportKind};
+use crate::runner::Config;
+
+/// The kit's own delegate id, the `from` of everything it sends.
+pub const KIT_DELEGATE_ID: &str = "ldp:delegate:conformance-kit";
+
+/// The foreign trust domain the kit presents when it must look untrusted.
+pub const UNTRUSTED_DOMAIN: &str = "conformance-untrusted.invalid";
+
+/// The verdict of one check on one requirement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The requirement holds.
+    Pass,
+    /// The requirement is violated.
+    Fail,
+    /// The kit could not exercise the requirement; scored as a failure at the requirement's level.
+    NotTestable,
+    /// The requirement depends on a capability the implementation does not claim.
+    Skipped,
+}
+
+impl Status {
+    /// The report name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pass => "PASS",
+            Self::Fail => "FAIL",
+            Self::NotTestable => "NOT TESTABLE",
+            Self::Skipped => "SKIPPED",
+        }
+    }
+
+    /// Combines two verdicts on the same requirement: a failure anywhere wins, then not-testable; skipped only
+    /// when everything was skipped.
+    pub fn combine(self, other: Status) -> Status {
+        use Status::*;
+        match (self, other) {
+            (Fail, _) | (_, Fail) => Fail,
+            (NotTestable, _) | (_, NotTestable) => NotTestable,
+            (Pass, _) | (_, Pass) => Pass,
+            (Skipped, Skipped) => Skipped,
+        }
+    }
+}
+
+/// One verdict with its explanation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// The requirement id.
+    pub requirement: String,
+    /// The verdict.
+    pub status: Status,
+    /// Why.
+    pub detail: String,
+}
+
+/// What the implementation claims (from its card and its behaviour), and so which conditional requirements apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// The claimed features, each with what showed the claim.
+    pub features: std::collections::BTreeMap<Feature, String>,
+}
+
+impl Claims {
+    /// Whether `f` is claimed.
+    pub fn has(&self, f: Feature) -> bool {
+        self.features.contains_key(&f)
+    }
+
+    pub(crate) fn claim(&mut self, f: Feature, why: impl Into<String>) {
+        self.features.entry(f).or_insert_with(|| why.into());
+    }
+}
+
+/// Compiled JSON-schema validators of `ldp-types`.
+pub(crate) struct Validators {
+    envelope: jsonschema::Validator,
+    card: jsonschema::Validator,
+    error: jsonschema::Validator,
+}
+
+impl Validators {
+    pub fn new() -> Result<Self, String> {
+        let build = |name: &str, schema: Value| {
+            jsonschema::validator_for(&schema)
+                .map_err(|e| format!("the {name} schema of ldp-types does not compile: {e}"))
+        };
+        Ok(Self {
+            envelope: build("envelope", ldp_types::schema::envelope_schema())?,
+            card: build("identity card", ldp_types::schema::identity_card_schema())?,
+            error: build("error", ldp_types::schema::schema_for::<LdpError>())?,
+        })
+    }
+
+    fn violations(v: &jsonschema::Validator, instance: &Value, what: &str) -> Vec<String> {
+        v.iter_errors(instance)
+            .take(8)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                let path = if path.is_empty() { "/".to_owned() } else { path };
+                format!("{what} at {path}: {e}")
+            })
+            .collect()
+    }
+
+    pub fn envelope(&self, v: &Value) -> Vec<String> {
+        Self::violations(&self.envelope, v, "envelope")
+    }
+
+    pub fn card(&self, v: &Value) -> Vec<String> {
+        Self::violations(&self.card, v, "identity card")
+    }
+
+    pub fn error(&self, v: &Value) -> Vec<String> {
+        Self::violations(&self.error, v, "error")
+    }
+}
+
+/// A problem seen on the wire, attributed to the check that provoked it.
+#[derive(Debug, Clone)]
+pub(crate) struct Observed {
+    pub check: &'static str,
+    pub what: String,
+    pub exchange: Exchange,
+}
+
+/// Observations across every exchange of one transport, read by the `wire.*` checks.
+#[derive(Debug, Default)]
+pub(crate) struct Observations {
+    pub envelopes_seen: usize,
+    pub message_ids: HashSet<String>,
+    pub schema: Vec<Observed>,
+    pub envelope_fields: Vec<Observed>,
+    pub timestamps: Vec<Observed>,
+    pub duplicate_ids: Vec<Observed>,
+    pub non_uuid_ids: Vec<Observed>,
+    pub addressing: Vec<Observed>,
+    pub content_type: Vec<Observed>,
+    pub json_replies: usize,
+    pub results_seen: usize,
+    pub provenance_missing: Vec<Observed>,
+    pub provenance_attribution: Vec<Observed>,
+    pub provenance_fields: Vec<Observed>,
+    pub confidence_missing: Vec<Observed>,
+    pub verification: Vec<Observed>,
+    pub errors_seen: usize,
+    pub untyped_errors: Vec<Observed>,
+}
+
+/// A typed error read from an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TypedError {
+    pub code: String,
+    pub category: String,
+}
+
+impl TypedError {
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.code, self.category)
+    }
+}
+
+/// An answer, decoded as far as it goes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Answer {
+    pub reply: Option<RawReply>,
+    pub transport_error: Option<String>,
+    pub json: Option<Value>,
+}
+
+const CATEGORIES: [&str; 8] =
+    ["identity", "capability", "policy", "runtime", "quality", "session", "transport", "security"];
+
+/// Reads a typed error object (`code` and a known `category`).
+fn typed_error_in(v: &Value) -> Option<TypedError> {
+    let code = v.get("code")?.as_str().filter(|c| !c.is_empty())?;
+    let category = v.get("category")?.as_str().filter(|c| CATEGORIES.contains(c))?;
+    Some(TypedError { code: code.to_owned(), category: category.to_owned() })
+}
+
+impl Answer {
+    pub fn status(&self) -> Option<u16> {
+        self.reply.as_ref().and_then(|r| r.status)
+    }
+
+    pub fn body_type(&self) -> Option<&str> {
+        self.json.as_ref()?.pointer("/body/type")?.as_str()
+    }
+
+    pub fn body(&self) -> Option<&Value> {
+        self.json.as_ref()?.get("body")
+    }
+
+    pub fn is_type(&self, ty: &str) -> bool {
+        self.body_type() == Some(ty)
+    }
+
+    pub fn close_code(&self) -> Option<u16> {
+        self.reply.as_ref().and_then(|r| r.close_code)
+    }
+
+    pub fn no_reply(&self) -> bool {
+        self.reply.as_ref().is_some_and(|r| r.no_reply)
+    }
+
+    /// A typed error: in a TASK_FAILED or SESSION_REJECT body, an `error` member, or the object itself.
+    pub fn typed_error(&self) -> Option<TypedError> {
+        let v = self.json.as_ref()?;
+        if let Some(e) = v.pointer("/body/error").and_then(typed_error_in) {
+            return Some(e);
+        }
+        if v.get("body").is_none() {
+            if let Some(e) = v.get("error").and_then(typed_error_in) {
+                return Some(e);
+            }
+            return typed_error_in(v);
+        }
+        None
+    }
+
+    /// Whether this is a refusal: a typed error, a TASK_FAILED or SESSION_REJECT, or an HTTP 4xx.
+    pub fn is_refusal(&self) -> bool {
+        self.typed_error().is_some()
+            || self.is_type("TASK_FAILED")
+            || self.is_type("SESSION_REJECT")
+            || self.status().is_some_and(|s| (400..500).contains(&s))
+    }
+
+    /// Whether the message was processed normally (a 2xx envelope that is not a refusal).
+    pub fn is_processed(&self) -> bool {
+        self.status().is_none_or(|s| (200..300).contains(&s))
+            && self.body_type().is_some()
+            && !self.is_type("TASK_FAILED")
+            && !self.is_type("SESSION_REJECT")
+    }
+
+    /// A one-line description for findings.
+    pub fn describe(&self) -> String {
+        if let Some(e) = &self.transport_error {
+            return format!("no answer: {e}");
+        }
+        let Some(r) = &self.reply else { return "no answer".into() };
+        if r.no_reply {
+            return "no reply frame".into();
+        }
+        if let Some(code) = r.close_code {
+            return format!("connection closed with code {code}");
+        }
+        let mut s = match r.status {
+            Some(st) => format!("HTTP {st}"),
+            None => "frame".to_owned(),
+        };
+        if let Some(ct) = &r.content_type {
+            s.push_str(&format!(" {ct}"));
+        }
+        if let Some(ty) = self.body_type() {
+            s.push_str(&format!(" {ty}"));
+        }
+        if let Some(e) = self.typed_error() {
+            s.push_str(&format!(" {}", e.describe()));
+        } else if self.json.is_none() && !r.body.is_empty() {
+            let text = String::from_utf8_lossy(&r.body[..r.body.len().min(80)]).into_owned();
+            s.push_str(&format!(" {text:?}"));
+        }
+        s
+    }
+
+    /// A defined, typed refusal: a typed error over HTTP 2xx/4xx or a frame; on WebSocket also a close frame with a
+    /// protocol close code. `Err` explains what was wrong.
+    pub fn typed_refusal(&self) -> Result<TypedError, String> {
+        if let Some(e) = &self.transport_error {
+            return Err(format!("no answer ({e})"));
+        }
+        if let Some(code) = self.close_code() {
+            return if [1002, 1003, 1007, 1008, 1009].contains(&code) {
+                Ok(TypedError { code: format!("websocket close {code}"), category: "transport".into() })
+            } else {
+                Err(format!("connection closed with code {code}"))
+            };
+        }
+        if let Some(st) = self.status()
+            && st >= 500
+        {
+            return Err(format!("server error: {}", self.describe()));
+        }
+        self.typed_error().ok_or_else(|| format!("answer is not a typed error: {}", self.describe()))
+    }
+}
+
+/// A session the kit established.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    pub id: String,
+    pub mode: PayloadMode,
+    pub fallback_chain: Option<Vec<PayloadMode>>,
+}
+
+/// Everything a check can use.
+pub struct Ctx {
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) probe: Probe,
+    pub(crate) validators: Arc<Validators>,
+    pub(crate) card: Option<IdentityCard>,
+    pub(crate) claims: Claims,
+    pub(crate) obs: Observations,
+    pub(crate) check: &'static str,
+    pub(crate) findings: Vec<Finding>,
+    pub(crate) evidence: Vec<Exchange>,
+    pub(crate) signing: Option<SigningKey>,
+    /// Sign outgoing messages (checks turn it off to send unsigned ones).
+    pub(crate) sign_outgoing: bool,
+}
+
+impl Ctx {
+    pub(crate) fn new(cfg: Arc<Config>, probe: Probe, validators: Arc<Validators>) -> Self {
+        let signing = cfg.signing.clone();
+        let mut claims = Claims::default();
+        if signing.is_some() {
+            claims.claim(Feature::Signing, "the operator passed --sign");
+        }
+        Self {
+            cfg,
+            probe,
+            validators,
+            card: None,
+            claims,
+            obs: Observations::default(),
+            check: "",
+            findings: Vec::new(),
+            evidence: Vec::new(),
+            signing,
+            sign_outgoing: true,
+        }
+    }
+
+    /// The transport under test.
+    pub fn transport(&self) -> TransportKind {
+        self.probe.kind()
+    }
+
+    pub(crate) fn record(&mut self, requirement: &str, status: Status, detail: impl Into<String>) {
+        self.findings.push(Finding { requirement: requirement.to_owned(), status, detail: detail.into() });
+    }
+
+    pub(crate) fn pass(&mut self, requirement: &str, detail: impl Into<String>) {
+        self.record(requirement, Status::Pass, detail);
+    }
+
+    pub(crate) fn fail(&mut self, requirement: &str, detail: impl Into<String>) {
+        self.record(requirement, Status::Fail, detail);
+    }
+
+    pub(crate) fn not_testable(&mut self, requirement: &str, detail: impl Into<String>) {
+        self.record(requirement, Status::NotTestable, detail);
+    }
+
+    pub(crate) fn skip(&mut self, requirement: &str, detail: impl Into<String>) {
+        self.record(requirement, Status::Skipped, detail);
+    }
+
+    /// The `to` of messages: the card's delegate id, else the URL.
+    pub(crate) fn peer_id(&self) -> String {
+        self.card.as_ref().map_or_else(|| self.probe.base().to_owned(), |c| c.delegate_id.to_string())
+    }
+
+    pub(crate) fn card_domain(&self) -> Option<String> {
+        self.card.as_ref().map(|c| c.trust_domain.name.clone())
+    }
+
+    /// The skill used for tasks: the card's first capability, else `echo`.
+    pub(crate) fn skill(&self) -> String {
+        self.card.as_ref().and_then(|c| c.capabilities.first()).map_or_else(|| "echo".to_owned(), |c| c.name.clone())
+    }
+
+    pub(crate) fn card_modes(&self) -> Vec<PayloadMode> {
+        self.card.as_ref().map_or_else(|| vec![PayloadMode::Text], |c| c.supported_payload_modes.clone())
+    }
+
+    /// A fresh envelope from the kit, signed when a key is configured and signing is on.
+    pub(crate) fn envelope(&self, session_id: &str, body: impl Into<Body>, mode: PayloadMode) -> Envelope {
+        let mut env = Envelope::new(
+            uuid::Uuid::new_v4().to_string(),
+            ldp_types::time::format_timestamp(time::OffsetDateTime::now_utc()),
+            session_id,
+            KIT_DELEGATE_ID,
+            self.peer_id(),
+            body,
+        )
+        .with_payload_mode(mode);
+        if self.sign_outgoing
+            && let Some(key) = &self.signing
+        {
+            // Signing only fails for non-finite floats, which the kit never puts in a message.
+            let _ = signing::sign(&mut env, key);
+        }
+        env
+    }
+
+    /// Sends an envelope and observes the answer.
+    pub(crate) async fn send_envelope(&mut self, env: &Envelope) -> Answer {
+        let bytes = match env.to_vec() {
+            Ok(b) => b,
+            Err(e) => {
+                return Answer { transport_error: Some(format!("kit could not encode: {e}")), ..Answer::default() };
+            }
+        };
+        let mut out = Outgoing::json(bytes);
+        out.task_id = env.body.task_id().map(str::to_owned);
+        out.reply_optional = matches!(env.body, Body::Attestation(_));
+        self.send(out, Some(env)).await
+    }
+
+    /// Sends raw bytes and observes the answer.
+    pub(crate) async fn send(&mut self, out: Outgoing, request: Option<&Envelope>) -> Answer {
+        let (mut ex, result) = self.probe.send(out).await;
+        let answer = match result {
+            Ok(reply) => {
+                let json = serde_json::from_slice::<Value>(&reply.body).ok();
+                Answer { reply: Some(reply), transport_error: None, json }
+            }
+            Err(e) => Answer { reply: None, transport_error: Some(e), json: None },
+        };
+        self.observe(&mut ex, &answer, request);
+        self.evidence.push(ex);
+        answer
+    }
+
+    /// `GET path` over HTTP, recorded.
+    pub(crate) async fn get(&mut self, path: &str) -> (Option<RawReply>, Result<(), String>, usize) {
+        let (ex, result) = self.probe.get(path).await;
+        self.evidence.push(ex);
+        let index = self.evidence.len() - 1;
+        match result {
+            Ok(r) => (Some(r), Ok(()), index),
+            Err(e) => (None, Err(e), index),
+        }
+    }
+
+    fn observed(&self, what: String, ex: &Exchange) -> Observed {
+        Observed { check: self.check, what, exchange: ex.clone() }
+    }
+
+    /// Runs the wire-level observations on one answer.
+    fn observe(&mut self, ex: &mut Exchange, answer: &Answer, request: Option<&Envelope>) {
+        let Some(reply) = &answer.reply else { return };
+        if reply.no_reply || reply.close_code.is_some() {
+            return;
+        }
+        let mut notes: Vec<(&'static str, String)> = Vec::new();
+        if self.probe.kind() == TransportKind::Http
+            && reply.status.is_some_and(|s| (200..300).contains(&s))
+            && !reply.body.is_empty()
+        {
+            self.obs.json_replies += 1;
+            let ok = reply.content_type.as_deref().is_some_and(|ct| ct.trim_start().starts_with("application/json"));
+            if !ok {
+                notes.push((
+                    "content_type",
+                    format!("reply content type is {:?}, not application/json", reply.content_type),
+                ));
+            }
+        }
+        let Some(json) = &answer.json else {
+            for (kind, what) in notes {
+                self.note(kind, what, ex);
+            }
+            return;
+        };
+        // An answer to a message is an envelope, unless it is a bare error object (`{"error": ...}`).
+        let is_envelope = json.get("body").is_some_and(Value::is_object)
+            || (reply.status.is_none_or(|s| (200..300).contains(&s))
+                && json.is_object()
+                && json.get("error").is_none());
+        if is_envelope {
+            self.observe_envelope(json, request, &mut notes);
+        } else if let Some(err) = json.get("error") {
+            self.obs.errors_seen += 1;
+            for v in self.validators.error(err) {
+                notes.push(("schema", v));
+            }
+            if let Some(problem) = untyped(err) {
+                notes.push(("untyped", problem));
+            }
+        }
+        for (kind, what) in notes {
+            self.note(kind, what, ex);
+        }
+    }
+
+    fn note(&mut self, kind: &'static str, what: String, ex: &mut Exchange) {
+        ex.findings.push(what.clone());
+        let o = self.observed(what, ex);
+        let list = match kind {
+            "schema" => &mut self.obs.schema,
+            "fields" => &mut self.obs.envelope_fields,
+            "timestamp" => &mut self.obs.timestamps,
+            "duplicate" => &mut self.obs.duplicate_ids,
+            "uuid" => &mut self.obs.non_uuid_ids,
+            "addressing" => &mut self.obs.addressing,
+            "content_type" => &mut self.obs.content_type,
+            "provenance_missing" => &mut self.obs.provenance_missing,
+            "provenance_attribution" => &mut self.obs.provenance_attribution,
+            "provenance_fields" => &mut self.obs.provenance_fields,
+            "confidence" => &mut self.obs.confidence_missing,
+            "verification" => &mut self.obs.verification,
+            _ => &mut self.obs.untyped_errors,
+        };
+        list.push(o);
+    }
+
+    fn observe_envelope(&mut self, json: &Value, request: Option<&Envelope>, notes: &mut Vec<(&'static str, String)>) {
+        self.obs.envelopes_seen += 1;
+        for v in self.validators.envelope(json) {
+            notes.push(("schema", v));
+        }
+        for field in ["message_id", "session_id", "from", "to", "payload_mode", "timestamp"] {
+            match json.get(field) {
+                Some(Value::String(_)) => {}
+                Some(other) => notes.push(("fields", format!("envelope `{field}` is {other}, not a string"))),
+                None => notes.push(("fields", format!("envelope `{field}` is missing"))),
+            }
+        }
+        if json.pointer("/body/type").and_then(Value::as_str).is_none() {
+            notes.push(("fields", "envelope `body.type` is missing".to_owned()));
+        }
+        if let Some(ts) = json.get("timestamp").and_then(Value::as_str)
+            && ldp_types::time::parse_timestamp(ts).is_err()
+        {
+            notes.push(("timestamp", format!("timestamp {ts:?} is not ISO 8601 (RFC 3339)")));
+        }
+        if let Some(id) = json.get("message_id").and_then(Value::as_str) {
+            if !self.obs.message_ids.insert(id.to_owned()) {
+                notes.push(("duplicate", format!("message_id {id:?} was already used by an earlier reply")));
+            }
+            if uuid::Uuid::parse_str(id).is_err() {
+                notes.push(("uuid", format!("message_id {id:?} is not a UUID")));
+            }
+        }
+        if let Some(card) = &self.card
+            && let Some(from) = json.get("from").and_then(Value::as_str)
+            && from != card.delegate_id.as_str()
+        {
+            notes.push(("addressing", format!("reply `from` is {from:?}, not the card's {}", card.delegate_id)));
+        }
+        if let Some(to) = json.get("to").and_then(Value::as_str)
+            && request.is_some()
+            && to != KIT_DELEGATE_ID
+        {
+            notes.push(("addressing", format!("reply `to` is {to:?}, not the sender {KIT_DELEGATE_ID}")));
+        }
+        if json.get("signature").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+            self.claims.claim(Feature::Signing, "replies carry signatures");
+        }
+        match json.pointer("/body/type").and_then(Value::as_str) {
+            Some("TASK_RESULT") => self.observe_result(json, request, notes),
+            Some("TASK_FAILED") | Some("SESSION_REJECT") => {
+                self.obs.errors_seen += 1;
+                match json.pointer("/body/error") {
+                    Some(err) if !err.is_null() => {
+                        if let Some(problem) = untyped(err) {
+                            notes.push(("untyped", problem));
+                        }
+                    }
+                    _ => notes.push(("untyped", "the refusal carries no `error` object".to_owned())),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn observe_result(&mut self, json: &Value, request: Option<&Envelope>, notes: &mut Vec<(&'static str, String)>) {
+        self.obs.results_seen += 1;
+        let Some(p) = json.pointer("/body/provenance").filter(|p| p.is_object()) else {
+            notes.push(("provenance_missing", "TASK_RESULT has no provenance record".to_owned()));
+            return;
+        };
+        for field in ["produced_by", "model_version", "payload_mode_used"] {
+            if p.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+                notes
+                    .push(("provenance_missing", format!("provenance `{field}` is missing or not a non-empty string")));
+            }
+        }
+        if !p.get("verified").is_some_and(Value::is_boolean) {
+            notes.push(("provenance_missing", "provenance `verified` is missing or not a bool".to_owned()));
+        }
+        if let Some(card) = &self.card
+            && let Some(by) = p.get("produced_by").and_then(Value::as_str)
+            && by != card.delegate_id.as_str()
+        {
+            notes
+                .push(("provenance_attribution", format!("produced_by {by:?} is not the card's {}", card.delegate_id)));
+        }
+        let used = p.get("payload_mode_used").and_then(Value::as_str);
+        let env_mode = json.get("payload_mode").and_then(Value::as_str);
+        if let (Some(used), Some(req)) = (used, request)
+            && used != req.payload_mode.as_str()
+            && Some(used) != env_mode
+        {
+            notes.push((
+                "provenance_attribution",
+                format!(
+                    "payload_mode_used {used:?} is neither the request's {} nor the reply's mode",
+                    req.payload_mode
+                ),
+            ));
+        }
+        match p.get("confidence") {
+            None | Some(Value::Null) => notes.push(("confidence", "provenance has no confidence".to_owned())),
+            Some(c) => {
+                if !c.as_f64().is_some_and(|c| (0.0..=1.0).contains(&c)) {
+                    notes.push(("provenance_fields", format!("confidence {c} is not a number in 0.0-1.0")));
+                }
+            }
+        }
+        if let Some(ts) = p.get("timestamp").filter(|t| !t.is_null())
+            && ts.as_str().is_none_or(|s| ldp_types::time::parse_timestamp(s).is_err())
+        {
+            notes.push(("provenance_fields", format!("provenance timestamp {ts} is not ISO 8601")));
+        }
+        if let Some(sid) = p.get("session_id").filter(|t| !t.is_null())
+            && let Some(req) = request
+            && sid.as_str() != Some(req.session_id.as_str())
+        {
+            notes.push((
+                "provenance_fields",
+                format!("provenance session_id {sid} is not the task's session {:?}", req.session_id),
+            ));
+        }
+        if let Some(vs) = p.get("verification_status").filter(|v| !v.is_null()) {
+            self.claims.claim(Feature::VerificationStatus, "provenance carries verification_status");
+            const STATUSES: [&str; 5] =
+                ["unverified", "self_verified", "peer_verified", "tool_verified", "human_verified"];
+            match vs.as_str() {
+                Some(s) if STATUSES.contains(&s) => {
+                    if s == "unverified" && p.get("verified") == Some(&Value::Bool(true)) {
+                        notes.push(("verification", "verification_status unverified with verified: true".to_owned()));
+                    }
+                }
+                _ => notes.push(("verification", format!("verification_status {vs} is not one of {STATUSES:?}"))),
+            }
+        }
+        if p.get("contract_id").and_then(Value::as_str).is_some() {
+            self.claims.claim(Feature::Contracts, "provenance reports contract_id");
+        }
+    }
+
+    // ---- protocol helpers ----------------------------------------------------------------------------------------
+
+    /// The proposal config: the preferences, the TTL, and the server's own domain declared as ours.
+    pub(crate) fn session_config(&self, modes: &[PayloadMode], ttl_secs: u64) -> SessionConfig {
+        SessionConfig {
+            preferred_payload_modes: Some(modes.to_vec()),
+            ttl_secs: Some(ttl_secs),
+            trust_domain: self.card_domain(),
+            ..SessionConfig::default()
+        }
+    }
+
+    pub(crate) async fn hello(&mut self) -> Answer {
+        let env = self.envelope(
+            "",
+            Hello::new(KIT_DELEGATE_ID.to_owned(), vec![PayloadMode::SemanticFrame, PayloadMode::Text]),
+            PayloadMode::Text,
+        );
+        self.send_envelope(&env).await
+    }
+
+    pub(crate) async fn propose(&mut self, config: SessionConfig) -> Answer {
+        let env = self.envelope("", SessionPropose::new(config), PayloadMode::Text);
+        self.send_envelope(&env).await
+    }
+
+    /// HELLO then SESSION_PROPOSE; the accepted session or why there is none.
+    pub(crate) async fn open_session(&mut self, modes: &[PayloadMode], ttl_secs: u64) -> Result<Session, String> {
+        let hello = self.hello().await;
+        if !hello.is_processed() {
+            return Err(format!("HELLO was not answered normally: {}", hello.describe()));
+        }
+        let config = self.session_config(modes, ttl_secs);
+        let answer = self.propose(config).await;
+        session_from(&answer)
+    }
+
+    pub(crate) fn input_for(mode: PayloadMode) -> Value {
+        match mode {
+            PayloadMode::SemanticFrame => serde_json::json!({
+                "task_type": "echo",
+                "instruction": "Return the input unchanged.",
+                "input": "conformance probe",
+            }),
+            _ => Value::String("conformance probe: please echo this text".into()),
+        }
+    }
+
+    pub(crate) async fn submit(
+        &mut self,
+        session_id: &str,
+        mode: PayloadMode,
+        skill: &str,
+        input: Value,
+        contract: Option<DelegationContract>,
+    ) -> (Envelope, Answer) {
+        let task_id = format!("task-{}", uuid::Uuid::new_v4());
+        let env = self.envelope(session_id, TaskSubmit::new(task_id, skill.to_owned(), input, contract), mode);
+        let answer = self.send_envelope(&env).await;
+        (env, answer)
+    }
+
+    pub(crate) async fn submit_default(&mut self, session: &Session) -> (Envelope, Answer) {
+        let skill = self.skill();
+        self.submit(&session.id, session.mode, &skill, Self::input_for(session.mode), None).await
+    }
+
+    pub(crate) async fn close(&mut self, session_id: &str) -> Answer {
+        let env =
+            self.envelope(session_id, SessionClose::new(Some("conformance check done".into())), PayloadMode::Text);
+        self.send_envelope(&env).await
+    }
+
+    /// A normal request still works: HELLO is answered with CAPABILITY_MANIFEST.
+    pub(crate) async fn alive(&mut self) -> Result<(), String> {
+        let hello = self.hello().await;
+        if hello.is_type("CAPABILITY_MANIFEST") {
+            Ok(())
+        } else {
+            Err(format!("afterwards a normal HELLO was not answered with CAPABILITY_MANIFEST: {}", hello.describe()))
+        }
+    }
+}
+
+/// Why an error object is not a full typed `LdpError`, if it is not.
+fn untyped(err: &Value) -> Option<String> {
+    let Some(obj) = err.as_object() else {
+        return Some(format!("error is {err}, not a typed LdpError object"));
+    };
+    let mut missing = Vec::new();
+    if obj.get("code").and_then(Value::as_str).is_none_or(str::is_empty) {
+        missing.push("code");
+    }
+    if !obj.get("category").and_then(Value::as_str).is_some_and(|c| CATEGORIES.contains(&c)) {
+        missing.push("category (one of the paper's categories)");
+    }
+    if !obj.get("severity").and_then(Value::as_str).is_some_and(|s| ["warning", "error", "fatal"].contains(&s)) {
+        missing.push("severity");
+    }
+    if !obj.get("retryable").is_some_and(Value::is_boolean) {
+        missing.push("retryable");
+    }
+    (!missing.is_empty()).then(|| format!("error {err} lacks {}", missing.join(", ")))
+}
+
+/// The session a SESSION_ACCEPT establishes.
+pub(crate) fn session_from(answer: &Answer) -> Result<Session, String> {
+    if !answer.is_type("SESSION_ACCEPT") {
+        return Err(format!("SESSION_PROPOSE was not accepted: {}", answer.describe()));
+    }
+    let body = answer.body().cloned().unwrap_or(Value::Null);
+    let id = body
+        .get("session_id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .or_else(|| answer.json.as_ref()?.get("session_id")?.as_str().filter(|s| !s.is_empty()))
+        .ok_or("SESSION_ACCEPT carries no session_id")?
+        .to_owned();
+    let mode = body
+        .get("negotiated_mode")
+        .and_then(|m| serde_json::from_value::<PayloadMode>(m.clone()).ok())
+        .ok_or("SESSION_ACCEPT carries no valid negotiated_mode")?;
+    let fallback_chain =
+        body.get("fallback_chain").filter(|v| !v.is_null()).and_then(|v| serde_json::from_value(v.clone()).ok());
+    Ok(Session { id, mode, fallback_chain })
+}
+
+/// Whether the category of a typed error is one of `expected`.
+pub(crate) fn category_in(e: &TypedError, expected: &[ErrorCategory]) -> bool {
+    expected.iter().any(|c| c.as_str() == e.category)
+}
+
+/// Every distinct check named in a list of observations, for details.
+pub(crate) fn summarise(list: &[Observed]) -> String {
+    let mut seen = BTreeSet::new();
+    let mut parts = Vec::new();
+    for o in list {
+        if seen.insert(o.what.clone()) && parts.len() < 5 {
+            parts.push(format!("{} (during {})", o.what, o.check));
+        }
+    }
+    let more = seen.len().saturating_sub(parts.len());
+    let mut s = parts.join("; ");
+    if more > 0 {
+        s.push_str(&format!("; and {more} more"));
+    }
+    s
+}

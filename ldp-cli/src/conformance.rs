@@ -1,0 +1,174 @@
+//! `ldp conformance`: runs the conformance kit against any LDP implementation.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use ldp_conformance::{Baseline, Config, Format, LevelFilter, ProgressEvent, TransportKind};
+use ldp_types::signing::{SignatureAlgorithm, SigningKey};
+
+/// Test an LDP implementation against the requirement catalogue (RFC 0.1 + paper extensions).
+///
+/// Exit codes: 0 every required requirement passed (or, with --baseline, the failures are exactly the expected
+/// ones); 1 failures; 2 configuration or connection error.
+#[derive(Debug, clap::Args)]
+pub struct ConformanceArgs {
+    /// The implementation's endpoint, e.g. http://127.0.0.1:8090.
+    url: String,
+    /// Transport to test: http or ws (repeat for both; a requirement passes only if it passes on each).
+    #[arg(long = "transport", default_value = "http")]
+    transports: Vec<TransportKind>,
+    /// Bearer token sent with every request.
+    #[arg(long)]
+    token: Option<String>,
+    /// A bearer token that authenticates the kit as a member of an untrusted domain (trust-rejection check).
+    #[arg(long)]
+    untrusted_token: Option<String>,
+    /// Sign messages with this algorithm: hmac-sha256, hmac-sha256-jcs or ed25519-jcs.
+    #[arg(long, requires = "secret")]
+    sign: Option<String>,
+    /// The shared secret (hmac-*) or the hex Ed25519 seed (ed25519-jcs).
+    #[arg(long, requires = "sign")]
+    secret: Option<String>,
+    /// A short session TTL in seconds the server accepts, for the expiry check (default 2).
+    #[arg(long)]
+    ttl_hint: Option<u64>,
+    /// Requirements to run: must (MUST + EXTENSION), should (+ SHOULD) or all (+ MAY).
+    #[arg(long, default_value = "all")]
+    level: LevelFilter,
+    /// Report format: table, json (with evidence), junit or markdown.
+    #[arg(long, default_value = "table")]
+    format: Format,
+    /// Write the report to this file instead of stdout.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Expected-failures baseline: the run passes only if the failures are exactly those listed.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// Write the failures of this run as a baseline file.
+    #[arg(long)]
+    write_baseline: Option<PathBuf>,
+    /// Timeout of one request, in seconds.
+    #[arg(long, default_value_t = 10)]
+    timeout: u64,
+    /// No progress display on stderr.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+fn config(args: &ConformanceArgs) -> Result<Config, String> {
+    let mut config = Config::new(args.url.clone());
+    config.transports = args.transports.clone();
+    config.token = args.token.clone();
+    config.untrusted_token = args.untrusted_token.clone();
+    config.ttl_hint = args.ttl_hint;
+    config.level = args.level;
+    config.request_timeout = Duration::from_secs(args.timeout.max(1));
+    if let (Some(alg), Some(secret)) = (&args.sign, &args.secret) {
+        let alg: SignatureAlgorithm = alg.parse().map_err(|e| format!("--sign: {e}"))?;
+        let key = match alg {
+            SignatureAlgorithm::Ed25519Jcs => SigningKey::ed25519_from_hex(secret),
+            other => SigningKey::shared_secret(other, secret),
+        }
+        .map_err(|e| format!("--secret: {e}"))?;
+        config.signing = Some(key);
+    }
+    ldp_conformance::base_url(&config.url).map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+fn progress_printer(enabled: bool) -> impl Fn(&ProgressEvent) + Send + Sync {
+    move |event: &ProgressEvent| {
+        if !enabled {
+            return;
+        }
+        match event {
+            ProgressEvent::CheckStarted { transport, index, total, check } => {
+                eprint!("\r\x1b[2K[{index:>2}/{total}] {transport:<4} {check} ...");
+            }
+            ProgressEvent::CheckFinished { transport, index, total, check, status, elapsed } => {
+                eprintln!(
+                    "\r\x1b[2K[{index:>2}/{total}] {transport:<4} {check:<28} {} ({} ms)",
+                    status.as_str(),
+                    elapsed.as_millis()
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Runs `ldp conformance`.
+pub fn run(args: ConformanceArgs) -> ExitCode {
+    let config = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ldp conformance: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let baseline = match &args.baseline {
+        Some(path) => match Baseline::load(path) {
+            Ok(b) => Some((b, path.display().to_string())),
+            Err(e) => {
+                eprintln!("ldp conformance: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ldp conformance: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let show = !args.no_progress && std::io::stderr().is_terminal();
+    let printer = progress_printer(show);
+    let result = runtime.block_on(ldp_conformance::run_with_progress(config, &printer));
+    let mut report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ldp conformance: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some((b, source)) = &baseline {
+        report.baseline = Some(b.compare(&report, source.clone()));
+    }
+    if let Some(path) = &args.write_baseline {
+        let implementation = report.implementation.as_ref().map_or_else(
+            || args.url.clone(),
+            |i| format!("{} ({} {})", i.delegate_id, i.model_family, i.model_version),
+        );
+        if let Err(e) = Baseline::from_report(&report, implementation).save(path) {
+            eprintln!("ldp conformance: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let rendered = report.render(args.format);
+    match &args.output {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, rendered) {
+                eprintln!("ldp conformance: cannot write {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+            let s = &report.summary;
+            eprintln!(
+                "ldp conformance: {} passed, {} failures, {} warnings, {} skipped; report written to {}",
+                s.passed,
+                s.failures,
+                s.warnings,
+                s.skipped,
+                path.display()
+            );
+            if let Some(b) = &report.baseline {
+                eprintln!("{}", b.line());
+            }
+        }
+        None => print!("{rendered}"),
+    }
+    if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
