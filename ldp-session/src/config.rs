@@ -78,6 +78,19 @@ impl Default for Limits {
     }
 }
 
+/// How a responder handles a TASK_SUBMIT whose input is invalid in its payload mode while a lower fallback mode
+/// remains (RFC 4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FallbackStyle {
+    /// Run the task in the first lower mode that accepts the input and move the session there; the result's
+    /// `payload_mode_used` says which mode was used. Serves initiators that never resubmit (the reference SDKs).
+    #[default]
+    Transparent,
+    /// Answer TASK_FAILED `PAYLOAD_MODE_FAILED` and move the session down, so the initiator resubmits in the next
+    /// mode, as the RFC's sequence diagram (section 4.2) shows.
+    Explicit,
+}
+
 /// A responder's configuration.
 #[derive(Debug, Clone)]
 pub struct ResponderConfig {
@@ -96,6 +109,8 @@ pub struct ResponderConfig {
     /// to talk to Python peers (replay protection then keys on the message id alone). Other algorithms always
     /// carry a nonce.
     pub hmac_sha256_nonce: bool,
+    /// Transparent or explicit payload fallback.
+    pub fallback: FallbackStyle,
 }
 
 impl ResponderConfig {
@@ -109,6 +124,7 @@ impl ResponderConfig {
             limits: Limits::default(),
             implemented_modes: IMPLEMENTED_MODES.to_vec(),
             hmac_sha256_nonce: true,
+            fallback: FallbackStyle::default(),
         }
     }
 }

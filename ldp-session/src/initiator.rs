@@ -237,9 +237,23 @@ impl Initiator {
         contract: Option<DelegationContract>,
         parent: Option<&TaskRequest>,
     ) -> Result<Envelope, SessionError> {
-        let mode = self.active(session_id)?.mode;
+        let session = self.active(session_id)?;
+        // RFC 4.3: an input the session's mode cannot carry goes out in the first fallback mode that can
+        // (text carries anything), rather than failing.
+        let candidates: Vec<PayloadMode> = std::iter::once(session.mode)
+            .chain(session.fallback.iter().copied().filter(|m| m.number() < session.mode.number()))
+            .collect();
         let contract = inherit_depth(contract, parent)?;
-        let input = fit_payload(input, mode).map_err(SessionError::Payload)?;
+        let mut fitted = Err(ldp_types::Error::InvalidSemanticFrame("no mode can carry this input"));
+        let mut mode = candidates.first().copied().unwrap_or(PayloadMode::Text);
+        for candidate in candidates {
+            fitted = fit_payload(input.clone(), candidate);
+            if fitted.is_ok() {
+                mode = candidate;
+                break;
+            }
+        }
+        let input = fitted.map_err(SessionError::Payload)?;
         let limits = contract
             .as_ref()
             .map(|c| c.limits().map(|l| (c.clone(), l)))

@@ -64,7 +64,7 @@ mod security;
 pub mod runtime;
 
 pub use clock::{IdSource, ManualClock, SeededIds, SystemClock, WallClock};
-pub use config::{DeclaredDomains, InitiatorConfig, Limits, ResponderConfig, TrustPolicy};
+pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, ResponderConfig, TrustPolicy};
 pub use error::{Refusal, SessionError};
 pub use initiator::{Initiator, InitiatorEvent, fit_payload};
 pub use responder::{

@@ -18,7 +18,7 @@ use ldp_types::{
 use serde_json::Value;
 
 use crate::clock::{IdSource, WallClock};
-use crate::config::{DeclaredDomains, ResponderConfig};
+use crate::config::{DeclaredDomains, FallbackStyle, ResponderConfig};
 use crate::error::{Refusal, SessionError};
 use crate::security::{ReplayGuard, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
@@ -684,6 +684,7 @@ impl Responder {
         let Some(session) = self.sessions.get(env.session_id.as_str()) else {
             return Err(self.refuse(&env, internal()));
         };
+        let mut transparent_mode: Option<PayloadMode> = None;
         let error = if task_id.is_empty() {
             Some(LdpError::runtime(codes::MALFORMED_MESSAGE, "task_id must not be empty").with_retryable(false))
         } else if session.running.contains_key(task_id.as_str())
@@ -715,10 +716,24 @@ impl Responder {
         } else if let Err(e) = contract.as_ref().map(|c| c.limits()).transpose() {
             Some(LdpError::policy(codes::CONTRACT_VIOLATED, format!("contract cannot be honoured: {e}")))
         } else if let Err(e) = validate_payload(env.payload_mode, input) {
-            Some(LdpError::capability(
-                codes::PAYLOAD_MODE_FAILED,
-                format!("{} validation failed: {e}", env.payload_mode),
-            ))
+            // RFC 4.3: fallback is automatic and transparent. Under `Transparent`, run the task in the first lower
+            // mode of the chain that accepts the input (clients such as the Python SDK send raw input in
+            // semantic_frame mode); under `Explicit`, answer TASK_FAILED as the RFC's sequence diagram shows.
+            transparent_mode = match self.cfg.fallback {
+                FallbackStyle::Transparent => session
+                    .fallback
+                    .iter()
+                    .copied()
+                    .find(|m| m.number() < env.payload_mode.number() && validate_payload(*m, input).is_ok()),
+                FallbackStyle::Explicit => None,
+            };
+            match transparent_mode {
+                Some(_) => None,
+                None => Some(LdpError::capability(
+                    codes::PAYLOAD_MODE_FAILED,
+                    format!("{} validation failed: {e}", env.payload_mode),
+                )),
+            }
         } else {
             None
         };
@@ -728,11 +743,15 @@ impl Responder {
             }
             return Err(self.refuse(&env, error));
         }
+        if let Some(lower) = transparent_mode {
+            self.fall_back_to(&env.session_id, env.payload_mode, lower);
+        }
         let Some(session) = self.sessions.get_mut(env.session_id.as_str()) else {
             return Err(self.refuse(&env, internal()));
         };
         // Accepted: take the task out of the message instead of copying it.
         let Envelope { session_id, from, payload_mode, body, .. } = env;
+        let payload_mode = transparent_mode.unwrap_or(payload_mode);
         let Body::TaskSubmit(TaskSubmit { task_id, skill, input, contract, .. }) = body else {
             return Err(Refusal { error: internal(), reply: None });
         };
@@ -754,6 +773,15 @@ impl Responder {
             contract,
             peer: from,
         }))
+    }
+
+    /// Moves the session from `failed` to a chosen lower mode (transparent fallback).
+    fn fall_back_to(&mut self, session_id: &str, failed: PayloadMode, to: PayloadMode) {
+        let Some(s) = self.sessions.get_mut(session_id) else { return };
+        if s.mode.number() > to.number() {
+            s.mode = to;
+        }
+        self.events.push_back(ResponderEvent::ModeFellBack { session_id: session_id.to_owned(), from: failed, to });
     }
 
     /// RFC 4.3: a payload-mode failure moves the session down its fallback chain instead of ending it.

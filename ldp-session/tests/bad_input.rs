@@ -109,9 +109,13 @@ fn odd_but_valid_values_are_handled_without_harm() {
     let mut v =
         envelope_json(&mut sim, &sid, json!({"type": "TASK_SUBMIT", "task_id": long, "skill": "echo", "input": "x"}));
     v["payload_mode"] = json!("semantic_frame");
-    let refusal = sim.send_responder_bytes(&serde_json::to_vec(&v).unwrap()).unwrap_err();
-    // In semantic-frame mode a bare string is not a frame.
-    assert_eq!(refusal.error.code, codes::PAYLOAD_MODE_FAILED);
+    // In semantic-frame mode a bare string is not a frame: it runs in text, the next mode of the chain
+    // (transparent fallback, the default).
+    let Ok(Outcome::Execute(task)) = sim.send_responder_bytes(&serde_json::to_vec(&v).unwrap()) else {
+        panic!("expected a transparent fallback to text")
+    };
+    assert_eq!(task.payload_mode, PayloadMode::Text);
+    assert_eq!(task.key.task_id.len(), 1 << 20);
     // Future payload modes in the envelope decode, and are refused as not negotiated.
     let mut v =
         envelope_json(&mut sim, &sid, json!({"type": "TASK_SUBMIT", "task_id": "cs", "skill": "echo", "input": "x"}));

@@ -3,7 +3,7 @@
 
 mod support;
 
-use ldp_session::{InitiatorEvent, Outcome, ResponderEvent, SessionState, TaskOutput};
+use ldp_session::{FallbackStyle, InitiatorEvent, Outcome, ResponderEvent, SessionState, TaskOutput};
 use ldp_types::{Body, ErrorCategory, LdpError, Manifest, MessageType, PayloadMode, SessionConfig, codes};
 use serde_json::{Value, json};
 use support::*;
@@ -19,7 +19,10 @@ fn types(sim: &Sim) -> Vec<(Dir, MessageType)> {
 fn rfc_4_2_sequence_diagram() {
     let mut icfg = initiator_config();
     icfg.supported_modes = vec![Sg, Sf, Text];
-    let mut sim = Sim::with(responder_config(), icfg);
+    // The diagram's explicit style: the responder answers TASK_FAILED and the initiator resubmits.
+    let mut rcfg = responder_config();
+    rcfg.fallback = FallbackStyle::Explicit;
+    let mut sim = Sim::with(rcfg, icfg);
 
     // I->>R: HELLO supported_modes=[semantic_graph, semantic_frame, text]
     let hello = sim.initiator.hello();
@@ -187,4 +190,41 @@ fn several_tasks_failing_in_one_mode_are_each_resubmitted_once() {
     assert!(steps.iter().all(|s| s.task().payload_mode == Text));
     // Only the first failure moved the responder's session; the others found it already in text.
     assert_eq!(sim.responder_events().len(), 1);
+}
+
+#[test]
+fn transparent_fallback_runs_an_invalid_frame_in_text_without_a_failure() {
+    // The reference SDKs' clients send raw input in semantic_frame mode and never resubmit; the default transparent
+    // style runs such a task in text, moves the session down, and says so in provenance.
+    let mut sim = Sim::new();
+    let sid = sim.session();
+    assert_eq!(sim.responder.session_mode(&sid), Some(PayloadMode::SemanticFrame));
+    let mut submit = sim.initiator.submit(&sid, "echo", frame("x"), None, None).unwrap();
+    let Body::TaskSubmit(ts) = &mut submit.body else { unreachable!() };
+    ts.input = json!({ "message": "raw input, not a frame" });
+    let Ok(Outcome::Execute(task)) = sim.send_responder(&submit) else { panic!("expected the task to run") };
+    assert_eq!(task.payload_mode, PayloadMode::Text);
+    assert_eq!(sim.responder.session_mode(&sid), Some(PayloadMode::Text));
+    assert_eq!(
+        sim.responder_events(),
+        vec![ResponderEvent::ModeFellBack {
+            session_id: sid.clone(),
+            from: PayloadMode::SemanticFrame,
+            to: PayloadMode::Text
+        }]
+    );
+}
+
+#[test]
+fn an_input_the_session_mode_cannot_carry_goes_out_in_the_fallback_mode() {
+    let mut sim = Sim::new();
+    let sid = sim.session();
+    assert_eq!(sim.initiator.session_mode(&sid), Some(PayloadMode::SemanticFrame));
+    let submit = sim.initiator.submit(&sid, "echo", json!("just text"), None, None).unwrap();
+    assert_eq!(submit.payload_mode, PayloadMode::Text);
+    let Ok(Outcome::Execute(task)) = sim.send_responder(&submit) else { panic!("the text-mode task must run") };
+    assert_eq!(task.input, json!("just text"));
+    // A frame still goes out as a frame.
+    let framed = sim.initiator.submit(&sid, "echo", frame("x"), None, None).unwrap();
+    assert_eq!(framed.payload_mode, PayloadMode::SemanticFrame);
 }
