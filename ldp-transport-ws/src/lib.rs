@@ -1,1 +1,102 @@
-//! Work in progress.
+//! The WebSocket binding of LDP: many sessions multiplexed over one persistent connection, TASK_UPDATEs pushed as
+//! they happen, TASK_CANCEL delivered to the running task, and sessions that survive a dropped connection.
+//!
+//! ```text
+//!   Client<WsTransport> ══ one WebSocket (text frames, one envelope each) ══► GET /ldp/ws ──► WsServer
+//!     exchange() ─┐                                                                 reader ─► handler per envelope
+//!     exchange() ─┼─► send queue ─► writer ──────────────────────────────────►        (concurrent, bounded) ──┐
+//!     exchange() ─┘                                                                                           ▼
+//!          ▲        reader ◄── replies, TASK_UPDATEs (matched by "in_reply_to") ◄── writer ◄── bounded queue ◄┘
+//!          └────────────────┘                                                  DelegateRuntime (ldp-session)
+//! ```
+//!
+//! - **Server**: [`WsServer`] runs one loop per connection, generic over any `Sink<Message>` +
+//!   `Stream<Item = Result<Message, WireError>>` (the axum adapter is a few lines; the tests drive it with
+//!   channels). [`ws_router`] / [`WsServer::router`] give `GET /ldp/ws` to merge into the HTTP binding's router;
+//!   [`serve_ws`] / [`spawn_ws`] serve it alone. Each connection gets an id in [`PeerContext::connection`]; each text
+//!   frame is handed to [`DelegateRuntime::handle`] on its own task (at most `max_in_flight` at once), so a long task
+//!   never blocks the connection's other sessions.
+//! - **Client**: [`WsTransport`] implements [`Transport`], so swapping HTTP for WebSocket is one line:
+//!   `HttpTransport::new(url)?` becomes `WsTransport::connect(url, WsOptions::default()).await?` (the same
+//!   `http://host:port` URL is accepted).
+//!
+//! # Wire rules
+//!
+//! | client sends | server answers |
+//! | --- | --- |
+//! | a text frame with one envelope | the reply envelope (CAPABILITY_MANIFEST, SESSION_ACCEPT/REJECT, TASK_RESULT/FAILED, TASK_UPDATE, SESSION_CLOSE), or `{"accepted": true}` for a message without a reply (ATTESTATION); TASK_UPDATEs of a running task before its result |
+//! | garbage JSON, not an envelope | `{"error": <LdpError MALFORMED_MESSAGE>}` (a TASK_FAILED when addressable); the connection keeps serving |
+//! | a binary frame | `{"error": <LdpError MALFORMED_MESSAGE>}`; the connection keeps serving |
+//! | a message over `max_message` | `{"error": <LdpError MESSAGE_TOO_LARGE>}`, then close code 1009 |
+//! | an upgrade without a known bearer token (when tokens are configured) | HTTP 401, `WWW-Authenticate: Bearer`, body `{"error": <LdpError UNAUTHENTICATED>}`; no upgrade |
+//! | nothing (not even a pong to the server's pings) for `idle_timeout` | close code 1001; the sessions are suspended |
+//! | (server shutting down) | close code 1001 |
+//!
+//! **Correlation extension.** Every server frame that answers a client message carries the top-level member
+//! `"in_reply_to": "<message_id of that message>"` (an envelope extension member; control frames carry it too).
+//! Pushed TASK_UPDATEs carry the id of their TASK_SUBMIT. The client strips the member before handing an envelope to
+//! the session layer, so signatures made over the envelope as the responder built it still verify. Results delivered
+//! after a resume carry no `in_reply_to`; they are matched by `session_id` and `body.task_id`.
+//!
+//! # Disconnect and resume
+//!
+//! When a connection ends, the server suspends its sessions in the session machine
+//! ([`Responder::suspend_connection`]); tasks keep running, and results that complete meanwhile are held
+//! ([`Responder::take_held`]), as are results that were queued but not yet written. The client reconnects with
+//! backoff ([`Reconnect`]) and, for every task it is still waiting for, sends a **TASK_UPDATE status query** in the
+//! task's session (RFC 3.2 TASK_UPDATE sent to a responder is answered as a status query). That message resumes the
+//! session (SUSPENDED -> ACTIVE), and the server writes the session's held results *before* the status answer, each
+//! exactly once (the machine hands each out once; the client drops anything it no longer waits for). The answer
+//! then settles the rest: `running` (the result will come), `completed`/`failed`/`cancelled` without a result (it was
+//! lost in transit with the old connection: the task fails with a `transport` error after `resume_grace`), or
+//! `TASK_NOT_FOUND` (the server never received the task: the client submits it again). Requests other than
+//! TASK_SUBMIT left unanswered by the dropped connection fail with a non-retryable `transport` error, since they
+//! may have been processed.
+//!
+//! # Example
+//!
+//! A delegate served over WebSocket alone, and a client on loopback:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ldp_session::runtime::{Client, DelegateRuntime, EchoDelegate};
+//! use ldp_session::{InitiatorConfig, Responder, ResponderConfig, SeededIds, SystemClock};
+//! use ldp_transport_ws::{WsOptions, WsServerConfig, WsTransport, spawn_ws};
+//! use ldp_types::{Capability, DelegateId, IdentityCard, SessionConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:echo")?, "Echo", "none", "1");
+//! card.capabilities.push(Capability::new("echo"));
+//! let responder = Responder::new(ResponderConfig::new(card), Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
+//! let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
+//! let server = spawn_ws("127.0.0.1:0", runtime, WsServerConfig::default()).await?;
+//!
+//! let transport = WsTransport::connect(server.url(), WsOptions::default()).await?;
+//! let client = Client::connect(transport, InitiatorConfig::new("ldp:delegate:me"), Arc::new(SystemClock),
+//!     Box::new(SeededIds::from_entropy())).await?;
+//! let session = client.propose(SessionConfig::default()).await?;
+//! let outcome = client.submit(&session.session_id, "echo", serde_json::json!("hi"), None).await?;
+//! assert_eq!(outcome.output, serde_json::json!({ "echo": "hi" }));
+//! client.close(&session.session_id).await?;
+//! server.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`PeerContext::connection`]: ldp_session::PeerContext::connection
+//! [`DelegateRuntime::handle`]: ldp_session::runtime::DelegateRuntime::handle
+//! [`Transport`]: ldp_session::runtime::Transport
+//! [`Responder::suspend_connection`]: ldp_session::Responder::suspend_connection
+//! [`Responder::take_held`]: ldp_session::Responder::take_held
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod client;
+mod error;
+mod server;
+mod wire;
+
+pub use client::{Reconnect, WsOptions, WsStats, WsTransport};
+pub use error::Error;
+pub use server::{ConnectionEnd, WS_PATH, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};
+pub use wire::{CloseFrame, IN_REPLY_TO, Message, WireError, close_code};

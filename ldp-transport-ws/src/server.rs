@@ -1,0 +1,914 @@
+//! The server side: one connection loop per WebSocket, generic over any `Sink<Message>` + `Stream` pair, and the thin
+//! axum adapter that feeds it upgraded sockets.
+//!
+//! Per connection: a reader reads frames (while it holds one of `max_in_flight` permits), spawns one handler per
+//! envelope, and handlers send replies and pushed TASK_UPDATEs through one bounded outbound queue that a writer drains
+//! into the socket (pinging every `ping_interval`). When the queue is full, handlers wait, permits run out and the
+//! reader stops reading: a slow reader costs bounded memory. When the connection ends, its sessions are suspended
+//! in the session machine; results that could not be written are kept for the session's next connection.
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{self as aws, WebSocketUpgrade};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use futures::{Sink, SinkExt, Stream, StreamExt};
+use ldp_session::runtime::{DelegateRuntime, Response as RuntimeResponse};
+use ldp_session::{AuthenticatedPeer, PeerContext, Refusal};
+use ldp_transport_http::{BearerAuth, IDENTITY, WELL_KNOWN_IDENTITY};
+use ldp_types::{Envelope, LdpError, codes};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::wire::{
+    CloseFrame, Head, Message, WireError, accepted_frame, close_code, envelope_frame, error_frame, is_task_end,
+};
+
+/// The path of the WebSocket binding.
+pub const WS_PATH: &str = "/ldp/ws";
+
+/// How long the writer may keep flushing queued frames (an error, a close frame) after the reader stopped.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Capacity of one task's progress channel; updates beyond it are dropped (progress is best-effort).
+const UPDATE_QUEUE: usize = 16;
+
+/// Frames the writer sends in one batch before it flushes the socket.
+const WRITE_BATCH: usize = 64;
+
+/// Server settings of the WebSocket binding.
+#[derive(Debug, Clone)]
+pub struct WsServerConfig {
+    /// Largest text message accepted, in bytes (default 1 MiB, as HTTP's body limit). A larger one is answered with a
+    /// `MESSAGE_TOO_LARGE` error frame, then the connection is closed with 1009.
+    pub max_message: usize,
+    /// Frames queued for one connection's writer (default 64). Replies and updates wait when it is full.
+    pub outbound_queue: usize,
+    /// Messages of one connection handled at the same time (default 256). The socket is not read while all are busy.
+    pub max_in_flight: usize,
+    /// Interval of the server's pings (default 15 s).
+    pub ping_interval: Duration,
+    /// A connection that sends nothing (not even a pong) for this long, or whose socket does not take a frame for
+    /// this long, is dead (default 45 s).
+    pub idle_timeout: Duration,
+    /// How long results that completed for a disconnected session are kept for its resume when the session machine
+    /// cannot hold them itself (default 1 h, the RFC's default session TTL).
+    pub held_ttl: Duration,
+    /// Bearer tokens and the identities they authenticate (the same table as HTTP's). When any is set, an upgrade
+    /// without a known token is refused with 401 and an LDP error body.
+    pub tokens: HashMap<String, AuthenticatedPeer>,
+}
+
+impl Default for WsServerConfig {
+    fn default() -> Self {
+        Self {
+            max_message: 1024 * 1024,
+            outbound_queue: 64,
+            max_in_flight: 256,
+            ping_interval: Duration::from_secs(15),
+            idle_timeout: Duration::from_secs(45),
+            held_ttl: Duration::from_secs(3600),
+            tokens: HashMap::new(),
+        }
+    }
+}
+
+/// How a connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectionEnd {
+    /// The peer closed it (with this close code, if it sent one) or its stream ended.
+    PeerClosed(Option<u16>),
+    /// The peer sent a message over the limit; it got a `MESSAGE_TOO_LARGE` error and close code 1009.
+    TooLarge,
+    /// Nothing arrived within the idle timeout, or the socket stopped taking frames: the peer is dead.
+    IdleTimeout,
+    /// The server shut down (close code 1001).
+    Shutdown,
+    /// Reading or writing failed.
+    Failed(WireError),
+}
+
+/// One item of a connection's outbound queue.
+#[derive(Debug)]
+enum Out {
+    /// A text frame; `reroute` names the session of a task's final answer, which must not be lost if this
+    /// connection dies before writing it.
+    Text { text: String, reroute: Option<Box<str>> },
+    /// Close the connection.
+    Close(CloseFrame),
+}
+
+/// Where each live session's answers go, and answers waiting for their session to come back.
+#[derive(Debug, Default)]
+struct Routes {
+    conns: HashMap<u64, mpsc::Sender<Out>>,
+    sessions: HashMap<Box<str>, u64>,
+    orphans: HashMap<Box<str>, Vec<(Instant, String)>>,
+}
+
+struct Hub {
+    runtime: DelegateRuntime,
+    config: WsServerConfig,
+    auth: BearerAuth,
+    routes: Mutex<Routes>,
+    shutdown: watch::Sender<bool>,
+    open: AtomicUsize,
+}
+
+/// Connection ids are unique in the process, so that several servers can share one runtime.
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
+fn lock(m: &Mutex<Routes>) -> MutexGuard<'_, Routes> {
+    // Every mutation of the routes completes before anything that could panic; recover from poisoning.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The WebSocket binding's server: serves a [`DelegateRuntime`] over any number of connections. Cheap to clone.
+///
+/// [`WsServer::router`] gives the axum routes (`GET /ldp/ws`); [`WsServer::serve_connection`] runs one connection
+/// over any sink and stream of [`Message`]s.
+#[derive(Clone)]
+pub struct WsServer {
+    hub: Arc<Hub>,
+}
+
+impl std::fmt::Debug for WsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsServer")
+            .field("config", &self.hub.config)
+            .field("connections", &self.connections())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WsServer {
+    /// A server for `runtime` with `config`.
+    pub fn new(runtime: DelegateRuntime, config: WsServerConfig) -> Self {
+        let auth = BearerAuth::from_map(&config.tokens);
+        let (shutdown, _) = watch::channel(false);
+        Self {
+            hub: Arc::new(Hub {
+                runtime,
+                config,
+                auth,
+                routes: Mutex::new(Routes::default()),
+                shutdown,
+                open: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The runtime served.
+    pub fn runtime(&self) -> &DelegateRuntime {
+        &self.hub.runtime
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &WsServerConfig {
+        &self.hub.config
+    }
+
+    /// Connections currently open.
+    pub fn connections(&self) -> usize {
+        self.hub.open.load(Ordering::Relaxed)
+    }
+
+    /// Closes every connection with 1001 (going away). Their sessions are suspended, and resume on another server
+    /// sharing the runtime, or on this one if it keeps running.
+    pub fn shutdown(&self) {
+        self.hub.shutdown.send_replace(true);
+    }
+
+    /// `GET /ldp/ws`, mergeable into any router (for example the HTTP binding's: `router(state).merge(ws)`). When a
+    /// [`PeerContext`] extension is present (set by the HTTP binding's bearer middleware when the route is added with
+    /// its `router_with`) it is used; otherwise the upgrade request is authenticated with this server's tokens.
+    pub fn router<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
+        let server = self.clone();
+        Router::new().route(
+            WS_PATH,
+            get(
+                move |peer: Option<Extension<PeerContext>>,
+                      headers: HeaderMap,
+                      ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>| {
+                    upgrade(server.clone(), peer, headers, ws)
+                },
+            ),
+        )
+    }
+
+    /// [`WsServer::router`] plus the identity card at `/.well-known/ldp-identity` and `/ldp/identity` (what a
+    /// client's `identity()` fetches): everything a server that speaks only WebSocket needs.
+    pub fn standalone_router(&self) -> Router {
+        let card = serde_json::to_vec(&self.hub.runtime.card()).unwrap_or_else(|_| b"{}".to_vec());
+        let card = axum::body::Bytes::from(card);
+        let get_card = move || {
+            let card = card.clone();
+            async move { ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], card) }
+        };
+        Router::new()
+            .route(WELL_KNOWN_IDENTITY, get(get_card.clone()))
+            .route(IDENTITY, get(get_card))
+            .merge(self.router())
+    }
+
+    /// Runs one connection until it ends: reads envelopes from `stream`, answers them on `sink`. `peer` is what the
+    /// upgrade established about the peer (its connection id is assigned here).
+    pub async fn serve_connection<Si, St>(&self, peer: PeerContext, sink: Si, stream: St) -> ConnectionEnd
+    where
+        Si: Sink<Message> + Unpin + Send,
+        Si::Error: Display,
+        St: Stream<Item = Result<Message, WireError>> + Unpin + Send,
+    {
+        let hub = &self.hub;
+        let conn = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
+        let peer = PeerContext { connection: Some(conn), ..peer };
+        let (out_tx, mut out_rx) = mpsc::channel::<Out>(hub.config.outbound_queue.max(1));
+        lock(&hub.routes).conns.insert(conn, out_tx.clone());
+        hub.open.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(conn, "websocket connection opened");
+        let end = {
+            let reader = read_loop(hub.clone(), peer, conn, stream, out_tx);
+            let writer = write_loop(&hub.config, sink, &mut out_rx);
+            tokio::pin!(reader, writer);
+            tokio::select! {
+                end = &mut reader => {
+                    if !matches!(end, ConnectionEnd::PeerClosed(_) | ConnectionEnd::Failed(_)) {
+                        // The reader queued an error and a close frame; give the writer a moment to send them.
+                        let _ = tokio::time::timeout(FLUSH_TIMEOUT, &mut writer).await;
+                    }
+                    end
+                }
+                end = &mut writer => end,
+            }
+        };
+        tracing::debug!(conn, ?end, "websocket connection ended");
+        hub.disconnect(conn, out_rx);
+        end
+    }
+}
+
+impl Hub {
+    /// Forgets the connection, saves its unwritten task answers, and suspends its sessions.
+    fn disconnect(&self, conn: u64, mut out_rx: mpsc::Receiver<Out>) {
+        {
+            let mut routes = lock(&self.routes);
+            routes.conns.remove(&conn);
+            routes.sessions.retain(|_, c| *c != conn);
+            let ttl = self.config.held_ttl;
+            routes.orphans.retain(|_, v| {
+                v.retain(|(t, _)| t.elapsed() < ttl);
+                !v.is_empty()
+            });
+        }
+        out_rx.close();
+        while let Ok(item) = out_rx.try_recv() {
+            if let Out::Text { text, reroute: Some(session) } = item {
+                self.reroute(&session, text, conn);
+            }
+        }
+        self.runtime.with_responder(|r| r.suspend_connection(conn));
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A task's final answer whose connection is gone: to the session's current connection if it has one, else
+    /// kept until the session resumes.
+    fn reroute(&self, session: &str, text: String, from: u64) {
+        let mut routes = lock(&self.routes);
+        let mut text = text;
+        if let Some(&c) = routes.sessions.get(session)
+            && c != from
+            && let Some(tx) = routes.conns.get(&c)
+        {
+            match tx.try_send(Out::Text { text, reroute: Some(session.into()) }) {
+                Ok(()) => return,
+                Err(e) => match e.into_inner() {
+                    Out::Text { text: t, .. } => text = t,
+                    Out::Close(_) => return,
+                },
+            }
+        }
+        routes.orphans.entry(session.into()).or_default().push((Instant::now(), text));
+    }
+
+    /// Records that `session` now lives on `conn`; true when it lived elsewhere before (a resume). A connection
+    /// that has ended (a long task finishing after its connection dropped) takes nothing back.
+    fn note_session(&self, session: &str, conn: u64) -> bool {
+        let mut routes = lock(&self.routes);
+        if !routes.conns.contains_key(&conn) {
+            return false;
+        }
+        match routes.sessions.get_mut(session) {
+            Some(c) if *c == conn => false,
+            Some(c) => {
+                *c = conn;
+                true
+            }
+            None => {
+                routes.sessions.insert(session.into(), conn);
+                true
+            }
+        }
+    }
+
+    fn forget_session(&self, session: &str) {
+        let mut routes = lock(&self.routes);
+        routes.sessions.remove(session);
+        routes.orphans.remove(session);
+    }
+
+    /// Sends the session's held results (from the machine, and those this binding saved) to `out`, each once.
+    async fn flush(&self, session: &str, conn: u64, out: &mpsc::Sender<Out>) {
+        let held = self.runtime.with_responder(|r| r.take_held(session));
+        let saved = lock(&self.routes).orphans.remove(session).unwrap_or_default();
+        let frames = held
+            .into_iter()
+            .filter_map(|env| match envelope_frame(env, None) {
+                Ok(text) => Some(text),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode a held result");
+                    None
+                }
+            })
+            .chain(saved.into_iter().map(|(_, text)| text));
+        for text in frames {
+            if let Err(e) = out.send(Out::Text { text, reroute: Some(session.into()) }).await
+                && let Out::Text { text, .. } = e.0
+            {
+                self.reroute(session, text, conn);
+            }
+        }
+    }
+}
+
+async fn send_close(out: &mpsc::Sender<Out>, error: Option<String>, close: CloseFrame) {
+    if let Some(text) = error {
+        let _ = out.send(Out::Text { text, reroute: None }).await;
+    }
+    let _ = out.send(Out::Close(close)).await;
+}
+
+fn too_large(limit: usize) -> LdpError {
+    LdpError::runtime(codes::MESSAGE_TOO_LARGE, format!("message larger than {limit} bytes")).with_retryable(false)
+}
+
+/// Resolves once the server shuts down.
+async fn shutting_down(rx: &mut watch::Receiver<bool>) {
+    loop {
+        let down = *rx.borrow_and_update();
+        if down {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            // The server is gone without a shutdown: nothing will ever say so.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+async fn read_loop<St>(
+    hub: Arc<Hub>,
+    peer: PeerContext,
+    conn: u64,
+    mut stream: St,
+    out: mpsc::Sender<Out>,
+) -> ConnectionEnd
+where
+    St: Stream<Item = Result<Message, WireError>> + Unpin + Send,
+{
+    let cfg = &hub.config;
+    let permits = Arc::new(Semaphore::new(cfg.max_in_flight.max(1)));
+    let mut shutdown = hub.shutdown.subscribe();
+    loop {
+        // Backpressure: no permit (all handlers busy, typically waiting for the outbound queue) means no reading.
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return ConnectionEnd::Failed(WireError::Io("permits closed".into()));
+        };
+        let next = tokio::select! {
+            next = tokio::time::timeout(cfg.idle_timeout, stream.next()) => next,
+            () = shutting_down(&mut shutdown) => {
+                send_close(&out, None, CloseFrame::new(close_code::GOING_AWAY, "server shutting down")).await;
+                return ConnectionEnd::Shutdown;
+            }
+        };
+        let message = match next {
+            Err(_) => {
+                send_close(
+                    &out,
+                    None,
+                    CloseFrame::new(close_code::GOING_AWAY, "nothing received within the idle timeout"),
+                )
+                .await;
+                return ConnectionEnd::IdleTimeout;
+            }
+            Ok(None) => return ConnectionEnd::PeerClosed(None),
+            Ok(Some(Err(WireError::TooLarge { .. }))) => {
+                let error = error_frame(&too_large(cfg.max_message), None);
+                send_close(&out, Some(error), CloseFrame::new(close_code::TOO_BIG, "message too large")).await;
+                return ConnectionEnd::TooLarge;
+            }
+            Ok(Some(Err(e))) => return ConnectionEnd::Failed(e),
+            Ok(Some(Ok(m))) => m,
+        };
+        match message {
+            Message::Text(text) if text.len() > cfg.max_message => {
+                let id = Head::peek(&text).map(|h| h.message_id);
+                let error = error_frame(&too_large(cfg.max_message), id.as_deref());
+                send_close(&out, Some(error), CloseFrame::new(close_code::TOO_BIG, "message too large")).await;
+                return ConnectionEnd::TooLarge;
+            }
+            Message::Text(text) => {
+                tokio::spawn(handle_text(hub.clone(), peer.clone(), conn, out.clone(), text, permit));
+            }
+            Message::Binary(_) => {
+                let error = LdpError::runtime(
+                    codes::MALFORMED_MESSAGE,
+                    "binary frames are not accepted: send each envelope as JSON in a text frame",
+                )
+                .with_retryable(false);
+                let _ = out.send(Out::Text { text: error_frame(&error, None), reroute: None }).await;
+            }
+            Message::Ping(_) | Message::Pong(_) => {}
+            Message::Close(frame) => return ConnectionEnd::PeerClosed(frame.map(|f| f.code)),
+        }
+    }
+}
+
+async fn write_loop<Si>(cfg: &WsServerConfig, mut sink: Si, out: &mut mpsc::Receiver<Out>) -> ConnectionEnd
+where
+    Si: Sink<Message> + Unpin + Send,
+    Si::Error: Display,
+{
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + cfg.ping_interval, cfg.ping_interval);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stalled = || ConnectionEnd::IdleTimeout;
+    loop {
+        let first = tokio::select! {
+            item = out.recv() => match item {
+                Some(item) => item,
+                None => return ConnectionEnd::PeerClosed(None),
+            },
+            _ = ping.tick() => {
+                match tokio::time::timeout(cfg.idle_timeout, sink.send(Message::Ping(Vec::new()))).await {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(e)) => return ConnectionEnd::Failed(WireError::Io(e.to_string())),
+                    Err(_) => return stalled(),
+                }
+            }
+        };
+        // Feed a batch, then flush once: many sessions answering at once cost one flush, not one each.
+        let mut item = Some(first);
+        let mut fed = 0;
+        while let Some(next) = item.take() {
+            let (message, last) = match next {
+                Out::Text { text, .. } => (Message::Text(text), false),
+                Out::Close(frame) => (Message::Close(Some(frame)), true),
+            };
+            match tokio::time::timeout(cfg.idle_timeout, sink.feed(message)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return ConnectionEnd::Failed(WireError::Io(e.to_string())),
+                Err(_) => return stalled(),
+            }
+            if last {
+                let _ = tokio::time::timeout(cfg.idle_timeout, sink.flush()).await;
+                return ConnectionEnd::PeerClosed(None);
+            }
+            fed += 1;
+            if fed < WRITE_BATCH {
+                item = out.try_recv().ok();
+            }
+        }
+        match tokio::time::timeout(cfg.idle_timeout, sink.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return ConnectionEnd::Failed(WireError::Io(e.to_string())),
+            Err(_) => return stalled(),
+        }
+    }
+}
+
+/// Handles one envelope on a task of its own, so a long task does not hold up the connection's other sessions.
+async fn handle_text(
+    hub: Arc<Hub>,
+    peer: PeerContext,
+    conn: u64,
+    out: mpsc::Sender<Out>,
+    text: String,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let head = Head::peek(&text).unwrap_or_default();
+    let id = head.message_id.as_str();
+    let is_submit = head.kind == "TASK_SUBMIT";
+    let response = if is_submit {
+        let (tx, mut updates) = mpsc::channel::<Envelope>(UPDATE_QUEUE);
+        let job = hub.runtime.handle(&peer, text.as_bytes(), Some(tx));
+        tokio::pin!(job);
+        let response = loop {
+            tokio::select! {
+                biased;
+                response = &mut job => break response,
+                Some(update) = updates.recv() => push_update(&out, update, id).await,
+            }
+        };
+        while let Ok(update) = updates.try_recv() {
+            push_update(&out, update, id).await;
+        }
+        response
+    } else {
+        hub.runtime.handle(&peer, text.as_bytes(), None).await
+    };
+    let (accepted, reply) = match response {
+        RuntimeResponse::Reply(env) => (true, Some(Ok(env))),
+        // A TASK_SUBMIT whose result the machine holds: its session was suspended meanwhile; resume delivers it.
+        RuntimeResponse::Accepted if is_submit => (true, None),
+        RuntimeResponse::Accepted => (true, Some(Err(accepted_frame(id)))),
+        RuntimeResponse::Refused(Refusal { reply: Some(env), .. }) => (false, Some(Ok(env))),
+        RuntimeResponse::Refused(Refusal { error, reply: None }) => (false, Some(Err(error_frame(&error, Some(id))))),
+    };
+    let session = match &reply {
+        Some(Ok(env)) if !env.session_id.is_empty() => env.session_id.clone(),
+        _ => head.session_id.clone(),
+    };
+    let reply_kind = match &reply {
+        Some(Ok(env)) => env.body.type_name().to_owned(),
+        _ => String::new(),
+    };
+    if accepted && !session.is_empty() && !(is_submit && reply.is_none()) {
+        if reply_kind == "SESSION_CLOSE" {
+            hub.forget_session(&session);
+        } else if hub.note_session(&session, conn) || head.kind == "TASK_UPDATE" {
+            // The session came back on this connection (or the peer asks about a task): results held while it was
+            // away go first, so they precede the answer to the message that resumed it.
+            hub.flush(&session, conn, &out).await;
+        }
+    }
+    let Some(reply) = reply else { return };
+    let text = match reply {
+        Ok(env) => match envelope_frame(env, Some(id)) {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode a reply");
+                error_frame(&LdpError::runtime(codes::EXECUTION_FAILED, "internal error"), Some(id))
+            }
+        },
+        Err(control) => control,
+    };
+    let reroute = (is_submit && is_task_end(&reply_kind) && !session.is_empty()).then(|| session.as_str().into());
+    if let Err(e) = out.send(Out::Text { text, reroute }).await
+        && let Out::Text { text, reroute: Some(session) } = e.0
+    {
+        hub.reroute(&session, text, conn);
+    }
+}
+
+async fn push_update(out: &mpsc::Sender<Out>, update: Envelope, in_reply_to: &str) {
+    match envelope_frame(update, Some(in_reply_to)) {
+        // Progress is best-effort: a connection that went away loses it.
+        Ok(text) => drop(out.send(Out::Text { text, reroute: None }).await),
+        Err(e) => tracing::warn!(error = %e, "cannot encode a TASK_UPDATE"),
+    }
+}
+
+fn json_error(status: StatusCode, error: &LdpError) -> Response {
+    let mut resp = (status, error_frame(error, None)).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+async fn upgrade(
+    server: WsServer,
+    peer: Option<Extension<PeerContext>>,
+    headers: HeaderMap,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    // Authenticate before anything else: an unauthenticated peer learns nothing, not even whether it upgraded right.
+    let peer = match peer {
+        Some(Extension(peer)) => peer,
+        None => match server.hub.auth.authenticate(&headers) {
+            Ok(peer) => peer,
+            Err(e) => return e.into_response(),
+        },
+    };
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => {
+            let error = LdpError::runtime(
+                codes::MALFORMED_MESSAGE,
+                format!("{WS_PATH} expects a WebSocket upgrade request: {rejection}"),
+            )
+            .with_retryable(false);
+            return json_error(rejection.status(), &error);
+        }
+    };
+    // The library's own limit is a backstop above ours, so that an oversize message normally arrives whole and is
+    // answered with its message id.
+    let limit = server.hub.config.max_message;
+    let hard = limit.saturating_mul(2).max(limit.saturating_add(64 * 1024));
+    ws.max_message_size(hard).max_frame_size(hard).on_upgrade(move |socket| async move {
+        let (sink, stream) = socket.split();
+        let sink = sink.with(|m: Message| futures::future::ready(Ok::<_, axum::Error>(to_axum(m))));
+        let stream = stream.map(move |item| from_axum(item, hard));
+        server.serve_connection(peer, sink, stream).await;
+    })
+}
+
+fn to_axum(m: Message) -> aws::Message {
+    match m {
+        Message::Text(t) => aws::Message::Text(t.into()),
+        Message::Binary(b) => aws::Message::Binary(b.into()),
+        Message::Ping(b) => aws::Message::Ping(b.into()),
+        Message::Pong(b) => aws::Message::Pong(b.into()),
+        Message::Close(f) => aws::Message::Close(f.map(|f| aws::CloseFrame { code: f.code, reason: f.reason.into() })),
+    }
+}
+
+fn from_axum(item: Result<aws::Message, axum::Error>, limit: usize) -> Result<Message, WireError> {
+    match item {
+        Ok(aws::Message::Text(t)) => Ok(Message::Text(t.as_str().to_owned())),
+        Ok(aws::Message::Binary(b)) => Ok(Message::Binary(b.to_vec())),
+        Ok(aws::Message::Ping(b)) => Ok(Message::Ping(b.to_vec())),
+        Ok(aws::Message::Pong(b)) => Ok(Message::Pong(b.to_vec())),
+        Ok(aws::Message::Close(f)) => {
+            Ok(Message::Close(f.map(|f| CloseFrame { code: f.code, reason: f.reason.as_str().to_owned() })))
+        }
+        Err(e) => Err(wire_error(&e.to_string(), limit)),
+    }
+}
+
+/// A WebSocket library error as a [`WireError`]. tungstenite reports its size limits as "Message too long" (and
+/// "Space limit exceeded" for buffers); axum hides the typed error, so its text is what is left to go by.
+pub(crate) fn wire_error(detail: &str, limit: usize) -> WireError {
+    if detail.contains("Message too long") || detail.contains("Space limit exceeded") {
+        WireError::TooLarge { limit }
+    } else {
+        WireError::Io(detail.to_owned())
+    }
+}
+
+/// The routes of a WebSocket server for `runtime`: `GET /ldp/ws` only, ready to merge into the HTTP binding's router
+/// (`ldp_transport_http::router(state).merge(ws_router(runtime, config))`) or any other.
+pub fn ws_router(runtime: DelegateRuntime, config: WsServerConfig) -> Router {
+    WsServer::new(runtime, config).router()
+}
+
+/// Serves the WebSocket binding alone (with the identity card, see [`WsServer::standalone_router`]) on `listener`
+/// until `shutdown` resolves, then closes every connection with 1001. Also reaps expired sessions while it runs.
+pub async fn serve_ws(
+    listener: TcpListener,
+    runtime: DelegateRuntime,
+    config: WsServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let server = WsServer::new(runtime.clone(), config);
+    let app = server.standalone_router();
+    let reaper = runtime.spawn_reaper();
+    let closing = server.clone();
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            closing.shutdown();
+        })
+        .await;
+    server.shutdown();
+    reaper.abort();
+    result
+}
+
+/// A server started with [`spawn_ws`].
+#[derive(Debug)]
+pub struct WsServerHandle {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    join: JoinHandle<std::io::Result<()>>,
+}
+
+impl WsServerHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `ws://<addr>/ldp/ws`.
+    pub fn url(&self) -> String {
+        format!("ws://{}{WS_PATH}", self.addr)
+    }
+
+    /// Closes every connection and stops the server.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match (&mut self.join).await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        }
+    }
+}
+
+/// Binds `addr` (use `127.0.0.1:0` for a free port) and runs [`serve_ws`] on a background task.
+pub async fn spawn_ws(
+    addr: impl tokio::net::ToSocketAddrs,
+    runtime: DelegateRuntime,
+    config: WsServerConfig,
+) -> std::io::Result<WsServerHandle> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let join = tokio::spawn(serve_ws(listener, runtime, config, async move {
+        let _ = stopped.await;
+    }));
+    Ok(WsServerHandle { addr, stop: Some(stop), join })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The connection loop over plain channels: no sockets, no WebSocket library.
+    use std::sync::Arc;
+
+    use futures::channel::mpsc as fmpsc;
+    use ldp_session::runtime::EchoDelegate;
+    use ldp_session::{Responder, ResponderConfig, SeededIds, SessionState, SystemClock};
+    use ldp_types::{Capability, DelegateId, IdentityCard};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn runtime() -> DelegateRuntime {
+        let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:echo").unwrap(), "Echo", "none", "1");
+        card.capabilities.push(Capability::new("echo"));
+        let responder = Responder::new(ResponderConfig::new(card), Arc::new(SystemClock), Box::new(SeededIds::new(1)));
+        DelegateRuntime::new(responder, Arc::new(EchoDelegate))
+    }
+
+    fn envelope(id: &str, session: &str, body: Value) -> String {
+        json!({
+            "message_id": id, "session_id": session, "from": "ldp:delegate:c", "to": "ldp:delegate:echo",
+            "body": body, "payload_mode": "text", "timestamp": "2026-03-09T10:00:00Z", "provenance": null,
+        })
+        .to_string()
+    }
+
+    fn hello(id: &str) -> String {
+        envelope(id, "", json!({"type": "HELLO", "delegate_id": "ldp:delegate:c", "supported_modes": ["text"]}))
+    }
+
+    struct Peer {
+        to_server: fmpsc::Sender<Result<Message, WireError>>,
+        from_server: fmpsc::Receiver<Message>,
+        done: tokio::task::JoinHandle<ConnectionEnd>,
+    }
+
+    impl Peer {
+        fn start(server: &WsServer, sink_buffer: usize) -> Peer {
+            let (to_server, inbound) = fmpsc::channel(4);
+            let (outbound, from_server) = fmpsc::channel(sink_buffer);
+            let server = server.clone();
+            let done =
+                tokio::spawn(async move { server.serve_connection(PeerContext::default(), outbound, inbound).await });
+            Peer { to_server, from_server, done }
+        }
+
+        async fn send(&mut self, m: Message) {
+            self.to_server.send(Ok(m)).await.unwrap();
+        }
+
+        async fn next(&mut self) -> Message {
+            loop {
+                let m = tokio::time::timeout(Duration::from_secs(5), self.from_server.next()).await.unwrap().unwrap();
+                if !matches!(m, Message::Ping(_)) {
+                    return m;
+                }
+            }
+        }
+
+        async fn next_json(&mut self) -> Value {
+            match self.next().await {
+                Message::Text(t) => serde_json::from_str(&t).unwrap(),
+                other => panic!("expected text, got {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_are_correlated_and_bad_frames_get_typed_errors() {
+        let server = WsServer::new(runtime(), WsServerConfig { max_message: 1000, ..Default::default() });
+        let mut peer = Peer::start(&server, 16);
+        peer.send(Message::Binary(vec![0xff])).await;
+        assert_eq!(peer.next_json().await["error"]["code"], codes::MALFORMED_MESSAGE);
+        peer.send(Message::Text("garbage".into())).await;
+        assert_eq!(peer.next_json().await["error"]["code"], codes::MALFORMED_MESSAGE);
+        peer.send(Message::Text(hello("h1"))).await;
+        let v = peer.next_json().await;
+        assert_eq!((v["body"]["type"].as_str(), v["in_reply_to"].as_str()), (Some("CAPABILITY_MANIFEST"), Some("h1")));
+        // An ATTESTATION outside a session is refused in-protocol; in a session it would get {"accepted": true}.
+        let attestation = envelope("a1", "nope", json!({"type": "ATTESTATION", "claim": {}, "evidence": null}));
+        peer.send(Message::Text(attestation)).await;
+        let v = peer.next_json().await;
+        assert_eq!(v["in_reply_to"], "a1");
+        assert_eq!(v["body"]["error"]["code"], codes::SESSION_NOT_FOUND);
+        // Oversize: error naming the message, close 1009, the loop ends.
+        peer.send(Message::Text(format!("{{\"message_id\":\"big\",\"pad\":\"{}\"}}", "x".repeat(2000)))).await;
+        let v = peer.next_json().await;
+        assert_eq!(
+            (v["error"]["code"].as_str(), v["in_reply_to"].as_str()),
+            (Some(codes::MESSAGE_TOO_LARGE), Some("big"))
+        );
+        assert_eq!(peer.next().await, Message::Close(Some(CloseFrame::new(close_code::TOO_BIG, "message too large"))));
+        assert_eq!(peer.done.await.unwrap(), ConnectionEnd::TooLarge);
+        assert_eq!(server.connections(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_library_size_limit_is_answered_too() {
+        let server = WsServer::new(runtime(), WsServerConfig::default());
+        let mut peer = Peer::start(&server, 16);
+        peer.to_server.send(Err(WireError::TooLarge { limit: 10 })).await.unwrap();
+        assert_eq!(peer.next_json().await["error"]["code"], codes::MESSAGE_TOO_LARGE);
+        assert!(matches!(peer.next().await, Message::Close(Some(CloseFrame { code: 1009, .. }))));
+        assert_eq!(peer.done.await.unwrap(), ConnectionEnd::TooLarge);
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_stops_the_server_reading_instead_of_growing_memory() {
+        let config = WsServerConfig { outbound_queue: 2, max_in_flight: 2, ..Default::default() };
+        let server = WsServer::new(runtime(), config);
+        let mut peer = Peer::start(&server, 0);
+        // Nobody reads the server's answers. Offer 200 messages without waiting; the server must stop taking them.
+        let mut offered = 0;
+        for i in 0..200 {
+            if peer.to_server.try_send(Ok(Message::Text(hello(&format!("m{i}"))))).is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if peer.to_server.try_send(Ok(Message::Text(hello(&format!("m{i}"))))).is_err() {
+                    break;
+                }
+            }
+            offered += 1;
+        }
+        // In flight at most: 2 handlers + 2 queued + 1 being written + the channels' own small buffers.
+        assert!(offered < 20, "the server kept reading: {offered} messages taken");
+        // Once the peer reads again, every taken message is answered.
+        let mut answered = 0;
+        while answered < offered {
+            let v = peer.next_json().await;
+            assert_eq!(v["body"]["type"], "CAPABILITY_MANIFEST");
+            answered += 1;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_silent_peer_is_dead_and_its_sessions_are_suspended() {
+        let rt = runtime();
+        let config = WsServerConfig {
+            ping_interval: Duration::from_millis(20),
+            idle_timeout: Duration::from_millis(300),
+            ..Default::default()
+        };
+        let server = WsServer::new(rt.clone(), config);
+        let (mut to_server, inbound) = fmpsc::channel(4);
+        let (outbound, mut from_server) = fmpsc::channel(64);
+        let done = {
+            let server = server.clone();
+            tokio::spawn(async move { server.serve_connection(PeerContext::default(), outbound, inbound).await })
+        };
+        let propose = envelope("p1", "", json!({"type": "SESSION_PROPOSE", "config": {}}));
+        to_server.send(Ok(Message::Text(propose))).await.unwrap();
+        let mut session = String::new();
+        let mut pings = 0;
+        let mut close = None;
+        while let Some(m) = from_server.next().await {
+            match m {
+                Message::Text(t) => {
+                    let v: Value = serde_json::from_str(&t).unwrap();
+                    session = v["body"]["session_id"].as_str().unwrap().to_owned();
+                }
+                Message::Ping(_) => pings += 1,
+                Message::Close(f) => close = f,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(pings >= 3, "pings: {pings}");
+        assert_eq!(close.map(|f| f.code), Some(close_code::GOING_AWAY));
+        assert_eq!(done.await.unwrap(), ConnectionEnd::IdleTimeout);
+        assert_eq!(rt.with_responder(|r| r.session_state(&session)), Some(SessionState::Suspended));
+    }
+
+    #[tokio::test]
+    async fn shutdown_closes_with_going_away() {
+        let server = WsServer::new(runtime(), WsServerConfig::default());
+        let mut peer = Peer::start(&server, 16);
+        peer.send(Message::Text(hello("h"))).await;
+        let _ = peer.next_json().await;
+        server.shutdown();
+        assert!(matches!(peer.next().await, Message::Close(Some(CloseFrame { code: 1001, .. }))));
+        assert_eq!(peer.done.await.unwrap(), ConnectionEnd::Shutdown);
+    }
+}

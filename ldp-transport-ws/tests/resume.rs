@@ -1,0 +1,182 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Disconnect and resume over a real socket: a proxy cuts the connection mid-task; the server suspends the session,
+//! the client reconnects with backoff and resumes it, and the task's result arrives exactly once.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ldp_session::runtime::Client;
+use ldp_session::{InitiatorConfig, ResponderEvent, SeededIds, SessionState, SystemClock};
+use ldp_transport_ws::{Reconnect, WsOptions, WsServerConfig, WsTransport};
+use ldp_types::{PayloadMode, SessionConfig};
+use serde_json::json;
+use support::{Proxy, TestDelegate, eventually, runtime, serve_both};
+
+fn options() -> WsOptions {
+    WsOptions::default()
+        .reconnect(Reconnect {
+            max_attempts: 1000,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(50),
+        })
+        .ping_interval(Duration::from_millis(200))
+        .idle_timeout(Duration::from_secs(2))
+}
+
+async fn client(url: String) -> Client<WsTransport> {
+    let transport = WsTransport::connect(url, options()).await.unwrap();
+    let cfg = InitiatorConfig::new("ldp:delegate:client");
+    Client::connect(transport, cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy())).await.unwrap()
+}
+
+fn text_only() -> SessionConfig {
+    SessionConfig { preferred_payload_modes: Some(vec![PayloadMode::Text]), ..Default::default() }
+}
+
+#[tokio::test]
+async fn a_result_completed_while_disconnected_is_delivered_once_after_resume() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate.clone());
+    let mut events = rt.subscribe();
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
+    let proxy = Proxy::start(server.addr).await;
+    // Identity is fetched from the server directly; messages go through the proxy.
+    let transport = WsTransport::connect(
+        proxy.ws_url(),
+        options().identity_url(format!("{}/.well-known/ldp-identity", server.http_url())),
+    )
+    .await
+    .unwrap();
+    let c = Arc::new(
+        Client::connect(
+            transport,
+            InitiatorConfig::new("ldp:delegate:client"),
+            Arc::new(SystemClock),
+            Box::new(SeededIds::from_entropy()),
+        )
+        .await
+        .unwrap(),
+    );
+    let s = c.propose(text_only()).await.unwrap();
+    let other = c.propose(text_only()).await.unwrap();
+    let sid = s.session_id.clone();
+
+    let running = {
+        let c = c.clone();
+        let sid = sid.clone();
+        tokio::spawn(async move { c.submit(&sid, "wait", json!("w1"), None).await })
+    };
+    eventually("the task to start", || rt.with_responder(|r| r.running_tasks()) == 1).await;
+
+    // The network fails, and stays down while the task completes.
+    proxy.set_open(false);
+    proxy.cut();
+    eventually("the session to be suspended", || {
+        rt.with_responder(|r| r.session_state(&sid)) == Some(SessionState::Suspended)
+    })
+    .await;
+    delegate.gate.add_permits(1);
+    eventually("the task to finish", || rt.with_responder(|r| r.running_tasks()) == 0).await;
+    assert_eq!(rt.with_responder(|r| r.session_state(&sid)), Some(SessionState::Suspended));
+
+    // The network comes back: reconnect, resume, the held result arrives.
+    proxy.set_open(true);
+    let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    assert_eq!(out.output, json!({ "waited": "w1" }));
+    assert_eq!(rt.with_responder(|r| r.session_state(&sid)), Some(SessionState::Active));
+
+    // Exactly once: nothing left held, nothing unmatched (a duplicate would be), nothing outstanding.
+    assert!(rt.with_responder(|r| r.take_held(&sid)).is_empty());
+    let stats = c.transport().stats();
+    assert!(stats.connections >= 2, "{stats:?}");
+    assert_eq!(stats.resumed, 1);
+    assert_eq!(stats.unmatched, 0, "{stats:?}");
+    assert_eq!(c.transport().outstanding(), 0);
+
+    // Nothing lost: both sessions keep working over the new connection.
+    let next = c.submit(&sid, "echo", json!("after"), None).await.unwrap();
+    assert_eq!(next.output, json!({ "echo": "after" }));
+    let next = c.submit(&other.session_id, "echo", json!("other"), None).await.unwrap();
+    assert_eq!(next.output, json!({ "echo": "other" }));
+    assert_eq!(c.transport().stats().unmatched, 0);
+
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        match e {
+            ResponderEvent::SessionSuspended { session_id } if session_id == sid => seen.push("suspended"),
+            ResponderEvent::SessionResumed { session_id } if session_id == sid => seen.push("resumed"),
+            _ => {}
+        }
+    }
+    assert_eq!(seen, vec!["suspended", "resumed"]);
+}
+
+#[tokio::test]
+async fn a_task_still_running_at_resume_answers_on_the_new_connection() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate.clone());
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let transport =
+        WsTransport::connect(proxy.ws_url(), options().identity_url(format!("{}/ldp/identity", server.http_url())))
+            .await
+            .unwrap();
+    let c = Arc::new(
+        Client::connect(
+            transport,
+            InitiatorConfig::new("ldp:delegate:client"),
+            Arc::new(SystemClock),
+            Box::new(SeededIds::from_entropy()),
+        )
+        .await
+        .unwrap(),
+    );
+    let s = c.propose(text_only()).await.unwrap();
+    let sid = s.session_id.clone();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let (c, sid) = (c.clone(), sid.clone());
+        tasks.push(tokio::spawn(async move { c.submit(&sid, "wait", json!(i), None).await }));
+    }
+    eventually("the tasks to start", || rt.with_responder(|r| r.running_tasks()) == 3).await;
+    proxy.cut();
+    eventually("the session to be suspended", || {
+        rt.with_responder(|r| r.session_state(&sid)) == Some(SessionState::Suspended)
+    })
+    .await;
+    eventually("the session to resume", || rt.with_responder(|r| r.session_state(&sid)) == Some(SessionState::Active))
+        .await;
+    // One completes right away, the others later: all arrive, each once.
+    delegate.gate.add_permits(3);
+    let mut got = Vec::new();
+    for t in tasks {
+        let out = tokio::time::timeout(Duration::from_secs(10), t).await.unwrap().unwrap().unwrap();
+        got.push(out.output["waited"].as_i64().unwrap());
+    }
+    got.sort_unstable();
+    assert_eq!(got, vec![0, 1, 2]);
+    assert_eq!(c.transport().stats().resumed, 3);
+    assert_eq!(c.transport().stats().unmatched, 0);
+}
+
+#[tokio::test]
+async fn requests_sent_while_disconnected_go_out_after_the_reconnect() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate.clone());
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let c = client(proxy.ws_url()).await;
+    let s = c.propose(text_only()).await.unwrap();
+    proxy.set_open(false);
+    proxy.cut();
+    let submit = c.submit(&s.session_id, "echo", json!("queued"), None);
+    let reopen = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.set_open(true);
+    };
+    let (out, ()) = tokio::join!(submit, reopen);
+    assert_eq!(out.unwrap().output, json!({ "echo": "queued" }));
+}
