@@ -347,7 +347,7 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 10.2.2, 4.3",
         "Payload mode fallback is implemented",
-        "10.2: \"Implement payload mode fallback\"; 4.3: \"If a payload mode fails mid-session (e.g., schema validation error), the protocol falls back through the negotiated fallback chain\". An invalid frame fails with a typed error and the task then completes in text.",
+        "10.2: \"Implement payload mode fallback\"; 4.3: \"If a payload mode fails mid-session (e.g., schema validation error), the protocol falls back through the negotiated fallback chain\". An invalid frame either fails with a typed error and the task then completes in text (the RFC's diagram), or runs transparently in a lower mode that provenance names (\"Fallback is automatic and transparent\").",
         ["payload.fallback"]
     ),
     req!(

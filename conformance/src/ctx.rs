@@ -251,6 +251,15 @@ impl Answer {
             && !self.is_type("SESSION_REJECT")
     }
 
+    /// An acknowledgement without an envelope: no reply frame, an empty 2xx, or a control object such as
+    /// `{"accepted": true}`.
+    pub fn is_ack(&self) -> bool {
+        let ok_status = self.status().is_none_or(|s| (200..300).contains(&s));
+        let empty = self.reply.as_ref().is_some_and(|r| r.body.is_empty() && r.close_code.is_none());
+        let accepted = self.json.as_ref().and_then(|j| j.get("accepted")) == Some(&Value::Bool(true));
+        self.no_reply() || (ok_status && (empty || accepted))
+    }
+
     /// A one-line description for findings.
     pub fn describe(&self) -> String {
         if let Some(e) = &self.transport_error {
@@ -424,6 +433,7 @@ impl Ctx {
         let mut out = Outgoing::json(bytes);
         out.task_id = env.body.task_id().map(str::to_owned);
         out.reply_optional = matches!(env.body, Body::Attestation(_));
+        out.message_id = Some(env.message_id.clone());
         self.send(out, Some(env)).await
     }
 
@@ -483,11 +493,12 @@ impl Ctx {
             }
             return;
         };
-        // An answer to a message is an envelope, unless it is a bare error object (`{"error": ...}`).
+        // A 2xx HTTP answer to a message is an envelope unless it is a bare error or acknowledgement object; a
+        // WebSocket frame is one when it has a `body` (other frames are control objects: `{"error": ...}`,
+        // `{"accepted": true}`).
+        let control = json.get("error").is_some() || json.get("accepted").is_some();
         let is_envelope = json.get("body").is_some_and(Value::is_object)
-            || (reply.status.is_none_or(|s| (200..300).contains(&s))
-                && json.is_object()
-                && json.get("error").is_none());
+            || (reply.status.is_some_and(|s| (200..300).contains(&s)) && json.is_object() && !control);
         if is_envelope {
             self.observe_envelope(json, request, &mut notes);
         } else if let Some(err) = json.get("error") {

@@ -148,11 +148,20 @@ pub(crate) struct Outgoing {
     pub task_id: Option<String>,
     /// Override the bearer token for this request (`Some(None)`: send none).
     pub token: Option<Option<String>>,
+    /// The envelope's message id, when it is one (WebSocket: skips frames that answer another message).
+    pub message_id: Option<String>,
 }
 
 impl Outgoing {
     pub fn json(body: Vec<u8>) -> Self {
-        Self { body, content_type: "application/json", reply_optional: false, task_id: None, token: None }
+        Self {
+            body,
+            content_type: "application/json",
+            reply_optional: false,
+            task_id: None,
+            token: None,
+            message_id: None,
+        }
     }
 }
 
@@ -330,6 +339,25 @@ impl Probe {
         token: Option<String>,
         earlier: &mut Vec<String>,
     ) -> Result<RawReply, String> {
+        // Frames that arrived on the shared connection since the last exchange are not answers to this one. A
+        // connection the server closed since (e.g. after refusing an oversize message with 1009) is replaced.
+        if !override_token && let Some(ws) = self.ws.as_mut() {
+            let mut closed = false;
+            while let Ok(next) = tokio::time::timeout(Duration::from_millis(1), ws.next()).await {
+                match next {
+                    Some(Ok(Message::Text(t))) => earlier.push(t.as_str().to_owned()),
+                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                        closed = true;
+                        break;
+                    }
+                    Some(Ok(_)) => {}
+                }
+            }
+            if closed {
+                self.ws = None;
+                earlier.push("(the server had closed the previous connection; reconnected)".into());
+            }
+        }
         // A request with its own token gets its own connection; the shared one is (re)opened on demand.
         let mut own;
         let stream = if override_token {
@@ -344,27 +372,21 @@ impl Probe {
                 None => return Err("websocket not connected".into()),
             }
         };
-        // Frames that arrived since the last exchange are not answers to this one.
-        while let Ok(Some(frame)) = tokio::time::timeout(Duration::from_millis(1), stream.next()).await {
-            match frame {
-                Ok(Message::Text(t)) => earlier.push(t.as_str().to_owned()),
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
         let message = if binary {
             Message::Binary(out.body.into())
         } else {
             Message::Text(String::from_utf8_lossy(&out.body).into_owned().into())
         };
         let sent = stream.send(message).await;
+        let wait = if out.reply_optional { Duration::from_millis(1500).min(self.timeout) } else { self.timeout };
+        let expect = Expect {
+            optional: out.reply_optional,
+            task_id: out.task_id.as_deref(),
+            message_id: out.message_id.as_deref(),
+        };
         let result = match sent {
             Err(e) => Err(format!("websocket send failed: {e}")),
-            Ok(()) => {
-                let wait =
-                    if out.reply_optional { Duration::from_millis(1500).min(self.timeout) } else { self.timeout };
-                read_answer(stream, wait, out.reply_optional, out.task_id.as_deref(), earlier).await
-            }
+            Ok(()) => read_answer(stream, wait, &expect, earlier).await,
         };
         let broken = match &result {
             Err(_) => true,
@@ -378,13 +400,20 @@ impl Probe {
     }
 }
 
+/// What the answer being waited for looks like.
+struct Expect<'a> {
+    optional: bool,
+    task_id: Option<&'a str>,
+    message_id: Option<&'a str>,
+}
+
 async fn read_answer(
     stream: &mut WebSocketStream<MaybeTlsStream<TcpStream>>,
     wait: Duration,
-    optional: bool,
-    task_id: Option<&str>,
+    expect: &Expect<'_>,
     earlier: &mut Vec<String>,
 ) -> Result<RawReply, String> {
+    let optional = expect.optional;
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let frame = match tokio::time::timeout_at(deadline, stream.next()).await {
@@ -397,7 +426,7 @@ async fn read_answer(
         match frame {
             Message::Text(t) => {
                 let text = t.as_str();
-                if is_interim(text, task_id) {
+                if is_interim(text, expect) {
                     earlier.push(text.to_owned());
                     continue;
                 }
@@ -437,12 +466,19 @@ async fn read_answer(
     }
 }
 
-/// A frame that is not the answer: a TASK_UPDATE for the awaited task, or a message the server sent on its own
-/// (SESSION_CLOSE on expiry).
-fn is_interim(text: &str, task_id: Option<&str>) -> bool {
+/// A frame that is not the answer: a TASK_UPDATE for the awaited task, or a frame that names (in the `in_reply_to`
+/// correlation member some servers add) another message than the one sent.
+fn is_interim(text: &str, expect: &Expect<'_>) -> bool {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else { return false };
+    if let (Some(reply_to), Some(sent)) = (v.get("in_reply_to").and_then(|r| r.as_str()), expect.message_id)
+        && reply_to != sent
+    {
+        return true;
+    }
     match v.pointer("/body/type").and_then(|t| t.as_str()) {
-        Some("TASK_UPDATE") => task_id.is_some() && v.pointer("/body/task_id").and_then(|t| t.as_str()) == task_id,
+        Some("TASK_UPDATE") => {
+            expect.task_id.is_some() && v.pointer("/body/task_id").and_then(|t| t.as_str()) == expect.task_id
+        }
         _ => false,
     }
 }

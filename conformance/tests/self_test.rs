@@ -57,6 +57,15 @@ async fn good_signing_server_meets_every_profile() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_payload_fallback_passes_too() {
+    let setup = Setup { explicit_fallback: true, ..Setup::good() };
+    let report = run(setup, &[TransportKind::Http]).await;
+    assert_clean(&report);
+    let details = &report.requirement("LDP-FALLBACK-001").unwrap().details;
+    assert!(details.iter().any(|d| d.contains("PAYLOAD_MODE_FAILED")), "{details:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_provenance_is_caught() {
     let report = run(Setup::broken(Break::StripProvenance), &[TransportKind::Http]).await;
     assert_fails(&report, "LDP-PROV-001");

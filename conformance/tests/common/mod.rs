@@ -54,15 +54,17 @@ pub struct Setup {
     pub broken: Break,
     pub signing: Option<SignatureAlgorithm>,
     pub tokens: bool,
+    /// RFC-diagram fallback (TASK_FAILED, then resubmit) instead of transparent fallback.
+    pub explicit_fallback: bool,
 }
 
 impl Setup {
     pub fn good() -> Self {
-        Self { broken: Break::Nothing, signing: None, tokens: true }
+        Self { broken: Break::Nothing, signing: None, tokens: true, explicit_fallback: false }
     }
 
     pub fn broken(b: Break) -> Self {
-        Self { broken: b, signing: None, tokens: true }
+        Self { broken: b, ..Self::good() }
     }
 }
 
@@ -107,6 +109,9 @@ pub fn key(alg: SignatureAlgorithm) -> SigningKey {
 
 pub async fn start(setup: Setup) -> Server {
     let mut cfg = ResponderConfig::new(card());
+    if setup.explicit_fallback {
+        cfg.fallback = ldp_session::FallbackStyle::Explicit;
+    }
     if let Some(alg) = setup.signing {
         cfg.security = SecurityConfig::symmetric(key(alg));
         if setup.broken == Break::IgnoreReplay {
