@@ -9,9 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_router::{
     AttestationClaim, ClaimType, DiscoveryError, Endpoint, ExplainDepth, Exploration, FailoverAction, FailoverPolicy,
-    GiveUpReason, LdpAdapter, LearnerConfig, Quality, Registry, RegistryConfig, RouteErrorKind, RouteTask,
-    RouterConfig, SchemeDispatcher, ScoreFn, SelectionRequest, SharedTransport, Strategy, TrustedIssuers,
-    sign_attestation,
+    GiveUpReason, JudgeScorer, LdpAdapter, LearnerConfig, Quality, Registry, RegistryConfig, RouteErrorKind, RouteTask,
+    RouterConfig, SchemeDispatcher, ScoreFn, SelectionRequest, SharedTransport, Strategy, TrustedIssuers, Verdict,
+    VerificationSource, sign_attestation,
 };
 use ldp_session::runtime::{Delegate, DelegateRuntime, TaskContext};
 use ldp_session::{Responder, ResponderConfig, SeededIds, SystemClock, TaskOutput, TaskRequest};
@@ -21,13 +21,15 @@ use ldp_types::{Capability, ClaimType as CardClaimType, DelegateId, IdentityCard
 use serde_json::{Value, json};
 
 /// A simulated delegate: answers with its true quality, after failing its first `transient` calls with a
-/// retryable runtime error; `refuse` makes it fail every call with a capability error, `forbid` with a policy one.
+/// retryable runtime error; `refuse` makes it fail every call with a capability error, `forbid` with a policy one;
+/// `judge` makes it a judge that answers `{"score": judge}`.
 #[derive(Default)]
 struct Sim {
     quality: f64,
     transient: AtomicU32,
     refuse: bool,
     forbid: bool,
+    judge: Option<f64>,
 }
 
 #[async_trait]
@@ -35,6 +37,10 @@ impl Delegate for Sim {
     async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
         if self.refuse {
             return Err(LdpError::capability(codes::SKILL_NOT_FOUND, "cannot do that after all"));
+        }
+        if let Some(score) = self.judge {
+            assert!(task.input["output"]["answer"].is_string(), "the judge sees the output: {}", task.input);
+            return Ok(TaskOutput::new(json!({ "score": score })));
         }
         if self.forbid {
             return Err(LdpError::policy(codes::CONTRACT_VIOLATED, "not allowed"));
@@ -252,4 +258,40 @@ async fn attestations_fetched_with_the_card_count_and_forgeries_are_explained() 
     assert_ne!(forger_row.assessment.basis, Some(ClaimType::IssuerAttested));
     vetted.shutdown().await.unwrap();
     forger.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_judge_delegate_scores_outcomes_and_deadlines_bound_routing() {
+    let worker = serve(card("worker", "draft", 0.9, 0.01), Sim { quality: 0.9, ..Sim::default() }).await;
+    let judge = serve(card("judge", "judge", 0.9, 0.01), Sim { judge: Some(0.25), ..Sim::default() }).await;
+    let registry = Arc::new(registry(Exploration::Greedy, TrustedIssuers::new()));
+    registry.add_url(&ldp_url(&worker)).await.unwrap();
+    registry.add_url(&ldp_url(&judge)).await.unwrap();
+    let judged_by = JudgeScorer::new(registry.clone(), SelectionRequest::new("judge"));
+    let task = RouteTask::new("draft", json!("a letter"));
+    let routed = registry.route_and_submit(&task, &judged_by).await.unwrap();
+    assert_eq!(
+        routed.verdict,
+        Some(Verdict {
+            score: Quality::new(0.25).unwrap(),
+            source: VerificationSource::Judge("ldp:delegate:judge".into())
+        })
+    );
+    let observed = registry.with_router(|r| r.observed("ldp:delegate:worker", "draft")).unwrap();
+    assert_eq!((observed.count, observed.mean), (1, 0.25));
+
+    // A deadline already past: nothing is attempted.
+    let late =
+        task.with_contract(ldp_types::DelegationContract::new("c-2", "draft").with_deadline("2020-01-01T00:00:00Z"));
+    let error = registry.route_and_submit(&late, &judged_by).await.unwrap_err();
+    assert!(matches!(error.kind, RouteErrorKind::Escalated { reason: GiveUpReason::DeadlineExhausted, .. }), "{error}");
+    assert!(error.attempts.is_empty());
+    let bad = RouteTask::new("draft", json!("x"))
+        .with_contract(ldp_types::DelegationContract::new("c-3", "draft").with_deadline("tomorrow"));
+    assert!(matches!(
+        registry.route_and_submit(&bad, &judged_by).await.unwrap_err().kind,
+        RouteErrorKind::InvalidContract(_)
+    ));
+    worker.shutdown().await.unwrap();
+    judge.shutdown().await.unwrap();
 }
