@@ -40,7 +40,7 @@ fn serve(args: &[&str]) -> (Guard, String) {
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(i) = line.find("http://") {
-                let _ = tx.send(line[i..].trim().to_owned());
+                let _ = tx.send(line[i..].split_whitespace().next().unwrap_or_default().to_owned());
                 return;
             }
         }
