@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use ldp_router::{
-    AttestationClaim, AttestationRejection, ClaimType, DiscoveryError, ExplainDepth, Quality, Registry, RegistryConfig,
-    RouterError, SchemeDispatcher, SelectionRequest, SharedTransport, Strategy, TransportFactory, TrustedIssuers,
-    sign_attestation,
+    AttestationClaim, AttestationRejection, ClaimType, DiscoveryError, ExplainDepth, FailoverAction, NoScore, Quality,
+    Registry, RegistryConfig, RouteTask, RouterError, SchemeDispatcher, SelectionRequest, SharedTransport, Strategy,
+    TransportFactory, TrustedIssuers, sign_attestation,
 };
 use ldp_session::runtime::{DelegateRuntime, EchoDelegate, MemoryTransport, Transport};
 use ldp_session::{ManualClock, PeerContext, Responder, ResponderConfig, SeededIds};
@@ -33,6 +33,8 @@ struct Switchable {
     inner: MemoryTransport,
     broken: Arc<AtomicBool>,
     impostor: Option<IdentityCard>,
+    /// Answer the next TASK_SUBMIT with a session failure, as a delegate that lost the session would.
+    expire_next_submit: Arc<AtomicBool>,
 }
 
 #[async_trait]
@@ -52,6 +54,9 @@ impl Transport for Switchable {
         env: &Envelope,
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<Option<Value>, LdpError> {
+        if env.body.type_name() == "TASK_SUBMIT" && self.expire_next_submit.swap(false, Ordering::SeqCst) {
+            return Err(LdpError::session(codes::SESSION_EXPIRED, "session expired"));
+        }
         self.inner.exchange(env, updates).await
     }
 }
@@ -65,24 +70,30 @@ fn memory(card: IdentityCard) -> MemoryTransport {
 struct Fixture {
     registry: Registry,
     broken: Arc<AtomicBool>,
+    expire: Arc<AtomicBool>,
 }
 
 /// A registry whose `mem://NAME` URLs reach in-memory delegates; `mem://impostor` serves another delegate's card.
 fn fixture(threshold: u32, trusted: TrustedIssuers) -> Fixture {
     let broken = Arc::new(AtomicBool::new(false));
+    let expire = Arc::new(AtomicBool::new(false));
     let flag = broken.clone();
+    let expiry = expire.clone();
     let mem = move |url: &str| -> Result<SharedTransport, DiscoveryError> {
         let name = url.trim_start_matches("mem://");
+        let expire = expiry.clone();
         let transport = match name {
             "alpha" => Switchable {
                 inner: memory(card("alpha", &[("reasoning", 0.7), ("summarize", 0.6)])),
                 broken: flag.clone(),
                 impostor: None,
+                expire_next_submit: expire.clone(),
             },
             "impostor" => Switchable {
                 inner: memory(card("alpha", &[("reasoning", 0.7)])),
                 broken: flag.clone(),
                 impostor: Some(card("mallory", &[("reasoning", 0.99)])),
+                expire_next_submit: expire.clone(),
             },
             other => return Err(DiscoveryError::adapter(format!("nothing at {other}"))),
         };
@@ -93,7 +104,7 @@ fn fixture(threshold: u32, trusted: TrustedIssuers) -> Fixture {
         RegistryConfig { identity_failure_threshold: threshold, trusted_issuers: trusted, ..RegistryConfig::default() };
     let clock = Arc::new(ManualClock::new(datetime!(2026-03-15 12:00 UTC)));
     let registry = Registry::new(config, Arc::new(dispatcher) as Arc<dyn TransportFactory>, clock).unwrap();
-    Fixture { registry, broken }
+    Fixture { registry, broken, expire }
 }
 
 #[tokio::test]
@@ -143,6 +154,7 @@ async fn a_card_naming_another_delegate_is_an_identity_failure() {
         inner: memory(card("alpha", &[("reasoning", 0.7)])),
         broken: Arc::new(AtomicBool::new(false)),
         impostor: Some(card("mallory", &[("reasoning", 0.99)])),
+        expire_next_submit: Arc::new(AtomicBool::new(false)),
     });
     f.registry.add_card(card("alpha", &[("reasoning", 0.7)]), Some(transport)).unwrap();
     let report = f.registry.refresh().await;
@@ -201,4 +213,20 @@ async fn an_attestation_message_upgrades_one_skill_and_a_bad_one_is_explained() 
 
 fn registered_claim() -> AttestationClaim {
     AttestationClaim::new("x", "y", Quality::MAX, "z", datetime!(2026-03-15 12:00 UTC))
+}
+
+#[tokio::test]
+async fn a_lost_session_is_re_established_and_the_task_retried() {
+    let f = fixture(3, TrustedIssuers::new());
+    f.registry.add_url("mem://alpha").await.unwrap();
+    let task = RouteTask::new("reasoning", serde_json::json!("first"));
+    let first = f.registry.route_and_submit(&task, &NoScore).await.unwrap();
+    let first_session = first.provenance.unwrap().session_id.unwrap();
+    assert_eq!(first.output, serde_json::json!({ "echo": "first" }));
+
+    f.expire.store(true, Ordering::SeqCst);
+    let routed = f.registry.route_and_submit(&task, &NoScore).await.unwrap();
+    assert_eq!(routed.attempts.len(), 2, "{:?} {}", routed.attempts, f.expire.load(Ordering::SeqCst));
+    assert!(matches!(routed.attempts[0].action, Some(FailoverAction::Retry { new_session: true, .. })));
+    assert_ne!(routed.provenance.unwrap().session_id.unwrap(), first_session);
 }
