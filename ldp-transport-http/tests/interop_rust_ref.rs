@@ -12,7 +12,7 @@ use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
 use ldp_session::{Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock};
 use ldp_transport_http::{HttpServerConfig, HttpState, ServerHandle, spawn};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
-use ldp_types::{Capability, DelegateId, IdentityCard};
+use ldp_types::{Capability, DelegateId, IdentityCard, PayloadMode};
 use serde_json::json;
 
 const SECRET: &str = "rust-ref-secret";
@@ -20,6 +20,7 @@ const SECRET: &str = "rust-ref-secret";
 async fn server(signed: bool) -> ServerHandle {
     let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:echo").unwrap(), "Echo", "echo", "1.0");
     card.capabilities.push(Capability::new("echo"));
+    card.supported_payload_modes = vec![PayloadMode::SemanticFrame, PayloadMode::Text];
     let mut cfg = ResponderConfig::new(card);
     if signed {
         cfg.security =
@@ -93,7 +94,7 @@ async fn the_rust_reference_client_through_the_whole_lifecycle() {
         };
         let reply = send(LdpEnvelope::new("", me, &url, hello, RefMode::Text)).await;
         let LdpMessageBody::CapabilityManifest { capabilities } = &reply.body else { panic!("{reply:?}") };
-        assert_eq!(capabilities["supported_modes"], json!(["text"]));
+        assert_eq!(capabilities["supported_modes"], json!(["semantic_frame", "text"]));
         if signed {
             assert!(
                 ldp_protocol::verify_envelope(&reply, SECRET, reply.signature.as_deref().unwrap()),
