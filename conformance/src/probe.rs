@@ -385,7 +385,15 @@ impl Probe {
             message_id: out.message_id.as_deref(),
         };
         let result = match sent {
-            Err(e) => Err(format!("websocket send failed: {e}")),
+            // The server may have answered (an error frame, a close frame) and closed before taking the whole
+            // message; read what arrived before judging.
+            Err(e) => match read_answer(stream, Duration::from_millis(500), &expect, earlier).await {
+                Ok(r) if !r.no_reply => {
+                    earlier.push(format!("(sending did not complete: {e})"));
+                    Ok(r)
+                }
+                _ => Err(format!("websocket send failed: {e}")),
+            },
             Ok(()) => read_answer(stream, wait, &expect, earlier).await,
         };
         let broken = match &result {
