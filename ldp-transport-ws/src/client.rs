@@ -168,6 +168,9 @@ pub struct WsStats {
 
 type Answer = Result<Option<Value>, LdpError>;
 
+/// Size of the connection's read and write buffers.
+const IO_BUFFER: usize = 16 * 1024;
+
 #[derive(Debug)]
 enum Kind {
     Submit {
@@ -717,7 +720,10 @@ async fn open(target: &Target) -> Result<(BoxSink, BoxStream), LdpError> {
     }
     let config = tungstenite::protocol::WebSocketConfig::default()
         .max_message_size(Some(opts.max_message))
-        .max_frame_size(Some(opts.max_message));
+        .max_frame_size(Some(opts.max_message))
+        // tungstenite's 128 KiB defaults make an idle connection heavy; the buffers grow for larger messages.
+        .read_buffer_size(IO_BUFFER)
+        .write_buffer_size(IO_BUFFER);
     let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
     let (socket, _) = match tokio::time::timeout(opts.connect_timeout, connecting).await {
         Err(_) => return Err(LdpError::transport(codes::TIMEOUT, "connecting timed out")),

@@ -64,6 +64,9 @@ pub struct WsServerConfig {
     /// How long results that completed for a disconnected session are kept for its resume when the session machine
     /// cannot hold them itself (default 1 h, the RFC's default session TTL).
     pub held_ttl: Duration,
+    /// Size of each connection's read and write buffers (default 16 KiB; tungstenite's own default of 128 KiB
+    /// each makes an idle connection several times heavier). Larger messages still work: the buffers grow.
+    pub io_buffer: usize,
     /// Bearer tokens and the identities they authenticate (the same table as HTTP's). When any is set, an upgrade
     /// without a known token is refused with 401 and an LDP error body.
     pub tokens: HashMap<String, AuthenticatedPeer>,
@@ -78,6 +81,7 @@ impl Default for WsServerConfig {
             ping_interval: Duration::from_secs(15),
             idle_timeout: Duration::from_secs(45),
             held_ttl: Duration::from_secs(3600),
+            io_buffer: 16 * 1024,
             tokens: HashMap::new(),
         }
     }
@@ -613,12 +617,15 @@ async fn upgrade(
     // answered with its message id.
     let limit = server.hub.config.max_message;
     let hard = limit.saturating_mul(2).max(limit.saturating_add(64 * 1024));
-    ws.max_message_size(hard).max_frame_size(hard).on_upgrade(move |socket| async move {
-        let (sink, stream) = socket.split();
-        let sink = sink.with(|m: Message| futures::future::ready(Ok::<_, axum::Error>(to_axum(m))));
-        let stream = stream.map(move |item| from_axum(item, hard));
-        server.serve_connection(peer, sink, stream).await;
-    })
+    let buffer = server.hub.config.io_buffer.max(1024);
+    ws.max_message_size(hard).max_frame_size(hard).read_buffer_size(buffer).write_buffer_size(buffer).on_upgrade(
+        move |socket| async move {
+            let (sink, stream) = socket.split();
+            let sink = sink.with(|m: Message| futures::future::ready(Ok::<_, axum::Error>(to_axum(m))));
+            let stream = stream.map(move |item| from_axum(item, hard));
+            server.serve_connection(peer, sink, stream).await;
+        },
+    )
 }
 
 fn to_axum(m: Message) -> aws::Message {
