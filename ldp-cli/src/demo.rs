@@ -12,7 +12,8 @@ use ldp_session::{
     Initiator, InitiatorConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SessionError, SystemClock,
     TaskOutput, TaskRequest,
 };
-use ldp_transport_http::{HttpServerConfig, HttpState, HttpTransport, ServerHandle};
+use ldp_transport_http::{HttpServerConfig, HttpState, HttpTransport};
+use ldp_transport_ws::{WsOptions, WsServer, WsServerConfig, WsTransport};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{
     Body, Budget, Capability, ClaimType, ContractPolicy, DelegateId, DelegationContract, Envelope, FailurePolicy,
@@ -25,7 +26,20 @@ const ROUTER: &str = "ldp:delegate:router";
 
 /// Arguments of `ldp demo`.
 #[derive(Debug, clap::Args)]
-pub struct DemoArgs {}
+pub struct DemoArgs {
+    /// The transport the client uses; the delegates serve both on one port.
+    #[arg(long, value_enum, default_value = "http")]
+    pub transport: TransportKind,
+}
+
+/// The client's transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TransportKind {
+    /// `POST /ldp/messages` (and SSE).
+    Http,
+    /// One WebSocket connection (`/ldp/ws`).
+    Ws,
+}
 
 /// The analyst: `summarize` works on semantic frames and text; `classify` has no frame parser and fails in
 /// `semantic_frame` mode with PAYLOAD_MODE_FAILED, which makes the session fall back to text (RFC 4.3).
@@ -89,15 +103,46 @@ fn vault_key() -> Result<SigningKey, String> {
     SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "demo-shared-secret").map_err(|e| e.to_string())
 }
 
+/// A delegate serving HTTP and WebSocket on one loopback port.
+struct ServerHandle {
+    url: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    join: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl ServerHandle {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn shutdown(self) -> std::io::Result<()> {
+        let _ = self.stop.send(());
+        self.join.await.map_err(std::io::Error::other)?
+    }
+}
+
 async fn start(cfg: ResponderConfig, delegate: Arc<dyn Delegate>) -> Result<ServerHandle, String> {
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
-    let state = HttpState::new(DelegateRuntime::new(responder, delegate), HttpServerConfig::default());
-    ldp_transport_http::spawn("127.0.0.1:0", state).await.map_err(|e| format!("cannot start a delegate: {e}"))
+    let runtime = DelegateRuntime::new(responder, delegate);
+    let ws = WsServer::new(runtime.clone(), WsServerConfig::default());
+    let app =
+        ldp_transport_http::router(HttpState::new(runtime.clone(), HttpServerConfig::default())).merge(ws.router());
+    let listener =
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("cannot start a delegate: {e}"))?;
+    let url = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        let _ = stopped.await;
+        ws.shutdown();
+    };
+    let join = tokio::spawn(ldp_transport_http::serve_router(listener, runtime, app, shutdown));
+    Ok(ServerHandle { url, stop, join })
 }
 
 /// Prints every exchange as `→ TYPE` / `← TYPE`, and keeps the last envelope sent.
 struct Traced {
-    inner: HttpTransport,
+    inner: Box<dyn Transport>,
+    url: String,
     last_sent: Mutex<Option<Envelope>>,
 }
 
@@ -161,7 +206,7 @@ fn clip(v: &Value) -> String {
 impl Transport for Traced {
     async fn identity(&self) -> Result<IdentityCard, LdpError> {
         let card = self.inner.identity().await?;
-        println!("  GET {}/.well-known/ldp-identity", self.inner.url());
+        println!("  GET {}/.well-known/ldp-identity", self.url);
         println!(
             "  ✔ {} \"{}\" ({} {}), trust domain {}, context {} tokens",
             card.delegate_id.as_str(),
@@ -196,12 +241,19 @@ impl Transport for Traced {
     }
 }
 
-fn traced(url: &str) -> Result<Traced, String> {
-    Ok(Traced { inner: HttpTransport::new(url).map_err(|e| e.to_string())?, last_sent: Mutex::new(None) })
+async fn traced(url: &str, kind: TransportKind) -> Result<Traced, String> {
+    // The one line that picks the transport.
+    let inner: Box<dyn Transport> = match kind {
+        TransportKind::Http => Box::new(HttpTransport::new(url).map_err(|e| e.to_string())?),
+        TransportKind::Ws => {
+            Box::new(WsTransport::connect(url, WsOptions::default()).await.map_err(|e| e.to_string())?)
+        }
+    };
+    Ok(Traced { inner, url: url.to_owned(), last_sent: Mutex::new(None) })
 }
 
-async fn connect(url: &str, cfg: InitiatorConfig) -> Result<Client<Traced>, String> {
-    Client::connect(traced(url)?, cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()))
+async fn connect(url: &str, cfg: InitiatorConfig, kind: TransportKind) -> Result<Client<Traced>, String> {
+    Client::connect(traced(url, kind).await?, cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()))
         .await
         .map_err(|e| format!("connect: {e}"))
 }
@@ -231,8 +283,9 @@ fn reply_line(status: u16, v: &Value) -> String {
     }
 }
 
-async fn run_demo() -> Result<(), String> {
-    println!("LDP demo: delegates on loopback, speaking LDP over HTTP (no external service).");
+async fn run_demo(kind: TransportKind) -> Result<(), String> {
+    let over = if kind == TransportKind::Ws { "WebSocket" } else { "HTTP" };
+    println!("LDP demo: delegates on loopback, speaking LDP over {over} (no external service).");
 
     section(1, "Two delegates start, each with its own identity card");
     let analyst = start(ResponderConfig::new(analyst_card()?), Arc::new(Analyst)).await?;
@@ -245,7 +298,7 @@ async fn run_demo() -> Result<(), String> {
     section(2, "Discovery and handshake: router → analyst");
     let mut cfg = InitiatorConfig::new(ROUTER);
     cfg.trust_domain = Some("research.internal".into());
-    let client = connect(analyst.url(), cfg).await?;
+    let client = connect(analyst.url(), cfg, kind).await?;
     let session = client.propose(SessionConfig::default()).await.map_err(|e| format!("propose: {e}"))?;
     println!("  ✔ session active, mode {}", session.mode);
 
@@ -302,7 +355,7 @@ async fn run_demo() -> Result<(), String> {
     section(7, "A replay is rejected (vault signs and checks every message)");
     let mut cfg = InitiatorConfig::new(ROUTER);
     cfg.security = SecurityConfig::symmetric(vault_key()?);
-    let signed = connect(vault.url(), cfg).await?;
+    let signed = connect(vault.url(), cfg, kind).await?;
     let vs = signed.propose(SessionConfig::default()).await.map_err(|e| format!("propose: {e}"))?;
     signed.submit(&vs.session_id, "echo", json!("transfer 10 credits"), None).await.map_err(|e| e.to_string())?;
     let captured = signed.transport().last_sent.lock().ok().and_then(|l| l.clone()).ok_or("nothing was sent")?;
@@ -326,12 +379,12 @@ async fn run_demo() -> Result<(), String> {
 
     analyst.shutdown().await.map_err(|e| e.to_string())?;
     vault.shutdown().await.map_err(|e| e.to_string())?;
-    println!("\n✔ demo complete: HELLO → SESSION_CLOSE over HTTP, provenance, fallback, contract, trust, replay.");
+    println!("\n✔ demo complete: HELLO → SESSION_CLOSE over {over}, provenance, fallback, contract, trust, replay.");
     Ok(())
 }
 
 /// Runs the demo.
-pub fn run(_args: DemoArgs) -> ExitCode {
+pub fn run(args: DemoArgs) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -339,7 +392,7 @@ pub fn run(_args: DemoArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run_demo()) {
+    match rt.block_on(run_demo(args.transport)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ldp demo: ✘ {e}");

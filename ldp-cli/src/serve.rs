@@ -1,4 +1,4 @@
-//! `ldp serve`: an echo delegate over HTTP, configured from flags, so anyone can stand one up without code.
+//! `ldp serve`: an echo delegate over HTTP and WebSocket (`/ldp/ws`, same port), configured from flags, so anyone can stand one up without code.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -12,6 +12,7 @@ use ldp_session::{
     AuthenticatedPeer, ReplayConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TrustPolicy,
 };
 use ldp_transport_http::{HttpServerConfig, HttpState};
+use ldp_transport_ws::{WsServer, WsServerConfig};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{Capability, DelegateId, IdentityCard, PayloadMode, TrustDomain};
 
@@ -55,8 +56,8 @@ pub struct ServeArgs {
     pub card: Option<PathBuf>,
 }
 
-/// The echo delegate's card: skill `echo`, text mode (the reference clients send raw input even when semantic
-/// frames are negotiated, so advertising only text keeps them working).
+/// The echo delegate's card: skill `echo`, semantic frames and text. The reference clients send raw input even
+/// after negotiating `semantic_frame`; the responder's transparent fallback runs such tasks in text.
 pub fn echo_card(delegate_id: &str, domain: &str) -> Result<IdentityCard, String> {
     let id = DelegateId::new(delegate_id).map_err(|e| e.to_string())?;
     let mut card = IdentityCard::new(id, "Echo", "echo", "1.0");
@@ -64,7 +65,7 @@ pub fn echo_card(delegate_id: &str, domain: &str) -> Result<IdentityCard, String
     card.context_window = 4096;
     card.capabilities.push(Capability::new("echo").with_description("Echoes its input"));
     card.trust_domain = TrustDomain::new(domain);
-    card.supported_payload_modes = vec![PayloadMode::Text];
+    card.supported_payload_modes = vec![PayloadMode::SemanticFrame, PayloadMode::Text];
     Ok(card)
 }
 
@@ -173,14 +174,21 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let auth = if http.tokens.is_empty() { "no authentication" } else { "bearer tokens required" };
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
     let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
-    let state = HttpState::new(runtime, http);
+    // The WebSocket binding on the same port, with the same tokens and message limit.
+    let ws_config = WsServerConfig { max_message: http.max_body, tokens: http.tokens.clone(), ..Default::default() };
+    let ws = WsServer::new(runtime.clone(), ws_config);
+    let app = ldp_transport_http::router(HttpState::new(runtime.clone(), http)).merge(ws.router());
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "ldp serve: {summary}, {auth}");
-        let _ = writeln!(out, "ldp serve: listening on {url}");
+        let _ = writeln!(out, "ldp serve: listening on {url} (WebSocket: ws://{addr}/ldp/ws)");
         let _ = out.flush();
     }
-    ldp_transport_http::serve(listener, state, shutdown_signal()).await.map_err(|e| e.to_string())?;
+    let shutdown = async move {
+        shutdown_signal().await;
+        ws.shutdown();
+    };
+    ldp_transport_http::serve_router(listener, runtime, app, shutdown).await.map_err(|e| e.to_string())?;
     eprintln!("ldp serve: stopped");
     Ok(())
 }
