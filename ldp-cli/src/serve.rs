@@ -1,4 +1,5 @@
 //! `ldp serve`: an echo delegate over HTTP and WebSocket (`/ldp/ws`, same port), configured from flags, so anyone can stand one up without code.
+//! With the `tls` feature (default), `--tls-cert`/`--tls-key` serve HTTPS and `--client-ca` adds mutual TLS.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -54,6 +55,36 @@ pub struct ServeArgs {
     /// answered by echoing.
     #[arg(long, value_name = "FILE")]
     pub card: Option<PathBuf>,
+    /// HTTPS and mutual TLS.
+    #[cfg(feature = "tls")]
+    #[command(flatten, next_help_heading = "TLS (RFC 8.3)")]
+    pub tls: TlsArgs,
+}
+
+/// The TLS flags of `ldp serve`.
+#[cfg(feature = "tls")]
+#[derive(Debug, clap::Args)]
+pub struct TlsArgs {
+    /// Serve HTTPS (and wss:// for /ldp/ws) with this certificate chain: PEM, server certificate first.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert: PEM (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: client certificates must chain to a CA in this PEM bundle and match a --client-cert-peer, or
+    /// the handshake is refused (see --client-cert-optional).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// A client certificate and the peer it authenticates (repeatable). CERT is `sha256:<hex>`, the certificate's
+    /// SHA-256 fingerprint (colons allowed, as `openssl x509 -noout -fingerprint -sha256` prints it), or
+    /// `dns:<name>`, any --client-ca certificate whose subjectAltName covers that DNS name. As with --token, the
+    /// domain is authoritative; a DELEGATE_ID, if given, must be the sender of every message.
+    #[arg(long = "client-cert-peer", value_name = "CERT=[DELEGATE_ID@]DOMAIN", requires = "client_ca")]
+    pub client_cert_peers: Vec<String>,
+    /// With --client-ca: also accept clients without a matching certificate; they then need a --token if any is
+    /// set, and are anonymous otherwise.
+    #[arg(long, requires = "client_ca")]
+    pub client_cert_optional: bool,
 }
 
 /// The echo delegate's card: skill `echo`, semantic frames and text. The reference clients send raw input even
@@ -102,6 +133,57 @@ fn security(sign: Option<&str>, secret: Option<&str>) -> Result<(SecurityConfig,
     }
 }
 
+/// `CERT=[DELEGATE_ID@]DOMAIN` of --client-cert-peer.
+#[cfg(feature = "tls")]
+fn parse_cert_peer(arg: &str) -> Result<(ldp_transport_http::ClientCertMatch, AuthenticatedPeer), String> {
+    let bad = |why: String| format!("--client-cert-peer {arg:?}: {why}");
+    let (cert, peer) = arg.split_once('=').ok_or_else(|| bad("expected CERT=[DELEGATE_ID@]DOMAIN".into()))?;
+    let cert = cert.parse().map_err(|e| bad(format!("{e}")))?;
+    let (delegate_id, domain) = match peer.rsplit_once('@') {
+        Some((id, domain)) => (Some(DelegateId::new(id).map_err(|e| bad(e.to_string()))?.as_str().to_owned()), domain),
+        None => (None, peer),
+    };
+    if domain.is_empty() {
+        return Err(bad("the trust domain is empty".into()));
+    }
+    Ok((cert, AuthenticatedPeer { delegate_id, trust_domain: domain.to_owned() }))
+}
+
+/// The TLS configuration of the flags, if --tls-cert is given.
+#[cfg(feature = "tls")]
+pub(crate) fn tls_config(args: &TlsArgs) -> Result<Option<ldp_transport_http::ServerTlsConfig>, String> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else { return Ok(None) };
+    let client_auth = match &args.client_ca {
+        Some(ca) => {
+            let mut auth = ldp_transport_http::ClientAuth::from_ca_file(ca).map_err(|e| format!("--client-ca: {e}"))?;
+            for arg in &args.client_cert_peers {
+                let (cert, peer) = parse_cert_peer(arg)?;
+                auth = auth.peer(cert, peer);
+            }
+            if args.client_cert_optional {
+                auth = auth.optional();
+            } else if args.client_cert_peers.is_empty() {
+                return Err("--client-ca: give at least one --client-cert-peer (or --client-cert-optional)".into());
+            }
+            Some(auth)
+        }
+        None => None,
+    };
+    let tls = ldp_transport_http::ServerTlsConfig::from_pem_files(cert, key, client_auth)
+        .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
+    Ok(Some(tls))
+}
+
+/// Whether some credential authenticates peers (bearer tokens, or client certificates mapped to peers), in which
+/// case only authenticated domains count.
+fn authenticates(args: &ServeArgs) -> bool {
+    #[cfg(feature = "tls")]
+    let certs = !args.tls.client_cert_peers.is_empty();
+    #[cfg(not(feature = "tls"))]
+    let certs = false;
+    !args.tokens.is_empty() || certs
+}
+
 /// Everything `ldp serve` needs, checked before anything is bound.
 pub(crate) fn build(args: &ServeArgs) -> Result<(ResponderConfig, HttpServerConfig), String> {
     let mut card = match &args.card {
@@ -120,10 +202,11 @@ pub(crate) fn build(args: &ServeArgs) -> Result<(ResponderConfig, HttpServerConf
     let tokens = parse_tokens(&args.tokens)?;
     let (security, hmac_sha256_nonce) = security(args.sign.as_deref(), args.secret.as_deref())?;
     let mut cfg = ResponderConfig::new(card);
-    // Without tokens a declared domain is taken at its word (reference behaviour, for development); with tokens
-    // only the token's domain counts (and unauthenticated requests never reach the session layer).
+    // Without tokens or client certificates a declared domain is taken at its word (reference behaviour, for
+    // development); with them only the authenticated domain counts (and unauthenticated requests never reach the
+    // session layer, unless --client-cert-optional lets anonymous peers in, whose declarations then do not count).
     cfg.trust =
-        if tokens.is_empty() { TrustPolicy::permissive(&cfg.card.trust_domain.name) } else { TrustPolicy::strict() };
+        if authenticates(args) { TrustPolicy::strict() } else { TrustPolicy::permissive(&cfg.card.trust_domain.name) };
     cfg.security = security;
     cfg.hmac_sha256_nonce = hmac_sha256_nonce;
     cfg.limits.max_ttl = Duration::from_secs(args.ttl.max(1));
@@ -158,10 +241,15 @@ async fn shutdown_signal() {
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let (mut cfg, http) = build(&args)?;
+    #[cfg(feature = "tls")]
+    let tls = tls_config(&args.tls)?;
+    #[cfg(not(feature = "tls"))]
+    let tls: Option<std::convert::Infallible> = None;
     let listener =
         tokio::net::TcpListener::bind(&args.bind).await.map_err(|e| format!("cannot bind {}: {e}", args.bind))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let url = format!("http://{addr}");
+    let (scheme, ws_scheme) = if tls.is_some() { ("https", "wss") } else { ("http", "ws") };
+    let url = format!("{scheme}://{addr}");
     if cfg.card.endpoint.is_empty() {
         cfg.card.endpoint.clone_from(&url);
     }
@@ -171,7 +259,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         cfg.card.trust_domain.name,
         cfg.card.capabilities.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
     );
-    let auth = if http.tokens.is_empty() { "no authentication" } else { "bearer tokens required" };
+    let auth = if http.tokens.is_empty() { "no authentication" } else { "bearer tokens required" }.to_owned();
+    #[cfg(feature = "tls")]
+    let auth = match tls.as_ref().and_then(ldp_transport_http::ServerTlsConfig::client_auth) {
+        Some(client_auth) if client_auth.is_required() => "client certificates required".to_owned(),
+        Some(_) => format!("client certificates optional, otherwise {auth}"),
+        None => auth,
+    };
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
     let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
     // The WebSocket binding on the same port, with the same tokens and message limit.
@@ -181,14 +275,21 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "ldp serve: {summary}, {auth}");
-        let _ = writeln!(out, "ldp serve: listening on {url} (WebSocket: ws://{addr}/ldp/ws)");
+        let _ = writeln!(out, "ldp serve: listening on {url} (WebSocket: {ws_scheme}://{addr}/ldp/ws)");
         let _ = out.flush();
     }
     let shutdown = async move {
         shutdown_signal().await;
         ws.shutdown();
     };
-    ldp_transport_http::serve_router(listener, runtime, app, shutdown).await.map_err(|e| e.to_string())?;
+    let served = match tls {
+        #[cfg(feature = "tls")]
+        Some(tls) => ldp_transport_http::serve_router_tls(listener, runtime, app, tls, shutdown).await,
+        #[cfg(not(feature = "tls"))]
+        Some(never) => match never {},
+        None => ldp_transport_http::serve_router(listener, runtime, app, shutdown).await,
+    };
+    served.map_err(|e| e.to_string())?;
     eprintln!("ldp serve: stopped");
     Ok(())
 }
@@ -210,6 +311,35 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Err(e) => {
             eprintln!("ldp serve: {e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(all(test, feature = "tls"))]
+mod tls_tests {
+    use super::*;
+
+    #[test]
+    fn client_cert_peers_parse() {
+        let (cert, peer) = parse_cert_peer("dns:planner.example=ldp:delegate:me@research").unwrap();
+        assert_eq!(cert.to_string(), "dns:planner.example");
+        assert_eq!(
+            peer,
+            AuthenticatedPeer { delegate_id: Some("ldp:delegate:me".into()), trust_domain: "research".into() }
+        );
+        let fp = "AB:".repeat(31) + "AB";
+        let (cert, peer) = parse_cert_peer(&format!("sha256:{fp}=partners")).unwrap();
+        assert_eq!(cert.to_string(), format!("sha256:{}", "ab".repeat(32)));
+        assert_eq!(peer, AuthenticatedPeer { delegate_id: None, trust_domain: "partners".into() });
+        for bad in [
+            "dns:planner.example",
+            "dns:planner.example=",
+            "sha256:12=d",
+            "cn:x=d",
+            "dns:a.example=@d",
+            "dns:a.example=x@",
+        ] {
+            assert!(parse_cert_peer(bad).is_err(), "{bad}");
         }
     }
 }

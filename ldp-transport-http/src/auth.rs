@@ -71,6 +71,9 @@ impl BearerAuth {
 /// Axum middleware: authenticates the request with [`BearerAuth::authenticate`] and stores the [`PeerContext`] in
 /// the request extensions, or answers 401 with an LDP error body.
 ///
+/// A request whose extensions already hold a [`PeerContext`] with an authenticated peer was authenticated by its
+/// connection (a mapped TLS client certificate, feature `tls`): it passes as it is, without a token.
+///
 /// ```
 /// # use axum::{Router, routing::post, Extension};
 /// # use ldp_session::PeerContext;
@@ -81,6 +84,9 @@ impl BearerAuth {
 ///     .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
 /// ```
 pub async fn require_bearer(State(auth): State<BearerAuth>, mut req: Request, next: Next) -> Response {
+    if req.extensions().get::<PeerContext>().is_some_and(|p| p.authenticated.is_some()) {
+        return next.run(req).await;
+    }
     match auth.authenticate(req.headers()) {
         Ok(peer) => {
             req.extensions_mut().insert(peer);

@@ -64,6 +64,8 @@ pub struct HttpTransportBuilder {
     connect_timeout: Duration,
     retry: RetryPolicy,
     client: Option<reqwest::Client>,
+    tls_roots: Vec<Vec<u8>>,
+    tls_identity: Option<Vec<u8>>,
 }
 
 impl HttpTransportBuilder {
@@ -91,10 +93,28 @@ impl HttpTransportBuilder {
         self
     }
 
-    /// Uses this `reqwest` client (for custom TLS roots, client certificates, proxies); the timeouts set here are
-    /// then those of the given client, except the per-request timeout, which is still applied.
+    /// Uses this `reqwest` client (e.g. for proxies); the timeouts set here are then those of the given client,
+    /// except the per-request timeout, which is still applied. Cannot be combined with the `tls_*` options.
     pub fn http_client(mut self, client: reqwest::Client) -> Self {
         self.client = Some(client);
+        self
+    }
+
+    /// Trusts the CA certificates in `pem` (one or more `CERTIFICATE` blocks) for `https://` URLs, in addition to
+    /// the built-in web PKI roots: e.g. a private CA, or a self-signed server certificate in tests. Repeatable.
+    pub fn tls_root_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots.push(pem.into());
+        self
+    }
+
+    /// Presents this client certificate for mutual TLS: `cert_chain` holds the certificate first, then any
+    /// intermediates; `key` its private key (PKCS#8, PKCS#1 or SEC1), all PEM.
+    pub fn tls_client_identity_pem(mut self, cert_chain: &[u8], key: &[u8]) -> Self {
+        let mut pem = Vec::with_capacity(cert_chain.len() + key.len() + 1);
+        pem.extend_from_slice(cert_chain);
+        pem.push(b'\n');
+        pem.extend_from_slice(key);
+        self.tls_identity = Some(pem);
         self
     }
 
@@ -105,14 +125,36 @@ impl HttpTransportBuilder {
         if !valid {
             return Err(Error::InvalidUrl(self.url));
         }
+        let custom_tls = !self.tls_roots.is_empty() || self.tls_identity.is_some();
         let client = match self.client {
+            Some(_) if custom_tls => {
+                return Err(Error::Tls(
+                    "tls_* options cannot be combined with http_client; configure that client".into(),
+                ));
+            }
             Some(c) => c,
-            None => reqwest::Client::builder()
-                .connect_timeout(self.connect_timeout)
-                .pool_idle_timeout(Duration::from_secs(90))
-                .tcp_nodelay(true)
-                .build()
-                .map_err(Error::Client)?,
+            None => {
+                let mut builder = reqwest::Client::builder()
+                    .connect_timeout(self.connect_timeout)
+                    .pool_idle_timeout(Duration::from_secs(90))
+                    .tcp_nodelay(true);
+                for pem in &self.tls_roots {
+                    let certs = reqwest::Certificate::from_pem_bundle(pem)
+                        .map_err(|e| Error::Tls(format!("root certificate: {e}")))?;
+                    if certs.is_empty() {
+                        return Err(Error::Tls("root certificate: no PEM CERTIFICATE block".into()));
+                    }
+                    for cert in certs {
+                        builder = builder.add_root_certificate(cert);
+                    }
+                }
+                if let Some(pem) = &self.tls_identity {
+                    let identity =
+                        reqwest::Identity::from_pem(pem).map_err(|e| Error::Tls(format!("client identity: {e}")))?;
+                    builder = builder.identity(identity);
+                }
+                builder.build().map_err(Error::Client)?
+            }
         };
         Ok(HttpTransport {
             messages: format!("{url}{MESSAGES}"),
@@ -160,6 +202,8 @@ impl HttpTransport {
             connect_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
             client: None,
+            tls_roots: Vec::new(),
+            tls_identity: None,
         }
     }
 

@@ -42,6 +42,40 @@
 //! session layer then uses the token's trust domain and refuses a contradicting declaration. [`BearerAuth`] and
 //! [`require_bearer`] are reusable by other bindings, and [`router_with`] adds their routes under the same layers.
 //!
+//! # TLS
+//!
+//! With the `tls` feature (off by default; the `ldp` CLI turns it on), `spawn_tls`, `serve_tls` and
+//! `serve_router_tls` serve the same router over TLS 1.2/1.3 with rustls (the `ring` provider, chosen explicitly,
+//! so no process-wide provider needs installing). `ServerTlsConfig` takes a PEM certificate chain and private key
+//! (in memory or from files); each handshake runs on its own task with a timeout, and a failed one (a plain-HTTP
+//! client, a refused certificate) only closes that connection.
+//!
+//! Mutual TLS (RFC 8.3) adds a `ClientAuth`: a client-CA bundle and a table from `ClientCertMatch` (a
+//! certificate's SHA-256 fingerprint, `sha256:<hex>`, or a subjectAltName DNS name, `dns:<name>`) to an
+//! [`AuthenticatedPeer`]. A verified, matching certificate authenticates its connection: each request on it carries
+//! that peer in its [`PeerContext`](ldp_session::PeerContext), the same path a bearer token's identity takes to the
+//! session layer, which then trusts only the certificate's domain (a contradicting declaration gets 403) and, when
+//! the entry names a delegate id, only that sender. When mutual TLS is required (the default) a missing or
+//! unmatched certificate fails the handshake; when optional, such clients fall back to the bearer-token rules.
+//!
+//! On the client side, [`HttpTransportBuilder::tls_root_certificate_pem`] trusts a private CA (or a self-signed
+//! server) and [`HttpTransportBuilder::tls_client_identity_pem`] presents a client certificate; both need no
+//! feature (reqwest's rustls backend is always on).
+//!
+//! ```no_run
+//! # #[cfg(feature = "tls")]
+//! # async fn tls(state: ldp_transport_http::HttpState) -> Result<(), Box<dyn std::error::Error>> {
+//! use ldp_session::AuthenticatedPeer;
+//! use ldp_transport_http::{ClientAuth, ServerTlsConfig};
+//!
+//! let peer = AuthenticatedPeer { delegate_id: Some("ldp:delegate:planner".into()), trust_domain: "research".into() };
+//! let mtls = ClientAuth::from_ca_file("client-ca.pem")?.peer("dns:planner.research.example".parse()?, peer);
+//! let tls = ServerTlsConfig::from_pem_files("server.pem", "server.key", Some(mtls))?;
+//! let server = ldp_transport_http::spawn_tls("0.0.0.0:8443", state, tls).await?;
+//! println!("{}", server.url()); // https://0.0.0.0:8443
+//! # Ok(()) }
+//! ```
+//!
 //! A delegate and a client on loopback:
 //!
 //! ```
@@ -82,6 +116,8 @@ mod client;
 mod error;
 mod server;
 mod sse;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use auth::{BearerAuth, require_bearer};
 pub use client::{HttpTransport, HttpTransportBuilder, RetryPolicy};
@@ -90,3 +126,5 @@ pub use server::{
     CAPABILITIES, HttpServerConfig, HttpState, IDENTITY, MESSAGES, STREAM, ServerHandle, WELL_KNOWN_IDENTITY, router,
     router_with, serve, serve_router, spawn,
 };
+#[cfg(feature = "tls")]
+pub use tls::{ClientAuth, ClientCertMatch, ServerTlsConfig, serve_router_tls, serve_tls, spawn_tls};

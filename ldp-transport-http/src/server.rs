@@ -199,12 +199,23 @@ pub struct ServerHandle {
 }
 
 impl ServerHandle {
+    /// A handle for a server already running on `join`, which stops when `stop` is sent.
+    #[cfg(feature = "tls")]
+    pub(crate) fn running(
+        addr: SocketAddr,
+        url: String,
+        stop: oneshot::Sender<()>,
+        join: JoinHandle<std::io::Result<()>>,
+    ) -> Self {
+        Self { addr, url, stop: Some(stop), join }
+    }
+
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// `http://<addr>`.
+    /// `http://<addr>` (`https://<addr>` for a server started with `spawn_tls`).
     pub fn url(&self) -> &str {
         &self.url
     }

@@ -1,0 +1,104 @@
+//! `ldp serve --tls-cert/--tls-key/--client-ca/--client-cert-peer` as a process: it prints an https:// URL, a
+//! client with a mapped certificate runs HELLO through SESSION_CLOSE, one without a certificate is refused at the
+//! handshake.
+#![cfg(feature = "tls")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ldp_session::runtime::{Client, Transport};
+use ldp_session::{InitiatorConfig, SeededIds, SystemClock};
+use ldp_transport_http::{HttpTransport, RetryPolicy};
+use ldp_types::SessionConfig;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+struct Guard(Child, PathBuf);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn ldp_serve_over_mutual_tls() {
+    let dir = std::env::temp_dir().join(format!("ldp-serve-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "ldp test CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let issue = |name: &str, purpose: ExtendedKeyUsagePurpose| {
+        let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params.subject_alt_names.push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+        params.extended_key_usages = vec![purpose];
+        let key = KeyPair::generate().unwrap();
+        (params.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = issue("localhost", ExtendedKeyUsagePurpose::ServerAuth);
+    let (client_cert, client_key) = issue("planner.example", ExtendedKeyUsagePurpose::ClientAuth);
+    let ca_pem = ca.pem();
+
+    let child = Command::new(env!("CARGO_BIN_EXE_ldp"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--trust-domain", "research"])
+        .args(["--tls-cert", &write(&dir, "server.pem", &server_cert)])
+        .args(["--tls-key", &write(&dir, "server.key", &server_key)])
+        .args(["--client-ca", &write(&dir, "ca.pem", &ca_pem)])
+        .args(["--client-cert-peer", "dns:planner.example=ldp:delegate:me@research"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut guard = Guard(child, dir);
+    let stdout = guard.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let url = loop {
+        let line = rx.recv_timeout(Duration::from_secs(30)).expect("ldp serve prints its URL");
+        if let Some(rest) = line.strip_prefix("ldp serve: listening on ") {
+            assert!(rest.contains("wss://"), "{rest}");
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+        lines.push(line);
+    };
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    assert!(lines.iter().any(|l| l.contains("client certificates required")), "{lines:?}");
+
+    let transport = HttpTransport::builder(&url)
+        .tls_root_certificate_pem(ca_pem.clone())
+        .tls_client_identity_pem(client_cert.as_bytes(), client_key.as_bytes())
+        .build()
+        .unwrap();
+    let ids = Box::new(SeededIds::from_entropy());
+    let client =
+        Client::connect(transport, InitiatorConfig::new("ldp:delegate:me"), Arc::new(SystemClock), ids).await.unwrap();
+    let session = client.propose(SessionConfig::default()).await.unwrap();
+    let out = client.submit(&session.session_id, "echo", serde_json::json!("hi"), None).await.unwrap();
+    assert_eq!(out.output, serde_json::json!({ "echo": "hi" }));
+    client.close(&session.session_id).await.unwrap();
+
+    let anonymous =
+        HttpTransport::builder(&url).tls_root_certificate_pem(ca_pem).retry(RetryPolicy::none()).build().unwrap();
+    assert!(anonymous.identity().await.is_err());
+}
