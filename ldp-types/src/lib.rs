@@ -38,6 +38,7 @@
 
 mod contract;
 mod envelope;
+mod json;
 mod error;
 mod identity;
 mod jcs;

@@ -317,7 +317,7 @@ pub fn verify_value(envelope: &Value, key: &VerifyingKey) -> Result<(), Error> {
     let signature = obj.get("signature").and_then(Value::as_str).ok_or(Error::MissingSignature)?;
     check_algorithm(obj.get("signature_algorithm").and_then(Value::as_str), key)?;
     let data = match key.algorithm() {
-        SignatureAlgorithm::HmacSha256 => legacy_signing_input(&Envelope::from_value(envelope.clone())?),
+        SignatureAlgorithm::HmacSha256 => legacy_signing_input(&Envelope::from_value_ref(envelope)?),
         _ => canonical_signing_input_value(envelope)?,
     };
     verify_bytes(key, &data, signature)
