@@ -31,9 +31,9 @@ enum Command {
     Lctl(lctl::LctlCommand),
     /// Reproduce the provenance-paradox routing experiment of the paper.
     Paradox(paradox::ParadoxArgs),
-    /// Serve an echo delegate over HTTP (LDP HTTP binding).
+    /// Serve an echo delegate over HTTP (RFC 8), WebSocket (`/ldp/ws`) and optionally TLS.
     Serve(serve::ServeArgs),
-    /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP.
+    /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP or WebSocket.
     Demo(demo::DemoArgs),
     /// Run the conformance kit against an LDP implementation.
     Conformance(conformance::ConformanceArgs),
