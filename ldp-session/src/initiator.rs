@@ -285,7 +285,7 @@ impl Initiator {
     pub fn handle(&mut self, bytes: &[u8]) -> Result<(), SessionError> {
         let raw: Value =
             serde_json::from_slice(bytes).map_err(|e| SessionError::Protocol(format!("reply is not JSON: {e}")))?;
-        let env = Envelope::from_value(raw.clone()).map_err(|e| SessionError::Protocol(e.to_string()))?;
+        let env = Envelope::from_value_ref(&raw).map_err(|e| SessionError::Protocol(e.to_string()))?;
         self.handle_envelope(env, Some(&raw))
     }
 

@@ -232,6 +232,16 @@ impl ResponderSession {
     fn deadline(&self) -> Instant {
         self.last_activity + self.ttl
     }
+
+    /// Records a task that left `running`, keeping at most `history_len` entries.
+    fn record_history(&mut self, task_id: &str, skill: Box<str>, status: TaskStatus, history_len: usize) {
+        if history_len > 0 {
+            if self.history.len() >= history_len {
+                self.history.pop_front();
+            }
+            self.history.push_back(HistoryEntry { task_id: task_id.into(), skill, status });
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -361,7 +371,10 @@ impl Responder {
             }
             self.end_session(&id, Ended::Expired);
         }
-        self.replay.prune(self.wall.now_utc());
+        // Without replay protection the table stays empty: no need to read the clock.
+        if !self.replay.is_empty() {
+            self.replay.prune(self.wall.now_utc());
+        }
     }
 
     fn end_session(&mut self, id: &str, how: Ended) -> Vec<TaskKey> {
@@ -420,7 +433,7 @@ impl Responder {
         if self.cfg.security.needs_raw_json() {
             let raw: Value =
                 serde_json::from_slice(bytes).map_err(|e| malformed(ldp_types::Error::MalformedJson(e)))?;
-            let env = Envelope::from_value(raw.clone()).map_err(malformed)?;
+            let env = Envelope::from_value_ref(&raw).map_err(malformed)?;
             self.handle_envelope(now, peer, env, Some(&raw))
         } else {
             let env = Envelope::from_slice(bytes).map_err(malformed)?;
@@ -637,6 +650,25 @@ impl Responder {
     /// resumes on its peer's first message.
     fn with_session(&mut self, now: Instant, peer: &PeerContext, env: &Envelope) -> Result<(), Refusal> {
         let id = env.session_id.as_str();
+        let authenticated = peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref());
+        // The common case, a live session, with one lookup.
+        if let Some(session) = self.sessions.get_mut(id)
+            && session.deadline() > now
+        {
+            let wrong_sender = *session.peer != *env.from
+                || (session.peer_delegate.is_some() && session.peer_delegate.as_deref() != authenticated);
+            if !wrong_sender {
+                session.last_activity = now;
+                if peer.connection.is_some() {
+                    session.connection = peer.connection;
+                }
+                if session.state == SessionState::Suspended {
+                    session.state = SessionState::Active;
+                    self.events.push_back(ResponderEvent::SessionResumed { session_id: id.to_owned() });
+                }
+                return Ok(());
+            }
+        }
         let expired = self.sessions.get(id).is_some_and(|s| s.deadline() <= now);
         if expired {
             self.end_session(id, Ended::Expired);
@@ -656,7 +688,6 @@ impl Responder {
             };
             return Err(self.refuse(env, error));
         };
-        let authenticated = peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref());
         let wrong_sender = *session.peer != *env.from
             || (session.peer_delegate.is_some() && session.peer_delegate.as_deref() != authenticated);
         if wrong_sender {
@@ -855,12 +886,7 @@ impl Responder {
         let Some(s) = self.sessions.get_mut(key.session_id.as_str()) else { return false };
         let Some(task) = s.running.remove(key.task_id.as_str()) else { return false };
         self.running_total = self.running_total.saturating_sub(1);
-        if history_len > 0 {
-            if s.history.len() >= history_len {
-                s.history.pop_front();
-            }
-            s.history.push_back(HistoryEntry { task_id: key.task_id.as_str().into(), skill: task.skill, status });
-        }
+        s.record_history(&key.task_id, task.skill, status, history_len);
         true
     }
 
@@ -905,11 +931,21 @@ impl Responder {
     /// Completes a task: builds the TASK_RESULT with full provenance (RFC 10.1.3), records usage against the
     /// session budget, and appends lineage entries for results obtained by re-delegating.
     pub fn complete_task(&mut self, key: &TaskKey, out: TaskOutput) -> Result<Delivery, SessionError> {
-        let (mode, contract_id) = {
-            let t = self.running(key)?;
-            (t.mode, t.contract_id.as_deref().map(str::to_owned))
-        };
-        let peer = self.peer_of(&key.session_id)?;
+        // One lookup of the session (and one of the task) for all the bookkeeping: this runs for every task.
+        let history_len = self.cfg.limits.history_len;
+        let s = self
+            .sessions
+            .get_mut(key.session_id.as_str())
+            .ok_or_else(|| SessionError::UnknownSession(key.session_id.clone()))?;
+        let task =
+            s.running.remove(key.task_id.as_str()).ok_or_else(|| SessionError::TaskEnded(key.task_id.clone()))?;
+        s.tokens_used = s.tokens_used.saturating_add(out.tokens_used.unwrap_or(0));
+        s.cost_usd += out.cost_usd.unwrap_or(0.0);
+        s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);
+        let peer = s.peer.to_string();
+        let suspended = s.state == SessionState::Suspended;
+        self.running_total = self.running_total.saturating_sub(1);
+        let mode = task.mode;
         let mut provenance =
             Provenance::new(self.cfg.card.delegate_id.as_str(), self.cfg.card.model_version.as_str(), mode);
         provenance.confidence = out.confidence;
@@ -919,7 +955,7 @@ impl Responder {
         provenance.evidence = out.evidence;
         provenance.tokens_used = out.tokens_used;
         provenance.cost_usd = out.cost_usd;
-        provenance.contract_id = contract_id;
+        provenance.contract_id = task.contract_id.map(String::from);
         for sub in out.delegated {
             provenance.lineage.push(LineageEntry {
                 delegate_id: sub.produced_by.clone(),
@@ -930,14 +966,9 @@ impl Responder {
             });
             provenance.lineage.extend(sub.lineage);
         }
-        if let Some(s) = self.sessions.get_mut(key.session_id.as_str()) {
-            s.tokens_used = s.tokens_used.saturating_add(out.tokens_used.unwrap_or(0));
-            s.cost_usd += out.cost_usd.unwrap_or(0.0);
-        }
-        self.end_task(key, TaskStatus::Completed);
         let env =
             self.envelope(&key.session_id, &peer, TaskResult::new(key.task_id.clone(), out.output, provenance), mode);
-        Ok(self.deliver(&key.session_id, env))
+        Ok(if suspended { self.deliver(&key.session_id, env) } else { Delivery::Send(env) })
     }
 
     /// Fails a task with a typed error.

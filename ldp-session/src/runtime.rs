@@ -455,7 +455,7 @@ fn classify(e: LdpError) -> SessionError {
 }
 
 fn handle_reply(init: &mut Initiator, raw: Value) -> Result<(), SessionError> {
-    let env = Envelope::from_value(raw.clone()).map_err(|e| SessionError::Protocol(e.to_string()))?;
+    let env = Envelope::from_value_ref(&raw).map_err(|e| SessionError::Protocol(e.to_string()))?;
     init.handle_envelope(env, Some(&raw))
 }
 
