@@ -291,7 +291,7 @@ impl Initiator {
 
     /// Handles one decoded reply; `raw` is the JSON as received when available (JCS signatures need it).
     pub fn handle_envelope(&mut self, env: Envelope, raw: Option<&Value>) -> Result<(), SessionError> {
-        verify_inbound(&self.cfg.security, &env, raw).map_err(SessionError::Peer)?;
+        verify_inbound(&self.cfg.security, &env, raw.into()).map_err(SessionError::Peer)?;
         if let Some(replay) = self.cfg.security.replay {
             self.replay.check(&replay, &env, self.wall.now_utc()).map_err(SessionError::Peer)?;
         }

@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::clock::{IdSource, WallClock};
 use crate::config::{DeclaredDomains, FallbackStyle, ResponderConfig};
 use crate::error::{Refusal, SessionError};
-use crate::security::{ReplayGuard, sign_outbound, verify_inbound};
+use crate::security::{Received, ReplayGuard, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
 
 /// What the transport learned about the peer, independent of what the peer's messages claim.
@@ -430,15 +430,10 @@ impl Responder {
     /// Handles one message as raw bytes from the transport.
     pub fn handle(&mut self, now: Instant, peer: &PeerContext, bytes: &[u8]) -> Result<Outcome, Refusal> {
         let malformed = |e: ldp_types::Error| Refusal { error: LdpError::from(&e), reply: None };
-        if self.cfg.security.needs_raw_json() {
-            let raw: Value =
-                serde_json::from_slice(bytes).map_err(|e| malformed(ldp_types::Error::MalformedJson(e)))?;
-            let env = Envelope::from_value_ref(&raw).map_err(malformed)?;
-            self.handle_envelope(now, peer, env, Some(&raw))
-        } else {
-            let env = Envelope::from_slice(bytes).map_err(malformed)?;
-            self.handle_envelope(now, peer, env, None)
-        }
+        let env = Envelope::from_slice(bytes).map_err(malformed)?;
+        // The JCS algorithms verify the bytes as received (nulls and unknown members included).
+        let received = if self.cfg.security.needs_raw_json() { Received::Bytes(bytes) } else { Received::Decoded };
+        self.handle_received(now, peer, env, received)
     }
 
     /// Handles one decoded message. `raw` is the JSON as received, needed to verify JCS signatures.
@@ -448,6 +443,16 @@ impl Responder {
         peer: &PeerContext,
         env: Envelope,
         raw: Option<&Value>,
+    ) -> Result<Outcome, Refusal> {
+        self.handle_received(now, peer, env, raw.into())
+    }
+
+    fn handle_received(
+        &mut self,
+        now: Instant,
+        peer: &PeerContext,
+        env: Envelope,
+        raw: Received<'_>,
     ) -> Result<Outcome, Refusal> {
         self.handle_timeout(now);
         if let Body::Unknown(u) = &env.body {

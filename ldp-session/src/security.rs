@@ -142,8 +142,25 @@ impl ReplayGuard {
     }
 }
 
+/// The JSON of an inbound message as received, which the JCS algorithms verify.
+#[derive(Clone, Copy)]
+pub(crate) enum Received<'a> {
+    /// Not at hand: verify the decoded envelope.
+    Decoded,
+    /// Parsed into a value.
+    Value(&'a Value),
+    /// The bytes themselves.
+    Bytes(&'a [u8]),
+}
+
+impl<'a> From<Option<&'a Value>> for Received<'a> {
+    fn from(raw: Option<&'a Value>) -> Self {
+        raw.map_or(Received::Decoded, Received::Value)
+    }
+}
+
 /// Checks an inbound message's signature under the policy for its sender.
-pub(crate) fn verify_inbound(cfg: &SecurityConfig, env: &Envelope, raw: Option<&Value>) -> Result<(), LdpError> {
+pub(crate) fn verify_inbound(cfg: &SecurityConfig, env: &Envelope, raw: Received<'_>) -> Result<(), LdpError> {
     let SignaturePolicy::Require(key) = cfg.policy_for(&env.from) else {
         return Ok(());
     };
@@ -152,8 +169,9 @@ pub(crate) fn verify_inbound(cfg: &SecurityConfig, env: &Envelope, raw: Option<&
         return Ok(());
     }
     let verdict = match raw {
-        Some(raw) => signing::verify_value(raw, key),
-        None => signing::verify(env, key),
+        Received::Value(raw) => signing::verify_value(raw, key),
+        Received::Bytes(raw) => signing::verify_slice(raw, key),
+        Received::Decoded => signing::verify(env, key),
     };
     verdict.map_err(|e| {
         let mut err = LdpError::from(&e);

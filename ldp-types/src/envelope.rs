@@ -593,6 +593,9 @@ impl Serialize for UnsignedView<'_> {
 }
 
 fn serialize_envelope<S: Serializer>(env: &Envelope, with_signature: bool, serializer: S) -> Result<S::Ok, S::Error> {
+    if !with_signature && env.extensions.is_empty() {
+        return serialize_unsigned_sorted(env, serializer);
+    }
     let mut map = serializer.serialize_map(None)?;
     map.serialize_entry("message_id", &env.message_id)?;
     map.serialize_entry("session_id", &env.session_id)?;
@@ -619,6 +622,24 @@ fn serialize_envelope<S: Serializer>(env: &Envelope, with_signature: bool, seria
         }
         map.serialize_entry(k, v)?;
     }
+    map.end()
+}
+
+/// The signing view with its members already in JCS order (the canonicaliser then has nothing to move at the top
+/// level, which is the whole message). Only for envelopes without extension members, whose names could sort anywhere.
+fn serialize_unsigned_sorted<S: Serializer>(env: &Envelope, serializer: S) -> Result<S::Ok, S::Error> {
+    let mut map = serializer.serialize_map(None)?;
+    map.serialize_entry("body", &env.body)?;
+    map.serialize_entry("from", &env.from)?;
+    map.serialize_entry("message_id", &env.message_id)?;
+    if let Some(s) = &env.nonce {
+        map.serialize_entry("nonce", s)?;
+    }
+    map.serialize_entry("payload_mode", &env.payload_mode)?;
+    map.serialize_entry("provenance", &env.provenance)?;
+    map.serialize_entry("session_id", &env.session_id)?;
+    map.serialize_entry("timestamp", &env.timestamp)?;
+    map.serialize_entry("to", &env.to)?;
     map.end()
 }
 

@@ -6,11 +6,15 @@
 //! place. Numbers are written as ECMAScript would print the IEEE 754 double (`ryu-js`), integers included. No
 //! intermediate `Value` is built.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::fmt;
 
-use serde::Serialize;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::json::{Error, Number, Style, Writer};
+use crate::json::{Error, Number, Style, Writer, write_str};
 
 /// The canonical bytes of `value`. Fails on duplicate member names and raw JSON fragments; non-finite numbers are
 /// written as `null`, as serde_json (and the reference canonicaliser) write them.
@@ -19,6 +23,158 @@ pub(crate) fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, serde_
     let style = Jcs { frames: Vec::new(), spare: Vec::new(), scratch: Vec::new() };
     value.serialize(&mut Writer { out: &mut out, style }).map_err(Error::into_serde_json)?;
     Ok(out)
+}
+
+/// The canonical bytes of the JSON object `json` without its top-level `signature` and `signature_algorithm`
+/// members, and the values of those two members, straight from the text: no `Value` tree is built.
+///
+/// Fails wherever canonicalising the parsed `Value` could give another answer: invalid JSON, a non-object, and
+/// duplicate member names (which a `Value` resolves by keeping the last); callers then take the `Value` path.
+pub(crate) fn signing_input_from_slice(json: &[u8]) -> Result<SigningInput, serde_json::Error> {
+    let mut out = Vec::with_capacity(json.len() + 64);
+    let style = Jcs { frames: Vec::new(), spare: Vec::new(), scratch: Vec::new() };
+    let mut writer = Writer { out: &mut out, style };
+    // One UTF-8 check for the whole text is cheaper than one per string.
+    let text = std::str::from_utf8(json).map_err(de::Error::custom)?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let (signature, algorithm) = de.deserialize_map(TopLevel(&mut writer))?;
+    de.end()?;
+    Ok(SigningInput { canonical: out, signature, algorithm })
+}
+
+/// What [`signing_input_from_slice`] returns.
+pub(crate) struct SigningInput {
+    /// The canonical bytes that were signed.
+    pub(crate) canonical: Vec<u8>,
+    /// The `signature` member as received.
+    pub(crate) signature: Option<Value>,
+    /// The `signature_algorithm` member as received.
+    pub(crate) algorithm: Option<Value>,
+}
+
+/// A member name, borrowed from the input when it has no escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// The envelope object: every member but the two signature members is written canonically.
+struct TopLevel<'w, 'o>(&'w mut Writer<'o, Jcs>);
+
+impl<'de> Visitor<'de> for TopLevel<'_, '_> {
+    type Value = (Option<Value>, Option<Value>);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let w = self.0;
+        let (mut signature, mut algorithm) = (None, None);
+        w.begin_object();
+        let mut first = true;
+        while let Some(Key(key)) = map.next_key()? {
+            match &*key {
+                "signature" => signature = Some(map.next_value()?),
+                "signature_algorithm" => algorithm = Some(map.next_value()?),
+                name => {
+                    w.begin_key(&mut first).map_err(de::Error::custom)?;
+                    write_str(w.out, name);
+                    w.end_key().map_err(de::Error::custom)?;
+                    map.next_value_seed(Transcode(&mut *w))?;
+                    w.end_value().map_err(de::Error::custom)?;
+                }
+            }
+        }
+        w.end_object().map_err(de::Error::custom)?;
+        Ok((signature, algorithm))
+    }
+}
+
+/// Writes one JSON value canonically as it is parsed.
+struct Transcode<'w, 'o>(&'w mut Writer<'o, Jcs>);
+
+impl<'de> DeserializeSeed<'de> for Transcode<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Transcode<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        v.serialize(&mut *self.0).map_err(E::custom)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        v.serialize(&mut *self.0).map_err(E::custom)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        v.serialize(&mut *self.0).map_err(E::custom)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        v.serialize(&mut *self.0).map_err(E::custom)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        write_str(self.0.out, v);
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.0.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let w = self.0;
+        w.out.push(b'[');
+        let mut first = true;
+        loop {
+            let at = w.out.len();
+            if !first {
+                w.out.push(b',');
+            }
+            if seq.next_element_seed(Transcode(&mut *w))?.is_none() {
+                // No element after all: take back the separator.
+                w.out.truncate(at);
+                break;
+            }
+            first = false;
+        }
+        w.out.push(b']');
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let w = self.0;
+        w.begin_object();
+        let mut first = true;
+        while let Some(Key(key)) = map.next_key()? {
+            w.begin_key(&mut first).map_err(de::Error::custom)?;
+            write_str(w.out, &key);
+            w.end_key().map_err(de::Error::custom)?;
+            map.next_value_seed(Transcode(&mut *w))?;
+            w.end_value().map_err(de::Error::custom)?;
+        }
+        w.end_object().map_err(de::Error::custom)
+    }
 }
 
 /// One member of an object being written: offsets into the output buffer of its quoted name and of the end of its
@@ -182,6 +338,44 @@ mod tests {
             let at = text.find(&format!("\"{key}\":")).unwrap();
             assert!(at >= last, "{key} out of order in {text}");
             last = at;
+        }
+    }
+
+    fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<u64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_map(serde_json::Value::from),
+            "[\\x00-\\x1f\"\\\\a-z\u{e9}\u{20ac}\u{1f600} ]{0,12}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(4, 40, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map("[a-z\u{e9}\u{1f600}\"]{0,6}", inner, 0..5)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn single_pass_from_text_equals_canonicalising_the_value(
+            members in proptest::collection::btree_map("[a-z_]{0,10}", any_json(), 0..6),
+            signature in proptest::option::of(any_json()),
+        ) {
+            let mut object: serde_json::Map<String, serde_json::Value> = members.into_iter().collect();
+            if let Some(s) = signature {
+                object.insert("signature".into(), s);
+            }
+            let value = serde_json::Value::Object(object);
+            let text = serde_json::to_vec_pretty(&value).unwrap();
+            let input = signing_input_from_slice(&text).unwrap();
+            let expected = crate::signing::canonical_signing_input_value(&value).unwrap();
+            proptest::prop_assert_eq!(input.canonical, expected);
+            proptest::prop_assert_eq!(input.signature.as_ref(), value.get("signature"));
         }
     }
 

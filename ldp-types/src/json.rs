@@ -200,28 +200,33 @@ impl<S: Style> Writer<'_, S> {
         }
     }
 
-    fn begin_object(&mut self) {
+    pub(crate) fn begin_object(&mut self) {
         self.out.push(b'{');
         self.style.begin_object(self.out);
     }
 
-    fn end_object(&mut self) -> Result<(), Error> {
+    pub(crate) fn end_object(&mut self) -> Result<(), Error> {
         self.style.end_object(self.out)?;
         self.out.push(b'}');
         Ok(())
     }
 
-    fn begin_key(&mut self, first: &mut bool) -> Result<(), Error> {
+    pub(crate) fn begin_key(&mut self, first: &mut bool) -> Result<(), Error> {
         if !std::mem::replace(first, false) {
             self.out.push(b',');
         }
         self.style.begin_key(self.out)
     }
 
-    fn end_key(&mut self) -> Result<(), Error> {
+    pub(crate) fn end_key(&mut self) -> Result<(), Error> {
         self.style.end_key(self.out)?;
         self.out.push(b':');
         Ok(())
+    }
+
+    /// Called after a member value.
+    pub(crate) fn end_value(&mut self) -> Result<(), Error> {
+        self.style.end_value(self.out)
     }
 
     fn field<T: Serialize + ?Sized>(&mut self, first: &mut bool, key: &str, value: &T) -> Result<(), Error> {

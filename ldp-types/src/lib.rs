@@ -38,10 +38,10 @@
 
 mod contract;
 mod envelope;
-mod json;
 mod error;
 mod identity;
 mod jcs;
+mod json;
 mod messages;
 mod payload;
 mod provenance;

@@ -241,9 +241,20 @@ fn hmac(secret: &[u8], data: &[u8]) -> HmacSha256 {
 
 fn sign_bytes(key: &SigningKey, data: &[u8]) -> String {
     match key {
-        SigningKey::HmacSha256(s) | SigningKey::HmacSha256Jcs(s) => hex::encode(hmac(s, data).finalize().into_bytes()),
-        SigningKey::Ed25519(k) => hex::encode(k.sign(data).to_bytes()),
+        SigningKey::HmacSha256(s) | SigningKey::HmacSha256Jcs(s) => lower_hex(&hmac(s, data).finalize().into_bytes()),
+        SigningKey::Ed25519(k) => lower_hex(&k.sign(data).to_bytes()),
     }
+}
+
+/// Lowercase hex, as `hex::encode` writes it, into one string sized up front.
+fn lower_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
 }
 
 /// Signs `envelope` in place: sets `signature` and `signature_algorithm`.
@@ -321,6 +332,21 @@ pub fn verify_value(envelope: &Value, key: &VerifyingKey) -> Result<(), Error> {
         _ => canonical_signing_input_value(envelope)?,
     };
     verify_bytes(key, &data, signature)
+}
+
+/// Verifies an envelope from the JSON text exactly as received: the same verdict as [`verify_value`] on the parsed
+/// text, without building a `Value` for the JCS algorithms (the canonical form is written while parsing).
+pub fn verify_slice(json: &[u8], key: &VerifyingKey) -> Result<(), Error> {
+    if key.algorithm() != SignatureAlgorithm::HmacSha256
+        && let Ok(input) = crate::jcs::signing_input_from_slice(json)
+    {
+        let signature = input.signature.as_ref().and_then(Value::as_str).ok_or(Error::MissingSignature)?;
+        check_algorithm(input.algorithm.as_ref().and_then(Value::as_str), key)?;
+        return verify_bytes(key, &input.canonical, signature);
+    }
+    // `hmac-sha256`, and what the single pass leaves to the `Value` path (malformed text, duplicate members).
+    let value: Value = serde_json::from_slice(json).map_err(Error::from_decode)?;
+    verify_value(&value, key)
 }
 
 #[cfg(test)]
@@ -410,6 +436,61 @@ mod tests {
         let legacy = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256, "k").unwrap();
         assert!(sign_value(&mut serde_json::json!({}), &legacy).is_err());
         assert!(sign_value(&mut serde_json::json!([1]), &SigningKey::ed25519_from_seed(&[1; 32])).is_err());
+    }
+
+    #[test]
+    fn verify_slice_agrees_with_verify_value() {
+        let jcs = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "k").unwrap();
+        let mut env = submit();
+        env.extensions.insert("x_hop".into(), serde_json::json!({"b": [1, -2, 0.5, null, "\u{e9}\t"], "a": true}));
+        sign(&mut env, &jcs).unwrap();
+        let text = String::from_utf8(env.to_vec().unwrap()).unwrap();
+        // Members out of order, escaped names, nulls and whitespace are all part of what was received.
+        let variants = [
+            text.clone(),
+            text.replacen("{\"message_id\"", "{ \"provenance\" : null, \"m\\u0065ssage_id\"", 1),
+            text.replacen("\"from\"", "\"z_null\":null,\"from\"", 1),
+            text.replacen("\"text\":\"hi\"", "\"text\":\"ho\"", 1),
+            text.replacen("\"x_hop\"", "\"x_hop\":1,\"x_hop\"", 1),
+            text.replacen("\"signature\":", "\"signature\":7,\"signature\":", 1),
+            text.replacen("\"signature_algorithm\":\"hmac-sha256-jcs\"", "\"signature_algorithm\":\"ed25519-jcs\"", 1),
+            text.replacen("\"signature\":", "\"unsigned\":", 1),
+            "[1]".to_owned(),
+            "{\"a\":".to_owned(),
+            format!("{text} x"),
+        ];
+        for key in keys() {
+            let verifying = key.verifying_key();
+            for v in &variants {
+                let expected = serde_json::from_str::<Value>(v)
+                    .map_err(Error::from_decode)
+                    .and_then(|value| verify_value(&value, &verifying));
+                let got = verify_slice(v.as_bytes(), &verifying);
+                assert_eq!(format!("{got:?}"), format!("{expected:?}"), "{} on {v}", key.algorithm());
+            }
+        }
+        verify_slice(text.as_bytes(), &jcs.verifying_key()).unwrap();
+    }
+
+    #[test]
+    fn hex_is_hex_crate_hex() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(lower_hex(&bytes), hex::encode(&bytes));
+    }
+
+    #[test]
+    fn sorted_signing_view_is_the_canonical_form() {
+        let mut env = submit();
+        env.provenance = Some(crate::Provenance::new("a", "m", crate::PayloadMode::Text));
+        let ours = canonical_signing_input(&env).unwrap();
+        let mut value = env.to_value().unwrap();
+        value.as_object_mut().unwrap().remove("signature");
+        assert_eq!(ours, serde_json_canonicalizer::to_vec(&value).unwrap());
+        env.nonce = None;
+        env.extensions.insert("a_first".into(), Value::from(1));
+        let mut value = env.to_value().unwrap();
+        value.as_object_mut().unwrap().remove("signature");
+        assert_eq!(canonical_signing_input(&env).unwrap(), serde_json_canonicalizer::to_vec(&value).unwrap());
     }
 
     #[test]
