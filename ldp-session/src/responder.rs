@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::clock::{IdSource, WallClock};
 use crate::config::{DeclaredDomains, FallbackStyle, ResponderConfig};
 use crate::error::{Refusal, SessionError};
-use crate::security::{Received, ReplayGuard, sign_outbound, verify_inbound};
+use crate::security::{Received, ReplayGuard, SecurityConfig, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
 
 /// What the transport learned about the peer, independent of what the peer's messages claim.
@@ -429,8 +429,7 @@ impl Responder {
 
     /// Handles one message as raw bytes from the transport.
     pub fn handle(&mut self, now: Instant, peer: &PeerContext, bytes: &[u8]) -> Result<Outcome, Refusal> {
-        let malformed = |e: ldp_types::Error| Refusal { error: LdpError::from(&e), reply: None };
-        let env = Envelope::from_slice(bytes).map_err(malformed)?;
+        let env = decode(bytes)?;
         // The JCS algorithms verify the bytes as received (nulls and unknown members included).
         let received = if self.cfg.security.needs_raw_json() { Received::Bytes(bytes) } else { Received::Decoded };
         self.handle_received(now, peer, env, received)
@@ -454,13 +453,36 @@ impl Responder {
         env: Envelope,
         raw: Received<'_>,
     ) -> Result<Outcome, Refusal> {
+        self.handle_verified(now, peer, env, |security, env| verify_inbound(security, env, raw))
+    }
+
+    /// Handles a message that [`InboundCheck::check`] decoded and verified outside the machine (e.g. before taking
+    /// the lock a runtime keeps around it). Every rule applies as in [`Responder::handle`], in the same order.
+    pub fn handle_checked(&mut self, now: Instant, peer: &PeerContext, checked: Checked) -> Result<Outcome, Refusal> {
+        let Checked { env, signature } = checked;
+        self.handle_verified(now, peer, env, |_, _| signature)
+    }
+
+    /// The checks that can run without the machine's state, for use outside it: decoding and the signature policy
+    /// (signature checks depend only on the configuration, which does not change).
+    pub fn inbound_check(&self) -> InboundCheck {
+        InboundCheck { security: Arc::new(self.cfg.security.clone()) }
+    }
+
+    fn handle_verified(
+        &mut self,
+        now: Instant,
+        peer: &PeerContext,
+        env: Envelope,
+        verify: impl FnOnce(&SecurityConfig, &Envelope) -> Result<(), LdpError>,
+    ) -> Result<Outcome, Refusal> {
         self.handle_timeout(now);
         if let Body::Unknown(u) = &env.body {
             let error =
                 LdpError::capability(codes::UNKNOWN_MESSAGE_TYPE, format!("unknown message type {:?}", u.type_name));
             return Err(self.refuse(&env, error));
         }
-        if let Err(error) = verify_inbound(&self.cfg.security, &env, raw) {
+        if let Err(error) = verify(&self.cfg.security, &env) {
             return Err(self.refuse(&env, error));
         }
         if let Some(replay) = self.cfg.security.replay {
@@ -986,6 +1008,45 @@ impl Responder {
         self.end_task(key, TaskStatus::Failed);
         let env = self.envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode);
         Ok(self.deliver(&key.session_id, env))
+    }
+}
+
+/// Decodes a message as [`Responder::handle`] does: malformed input is refused without a reply.
+fn decode(bytes: &[u8]) -> Result<Envelope, Refusal> {
+    Envelope::from_slice(bytes).map_err(|e| Refusal { error: LdpError::from(&e), reply: None })
+}
+
+/// Decoding and signature verification of inbound messages, separated from the machine so that they can run
+/// without exclusive access to it (see [`Responder::inbound_check`] and [`Responder::handle_checked`]).
+#[derive(Debug, Clone)]
+pub struct InboundCheck {
+    security: Arc<SecurityConfig>,
+}
+
+impl InboundCheck {
+    /// Decodes `bytes` and checks the signature under the sender's policy. A message that does not decode is refused
+    /// here exactly as [`Responder::handle`] refuses it; a signature failure is kept in the result, for the machine
+    /// to answer in protocol (after its own earlier checks).
+    pub fn check(&self, bytes: &[u8]) -> Result<Checked, Refusal> {
+        let env = decode(bytes)?;
+        // The JCS algorithms verify the bytes as received (nulls and unknown members included).
+        let received = if self.security.needs_raw_json() { Received::Bytes(bytes) } else { Received::Decoded };
+        let signature = verify_inbound(&self.security, &env, received);
+        Ok(Checked { env, signature })
+    }
+}
+
+/// A decoded message and the verdict on its signature, for [`Responder::handle_checked`].
+#[derive(Debug)]
+pub struct Checked {
+    env: Envelope,
+    signature: Result<(), LdpError>,
+}
+
+impl Checked {
+    /// The decoded message.
+    pub fn envelope(&self) -> &Envelope {
+        &self.env
     }
 }
 

@@ -23,7 +23,9 @@ use crate::clock::{IdSource, WallClock};
 use crate::config::InitiatorConfig;
 use crate::error::{Refusal, SessionError};
 use crate::initiator::{Initiator, InitiatorEvent};
-use crate::responder::{Delivery, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest};
+use crate::responder::{
+    Delivery, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
+};
 
 /// A progress report from a running task.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +82,8 @@ pub enum Response {
 }
 
 struct RuntimeInner {
+    /// Decoding and signature checks, run before taking the responder's lock.
+    check: InboundCheck,
     responder: Mutex<Responder>,
     delegate: Arc<dyn Delegate>,
     running: Mutex<HashMap<TaskKey, AbortHandle>>,
@@ -110,6 +114,7 @@ impl DelegateRuntime {
         let (events, _) = broadcast::channel(1024);
         Self {
             inner: Arc::new(RuntimeInner {
+                check: responder.inbound_check(),
                 responder: Mutex::new(responder),
                 delegate,
                 running: Mutex::new(HashMap::new()),
@@ -155,7 +160,13 @@ impl DelegateRuntime {
     /// Handles one inbound message. For a TASK_SUBMIT this runs the task to completion; TASK_UPDATEs it emits are
     /// sent to `updates` when given (streaming transports), and dropped otherwise.
     pub async fn handle(&self, peer: &PeerContext, bytes: &[u8], updates: Option<mpsc::Sender<Envelope>>) -> Response {
-        let outcome = self.with_responder(|r| r.handle(Instant::now(), peer, bytes));
+        // Decoding and signature verification need no machine state: keep them out of the lock, which every message
+        // and every task completion takes.
+        let checked = match self.inner.check.check(bytes) {
+            Ok(checked) => checked,
+            Err(refusal) => return Response::Refused(refusal),
+        };
+        let outcome = self.with_responder(|r| r.handle_checked(Instant::now(), peer, checked));
         match outcome {
             Err(refusal) => Response::Refused(refusal),
             Ok(Outcome::Reply(env)) => Response::Reply(env),
