@@ -6,7 +6,11 @@
 //! server side, so swapping one for another changes one value in user code.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -15,7 +19,7 @@ use ldp_types::{
     codes,
 };
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::AbortHandle;
 
 use crate::TaskKey;
@@ -86,7 +90,7 @@ struct RuntimeInner {
     check: InboundCheck,
     responder: Mutex<Responder>,
     delegate: Arc<dyn Delegate>,
-    running: Mutex<HashMap<TaskKey, AbortHandle>>,
+    running: Mutex<HashMap<TaskKey, CancelHandle>>,
     events: broadcast::Sender<ResponderEvent>,
 }
 
@@ -99,6 +103,46 @@ pub struct DelegateRuntime {
 impl std::fmt::Debug for DelegateRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DelegateRuntime").finish_non_exhaustive()
+    }
+}
+
+/// Stops a running task's delegate.
+enum CancelHandle {
+    /// The delegate runs on a task of its own.
+    Spawned(AbortHandle),
+    /// The delegate runs within the caller's future (see [`DelegateRuntime::handle_in_place`]).
+    InPlace(Arc<Notify>),
+}
+
+impl CancelHandle {
+    fn cancel(&self) {
+        match self {
+            Self::Spawned(handle) => handle.abort(),
+            // A permit is stored when the delegate is not waiting at this instant, so the cancel is not lost.
+            Self::InPlace(notify) => notify.notify_one(),
+        }
+    }
+}
+
+/// How a delegate's run ended.
+enum Finished {
+    Done(Result<TaskOutput, LdpError>),
+    Cancelled,
+    Panicked,
+}
+
+/// Polls a delegate's future, catching a panic as a spawned task's `JoinHandle` would.
+struct CatchPanic<'a, T>(Pin<Box<dyn Future<Output = T> + Send + 'a>>);
+
+impl<T> Future for CatchPanic<'_, T> {
+    type Output = Option<T>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let fut = &mut self.get_mut().0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(Poll::Ready(out)) => Poll::Ready(Some(out)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(None),
+        }
     }
 }
 
@@ -159,7 +203,32 @@ impl DelegateRuntime {
 
     /// Handles one inbound message. For a TASK_SUBMIT this runs the task to completion; TASK_UPDATEs it emits are
     /// sent to `updates` when given (streaming transports), and dropped otherwise.
+    ///
+    /// The delegate runs on a task of its own, so it keeps running when this future is dropped or not polled.
     pub async fn handle(&self, peer: &PeerContext, bytes: &[u8], updates: Option<mpsc::Sender<Envelope>>) -> Response {
+        self.handle_with(peer, bytes, updates, false).await
+    }
+
+    /// [`DelegateRuntime::handle`] with the delegate run within this future instead of on a task of its own (one
+    /// task spawn less per TASK_SUBMIT), for callers that already run each message on its own task and poll it to
+    /// completion, as the HTTP binding does. Cancellation and delegate panics are handled as by `handle`; but the
+    /// delegate stops when this future is dropped, and makes no progress while it is not polled.
+    pub async fn handle_in_place(
+        &self,
+        peer: &PeerContext,
+        bytes: &[u8],
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Response {
+        self.handle_with(peer, bytes, updates, true).await
+    }
+
+    async fn handle_with(
+        &self,
+        peer: &PeerContext,
+        bytes: &[u8],
+        updates: Option<mpsc::Sender<Envelope>>,
+        in_place: bool,
+    ) -> Response {
         // Decoding and signature verification need no machine state: keep them out of the lock, which every message
         // and every task completion takes.
         let checked = match self.inner.check.check(bytes) {
@@ -175,24 +244,41 @@ impl DelegateRuntime {
                 let running = lock(&self.inner.running);
                 for key in &cancelled {
                     if let Some(handle) = running.get(key) {
-                        handle.abort();
+                        handle.cancel();
                     }
                 }
                 Response::Reply(reply)
             }
-            Ok(Outcome::Execute(task)) => self.execute(task, updates).await,
+            Ok(Outcome::Execute(task)) => self.execute(task, updates, in_place).await,
         }
     }
 
-    async fn execute(&self, task: TaskRequest, updates: Option<mpsc::Sender<Envelope>>) -> Response {
+    async fn execute(&self, task: TaskRequest, updates: Option<mpsc::Sender<Envelope>>, in_place: bool) -> Response {
         let key = task.key.clone();
         let peer = task.peer.clone();
         let mode = task.payload_mode;
         let (progress_tx, mut progress_rx) = mpsc::unbounded_channel::<Progress>();
         let delegate = self.inner.delegate.clone();
         let ctx = TaskContext { progress: progress_tx };
-        let join = tokio::spawn(async move { delegate.execute(task, ctx).await });
-        lock(&self.inner.running).insert(key.clone(), join.abort_handle());
+        let run = async {
+            if in_place {
+                let cancel = Arc::new(Notify::new());
+                lock(&self.inner.running).insert(key.clone(), CancelHandle::InPlace(cancel.clone()));
+                tokio::select! {
+                    biased;
+                    () = cancel.notified() => Finished::Cancelled,
+                    out = CatchPanic(delegate.execute(task, ctx)) => out.map_or(Finished::Panicked, Finished::Done),
+                }
+            } else {
+                let join = tokio::spawn(async move { delegate.execute(task, ctx).await });
+                lock(&self.inner.running).insert(key.clone(), CancelHandle::Spawned(join.abort_handle()));
+                match join.await {
+                    Ok(out) => Finished::Done(out),
+                    Err(e) if e.is_cancelled() => Finished::Cancelled,
+                    Err(_) => Finished::Panicked,
+                }
+            }
+        };
         // Forward progress while the task runs; the loop ends when the task drops its context.
         let forward = {
             let rt = self.clone();
@@ -207,19 +293,19 @@ impl DelegateRuntime {
                 }
             }
         };
-        let (joined, ()) = tokio::join!(join, forward);
+        let (finished, ()) = tokio::join!(run, forward);
         lock(&self.inner.running).remove(&key);
-        let delivery = match joined {
-            Ok(Ok(output)) => self.with_responder(|r| r.complete_task(&key, output)),
-            Ok(Err(error)) => self.with_responder(|r| r.fail_task(&key, error)),
-            Err(e) if e.is_cancelled() => {
+        let delivery = match finished {
+            Finished::Done(Ok(output)) => self.with_responder(|r| r.complete_task(&key, output)),
+            Finished::Done(Err(error)) => self.with_responder(|r| r.fail_task(&key, error)),
+            Finished::Cancelled => {
                 let error = LdpError::runtime(codes::CANCELLED, "cancelled by the initiator").with_retryable(false);
                 let env = self.with_responder(|r| {
                     r.make_envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode)
                 });
                 return Response::Reply(env);
             }
-            Err(_) => {
+            Finished::Panicked => {
                 let error = LdpError::runtime(codes::EXECUTION_FAILED, "the delegate panicked");
                 self.with_responder(|r| r.fail_task(&key, error))
             }

@@ -147,3 +147,101 @@ async fn progress_reaches_a_streaming_submitter() {
     assert_eq!(p.progress, Some(0.5));
     assert_eq!(p.message.as_deref(), Some("half"));
 }
+
+/// Runs every message with `DelegateRuntime::handle_in_place` on a task of its own, as the HTTP binding does.
+struct InPlaceTransport {
+    runtime: DelegateRuntime,
+}
+
+#[async_trait]
+impl runtime::Transport for InPlaceTransport {
+    async fn identity(&self) -> Result<IdentityCard, LdpError> {
+        Ok(self.runtime.card())
+    }
+
+    async fn exchange(
+        &self,
+        envelope: &Envelope,
+        updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
+    ) -> Result<Option<serde_json::Value>, LdpError> {
+        let bytes = envelope.to_vec().unwrap();
+        let rt = self.runtime.clone();
+        let job = tokio::spawn(async move { rt.handle_in_place(&PeerContext::default(), &bytes, updates).await });
+        match job.await.unwrap() {
+            runtime::Response::Reply(env) | runtime::Response::Refused(Refusal { reply: Some(env), .. }) => {
+                Ok(Some(env.to_value().unwrap()))
+            }
+            runtime::Response::Accepted => Ok(None),
+            runtime::Response::Refused(Refusal { error, reply: None }) => Err(error),
+        }
+    }
+}
+
+/// Panics on the `boom` skill, otherwise answers like `FussyDelegate`.
+struct PanickyDelegate;
+
+#[async_trait]
+impl Delegate for PanickyDelegate {
+    async fn execute(&self, task: TaskRequest, ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        if task.skill == "boom" {
+            panic!("delegate bug");
+        }
+        FussyDelegate.execute(task, ctx).await
+    }
+}
+
+#[tokio::test]
+async fn in_place_handling_completes_cancels_streams_and_survives_delegate_panics() {
+    let mut card = card();
+    card.capabilities.push(Capability::new("boom"));
+    let responder = Responder::new(ResponderConfig::new(card), Arc::new(SystemClock), Box::new(SeededIds::new(7)));
+    let rt = DelegateRuntime::new(responder, Arc::new(PanickyDelegate));
+    let c = Arc::new(
+        Client::connect(
+            InPlaceTransport { runtime: rt.clone() },
+            InitiatorConfig::new("ldp:delegate:client"),
+            Arc::new(SystemClock),
+            Box::new(SeededIds::new(8)),
+        )
+        .await
+        .unwrap(),
+    );
+    let text = SessionConfig { preferred_payload_modes: Some(vec![PayloadMode::Text]), ..Default::default() };
+    let s = c.propose(text).await.unwrap();
+    // Completes, with progress streamed.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let out = c.submit_with(&s.session_id, "echo", json!("x"), None, None, Some(tx)).await.unwrap();
+    assert_eq!(out.output, json!({ "got": "x" }));
+    assert_eq!(rx.recv().await.unwrap().progress, Some(0.5));
+    // A panicking delegate fails its task; the runtime keeps serving.
+    let SessionError::Peer(e) = c.submit(&s.session_id, "boom", json!("x"), None).await.unwrap_err() else { panic!() };
+    assert_eq!(e.code, codes::EXECUTION_FAILED);
+    assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+    // Closing the session cancels a running task with a definite answer.
+    let (c2, sid) = (c.clone(), s.session_id.clone());
+    let running = tokio::spawn(async move { c2.submit(&sid, "slow", json!("x"), None).await });
+    for _ in 0..400 {
+        if rt.with_responder(|r| r.running_tasks()) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(rt.with_responder(|r| r.running_tasks()), 1, "the slow task never started");
+    c.close(&s.session_id).await.unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(5), running).await.unwrap().unwrap();
+    let SessionError::Peer(e) = result.unwrap_err() else { panic!() };
+    assert_eq!(e.code, codes::CANCELLED);
+    assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+}
+
+#[tokio::test]
+async fn a_panicking_delegate_fails_its_task_when_spawned_too() {
+    let mut card = card();
+    card.capabilities.push(Capability::new("boom"));
+    let responder = Responder::new(ResponderConfig::new(card), Arc::new(SystemClock), Box::new(SeededIds::new(7)));
+    let rt = DelegateRuntime::new(responder, Arc::new(PanickyDelegate));
+    let c = client(&rt).await;
+    let s = c.propose(SessionConfig::default()).await.unwrap();
+    let SessionError::Peer(e) = c.submit(&s.session_id, "boom", json!("x"), None).await.unwrap_err() else { panic!() };
+    assert_eq!(e.code, codes::EXECUTION_FAILED);
+}

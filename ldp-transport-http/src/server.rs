@@ -114,7 +114,8 @@ impl HttpState {
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<RuntimeResponse, HttpError> {
         let rt = self.runtime.clone();
-        let job = tokio::spawn(async move { rt.handle(&peer, &bytes, updates).await }.in_current_span());
+        // This task is polled to completion, so the delegate can run within it rather than on one more task.
+        let job = tokio::spawn(async move { rt.handle_in_place(&peer, &bytes, updates).await }.in_current_span());
         match tokio::time::timeout(self.config.request_timeout, job).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(HttpError::Internal(format!("message handler failed: {e}"))),
