@@ -151,6 +151,17 @@ fn jcs_signing(c: &mut Criterion) {
     group.bench_function("verify_value", |b| {
         b.iter(|| signing::verify_value(black_box(&signed_value), &verifying).unwrap())
     });
+    // What a receiver runs: verification of the bytes as received, without a `Value` tree.
+    let signed_bytes = signed.to_vec().unwrap();
+    group.bench_function("verify_slice", |b| {
+        b.iter(|| signing::verify_slice(black_box(&signed_bytes), &verifying).unwrap())
+    });
+    group.bench_function("sign_verify_slice", |b| {
+        b.iter(|| {
+            signing::sign(black_box(&mut work), &key).unwrap();
+            signing::verify_slice(black_box(&signed_bytes), &verifying).unwrap();
+        })
+    });
     group.finish();
 }
 

@@ -7,6 +7,7 @@
 //! intermediate `Value` is built.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -19,37 +20,74 @@ use crate::json::{Error, Number, Style, Writer, write_str};
 /// The canonical bytes of `value`. Fails on duplicate member names and raw JSON fragments; non-finite numbers are
 /// written as `null`, as serde_json (and the reference canonicaliser) write them.
 pub(crate) fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
-    let mut out = Vec::with_capacity(2048);
-    let style = Jcs { frames: Vec::new(), spare: Vec::new(), scratch: Vec::new() };
-    value.serialize(&mut Writer { out: &mut out, style }).map_err(Error::into_serde_json)?;
-    Ok(out)
+    with_canonical(value, <[u8]>::to_vec)
 }
 
-/// The canonical bytes of the JSON object `json` without its top-level `signature` and `signature_algorithm`
-/// members, and the values of those two members, straight from the text: no `Value` tree is built.
+/// Runs `f` on the canonical bytes of `value` (see [`to_vec`]), written into buffers reused on this thread.
+pub(crate) fn with_canonical<T: Serialize + ?Sized, R>(
+    value: &T,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, serde_json::Error> {
+    let mut pool = Pool::take();
+    let mut writer = Writer { out: &mut pool.out, style: std::mem::take(&mut pool.style) };
+    let written = value.serialize(&mut writer);
+    pool.style = writer.style;
+    let result = written.map(|()| f(&pool.out)).map_err(Error::into_serde_json);
+    pool.put_back();
+    result
+}
+
+/// Runs `f` on the canonical bytes of the JSON object `json` without its top-level `signature` and
+/// `signature_algorithm` members, and on the values of those two members, straight from the text: no `Value` tree is
+/// built.
 ///
 /// Fails wherever canonicalising the parsed `Value` could give another answer: invalid JSON, a non-object, and
 /// duplicate member names (which a `Value` resolves by keeping the last); callers then take the `Value` path.
-pub(crate) fn signing_input_from_slice(json: &[u8]) -> Result<SigningInput, serde_json::Error> {
-    let mut out = Vec::with_capacity(json.len() + 64);
-    let style = Jcs { frames: Vec::new(), spare: Vec::new(), scratch: Vec::new() };
-    let mut writer = Writer { out: &mut out, style };
+pub(crate) fn with_signing_input_from_slice<R>(
+    json: &[u8],
+    f: impl FnOnce(&[u8], Option<&Value>, Option<&Value>) -> R,
+) -> Result<R, serde_json::Error> {
     // One UTF-8 check for the whole text is cheaper than one per string.
     let text = std::str::from_utf8(json).map_err(de::Error::custom)?;
+    let mut pool = Pool::take();
+    let mut writer = Writer { out: &mut pool.out, style: std::mem::take(&mut pool.style) };
     let mut de = serde_json::Deserializer::from_str(text);
-    let (signature, algorithm) = de.deserialize_map(TopLevel(&mut writer))?;
-    de.end()?;
-    Ok(SigningInput { canonical: out, signature, algorithm })
+    let parsed = de.deserialize_map(TopLevel(&mut writer)).and_then(|members| de.end().map(|()| members));
+    pool.style = writer.style;
+    let result = parsed.map(|(signature, algorithm)| f(&pool.out, signature.as_ref(), algorithm.as_ref()));
+    pool.put_back();
+    result
 }
 
-/// What [`signing_input_from_slice`] returns.
-pub(crate) struct SigningInput {
-    /// The canonical bytes that were signed.
-    pub(crate) canonical: Vec<u8>,
-    /// The `signature` member as received.
-    pub(crate) signature: Option<Value>,
-    /// The `signature_algorithm` member as received.
-    pub(crate) algorithm: Option<Value>,
+/// The canonicaliser's buffers, kept per thread between calls: envelopes are about a kilobyte, and allocating that
+/// much afresh for every signature and verification cost more than writing it (glibc sorts its free lists on every
+/// request of 1 KiB or more).
+#[derive(Default)]
+struct Pool {
+    out: Vec<u8>,
+    style: Jcs,
+}
+
+thread_local! {
+    static POOL: Cell<Option<Pool>> = const { Cell::new(None) };
+}
+
+impl Pool {
+    /// This thread's buffers, or new ones (when another canonicalisation on this thread holds them).
+    fn take() -> Self {
+        POOL.try_with(Cell::take).ok().flatten().unwrap_or_default()
+    }
+
+    /// Returns the buffers for the next call, unless one unusually large message grew them.
+    fn put_back(mut self) {
+        const KEEP_AT_MOST: usize = 64 * 1024;
+        self.out.clear();
+        self.style.frames.clear();
+        if self.out.capacity() <= KEEP_AT_MOST && self.style.scratch.capacity() <= KEEP_AT_MOST {
+            // Fails only while the thread is exiting; the buffers are then simply dropped.
+            let _ = POOL.try_with(|pool| pool.set(Some(self)));
+        }
+    }
 }
 
 /// A member name, borrowed from the input when it has no escapes.
@@ -192,6 +230,7 @@ struct Frame {
     members: Vec<Member>,
 }
 
+#[derive(Default)]
 struct Jcs {
     frames: Vec<Frame>,
     /// Member lists of finished objects, reused.
@@ -372,10 +411,11 @@ mod tests {
             }
             let value = serde_json::Value::Object(object);
             let text = serde_json::to_vec_pretty(&value).unwrap();
-            let input = signing_input_from_slice(&text).unwrap();
+            let (canonical, sig) =
+                with_signing_input_from_slice(&text, |canonical, sig, _| (canonical.to_vec(), sig.cloned())).unwrap();
             let expected = crate::signing::canonical_signing_input_value(&value).unwrap();
-            proptest::prop_assert_eq!(input.canonical, expected);
-            proptest::prop_assert_eq!(input.signature.as_ref(), value.get("signature"));
+            proptest::prop_assert_eq!(canonical, expected);
+            proptest::prop_assert_eq!(sig.as_ref(), value.get("signature"));
         }
     }
 

@@ -259,11 +259,14 @@ fn lower_hex(bytes: &[u8]) -> String {
 
 /// Signs `envelope` in place: sets `signature` and `signature_algorithm`.
 pub fn sign(envelope: &mut Envelope, key: &SigningKey) -> Result<(), Error> {
-    let data = match key.algorithm() {
-        SignatureAlgorithm::HmacSha256 => legacy_signing_input(envelope),
-        SignatureAlgorithm::HmacSha256Jcs | SignatureAlgorithm::Ed25519Jcs => canonical_signing_input(envelope)?,
+    let signature = match key.algorithm() {
+        SignatureAlgorithm::HmacSha256 => sign_bytes(key, &legacy_signing_input(envelope)),
+        SignatureAlgorithm::HmacSha256Jcs | SignatureAlgorithm::Ed25519Jcs => {
+            crate::jcs::with_canonical(&UnsignedView(envelope), |data| sign_bytes(key, data))
+                .map_err(Error::Serialize)?
+        }
     };
-    envelope.signature = Some(sign_bytes(key, &data));
+    envelope.signature = Some(signature);
     envelope.signature_algorithm = Some(key.algorithm().as_str().to_owned());
     Ok(())
 }
@@ -275,8 +278,9 @@ pub fn sign_value(object: &mut Value, key: &SigningKey) -> Result<(), Error> {
     if key.algorithm() == SignatureAlgorithm::HmacSha256 {
         return Err(Error::InvalidKey("hmac-sha256 signs envelopes only; use a JCS algorithm"));
     }
-    let data = canonical_signing_input_value(object)?;
-    let signature = sign_bytes(key, &data);
+    let obj = object.as_object().ok_or(Error::InvalidKey("an envelope must be a JSON object"))?;
+    let signature =
+        crate::jcs::with_canonical(&WithoutSignature(obj), |data| sign_bytes(key, data)).map_err(Error::Serialize)?;
     let obj = object.as_object_mut().ok_or(Error::InvalidKey("only a JSON object can be signed"))?;
     obj.insert("signature".to_owned(), Value::String(signature));
     obj.insert("signature_algorithm".to_owned(), Value::String(key.algorithm().as_str().to_owned()));
@@ -295,11 +299,18 @@ fn check_algorithm(named: Option<&str>, key: &VerifyingKey) -> Result<(), Error>
 }
 
 fn verify_bytes(key: &VerifyingKey, data: &[u8], signature_hex: &str) -> Result<(), Error> {
-    let sig = hex::decode(signature_hex).map_err(|_| Error::BadSignature)?;
+    // Signatures are 32 (HMAC) or 64 (Ed25519) bytes: decode on the stack; anything longer cannot verify.
+    let mut buf = [0u8; 64];
+    let len = signature_hex.len() / 2;
+    if !signature_hex.len().is_multiple_of(2) || len > buf.len() {
+        return Err(Error::BadSignature);
+    }
+    hex::decode_to_slice(signature_hex, &mut buf[..len]).map_err(|_| Error::BadSignature)?;
+    let sig = &buf[..len];
     match key {
         VerifyingKey::HmacSha256(s) | VerifyingKey::HmacSha256Jcs(s) => {
             // `verify_slice` compares in constant time.
-            hmac(s, data).verify_slice(&sig).map_err(|_| Error::BadSignature)
+            hmac(s, data).verify_slice(sig).map_err(|_| Error::BadSignature)
         }
         VerifyingKey::Ed25519(k) => {
             let sig: [u8; 64] = sig.try_into().map_err(|_| Error::BadSignature)?;
@@ -315,11 +326,11 @@ fn verify_bytes(key: &VerifyingKey, data: &[u8], signature_hex: &str) -> Result<
 pub fn verify(envelope: &Envelope, key: &VerifyingKey) -> Result<(), Error> {
     let signature = envelope.signature.as_deref().ok_or(Error::MissingSignature)?;
     check_algorithm(envelope.signature_algorithm.as_deref(), key)?;
-    let data = match key.algorithm() {
-        SignatureAlgorithm::HmacSha256 => legacy_signing_input(envelope),
-        _ => canonical_signing_input(envelope)?,
-    };
-    verify_bytes(key, &data, signature)
+    match key.algorithm() {
+        SignatureAlgorithm::HmacSha256 => verify_bytes(key, &legacy_signing_input(envelope), signature),
+        _ => crate::jcs::with_canonical(&UnsignedView(envelope), |data| verify_bytes(key, data, signature))
+            .map_err(Error::Serialize)?,
+    }
 }
 
 /// Verifies an envelope from the JSON object exactly as received.
@@ -327,22 +338,26 @@ pub fn verify_value(envelope: &Value, key: &VerifyingKey) -> Result<(), Error> {
     let obj = envelope.as_object().ok_or(Error::MissingSignature)?;
     let signature = obj.get("signature").and_then(Value::as_str).ok_or(Error::MissingSignature)?;
     check_algorithm(obj.get("signature_algorithm").and_then(Value::as_str), key)?;
-    let data = match key.algorithm() {
-        SignatureAlgorithm::HmacSha256 => legacy_signing_input(&Envelope::from_value_ref(envelope)?),
-        _ => canonical_signing_input_value(envelope)?,
-    };
-    verify_bytes(key, &data, signature)
+    match key.algorithm() {
+        SignatureAlgorithm::HmacSha256 => {
+            verify_bytes(key, &legacy_signing_input(&Envelope::from_value_ref(envelope)?), signature)
+        }
+        _ => crate::jcs::with_canonical(&WithoutSignature(obj), |data| verify_bytes(key, data, signature))
+            .map_err(Error::Serialize)?,
+    }
 }
 
 /// Verifies an envelope from the JSON text exactly as received: the same verdict as [`verify_value`] on the parsed
 /// text, without building a `Value` for the JCS algorithms (the canonical form is written while parsing).
 pub fn verify_slice(json: &[u8], key: &VerifyingKey) -> Result<(), Error> {
     if key.algorithm() != SignatureAlgorithm::HmacSha256
-        && let Ok(input) = crate::jcs::signing_input_from_slice(json)
+        && let Ok(verdict) = crate::jcs::with_signing_input_from_slice(json, |canonical, signature, algorithm| {
+            let signature = signature.and_then(Value::as_str).ok_or(Error::MissingSignature)?;
+            check_algorithm(algorithm.and_then(Value::as_str), key)?;
+            verify_bytes(key, canonical, signature)
+        })
     {
-        let signature = input.signature.as_ref().and_then(Value::as_str).ok_or(Error::MissingSignature)?;
-        check_algorithm(input.algorithm.as_ref().and_then(Value::as_str), key)?;
-        return verify_bytes(key, &input.canonical, signature);
+        return verdict;
     }
     // `hmac-sha256`, and what the single pass leaves to the `Value` path (malformed text, duplicate members).
     let value: Value = serde_json::from_slice(json).map_err(Error::from_decode)?;
