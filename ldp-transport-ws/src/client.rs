@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use ldp_session::runtime::Transport;
 use ldp_session::{IdSource, SeededIds, SystemClock, WallClock};
+use ldp_types::signing::SigningKey;
 use ldp_types::{Body, Envelope, ErrorCategory, IdentityCard, LdpError, PayloadMode, TaskSubmit, TaskUpdate, codes};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -71,6 +72,7 @@ pub struct WsOptions {
     send_queue: usize,
     reconnect: Reconnect,
     resume_grace: Duration,
+    signing_key: Option<SigningKey>,
 }
 
 impl Default for WsOptions {
@@ -86,11 +88,19 @@ impl Default for WsOptions {
             send_queue: 256,
             reconnect: Reconnect::default(),
             resume_grace: Duration::from_secs(5),
+            signing_key: None,
         }
     }
 }
 
 impl WsOptions {
+    /// Signs the status queries the client itself sends after a reconnect (the messages of the session layer are
+    /// signed by it). Use the same key as the initiator when the server requires signed messages.
+    pub fn signing_key(mut self, key: SigningKey) -> Self {
+        self.signing_key = Some(key);
+        self
+    }
+
     /// Sends `Authorization: Bearer <token>` on the upgrade request (and the identity request).
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
@@ -238,6 +248,7 @@ struct Inner {
     unmatched: AtomicU64,
     resumed: AtomicU64,
     resume_grace: Duration,
+    signing_key: Option<SigningKey>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -292,7 +303,7 @@ impl Inner {
             match &entry.kind {
                 Kind::Submit { session, task, from, to, mode, .. } => {
                     let query_id = lock(&self.ids).uuid();
-                    let query = Envelope::new(
+                    let mut query = Envelope::new(
                         query_id.clone(),
                         now.clone(),
                         session.clone(),
@@ -302,6 +313,13 @@ impl Inner {
                     )
                     .with_payload_mode(*mode);
                     entry.sent_on = generation;
+                    if let Some(key) = &self.signing_key {
+                        query.nonce = Some(lock(&self.ids).nonce());
+                        if let Err(e) = ldp_types::signing::sign(&mut query, key) {
+                            pending.complete(&id, Err(LdpError::from(&e)));
+                            continue;
+                        }
+                    }
                     match query.to_json() {
                         Ok(text) => {
                             frames.push(text);
@@ -572,6 +590,7 @@ impl WsTransport {
             unmatched: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
             resume_grace: options.resume_grace,
+            signing_key: options.signing_key.clone(),
         });
         let (outbound, rx) = mpsc::channel(options.send_queue.max(1));
         tokio::spawn(drive(inner.clone(), target, sink, stream, rx));

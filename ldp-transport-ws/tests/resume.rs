@@ -13,7 +13,7 @@ use ldp_session::{InitiatorConfig, ResponderEvent, SeededIds, SessionState, Syst
 use ldp_transport_ws::{Reconnect, WsOptions, WsServerConfig, WsTransport};
 use ldp_types::{PayloadMode, SessionConfig};
 use serde_json::json;
-use support::{Proxy, TestDelegate, eventually, runtime, serve_both};
+use support::{Proxy, TestDelegate, eventually, runtime, runtime_with, serve_both};
 
 fn options() -> WsOptions {
     WsOptions::default()
@@ -179,4 +179,49 @@ async fn requests_sent_while_disconnected_go_out_after_the_reconnect() {
     };
     let (out, ()) = tokio::join!(submit, reopen);
     assert_eq!(out.unwrap().output, json!({ "echo": "queued" }));
+}
+
+#[tokio::test]
+async fn a_session_that_requires_signatures_resumes_with_signed_status_queries() {
+    use ldp_session::SecurityConfig;
+    use ldp_types::signing::{SignatureAlgorithm, SigningKey};
+    let key = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "resume-secret").unwrap();
+    let delegate = Arc::new(TestDelegate::default());
+    let server_key = key.clone();
+    let rt = runtime_with(delegate.clone(), move |cfg| cfg.security = SecurityConfig::symmetric(server_key));
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let transport = WsTransport::connect(
+        proxy.ws_url(),
+        options().identity_url(format!("{}/.well-known/ldp-identity", server.http_url())).signing_key(key.clone()),
+    )
+    .await
+    .unwrap();
+    let mut cfg = InitiatorConfig::new("ldp:delegate:client");
+    cfg.security = SecurityConfig::symmetric(key);
+    let c = Arc::new(
+        Client::connect(transport, cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy())).await.unwrap(),
+    );
+    let s = c.propose(text_only()).await.unwrap();
+    let sid = s.session_id.clone();
+    let running = {
+        let c = c.clone();
+        let sid = sid.clone();
+        tokio::spawn(async move { c.submit(&sid, "wait", json!("signed"), None).await })
+    };
+    eventually("the task to start", || rt.with_responder(|r| r.running_tasks()) == 1).await;
+    proxy.set_open(false);
+    proxy.cut();
+    eventually("the session to be suspended", || {
+        rt.with_responder(|r| r.session_state(&sid)) == Some(SessionState::Suspended)
+    })
+    .await;
+    delegate.gate.add_permits(1);
+    eventually("the task to finish", || rt.with_responder(|r| r.running_tasks()) == 0).await;
+    proxy.set_open(true);
+    // The status query that resumes the session is signed, so the server accepts it and releases the held result.
+    let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    assert_eq!(out.output, json!({ "waited": "signed" }));
+    assert_eq!(rt.with_responder(|r| r.session_state(&sid)), Some(SessionState::Active));
+    assert_eq!(c.transport().stats().resumed, 1);
 }

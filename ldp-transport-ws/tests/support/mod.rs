@@ -68,8 +68,14 @@ impl Delegate for TestDelegate {
 }
 
 pub fn runtime(delegate: Arc<TestDelegate>) -> DelegateRuntime {
+    runtime_with(delegate, |_| {})
+}
+
+/// A runtime whose responder configuration `adjust` may change (e.g. to require signatures).
+pub fn runtime_with(delegate: Arc<TestDelegate>, adjust: impl FnOnce(&mut ResponderConfig)) -> DelegateRuntime {
     let mut cfg = ResponderConfig::new(card());
     cfg.limits.max_concurrent_tasks = 1024;
+    adjust(&mut cfg);
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
     DelegateRuntime::new(responder, delegate)
 }
