@@ -312,7 +312,7 @@ async fn run_demo(kind: TransportKind) -> Result<(), String> {
     println!("    model_version        {}", p.model_version);
     println!("    payload_mode_used    {}", p.payload_mode_used);
     println!("    confidence           {}", p.confidence.map_or("-".into(), |c| format!("{:.2}", c.get())));
-    println!("    verification_status  {:?}", p.verification_status());
+    println!("    verification_status  {}", p.verification_status());
     println!("    tokens_used          {}", p.tokens_used.map_or("-".into(), |t| t.to_string()));
     println!("    session_id           {}…", short(p.session_id.as_deref().unwrap_or("")));
     println!("    timestamp            {}", p.timestamp.as_deref().unwrap_or("-"));
@@ -333,7 +333,7 @@ async fn run_demo(kind: TransportKind) -> Result<(), String> {
     };
     match client.submit(&session.session_id, "summarize", json!("A short note on budgets"), Some(contract)).await {
         Err(SessionError::Peer(e)) => {
-            println!("  ✘ refused by the contract check: {} ({}, {:?}): {}", e.code, e.category, e.severity, e.message);
+            println!("  ✘ refused by the contract check: {} ({}, {}): {}", e.code, e.category, e.severity, e.message);
             if let Some(partial) = &e.partial_output {
                 println!("    partial_output kept for the caller: {partial}");
             }

@@ -44,6 +44,23 @@ pub enum ErrorSeverity {
     Fatal,
 }
 
+impl ErrorSeverity {
+    /// The wire name, e.g. `fatal`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Fatal => "fatal",
+        }
+    }
+}
+
+impl fmt::Display for ErrorSeverity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl ErrorCategory {
     /// All categories, in declaration order.
     pub const ALL: [ErrorCategory; 8] = [
@@ -418,6 +435,16 @@ mod tests {
         let e: LdpError = serde_json::from_str(r#"{"code":"X","category":"session","message":"m"}"#).unwrap();
         assert!(e.retryable);
         assert_eq!(e.severity, ErrorSeverity::Error);
+    }
+
+    #[test]
+    fn display_names_are_the_wire_names() {
+        for c in ErrorCategory::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.to_string());
+        }
+        for s in [ErrorSeverity::Warning, ErrorSeverity::Error, ErrorSeverity::Fatal] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.to_string());
+        }
     }
 
     #[test]

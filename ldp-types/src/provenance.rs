@@ -25,6 +25,25 @@ pub enum VerificationStatus {
     HumanVerified,
 }
 
+impl VerificationStatus {
+    /// The wire name, e.g. `peer_verified`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Unverified => "unverified",
+            Self::SelfVerified => "self_verified",
+            Self::PeerVerified => "peer_verified",
+            Self::ToolVerified => "tool_verified",
+            Self::HumanVerified => "human_verified",
+        }
+    }
+}
+
+impl std::fmt::Display for VerificationStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A reference to evidence supporting a result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EvidenceRef {
