@@ -8,6 +8,11 @@ use clap::{Parser, Subcommand};
 
 mod conformance;
 mod demo;
+// A server allocates a few short-lived buffers per message; mimalloc serves that pattern markedly better than the
+// system allocator (BENCHMARKS.md, ldp-transport-http).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod lctl;
 mod llmx;
 mod paradox;

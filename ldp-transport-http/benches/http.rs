@@ -28,6 +28,10 @@ use ldp_types::signing::{SignatureAlgorithm, SigningKey, sign};
 use ldp_types::{Capability, DelegateId, Envelope, IdentityCard, PayloadMode, SessionConfig, TaskSubmit};
 use serde_json::{Value, json};
 
+// The same allocator for every target in this process (ours, bare axum, the load generator).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SECRET: &str = "bench-secret";
 const CLIENT: &str = "ldp:delegate:bench-client";
 
