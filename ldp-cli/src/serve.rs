@@ -2,6 +2,7 @@
 //! With the `tls` feature (default), `--tls-cert`/`--tls-key` serve HTTPS and `--client-ca` adds mutual TLS.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -215,27 +216,34 @@ pub(crate) fn build(args: &ServeArgs) -> Result<(ResponderConfig, HttpServerConf
     Ok((cfg, http))
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = async {
+/// Registers the SIGINT and SIGTERM handlers at once and returns a future that resolves on either. Registering before
+/// the URL is printed means a signal sent as soon as the URL appears stops the server cleanly instead of killing it.
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        let terminate = signal(SignalKind::terminate()).ok();
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let wait = |s: Option<Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        async move {
+            tokio::select! {
+                () = wait(terminate) => {}
+                () = wait(interrupt) => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
     }
 }
 
@@ -272,6 +280,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let ws_config = WsServerConfig { max_message: http.max_body, tokens: http.tokens.clone(), ..Default::default() };
     let ws = WsServer::new(runtime.clone(), ws_config);
     let app = ldp_transport_http::router(HttpState::new(runtime.clone(), http)).merge(ws.router());
+    let signal = shutdown_signal();
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "ldp serve: {summary}, {auth}");
@@ -279,7 +288,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = out.flush();
     }
     let shutdown = async move {
-        shutdown_signal().await;
+        signal.await;
         ws.shutdown();
     };
     let served = match tls {

@@ -162,6 +162,7 @@ pub fn router_with(state: HttpState, extra: Router<HttpState>) -> Router {
         .route(CAPABILITIES, get(capabilities))
         .merge(protected)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.config.max_body, refuse_declared_oversize))
         .layer(DefaultBodyLimit::max(state.config.max_body))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -251,6 +252,46 @@ async fn identity(State(state): State<HttpState>) -> Response {
 
 async fn capabilities(State(state): State<HttpState>) -> Response {
     json_response(StatusCode::OK, state.capabilities.to_vec())
+}
+
+/// How much of a body declared over the limit is read and discarded before answering 413.
+const OVERSIZE_DRAIN_BYTES: u64 = 64 * 1024 * 1024;
+/// How long that draining may take.
+const OVERSIZE_DRAIN_TIME: Duration = Duration::from_secs(10);
+
+/// Answers a request whose `Content-Length` exceeds the limit with 413 `MESSAGE_TOO_LARGE`, after reading (and
+/// discarding) what the client sends, within a bound. A server that answers and closes while the client is still
+/// uploading leaves most HTTP clients (hyper, httpx) with a broken pipe instead of the typed answer; draining lets them
+/// finish writing and read it, and keeps the connection usable.
+async fn refuse_declared_oversize(
+    State(limit): State<usize>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let Some(declared) = declared.filter(|n| *n > limit as u64) else {
+        return next.run(request).await;
+    };
+    if declared <= OVERSIZE_DRAIN_BYTES {
+        use futures::StreamExt;
+        let mut data = request.into_body().into_data_stream();
+        let drain = async {
+            let mut read: u64 = 0;
+            while let Some(Ok(chunk)) = data.next().await {
+                read += chunk.len() as u64;
+                if read > OVERSIZE_DRAIN_BYTES {
+                    break;
+                }
+            }
+        };
+        // A client that stalls mid-upload gets the answer after the bound, and the connection closes.
+        let _ = tokio::time::timeout(OVERSIZE_DRAIN_TIME, drain).await;
+    }
+    HttpError::PayloadTooLarge { limit }.into_response()
 }
 
 async fn not_found() -> Response {
