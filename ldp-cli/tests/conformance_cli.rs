@@ -3,45 +3,12 @@
 //! unreachable endpoint or a bad flag.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod support;
+
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
-
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(args: &[&str]) -> (Guard, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ldp"))
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let guard = Guard(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    loop {
-        let line = rx.recv_timeout(Duration::from_secs(30)).expect("ldp serve prints its URL");
-        if let Some(rest) = line.strip_prefix("ldp serve: listening on ") {
-            let url = rest.split_whitespace().next().unwrap().to_owned();
-            return (guard, url);
-        }
-    }
-}
+use support::serve;
 
 fn conformance(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ldp")).arg("conformance").args(args).output().unwrap()
@@ -49,18 +16,21 @@ fn conformance(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn ldp_serve_passes_the_kit_over_http_and_ws() {
-    let (_server, url) = serve(&[
-        "--trust-domain",
-        "conformance.test",
-        "--token",
-        "kit-token=conformance.test",
-        "--token",
-        "foreign-token=conformance-untrusted.invalid",
-        "--sign",
-        "hmac-sha256-jcs",
-        "--secret",
-        "s3cret",
-    ]);
+    let (_server, url) = serve(
+        &[
+            "--trust-domain",
+            "conformance.test",
+            "--token",
+            "kit-token=conformance.test",
+            "--token",
+            "foreign-token=conformance-untrusted.invalid",
+            "--sign",
+            "hmac-sha256-jcs",
+            "--secret",
+            "s3cret",
+        ],
+        Stdio::null(),
+    );
     let report = std::env::temp_dir().join(format!("ldp-conformance-cli-{}.json", std::process::id()));
     let out = conformance(&[
         &url,

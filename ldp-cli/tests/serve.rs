@@ -4,49 +4,17 @@
 //! installed the test fails with the installer's message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader, Read};
+mod support;
+
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
+use support::serve;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-/// Kills the server on drop, also when the test fails.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `ldp serve --bind 127.0.0.1:0 ARGS` and returns it with the URL it printed.
-fn serve(args: &[&str]) -> (Guard, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ldp"))
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let guard = Guard(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(i) = line.find("http://") {
-                let _ = tx.send(line[i..].split_whitespace().next().unwrap_or_default().to_owned());
-                return;
-            }
-        }
-    });
-    let url = rx.recv_timeout(Duration::from_secs(30)).expect("ldp serve printed no URL within 30 s");
-    (guard, url)
 }
 
 fn python_client(url: &str, extra: &[&str]) -> Value {
@@ -67,14 +35,14 @@ fn assert_ok(report: &Value) {
 
 #[test]
 fn the_python_client_works_against_ldp_serve() {
-    let (_server, url) = serve(&[]);
+    let (_server, url) = serve(&[], Stdio::piped());
     assert_ok(&python_client(&url, &[]));
     assert_ok(&python_client(&url, &["--discover", "wellknown"]));
 }
 
 #[test]
 fn the_python_client_works_against_ldp_serve_signed() {
-    let (_server, url) = serve(&["--sign", "hmac-sha256", "--secret", "cli-secret"]);
+    let (_server, url) = serve(&["--sign", "hmac-sha256", "--secret", "cli-secret"], Stdio::piped());
     let report = python_client(&url, &["--secret", "cli-secret", "--require-signed-responses"]);
     assert_ok(&report);
     let report = python_client(&url, &["--secret", "wrong"]);
@@ -83,7 +51,8 @@ fn the_python_client_works_against_ldp_serve_signed() {
 
 #[test]
 fn tokens_refuse_anonymous_requests_and_domains_are_checked() {
-    let (_server, url) = serve(&["--trust-domain", "lab", "--trusted-peer", "partners", "--token", "t1=lab"]);
+    let (_server, url) =
+        serve(&["--trust-domain", "lab", "--trusted-peer", "partners", "--token", "t1=lab"], Stdio::piped());
     // The Python client cannot send tokens: discovery (public) works, HELLO is refused.
     let report = python_client(&url, &["--trust-domain", "lab"]);
     assert_eq!(report["failed_step"], "establish_session", "{report:#}");
@@ -108,7 +77,7 @@ fn bad_flags_fail_cleanly() {
 #[cfg(unix)]
 #[test]
 fn sigterm_stops_it_cleanly() {
-    let (mut server, _url) = serve(&[]);
+    let (mut server, _url) = serve(&[], Stdio::piped());
     let pid = server.0.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let status = server.0.wait().unwrap();

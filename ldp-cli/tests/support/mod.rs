@@ -1,0 +1,39 @@
+//! Starting `ldp serve` as a process for the CLI tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// Kills the server on drop, also when the test fails.
+pub struct Guard(pub Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `ldp serve --bind 127.0.0.1:0 ARGS` and returns it with the URL it printed on its `listening on` line.
+pub fn serve(args: &[&str], stderr: Stdio) -> (Guard, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ldp"))
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let guard = Guard(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("ldp serve: listening on ") {
+                let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
+            }
+        }
+    });
+    let url = rx.recv_timeout(Duration::from_secs(30)).expect("ldp serve printed no URL within 30 s");
+    (guard, url)
+}
