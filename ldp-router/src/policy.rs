@@ -49,9 +49,17 @@ impl Default for ClaimWeights {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SelfClaimedRule {
-    /// Use a self-claim only while there is no other evidence for that delegate and skill: no live third-party
-    /// claim and no runtime observation. The default, and what makes inflation short-lived.
+    /// Per delegate as [`SelfClaimedRule::IgnoreWhenBetterExists`], and in addition: once an eligible candidate of
+    /// the selection rests on third-party evidence (a verified `issuer_attested` or `externally_benchmarked` claim),
+    /// every candidate that has nothing but a self-claim is judged by the uninformed prior, so an inflated
+    /// self-claim can never outrank attested quality. Runtime observations alone do not trigger this (honest
+    /// self-claims keep guiding exploration until outcomes replace them).
+    /// The default. ([`Router::assess`](crate::Router::assess), which sees one delegate, applies
+    /// [`SelfClaimedRule::IgnoreWhenBetterExists`].)
     #[default]
+    IgnoreWhenPoolHasBetter,
+    /// Use a self-claim only while there is no other evidence for that delegate and skill: no live third-party
+    /// claim and no runtime observation.
     IgnoreWhenBetterExists,
     /// Always weigh self-claims with their configured weight. Reproduces the paper's vulnerable "self-claimed"
     /// router when combined with greedy exploration.
@@ -276,7 +284,7 @@ impl ClaimPolicy {
         let use_self = match self.self_claimed {
             SelfClaimedRule::Weigh => true,
             SelfClaimedRule::Ignore => false,
-            SelfClaimedRule::IgnoreWhenBetterExists => other_w <= 0.0,
+            SelfClaimedRule::IgnoreWhenBetterExists | SelfClaimedRule::IgnoreWhenPoolHasBetter => other_w <= 0.0,
         };
         if use_self && self_w > 0.0 {
             other_w += self_w;

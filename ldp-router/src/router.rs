@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::learner::{ArmStats, ObservedQuality};
-use crate::policy::{CompiledClaim, unix_seconds};
+use crate::policy::{CompiledClaim, PolicyClock, unix_seconds};
 use crate::select::{BalancedWeights, ExplainDepth};
 use crate::{
-    Assessment, Candidate, ClaimNote, ClaimPolicy, Decision, Explanation, LearnerConfig, Outcome, Rejections,
-    RouterError, ScoredCandidate, SelectionRequest, Strategy,
+    Assessment, Candidate, ClaimNote, ClaimPolicy, ClaimType, Decision, Explanation, LearnerConfig, Outcome,
+    Rejections, RouterError, ScoredCandidate, SelectionRequest, SelfClaimedRule, Strategy,
 };
 
 /// Everything that shapes the router's decisions, including the seed of its randomness.
@@ -114,6 +114,31 @@ impl SkillTable {
             self.dead_claims = 0;
         }
     }
+}
+
+/// Brings an arm's memoised assessment up to date at `clock` and returns it.
+fn refresh_memo<'m>(
+    policy: &ClaimPolicy,
+    clock: &PolicyClock,
+    entry: &Entry,
+    claims: &[CompiledClaim],
+    arms: &[ArmStats],
+    memo: &'m mut [Memo],
+    memo_detail: &mut [Assessment],
+) -> Option<&'m Memo> {
+    let slot = memo.get_mut(entry.arm as usize)?;
+    if !(slot.from_s <= clock.now_s && clock.now_s < slot.until_s) {
+        let observed = arms.get(entry.arm as usize).and_then(|a| a.observed(None));
+        let start = entry.claims_start as usize;
+        let own = claims.get(start..start + entry.claims_len as usize).unwrap_or(&[]);
+        let (assessment, until_s) = policy.assess_until(clock, own.iter().copied(), observed.as_ref());
+        let unit_sd = 1.0 / assessment.strength.max(f64::MIN_POSITIVE).sqrt();
+        *slot = Memo { mean: assessment.mean, unit_sd, from_s: clock.now_s, until_s };
+        if let Some(detail) = memo_detail.get_mut(entry.arm as usize) {
+            *detail = assessment;
+        }
+    }
+    Some(slot)
 }
 
 const NO_ASSESSMENT: Assessment =
@@ -375,6 +400,37 @@ impl Router {
             ExplainDepth::All => usize::MAX,
         };
 
+        // Pass 1 (pool-wide self-claim rule only): assess the eligible candidates and see whether any rests on
+        // third-party evidence (attested or benchmarked); if so, self-claim-only candidates are judged by the prior
+        // below. Runtime observations alone do not trigger it: honest self-claims still guide exploration until
+        // outcomes replace them, which the paradox experiment shows to be the better trade.
+        let policy = &self.config.policy;
+        let mut pool_has_better = false;
+        // Cheap gate first: without a live third-party claim in the skill's table there is nothing to find.
+        let third_party = |c: &CompiledClaim| {
+            matches!(c.kind, ClaimType::IssuerAttested | ClaimType::ExternallyBenchmarked) && c.expires_s > clock.now_s
+        };
+        if policy.self_claimed == SelfClaimedRule::IgnoreWhenPoolHasBetter && claims.iter().any(third_party) {
+            for entry in entries {
+                if !unfiltered && filter.check(entry).is_err() {
+                    continue;
+                }
+                refresh_memo(policy, &clock, entry, claims, arms, memo, memo_detail);
+                let basis = memo_detail.get(entry.arm as usize).and_then(|a| a.basis);
+                if basis.is_some_and(|b| matches!(b, ClaimType::IssuerAttested | ClaimType::ExternallyBenchmarked)) {
+                    pool_has_better = true;
+                    break;
+                }
+            }
+        }
+        let prior = Memo {
+            mean: policy.prior_mean,
+            unit_sd: 1.0 / policy.prior_strength.max(f64::MIN_POSITIVE).sqrt(),
+            from_s: 0.0,
+            until_s: 0.0,
+        };
+        let self_only = |detail: Option<&Assessment>| detail.is_some_and(|a| a.basis == Some(ClaimType::SelfClaimed));
+
         // Pass 2: assess, draw and rank, keeping only the best `keep`.
         let learner = &self.config.learner;
         let mut rejected = Rejections::default();
@@ -385,20 +441,9 @@ impl Router {
                 *reason.counter(&mut rejected) += 1;
                 continue;
             }
-            let Some(slot) = memo.get_mut(entry.arm as usize) else { continue };
-            if !(slot.from_s <= clock.now_s && clock.now_s < slot.until_s) {
-                let observed = arms.get(entry.arm as usize).and_then(|a| a.observed(None));
-                let start = entry.claims_start as usize;
-                let own = claims.get(start..start + entry.claims_len as usize).unwrap_or(&[]);
-                let (assessment, until_s) =
-                    self.config.policy.assess_until(&clock, own.iter().copied(), observed.as_ref());
-                let unit_sd = 1.0 / assessment.strength.max(f64::MIN_POSITIVE).sqrt();
-                *slot = Memo { mean: assessment.mean, unit_sd, from_s: clock.now_s, until_s };
-                if let Some(detail) = memo_detail.get_mut(entry.arm as usize) {
-                    *detail = assessment;
-                }
-            }
-            let Memo { mean, unit_sd, .. } = *slot;
+            let Some(&slot) = refresh_memo(policy, &clock, entry, claims, arms, memo, memo_detail) else { continue };
+            let Memo { mean, unit_sd, .. } =
+                if pool_has_better && self_only(memo_detail.get(entry.arm as usize)) { prior } else { slot };
             if mean < floor {
                 rejected.min_quality += 1;
                 continue;
@@ -454,7 +499,17 @@ impl Router {
                     delegate_id: self.delegates.name(entry.delegate).to_owned(),
                     score: row.score,
                     quality_drawn: row.drawn,
-                    assessment: memo_detail.get(entry.arm as usize).copied().unwrap_or(NO_ASSESSMENT),
+                    assessment: match memo_detail.get(entry.arm as usize) {
+                        Some(a) if pool_has_better && a.basis == Some(ClaimType::SelfClaimed) => Assessment {
+                            mean: policy.prior_mean,
+                            strength: policy.prior_strength,
+                            basis: None,
+                            self_claim_ignored: true,
+                            expired_claims: a.expired_claims,
+                        },
+                        Some(a) => *a,
+                        None => NO_ASSESSMENT,
+                    },
                     cost_usd: entry.cost_usd,
                     latency_ms: entry.latency_ms,
                     notes: self

@@ -167,3 +167,37 @@ fn observations_survive_re_registration() {
     assert_eq!(assessment.basis, Some(ClaimType::RuntimeObserved));
     assert!(assessment.mean < 0.01);
 }
+
+/// The default pool-wide rule: once any candidate rests on an attestation, a self-claim-only candidate is judged
+/// by the prior, so a forger's inflated self-claim cannot outrank attested quality, even before any outcome.
+#[test]
+fn an_inflated_self_claim_never_outranks_attested_quality() {
+    use ldp_router::{ClaimPolicy, Exploration, SelfClaimedRule};
+    let attested = Candidate::new("attested", "research.internal")
+        .offering(SkillOffer::new("reasoning", 0.01, 500))
+        .with_claim(QualityClaim::attested(
+            ClaimType::IssuerAttested,
+            "reasoning",
+            Quality::new(0.90).unwrap(),
+            "ldp:delegate:evaluator",
+            START,
+        ));
+    let pick = |rule: SelfClaimedRule| {
+        let config = RouterConfig {
+            policy: ClaimPolicy { self_claimed: rule, ..ClaimPolicy::default() },
+            learner: LearnerConfig { exploration: Exploration::Greedy, ..LearnerConfig::default() },
+        };
+        let mut router = Router::new(config).unwrap();
+        router.upsert(&self_claiming("forger", 0.99)).unwrap();
+        router.upsert(&attested).unwrap();
+        let decision = router.select(&SelectionRequest::new("reasoning").strategy(Strategy::Quality), START).unwrap();
+        let forger = decision.explanation.ranking.iter().find(|c| c.delegate_id == "forger").map(|c| c.assessment);
+        (decision.delegate_id, forger)
+    };
+    let (chosen, forger) = pick(SelfClaimedRule::default());
+    assert_eq!(chosen, "attested");
+    let forger = forger.expect("the forger is in the explanation");
+    assert!(forger.self_claim_ignored && forger.basis.is_none(), "{forger:?}");
+    // The per-delegate rule alone lets the forger win the first task.
+    assert_eq!(pick(SelfClaimedRule::IgnoreWhenBetterExists).0, "forger");
+}
