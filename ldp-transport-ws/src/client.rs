@@ -73,6 +73,9 @@ pub struct WsOptions {
     reconnect: Reconnect,
     resume_grace: Duration,
     signing_key: Option<SigningKey>,
+    tls_roots: Vec<Vec<u8>>,
+    /// Certificate chain and private key, PEM.
+    tls_identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Default for WsOptions {
@@ -89,6 +92,8 @@ impl Default for WsOptions {
             reconnect: Reconnect::default(),
             resume_grace: Duration::from_secs(5),
             signing_key: None,
+            tls_roots: Vec::new(),
+            tls_identity: None,
         }
     }
 }
@@ -163,6 +168,84 @@ impl WsOptions {
         self.resume_grace = grace;
         self
     }
+
+    /// Trusts the CA certificates in `pem` (one or more `CERTIFICATE` blocks) for `wss://` URLs and the identity
+    /// request over `https://`, in addition to the built-in web PKI roots: e.g. a private CA, or a self-signed server
+    /// certificate in tests. Repeatable. A bad PEM makes [`WsTransport::connect`] fail with [`Error::Tls`].
+    pub fn tls_root_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_roots.push(pem.into());
+        self
+    }
+
+    /// Presents this client certificate for mutual TLS (on the WebSocket and the identity request): `cert_chain`
+    /// holds the certificate first, then any intermediates; `key` its private key (PKCS#8, PKCS#1 or SEC1), all PEM.
+    /// A bad PEM makes [`WsTransport::connect`] fail with [`Error::Tls`].
+    pub fn tls_client_identity_pem(mut self, cert_chain: &[u8], key: &[u8]) -> Self {
+        self.tls_identity = Some((cert_chain.to_vec(), key.to_vec()));
+        self
+    }
+}
+
+fn tls_error(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Tls(format!("{what}: {e}"))
+}
+
+/// The rustls client configuration for `wss://`: the web PKI roots plus the options' roots, and the options'
+/// client identity; the `ring` provider is chosen explicitly so no process-wide default is needed.
+fn rustls_config(opts: &WsOptions) -> Result<Arc<rustls::ClientConfig>, Error> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    for pem in &opts.tls_roots {
+        let mut added = 0usize;
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| tls_error("root certificate", e))?;
+            roots.add(cert).map_err(|e| tls_error("root certificate", e))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(Error::Tls("root certificate: no PEM CERTIFICATE block".into()));
+        }
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error("tls setup", e))?
+        .with_root_certificates(roots);
+    let config = match &opts.tls_identity {
+        Some((chain, key)) => {
+            let certs = CertificateDer::pem_slice_iter(chain)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| tls_error("client certificate", e))?;
+            if certs.is_empty() {
+                return Err(Error::Tls("client certificate: no PEM CERTIFICATE block".into()));
+            }
+            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| tls_error("client key", e))?;
+            builder.with_client_auth_cert(certs, key).map_err(|e| tls_error("client identity", e))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+/// The client for the identity request, trusting the same roots and presenting the same identity.
+fn http_client(opts: &WsOptions) -> Result<reqwest::Client, Error> {
+    let mut builder = reqwest::Client::builder().connect_timeout(opts.connect_timeout);
+    for pem in &opts.tls_roots {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| tls_error("root certificate", e))?;
+        for cert in certs {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    if let Some((chain, key)) = &opts.tls_identity {
+        let mut pem = Vec::with_capacity(chain.len() + key.len() + 1);
+        pem.extend_from_slice(chain);
+        pem.push(b'\n');
+        pem.extend_from_slice(key);
+        let identity = reqwest::Identity::from_pem(&pem).map_err(|e| tls_error("client identity", e))?;
+        builder = builder.identity(identity);
+    }
+    builder.build().map_err(|e| Error::Connect(LdpError::transport(codes::TRANSPORT_ERROR, e.to_string())))
 }
 
 /// Counters of a [`WsTransport`].
@@ -511,6 +594,8 @@ type BoxStream = Pin<Box<dyn Stream<Item = Result<Message, WireError>> + Send>>;
 struct Target {
     url: String,
     options: WsOptions,
+    /// Set for `wss://`.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// An LDP client transport over one WebSocket connection, shared by every session of a `Client`.
@@ -569,7 +654,7 @@ fn normalise(url: &str) -> Result<(String, String), Error> {
 
 impl WsTransport {
     /// Opens a connection to `url` (`ws://host:port`, `ws://host:port/ldp/ws`, or the HTTP binding's
-    /// `http://host:port`) and starts the task that drives it. Fails if the first connection cannot be made or the
+    /// `http://host:port`; `wss://` and `https://` for TLS, see [`WsOptions::tls_root_certificate_pem`]) and starts the task that drives it. Fails if the first connection cannot be made or the
     /// server refuses the upgrade (e.g. 401 for a missing token); later drops are repaired by reconnecting.
     pub async fn connect(url: impl AsRef<str>, options: WsOptions) -> Result<Self, Error> {
         let (ws_url, http_base) = normalise(url.as_ref())?;
@@ -580,7 +665,11 @@ impl WsTransport {
                 format!("{http_base}{}", ldp_transport_http::IDENTITY),
             ],
         };
-        let target = Target { url: ws_url.clone(), options: options.clone() };
+        // Built for every scheme, so a bad PEM is reported whatever the URL.
+        let tls = rustls_config(&options)?;
+        let http = http_client(&options)?;
+        let tls = ws_url.starts_with("wss:").then_some(tls);
+        let target = Target { url: ws_url.clone(), options: options.clone(), tls };
         let (sink, stream) = open(&target).await.map_err(Error::Connect)?;
         let inner = Arc::new(Inner {
             pending: Mutex::new(Pending::default()),
@@ -594,10 +683,6 @@ impl WsTransport {
         });
         let (outbound, rx) = mpsc::channel(options.send_queue.max(1));
         tokio::spawn(drive(inner.clone(), target, sink, stream, rx));
-        let http = reqwest::Client::builder()
-            .connect_timeout(options.connect_timeout)
-            .build()
-            .map_err(|e| Error::Connect(LdpError::transport(codes::TRANSPORT_ERROR, e.to_string())))?;
         Ok(Self {
             inner,
             outbound,
@@ -743,7 +828,8 @@ async fn open(target: &Target) -> Result<(BoxSink, BoxStream), LdpError> {
         // tungstenite's 128 KiB defaults make an idle connection heavy; the buffers grow for larger messages.
         .read_buffer_size(IO_BUFFER)
         .write_buffer_size(IO_BUFFER);
-    let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
+    let connector = target.tls.clone().map(tokio_tungstenite::Connector::Rustls);
+    let connecting = tokio_tungstenite::connect_async_tls_with_config(request, Some(config), true, connector);
     let (socket, _) = match tokio::time::timeout(opts.connect_timeout, connecting).await {
         Err(_) => return Err(LdpError::transport(codes::TIMEOUT, "connecting timed out")),
         Ok(Err(tungstenite::Error::Http(resp))) => {
@@ -761,7 +847,7 @@ async fn open(target: &Target) -> Result<(BoxSink, BoxStream), LdpError> {
             let retryable = status.as_u16() == 503 || status.as_u16() == 429;
             return Err(error.with_retryable(retryable));
         }
-        Ok(Err(e)) => return Err(LdpError::transport(codes::TRANSPORT_ERROR, format!("cannot connect: {e}"))),
+        Ok(Err(e)) => return Err(connect_failure(&e)),
         Ok(Ok(ok)) => ok,
     };
     let limit = opts.max_message;
@@ -771,6 +857,21 @@ async fn open(target: &Target) -> Result<(BoxSink, BoxStream), LdpError> {
         .with(|m: Message| futures::future::ready(Ok::<_, WireError>(to_tungstenite(m))));
     let stream = stream.map(move |item| from_tungstenite(item, limit));
     Ok((Box::pin(sink), Box::pin(stream)))
+}
+
+/// A connection that could not be opened. A failed TLS handshake (a server certificate the client does not trust,
+/// or a client certificate the server refuses) is not fixed by retrying.
+fn connect_failure(e: &tungstenite::Error) -> LdpError {
+    let tls = match e {
+        tungstenite::Error::Tls(_) => true,
+        tungstenite::Error::Io(io) => io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()),
+        _ => false,
+    };
+    if tls {
+        LdpError::transport(codes::TRANSPORT_ERROR, format!("TLS handshake failed: {e}")).with_retryable(false)
+    } else {
+        LdpError::transport(codes::TRANSPORT_ERROR, format!("cannot connect: {e}"))
+    }
 }
 
 fn to_tungstenite(m: Message) -> tungstenite::Message {

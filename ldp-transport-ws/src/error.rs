@@ -14,6 +14,9 @@ pub enum Error {
     /// `UNAUTHENTICATED` for a missing or unknown bearer token).
     #[error("cannot connect: {} ({})", .0.message, .0.code)]
     Connect(LdpError),
+    /// The TLS settings are unusable: a root certificate or client identity that is not valid PEM.
+    #[error("tls: {0}")]
+    Tls(String),
 }
 
 impl Error {
@@ -21,6 +24,9 @@ impl Error {
     pub fn to_ldp_error(&self) -> LdpError {
         match self {
             Self::InvalidUrl(_) => {
+                LdpError::transport(ldp_types::codes::TRANSPORT_ERROR, self.to_string()).with_retryable(false)
+            }
+            Self::Tls(_) => {
                 LdpError::transport(ldp_types::codes::TRANSPORT_ERROR, self.to_string()).with_retryable(false)
             }
             Self::Connect(e) => e.clone(),

@@ -19,6 +19,10 @@
 //! - **Client**: [`WsTransport`] implements [`Transport`], so swapping HTTP for WebSocket is one line:
 //!   `HttpTransport::new(url)?` becomes `WsTransport::connect(url, WsOptions::default()).await?` (the same
 //!   `http://host:port` URL is accepted).
+//! - **TLS**: `wss://` (or `https://`) URLs connect over rustls with the web PKI roots; merged into the HTTP binding's
+//!   router and served by its `serve_router_tls` (feature `tls`), `/ldp/ws` is `wss://`. A private CA and a client
+//!   certificate for mutual TLS are set with [`WsOptions::tls_root_certificate_pem`] and
+//!   [`WsOptions::tls_client_identity_pem`]; they apply to the identity request over `https://` too.
 //!
 //! # Wire rules
 //!
