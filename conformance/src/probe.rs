@@ -288,7 +288,9 @@ impl Probe {
             let value = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|e| format!("bad token: {e}"))?;
             request.headers_mut().insert("authorization", value);
         }
-        match tokio::time::timeout(self.timeout, tokio_tungstenite::connect_async(request)).await {
+        let connector = if self.ws_url.starts_with("wss:") { Some(wss_connector()?) } else { None };
+        let connecting = tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector);
+        match tokio::time::timeout(self.timeout, connecting).await {
             Ok(Ok((stream, _))) => Ok(stream),
             Ok(Err(e)) => Err(format!("websocket connect to {} failed: {e}", self.ws_url)),
             Err(_) => Err(format!("websocket connect to {} timed out", self.ws_url)),
@@ -489,6 +491,19 @@ fn is_interim(text: &str, expect: &Expect<'_>) -> bool {
         }
         _ => false,
     }
+}
+
+/// `wss://`: rustls with the web PKI roots and the `ring` provider, chosen explicitly so that no process-wide
+/// default provider is needed.
+fn wss_connector() -> Result<tokio_tungstenite::Connector, String> {
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("tls setup: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(config)))
 }
 
 async fn http_reply(sent: Result<reqwest::Response, reqwest::Error>) -> Result<RawReply, String> {
