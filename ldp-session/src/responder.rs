@@ -550,12 +550,7 @@ impl Responder {
             body,
         )
         .with_payload_mode(mode);
-        if self.cfg.security.signing_key.as_ref().is_some_and(|k| {
-            self.cfg.hmac_sha256_nonce || k.algorithm() != ldp_types::signing::SignatureAlgorithm::HmacSha256
-        }) {
-            env.nonce = Some(self.ids.nonce());
-        }
-        sign_outbound(&self.cfg.security, &mut env);
+        sign_outbound(&self.cfg.security, self.cfg.hmac_sha256_nonce, self.ids.as_mut(), &mut env);
         env
     }
 

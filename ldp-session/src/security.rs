@@ -180,9 +180,18 @@ pub(crate) fn verify_inbound(cfg: &SecurityConfig, env: &Envelope, raw: Received
     })
 }
 
-/// Signs an outbound message when a key is configured.
-pub(crate) fn sign_outbound(cfg: &SecurityConfig, env: &mut Envelope) {
+/// Signs an outbound message when a key is configured, first giving it a nonce from `ids` (except for
+/// `hmac-sha256` when `hmac_sha256_nonce` is off: the PyPI reference SDK cannot verify that scheme with a nonce).
+pub(crate) fn sign_outbound(
+    cfg: &SecurityConfig,
+    hmac_sha256_nonce: bool,
+    ids: &mut dyn crate::clock::IdSource,
+    env: &mut Envelope,
+) {
     if let Some(key) = &cfg.signing_key {
+        if hmac_sha256_nonce || key.algorithm() != signing::SignatureAlgorithm::HmacSha256 {
+            env.nonce = Some(ids.nonce());
+        }
         // Signing a typed envelope only fails when a `Value` holds a non-finite float, which serde_json cannot
         // produce; leave such a message unsigned and let the peer refuse it.
         if let Err(e) = signing::sign(env, key) {
