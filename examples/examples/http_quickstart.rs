@@ -20,7 +20,7 @@ struct WordCounter;
 #[async_trait]
 impl Delegate for WordCounter {
     async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
-        let text = task.input.as_str().map(str::to_owned).unwrap_or_else(|| task.input.to_string());
+        let text = task.input.as_string().map_or_else(|| task.input.to_string(), |s| s.into_owned());
         let mut out = TaskOutput::new(json!({ "words": text.split_whitespace().count() }));
         out.confidence = Score::new(1.0).ok();
         Ok(out)

@@ -48,7 +48,8 @@ struct Analyst;
 #[async_trait]
 impl Delegate for Analyst {
     async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
-        let text = match &task.input {
+        let input: Value = task.input.parse().map_err(|e| LdpError::from(&e))?;
+        let text = match &input {
             Value::String(s) => s.clone(),
             Value::Object(o) => o.get("input").and_then(Value::as_str).unwrap_or_default().to_owned(),
             other => other.to_string(),
@@ -197,7 +198,7 @@ fn short(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }
 
-fn clip(v: &Value) -> String {
+fn clip(v: &impl std::fmt::Display) -> String {
     let s = v.to_string();
     if s.chars().count() > 70 { s.chars().take(69).collect::<String>() + "…" } else { s }
 }

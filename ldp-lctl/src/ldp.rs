@@ -177,13 +177,13 @@ pub fn attach_to_task(submit: &mut TaskSubmit, document: &LctlDocument) -> Resul
     let mut frame = SemanticFrame::from_input(&submit.input)
         .map_err(|e| LctlError::schema("input", format!("a semantic frame ({e})")))?;
     attach_to_frame(&mut frame, document)?;
-    submit.input = frame.to_input();
+    submit.input = frame.to_input().into();
     Ok(())
 }
 
 /// Reads the LCTL document a `TASK_SUBMIT` carries; `Ok(None)` when its input has none.
 pub fn read_from_task(submit: &TaskSubmit) -> Result<Option<LctlDocument>, LctlError> {
-    if submit.input.get(FRAME_KEY).is_none() {
+    if !submit.input.to_value().is_ok_and(|input| input.get(FRAME_KEY).is_some()) {
         return Ok(None);
     }
     let frame = SemanticFrame::from_input(&submit.input)

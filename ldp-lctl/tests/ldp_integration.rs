@@ -147,8 +147,8 @@ fn lctl_travels_in_a_task_submit_and_is_read_back_by_the_delegate() {
     let mut envelope = submit_envelope();
     let Body::TaskSubmit(submit) = &mut envelope.body else { panic!() };
     attach_to_task(submit, &doc).unwrap();
-    assert_eq!(submit.input["task_type"], "summarization");
-    assert!(submit.input[FRAME_KEY].is_object());
+    assert_eq!(submit.input.to_value().unwrap()["task_type"], "summarization");
+    assert!(submit.input.to_value().unwrap()[FRAME_KEY].is_object());
 
     // Across the wire and back.
     let received = Envelope::from_json(&envelope.to_json().unwrap()).unwrap();
@@ -170,8 +170,10 @@ fn a_task_without_lctl_reads_as_none() {
 #[test]
 fn lctl_may_also_travel_as_yaml_text() {
     let mut submit = submit();
-    submit.input[FRAME_KEY] =
+    let mut input = submit.input.to_value().unwrap();
+    input[FRAME_KEY] =
         serde_json::Value::String("lctl: \"3.0\"\nchain: {id: auth-001, step: 2, from: analyzer, to: fixer}\n".into());
+    submit.input = input.into();
     let doc = read_from_task(&submit).unwrap().unwrap();
     assert_eq!(doc.chain_id(), Some("auth-001"));
 }
@@ -179,10 +181,12 @@ fn lctl_may_also_travel_as_yaml_text() {
 #[test]
 fn broken_lctl_in_a_frame_names_its_path_in_the_task() {
     let mut submit = submit();
-    submit.input[FRAME_KEY] = serde_json::json!({
+    let mut input = submit.input.to_value().unwrap();
+    input[FRAME_KEY] = serde_json::json!({
         "lctl": "3.0",
         "facts": {"F1": {"text": "x", "confidence": 7}}
     });
+    submit.input = input.into();
     assert_eq!(
         read_from_task(&submit).unwrap_err(),
         LctlError::Schema { path: "input.lctl.facts.F1.confidence".into(), expected: "0.0-1.0".into() }
@@ -192,7 +196,7 @@ fn broken_lctl_in_a_frame_names_its_path_in_the_task() {
 #[test]
 fn text_mode_input_cannot_carry_lctl() {
     let mut submit = submit();
-    submit.input = serde_json::Value::String("Summarize the quarterly report".into());
+    submit.input = serde_json::Value::String("Summarize the quarterly report".into()).into();
     let doc = document_from_ldp("t", None, None).unwrap();
     match attach_to_task(&mut submit, &doc) {
         Err(LctlError::Schema { path, .. }) => assert_eq!(path, "input"),

@@ -298,7 +298,8 @@ fn llmx_type(m: &Map<String, Json>) -> Option<&str> {
 fn blocks_from_body(body: &Body) -> Result<Vec<Block>, LlmxError> {
     Ok(match body {
         Body::TaskSubmit(s) => {
-            let frame = s.input.as_object();
+            let input = payload(&s.input)?;
+            let frame = input.as_object();
             match frame.and_then(|f| f.get("task_type")).and_then(Json::as_str) {
                 Some(REQ_TASK_TYPE) if frame.is_some_and(|f| llmx_type(f) == Some("REQ")) => {
                     let mut f = frame.cloned().unwrap_or_default();
@@ -322,16 +323,20 @@ fn blocks_from_body(body: &Body) -> Result<Vec<Block>, LlmxError> {
                     f.insert("target".to_owned(), target);
                     vec![Block::Act(from_json::<Act>(Json::Object(f), "ACT frame")?)]
                 }
-                _ => vec![Block::Req(foreign_submit(s)?)],
+                _ => vec![Block::Req(foreign_submit(s, &input)?)],
             }
         }
-        Body::TaskResult(r) => match r.output.as_object() {
-            Some(o) if llmx_type(o) == Some("END") => vec![Block::End(from_json::<End>(r.output.clone(), "END")?)],
-            Some(o) if llmx_type(o) == Some("OBS") => vec![Block::Obs(from_json::<Obs>(r.output.clone(), "OBS")?)],
-            _ => vec![Block::Obs(Obs {
+        Body::TaskResult(r) => match payload(&r.output)? {
+            Json::Object(o) if llmx_type(&o) == Some("END") => {
+                vec![Block::End(from_json::<End>(Json::Object(o), "END")?)]
+            }
+            Json::Object(o) if llmx_type(&o) == Some("OBS") => {
+                vec![Block::Obs(from_json::<Obs>(Json::Object(o), "OBS")?)]
+            }
+            output => vec![Block::Obs(Obs {
                 action_id: Some(r.task_id.clone()),
                 status: ObsStatus::Ok,
-                content: Some(json_object(&r.output)?),
+                content: Some(json_object(&output)?),
                 error: None,
                 custom: Default::default(),
             })],
@@ -394,11 +399,11 @@ fn blocks_from_body(body: &Body) -> Result<Vec<Block>, LlmxError> {
 }
 
 /// A REQ for a TASK_SUBMIT from a peer that does not speak LLMX. LDP has no priority, so the middle one (3) is used.
-fn foreign_submit(s: &TaskSubmit) -> Result<Req, LlmxError> {
+fn foreign_submit(s: &TaskSubmit, input: &Json) -> Result<Req, LlmxError> {
     let mut custom = crate::message::CustomFields::new();
     custom.insert("x_task_id", s.task_id.clone())?;
     custom.insert("x_skill", s.skill.clone())?;
-    let objective = match &s.input {
+    let objective = match input {
         Json::String(text) => text.clone(),
         Json::Object(o) => {
             let mut rest = o.clone();
@@ -414,6 +419,11 @@ fn foreign_submit(s: &TaskSubmit) -> Result<Req, LlmxError> {
         }
     };
     Ok(Req { objective, priority: Priority::new(3)?, deps: None, experts: None, custom })
+}
+
+/// A task's payload as a JSON tree.
+fn payload(raw: &ldp_types::RawJson) -> Result<Json, LlmxError> {
+    raw.to_value().map_err(|e| err(format!("payload is not readable JSON: {e}")))
 }
 
 /// JSON to an LLMX value, dropping `null` object members (LLMX has no null; an absent member means the same).

@@ -71,8 +71,8 @@ END:{n:"security review",t:["npm test","npm run lint"],r:["needs load testing"],
     let envs = to_ldp(&m, &cfg).unwrap();
     let Body::TaskResult(r) = &envs[0].body else { panic!("not TASK_RESULT") };
     assert_eq!(r.task_id, "Claude-1");
-    assert_eq!(r.output["next"], json!("security review"));
-    assert_eq!(r.output["deliverables"], json!(["src/auth.ts", "src/auth.test.ts"]));
+    assert_eq!(r.output.to_value().unwrap()["next"], json!("security review"));
+    assert_eq!(r.output.to_value().unwrap()["deliverables"], json!(["src/auth.ts", "src/auth.test.ts"]));
     assert_eq!(r.provenance.produced_by, "ldp:delegate:Gemini");
     assert_eq!(r.provenance.session_id.as_deref(), Some("sess-1"));
     assert_eq!(round_trip(&m, &cfg), vec![m]);
@@ -96,7 +96,10 @@ OBS:{ai:A2,s:ERR,e:"file not found: src/missing.ts"}"#,
     let envs = to_ldp(&m, &cfg()).unwrap();
     assert_eq!(envs.len(), 2);
     let Body::TaskResult(r) = &envs[0].body else { panic!("not TASK_RESULT") };
-    assert_eq!((r.task_id.as_str(), &r.output["content"]), ("A1", &json!({"lines": 45, "modified": true})));
+    assert_eq!(
+        (r.task_id.as_str(), &r.output.to_value().unwrap()["content"]),
+        ("A1", &json!({"lines": 45, "modified": true}))
+    );
     let Body::TaskFailed(f) = &envs[1].body else { panic!("not TASK_FAILED") };
     assert_eq!(f.task_id, "A2");
     assert_eq!(f.error.code, OBS_ERR_CODE);
@@ -203,7 +206,7 @@ fn envelopes_from_plain_ldp_peers_map_to_the_nearest_block() {
 
     let mut submit = submit;
     let Body::TaskSubmit(s) = &mut submit.body else { panic!() };
-    s.input = json!({"task_type": "analysis", "instruction": "Compare the tradeoffs", "hint": null});
+    s.input = json!({"task_type": "analysis", "instruction": "Compare the tradeoffs", "hint": null}).into();
     let prov = ldp_types::Provenance::new("ldp:delegate:qwen3-8b", "qwen3-8b-2026.01", PayloadMode::SemanticFrame);
     let result = Envelope::new(
         "msg-006",

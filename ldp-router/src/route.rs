@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_types::{DelegationContract, ErrorCategory, LdpError, Provenance, codes};
+use ldp_types::{DelegationContract, ErrorCategory, LdpError, Provenance, RawJson, codes};
 use serde_json::Value;
 
 use crate::registry::Registry;
@@ -36,15 +36,15 @@ pub struct RouteTask {
     /// What to select by; its `skill` is the skill submitted.
     pub request: SelectionRequest,
     /// The task input.
-    pub input: Value,
+    pub input: RawJson,
     /// The delegation contract: sent with every attempt, and its budget and deadline bound the whole routing.
     pub contract: Option<DelegationContract>,
 }
 
 impl RouteTask {
     /// A task for `skill` with the default (balanced) selection and no contract.
-    pub fn new(skill: impl Into<String>, input: Value) -> Self {
-        RouteTask { request: SelectionRequest::new(skill), input, contract: None }
+    pub fn new(skill: impl Into<String>, input: impl Into<RawJson>) -> Self {
+        RouteTask { request: SelectionRequest::new(skill), input: input.into(), contract: None }
     }
 
     /// Selects with `request` (its skill becomes the task's skill).
@@ -79,7 +79,7 @@ pub struct Verdict {
 #[async_trait]
 pub trait OutcomeScorer: Send + Sync {
     /// Scores `output`, produced for `task` with `provenance`.
-    async fn score(&self, task: &RouteTask, output: &Value, provenance: &Provenance) -> Option<Verdict>;
+    async fn score(&self, task: &RouteTask, output: &RawJson, provenance: &Provenance) -> Option<Verdict>;
 }
 
 /// Scores nothing: the router learns only from capability failures.
@@ -88,13 +88,13 @@ pub struct NoScore;
 
 #[async_trait]
 impl OutcomeScorer for NoScore {
-    async fn score(&self, _: &RouteTask, _: &Value, _: &Provenance) -> Option<Verdict> {
+    async fn score(&self, _: &RouteTask, _: &RawJson, _: &Provenance) -> Option<Verdict> {
         None
     }
 }
 
 /// A synchronous scorer: the caller's own scoring function or a rule-based validator (schema, length, required
-/// fields) over the output.
+/// fields) over the output, read as a `Value` (an output no `Value` can hold is not scored).
 pub struct ScoreFn<F> {
     source: VerificationSource,
     score: F,
@@ -120,8 +120,8 @@ impl<F: Fn(&Value) -> Option<Quality> + Send + Sync> ScoreFn<F> {
 
 #[async_trait]
 impl<F: Fn(&Value) -> Option<Quality> + Send + Sync> OutcomeScorer for ScoreFn<F> {
-    async fn score(&self, _: &RouteTask, output: &Value, _: &Provenance) -> Option<Verdict> {
-        (self.score)(output).map(|score| Verdict { score, source: self.source.clone() })
+    async fn score(&self, _: &RouteTask, output: &RawJson, _: &Provenance) -> Option<Verdict> {
+        (self.score)(&output.to_value().ok()?).map(|score| Verdict { score, source: self.source.clone() })
     }
 }
 
@@ -143,8 +143,14 @@ impl JudgeScorer {
 
 #[async_trait]
 impl OutcomeScorer for JudgeScorer {
-    async fn score(&self, task: &RouteTask, output: &Value, _: &Provenance) -> Option<Verdict> {
-        let input = serde_json::json!({ "skill": task.skill(), "input": task.input, "output": output });
+    async fn score(&self, task: &RouteTask, output: &RawJson, _: &Provenance) -> Option<Verdict> {
+        #[derive(serde::Serialize)]
+        struct Judged<'a> {
+            skill: &'a str,
+            input: &'a RawJson,
+            output: &'a RawJson,
+        }
+        let input = RawJson::from_serializable(&Judged { skill: task.skill(), input: &task.input, output }).ok()?;
         let judged = RouteTask { request: self.request.clone(), input, contract: None };
         let routed = match self.registry.route_and_submit(&judged, &NoScore).await {
             Ok(routed) => routed,
@@ -153,7 +159,8 @@ impl OutcomeScorer for JudgeScorer {
                 return None;
             }
         };
-        let number = routed.output.as_f64().or_else(|| routed.output.get("score").and_then(Value::as_f64))?;
+        let verdict = routed.output.to_value().ok()?;
+        let number = verdict.as_f64().or_else(|| verdict.get("score").and_then(Value::as_f64))?;
         let score = Quality::new(number).ok()?;
         Some(Verdict { score, source: VerificationSource::Judge(routed.delegate_id) })
     }
@@ -173,8 +180,9 @@ pub struct Attempt {
 /// A routed task's result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Routed {
-    /// The output (for a result accepted with a quality warning, the failure's partial output).
-    pub output: Value,
+    /// The output, as the delegate sent it (for a result accepted with a quality warning, the failure's partial
+    /// output).
+    pub output: RawJson,
     /// Its provenance; `None` only for a result accepted with a quality warning, which comes without one.
     pub provenance: Option<Provenance>,
     /// The delegate that produced it.
@@ -355,7 +363,7 @@ impl Registry {
                 FailoverAction::AcceptWithWarning => match error.partial_output.clone() {
                     Some(output) => {
                         let routed = Routed {
-                            output,
+                            output: output.into(),
                             provenance: None,
                             delegate_id: delegate,
                             decision,
@@ -384,7 +392,7 @@ impl Registry {
         delegate: &str,
         task: &RouteTask,
         deadline: Option<time::OffsetDateTime>,
-    ) -> Result<(Value, Provenance), LdpError> {
+    ) -> Result<(RawJson, Provenance), LdpError> {
         let work = async {
             let connection = self.connection(delegate).await?;
             let session = self.session(&connection).await?;

@@ -39,7 +39,11 @@ impl Delegate for Sim {
             return Err(LdpError::capability(codes::SKILL_NOT_FOUND, "cannot do that after all"));
         }
         if let Some(score) = self.judge {
-            assert!(task.input["output"]["answer"].is_string(), "the judge sees the output: {}", task.input);
+            assert!(
+                task.input.to_value().unwrap()["output"]["answer"].is_string(),
+                "the judge sees the output: {}",
+                task.input
+            );
             return Ok(TaskOutput::new(json!({ "score": score })));
         }
         if self.forbid {
@@ -119,7 +123,7 @@ async fn routing_learns_to_avoid_the_inflator() {
         assert_eq!(routed.attempts.len(), 1);
         assert_eq!(routed.provenance.as_ref().unwrap().produced_by, routed.delegate_id);
         assert_eq!(routed.decision.delegate_id, routed.delegate_id);
-        assert!(routed.output["answer"].as_str().unwrap().contains("quarterly report"));
+        assert!(routed.output.to_value().unwrap()["answer"].as_str().unwrap().contains("quarterly report"));
         chosen.push(routed.delegate_id);
     }
     let inflator_id = "ldp:delegate:inflator";

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use ldp_types::{
     Body, ContractLimits, ContractOutcome, DelegationContract, Envelope, Hello, LdpError, Manifest, PayloadMode,
-    Provenance, SessionClose, SessionConfig, SessionPropose, TaskCancel, TaskSubmit, apply_contract, codes,
+    Provenance, RawJson, SessionClose, SessionConfig, SessionPropose, TaskCancel, TaskSubmit, apply_contract, codes,
     validate_payload,
 };
 use serde_json::Value;
@@ -63,8 +63,8 @@ pub enum InitiatorEvent {
     TaskCompleted {
         /// The task.
         key: TaskKey,
-        /// The output.
-        output: Value,
+        /// The output, as received.
+        output: RawJson,
         /// Its provenance.
         provenance: Provenance,
     },
@@ -99,7 +99,7 @@ struct InitiatorSession {
 #[derive(Debug)]
 struct PendingTask {
     skill: String,
-    input: Value,
+    input: RawJson,
     mode: PayloadMode,
     contract: Option<(DelegationContract, ContractLimits)>,
 }
@@ -228,10 +228,11 @@ impl Initiator {
         &mut self,
         session_id: &str,
         skill: &str,
-        input: Value,
+        input: impl Into<RawJson>,
         contract: Option<DelegationContract>,
         parent: Option<&TaskRequest>,
     ) -> Result<Envelope, SessionError> {
+        let input = input.into();
         let session = self.active(session_id)?;
         // RFC 4.3: an input the session's mode cannot carry goes out in the first fallback mode that can
         // (text carries anything), rather than failing.
@@ -242,7 +243,7 @@ impl Initiator {
         let mut fitted = Err(ldp_types::Error::InvalidSemanticFrame("no mode can carry this input"));
         let mut mode = candidates.first().copied().unwrap_or(PayloadMode::Text);
         for candidate in candidates {
-            fitted = fit_payload(input.clone(), candidate);
+            fitted = fit_payload(&input, candidate);
             if fitted.is_ok() {
                 mode = candidate;
                 break;
@@ -351,14 +352,14 @@ impl Initiator {
                 };
                 let event = match pending.contract {
                     Some((contract, limits)) => {
-                        match apply_contract(&contract, &limits, &r.output, r.provenance, self.wall.now_utc()) {
+                        match apply_contract(&contract, &limits, &r.output, *r.provenance, self.wall.now_utc()) {
                             ContractOutcome::Accepted(provenance) => {
                                 InitiatorEvent::TaskCompleted { key, output: r.output, provenance }
                             }
                             ContractOutcome::Rejected(error) => InitiatorEvent::TaskFailed { key, error },
                         }
                     }
-                    None => InitiatorEvent::TaskCompleted { key, output: r.output, provenance: r.provenance },
+                    None => InitiatorEvent::TaskCompleted { key, output: r.output, provenance: *r.provenance },
                 };
                 self.events.push_back(event);
             }
@@ -439,7 +440,7 @@ impl Initiator {
             session.mode = next;
         }
         let Some(task) = self.tasks.get_mut(key) else { return Ok(false) };
-        task.input = fit_payload(task.input.clone(), next).map_err(SessionError::Payload)?;
+        task.input = fit_payload(&task.input, next).map_err(SessionError::Payload)?;
         task.mode = next;
         let body = TaskSubmit::new(
             key.task_id.clone(),
@@ -477,9 +478,11 @@ fn inherit_depth(
 
 /// Shapes an input for `mode`: text mode renders a semantic frame as readable text; semantic-frame mode requires a
 /// valid frame.
-pub fn fit_payload(input: Value, mode: PayloadMode) -> Result<Value, ldp_types::Error> {
+pub fn fit_payload(input: &RawJson, mode: PayloadMode) -> Result<RawJson, ldp_types::Error> {
     match mode {
-        PayloadMode::Text => Ok(match input {
+        // Only an object can be a frame; anything else is sent as it is, unparsed.
+        PayloadMode::Text if !input.json().starts_with('{') => Ok(input.clone()),
+        PayloadMode::Text => Ok(match input.to_value()? {
             Value::Object(obj) if obj.contains_key("instruction") => {
                 let mut lines = Vec::new();
                 for key in ["task_type", "instruction"] {
@@ -493,13 +496,13 @@ pub fn fit_payload(input: Value, mode: PayloadMode) -> Result<Value, ldp_types::
                         lines.push(format!("{k}: {text}"));
                     }
                 }
-                Value::String(lines.join("\n"))
+                RawJson::from(lines.join("\n"))
             }
-            other => other,
+            _ => input.clone(),
         }),
         mode => {
-            validate_payload(mode, &input)?;
-            Ok(input)
+            validate_payload(mode, input)?;
+            Ok(input.clone())
         }
     }
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use ldp_types::{
     Body, CapabilityManifest, DelegationContract, Envelope, EvidenceRef, LdpError, LineageEntry, Manifest, PayloadMode,
-    Provenance, Score, SessionAccept, SessionClose, SessionReject, TaskFailed, TaskResult, TaskSubmit, TaskUpdate,
-    VerificationStatus, codes, negotiate, validate_payload,
+    Provenance, RawJson, Score, SessionAccept, SessionClose, SessionReject, TaskFailed, TaskResult, TaskSubmit,
+    TaskUpdate, VerificationStatus, codes, negotiate, validate_payload,
 };
 use serde_json::Value;
 
@@ -48,8 +48,8 @@ pub struct TaskRequest {
     pub key: TaskKey,
     /// The declared skill.
     pub skill: String,
-    /// The input, valid for `payload_mode`.
-    pub input: Value,
+    /// The input, valid for `payload_mode`, as received ([`RawJson::parse`] reads it).
+    pub input: RawJson,
     /// The mode the input is in.
     pub payload_mode: PayloadMode,
     /// The delegation contract, if any.
@@ -62,7 +62,7 @@ pub struct TaskRequest {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TaskOutput {
     /// The output.
-    pub output: Value,
+    pub output: RawJson,
     /// Self-reported confidence.
     pub confidence: Option<Score>,
     /// Tokens used.
@@ -78,9 +78,9 @@ pub struct TaskOutput {
 }
 
 impl TaskOutput {
-    /// An unverified output with no usage figures.
-    pub fn new(output: Value) -> Self {
-        Self { output, ..Self::default() }
+    /// An unverified output with no usage figures; `output` may be a `serde_json::Value`, a [`RawJson`] or a `&str`.
+    pub fn new(output: impl Into<RawJson>) -> Self {
+        Self { output: output.into(), ..Self::default() }
     }
 }
 
@@ -823,7 +823,7 @@ impl Responder {
             skill,
             input,
             payload_mode,
-            contract,
+            contract: contract.map(|c| *c),
             peer: from,
         }))
     }

@@ -393,8 +393,8 @@ pub struct SessionInfo {
 pub struct TaskOutcome {
     /// The task.
     pub key: TaskKey,
-    /// The output.
-    pub output: Value,
+    /// The output, as received ([`ldp_types::RawJson::parse`] reads it).
+    pub output: ldp_types::RawJson,
     /// Its provenance (with the contract check recorded).
     pub provenance: Provenance,
     /// Payload-mode fallbacks that happened on the way (from, to).
@@ -480,7 +480,7 @@ impl<T: Transport> Client<T> {
         &self,
         session_id: &str,
         skill: &str,
-        input: Value,
+        input: impl Into<ldp_types::RawJson>,
         contract: Option<DelegationContract>,
     ) -> Result<TaskOutcome, SessionError> {
         self.submit_with(session_id, skill, input, contract, None, None).await
@@ -491,7 +491,7 @@ impl<T: Transport> Client<T> {
         &self,
         session_id: &str,
         skill: &str,
-        input: Value,
+        input: impl Into<ldp_types::RawJson>,
         contract: Option<DelegationContract>,
         parent: Option<&TaskRequest>,
         progress: Option<mpsc::Sender<Progress>>,

@@ -54,7 +54,7 @@ fn rfc_4_2_sequence_diagram() {
     // Our initiator only sends frames that validate, so the frame that fails validation at the responder is made
     // here, in transit (as a peer with a faulty encoder would send it): `instruction` is missing.
     let Body::TaskSubmit(ts) = &mut submit.body else { unreachable!() };
-    ts.input = json!({ "task_type": "echo", "text": "the product arrived on time" });
+    ts.input = json!({ "task_type": "echo", "text": "the product arrived on time" }).into();
 
     // R-->>I: TASK_FAILED reason="semantic_frame validation failed"
     let step = sim.step(submit);
@@ -80,7 +80,7 @@ fn rfc_4_2_sequence_diagram() {
     assert_eq!(steps.len(), 1);
     let task = steps[0].task();
     assert_eq!((task.key.clone(), task.payload_mode), (key.clone(), Text));
-    let Value::String(text) = &task.input else { panic!("text mode input: {:?}", task.input) };
+    let Value::String(text) = task.input.to_value().unwrap() else { panic!("text mode input: {:?}", task.input) };
     assert!(text.contains("Classify the sentiment of: the product arrived on time"), "{text}");
 
     // R-->>I: TASK_RESULT payload_mode_used=text
@@ -201,7 +201,7 @@ fn transparent_fallback_runs_an_invalid_frame_in_text_without_a_failure() {
     assert_eq!(sim.responder.session_mode(&sid), Some(PayloadMode::SemanticFrame));
     let mut submit = sim.initiator.submit(&sid, "echo", frame("x"), None, None).unwrap();
     let Body::TaskSubmit(ts) = &mut submit.body else { unreachable!() };
-    ts.input = json!({ "message": "raw input, not a frame" });
+    ts.input = json!({ "message": "raw input, not a frame" }).into();
     let Ok(Outcome::Execute(task)) = sim.send_responder(&submit) else { panic!("expected the task to run") };
     assert_eq!(task.payload_mode, PayloadMode::Text);
     assert_eq!(sim.responder.session_mode(&sid), Some(PayloadMode::Text));

@@ -85,7 +85,7 @@ async fn payload_failure_falls_back_to_text_automatically() {
     let out = c.submit(&s.session_id, "frames", SemanticFrame::new("t", "do it").to_input(), None).await.unwrap();
     assert_eq!(out.fallbacks, vec![(PayloadMode::SemanticFrame, PayloadMode::Text)]);
     assert_eq!(out.provenance.payload_mode_used, PayloadMode::Text);
-    assert!(out.output["got"].as_str().unwrap().contains("instruction: do it"));
+    assert!(out.output.to_value().unwrap()["got"].as_str().unwrap().contains("instruction: do it"));
     // The session survived and now runs in text.
     let next = c.submit(&s.session_id, "echo", json!("plain"), None).await.unwrap();
     assert_eq!(next.provenance.payload_mode_used, PayloadMode::Text);

@@ -103,7 +103,7 @@ fn body_covering_algorithms_detect_a_tampered_payload() {
         let sid = sim.session();
         let mut env = sim.initiator.submit(&sid, "echo", frame("pay 10 USD"), None, None).unwrap();
         let Body::TaskSubmit(ts) = &mut env.body else { unreachable!() };
-        ts.input = frame("pay 10000 USD");
+        ts.input = frame("pay 10000 USD").into();
         assert_eq!(security_code(sim.send_responder(&env)), codes::SIGNATURE_INVALID, "{alg}");
     }
 }

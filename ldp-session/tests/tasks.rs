@@ -15,7 +15,7 @@ use support::*;
 fn result_provenance(delivery: &Delivery) -> Provenance {
     match delivery {
         Delivery::Send(env) => match &env.body {
-            Body::TaskResult(r) => r.provenance.clone(),
+            Body::TaskResult(r) => (*r.provenance).clone(),
             other => panic!("expected TASK_RESULT, got {other:?}"),
         },
         Delivery::Held => panic!("held"),

@@ -215,7 +215,7 @@ async fn oversize_body_is_413() {
     let app = app(Setup { max_body: 1024, ..Setup::default() });
     let mut big = submit("x");
     if let ldp_types::Body::TaskSubmit(t) = &mut big.body {
-        t.input = json!("x".repeat(4096));
+        t.input = json!("x".repeat(4096)).into();
     }
     let (s, _, v) = send(&app, post(&big)).await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
@@ -318,7 +318,7 @@ async fn signatures_and_replays_are_401() {
     // Tampered after signing.
     let mut tampered = signed(submit(&session));
     if let ldp_types::Body::TaskSubmit(t) = &mut tampered.body {
-        t.input = json!("evil");
+        t.input = json!("evil").into();
     }
     let (s, _, v) = send(&app, post(&tampered)).await;
     assert_eq!((s, code(&v)), (StatusCode::UNAUTHORIZED, "SIGNATURE_INVALID"));

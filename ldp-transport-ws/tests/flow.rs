@@ -66,7 +66,7 @@ async fn flow<T: Transport + 'static>(
                 let input = json!(format!("{i}-{j}"));
                 let skill = if j == 0 { "slow" } else { "echo" };
                 let out = c.submit(&s.session_id, skill, input.clone(), None).await.unwrap();
-                assert_eq!(out.output[skill], input);
+                assert_eq!(out.output.to_value().unwrap()[skill], input);
             }
             c.close(&s.session_id).await.unwrap();
         }));

@@ -154,7 +154,7 @@ async fn a_task_still_running_at_resume_answers_on_the_new_connection() {
     let mut got = Vec::new();
     for t in tasks {
         let out = tokio::time::timeout(Duration::from_secs(10), t).await.unwrap().unwrap().unwrap();
-        got.push(out.output["waited"].as_i64().unwrap());
+        got.push(out.output.to_value().unwrap()["waited"].as_i64().unwrap());
     }
     got.sort_unstable();
     assert_eq!(got, vec![0, 1, 2]);

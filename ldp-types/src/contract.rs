@@ -6,6 +6,7 @@ use time::OffsetDateTime;
 
 use crate::identity::null_as_default;
 use crate::provenance::Provenance;
+use crate::raw::RawJson;
 use crate::time::parse_timestamp;
 use crate::{Error, LdpError, codes};
 
@@ -244,7 +245,7 @@ pub enum ContractOutcome {
 pub fn apply_contract(
     contract: &DelegationContract,
     limits: &ContractLimits,
-    output: &serde_json::Value,
+    output: &RawJson,
     mut provenance: Provenance,
     received_at: OffsetDateTime,
 ) -> ContractOutcome {
@@ -256,13 +257,15 @@ pub fn apply_contract(
         return ContractOutcome::Accepted(provenance);
     }
     let details: Vec<String> = check.violations.iter().map(|v| v.to_string()).collect();
-    ContractOutcome::Rejected(
-        LdpError::policy(
-            codes::CONTRACT_VIOLATED,
-            format!("contract {} violated: {}", contract.contract_id, details.join("; ")),
-        )
-        .with_partial_output(output.clone()),
-    )
+    let error = LdpError::policy(
+        codes::CONTRACT_VIOLATED,
+        format!("contract {} violated: {}", contract.contract_id, details.join("; ")),
+    );
+    // The output goes along as far as a `Value` can hold it (text with a number like 1e400 cannot be).
+    ContractOutcome::Rejected(match output.to_value() {
+        Ok(partial) => error.with_partial_output(partial),
+        Err(_) => error,
+    })
 }
 
 #[cfg(test)]
@@ -296,12 +299,12 @@ mod tests {
             .with_budget(Budget { max_tokens: Some(6000), max_cost_usd: None });
         let limits = c.limits().unwrap();
         let now = parse_timestamp("2026-03-15T10:00:00Z").unwrap();
-        let out = serde_json::json!({"summary": "..."});
+        let out = RawJson::from(serde_json::json!({"summary": "..."}));
         match apply_contract(&c, &limits, &out, prov(8200), now) {
             ContractOutcome::Rejected(e) => {
                 assert_eq!(e.code, codes::CONTRACT_VIOLATED);
                 assert_eq!(e.category, crate::ErrorCategory::Policy);
-                assert_eq!(e.partial_output, Some(out));
+                assert_eq!(e.partial_output, Some(out.to_value().unwrap()));
             }
             other => panic!("expected rejection, got {other:?}"),
         }
@@ -312,7 +315,7 @@ mod tests {
         let c = DelegationContract::new("c1", "s").with_deadline("2026-03-15T18:00:00Z");
         let limits = c.limits().unwrap();
         let late = parse_timestamp("2026-03-15T18:00:01Z").unwrap();
-        match apply_contract(&c, &limits, &serde_json::Value::Null, prov(1), late) {
+        match apply_contract(&c, &limits, &RawJson::null(), prov(1), late) {
             ContractOutcome::Accepted(p) => {
                 assert_eq!(p.contract_satisfied, Some(false));
                 assert_eq!(p.contract_violations, vec!["DEADLINE_EXCEEDED".to_owned()]);

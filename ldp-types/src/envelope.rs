@@ -14,9 +14,11 @@ use serde_json::{Map, Value};
 
 use crate::contract::DelegationContract;
 use crate::error::{Error, LdpError};
+use crate::json::{Compact, Error as JsonError, Writer, write_str};
 use crate::messages::*;
 use crate::payload::PayloadMode;
 use crate::provenance::Provenance;
+use crate::raw::RawJson;
 
 /// A message body: one of the twelve types, or an explicit unknown.
 #[derive(Debug, Clone, PartialEq)]
@@ -276,11 +278,11 @@ struct BodySlots {
     error: Option<Box<LdpError>>,
     task_id: Option<String>,
     skill: Option<String>,
-    input: Option<Value>,
+    input: Option<RawJson>,
     contract: Option<Box<DelegationContract>>,
     progress: Option<f64>,
     message: Option<String>,
-    output: Option<Value>,
+    output: Option<RawJson>,
     provenance: Option<Box<Provenance>>,
     claim: Option<Value>,
     evidence: Option<Value>,
@@ -302,7 +304,8 @@ fn keep<T: Serialize>(extra: &mut Map<String, Value>, name: &str, slot: Option<T
 }
 
 impl BodySlots {
-    fn assemble<E: de::Error>(mut self) -> Result<Body, E> {
+    /// Builds the body (by reference: the slots are a few hundred bytes, and moving them cost more than reading them).
+    fn assemble<E: de::Error>(&mut self) -> Result<Body, E> {
         let (ty, type_name) = match self.type_tag.take() {
             Some(TypeTag::Known(ty)) => (Some(ty), String::new()),
             Some(TypeTag::Unknown(name)) => (None, name),
@@ -337,8 +340,8 @@ impl BodySlots {
             Some(MessageType::TaskSubmit) => Body::TaskSubmit(TaskSubmit {
                 task_id: required(self.task_id.take(), "task_id")?,
                 skill: required(self.skill.take(), "skill")?,
-                input: self.input.take().unwrap_or(Value::Null),
-                contract: self.contract.take().map(|c| *c),
+                input: self.input.take().unwrap_or_default(),
+                contract: self.contract.take(),
                 extra: Map::new(),
             }),
             Some(MessageType::TaskUpdate) => Body::TaskUpdate(TaskUpdate {
@@ -349,8 +352,8 @@ impl BodySlots {
             }),
             Some(MessageType::TaskResult) => Body::TaskResult(TaskResult {
                 task_id: required(self.task_id.take(), "task_id")?,
-                output: self.output.take().unwrap_or(Value::Null),
-                provenance: *required(self.provenance.take(), "provenance")?,
+                output: self.output.take().unwrap_or_default(),
+                provenance: required(self.provenance.take(), "provenance")?,
                 extra: Map::new(),
             }),
             Some(MessageType::TaskFailed) => Body::TaskFailed(TaskFailed {
@@ -372,25 +375,25 @@ impl BodySlots {
             None => Body::Unknown(UnknownBody { type_name, fields: Map::new() }),
         };
         let mut extra = std::mem::take(&mut self.extra);
-        keep(&mut extra, "delegate_id", self.delegate_id);
-        keep(&mut extra, "supported_modes", self.supported_modes);
-        keep(&mut extra, "capabilities", self.capabilities);
-        keep(&mut extra, "config", self.config);
-        keep(&mut extra, "session_id", self.session_id);
-        keep(&mut extra, "negotiated_mode", self.negotiated_mode);
-        keep(&mut extra, "fallback_chain", self.fallback_chain);
-        keep(&mut extra, "reason", self.reason);
-        keep(&mut extra, "error", self.error);
-        keep(&mut extra, "task_id", self.task_id);
-        keep(&mut extra, "skill", self.skill);
-        keep(&mut extra, "input", self.input);
-        keep(&mut extra, "contract", self.contract);
-        keep(&mut extra, "progress", self.progress);
-        keep(&mut extra, "message", self.message);
-        keep(&mut extra, "output", self.output);
-        keep(&mut extra, "provenance", self.provenance);
-        keep(&mut extra, "claim", self.claim);
-        keep(&mut extra, "evidence", self.evidence);
+        keep(&mut extra, "delegate_id", self.delegate_id.take());
+        keep(&mut extra, "supported_modes", self.supported_modes.take());
+        keep(&mut extra, "capabilities", self.capabilities.take());
+        keep(&mut extra, "config", self.config.take());
+        keep(&mut extra, "session_id", self.session_id.take());
+        keep(&mut extra, "negotiated_mode", self.negotiated_mode.take());
+        keep(&mut extra, "fallback_chain", self.fallback_chain.take());
+        keep(&mut extra, "reason", self.reason.take());
+        keep(&mut extra, "error", self.error.take());
+        keep(&mut extra, "task_id", self.task_id.take());
+        keep(&mut extra, "skill", self.skill.take());
+        keep(&mut extra, "input", self.input.take());
+        keep(&mut extra, "contract", self.contract.take());
+        keep(&mut extra, "progress", self.progress.take());
+        keep(&mut extra, "message", self.message.take());
+        keep(&mut extra, "output", self.output.take());
+        keep(&mut extra, "provenance", self.provenance.take());
+        keep(&mut extra, "claim", self.claim.take());
+        keep(&mut extra, "evidence", self.evidence.take());
         Ok(with_extra(body, extra))
     }
 }
@@ -439,11 +442,11 @@ impl<'de> Deserialize<'de> for Body {
                         BodyKey::Error => s.error = map.next_value()?,
                         BodyKey::TaskId => s.task_id = map.next_value()?,
                         BodyKey::Skill => s.skill = map.next_value()?,
-                        BodyKey::Input => s.input = map.next_value::<Option<Value>>()?,
+                        BodyKey::Input => s.input = map.next_value()?,
                         BodyKey::Contract => s.contract = map.next_value()?,
                         BodyKey::Progress => s.progress = map.next_value()?,
                         BodyKey::Message => s.message = map.next_value()?,
-                        BodyKey::Output => s.output = map.next_value::<Option<Value>>()?,
+                        BodyKey::Output => s.output = map.next_value()?,
                         BodyKey::Provenance => s.provenance = map.next_value()?,
                         BodyKey::Claim => s.claim = map.next_value::<Option<Value>>()?,
                         BodyKey::Evidence => s.evidence = map.next_value::<Option<Value>>()?,
@@ -460,8 +463,8 @@ impl<'de> Deserialize<'de> for Body {
     }
 }
 
-/// Initial capacity of the encoding buffer.
-const ENCODE_CAPACITY: usize = 1024;
+/// Bytes of an encoded envelope beyond its strings and payload: member names, quotes, punctuation.
+const ENCODE_OVERHEAD: usize = 256;
 
 /// The LDP envelope that wraps every message.
 #[derive(Debug, Clone, PartialEq)]
@@ -480,8 +483,8 @@ pub struct Envelope {
     pub payload_mode: PayloadMode,
     /// ISO 8601 timestamp, kept exactly as sent because signatures cover it.
     pub timestamp: String,
-    /// Envelope-level provenance (RFC 3.1; usually `null`).
-    pub provenance: Option<Provenance>,
+    /// Envelope-level provenance (RFC 3.1; usually `null`, so boxed: every move of an envelope would copy it).
+    pub provenance: Option<Box<Provenance>>,
     /// Hex signature.
     pub signature: Option<String>,
     /// Signature algorithm name, e.g. `hmac-sha256-jcs`.
@@ -565,10 +568,28 @@ impl Envelope {
 
     /// Encodes the envelope as JSON bytes.
     pub fn to_vec(&self) -> Result<Vec<u8>, Error> {
-        // Most envelopes are 0.5-2 KB: one allocation instead of serde_json's doubling from 128 bytes.
-        let mut out = Vec::with_capacity(ENCODE_CAPACITY);
-        crate::json::write_compact(&mut out, self).map_err(|e| Error::Serialize(e.into_serde_json()))?;
+        let mut out = Vec::with_capacity(self.estimated_len());
+        write_envelope(&mut Writer { out: &mut out, style: Compact }, self)
+            .map_err(|e| Error::Serialize(e.into_serde_json()))?;
         Ok(out)
+    }
+
+    /// About the encoded size, for the output buffer: big enough to be allocated once in the common case, and no
+    /// bigger, because glibc serves allocations above 1 KiB from its slower bins.
+    fn estimated_len(&self) -> usize {
+        let strings = [&self.message_id, &self.session_id, &self.from, &self.to, &self.timestamp]
+            .into_iter()
+            .chain([&self.signature, &self.signature_algorithm, &self.nonce].into_iter().flatten())
+            .map(String::len)
+            .sum::<usize>();
+        let body = match &self.body {
+            Body::TaskSubmit(b) => {
+                b.task_id.len() + b.skill.len() + b.input.json().len() + b.contract.as_ref().map_or(0, |_| 512)
+            }
+            Body::TaskResult(b) => b.task_id.len() + b.output.json().len() + 512,
+            _ => 256,
+        };
+        ENCODE_OVERHEAD + strings + body
     }
 
     /// Encodes the envelope as a JSON value.
@@ -625,6 +646,91 @@ fn serialize_envelope<S: Serializer>(env: &Envelope, with_signature: bool, seria
     map.end()
 }
 
+/// Writes `env` as its `Serialize` implementation would (the same bytes, property-tested), with the envelope's and
+/// the common bodies' member names written as constants rather than escaped one by one through serde: that was
+/// most of the cost of encoding a message whose payload is already text.
+fn write_envelope(w: &mut Writer<'_, Compact>, env: &Envelope) -> Result<(), JsonError> {
+    w.out.extend_from_slice(b"{\"message_id\":");
+    write_str(w.out, &env.message_id);
+    w.out.extend_from_slice(b",\"session_id\":");
+    write_str(w.out, &env.session_id);
+    w.out.extend_from_slice(b",\"from\":");
+    write_str(w.out, &env.from);
+    w.out.extend_from_slice(b",\"to\":");
+    write_str(w.out, &env.to);
+    w.out.extend_from_slice(b",\"body\":");
+    write_body(w, &env.body)?;
+    w.out.extend_from_slice(b",\"payload_mode\":\"");
+    // Mode names are plain ASCII.
+    w.out.extend_from_slice(env.payload_mode.as_str().as_bytes());
+    w.out.extend_from_slice(b"\",\"timestamp\":");
+    write_str(w.out, &env.timestamp);
+    w.out.extend_from_slice(b",\"provenance\":");
+    match &env.provenance {
+        None => w.out.extend_from_slice(b"null"),
+        Some(p) => p.serialize(&mut *w)?,
+    }
+    for (name, value) in [("signature", &env.signature), ("signature_algorithm", &env.signature_algorithm)] {
+        if let Some(value) = value {
+            member(w, name);
+            write_str(w.out, value);
+        }
+    }
+    if let Some(nonce) = &env.nonce {
+        w.out.extend_from_slice(b",\"nonce\":");
+        write_str(w.out, nonce);
+    }
+    write_members(w, &env.extensions)?;
+    w.out.push(b'}');
+    Ok(())
+}
+
+/// Writes `,"name":`.
+fn member(w: &mut Writer<'_, Compact>, name: &str) {
+    w.out.push(b',');
+    write_str(w.out, name);
+    w.out.push(b':');
+}
+
+/// Writes each member of `map` after a `,`.
+fn write_members(w: &mut Writer<'_, Compact>, map: &Map<String, Value>) -> Result<(), JsonError> {
+    for (name, value) in map {
+        member(w, name);
+        value.serialize(&mut *w)?;
+    }
+    Ok(())
+}
+
+fn write_body(w: &mut Writer<'_, Compact>, body: &Body) -> Result<(), JsonError> {
+    match body {
+        Body::TaskSubmit(b) => {
+            w.out.extend_from_slice(b"{\"type\":\"TASK_SUBMIT\",\"task_id\":");
+            write_str(w.out, &b.task_id);
+            w.out.extend_from_slice(b",\"skill\":");
+            write_str(w.out, &b.skill);
+            w.out.extend_from_slice(b",\"input\":");
+            w.out.extend_from_slice(b.input.json().as_bytes());
+            if let Some(contract) = &b.contract {
+                w.out.extend_from_slice(b",\"contract\":");
+                contract.serialize(&mut *w)?;
+            }
+            write_members(w, &b.extra)?;
+        }
+        Body::TaskResult(b) => {
+            w.out.extend_from_slice(b"{\"type\":\"TASK_RESULT\",\"task_id\":");
+            write_str(w.out, &b.task_id);
+            w.out.extend_from_slice(b",\"output\":");
+            w.out.extend_from_slice(b.output.json().as_bytes());
+            w.out.extend_from_slice(b",\"provenance\":");
+            b.provenance.serialize(&mut *w)?;
+            write_members(w, &b.extra)?;
+        }
+        other => return other.serialize(&mut *w),
+    }
+    w.out.push(b'}');
+    Ok(())
+}
+
 /// The signing view with its members already in JCS order (the canonicaliser then has nothing to move at the top
 /// level, which is the whole message). Only for envelopes without extension members, whose names could sort anywhere.
 fn serialize_unsigned_sorted<S: Serializer>(env: &Envelope, serializer: S) -> Result<S::Ok, S::Error> {
@@ -659,7 +765,7 @@ impl<'de> Deserialize<'de> for Envelope {
                 let mut body: Option<Body> = None;
                 let mut payload_mode: Option<PayloadMode> = None;
                 let mut timestamp: Option<String> = None;
-                let mut provenance: Option<Provenance> = None;
+                let mut provenance: Option<Box<Provenance>> = None;
                 let mut signature: Option<String> = None;
                 let mut signature_algorithm: Option<String> = None;
                 let mut nonce: Option<String> = None;

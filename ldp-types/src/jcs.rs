@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::json::{Error, Number, Style, Writer, write_str};
 
-/// The canonical bytes of `value`. Fails on duplicate member names and raw JSON fragments; non-finite numbers are
+/// The canonical bytes of `value`. Fails on duplicate member names; non-finite numbers are
 /// written as `null`, as serde_json (and the reference canonicaliser) write them.
 pub(crate) fn to_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
     with_canonical(value, <[u8]>::to_vec)
@@ -349,6 +349,27 @@ impl Style for Jcs {
         frame.members.clear();
         self.spare.push(frame.members);
         result
+    }
+
+    /// A raw fragment is canonicalised as it is parsed. Its canonical form must be that of the `Value` the same text
+    /// decodes to, so where the single pass refuses (duplicate member names, which a `Value` resolves by keeping the
+    /// last), the fragment is parsed into a `Value` and that is written.
+    fn raw(&mut self, out: &mut Vec<u8>, json: &str) -> Result<(), Error> {
+        let (start, depth) = (out.len(), self.frames.len());
+        let mut writer = Writer { out: &mut *out, style: std::mem::take(self) };
+        let mut de = serde_json::Deserializer::from_str(json);
+        let single_pass = Transcode(&mut writer).deserialize(&mut de).and_then(|()| de.end());
+        *self = writer.style;
+        if single_pass.is_ok() {
+            return Ok(());
+        }
+        out.truncate(start);
+        self.frames.truncate(depth);
+        let value: Value = serde_json::from_str(json).map_err(|e| Error::new(&e.to_string()))?;
+        let mut writer = Writer { out, style: std::mem::take(self) };
+        let written = value.serialize(&mut writer);
+        *self = writer.style;
+        written
     }
 }
 

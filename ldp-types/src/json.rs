@@ -81,6 +81,12 @@ pub(crate) trait Style {
     fn end_object(&mut self, _out: &mut Vec<u8>) -> Result<(), Error> {
         Ok(())
     }
+
+    /// Writes a raw JSON fragment ([`crate::RawJson`]): one valid JSON value, as text.
+    fn raw(&mut self, out: &mut Vec<u8>, json: &str) -> Result<(), Error> {
+        out.extend_from_slice(json.as_bytes());
+        Ok(())
+    }
 }
 
 /// serde_json's compact output.
@@ -154,10 +160,43 @@ fn clean_words(bytes: &[u8]) -> usize {
     clean
 }
 
+/// The eight bytes of `bytes` from `at` (which must leave eight).
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0; 8];
+    if let Some(chunk) = bytes.get(at..at + 8) {
+        word.copy_from_slice(chunk);
+    }
+    u64::from_le_bytes(word)
+}
+
+/// Whether no byte of `bytes` needs an escape: whole words, then the last eight bytes again (overlapping what was
+/// checked) instead of a byte loop or a padded copy of the tail.
+fn is_clean(bytes: &[u8]) -> bool {
+    let len = bytes.len();
+    if len < 8 {
+        return bytes.iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\');
+    }
+    let mut at = 0;
+    while at + 8 <= len {
+        if needs_escape(word_at(bytes, at)) {
+            return false;
+        }
+        at += 8;
+    }
+    at == len || !needs_escape(word_at(bytes, len - 8))
+}
+
 /// Writes `s` as a JSON string.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
+    // Nearly every string in a message needs no escape: one check, one copy.
+    if is_clean(bytes) {
+        out.push(b'"');
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
     out.push(b'"');
     let mut run = 0;
     let mut i = 0;
@@ -244,6 +283,8 @@ pub(crate) struct Compound<'a, 'o, S> {
     first: bool,
     /// Closes a `{"variant":` wrapper as well (tuple and struct variants).
     variant: bool,
+    /// A raw JSON fragment: serde_json's marker struct, whose one field is the text to write.
+    raw: bool,
 }
 
 impl<'a, 'o, S: Style> Compound<'a, 'o, S> {
@@ -367,7 +408,7 @@ impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
     }
     fn serialize_seq(self, _: Option<usize>) -> Result<Compound<'a, 'o, S>, Error> {
         self.out.push(b'[');
-        Ok(Compound { w: self, first: true, variant: false })
+        Ok(Compound { w: self, first: true, variant: false, raw: false })
     }
     fn serialize_tuple(self, len: usize) -> Result<Compound<'a, 'o, S>, Error> {
         self.serialize_seq(Some(len))
@@ -387,15 +428,15 @@ impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
         write_str(self.out, variant);
         self.end_key()?;
         self.out.push(b'[');
-        Ok(Compound { w: self, first: true, variant: true })
+        Ok(Compound { w: self, first: true, variant: true, raw: false })
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Compound<'a, 'o, S>, Error> {
         self.begin_object();
-        Ok(Compound { w: self, first: true, variant: false })
+        Ok(Compound { w: self, first: true, variant: false, raw: false })
     }
     fn serialize_struct(self, name: &'static str, len: usize) -> Result<Compound<'a, 'o, S>, Error> {
-        if name == "$serde_json::private::RawValue" {
-            return Err(Error::new("raw JSON values are not supported here"));
+        if name == crate::raw::RAW_TOKEN {
+            return Ok(Compound { w: self, first: true, variant: false, raw: true });
         }
         self.serialize_map(Some(len))
     }
@@ -411,7 +452,7 @@ impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
         write_str(self.out, variant);
         self.end_key()?;
         self.begin_object();
-        Ok(Compound { w: self, first: true, variant: true })
+        Ok(Compound { w: self, first: true, variant: true, raw: false })
     }
 }
 
@@ -480,9 +521,15 @@ impl<S: Style> ser::SerializeStruct for Compound<'_, '_, S> {
     type Ok = ();
     type Error = Error;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Error> {
+        if self.raw {
+            return value.serialize(RawWriter(&mut *self.w));
+        }
         self.w.field(&mut self.first, key, value)
     }
     fn end(self) -> Result<(), Error> {
+        if self.raw {
+            return Ok(());
+        }
         self.w.end_object()
     }
 }
@@ -521,6 +568,97 @@ macro_rules! rejected_keys {
             Err(key_must_be_a_string())
         })*
     };
+}
+
+/// The text of a raw JSON fragment, handed to the style.
+struct RawWriter<'a, 'o, S>(&'a mut Writer<'o, S>);
+
+fn raw_must_be_text() -> Error {
+    Error::new("a raw JSON fragment must be given as text")
+}
+
+macro_rules! rejected_raw {
+    ($($method:ident $(: $ty:ty)?),*) => {
+        $(fn $method(self $(, _: $ty)?) -> Result<(), Error> {
+            Err(raw_must_be_text())
+        })*
+    };
+}
+
+impl<S: Style> ser::Serializer for RawWriter<'_, '_, S> {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = ser::Impossible<(), Error>;
+    type SerializeTuple = ser::Impossible<(), Error>;
+    type SerializeTupleStruct = ser::Impossible<(), Error>;
+    type SerializeTupleVariant = ser::Impossible<(), Error>;
+    type SerializeMap = ser::Impossible<(), Error>;
+    type SerializeStruct = ser::Impossible<(), Error>;
+    type SerializeStructVariant = ser::Impossible<(), Error>;
+
+    fn serialize_str(self, v: &str) -> Result<(), Error> {
+        self.0.style.raw(self.0.out, v)
+    }
+    rejected_raw!(
+        serialize_bool: bool, serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
+        serialize_i128: i128, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64,
+        serialize_u128: u128, serialize_f32: f32, serialize_f64: f64, serialize_char: char,
+        serialize_bytes: &[u8], serialize_none, serialize_unit
+    );
+    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<(), Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, _: &T) -> Result<(), Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &T,
+    ) -> Result<(), Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeTupleStruct, Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, Error> {
+        Err(raw_must_be_text())
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, Error> {
+        Err(raw_must_be_text())
+    }
 }
 
 impl<'a, 'o, S: Style> ser::Serializer for KeyWriter<'a, 'o, S> {

@@ -45,6 +45,7 @@ mod json;
 mod messages;
 mod payload;
 mod provenance;
+mod raw;
 pub mod schema;
 mod score;
 pub mod signing;
@@ -66,6 +67,7 @@ pub use messages::{
 };
 pub use payload::{IMPLEMENTED_MODES, Negotiated, PayloadMode, SemanticFrame, negotiate, validate_payload};
 pub use provenance::{EvidenceRef, LineageEntry, Provenance, VerificationStatus};
+pub use raw::RawJson;
 pub use score::Score;
 
 /// The LDP RFC version this crate implements.

@@ -12,6 +12,7 @@ use crate::error::LdpError;
 use crate::identity::{Capability, null_as_default};
 use crate::payload::PayloadMode;
 use crate::provenance::Provenance;
+use crate::raw::RawJson;
 
 /// The wire names of the twelve message types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -271,12 +272,12 @@ pub struct TaskSubmit {
     pub task_id: String,
     /// The declared skill to run.
     pub skill: String,
-    /// The input, in the envelope's payload mode.
+    /// The input, in the envelope's payload mode, kept as received ([`RawJson::parse`] reads it).
     #[serde(default)]
-    pub input: Value,
-    /// The delegation contract.
+    pub input: RawJson,
+    /// The delegation contract (boxed: most tasks have none, and every move of a message would copy it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contract: Option<DelegationContract>,
+    pub contract: Option<Box<DelegationContract>>,
     /// Fields this implementation does not define, kept as received.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -303,11 +304,11 @@ pub struct TaskUpdate {
 pub struct TaskResult {
     /// The task.
     pub task_id: String,
-    /// The output.
+    /// The output, kept as produced ([`RawJson::parse`] reads it).
     #[serde(default)]
-    pub output: Value,
-    /// Who produced it and how (RFC 6.1: required).
-    pub provenance: Provenance,
+    pub output: RawJson,
+    /// Who produced it and how (RFC 6.1: required). Boxed to keep every message small to move.
+    pub provenance: Box<Provenance>,
     /// Fields this implementation does not define, kept as received.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -387,11 +388,29 @@ extra_constructors! {
     SessionPropose { config: SessionConfig },
     SessionAccept { session_id: String, negotiated_mode: PayloadMode, fallback_chain: Option<Vec<PayloadMode>> },
     SessionReject { reason: String, error: Option<LdpError> },
-    TaskSubmit { task_id: String, skill: String, input: Value, contract: Option<DelegationContract> },
     TaskUpdate { task_id: String, progress: Option<f64>, message: Option<String> },
-    TaskResult { task_id: String, output: Value, provenance: Provenance },
     TaskFailed { task_id: String, error: LdpError },
     TaskCancel { task_id: String },
     Attestation { claim: Value, evidence: Value },
     SessionClose { reason: Option<String> },
+}
+
+impl TaskSubmit {
+    /// Builds the body with no extra fields; `input` may be a `serde_json::Value`, a [`RawJson`] or a `&str` (a
+    /// text-mode payload).
+    pub fn new(
+        task_id: String,
+        skill: String,
+        input: impl Into<RawJson>,
+        contract: Option<DelegationContract>,
+    ) -> Self {
+        Self { task_id, skill, input: input.into(), contract: contract.map(Box::new), extra: Map::new() }
+    }
+}
+
+impl TaskResult {
+    /// Builds the body with no extra fields; `output` may be a `serde_json::Value`, a [`RawJson`] or a `&str`.
+    pub fn new(task_id: String, output: impl Into<RawJson>, provenance: Provenance) -> Self {
+        Self { task_id, output: output.into(), provenance: Box::new(provenance), extra: Map::new() }
+    }
 }

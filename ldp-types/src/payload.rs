@@ -7,6 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::Error;
+use crate::raw::RawJson;
 
 /// A payload encoding, numbered 0-5 as in the RFC's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -150,25 +151,23 @@ impl SemanticFrame {
     }
 
     /// Validates a TASK_SUBMIT `input` as a semantic frame: it must be an object whose `task_type` and `instruction`
-    /// are non-empty strings.
-    pub fn validate(input: &Value) -> Result<(), Error> {
-        let obj = input.as_object().ok_or(Error::InvalidSemanticFrame("input must be a JSON object"))?;
-        for (field, msg) in [
-            ("task_type", "task_type is required and must be a non-empty string"),
-            ("instruction", "instruction is required and must be a non-empty string"),
-        ] {
-            match obj.get(field) {
-                Some(Value::String(s)) if !s.is_empty() => {}
-                _ => return Err(Error::InvalidSemanticFrame(msg)),
-            }
+    /// are non-empty strings. Reads the two members only; the rest of the input is skipped, not built.
+    pub fn validate(input: &RawJson) -> Result<(), Error> {
+        let check =
+            input.parse::<FrameCheck>().map_err(|_| Error::InvalidSemanticFrame("input must be a JSON object"))?;
+        if !check.task_type {
+            return Err(Error::InvalidSemanticFrame("task_type is required and must be a non-empty string"));
+        }
+        if !check.instruction {
+            return Err(Error::InvalidSemanticFrame("instruction is required and must be a non-empty string"));
         }
         Ok(())
     }
 
     /// Parses and validates a TASK_SUBMIT `input` as a semantic frame.
-    pub fn from_input(input: &Value) -> Result<Self, Error> {
+    pub fn from_input(input: &RawJson) -> Result<Self, Error> {
         Self::validate(input)?;
-        serde_json::from_value(input.clone()).map_err(Error::InvalidMessage)
+        input.parse()
     }
 
     /// The frame as a JSON value for a TASK_SUBMIT `input`.
@@ -180,9 +179,78 @@ impl SemanticFrame {
     }
 }
 
+/// Whether a semantic frame's two required members are non-empty strings (the last occurrence counts, as in a
+/// `Value`); fails to parse when the input is not an object.
+struct FrameCheck {
+    task_type: bool,
+    instruction: bool,
+}
+
+impl<'de> Deserialize<'de> for FrameCheck {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, Visitor};
+
+        /// A member name, compared without allocating.
+        enum Member {
+            TaskType,
+            Instruction,
+            Other,
+        }
+        impl<'de> Deserialize<'de> for Member {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct NameVisitor;
+                impl Visitor<'_> for NameVisitor {
+                    type Value = Member;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a member name")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Member, E> {
+                        Ok(match v {
+                            "task_type" => Member::TaskType,
+                            "instruction" => Member::Instruction,
+                            _ => Member::Other,
+                        })
+                    }
+                }
+                deserializer.deserialize_str(NameVisitor)
+            }
+        }
+
+        /// A member value: whether it is a non-empty string.
+        struct NonEmptyString(bool);
+        impl<'de> Deserialize<'de> for NonEmptyString {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                Value::deserialize(deserializer).map(|v| Self(v.as_str().is_some_and(|s| !s.is_empty())))
+            }
+        }
+
+        struct CheckVisitor;
+        impl<'de> Visitor<'de> for CheckVisitor {
+            type Value = FrameCheck;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FrameCheck, A::Error> {
+                let mut check = FrameCheck { task_type: false, instruction: false };
+                while let Some(key) = map.next_key::<Member>()? {
+                    match key {
+                        Member::TaskType => check.task_type = map.next_value::<NonEmptyString>()?.0,
+                        Member::Instruction => check.instruction = map.next_value::<NonEmptyString>()?.0,
+                        Member::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(check)
+            }
+        }
+        deserializer.deserialize_map(CheckVisitor)
+    }
+}
+
 /// Validates `input` for `mode`: a semantic frame for mode 1; any JSON for text (a string or any value, as the
 /// reference SDKs send objects in text mode too). Modes 2-5 are not implemented here and fail.
-pub fn validate_payload(mode: PayloadMode, input: &Value) -> Result<(), Error> {
+pub fn validate_payload(mode: PayloadMode, input: &RawJson) -> Result<(), Error> {
     match mode {
         PayloadMode::Text => Ok(()),
         PayloadMode::SemanticFrame => SemanticFrame::validate(input),
@@ -227,10 +295,19 @@ mod tests {
 
     #[test]
     fn semantic_frame_requires_task_type_and_instruction() {
-        assert!(SemanticFrame::validate(&serde_json::json!({"task_type":"a","instruction":"b"})).is_ok());
-        assert!(SemanticFrame::validate(&serde_json::json!({"task_type":"a"})).is_err());
-        assert!(SemanticFrame::validate(&serde_json::json!({"instruction":"b"})).is_err());
-        assert!(SemanticFrame::validate(&serde_json::json!("text")).is_err());
-        assert!(SemanticFrame::validate(&serde_json::json!({"task_type":"","instruction":"b"})).is_err());
+        let frame = |v: serde_json::Value| SemanticFrame::validate(&RawJson::from(v));
+        assert!(frame(serde_json::json!({"task_type": "a", "instruction": "b", "x": [1, {"y": 2}]})).is_ok());
+        assert!(frame(serde_json::json!({"task_type": "a"})).is_err());
+        assert!(frame(serde_json::json!({"instruction": "b"})).is_err());
+        assert!(frame(serde_json::json!("text")).is_err());
+        assert!(frame(serde_json::json!({"task_type": "", "instruction": "b"})).is_err());
+        assert!(frame(serde_json::json!({"task_type": 1, "instruction": "b"})).is_err());
+        // The last occurrence of a member counts, as when the input is read into a `Value`.
+        assert!(
+            SemanticFrame::validate(
+                &RawJson::from_json(r#"{"task_type":"a","instruction":"","instruction":"b"}"#).unwrap()
+            )
+            .is_ok()
+        );
     }
 }

@@ -161,10 +161,10 @@ fn unknown_payload_modes_are_rejected() {
         assert!(matches!(IdentityCard::from_json(&c.to_string()), Err(Error::InvalidMessage(_))));
     }
     // Modes 2-5 parse but cannot be validated here.
-    let err = validate_payload(PayloadMode::LatentCapsules, &json!({})).unwrap_err();
+    let err = validate_payload(PayloadMode::LatentCapsules, &json!({}).into()).unwrap_err();
     assert!(matches!(err, Error::UnknownPayloadMode(_)));
     assert_wire(&err, codes::PAYLOAD_MODE_FAILED, ErrorCategory::Capability);
-    let err = SemanticFrame::validate(&json!({"task_type": "t"})).unwrap_err();
+    let err = SemanticFrame::validate(&json!({"task_type": "t"}).into()).unwrap_err();
     assert!(matches!(err, Error::InvalidSemanticFrame(_)));
     assert_wire(&err, codes::PAYLOAD_MODE_FAILED, ErrorCategory::Capability);
 }

@@ -10,9 +10,9 @@ use ldp_types::signing::{self, SignatureAlgorithm, SigningKey};
 use ldp_types::{
     Attestation, Body, Budget, Capability, CapabilityManifest, ClaimType, ContractPolicy, CostTier, DelegateId,
     DelegationContract, Envelope, ErrorCategory, ErrorSeverity, EvidenceRef, FailurePolicy, Hello, IdentityCard,
-    LdpError, LineageEntry, Manifest, PayloadMode, Provenance, QualityMetrics, Score, SessionAccept, SessionClose,
-    SessionConfig, SessionPropose, SessionReject, TaskCancel, TaskFailed, TaskResult, TaskSubmit, TaskUpdate,
-    TrustDomain, UnknownBody, VerificationStatus,
+    LdpError, LineageEntry, Manifest, PayloadMode, Provenance, QualityMetrics, RawJson, Score, SessionAccept,
+    SessionClose, SessionConfig, SessionPropose, SessionReject, TaskCancel, TaskFailed, TaskResult, TaskSubmit,
+    TaskUpdate, TrustDomain, UnknownBody, VerificationStatus,
 };
 use proptest::collection::{btree_map, vec};
 use proptest::option;
@@ -180,6 +180,13 @@ fn session_config() -> impl Strategy<Value = SessionConfig> {
         )
 }
 
+/// A payload as a peer may have written it: compact or pretty-printed.
+fn raw_json() -> impl Strategy<Value = RawJson> {
+    (json_value(), any::<bool>()).prop_map(|(v, pretty)| {
+        if pretty { RawJson::from_json(serde_json::to_string_pretty(&v).unwrap()).unwrap() } else { v.into() }
+    })
+}
+
 fn body() -> impl Strategy<Value = Body> {
     let names: Vec<&str> = ldp_types::MessageType::ALL.iter().map(|t| t.as_str()).collect();
     prop_oneof![
@@ -199,15 +206,15 @@ fn body() -> impl Strategy<Value = Body> {
             error: e,
             extra: x
         })),
-        (text(), text(), json_value(), option::of(contract()), extra()).prop_map(|(t, s, i, c, x)| Body::TaskSubmit(
-            TaskSubmit { task_id: t, skill: s, input: i, contract: c, extra: x }
+        (text(), text(), raw_json(), option::of(contract()), extra()).prop_map(|(t, s, i, c, x)| Body::TaskSubmit(
+            TaskSubmit { task_id: t, skill: s, input: i, contract: c.map(Box::new), extra: x }
         )),
         (text(), option::of(exact_f64()), option::of(text()), extra())
             .prop_map(|(t, p, m, x)| Body::TaskUpdate(TaskUpdate { task_id: t, progress: p, message: m, extra: x })),
-        (text(), json_value(), provenance(), extra()).prop_map(|(t, o, p, x)| Body::TaskResult(TaskResult {
+        (text(), raw_json(), provenance(), extra()).prop_map(|(t, o, p, x)| Body::TaskResult(TaskResult {
             task_id: t,
             output: o,
-            provenance: p,
+            provenance: Box::new(p),
             extra: x
         })),
         (text(), ldp_error(), extra()).prop_map(|(t, e, x)| Body::TaskFailed(TaskFailed {
@@ -234,7 +241,7 @@ fn envelope() -> impl Strategy<Value = Envelope> {
     )
         .prop_map(|(a, b)| {
             let mut e = Envelope::new(a.0, a.6, a.1, a.2, a.3, a.4).with_payload_mode(a.5);
-            e.provenance = b.0;
+            e.provenance = b.0.map(Box::new);
             e.signature = b.1;
             e.signature_algorithm = b.2;
             e.nonce = b.3;
@@ -335,6 +342,8 @@ proptest! {
     #[test]
     fn envelope_round_trips(env in envelope()) {
         let bytes = env.to_vec().unwrap();
+        // `to_vec` writes the envelope and the common bodies directly; `Serialize` goes through serde.
+        prop_assert_eq!(&bytes, &serde_json::to_vec(&env).unwrap());
         let back = Envelope::from_slice(&bytes).unwrap();
         prop_assert_eq!(&back, &env);
         prop_assert_eq!(back.to_vec().unwrap(), bytes);
@@ -572,13 +581,29 @@ fn nested_input(depth: usize) -> String {
 
 #[test]
 fn recursion_limit_holds_through_the_custom_decoders() {
-    // The envelope and the body are two levels; serde_json allows 128 in all.
+    // The payload is kept as text: serde_json checks its syntax without recursing, so any depth decodes. Reading it
+    // (serde_json allows 128 levels) or signing it hits the limit as a typed error, never a stack overflow.
     assert!(Envelope::from_json(&nested_input(100)).is_ok());
-    for depth in [127, 1_000, 100_000] {
-        let err = Envelope::from_json(&nested_input(depth)).unwrap_err();
+    for depth in [129, 1_000, 100_000] {
+        let env = Envelope::from_json(&nested_input(depth)).unwrap();
+        let ldp_types::Body::TaskSubmit(submit) = &env.body else { panic!("not a submit") };
+        assert_eq!(submit.input.json().len(), 2 * depth);
+        let err = submit.input.to_value().unwrap_err();
         assert!(matches!(err, ldp_types::Error::MalformedJson(_)), "{depth}: {err}");
         assert!(err.to_string().contains("recursion limit"), "{depth}: {err}");
+        let key =
+            ldp_types::signing::SigningKey::shared_secret(ldp_types::signing::SignatureAlgorithm::HmacSha256Jcs, b"k")
+                .unwrap();
+        assert!(ldp_types::signing::sign(&mut env.clone(), &key).is_err(), "{depth}");
+        // Relayed as received.
+        let again = Envelope::from_json(&env.to_json().unwrap()).unwrap();
+        let ldp_types::Body::TaskSubmit(relayed) = &again.body else { panic!("not a submit") };
+        assert_eq!(relayed.input.json(), submit.input.json());
     }
+    // Where the value is read into a tree (an unknown body member), the limit applies when decoding.
+    let deep_extra = nested_input(1_000).replace("\"input\"", "\"x_deep\"");
+    let err = Envelope::from_json(&deep_extra).unwrap_err();
+    assert!(err.to_string().contains("recursion limit"), "{err}");
     let deep_card = format!(
         r#"{{"delegate_id":"ldp:delegate:x","name":"n","model_family":"f","model_version":"v","trust_domain":"d",
         "context_window":1,"supported_payload_modes":["text"],"x_deep":{}{}}}"#,

@@ -1,0 +1,387 @@
+//! [`RawJson`]: a task's payload (TASK_SUBMIT `input`, TASK_RESULT `output`) kept as the JSON text it arrived in.
+//!
+//! Why: the payload is the delegate's business, not the protocol's. A router or a session machine forwards it,
+//! signs it and checks its mode, but rarely reads it. Building a `serde_json::Value` tree for it on every decode (a
+//! map and a string allocation per member) was most of the cost of decoding an envelope; keeping the text costs one
+//! scan and one copy, and encoding it again is a copy. Whoever needs the content parses it once, into a `Value` or
+//! straight into their own type.
+//!
+//! The text is always one syntactically valid JSON value without surrounding whitespace. It is written back
+//! verbatim (so a payload relayed through this crate keeps its bytes), canonicalised for the JCS signature
+//! algorithms like any other value, and compared by meaning (`{"a": 1}` equals `{"a":1}`).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::ser::{SerializeStruct, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Error;
+
+/// The name serde_json gives raw JSON fragments (`serde_json::value::RawValue`, feature `raw_value`). A serializer or
+/// deserializer of serde_json recognises it and passes the text through untouched; so does this crate's writer. The
+/// tests of this module fail if serde_json ever renames it.
+pub(crate) const RAW_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// A JSON value kept as text: parsed on demand, written back verbatim.
+///
+/// ```
+/// use ldp_types::RawJson;
+/// use serde_json::json;
+///
+/// let input = RawJson::from_json(r#"{"task_type": "analysis", "instruction": "Compare"}"#)?;
+/// assert_eq!(input.to_value()?["task_type"], "analysis");
+/// // Compared by meaning, not by spelling.
+/// assert_eq!(input, json!({"instruction": "Compare", "task_type": "analysis"}));
+/// # Ok::<(), ldp_types::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct RawJson(Box<str>);
+
+impl RawJson {
+    /// JSON `null`.
+    pub fn null() -> Self {
+        Self("null".into())
+    }
+
+    /// Checks that `text` is one JSON value and keeps it (without surrounding whitespace).
+    pub fn from_json(text: impl Into<String>) -> Result<Self, Error> {
+        let text = text.into();
+        serde_json::from_str::<IgnoredAny>(&text).map_err(Error::MalformedJson)?;
+        let trimmed = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+        Ok(if trimmed.len() == text.len() { Self(text.into_boxed_str()) } else { Self(trimmed.into()) })
+    }
+
+    /// The compact JSON of any serialisable value.
+    pub fn from_serializable<T: Serialize + ?Sized>(value: &T) -> Result<Self, Error> {
+        let mut out = Vec::new();
+        crate::json::write_compact(&mut out, value).map_err(|e| Error::Serialize(e.into_serde_json()))?;
+        // The writer only writes UTF-8.
+        String::from_utf8(out).map(|s| Self(s.into_boxed_str())).map_err(|e| Error::Serialize(ser_error(e)))
+    }
+
+    /// The JSON text.
+    pub fn json(&self) -> &str {
+        &self.0
+    }
+
+    /// The JSON text, owned.
+    pub fn into_json(self) -> String {
+        self.0.into_string()
+    }
+
+    /// Whether the value is JSON `null`.
+    pub fn is_null(&self) -> bool {
+        &*self.0 == "null"
+    }
+
+    /// Parses the text into a `Value` tree. Fails only for a number a `Value` cannot hold (e.g. `1e400`), which the
+    /// text, being checked for syntax only, may contain.
+    pub fn to_value(&self) -> Result<Value, Error> {
+        serde_json::from_str(&self.0).map_err(Error::from_decode)
+    }
+
+    /// Parses the text into any deserialisable type (which may borrow from it): the typed way to read a payload.
+    pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> Result<T, Error> {
+        serde_json::from_str(&self.0).map_err(Error::from_decode)
+    }
+
+    /// The text, when the value is a JSON string: its content, unescaped.
+    pub fn as_string(&self) -> Option<Cow<'_, str>> {
+        if !self.0.starts_with('"') {
+            return None;
+        }
+        self.parse::<Cow<'_, str>>().ok()
+    }
+}
+
+fn ser_error(e: impl fmt::Display) -> serde_json::Error {
+    <serde_json::Error as serde::ser::Error>::custom(e)
+}
+
+impl Default for RawJson {
+    fn default() -> Self {
+        Self::null()
+    }
+}
+
+impl From<&Value> for RawJson {
+    fn from(value: &Value) -> Self {
+        // A `Value` always serialises: its keys are strings and it cannot hold a non-finite number.
+        Self::from_serializable(value).unwrap_or_default()
+    }
+}
+
+impl From<Value> for RawJson {
+    fn from(value: Value) -> Self {
+        Self::from(&value)
+    }
+}
+
+impl From<&str> for RawJson {
+    /// A JSON string (a text-mode payload), not JSON text: `"hi"` becomes `"\"hi\""`.
+    fn from(text: &str) -> Self {
+        let mut out = Vec::with_capacity(text.len() + 2);
+        crate::json::write_str(&mut out, text);
+        // Quoting valid UTF-8 gives valid UTF-8.
+        Self(String::from_utf8(out).unwrap_or_default().into_boxed_str())
+    }
+}
+
+impl From<String> for RawJson {
+    /// A JSON string (a text-mode payload), not JSON text.
+    fn from(text: String) -> Self {
+        Self::from(text.as_str())
+    }
+}
+
+impl fmt::Debug for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RawJson").field(&format_args!("{}", self.0)).finish()
+    }
+}
+
+impl fmt::Display for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq for RawJson {
+    /// Equal when the texts are, or when both parse to equal values.
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+            || match (self.to_value(), other.to_value()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            }
+    }
+}
+
+impl PartialEq<Value> for RawJson {
+    fn eq(&self, other: &Value) -> bool {
+        self.to_value().is_ok_and(|v| v == *other)
+    }
+}
+
+impl PartialEq<RawJson> for Value {
+    fn eq(&self, other: &RawJson) -> bool {
+        other == self
+    }
+}
+
+impl Serialize for RawJson {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // The shape serde_json's serializers (and this crate's) recognise as text to write as is.
+        let mut raw = serializer.serialize_struct(RAW_TOKEN, 1)?;
+        raw.serialize_field(RAW_TOKEN, &*self.0)?;
+        raw.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for RawJson {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // serde_json's deserializers answer this name with the value's text; any other deserializer (a buffered
+        // `#[serde(flatten)]` struct, YAML, ...) hands over a structured value, which is written out as JSON.
+        deserializer.deserialize_newtype_struct(RAW_TOKEN, RawJsonVisitor)
+    }
+}
+
+struct RawJsonVisitor;
+
+impl RawJsonVisitor {
+    fn from_value<E: de::Error>(value: Value) -> Result<RawJson, E> {
+        RawJson::from_serializable(&value).map_err(E::custom)
+    }
+}
+
+/// Reads the value half of serde_json's raw-value map: the text, borrowed when it can be.
+struct RawText;
+
+impl<'de> DeserializeSeed<'de> for RawText {
+    type Value = RawJson;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<RawJson, D::Error> {
+        struct TextVisitor;
+        impl Visitor<'_> for TextVisitor {
+            type Value = RawJson;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("raw JSON text")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawJson, E> {
+                Ok(RawJson(v.into()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<RawJson, E> {
+                Ok(RawJson(v.into_boxed_str()))
+            }
+        }
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+/// The first member name of a map: serde_json's raw-value marker (compared without allocating), or a real name.
+enum FirstKey {
+    Token,
+    Name(String),
+}
+
+impl<'de> Deserialize<'de> for FirstKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = FirstKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<FirstKey, E> {
+                Ok(if v == RAW_TOKEN { FirstKey::Token } else { FirstKey::Name(v.to_owned()) })
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Collects a value from a deserializer that is not serde_json's, through serde_json's own `Value` visitor.
+struct Structured<D>(D);
+
+impl<'de, D: Deserializer<'de>> Structured<D> {
+    fn value(self) -> Result<RawJson, D::Error> {
+        RawJsonVisitor::from_value(Value::deserialize(self.0)?)
+    }
+}
+
+macro_rules! forward_to_value {
+    ($($method:ident: $ty:ty),*) => {
+        $(fn $method<E: de::Error>(self, v: $ty) -> Result<RawJson, E> {
+            Self::from_value(Value::from(v))
+        })*
+    };
+}
+
+impl<'de> Visitor<'de> for RawJsonVisitor {
+    type Value = RawJson;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, deserializer: D) -> Result<RawJson, D::Error> {
+        Structured(deserializer).value()
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawJson, A::Error> {
+        let first = match map.next_key::<FirstKey>()? {
+            None => return Ok(RawJson("{}".into())),
+            Some(FirstKey::Token) => return map.next_value_seed(RawText),
+            Some(FirstKey::Name(name)) => name,
+        };
+        // An object from a deserializer that ignored the name.
+        let mut object = serde_json::Map::new();
+        object.insert(first, map.next_value()?);
+        while let Some((k, v)) = map.next_entry::<String, Value>()? {
+            object.insert(k, v);
+        }
+        Self::from_value(Value::Object(object))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<RawJson, A::Error> {
+        let value = Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+        Self::from_value(value)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<RawJson, E> {
+        Ok(RawJson::null())
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<RawJson, E> {
+        Ok(RawJson::null())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<RawJson, D::Error> {
+        Structured(deserializer).value()
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<RawJson, E> {
+        Ok(RawJson::from(v))
+    }
+
+    forward_to_value!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64);
+}
+
+impl JsonSchema for RawJson {
+    fn schema_name() -> Cow<'static, str> {
+        "AnyJson".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn serde_json_passes_the_text_through_both_ways() {
+        // These fail if serde_json stops recognising `RAW_TOKEN`.
+        let text = r#"{"b": [1, 2.50, "x"],  "a": null}"#;
+        let raw: RawJson = serde_json::from_str(&format!("[{text}]")).map(|mut v: Vec<RawJson>| v.remove(0)).unwrap();
+        assert_eq!(raw.json(), text);
+        assert_eq!(serde_json::to_string(&raw).unwrap(), text);
+        assert_eq!(serde_json::to_value(&raw).unwrap(), json!({"b": [1, 2.5, "x"], "a": null}));
+        let mut ours = Vec::new();
+        crate::json::write_compact(&mut ours, &raw).unwrap();
+        assert_eq!(ours, text.as_bytes());
+    }
+
+    #[test]
+    fn any_deserializer_can_produce_one() {
+        let value = json!({"task_type": "t", "n": [1, -2, 0.5, true, null, "s"]});
+        // serde_json's `Value` deserializer.
+        let raw: RawJson = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(raw, value);
+        // A buffered struct (serde's private content deserializer, as `#[serde(flatten)]` uses).
+        #[derive(Deserialize)]
+        struct WithFlatten {
+            input: RawJson,
+            #[serde(flatten)]
+            rest: serde_json::Map<String, Value>,
+        }
+        let w: WithFlatten = serde_json::from_value(json!({"input": value, "other": 1})).unwrap();
+        assert_eq!(w.input, value);
+        assert_eq!(w.rest["other"], 1);
+        let w: WithFlatten = serde_json::from_str(r#"{"input": "text", "other": 1}"#).unwrap();
+        assert_eq!(w.input.as_string().as_deref(), Some("text"));
+    }
+
+    #[test]
+    fn equality_is_by_meaning() {
+        assert_eq!(
+            RawJson::from_json("{\"a\":1,\"b\":2}").unwrap(),
+            RawJson::from_json("{ \"b\": 2, \"a\": 1 }").unwrap()
+        );
+        assert_ne!(RawJson::from_json("[1,2]").unwrap(), RawJson::from_json("[2,1]").unwrap());
+        assert_eq!(RawJson::from("hé \"q\""), json!("hé \"q\""));
+        assert_eq!(RawJson::default(), Value::Null);
+        assert!(RawJson::default().is_null());
+    }
+
+    #[test]
+    fn invalid_text_is_a_typed_error() {
+        assert!(matches!(RawJson::from_json("{\"a\":"), Err(Error::MalformedJson(_))));
+        assert!(matches!(RawJson::from_json("1 2"), Err(Error::MalformedJson(_))));
+        assert_eq!(RawJson::from_json(" \n[1]\t").unwrap().json(), "[1]");
+        // Syntactically valid, but no `Value` can hold it.
+        let huge = RawJson::from_json("1e400").unwrap();
+        assert!(huge.to_value().is_err());
+        assert!(matches!(RawJson::from_json("{}").unwrap().parse::<String>(), Err(Error::InvalidMessage(_))));
+    }
+}
