@@ -2,68 +2,24 @@
 //! Codec benchmarks: decode + encode of TASK_SUBMIT envelopes against the reference crate `ldp-protocol` 0.2.0 and
 //! against `serde_json::IgnoredAny` on the same bytes; contract validation; `hmac-sha256-jcs` sign + verify.
 //!
-//! Run with: `cargo bench -p ldp-types --bench codec`
+//! Run with: `cargo bench -p ldp-types --bench codec` (the system allocator; `--bench codec_mimalloc` runs the
+//! decode + encode comparison under mimalloc, the allocator the `ldp` binary ships with).
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ldp_protocol::types::messages::LdpEnvelope;
+use criterion::{Criterion, criterion_group, criterion_main};
 use ldp_types::signing::{self, SignatureAlgorithm, SigningKey};
 use ldp_types::time::parse_timestamp;
-use ldp_types::{Body, Envelope, PayloadMode, Provenance};
-use serde::de::IgnoredAny;
-use serde_json::Value;
+use ldp_types::{Envelope, PayloadMode, Provenance};
 
+mod decode_encode;
 mod inputs;
 
-use inputs::{flow_submit, paper_contract, sized_submit};
+use inputs::{paper_contract, sized_submit};
 
 fn codec(c: &mut Criterion) {
-    let flow = serde_json::to_vec(&flow_submit()).unwrap();
-    let mut flow_contract = flow_submit();
-    flow_contract["body"]["contract"] = paper_contract();
-    let flow_contract = serde_json::to_vec(&flow_contract).unwrap();
-    let inputs = [
-        ("flow_submit", flow),
-        ("flow_submit_contract", flow_contract),
-        ("submit_972B", sized_submit(972, false)),
-        ("submit_contract_1497B", sized_submit(1497, true)),
-    ];
-    for (name, bytes) in &inputs {
-        // Both decoders must accept the bytes, or the comparison is meaningless.
-        let ours = Envelope::from_slice(bytes).unwrap();
-        assert!(matches!(ours.body, Body::TaskSubmit(_)));
-        serde_json::from_slice::<LdpEnvelope>(bytes).unwrap();
-
-        let mut group = c.benchmark_group(format!("codec/{name}"));
-        group.throughput(Throughput::Bytes(bytes.len() as u64));
-        group.bench_function("ldp_types_decode_encode", |b| {
-            b.iter(|| {
-                let env = Envelope::from_slice(black_box(bytes)).unwrap();
-                black_box(env.to_vec().unwrap())
-            })
-        });
-        group.bench_function("ldp_protocol_decode_encode", |b| {
-            b.iter(|| {
-                let env: LdpEnvelope = serde_json::from_slice(black_box(bytes)).unwrap();
-                black_box(serde_json::to_vec(&env).unwrap())
-            })
-        });
-        group.bench_function("ignored_any", |b| {
-            b.iter(|| black_box(serde_json::from_slice::<IgnoredAny>(black_box(bytes)).unwrap()))
-        });
-        // The floor for any decoder producing owned strings and `Value`s: serde_json's own `Value`.
-        group.bench_function("serde_json_value_decode_encode", |b| {
-            b.iter(|| {
-                let v: Value = serde_json::from_slice(black_box(bytes)).unwrap();
-                black_box(serde_json::to_vec(&v).unwrap())
-            })
-        });
-        group.bench_function("ldp_types_decode", |b| b.iter(|| black_box(Envelope::from_slice(black_box(bytes)))));
-        group.bench_function("ldp_types_encode", |b| b.iter(|| black_box(black_box(&ours).to_vec().unwrap())));
-        group.finish();
-    }
+    decode_encode::compare(c, "codec");
 }
 
 fn contract_check(c: &mut Criterion) {

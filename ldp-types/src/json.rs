@@ -113,7 +113,13 @@ pub(crate) fn write_compact<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T)
 }
 
 /// Whether any of the eight bytes of `word` is a control character, `"` or `\\`.
-fn needs_escape(word: u64) -> bool {
+pub(crate) fn needs_escape(word: u64) -> bool {
+    escape_flags(word) != 0
+}
+
+/// The high bit of each byte of `word` (read little-endian) that is a control character, `"` or `\\`, and possibly
+/// of bytes after the first such byte; the lowest set bit is always exact.
+pub(crate) fn escape_flags(word: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     // The high bit of a byte of `below(x, n)` is set for some byte exactly when some byte of `x` is below `n`
@@ -121,7 +127,7 @@ fn needs_escape(word: u64) -> bool {
     let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x;
     let flags =
         below(word, 0x20) | below(word ^ (ONES * u64::from(b'"')), 1) | below(word ^ (ONES * u64::from(b'\\')), 1);
-    flags & HIGH != 0
+    flags & HIGH
 }
 
 /// The escape sequence of a byte, if it needs one.
@@ -161,7 +167,7 @@ fn clean_words(bytes: &[u8]) -> usize {
 }
 
 /// The eight bytes of `bytes` from `at` (which must leave eight).
-fn word_at(bytes: &[u8], at: usize) -> u64 {
+pub(crate) fn word_at(bytes: &[u8], at: usize) -> u64 {
     let mut word = [0; 8];
     if let Some(chunk) = bytes.get(at..at + 8) {
         word.copy_from_slice(chunk);

@@ -55,6 +55,8 @@ pub use contract::{
     Budget, ContractCheck, ContractLimits, ContractOutcome, ContractPolicy, ContractViolation, DelegationContract,
     FailurePolicy, apply_contract,
 };
+#[doc(hidden)]
+pub use envelope::_scanner_decodes;
 pub use envelope::{Body, Envelope};
 pub use error::{Error, ErrorCategory, ErrorSeverity, LdpError, codes};
 pub use identity::{

@@ -342,6 +342,10 @@ proptest! {
     #[test]
     fn envelope_round_trips(env in envelope()) {
         let bytes = env.to_vec().unwrap();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        if ldp_types::_scanner_decodes(text) {
+            prop_assert_eq!(Envelope::from_json(text).unwrap(), serde_json::from_str::<Envelope>(text).unwrap());
+        }
         // `to_vec` writes the envelope and the common bodies directly; `Serialize` goes through serde.
         prop_assert_eq!(&bytes, &serde_json::to_vec(&env).unwrap());
         let back = Envelope::from_slice(&bytes).unwrap();
@@ -440,6 +444,13 @@ fn exercise(value: &Value) {
     if decoded.is_ok() {
         let errors: Vec<String> = envelope_validator().iter_errors(value).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "decoder accepted but schema rejected {text}: {errors:?}");
+    }
+    // Where the scanner decodes a text itself, serde decodes it to the same envelope.
+    for text in [text.clone(), serde_json::to_string_pretty(value).unwrap()] {
+        if ldp_types::_scanner_decodes(&text) {
+            let serde_path = serde_json::from_str::<Envelope>(&text).ok();
+            assert_eq!(Envelope::from_json(&text).ok(), serde_path, "scanner and serde disagree on {text}");
+        }
     }
     let _ = IdentityCard::from_json(&text);
     for key in keys() {
@@ -566,6 +577,102 @@ proptest! {
         }
         let _ = IdentityCard::from_json(&card.to_string());
     }
+}
+
+#[path = "../benches/inputs/mod.rs"]
+mod inputs;
+
+#[test]
+fn the_scanner_takes_the_transcript_and_the_benchmarked_messages() {
+    let flow: Vec<Value> = serde_json::from_str(include_str!("fixtures/ldp-session-flow.json")).unwrap();
+    let sized = [inputs::sized_submit(972, false), inputs::sized_submit(1497, true)];
+    let texts = flow.iter().map(|m| m.to_string()).chain(sized.iter().map(|b| String::from_utf8(b.clone()).unwrap()));
+    for text in texts {
+        // The transcript's `_comment` is an extension member like any other.
+        assert!(ldp_types::_scanner_decodes(&text), "{text}");
+        assert_eq!(Envelope::from_json(&text).unwrap(), serde_json::from_str::<Envelope>(&text).unwrap());
+    }
+    // Left to serde: escapes in a member name, nesting near the recursion limit, any error.
+    let escaped_name =
+        r#"{"message\u005fid":"m","from":"a","to":"b","timestamp":"t","body":{"type":"TASK_CANCEL","task_id":"t"}}"#;
+    assert!(!ldp_types::_scanner_decodes(escaped_name));
+    assert_eq!(Envelope::from_json(escaped_name).unwrap().message_id, "m");
+    let deep = nested_input(127).replace("\"input\"", "\"x_deep\"");
+    assert!(!ldp_types::_scanner_decodes(&deep));
+    assert!(Envelope::from_json(&deep).is_err(), "127 levels inside the body exceed serde_json's limit of 128");
+    assert!(!ldp_types::_scanner_decodes(r#"{"message_id":"m"}"#));
+}
+
+#[test]
+fn the_scanner_reads_contracts_and_edge_cases_as_serde_does() {
+    let envelope = |body: &str| {
+        format!(r#"{{"message_id":"m","session_id":null,"from":"a","to":"b","timestamp":"t","body":{body}}}"#)
+    };
+    let submit = |contract: &str| {
+        envelope(&format!(r#"{{"type":"TASK_SUBMIT","task_id":"t","skill":"s","input":null,"contract":{contract}}}"#))
+    };
+    let policy = |p: &str| submit(&format!(r#"{{"contract_id":"c","policy":{p}}}"#));
+    let texts = [
+        submit("null"),
+        submit(r#"{"contract_id":"c"}"#),
+        submit(r#"{"contract_id":null}"#),
+        submit(r#"{"objective":"o"}"#),
+        submit(r#"{"contract_id":"c","contract_id":"d"}"#),
+        submit(r#"{"contract_id":"c","objective":null,"success_criteria":null,"policy":null,"deadline":null}"#),
+        submit(r#"{"contract_id":"c","success_criteria":["a",null]}"#),
+        submit(r#"{"contract_id":"c","success_criteria":[]}"#),
+        submit(r#"{"contract_id":"c","success_criteria":"a"}"#),
+        submit(r#"{"contract_id":"c\u00e9\n","x_more":{"deep":[1,2,{"a":null}]}}"#),
+        submit(r#"["c"]"#),
+        policy(r#"{"failure_policy":"fail_closed","failure_policy":"fail_open"}"#),
+        policy(r#"{"failure_policy":null}"#),
+        policy(r#"{"failure_policy":"fail_sideways"}"#),
+        policy(r#"{"failure_policy":"fail\u005fclosed"}"#),
+        policy(r#"{"budget":null,"safety_constraints":null}"#),
+        policy(r#"{"budget":{"max_tokens":6000,"max_cost_usd":0.05}}"#),
+        policy(r#"{"budget":{"max_tokens":6000,"max_tokens":1}}"#),
+        policy(r#"{"budget":{"max_tokens":null,"max_cost_usd":null,"extra":[]}}"#),
+        policy(r#"{"budget":{"max_tokens":1.0}}"#),
+        policy(r#"{"budget":{"max_tokens":-1}}"#),
+        policy(r#"{"budget":{"max_tokens":01}}"#),
+        policy(r#"{"budget":{"max_tokens":1e3}}"#),
+        policy(r#"{"budget":{"max_tokens":18446744073709551615}}"#),
+        policy(r#"{"budget":{"max_tokens":18446744073709551616}}"#),
+        policy(r#"{"budget":[]}"#),
+        policy(r#"{"max_delegation_depth":4294967295}"#),
+        policy(r#"{"max_delegation_depth":4294967296}"#),
+        policy(r#"{"max_delegation_depth":0}"#),
+        policy(r#"{"max_delegation_depth": 2 }"#),
+        policy(r#"{"max_delegation_depth":2,"max_delegation_depth":3}"#),
+        envelope(r#"{"type":"TASK_SUBMIT","task_id":"t","skill":"s","task_id":"u"}"#),
+        envelope(r#"{"type":"TASK_SUBMIT","type":"TASK_CANCEL","task_id":"t"}"#),
+        envelope(r#"{"type":"TASK_\u0053UBMIT","task_id":"t","skill":"s"}"#),
+        envelope(
+            r#"{"type":"TASK_RESULT","task_id":"t","output":{"a":[1]},"provenance":{"produced_by":"d","model_version":"v","payload_mode_used":"text"}}"#,
+        ),
+        envelope(r#"{"type":"GOSSIP","rumour":"x"}"#),
+        envelope(r#"{"type":"HELLO","delegate_id":"ldp:delegate:a","supported_modes":["text"]}"#),
+        envelope(r#"{"type":"TASK_CANCEL","task_id":"t"} "#) + " ",
+        envelope(r#"{"type":"TASK_CANCEL","task_id":"t"}"#) + " x",
+        envelope(r#"{"type":"TASK_CANCEL","task_id":"t\"q"}"#),
+        envelope(r#"{"type":"TASK_CANCEL","task_id":"tab\there"}"#),
+        envelope("{\"type\":\"TASK_CANCEL\",\"task_id\":\"raw\ttab\"}"),
+        envelope(r#"{"type":"TASK_CANCEL","task_id":"t"}"#).replace(r#""to":"b""#, r#""to":"b","to":"c""#),
+        envelope(r#"{"type":"TASK_CANCEL","task_id":"t"}"#).replace(r#""from":"a""#, r#""from":null"#),
+        envelope(r#"{"type":"TASK_CANCEL","task_id":"t"}"#).replace(r#""session_id":null"#, r#""payload_mode":null"#),
+        envelope(r#"{"type":"TASK_CANCEL","task_id":"t"}"#)
+            .replace(r#""session_id":null"#, r#""payload_mode":"binary""#),
+        envelope(r#"{"type":"TASK_CANCEL","task_id":"t"}"#).replace(r#""session_id":null"#, r#""provenance":7"#),
+    ];
+    let mut scanned = 0;
+    for text in &texts {
+        let ours = Envelope::from_json(text).ok();
+        let serde_path = serde_json::from_str::<Envelope>(text).ok();
+        assert_eq!(ours, serde_path, "{text}");
+        scanned += usize::from(ldp_types::_scanner_decodes(text));
+    }
+    // Most of these are the scanner's (the rest it leaves to serde, which the equality above covers).
+    assert!(scanned >= texts.len() / 2, "only {scanned} of {} scanned", texts.len());
 }
 
 // ---------------------------------------------------------------------------------------------------------------

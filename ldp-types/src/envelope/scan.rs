@@ -1,0 +1,418 @@
+//! The fast path of [`Envelope::from_json`]: a scanner for the envelope's and the body's own members.
+//!
+//! Why: most of an envelope is a dozen short members whose values are plain strings. Through serde each costs a
+//! map-access round (separator, key parse into scratch, key match, `Option` visitor, value parse); here a member is
+//! a scan to its closing quote and one copy. Everything else (a string with escapes, a contract, provenance, an
+//! unknown member, the payload kept as raw text) is handed to serde_json for exactly that value, so the typed
+//! decoding is serde's own.
+//!
+//! The scanner answers only when it is sure: on anything it does not handle (a member name with escapes, a value
+//! nested deep enough to come near serde_json's recursion limit, any error at all) it gives up, and the caller
+//! decodes the whole message with the serde path, which then produces the same value or the typed error. A
+//! property test checks that the two paths agree.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use super::{Body, BodyKey, BodySlots, Envelope, EnvelopeKey, TypeTag};
+use crate::contract::{Budget, ContractPolicy, DelegationContract, FailurePolicy};
+use crate::json::{escape_flags, word_at};
+use crate::payload::PayloadMode;
+use crate::raw::RawJson;
+
+/// Sub-values with at least this many `[` and `{` are left to the serde path: nested that deep inside the envelope
+/// (which adds up to three levels), they could reach serde_json's limit of 128 there and not here. A value shorter
+/// than twice this cannot nest that deep.
+const MAX_NESTING: usize = 120;
+
+/// Decodes `text`, or `None` to leave it to the serde path.
+pub(super) fn decode(text: &str) -> Option<Envelope> {
+    let mut scan = Scan { text, bytes: text.as_bytes(), pos: 0 };
+    let envelope = scan.envelope()?;
+    scan.ws();
+    (scan.pos == scan.bytes.len()).then_some(envelope)
+}
+
+struct Scan<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    /// The next significant byte, not consumed.
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.pos += 1)
+    }
+
+    /// A string without escapes or control characters, borrowed; `None` (position unchanged) otherwise.
+    fn plain_str(&mut self) -> Option<&'a str> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let start = self.pos + 1;
+        let mut at = start;
+        while at + 8 <= self.bytes.len() {
+            let flags = escape_flags(word_at(self.bytes, at));
+            if flags != 0 {
+                // The first flagged byte ends the plain run: the closing quote, or an escape to leave to serde.
+                at += flags.trailing_zeros() as usize / 8;
+                break;
+            }
+            at += 8;
+        }
+        while let Some(&byte) = self.bytes.get(at) {
+            match byte {
+                b'"' => {
+                    let s = self.text.get(start..at)?;
+                    self.pos = at + 1;
+                    return Some(s);
+                }
+                b'\\' | 0x00..=0x1f => return None,
+                _ => at += 1,
+            }
+        }
+        None
+    }
+
+    /// Any string value, owned.
+    fn string(&mut self) -> Option<String> {
+        match self.plain_str() {
+            Some(s) => Some(s.to_owned()),
+            None => self.value(),
+        }
+    }
+
+    /// `null` or a string.
+    fn opt_string(&mut self) -> Option<Option<String>> {
+        if self.peek()? == b'n' {
+            return self.null().map(|()| None);
+        }
+        self.string().map(Some)
+    }
+
+    fn null(&mut self) -> Option<()> {
+        let end = self.pos + 4;
+        (self.bytes.get(self.pos..end)? == b"null").then(|| self.pos = end)
+    }
+
+    /// One value of any type, decoded by serde_json from where the scanner stands.
+    fn value<T: Deserialize<'a>>(&mut self) -> Option<T> {
+        let (value, len) = self.value_unchecked()?;
+        let span = self.bytes.get(self.pos..self.pos + len)?;
+        if span.len() >= 2 * MAX_NESTING && memchr::memchr2_iter(b'[', b'{', span).nth(MAX_NESTING - 1).is_some() {
+            return None;
+        }
+        self.pos += len;
+        Some(value)
+    }
+
+    /// A payload (`input`, `output`): kept as text, which serde_json checks without a depth limit on either path.
+    fn raw(&mut self) -> Option<Option<RawJson>> {
+        let (value, len) = self.value_unchecked()?;
+        self.pos += len;
+        Some(value)
+    }
+
+    /// A value and its length in bytes, without moving past it.
+    fn value_unchecked<T: Deserialize<'a>>(&mut self) -> Option<(T, usize)> {
+        self.ws();
+        let rest = self.text.get(self.pos..)?;
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<T>();
+        let value = values.next()?.ok()?;
+        Some((value, values.byte_offset()))
+    }
+
+    /// Calls `member` for each member of the object that starts here, with the member name.
+    fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.pos += 1;
+            return Some(());
+        }
+        loop {
+            let name = self.plain_str()?;
+            self.eat(b':')?;
+            member(self, name)?;
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn envelope(&mut self) -> Option<Envelope> {
+        let (mut message_id, mut session_id, mut from, mut to, mut body) = (None, None, None, None, None);
+        let (mut payload_mode, mut timestamp, mut provenance) = (None, None, None);
+        let (mut signature, mut signature_algorithm, mut nonce) = (None, None, None);
+        let mut extensions = serde_json::Map::new();
+        self.object(|scan, name| {
+            match EnvelopeKey::from_str(name) {
+                Some(EnvelopeKey::MessageId) => message_id = Some(scan.string()?),
+                Some(EnvelopeKey::SessionId) => session_id = scan.opt_string()?,
+                Some(EnvelopeKey::From) => from = Some(scan.string()?),
+                Some(EnvelopeKey::To) => to = Some(scan.string()?),
+                Some(EnvelopeKey::Body) => body = Some(scan.body()?),
+                Some(EnvelopeKey::PayloadMode) => {
+                    payload_mode = match scan.plain_str() {
+                        Some(name) => Some(name.parse::<PayloadMode>().ok()?),
+                        None => scan.value()?,
+                    }
+                }
+                Some(EnvelopeKey::Timestamp) => timestamp = Some(scan.string()?),
+                Some(EnvelopeKey::Provenance) => {
+                    provenance = if scan.peek()? == b'n' { scan.null().map(|()| None)? } else { scan.value()? }
+                }
+                Some(EnvelopeKey::Signature) => signature = scan.opt_string()?,
+                Some(EnvelopeKey::SignatureAlgorithm) => signature_algorithm = scan.opt_string()?,
+                Some(EnvelopeKey::Nonce) => nonce = scan.opt_string()?,
+                Some(EnvelopeKey::Other(_)) | None => {
+                    extensions.insert(name.to_owned(), scan.value()?);
+                }
+            }
+            Some(())
+        })?;
+        Some(Envelope {
+            message_id: message_id?,
+            session_id: session_id.unwrap_or_default(),
+            from: from?,
+            to: to?,
+            body: body?,
+            payload_mode: payload_mode.unwrap_or(PayloadMode::Text),
+            timestamp: timestamp?,
+            provenance,
+            signature,
+            signature_algorithm,
+            nonce,
+            extensions,
+        })
+    }
+
+    fn body(&mut self) -> Option<Body> {
+        let mut s = BodySlots::default();
+        self.object(|scan, name| {
+            match BodyKey::from_str(name) {
+                Some(BodyKey::Type) => {
+                    s.type_tag = Some(match scan.plain_str() {
+                        Some(tag) => tag.parse().map_or_else(|()| TypeTag::Unknown(tag.to_owned()), TypeTag::Known),
+                        None => scan.value()?,
+                    })
+                }
+                Some(BodyKey::DelegateId) => s.delegate_id = scan.opt_string()?,
+                Some(BodyKey::SessionId) => s.session_id = scan.opt_string()?,
+                Some(BodyKey::Reason) => s.reason = scan.opt_string()?,
+                Some(BodyKey::TaskId) => s.task_id = scan.opt_string()?,
+                Some(BodyKey::Skill) => s.skill = scan.opt_string()?,
+                Some(BodyKey::Message) => s.message = scan.opt_string()?,
+                Some(BodyKey::SupportedModes) => s.supported_modes = scan.value()?,
+                Some(BodyKey::Capabilities) => s.capabilities = scan.value()?,
+                Some(BodyKey::Config) => s.config = scan.value()?,
+                Some(BodyKey::NegotiatedMode) => s.negotiated_mode = scan.value()?,
+                Some(BodyKey::FallbackChain) => s.fallback_chain = scan.value()?,
+                Some(BodyKey::Error) => s.error = scan.value()?,
+                Some(BodyKey::Input) => s.input = scan.raw()?,
+                Some(BodyKey::Contract) => s.contract = scan.contract()?,
+                Some(BodyKey::Progress) => s.progress = scan.value()?,
+                Some(BodyKey::Output) => s.output = scan.raw()?,
+                Some(BodyKey::Provenance) => s.provenance = scan.value()?,
+                Some(BodyKey::Claim) => s.claim = scan.value()?,
+                Some(BodyKey::Evidence) => s.evidence = scan.value()?,
+                Some(BodyKey::Other(_)) | None => {
+                    s.extra.insert(name.to_owned(), scan.value()?);
+                }
+            }
+            Some(())
+        })?;
+        s.assemble::<serde_json::Error>().ok()
+    }
+
+    /// Marks member `bit` seen; `None` when it was already (a derived struct decoder rejects duplicate fields).
+    fn first_time(seen: &mut u8, bit: u8) -> Option<()> {
+        (*seen & bit == 0).then(|| *seen |= bit)
+    }
+
+    /// A list of strings; `null` reads as empty (the contract's `null_as_default`).
+    fn strings_or_null(&mut self) -> Option<Vec<String>> {
+        match self.peek()? {
+            b'n' => self.null().map(|()| Vec::new()),
+            b'[' => {
+                self.pos += 1;
+                let mut list = Vec::new();
+                if self.peek()? == b']' {
+                    self.pos += 1;
+                    return Some(list);
+                }
+                loop {
+                    list.push(self.string()?);
+                    match self.peek()? {
+                        b',' => self.pos += 1,
+                        b']' => {
+                            self.pos += 1;
+                            return Some(list);
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// A TASK_SUBMIT `contract`, decoded as its derived `Deserialize` would.
+    fn contract(&mut self) -> Option<Option<Box<DelegationContract>>> {
+        match self.peek()? {
+            b'n' => return self.null().map(|()| None),
+            b'{' => {}
+            _ => return None,
+        }
+        let (mut contract_id, mut objective, mut success_criteria, mut policy) = (None, None, None, None);
+        let (mut deadline, mut created_at, mut seen) = (None, None, 0);
+        self.object(|scan, name| {
+            match name {
+                "contract_id" => {
+                    Self::first_time(&mut seen, 1)?;
+                    contract_id = Some(scan.string()?);
+                }
+                "objective" => {
+                    Self::first_time(&mut seen, 2)?;
+                    objective = scan.opt_string()?;
+                }
+                "success_criteria" => {
+                    Self::first_time(&mut seen, 4)?;
+                    success_criteria = Some(scan.strings_or_null()?);
+                }
+                "policy" => {
+                    Self::first_time(&mut seen, 8)?;
+                    policy = Some(scan.policy()?);
+                }
+                "deadline" => {
+                    Self::first_time(&mut seen, 16)?;
+                    deadline = scan.opt_string()?;
+                }
+                "created_at" => {
+                    Self::first_time(&mut seen, 32)?;
+                    created_at = scan.opt_string()?;
+                }
+                _ => {
+                    scan.value::<IgnoredAny>()?;
+                }
+            }
+            Some(())
+        })?;
+        Some(Some(Box::new(DelegationContract {
+            contract_id: contract_id?,
+            objective: objective.unwrap_or_default(),
+            success_criteria: success_criteria.unwrap_or_default(),
+            policy: policy.unwrap_or_default(),
+            deadline,
+            created_at,
+        })))
+    }
+
+    /// `null` or an unsigned integer written plainly (no sign, fraction or exponent, which serde would read as another
+    /// type); anything else is left to serde.
+    fn opt_u64(&mut self) -> Option<Option<u64>> {
+        let first = self.peek()?;
+        if first == b'n' {
+            return self.null().map(|()| None);
+        }
+        let digits = self.bytes.get(self.pos..)?.iter().take_while(|b| b.is_ascii_digit()).count();
+        let end = self.pos + digits;
+        let plain = digits > 0
+            && (first != b'0' || digits == 1)
+            && !matches!(self.bytes.get(end), Some(b'.' | b'e' | b'E' | b'-' | b'+'));
+        if !plain {
+            return None;
+        }
+        let number = self.text.get(self.pos..end)?.parse().ok()?;
+        self.pos = end;
+        Some(Some(number))
+    }
+
+    /// A contract's `budget`: `null`, or an object read as its derived `Deserialize` would.
+    fn budget(&mut self) -> Option<Option<Budget>> {
+        match self.peek()? {
+            b'n' => return self.null().map(|()| None),
+            b'{' => {}
+            _ => return None,
+        }
+        let mut budget = Budget::default();
+        let mut seen = 0;
+        self.object(|scan, name| {
+            match name {
+                "max_tokens" => {
+                    Self::first_time(&mut seen, 1)?;
+                    budget.max_tokens = scan.opt_u64()?;
+                }
+                "max_cost_usd" => {
+                    Self::first_time(&mut seen, 2)?;
+                    budget.max_cost_usd = scan.value()?;
+                }
+                _ => {
+                    scan.value::<IgnoredAny>()?;
+                }
+            }
+            Some(())
+        })?;
+        Some(Some(budget))
+    }
+
+    /// A contract's `policy`; `null` reads as the default.
+    fn policy(&mut self) -> Option<ContractPolicy> {
+        match self.peek()? {
+            b'n' => return self.null().map(|()| ContractPolicy::default()),
+            b'{' => {}
+            _ => return None,
+        }
+        let mut policy = ContractPolicy::default();
+        let mut seen = 0;
+        self.object(|scan, name| {
+            match name {
+                "failure_policy" => {
+                    Self::first_time(&mut seen, 1)?;
+                    policy.failure_policy = match scan.plain_str() {
+                        Some("fail_closed") => FailurePolicy::FailClosed,
+                        Some("fail_open") => FailurePolicy::FailOpen,
+                        Some(_) => return None,
+                        None => scan.value::<Option<FailurePolicy>>()?.unwrap_or_default(),
+                    };
+                }
+                "budget" => {
+                    Self::first_time(&mut seen, 2)?;
+                    policy.budget = scan.budget()?;
+                }
+                "safety_constraints" => {
+                    Self::first_time(&mut seen, 4)?;
+                    policy.safety_constraints = scan.strings_or_null()?;
+                }
+                "max_delegation_depth" => {
+                    Self::first_time(&mut seen, 8)?;
+                    policy.max_delegation_depth = match scan.opt_u64()? {
+                        Some(depth) => Some(u32::try_from(depth).ok()?),
+                        None => None,
+                    };
+                }
+                _ => {
+                    scan.value::<IgnoredAny>()?;
+                }
+            }
+            Some(())
+        })?;
+        Some(policy)
+    }
+}
