@@ -6,7 +6,8 @@
 //!   [`Body::Unknown`], so a receiver can answer an unknown type with a typed error instead of failing to parse).
 //! - [`IdentityCard`] (RFC 2.1) describes a delegate; its [`Capability`]s carry quality claims tagged with a
 //!   [`ClaimType`] (self-claimed vs attested, paper 3.2). [`TrustDomain`] implements the RFC 7.2 check.
-//! - [`PayloadMode`] and [`negotiate`] implement RFC 4; [`SemanticFrame`] is mode 1.
+//! - [`PayloadMode`] and [`negotiate`] implement RFC 4; [`SemanticFrame`] is mode 1. A task's payload
+//!   (`TaskSubmit::input`, `TaskResult::output`) is a [`RawJson`]: the text as received, parsed by whoever reads it.
 //! - [`Provenance`] travels with every result; [`DelegationContract`] bounds a task; [`LdpError`] is the typed failure
 //!   of paper 3.3, with the category defaults of its table and a catalogue of [`codes`].
 //! - [`signing`] signs and verifies envelopes with `hmac-sha256` (reference-SDK compatible), `hmac-sha256-jcs` and
@@ -26,8 +27,12 @@
 //!   "payload_mode": "semantic_frame", "timestamp": "2026-03-09T10:00:04Z", "provenance": null
 //! }"#;
 //! let envelope = Envelope::from_json(json)?;
-//! let Body::TaskSubmit(TaskSubmit { skill, .. }) = &envelope.body else { unreachable!() };
+//! let Body::TaskSubmit(TaskSubmit { skill, input, .. }) = &envelope.body else { unreachable!() };
 //! assert_eq!(skill, "reasoning");
+//! // The payload is read into whatever type its reader wants.
+//! #[derive(serde::Deserialize)]
+//! struct Analysis<'a> { instruction: &'a str }
+//! assert_eq!(input.parse::<Analysis>()?.instruction, "Compare two designs");
 //! assert_eq!(envelope.payload_mode, PayloadMode::SemanticFrame);
 //! let again = Envelope::from_json(&envelope.to_json()?)?;
 //! assert_eq!(again, envelope);

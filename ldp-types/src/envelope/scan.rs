@@ -17,6 +17,7 @@ use serde::de::IgnoredAny;
 use super::{Body, BodyKey, BodySlots, Envelope, EnvelopeKey, TypeTag};
 use crate::contract::{Budget, ContractPolicy, DelegationContract, FailurePolicy};
 use crate::json::{escape_flags, word_at};
+use crate::messages::{TaskResult, TaskSubmit};
 use crate::payload::PayloadMode;
 use crate::raw::RawJson;
 
@@ -204,6 +205,64 @@ impl<'a> Scan<'a> {
     }
 
     fn body(&mut self) -> Option<Body> {
+        let start = self.pos;
+        if let Some(body) = self.task_body() {
+            return Some(body);
+        }
+        self.pos = start;
+        self.any_body()
+    }
+
+    /// The common case read straight into its type: a TASK_SUBMIT or TASK_RESULT whose `type` comes first and whose
+    /// other members are its own or unknown ones. A member that belongs to another body type is read typed (and kept
+    /// in `extra` when not null) by [`Self::any_body`], as the serde decoder does; this gives way to it.
+    fn task_body(&mut self) -> Option<Body> {
+        self.eat(b'{')?;
+        if self.plain_str()? != "type" {
+            return None;
+        }
+        self.eat(b':')?;
+        let submit = match self.plain_str()? {
+            "TASK_SUBMIT" => true,
+            "TASK_RESULT" => false,
+            _ => return None,
+        };
+        let (mut task_id, mut skill, mut payload, mut contract, mut provenance) = (None, None, None, None, None);
+        let mut extra = serde_json::Map::new();
+        loop {
+            match self.peek()? {
+                b',' => self.pos += 1,
+                b'}' => {
+                    self.pos += 1;
+                    break;
+                }
+                _ => return None,
+            }
+            let name = self.plain_str()?;
+            self.eat(b':')?;
+            match (BodyKey::from_str(name), submit) {
+                (Some(BodyKey::TaskId), _) => task_id = self.opt_string()?,
+                (Some(BodyKey::Skill), true) => skill = self.opt_string()?,
+                (Some(BodyKey::Input), true) | (Some(BodyKey::Output), false) => payload = self.raw()?,
+                (Some(BodyKey::Contract), true) => contract = self.contract()?,
+                (Some(BodyKey::Provenance), false) => provenance = self.value()?,
+                (None, _) => {
+                    extra.insert(name.to_owned(), self.value()?);
+                }
+                (Some(_), _) => return None,
+            }
+        }
+        let task_id = task_id?;
+        let payload = payload.unwrap_or_default();
+        Some(if submit {
+            Body::TaskSubmit(TaskSubmit { task_id, skill: skill?, input: payload, contract, extra })
+        } else {
+            Body::TaskResult(TaskResult { task_id, output: payload, provenance: provenance?, extra })
+        })
+    }
+
+    /// Any body: each member read into its typed slot, the body assembled once its `type` is known.
+    fn any_body(&mut self) -> Option<Body> {
         let mut s = BodySlots::default();
         self.object(|scan, name| {
             match BodyKey::from_str(name) {
