@@ -656,7 +656,9 @@ fn the_scanner_reads_contracts_and_edge_cases_as_serde_does() {
         envelope(r#"{"type":"TASK_SUBMIT","task_id":"t","skill":null}"#),
         envelope(r#"{"type":"TASK_SUBMIT","task_id":"t","skill":"s","input":"a","input":"b"}"#),
         envelope(r#"{"task_id":"t","type":"TASK_SUBMIT","skill":"s","input":[]}"#),
-        envelope(r#"{"type":"TASK_RESULT","task_id":"t","skill":"s","provenance":{"produced_by":"d","model_version":"v","payload_mode_used":"text"}}"#),
+        envelope(
+            r#"{"type":"TASK_RESULT","task_id":"t","skill":"s","provenance":{"produced_by":"d","model_version":"v","payload_mode_used":"text"}}"#,
+        ),
         envelope(r#"{"type":"TASK_RESULT","task_id":"t","output":null}"#),
         envelope(r#"{"type":"TASK_RESULT","task_id":"t","provenance":null,"output":"x"}"#),
         envelope(r#"{"type":"HELLO","delegate_id":"ldp:delegate:a","supported_modes":["text"]}"#),
