@@ -28,6 +28,10 @@ pub(crate) const RAW_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// A JSON value kept as text: parsed on demand, written back verbatim.
 ///
+/// Build one from JSON text with [`RawJson::from_json`], from a `serde_json::Value` or any serialisable value with
+/// `From<Value>` / [`RawJson::from_serializable`]; `From<&str>` and `From<String>` make a JSON *string* (a text-mode
+/// payload), not JSON text.
+///
 /// ```
 /// use ldp_types::RawJson;
 /// use serde_json::json;
