@@ -125,8 +125,9 @@ pub(crate) fn escape_flags(word: u64) -> u64 {
     // The high bit of a byte of `below(x, n)` is set for some byte exactly when some byte of `x` is below `n`
     // (n <= 0x80): the classic word-at-a-time test. A zero byte of `word ^ (ONES * c)` is a byte equal to `c`.
     let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x;
-    let flags =
-        below(word, 0x20) | below(word ^ (ONES * u64::from(b'"')), 1) | below(word ^ (ONES * u64::from(b'\\')), 1);
+    // Flipping bit 1 of every byte maps `"` (0x22) to 0x20 and keeps 0x00-0x1f below 0x20 while every other byte
+    // stays at 0x21 or above, so one test finds control characters and quotes.
+    let flags = below(word ^ (ONES * 0x02), 0x21) | below(word ^ (ONES * u64::from(b'\\')), 1);
     flags & HIGH
 }
 
@@ -783,6 +784,34 @@ mod tests {
         #[test]
         fn compact_output_is_serde_json_output(v in any_json()) {
             prop_assert_eq!(compact(&v), serde_json::to_vec(&v).unwrap());
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn escape_flags_finds_the_first_byte_to_escape(bytes in proptest::array::uniform8(any::<u8>())) {
+            let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+            let flags = escape_flags(u64::from_le_bytes(bytes));
+            match bytes.iter().position(|&b| needs(b)) {
+                None => prop_assert_eq!(flags, 0),
+                Some(first) => prop_assert_eq!(flags.trailing_zeros() as usize / 8, first),
+            }
+        }
+    }
+
+    #[test]
+    fn escape_flags_flags_exactly_the_bytes_to_escape() {
+        for byte in 0..=255u8 {
+            for at in 0..8 {
+                let mut word = [b'a'; 8];
+                word[at] = byte;
+                let flags = escape_flags(u64::from_le_bytes(word));
+                let needs = byte < 0x20 || byte == b'"' || byte == b'\\';
+                assert_eq!(flags != 0, needs, "byte {byte:#04x} at {at}");
+                if needs {
+                    assert_eq!(flags.trailing_zeros() as usize / 8, at);
+                }
+            }
         }
     }
 
