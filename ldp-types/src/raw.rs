@@ -378,6 +378,43 @@ mod tests {
         assert!(RawJson::default().is_null());
     }
 
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[\\x00-\\x1f\"\\\\a-z\u{e9}\u{1f600} ]{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z\"]{0,5}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn text_in_any_layout_reads_and_relays_as_its_value(value in any_json(), pretty in proptest::bool::ANY) {
+            let text = if pretty { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) };
+            let text = format!(" {}\n", text.unwrap());
+            let raw = RawJson::from_json(text.clone()).unwrap();
+            proptest::prop_assert_eq!(raw.json(), text.trim());
+            proptest::prop_assert_eq!(raw.to_value().unwrap(), value.clone());
+            proptest::prop_assert!(raw == RawJson::from(&value));
+            // Written back as it came, by serde_json and by this crate's writer.
+            proptest::prop_assert_eq!(serde_json::to_string(&raw).unwrap(), text.trim());
+            let mut ours = Vec::new();
+            crate::json::write_compact(&mut ours, &raw).unwrap();
+            proptest::prop_assert_eq!(ours, text.trim().as_bytes());
+            // Canonicalised like the value itself.
+            proptest::prop_assert_eq!(crate::jcs::to_vec(&raw).unwrap(), crate::jcs::to_vec(&value).unwrap());
+        }
+    }
+
     #[test]
     fn invalid_text_is_a_typed_error() {
         assert!(matches!(RawJson::from_json("{\"a\":"), Err(Error::MalformedJson(_))));
