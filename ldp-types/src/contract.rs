@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::identity::null_as_default;
+use crate::identity::{null_as_default, object_or_default, optional_object};
 use crate::provenance::Provenance;
 use crate::raw::RawJson;
 use crate::time::parse_timestamp;
@@ -40,7 +40,7 @@ pub struct ContractPolicy {
     #[schemars(with = "Option<FailurePolicy>")]
     pub failure_policy: FailurePolicy,
     /// Budget limits.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "optional_object", skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
     /// Free-form safety constraints.
     #[serde(default, deserialize_with = "null_as_default", skip_serializing_if = "Vec::is_empty")]
@@ -65,7 +65,7 @@ pub struct DelegationContract {
     #[schemars(with = "Option<Vec<String>>")]
     pub success_criteria: Vec<String>,
     /// Failure policy, budget, constraints.
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "object_or_default")]
     #[schemars(with = "Option<ContractPolicy>")]
     pub policy: ContractPolicy,
     /// Deadline (ISO 8601).

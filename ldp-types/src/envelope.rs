@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::contract::{DelegationContract, FailurePolicy};
 use crate::error::{Error, LdpError};
+use crate::identity::Object;
 use crate::json::{Compact, Error as JsonError, Writer, write_str};
 use crate::messages::*;
 use crate::payload::PayloadMode;
@@ -448,7 +449,9 @@ impl<'de> Deserialize<'de> for Body {
                         BodyKey::TaskId => s.task_id = map.next_value()?,
                         BodyKey::Skill => s.skill = map.next_value()?,
                         BodyKey::Input => s.input = map.next_value()?,
-                        BodyKey::Contract => s.contract = map.next_value()?,
+                        BodyKey::Contract => {
+                            s.contract = map.next_value::<Option<Object<Box<DelegationContract>>>>()?.map(|c| c.0)
+                        }
                         BodyKey::Progress => s.progress = map.next_value()?,
                         BodyKey::Message => s.message = map.next_value()?,
                         BodyKey::Output => s.output = map.next_value()?,

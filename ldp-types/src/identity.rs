@@ -623,6 +623,55 @@ impl AgentCardLabels {
     }
 }
 
+/// A struct read from a JSON object only. serde's derived decoders also accept a struct's fields as an array, a form
+/// no LDP peer sends and the JSON Schemas do not allow; where a message nests one of this crate's structs, the
+/// decoder goes through this so that it accepts exactly what the schema does.
+pub(crate) struct Object<T>(pub(crate) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for ObjectVisitor<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer.deserialize_map(ObjectVisitor(std::marker::PhantomData)).map(Object)
+    }
+}
+
+/// `null`, absent or an object (see [`Object`]).
+pub(crate) fn optional_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Object<T>>::deserialize(deserializer)?.map(|o| o.0))
+}
+
+/// `null` or absent (the default), or an object (see [`Object`]).
+pub(crate) fn object_or_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(optional_object(deserializer)?.unwrap_or_default())
+}
+
+/// `null` or absent (empty), or a list of objects (see [`Object`]).
+pub(crate) fn objects_or_default<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<Object<T>>>::deserialize(deserializer)?
+        .map_or_else(Vec::new, |v| v.into_iter().map(|o| o.0).collect()))
+}
+
 /// Treats an explicit `null` like an absent field, as Python peers write `null` for every unset field.
 pub(crate) fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::contract::DelegationContract;
 use crate::error::LdpError;
-use crate::identity::{Capability, null_as_default};
+use crate::identity::{Capability, null_as_default, optional_object};
 use crate::payload::PayloadMode;
 use crate::provenance::Provenance;
 use crate::raw::RawJson;
@@ -276,7 +276,7 @@ pub struct TaskSubmit {
     #[serde(default)]
     pub input: RawJson,
     /// The delegation contract (boxed: most tasks have none, and every move of a message would copy it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "optional_object", skip_serializing_if = "Option::is_none")]
     pub contract: Option<Box<DelegationContract>>,
     /// Fields this implementation does not define, kept as received.
     #[serde(flatten)]

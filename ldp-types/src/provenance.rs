@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::identity::null_as_default;
+use crate::identity::{Object, null_as_default, objects_or_default};
 use crate::payload::PayloadMode;
 use crate::score::Score;
 
@@ -191,10 +191,10 @@ pub(crate) struct ProvenanceWire {
     pub(crate) timestamp: Option<String>,
     #[serde(default)]
     pub(crate) verification_status: Option<VerificationStatus>,
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "objects_or_default")]
     #[schemars(with = "Option<Vec<EvidenceRef>>")]
     pub(crate) evidence: Vec<EvidenceRef>,
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(default, deserialize_with = "objects_or_default")]
     #[schemars(with = "Option<Vec<LineageEntry>>")]
     pub(crate) lineage: Vec<LineageEntry>,
     #[serde(default)]
@@ -212,7 +212,7 @@ pub(crate) struct ProvenanceWire {
 
 impl<'de> Deserialize<'de> for Provenance {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let w = ProvenanceWire::deserialize(deserializer)?;
+        let Object(w) = Object::<ProvenanceWire>::deserialize(deserializer)?;
         // A status other than unverified implies verified; keep the legacy flag consistent on the way in.
         let verified = match w.verification_status {
             Some(s) => s != VerificationStatus::Unverified,

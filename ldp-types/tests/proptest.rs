@@ -582,6 +582,52 @@ proptest! {
 #[path = "../benches/inputs/mod.rs"]
 mod inputs;
 
+/// One byte edit of a message's text, biased towards the bytes JSON's grammar turns on.
+fn byte_edit() -> impl Strategy<Value = (usize, u8, u8)> {
+    let byte = prop_oneof![
+        Just(b'"'),
+        Just(b'\\'),
+        Just(b'{'),
+        Just(b'}'),
+        Just(b'['),
+        Just(b']'),
+        Just(b','),
+        Just(b':'),
+        Just(b' '),
+        Just(b'\n'),
+        Just(b'n'),
+        Just(b'0'),
+        Just(b'-'),
+        Just(b'e'),
+        Just(0x01),
+        any::<u8>(),
+    ];
+    (any::<usize>(), byte, 0u8..3)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// Byte-level damage (which no `Value`-level mutation can produce: cut strings, stray escapes, bad separators)
+    /// decodes as the serde path decodes it, through the scanner or around it.
+    #[test]
+    fn damaged_text_decodes_as_serde_decodes_it(env in envelope(), edits in vec(byte_edit(), 1..4)) {
+        let mut bytes = env.to_vec().unwrap();
+        for (at, byte, op) in edits {
+            let at = at % (bytes.len() + 1);
+            match op {
+                0 => bytes.insert(at, byte),
+                1 if at < bytes.len() => drop(bytes.remove(at)),
+                _ if at < bytes.len() => bytes[at] = byte,
+                _ => bytes.push(byte),
+            }
+        }
+        let ours = Envelope::from_slice(&bytes).ok();
+        let serde_path = serde_json::from_slice::<Envelope>(&bytes).ok();
+        prop_assert_eq!(ours, serde_path, "{}", String::from_utf8_lossy(&bytes));
+    }
+}
+
 #[test]
 fn the_scanner_takes_the_transcript_and_the_benchmarked_messages() {
     let flow: Vec<Value> = serde_json::from_str(include_str!("fixtures/ldp-session-flow.json")).unwrap();
@@ -639,6 +685,8 @@ fn the_scanner_reads_contracts_and_edge_cases_as_serde_does() {
         policy(r#"{"budget":{"max_tokens":18446744073709551615}}"#),
         policy(r#"{"budget":{"max_tokens":18446744073709551616}}"#),
         policy(r#"{"budget":[]}"#),
+        policy("[]"),
+        policy(r#"["fail_closed"]"#),
         policy(r#"{"max_delegation_depth":4294967295}"#),
         policy(r#"{"max_delegation_depth":4294967296}"#),
         policy(r#"{"max_delegation_depth":0}"#),
@@ -680,6 +728,11 @@ fn the_scanner_reads_contracts_and_edge_cases_as_serde_does() {
         let serde_path = serde_json::from_str::<Envelope>(text).ok();
         assert_eq!(ours, serde_path, "{text}");
         scanned += usize::from(ldp_types::_scanner_decodes(text));
+    }
+    // A struct's fields given as an array (which serde's derived decoders would take) are refused, as the schema
+    // refuses them.
+    for text in [policy("[]"), policy(r#"{"budget":[6000]}"#), submit(r#"["c"]"#)] {
+        assert!(matches!(Envelope::from_json(&text), Err(ldp_types::Error::InvalidMessage(_))), "{text}");
     }
     // Most of these are the scanner's (the rest it leaves to serde, which the equality above covers).
     assert!(scanned >= texts.len() / 2, "only {scanned} of {} scanned", texts.len());
