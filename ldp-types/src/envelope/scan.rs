@@ -213,52 +213,47 @@ impl<'a> Scan<'a> {
         self.any_body()
     }
 
-    /// The common case read straight into its type: a TASK_SUBMIT or TASK_RESULT whose `type` comes first and whose
-    /// other members are its own or unknown ones. A member that belongs to another body type is read typed (and kept
-    /// in `extra` when not null) by [`Self::any_body`], as the serde decoder does; this gives way to it.
+    /// The common case read straight into its type: a TASK_SUBMIT or TASK_RESULT (its `type` anywhere) whose members
+    /// are its own or unknown ones. A non-null member that belongs to another body type is read typed and kept in
+    /// `extra` by [`Self::any_body`], as the serde decoder does; this gives way to it.
     fn task_body(&mut self) -> Option<Body> {
-        self.eat(b'{')?;
-        if self.plain_str()? != "type" {
-            return None;
-        }
-        self.eat(b':')?;
-        let submit = match self.plain_str()? {
-            "TASK_SUBMIT" => true,
-            "TASK_RESULT" => false,
-            _ => return None,
-        };
-        let (mut task_id, mut skill, mut payload, mut contract, mut provenance) = (None, None, None, None, None);
+        let (mut ty, mut task_id, mut skill, mut input, mut output) = (None, None, None, None, None);
+        let (mut contract, mut provenance) = (None, None);
         let mut extra = serde_json::Map::new();
-        loop {
-            match self.peek()? {
-                b',' => self.pos += 1,
-                b'}' => {
-                    self.pos += 1;
-                    break;
+        self.object(|scan, name| {
+            match BodyKey::from_str(name) {
+                Some(BodyKey::Type) => ty = Some(scan.plain_str()?),
+                Some(BodyKey::TaskId) => task_id = scan.opt_string()?,
+                Some(BodyKey::Skill) => skill = scan.opt_string()?,
+                Some(BodyKey::Input) => input = scan.raw()?,
+                Some(BodyKey::Output) => output = scan.raw()?,
+                Some(BodyKey::Contract) => contract = scan.contract()?,
+                Some(BodyKey::Provenance) => provenance = scan.value()?,
+                Some(_) => return None,
+                None => {
+                    extra.insert(name.to_owned(), scan.value()?);
                 }
-                _ => return None,
             }
-            let name = self.plain_str()?;
-            self.eat(b':')?;
-            match (BodyKey::from_str(name), submit) {
-                (Some(BodyKey::TaskId), _) => task_id = self.opt_string()?,
-                (Some(BodyKey::Skill), true) => skill = self.opt_string()?,
-                (Some(BodyKey::Input), true) | (Some(BodyKey::Output), false) => payload = self.raw()?,
-                (Some(BodyKey::Contract), true) => contract = self.contract()?,
-                (Some(BodyKey::Provenance), false) => provenance = self.value()?,
-                (None, _) => {
-                    extra.insert(name.to_owned(), self.value()?);
-                }
-                (Some(_), _) => return None,
+            Some(())
+        })?;
+        match ty? {
+            "TASK_SUBMIT" if output.is_none() && provenance.is_none() => Some(Body::TaskSubmit(TaskSubmit {
+                task_id: task_id?,
+                skill: skill?,
+                input: input.unwrap_or_default(),
+                contract,
+                extra,
+            })),
+            "TASK_RESULT" if skill.is_none() && input.is_none() && contract.is_none() => {
+                Some(Body::TaskResult(TaskResult {
+                    task_id: task_id?,
+                    output: output.unwrap_or_default(),
+                    provenance: provenance?,
+                    extra,
+                }))
             }
+            _ => None,
         }
-        let task_id = task_id?;
-        let payload = payload.unwrap_or_default();
-        Some(if submit {
-            Body::TaskSubmit(TaskSubmit { task_id, skill: skill?, input: payload, contract, extra })
-        } else {
-            Body::TaskResult(TaskResult { task_id, output: payload, provenance: provenance?, extra })
-        })
     }
 
     /// Any body: each member read into its typed slot, the body assembled once its `type` is known.
