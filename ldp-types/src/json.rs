@@ -99,9 +99,9 @@ impl Style for Compact {
             Number::I64(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
             Number::U128(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
             Number::I128(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
-            // Floats are rare in envelopes: let serde_json format them, so the digits are always its own.
-            Number::F32(v) => return serde_json::to_writer(out, &v).map_err(ser::Error::custom),
-            Number::F64(v) => return serde_json::to_writer(out, &v).map_err(ser::Error::custom),
+            // serde_json's own float formatter, so the digits are its own (property-tested against it).
+            Number::F32(v) => out.extend_from_slice(zmij::Buffer::new().format_finite(v).as_bytes()),
+            Number::F64(v) => out.extend_from_slice(zmij::Buffer::new().format_finite(v).as_bytes()),
         }
         Ok(())
     }
@@ -784,6 +784,12 @@ mod tests {
         #[test]
         fn compact_output_is_serde_json_output(v in any_json()) {
             prop_assert_eq!(compact(&v), serde_json::to_vec(&v).unwrap());
+        }
+
+        #[test]
+        fn floats_are_written_as_serde_json_writes_them(double in any::<f64>(), single in any::<f32>()) {
+            prop_assert_eq!(compact(&double), serde_json::to_vec(&double).unwrap());
+            prop_assert_eq!(compact(&single), serde_json::to_vec(&single).unwrap());
         }
     }
 
