@@ -1,4 +1,5 @@
-//! The envelope (RFC 3.1) and the body enum, with a single-pass decoder.
+//! The envelope (RFC 3.1) and the body enum. `Envelope::from_json` tries the scanner of `scan` first; the serde
+//! decoder below is the reference it falls back to (and what `Deserialize` runs).
 //!
 //! Serde's internally tagged enums buffer the whole body before dispatching on `type`. The decoder here instead reads
 //! each member straight into a typed slot of the union of all body fields, then assembles the variant once `type` is

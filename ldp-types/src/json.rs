@@ -553,12 +553,76 @@ impl<S: Style> ser::SerializeStructVariant for Compound<'_, '_, S> {
     }
 }
 
+/// The parts of a `Serializer` that a serializer accepting only scalars shares: its associated types, every
+/// compound (which it refuses with `$error`), and the scalar methods listed after the error, refused likewise.
+macro_rules! scalar_only_serializer {
+    ($error:expr; $($method:ident $(: $ty:ty)?),* $(,)?) => {
+        type Ok = ();
+        type Error = Error;
+        type SerializeSeq = ser::Impossible<(), Error>;
+        type SerializeTuple = ser::Impossible<(), Error>;
+        type SerializeTupleStruct = ser::Impossible<(), Error>;
+        type SerializeTupleVariant = ser::Impossible<(), Error>;
+        type SerializeMap = ser::Impossible<(), Error>;
+        type SerializeStruct = ser::Impossible<(), Error>;
+        type SerializeStructVariant = ser::Impossible<(), Error>;
+
+        $(fn $method(self $(, _: $ty)?) -> Result<(), Error> {
+            Err($error)
+        })*
+        fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), Error> {
+            Err($error)
+        }
+        fn serialize_unit_struct(self, _: &'static str) -> Result<(), Error> {
+            Err($error)
+        }
+        fn serialize_newtype_variant<T: Serialize + ?Sized>(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: &T,
+        ) -> Result<(), Error> {
+            Err($error)
+        }
+        fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Error> {
+            Err($error)
+        }
+        fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Error> {
+            Err($error)
+        }
+        fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeTupleStruct, Error> {
+            Err($error)
+        }
+        fn serialize_tuple_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeTupleVariant, Error> {
+            Err($error)
+        }
+        fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, Error> {
+            Err($error)
+        }
+        fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, Error> {
+            Err($error)
+        }
+        fn serialize_struct_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Self::SerializeStructVariant, Error> {
+            Err($error)
+        }
+    };
+}
+
 /// Member names: strings, and (as serde_json allows) integers, booleans and chars written as strings.
 struct KeyWriter<'a, 'o, S>(&'a mut Writer<'o, S>);
-
-fn key_must_be_a_string() -> Error {
-    Error::new("key must be a string")
-}
 
 macro_rules! quoted_keys {
     ($($method:ident: $ty:ty),*) => {
@@ -569,115 +633,9 @@ macro_rules! quoted_keys {
     };
 }
 
-macro_rules! rejected_keys {
-    ($($method:ident $(: $ty:ty)?),*) => {
-        $(fn $method(self $(, _: $ty)?) -> Result<(), Error> {
-            Err(key_must_be_a_string())
-        })*
-    };
-}
-
-/// The text of a raw JSON fragment, handed to the style.
-struct RawWriter<'a, 'o, S>(&'a mut Writer<'o, S>);
-
-fn raw_must_be_text() -> Error {
-    Error::new("a raw JSON fragment must be given as text")
-}
-
-macro_rules! rejected_raw {
-    ($($method:ident $(: $ty:ty)?),*) => {
-        $(fn $method(self $(, _: $ty)?) -> Result<(), Error> {
-            Err(raw_must_be_text())
-        })*
-    };
-}
-
-impl<S: Style> ser::Serializer for RawWriter<'_, '_, S> {
-    type Ok = ();
-    type Error = Error;
-    type SerializeSeq = ser::Impossible<(), Error>;
-    type SerializeTuple = ser::Impossible<(), Error>;
-    type SerializeTupleStruct = ser::Impossible<(), Error>;
-    type SerializeTupleVariant = ser::Impossible<(), Error>;
-    type SerializeMap = ser::Impossible<(), Error>;
-    type SerializeStruct = ser::Impossible<(), Error>;
-    type SerializeStructVariant = ser::Impossible<(), Error>;
-
-    fn serialize_str(self, v: &str) -> Result<(), Error> {
-        self.0.style.raw(self.0.out, v)
-    }
-    rejected_raw!(
-        serialize_bool: bool, serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
-        serialize_i128: i128, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64,
-        serialize_u128: u128, serialize_f32: f32, serialize_f64: f64, serialize_char: char,
-        serialize_bytes: &[u8], serialize_none, serialize_unit
-    );
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<(), Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<(), Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, _: &T) -> Result<(), Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<(), Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeTupleStruct, Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, Error> {
-        Err(raw_must_be_text())
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, Error> {
-        Err(raw_must_be_text())
-    }
-}
-
-impl<'a, 'o, S: Style> ser::Serializer for KeyWriter<'a, 'o, S> {
-    type Ok = ();
-    type Error = Error;
-    type SerializeSeq = ser::Impossible<(), Error>;
-    type SerializeTuple = ser::Impossible<(), Error>;
-    type SerializeTupleStruct = ser::Impossible<(), Error>;
-    type SerializeTupleVariant = ser::Impossible<(), Error>;
-    type SerializeMap = ser::Impossible<(), Error>;
-    type SerializeStruct = ser::Impossible<(), Error>;
-    type SerializeStructVariant = ser::Impossible<(), Error>;
+impl<S: Style> ser::Serializer for KeyWriter<'_, '_, S> {
+    scalar_only_serializer!(Error::new("key must be a string");
+        serialize_f32: f32, serialize_f64: f64, serialize_bytes: &[u8], serialize_none, serialize_unit);
 
     fn serialize_str(self, v: &str) -> Result<(), Error> {
         write_str(self.0.out, v);
@@ -698,54 +656,26 @@ impl<'a, 'o, S: Style> ser::Serializer for KeyWriter<'a, 'o, S> {
         serialize_i128: i128, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64,
         serialize_u128: u128
     );
-    rejected_keys!(serialize_f32: f32, serialize_f64: f64, serialize_bytes: &[u8], serialize_none, serialize_unit);
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+}
+
+/// The text of a raw JSON fragment ([`crate::RawJson`]), handed to the style.
+struct RawWriter<'a, 'o, S>(&'a mut Writer<'o, S>);
+
+impl<S: Style> ser::Serializer for RawWriter<'_, '_, S> {
+    scalar_only_serializer!(Error::new("a raw JSON fragment must be given as text");
+        serialize_bool: bool, serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
+        serialize_i128: i128, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32, serialize_u64: u64,
+        serialize_u128: u128, serialize_f32: f32, serialize_f64: f64, serialize_char: char,
+        serialize_bytes: &[u8], serialize_none, serialize_unit);
+
+    fn serialize_str(self, v: &str) -> Result<(), Error> {
+        self.0.style.raw(self.0.out, v)
     }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<(), Error> {
+        Err(Error::new("a raw JSON fragment must be given as text"))
     }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<(), Error> {
-        Err(key_must_be_a_string())
-    }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Error> {
-        Err(key_must_be_a_string())
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Error> {
-        Err(key_must_be_a_string())
-    }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeTupleStruct, Error> {
-        Err(key_must_be_a_string())
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, Error> {
-        Err(key_must_be_a_string())
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, Error> {
-        Err(key_must_be_a_string())
-    }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, Error> {
-        Err(key_must_be_a_string())
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, Error> {
-        Err(key_must_be_a_string())
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, _: &T) -> Result<(), Error> {
+        Err(Error::new("a raw JSON fragment must be given as text"))
     }
 }
 

@@ -64,7 +64,9 @@ impl RawJson {
         let mut out = Vec::new();
         crate::json::write_compact(&mut out, value).map_err(|e| Error::Serialize(e.into_serde_json()))?;
         // The writer only writes UTF-8.
-        String::from_utf8(out).map(|s| Self(s.into_boxed_str())).map_err(|e| Error::Serialize(ser_error(e)))
+        String::from_utf8(out)
+            .map(|s| Self(s.into_boxed_str()))
+            .map_err(|e| Error::Serialize(serde::ser::Error::custom(e)))
     }
 
     /// The JSON text.
@@ -100,10 +102,6 @@ impl RawJson {
         }
         self.parse::<Cow<'_, str>>().ok()
     }
-}
-
-fn ser_error(e: impl fmt::Display) -> serde_json::Error {
-    <serde_json::Error as serde::ser::Error>::custom(e)
 }
 
 impl Default for RawJson {
