@@ -476,8 +476,68 @@ impl<'de> Deserialize<'de> for Body {
 /// TASK_SUBMIT), and room for a few escapes.
 const ENCODE_OVERHEAD: usize = 224;
 
-/// The same for a contract: its member names, numbers, two timestamps.
-const CONTRACT_OVERHEAD: usize = 240;
+/// The same for a contract: its member names, punctuation and the longest numbers it can hold (about 230 with every
+/// member present).
+const CONTRACT_OVERHEAD: usize = 280;
+
+/// The bytes a member adds besides its value: `,"` + name + `":`.
+const fn member_len(name: &str) -> usize {
+    name.len() + 4
+}
+
+/// The longest number an optional numeric member can hold (`u64::MAX` has 20 digits; an `f64` up to 24 characters).
+const NUMBER: usize = 24;
+
+/// An upper bound of the encoded length of a provenance record whose strings need no escapes.
+fn provenance_estimate(p: &Provenance) -> usize {
+    // An optional string member: its name, its value and the value's quotes.
+    let string = |name: usize, value: &Option<String>| value.as_ref().map_or(0, |v| name + v.len() + 2);
+    let number = |name: usize, present: bool| if present { name + NUMBER } else { 0 };
+    let list = |name: usize, entries: usize| if entries == 0 { 0 } else { name + 2 + entries - 1 };
+    let evidence = p.evidence.iter().map(|e| {
+        const FIXED: usize = member_len("source") + member_len("kind") + 4 + 2;
+        FIXED
+            + e.source.len()
+            + e.kind.len()
+            + string(const { member_len("uri") }, &e.uri)
+            + string(const { member_len("summary") }, &e.summary)
+    });
+    let lineage = p.lineage.iter().map(|l| {
+        const FIXED: usize = member_len("delegate_id") + member_len("model_version") + member_len("step") + 6 + 2;
+        const STATUS: usize = member_len("verification_status") + "\"human_verified\"".len();
+        FIXED
+            + STATUS
+            + l.delegate_id.len()
+            + l.model_version.len()
+            + l.step.len()
+            + string(const { member_len("timestamp") }, &l.timestamp)
+    });
+    const FIXED: usize = member_len("produced_by")
+        + member_len("model_version")
+        + 4
+        + member_len("payload_mode_used")
+        + "\"embedding_hints\"".len()
+        + member_len("verified")
+        + "false".len()
+        + 2;
+    FIXED
+        + p.produced_by.len()
+        + p.model_version.len()
+        + number(const { member_len("confidence") }, p.confidence.is_some())
+        + string(const { member_len("session_id") }, &p.session_id)
+        + string(const { member_len("timestamp") }, &p.timestamp)
+        + p.verification_status.map_or(0, |_| const { member_len("verification_status") + "\"human_verified\"".len() })
+        + list(const { member_len("evidence") }, p.evidence.len())
+        + evidence.sum::<usize>()
+        + list(const { member_len("lineage") }, p.lineage.len())
+        + lineage.sum::<usize>()
+        + number(const { member_len("tokens_used") }, p.tokens_used.is_some())
+        + number(const { member_len("cost_usd") }, p.cost_usd.is_some())
+        + string(const { member_len("contract_id") }, &p.contract_id)
+        + p.contract_satisfied.map_or(0, |_| const { member_len("contract_satisfied") + "false".len() })
+        + list(const { member_len("contract_violations") }, p.contract_violations.len())
+        + p.contract_violations.iter().map(|v| v.len() + 3).sum::<usize>()
+}
 
 /// The LDP envelope that wraps every message.
 #[derive(Debug, Clone, PartialEq)]
@@ -596,23 +656,29 @@ impl Envelope {
     /// About the encoded size, for the output buffer: big enough to be allocated once in the common case, and no
     /// bigger, because glibc serves allocations above 1 KiB from its slower bins. Extension members are not counted.
     fn estimated_len(&self) -> usize {
-        let strings = [&self.message_id, &self.session_id, &self.from, &self.to, &self.timestamp]
-            .into_iter()
-            .chain([&self.signature, &self.signature_algorithm, &self.nonce].into_iter().flatten())
-            .map(String::len)
-            .sum::<usize>();
+        let required = [&self.message_id, &self.session_id, &self.from, &self.to, &self.timestamp];
+        let optional = [
+            (&self.signature, const { member_len("signature") + 2 }),
+            (&self.signature_algorithm, const { member_len("signature_algorithm") + 2 }),
+            (&self.nonce, const { member_len("nonce") + 2 }),
+        ];
+        let strings = required.into_iter().map(String::len).sum::<usize>()
+            + optional.into_iter().filter_map(|(value, name)| value.as_ref().map(|v| v.len() + name)).sum::<usize>();
         let body = match &self.body {
             Body::TaskSubmit(b) => {
                 let contract = b.contract.as_ref().map_or(0, |c| {
-                    let strings = c.success_criteria.iter().chain(&c.policy.safety_constraints).map(String::len);
-                    CONTRACT_OVERHEAD + c.contract_id.len() + c.objective.len() + strings.sum::<usize>()
+                    let listed = c.success_criteria.iter().chain(&c.policy.safety_constraints);
+                    // Each listed string adds its quotes and a comma.
+                    let listed = listed.map(|s| s.len() + 3).sum::<usize>();
+                    let timestamps = [&c.deadline, &c.created_at].into_iter().flatten().map(String::len).sum::<usize>();
+                    CONTRACT_OVERHEAD + c.contract_id.len() + c.objective.len() + listed + timestamps
                 });
                 b.task_id.len() + b.skill.len() + b.input.json().len() + contract
             }
-            Body::TaskResult(b) => b.task_id.len() + b.output.json().len() + 512,
+            Body::TaskResult(b) => b.task_id.len() + b.output.json().len() + provenance_estimate(&b.provenance),
             _ => 256,
         };
-        ENCODE_OVERHEAD + strings + body
+        ENCODE_OVERHEAD + strings + body + self.provenance.as_deref().map_or(0, provenance_estimate)
     }
 
     /// Encodes the envelope as a JSON value.
@@ -993,7 +1059,28 @@ mod tests {
             "success_criteria": ["<=300 words"], "policy": {"failure_policy": "fail_closed",
             "budget": {"max_tokens": 6000, "max_cost_usd": 0.05}, "safety_constraints": ["none"],
             "max_delegation_depth": 2}, "deadline": "2026-03-15T18:00:00Z", "created_at": "2026-03-15T10:00:00Z"});
-        for message in flow.iter().chain([&with_contract]) {
+        let mut signed = with_contract.clone();
+        signed["nonce"] = serde_json::json!("9a8b7c6d5e4f30211203948576abcdef");
+        signed["signature"] = serde_json::json!("3f1e5d7c9b2a4f6e8d0c1b3a5f7e9d2c4b6a8f0e1d3c5b7a9f2e4d6c8b0a1f3e");
+        signed["signature_algorithm"] = serde_json::json!("hmac-sha256-jcs");
+        // A result with every provenance member, several evidence and lineage entries, echoed at the envelope level.
+        let mut full_result = flow.iter().find(|m| m["body"]["type"] == "TASK_RESULT").unwrap().clone();
+        let provenance = serde_json::json!({"produced_by": "ldp:delegate:qwen3-8b-reasoning",
+            "model_version": "qwen3-8b-2026-01", "payload_mode_used": "embedding_hints", "confidence": 0.1234567890123,
+            "verified": true, "session_id": "550e8400-e29b-41d4-a716-446655440000", "timestamp": "2026-03-09T10:00:05Z",
+            "verification_status": "human_verified", "tokens_used": 18_446_744_073_709_551_615_u64,
+            "cost_usd": 1.234_567_890_123_456_7e-5, "contract_id": "ctr-7f3a9c2e-4b1d-4e8a-9f6c-2d5e8a1b3c7f",
+            "contract_satisfied": false, "contract_violations": ["BUDGET_EXCEEDED", "DEADLINE_MISSED", "X"],
+            "evidence": [{"source": "pytest", "kind": "test_results", "uri": "https://ci.example/run/1", "summary": "ok"},
+                {"source": "a", "kind": "b"}, {"source": "", "kind": ""}],
+            "lineage": [{"delegate_id": "ldp:delegate:a", "model_version": "m", "step": "reasoning",
+                "timestamp": "2026-03-09T10:00:05Z", "verification_status": "human_verified"},
+                {"delegate_id": "", "model_version": "", "step": "", "verification_status": "tool_verified"}]});
+        full_result["body"]["provenance"] = provenance.clone();
+        full_result["provenance"] = provenance;
+        full_result["signature"] = signed["signature"].clone();
+        full_result["signature_algorithm"] = signed["signature_algorithm"].clone();
+        for message in flow.iter().chain([&with_contract, &signed, &full_result]) {
             let mut env = Envelope::from_value_ref(message).unwrap();
             // Extension members are not estimated (they are rare, and sizing a `Value` costs a walk over it).
             env.extensions.clear();
