@@ -19,7 +19,7 @@ fn codec(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    Criterion::default().warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_millis(1000))
+    Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3))
 }
 
 criterion_group! {
