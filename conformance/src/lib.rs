@@ -14,6 +14,9 @@
 //!   JSON, JUnit or Markdown. It names the adoption profiles of RFC Appendix B the implementation meets
 //!   ([`profiles`]).
 //! - [`Baseline`]: an expected-failures file for CI, compared strictly both ways.
+//! - TLS: `https://` and `wss://` endpoints are probed with the web PKI roots plus whatever [`Config::tls`] adds (a
+//!   private CA, a client certificate for mutual TLS: `--ca-cert`, `--client-cert`, `--client-key` on the CLI). An
+//!   endpoint whose certificate the kit does not trust is a connection error, not a report of failures.
 //!
 //! Scoring:
 //! - a failed MUST or EXTENSION requirement is a **failure** (the run fails); a failed SHOULD is a **warning**; a
@@ -55,6 +58,8 @@ pub use baseline::{Baseline, BaselineComparison, BaselineError, ExpectedFailure}
 pub use catalogue::{CATALOGUE, Feature, Level, Requirement, SPEC_VERSION};
 pub use checks::{CHECKS, Check};
 pub use ctx::{Claims, Ctx, Finding, KIT_DELEGATE_ID, Status, UNTRUSTED_DOMAIN};
+/// The TLS settings of [`Config::tls`] (the type the HTTP and WebSocket transports take too).
+pub use ldp_transport_http::ClientTls;
 pub use probe::{Exchange, ProbeError, RequestRecord, ResponseRecord, TransportKind};
 pub use profiles::{PROFILES, Profile, ProfileResult};
 pub use report::{Format, Outcome, Report, RequirementResult, Summary};

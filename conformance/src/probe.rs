@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
+use ldp_transport_http::ClientTls;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -175,6 +176,8 @@ pub(crate) struct Probe {
     ws: Option<WebSocketStream<MaybeTlsStream<TcpStream>>>,
     /// Connection used by the WebSocket probe when a request overrides the token.
     ws_url: String,
+    /// The rustls configuration for `wss://` (built once, from the same roots and identity as the HTTP client).
+    wss: Option<tokio_tungstenite::Connector>,
 }
 
 /// A probe could not be set up.
@@ -184,13 +187,23 @@ pub enum ProbeError {
     /// The HTTP client could not be built.
     #[error("http client: {0}")]
     Client(String),
+    /// The TLS settings are unusable (a root or client certificate that does not parse).
+    #[error("tls: {0}")]
+    Tls(String),
 }
 
 impl Probe {
-    pub fn new(kind: TransportKind, base: &str, token: Option<String>, timeout: Duration) -> Result<Self, ProbeError> {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
+    pub fn new(
+        kind: TransportKind,
+        base: &str,
+        token: Option<String>,
+        timeout: Duration,
+        tls: &ClientTls,
+    ) -> Result<Self, ProbeError> {
+        let builder = reqwest::Client::builder().timeout(timeout).redirect(reqwest::redirect::Policy::none());
+        let http = tls
+            .configure(builder)
+            .map_err(|e| ProbeError::Tls(e.to_string()))?
             .build()
             .map_err(|e| ProbeError::Client(e.to_string()))?;
         let ws_url = if let Some(rest) = base.strip_prefix("https://") {
@@ -200,7 +213,13 @@ impl Probe {
         } else {
             format!("{base}/ldp/ws")
         };
-        Ok(Self { kind, base: base.to_owned(), token, http, timeout, ws: None, ws_url })
+        let wss = if ws_url.starts_with("wss:") {
+            let config = ldp_transport_ws::rustls_client_config(tls).map_err(|e| ProbeError::Tls(e.to_string()))?;
+            Some(tokio_tungstenite::Connector::Rustls(config))
+        } else {
+            None
+        };
+        Ok(Self { kind, base: base.to_owned(), token, http, timeout, ws: None, ws_url, wss })
     }
 
     pub fn kind(&self) -> TransportKind {
@@ -288,8 +307,7 @@ impl Probe {
             let value = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|e| format!("bad token: {e}"))?;
             request.headers_mut().insert("authorization", value);
         }
-        let connector = if self.ws_url.starts_with("wss:") { Some(wss_connector()?) } else { None };
-        let connecting = tokio_tungstenite::connect_async_tls_with_config(request, None, false, connector);
+        let connecting = tokio_tungstenite::connect_async_tls_with_config(request, None, false, self.wss.clone());
         match tokio::time::timeout(self.timeout, connecting).await {
             Ok(Ok((stream, _))) => Ok(stream),
             Ok(Err(e)) => Err(format!("websocket connect to {} failed: {e}", self.ws_url)),
@@ -491,19 +509,6 @@ fn is_interim(text: &str, expect: &Expect<'_>) -> bool {
         }
         _ => false,
     }
-}
-
-/// `wss://`: rustls with the web PKI roots and the `ring` provider, chosen explicitly so that no process-wide
-/// default provider is needed.
-fn wss_connector() -> Result<tokio_tungstenite::Connector, String> {
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("tls setup: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(config)))
 }
 
 async fn http_reply(sent: Result<reqwest::Response, reqwest::Error>) -> Result<RawReply, String> {

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ldp_transport_http::ClientTls;
 use ldp_types::signing::SigningKey;
 use serde::{Deserialize, Serialize};
 
@@ -90,6 +91,9 @@ pub struct Config {
     pub check_timeout: Duration,
     /// Size of the oversize message.
     pub oversize_bytes: usize,
+    /// For `https://` and `wss://`: CAs trusted beyond the web PKI roots (e.g. the implementation's private CA) and
+    /// the client certificate to present when it requires mutual TLS.
+    pub tls: ClientTls,
 }
 
 impl fmt::Debug for Config {
@@ -105,6 +109,7 @@ impl fmt::Debug for Config {
             .field("request_timeout", &self.request_timeout)
             .field("check_timeout", &self.check_timeout)
             .field("oversize_bytes", &self.oversize_bytes)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -123,6 +128,7 @@ impl Config {
             request_timeout: Duration::from_secs(10),
             check_timeout: Duration::from_secs(60),
             oversize_bytes: DEFAULT_OVERSIZE_BYTES,
+            tls: ClientTls::default(),
         }
     }
 }
@@ -234,7 +240,7 @@ pub async fn run_with_progress(
     let mut claims = Claims::default();
     let mut implementation = None;
     for &kind in &transports {
-        let mut probe = Probe::new(kind, &base, cfg.token.clone(), cfg.request_timeout)
+        let mut probe = Probe::new(kind, &base, cfg.token.clone(), cfg.request_timeout, &cfg.tls)
             .map_err(|e| RunError::Config(e.to_string()))?;
         let (_, preflight) = probe.get("/.well-known/ldp-identity").await;
         if let Err(reason) = preflight {

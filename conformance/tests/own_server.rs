@@ -1,6 +1,7 @@
 //! The kit against our own implementation: `ldp-transport-http`'s server with `ldp-transport-ws`'s `/ldp/ws` merged
 //! in, around a real `DelegateRuntime` with an echo delegate, bearer tokens, and (in the second test) signatures.
-//! Every MUST and SHOULD passes over both transports.
+//! Every MUST and SHOULD passes over both transports, also over TLS with a private CA (`https://` and `wss://`); a
+//! server requiring client certificates is reached with the one it expects and refused without it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -9,10 +10,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::{DOMAIN, TOKEN, UNTRUSTED_TOKEN, card, explain, key};
-use ldp_conformance::{Config, KIT_DELEGATE_ID, LevelFilter, Outcome, Report, Status, TransportKind, UNTRUSTED_DOMAIN};
+use ldp_conformance::{
+    ClientTls, Config, KIT_DELEGATE_ID, LevelFilter, Outcome, Report, RunError, Status, TransportKind, UNTRUSTED_DOMAIN,
+};
 use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
 use ldp_session::{AuthenticatedPeer, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TrustPolicy};
-use ldp_transport_http::{HttpServerConfig, HttpState, router_with, serve_router};
+use ldp_transport_http::test_pki::TestCa;
+use ldp_transport_http::{
+    ClientAuth, ClientCertMatch, HttpServerConfig, HttpState, ServerTlsConfig, router_with, serve_router,
+    serve_router_tls,
+};
 use ldp_transport_ws::{WsServer, WsServerConfig};
 use ldp_types::signing::SignatureAlgorithm;
 
@@ -32,6 +39,11 @@ impl Server {
 }
 
 async fn start(signing: Option<SignatureAlgorithm>) -> Server {
+    start_with(signing, None).await
+}
+
+/// The server; over TLS with `tls`.
+async fn start_with(signing: Option<SignatureAlgorithm>, tls: Option<ServerTlsConfig>) -> Server {
     let mut cfg = ResponderConfig::new(card());
     cfg.trust = TrustPolicy::strict();
     if let Some(alg) = signing {
@@ -52,15 +64,24 @@ async fn start(signing: Option<SignatureAlgorithm>) -> Server {
     let ws = WsServer::new(runtime.clone(), WsServerConfig::default());
     let app = router_with(state, ws.router());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let join = tokio::spawn(serve_router(listener, runtime, app, async move {
+    let stopped = async move {
         let _ = stopped.await;
-    }));
+    };
+    let join = match tls {
+        Some(tls) => tokio::spawn(serve_router_tls(listener, runtime, app, tls, stopped)),
+        None => tokio::spawn(serve_router(listener, runtime, app, stopped)),
+    };
     Server { url, stop: Some(stop), join }
 }
 
 async fn run(server: &Server, signing: Option<SignatureAlgorithm>) -> Report {
+    ldp_conformance::run(config(server, signing)).await.expect("the kit runs")
+}
+
+fn config(server: &Server, signing: Option<SignatureAlgorithm>) -> Config {
     let mut cfg = Config::new(server.url.clone());
     cfg.transports = vec![TransportKind::Http, TransportKind::Ws];
     cfg.token = Some(TOKEN.into());
@@ -69,7 +90,7 @@ async fn run(server: &Server, signing: Option<SignatureAlgorithm>) -> Report {
     cfg.ttl_hint = Some(1);
     cfg.level = LevelFilter::Should;
     cfg.oversize_bytes = 2 * 1024 * 1024;
-    ldp_conformance::run(cfg).await.expect("the kit runs")
+    cfg
 }
 
 fn assert_all_pass(report: &Report) {
@@ -105,4 +126,69 @@ async fn our_signing_server_passes_everything_and_meets_every_profile() {
     }
     assert!(report.profiles.iter().all(|p| p.met), "{:?}", report.profiles);
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_with_a_private_ca_every_must_and_should_passes_on_https_and_wss() {
+    let ca = TestCa::new("private CA").unwrap();
+    let cert = ca.server_cert().unwrap();
+    let tls = ServerTlsConfig::from_pem(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes(), None).unwrap();
+    let server = start_with(None, Some(tls)).await;
+    assert!(server.url.starts_with("https://"), "{}", server.url);
+
+    // The web PKI roots alone do not reach it: a connection error (exit 2), not a report of failures.
+    let err = ldp_conformance::run(config(&server, None)).await.err();
+    assert!(matches!(&err, Some(RunError::Connection { .. })), "{err:?}");
+
+    let mut cfg = config(&server, None);
+    cfg.tls = ClientTls::new().with_root_certificate_pem(ca.pem());
+    let report = ldp_conformance::run(cfg).await.expect("the kit runs");
+    assert_all_pass(&report);
+    for r in report.requirements.iter().filter(|r| r.status == Status::Pass) {
+        assert_eq!(r.transports.len(), 2, "{}", r.id);
+    }
+    let evidence = serde_json::to_string(&report).unwrap();
+    assert!(evidence.contains("wss://127.0.0.1:"), "the WebSocket probe went over wss://");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_requiring_client_certificates_is_reached_with_the_one_it_expects() {
+    let ca = TestCa::new("private CA").unwrap();
+    let cert = ca.server_cert().unwrap();
+    let kit = ca.client_cert("kit.example").unwrap();
+    let peer = AuthenticatedPeer { delegate_id: Some(KIT_DELEGATE_ID.into()), trust_domain: DOMAIN.into() };
+    let auth = ClientAuth::from_ca_pem(ca.pem().as_bytes())
+        .unwrap()
+        .peer(ClientCertMatch::dns_name("kit.example").unwrap(), peer);
+    let tls = ServerTlsConfig::from_pem(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes(), Some(auth)).unwrap();
+    let server = start_with(None, Some(tls)).await;
+    let trusting = || {
+        let mut cfg = config(&server, None);
+        cfg.level = LevelFilter::Must;
+        cfg.untrusted_token = None;
+        cfg.tls = ClientTls::new().with_root_certificate_pem(ca.pem());
+        cfg
+    };
+
+    let err = ldp_conformance::run(trusting()).await.err();
+    assert!(matches!(&err, Some(RunError::Connection { .. })), "without a client certificate: {err:?}");
+
+    let mut cfg = trusting();
+    cfg.tls = cfg.tls.with_client_identity_pem(kit.cert_pem, kit.key_pem);
+    let report = ldp_conformance::run(cfg).await.expect("the kit runs");
+    for id in ["LDP-IDENT-001", "LDP-SESS-001"] {
+        let r = report.requirement(id).unwrap();
+        assert_eq!(r.status, Status::Pass, "{id}:\n{}", explain(&report));
+        assert_eq!(r.transports.len(), 2, "{id}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_ca_file_without_a_certificate_is_a_configuration_error() {
+    let mut cfg = Config::new("https://127.0.0.1:9");
+    cfg.tls = ClientTls::new().with_root_certificate_pem("not a certificate");
+    let err = ldp_conformance::run(cfg).await.err();
+    assert!(matches!(&err, Some(RunError::Config(m)) if m.contains("root certificate")), "{err:?}");
 }

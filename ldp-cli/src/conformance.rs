@@ -49,6 +49,17 @@ pub struct ConformanceArgs {
     /// Write the failures of this run as a baseline file.
     #[arg(long)]
     write_baseline: Option<PathBuf>,
+    /// Trust the CA certificates in this PEM file for https:// and wss://, beyond the web PKI roots (e.g. the
+    /// implementation's private CA or self-signed certificate). Repeatable.
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    ca_certs: Vec<PathBuf>,
+    /// Present this client certificate (PEM, the certificate first, then any intermediates) to an implementation
+    /// that requires mutual TLS.
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    /// The private key of --client-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    client_key: Option<PathBuf>,
     /// Timeout of one request, in seconds.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
@@ -73,6 +84,14 @@ fn config(args: &ConformanceArgs) -> Result<Config, String> {
         }
         .map_err(|e| format!("--secret: {e}"))?;
         config.signing = Some(key);
+    }
+    let read = |flag: &str, path: &PathBuf| std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()));
+    for path in &args.ca_certs {
+        config.tls = std::mem::take(&mut config.tls).with_root_certificate_pem(read("--ca-cert", path)?);
+    }
+    if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
+        let (cert, key) = (read("--client-cert", cert)?, read("--client-key", key)?);
+        config.tls = std::mem::take(&mut config.tls).with_client_identity_pem(cert, key);
     }
     ldp_conformance::base_url(&config.url).map_err(|e| e.to_string())?;
     Ok(config)

@@ -1,17 +1,60 @@
 //! `ldp conformance` as a process against `ldp serve` (HTTP and WebSocket on one port, bearer tokens, signed with
 //! hmac-sha256-jcs): exit 0 when every required requirement passes, a JSON report with evidence, exit 2 for an
-//! unreachable endpoint or a bad flag.
+//! unreachable endpoint or a bad flag; over TLS with a private CA (`--ca-cert`) and mutual TLS (`--client-cert`,
+//! `--client-key`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use ldp_transport_http::test_pki::TestCa;
 use serde_json::Value;
 use support::serve;
 
 fn conformance(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ldp")).arg("conformance").args(args).output().unwrap()
+}
+
+/// A directory for one test's files, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("ldp-conformance-cli-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The JSON report at `path` and the ids of its failed requirements with their details.
+fn read_report(path: &Path) -> (Value, Vec<String>) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let failing = json["requirements"]
+        .as_array()
+        .map(|rs| {
+            rs.iter().filter(|r| r["outcome"] == "failure").map(|r| format!("{} {}", r["id"], r["details"])).collect()
+        })
+        .unwrap_or_default();
+    (json, failing)
 }
 
 #[test]
@@ -53,15 +96,8 @@ fn ldp_serve_passes_the_kit_over_http_and_ws() {
         "--output",
         report.to_str().unwrap(),
     ]);
-    let text = std::fs::read_to_string(&report).unwrap_or_default();
+    let (json, failing) = read_report(&report);
     let _ = std::fs::remove_file(&report);
-    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    let failing: Vec<String> = json["requirements"]
-        .as_array()
-        .map(|rs| {
-            rs.iter().filter(|r| r["outcome"] == "failure").map(|r| format!("{} {}", r["id"], r["details"])).collect()
-        })
-        .unwrap_or_default();
     assert_eq!(out.status.code(), Some(0), "stderr: {}\nfailures: {failing:#?}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(json["summary"]["failures"], 0);
     assert!(json["requirements"][0]["evidence"][0]["exchanges"].as_array().is_some_and(|e| !e.is_empty()));
@@ -76,4 +112,107 @@ fn unreachable_endpoint_and_bad_flags_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     let out = conformance(&["ftp://example.invalid"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn ldp_serve_over_tls_passes_the_kit_with_its_private_ca() {
+    let dir = TempDir::new("tls");
+    let ca = TestCa::new("private CA").unwrap();
+    let server = ca.server_cert().unwrap();
+    let ca_pem = dir.write("ca.pem", &ca.pem());
+    let (_server, url) = serve(
+        &[
+            "--tls-cert",
+            &dir.write("server.pem", &server.cert_pem),
+            "--tls-key",
+            &dir.write("server.key", &server.key_pem),
+            "--trust-domain",
+            "conformance.test",
+            "--token",
+            "kit-token=conformance.test",
+            "--token",
+            "foreign-token=conformance-untrusted.invalid",
+        ],
+        Stdio::null(),
+    );
+    assert!(url.starts_with("https://"), "{url}");
+    let common = [url.as_str(), "--transport", "http", "--transport", "ws", "--no-progress"];
+    let tokens = ["--token", "kit-token", "--untrusted-token", "foreign-token", "--ttl-hint", "1"];
+
+    // Not trusted without the CA: a connection error, exit 2.
+    let out = conformance(&[&common[..], &tokens[..]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let report = dir.path("report.json");
+    let out = conformance(
+        &[&common[..], &tokens[..], &["--ca-cert", &ca_pem, "--format", "json", "--output", &report]].concat(),
+    );
+    let (json, failing) = read_report(Path::new(&report));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}\nfailures: {failing:#?}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["summary"]["failures"], 0);
+    assert!(json.to_string().contains("wss://127.0.0.1:"), "the WebSocket probe went over wss://");
+
+    // A CA file that is missing or holds no certificate, or a client certificate without its key: exit 2.
+    for bad in [
+        vec!["--ca-cert", "/nonexistent/ca.pem"],
+        vec!["--ca-cert", &server.key_pem.replace('\n', "")],
+        vec!["--client-cert", &ca_pem],
+    ] {
+        let out = conformance(&[&common[..], &bad[..]].concat());
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let not_a_cert = dir.write("not-a-cert.pem", "hello");
+    let out = conformance(&[&common[..], &["--ca-cert", &not_a_cert]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("root certificate"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn ldp_serve_requiring_client_certificates_is_reached_with_client_cert_and_key() {
+    let dir = TempDir::new("mtls");
+    let ca = TestCa::new("private CA").unwrap();
+    let server = ca.server_cert().unwrap();
+    let kit = ca.client_cert("kit.example").unwrap();
+    let ca_pem = dir.write("ca.pem", &ca.pem());
+    let (_server, url) = serve(
+        &[
+            "--tls-cert",
+            &dir.write("server.pem", &server.cert_pem),
+            "--tls-key",
+            &dir.write("server.key", &server.key_pem),
+            "--client-ca",
+            &ca_pem,
+            "--client-cert-peer",
+            "dns:kit.example=ldp:delegate:conformance-kit@conformance.test",
+            "--trust-domain",
+            "conformance.test",
+        ],
+        Stdio::null(),
+    );
+    let common = [url.as_str(), "--transport", "http", "--transport", "ws", "--no-progress", "--ca-cert", &ca_pem];
+
+    // The handshake is refused without a client certificate: exit 2.
+    let out = conformance(&common);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let report = dir.path("report.json");
+    let identity =
+        ["--client-cert", &dir.write("kit.pem", &kit.cert_pem), "--client-key", &dir.write("kit.key", &kit.key_pem)];
+    let out = conformance(
+        &[&common[..], &identity[..], &["--level", "must", "--format", "json", "--output", &report]].concat(),
+    );
+    let (json, failing) = read_report(Path::new(&report));
+    // Without an untrusted identity the trust-rejection requirement is not testable (a failure, exit 1); what
+    // matters here is that every exchange got through the mutual-TLS handshake on both transports.
+    assert_ne!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    for id in ["LDP-IDENT-001", "LDP-SESS-001"] {
+        let r = json["requirements"].as_array().unwrap().iter().find(|r| r["id"] == id).unwrap();
+        assert_eq!(r["outcome"], "pass", "{id}: {failing:#?}");
+        assert_eq!(r["transports"]["http"], "pass", "{id}");
+        assert_eq!(r["transports"]["ws"], "pass", "{id}");
+    }
 }

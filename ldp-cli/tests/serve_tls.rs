@@ -12,12 +12,9 @@ use std::time::Duration;
 
 use ldp_session::runtime::{Client, Transport};
 use ldp_session::{InitiatorConfig, SeededIds, SystemClock};
+use ldp_transport_http::test_pki::TestCa;
 use ldp_transport_http::{HttpTransport, RetryPolicy};
 use ldp_types::SessionConfig;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, SanType,
-};
 
 struct Guard(Child, PathBuf);
 
@@ -39,20 +36,11 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 async fn ldp_serve_over_mutual_tls() {
     let dir = std::env::temp_dir().join(format!("ldp-serve-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "ldp test CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let issue = |name: &str, purpose: ExtendedKeyUsagePurpose| {
-        let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
-        params.subject_alt_names.push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
-        params.extended_key_usages = vec![purpose];
-        let key = KeyPair::generate().unwrap();
-        (params.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
-    };
-    let (server_cert, server_key) = issue("localhost", ExtendedKeyUsagePurpose::ServerAuth);
-    let (client_cert, client_key) = issue("planner.example", ExtendedKeyUsagePurpose::ClientAuth);
+    let ca = TestCa::new("ldp test CA").unwrap();
+    let server = ca.server_cert().unwrap();
+    let (server_cert, server_key) = (server.cert_pem, server.key_pem);
+    let client = ca.client_cert("planner.example").unwrap();
+    let (client_cert, client_key) = (client.cert_pem, client.key_pem);
     let ca_pem = ca.pem();
 
     let child = Command::new(env!("CARGO_BIN_EXE_ldp"))

@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::client_tls::ClientTls;
 use crate::error::Error;
 use crate::server::{IDENTITY, MESSAGES, STREAM, WELL_KNOWN_IDENTITY};
 
@@ -64,8 +65,7 @@ pub struct HttpTransportBuilder {
     connect_timeout: Duration,
     retry: RetryPolicy,
     client: Option<reqwest::Client>,
-    tls_roots: Vec<Vec<u8>>,
-    tls_identity: Option<Vec<u8>>,
+    tls: ClientTls,
 }
 
 impl HttpTransportBuilder {
@@ -103,18 +103,20 @@ impl HttpTransportBuilder {
     /// Trusts the CA certificates in `pem` (one or more `CERTIFICATE` blocks) for `https://` URLs, in addition to
     /// the built-in web PKI roots: e.g. a private CA, or a self-signed server certificate in tests. Repeatable.
     pub fn tls_root_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_roots.push(pem.into());
+        self.tls = self.tls.with_root_certificate_pem(pem);
         self
     }
 
     /// Presents this client certificate for mutual TLS: `cert_chain` holds the certificate first, then any
     /// intermediates; `key` its private key (PKCS#8, PKCS#1 or SEC1), all PEM.
     pub fn tls_client_identity_pem(mut self, cert_chain: &[u8], key: &[u8]) -> Self {
-        let mut pem = Vec::with_capacity(cert_chain.len() + key.len() + 1);
-        pem.extend_from_slice(cert_chain);
-        pem.push(b'\n');
-        pem.extend_from_slice(key);
-        self.tls_identity = Some(pem);
+        self.tls = self.tls.with_client_identity_pem(cert_chain, key);
+        self
+    }
+
+    /// Replaces the TLS settings with `tls` (roots and client identity), e.g. one shared with a WebSocket client.
+    pub fn tls(mut self, tls: ClientTls) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -125,34 +127,19 @@ impl HttpTransportBuilder {
         if !valid {
             return Err(Error::InvalidUrl(self.url));
         }
-        let custom_tls = !self.tls_roots.is_empty() || self.tls_identity.is_some();
         let client = match self.client {
-            Some(_) if custom_tls => {
+            Some(_) if !self.tls.is_default() => {
                 return Err(Error::Tls(
                     "tls_* options cannot be combined with http_client; configure that client".into(),
                 ));
             }
             Some(c) => c,
             None => {
-                let mut builder = reqwest::Client::builder()
+                let builder = reqwest::Client::builder()
                     .connect_timeout(self.connect_timeout)
                     .pool_idle_timeout(Duration::from_secs(90))
                     .tcp_nodelay(true);
-                for pem in &self.tls_roots {
-                    let certs = reqwest::Certificate::from_pem_bundle(pem)
-                        .map_err(|e| Error::Tls(format!("root certificate: {e}")))?;
-                    if certs.is_empty() {
-                        return Err(Error::Tls("root certificate: no PEM CERTIFICATE block".into()));
-                    }
-                    for cert in certs {
-                        builder = builder.add_root_certificate(cert);
-                    }
-                }
-                if let Some(pem) = &self.tls_identity {
-                    let identity =
-                        reqwest::Identity::from_pem(pem).map_err(|e| Error::Tls(format!("client identity: {e}")))?;
-                    builder = builder.identity(identity);
-                }
+                let builder = self.tls.configure(builder)?;
                 builder.build().map_err(Error::Client)?
             }
         };
@@ -202,8 +189,7 @@ impl HttpTransport {
             connect_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
             client: None,
-            tls_roots: Vec::new(),
-            tls_identity: None,
+            tls: ClientTls::default(),
         }
     }
 

@@ -60,7 +60,9 @@
 //!
 //! On the client side, [`HttpTransportBuilder::tls_root_certificate_pem`] trusts a private CA (or a self-signed
 //! server) and [`HttpTransportBuilder::tls_client_identity_pem`] presents a client certificate; both need no
-//! feature (reqwest's rustls backend is always on).
+//! feature (reqwest's rustls backend is always on). They fill a [`ClientTls`], which the WebSocket transport and the
+//! conformance kit take too, so one value configures every client of a process. The `test-pki` feature adds
+//! `test_pki`: a throwaway CA for tests of such set-ups.
 //!
 //! ```no_run
 //! # #[cfg(feature = "tls")]
@@ -113,14 +115,18 @@
 
 mod auth;
 mod client;
+mod client_tls;
 mod error;
 mod server;
 mod sse;
+#[cfg(feature = "test-pki")]
+pub mod test_pki;
 #[cfg(feature = "tls")]
 mod tls;
 
 pub use auth::{BearerAuth, require_bearer};
 pub use client::{HttpTransport, HttpTransportBuilder, RetryPolicy};
+pub use client_tls::ClientTls;
 pub use error::{Error, HttpError, status_for};
 pub use server::{
     CAPABILITIES, HttpServerConfig, HttpState, IDENTITY, MESSAGES, STREAM, ServerHandle, WELL_KNOWN_IDENTITY, router,

@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,66 +12,16 @@ use ldp_session::runtime::{Client, DelegateRuntime, EchoDelegate, Transport};
 use ldp_session::{
     AuthenticatedPeer, InitiatorConfig, Responder, ResponderConfig, SeededIds, SessionError, SystemClock, TrustPolicy,
 };
+use ldp_transport_http::test_pki::{IssuedCert, TestCa};
 use ldp_transport_http::{
     ClientAuth, ClientCertMatch, HttpServerConfig, HttpState, HttpTransport, RetryPolicy, ServerHandle,
     ServerTlsConfig, spawn_tls,
 };
 use ldp_types::{Capability, DelegateId, Envelope, ErrorCategory, IdentityCard, SessionConfig, SessionPropose};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, SanType,
-};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
 const ME: &str = "ldp:delegate:me";
-
-/// A test CA that issues server and client certificates.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-/// A certificate and its key, PEM.
-struct Issued {
-    cert_pem: String,
-    key_pem: String,
-    der: Vec<u8>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        Self { issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap() }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    fn issue(&self, dns_names: &[&str], purpose: ExtendedKeyUsagePurpose) -> Issued {
-        let names: Vec<String> = dns_names.iter().map(|s| (*s).to_owned()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        if purpose == ExtendedKeyUsagePurpose::ServerAuth {
-            params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        }
-        params.distinguished_name.push(DnType::CommonName, dns_names.first().copied().unwrap_or("client"));
-        params.extended_key_usages = vec![purpose];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem(), der: cert.der().to_vec() }
-    }
-
-    fn server(&self) -> Issued {
-        self.issue(&["localhost"], ExtendedKeyUsagePurpose::ServerAuth)
-    }
-
-    fn client(&self, name: &str) -> Issued {
-        self.issue(&[name], ExtendedKeyUsagePurpose::ClientAuth)
-    }
-}
 
 fn card() -> IdentityCard {
     let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:alpha").unwrap(), "Alpha", "test", "1");
@@ -91,17 +40,17 @@ fn state(strict: bool, tokens: HashMap<String, AuthenticatedPeer>) -> HttpState 
     HttpState::new(runtime, HttpServerConfig { tokens, ..Default::default() })
 }
 
-async fn server(ca: &Ca, client_auth: Option<ClientAuth>, strict: bool) -> ServerHandle {
+async fn server(ca: &TestCa, client_auth: Option<ClientAuth>, strict: bool) -> ServerHandle {
     server_with_tokens(ca, client_auth, strict, HashMap::new()).await
 }
 
 async fn server_with_tokens(
-    ca: &Ca,
+    ca: &TestCa,
     client_auth: Option<ClientAuth>,
     strict: bool,
     tokens: HashMap<String, AuthenticatedPeer>,
 ) -> ServerHandle {
-    let cert = ca.server();
+    let cert = ca.server_cert().unwrap();
     let tls = ServerTlsConfig::from_pem(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes(), client_auth)
         .unwrap()
         .with_handshake_timeout(Duration::from_secs(2));
@@ -109,7 +58,7 @@ async fn server_with_tokens(
 }
 
 /// A transport to `url` that trusts `ca`, presents `identity` if given, and never retries.
-fn transport(url: &str, ca: &Ca, identity: Option<&Issued>, token: Option<&str>) -> HttpTransport {
+fn transport(url: &str, ca: &TestCa, identity: Option<&IssuedCert>, token: Option<&str>) -> HttpTransport {
     let mut b = HttpTransport::builder(url).tls_root_certificate_pem(ca.pem()).retry(RetryPolicy::none());
     if let Some(id) = identity {
         b = b.tls_client_identity_pem(id.cert_pem.as_bytes(), id.key_pem.as_bytes());
@@ -152,7 +101,7 @@ async fn assert_refused_at_handshake(t: HttpTransport) {
 
 #[tokio::test]
 async fn full_flow_over_https_with_a_private_ca() {
-    let ca = Ca::new("test CA");
+    let ca = TestCa::new("test CA").unwrap();
     let server = server(&ca, None, false).await;
     assert!(server.url().starts_with("https://127.0.0.1:"), "{}", server.url());
     full_flow(transport(server.url(), &ca, None, None), None).await.unwrap();
@@ -171,12 +120,12 @@ async fn full_flow_over_https_with_a_private_ca() {
 
 #[tokio::test]
 async fn mutual_tls_maps_certificates_to_peers() {
-    let ca = Ca::new("test CA");
-    let planner = ca.client("planner.research.example");
-    let pinned = ca.client("pinned.example");
-    let impostor = ca.client("other.example");
-    let stranger = Ca::new("another CA").client("planner.research.example");
-    let named = ca.client("bound.example");
+    let ca = TestCa::new("test CA").unwrap();
+    let planner = ca.client_cert("planner.research.example").unwrap();
+    let pinned = ca.client_cert("pinned.example").unwrap();
+    let impostor = ca.client_cert("other.example").unwrap();
+    let stranger = TestCa::new("another CA").unwrap().client_cert("planner.research.example").unwrap();
+    let named = ca.client_cert("bound.example").unwrap();
     let auth = ClientAuth::from_ca_pem(ca.pem().as_bytes())
         .unwrap()
         .peer(
@@ -238,9 +187,9 @@ async fn mutual_tls_maps_certificates_to_peers() {
 
 #[tokio::test]
 async fn optional_mutual_tls_falls_back_to_bearer_tokens() {
-    let ca = Ca::new("test CA");
-    let planner = ca.client("planner.research.example");
-    let unmapped = ca.client("other.example");
+    let ca = TestCa::new("test CA").unwrap();
+    let planner = ca.client_cert("planner.research.example").unwrap();
+    let unmapped = ca.client_cert("other.example").unwrap();
     let auth = ClientAuth::from_ca_pem(ca.pem().as_bytes())
         .unwrap()
         .peer(
@@ -271,7 +220,7 @@ async fn optional_mutual_tls_falls_back_to_bearer_tokens() {
 
 #[tokio::test]
 async fn plain_http_and_garbage_on_the_tls_port_fail_cleanly() {
-    let ca = Ca::new("test CA");
+    let ca = TestCa::new("test CA").unwrap();
     let server = server(&ca, None, false).await;
     let plain = HttpTransport::builder(server.url().replacen("https://", "http://", 1))
         .retry(RetryPolicy::none())
@@ -291,8 +240,8 @@ async fn plain_http_and_garbage_on_the_tls_port_fail_cleanly() {
 
 #[test]
 fn configuration_errors_are_typed() {
-    let ca = Ca::new("test CA");
-    let cert = ca.server();
+    let ca = TestCa::new("test CA").unwrap();
+    let cert = ca.server_cert().unwrap();
     // Key and certificate swapped, no key, a required client CA with nobody mapped.
     assert!(ServerTlsConfig::from_pem(cert.key_pem.as_bytes(), cert.cert_pem.as_bytes(), None).is_err());
     assert!(ServerTlsConfig::from_pem(cert.cert_pem.as_bytes(), b"", None).is_err());

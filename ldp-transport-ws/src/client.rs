@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use ldp_session::runtime::Transport;
 use ldp_session::{IdSource, SeededIds, SystemClock, WallClock};
+use ldp_transport_http::{ClientTls, Error as HttpError};
 use ldp_types::signing::SigningKey;
 use ldp_types::{Body, Envelope, ErrorCategory, IdentityCard, LdpError, PayloadMode, TaskSubmit, TaskUpdate, codes};
 use serde_json::Value;
@@ -73,9 +74,7 @@ pub struct WsOptions {
     reconnect: Reconnect,
     resume_grace: Duration,
     signing_key: Option<SigningKey>,
-    tls_roots: Vec<Vec<u8>>,
-    /// Certificate chain and private key, PEM.
-    tls_identity: Option<(Vec<u8>, Vec<u8>)>,
+    tls: ClientTls,
 }
 
 impl Default for WsOptions {
@@ -92,8 +91,7 @@ impl Default for WsOptions {
             reconnect: Reconnect::default(),
             resume_grace: Duration::from_secs(5),
             signing_key: None,
-            tls_roots: Vec::new(),
-            tls_identity: None,
+            tls: ClientTls::default(),
         }
     }
 }
@@ -173,7 +171,7 @@ impl WsOptions {
     /// request over `https://`, in addition to the built-in web PKI roots: e.g. a private CA, or a self-signed server
     /// certificate in tests. Repeatable. A bad PEM makes [`WsTransport::connect`] fail with [`Error::Tls`].
     pub fn tls_root_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_roots.push(pem.into());
+        self.tls = self.tls.with_root_certificate_pem(pem);
         self
     }
 
@@ -181,7 +179,13 @@ impl WsOptions {
     /// holds the certificate first, then any intermediates; `key` its private key (PKCS#8, PKCS#1 or SEC1), all PEM.
     /// A bad PEM makes [`WsTransport::connect`] fail with [`Error::Tls`].
     pub fn tls_client_identity_pem(mut self, cert_chain: &[u8], key: &[u8]) -> Self {
-        self.tls_identity = Some((cert_chain.to_vec(), key.to_vec()));
+        self.tls = self.tls.with_client_identity_pem(cert_chain, key);
+        self
+    }
+
+    /// Replaces the TLS settings with `tls` (roots and client identity), e.g. one shared with an HTTP client.
+    pub fn tls(mut self, tls: ClientTls) -> Self {
+        self.tls = tls;
         self
     }
 }
@@ -190,14 +194,16 @@ fn tls_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Tls(format!("{what}: {e}"))
 }
 
-/// The rustls client configuration for `wss://`: the web PKI roots plus the options' roots, and the options'
-/// client identity; the `ring` provider is chosen explicitly so no process-wide default is needed.
-fn rustls_config(opts: &WsOptions) -> Result<Arc<rustls::ClientConfig>, Error> {
+/// The rustls client configuration for `wss://` from `tls`: the web PKI roots plus its roots, and its client
+/// identity. The `ring` provider is chosen explicitly so no process-wide default is needed. For clients that dial
+/// `wss://` themselves (e.g. with `tokio_tungstenite::connect_async_tls_with_config`) and should trust exactly what
+/// [`WsTransport`] trusts. Fails with [`Error::Tls`] on a bad PEM text.
+pub fn rustls_client_config(tls: &ClientTls) -> Result<Arc<rustls::ClientConfig>, Error> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
     let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    for pem in &opts.tls_roots {
+    for pem in tls.root_certificates_pem() {
         let mut added = 0usize;
         for cert in CertificateDer::pem_slice_iter(pem) {
             let cert = cert.map_err(|e| tls_error("root certificate", e))?;
@@ -212,7 +218,7 @@ fn rustls_config(opts: &WsOptions) -> Result<Arc<rustls::ClientConfig>, Error> {
         .with_safe_default_protocol_versions()
         .map_err(|e| tls_error("tls setup", e))?
         .with_root_certificates(roots);
-    let config = match &opts.tls_identity {
+    let config = match tls.client_identity_pem() {
         Some((chain, key)) => {
             let certs = CertificateDer::pem_slice_iter(chain)
                 .collect::<Result<Vec<_>, _>>()
@@ -230,21 +236,11 @@ fn rustls_config(opts: &WsOptions) -> Result<Arc<rustls::ClientConfig>, Error> {
 
 /// The client for the identity request, trusting the same roots and presenting the same identity.
 fn http_client(opts: &WsOptions) -> Result<reqwest::Client, Error> {
-    let mut builder = reqwest::Client::builder().connect_timeout(opts.connect_timeout);
-    for pem in &opts.tls_roots {
-        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| tls_error("root certificate", e))?;
-        for cert in certs {
-            builder = builder.add_root_certificate(cert);
-        }
-    }
-    if let Some((chain, key)) = &opts.tls_identity {
-        let mut pem = Vec::with_capacity(chain.len() + key.len() + 1);
-        pem.extend_from_slice(chain);
-        pem.push(b'\n');
-        pem.extend_from_slice(key);
-        let identity = reqwest::Identity::from_pem(&pem).map_err(|e| tls_error("client identity", e))?;
-        builder = builder.identity(identity);
-    }
+    let builder = reqwest::Client::builder().connect_timeout(opts.connect_timeout);
+    let builder = opts.tls.configure(builder).map_err(|e| match e {
+        HttpError::Tls(message) => Error::Tls(message),
+        other => Error::Tls(other.to_string()),
+    })?;
     builder.build().map_err(|e| Error::Connect(LdpError::transport(codes::TRANSPORT_ERROR, e.to_string())))
 }
 
@@ -666,7 +662,7 @@ impl WsTransport {
             ],
         };
         // Built for every scheme, so a bad PEM is reported whatever the URL.
-        let tls = rustls_config(&options)?;
+        let tls = rustls_client_config(&options.tls)?;
         let http = http_client(&options)?;
         let tls = ws_url.starts_with("wss:").then_some(tls);
         let target = Target { url: ws_url.clone(), options: options.clone(), tls };

@@ -100,7 +100,9 @@ mod error;
 mod server;
 mod wire;
 
-pub use client::{Reconnect, WsOptions, WsStats, WsTransport};
+pub use client::{Reconnect, WsOptions, WsStats, WsTransport, rustls_client_config};
 pub use error::Error;
+/// The TLS settings [`WsOptions::tls`] takes (re-exported from `ldp-transport-http`, which uses the same type).
+pub use ldp_transport_http::ClientTls;
 pub use server::{ConnectionEnd, WS_PATH, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};
 pub use wire::{CloseFrame, IN_REPLY_TO, Message, WireError, close_code};

@@ -6,67 +6,27 @@
 mod support;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ldp_session::runtime::{Client, Transport};
 use ldp_session::{AuthenticatedPeer, InitiatorConfig, SeededIds, SystemClock};
+use ldp_transport_http::test_pki::TestCa;
 use ldp_transport_http::{ClientAuth, HttpServerConfig, HttpState, ServerTlsConfig, serve_router_tls};
 use ldp_transport_ws::{Error, Reconnect, WsOptions, WsServer, WsServerConfig, WsTransport};
 use ldp_types::{ErrorCategory, SessionConfig};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, SanType,
-};
 use serde_json::json;
 use support::{TestDelegate, runtime};
 use tokio::net::TcpListener;
 
-/// A test CA that issues server and client certificates.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-/// A certificate and its key, PEM.
-struct Issued {
-    cert_pem: String,
-    key_pem: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        Self { issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap() }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    fn issue(&self, name: &str, purpose: ExtendedKeyUsagePurpose) -> Issued {
-        let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
-        if purpose == ExtendedKeyUsagePurpose::ServerAuth {
-            params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        }
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![purpose];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem() }
-    }
-}
-
 /// Both bindings on one TLS port; stops when the sender is dropped.
-async fn serve_tls(ca: &Ca, client_auth: Option<ClientAuth>) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+async fn serve_tls(ca: &TestCa, client_auth: Option<ClientAuth>) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let rt = runtime(Arc::new(TestDelegate::default()));
     let http = HttpState::new(rt.clone(), HttpServerConfig { tokens: HashMap::new(), ..Default::default() });
     let ws = WsServer::new(rt.clone(), WsServerConfig::default());
     let app = ldp_transport_http::router(http).merge(ws.router());
-    let cert = ca.issue("localhost", ExtendedKeyUsagePurpose::ServerAuth);
+    let cert = ca.server_cert().unwrap();
     let tls = ServerTlsConfig::from_pem(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes(), client_auth)
         .unwrap()
         .with_handshake_timeout(Duration::from_secs(2));
@@ -107,7 +67,7 @@ fn assert_handshake_refused(result: Result<WsTransport, Error>) {
 
 #[tokio::test]
 async fn full_flow_over_wss_with_a_private_ca() {
-    let ca = Ca::new("test CA");
+    let ca = TestCa::new("test CA").unwrap();
     let (addr, _stop) = serve_tls(&ca, None).await;
     for url in [format!("wss://127.0.0.1:{}/ldp/ws", addr.port()), format!("https://localhost:{}", addr.port())] {
         let transport = WsTransport::connect(&url, options().tls_root_certificate_pem(ca.pem())).await.unwrap();
@@ -118,20 +78,20 @@ async fn full_flow_over_wss_with_a_private_ca() {
     // A client that does not trust the CA (web PKI roots only), or trusts another one, refuses the server.
     let url = format!("wss://localhost:{}", addr.port());
     assert_handshake_refused(WsTransport::connect(&url, options()).await);
-    let other = Ca::new("another CA");
+    let other = TestCa::new("another CA").unwrap();
     assert_handshake_refused(WsTransport::connect(&url, options().tls_root_certificate_pem(other.pem())).await);
 }
 
 #[tokio::test]
 async fn mutual_tls_over_wss() {
-    let ca = Ca::new("test CA");
+    let ca = TestCa::new("test CA").unwrap();
     let auth = ClientAuth::from_ca_pem(ca.pem().as_bytes()).unwrap().peer(
         "dns:client.example".parse().unwrap(),
         AuthenticatedPeer { delegate_id: None, trust_domain: "default".into() },
     );
     let (addr, _stop) = serve_tls(&ca, Some(auth)).await;
     let url = format!("wss://localhost:{}", addr.port());
-    let id = ca.issue("client.example", ExtendedKeyUsagePurpose::ClientAuth);
+    let id = ca.client_cert("client.example").unwrap();
     let opts = options()
         .tls_root_certificate_pem(ca.pem())
         .tls_client_identity_pem(id.cert_pem.as_bytes(), id.key_pem.as_bytes());
@@ -141,7 +101,7 @@ async fn mutual_tls_over_wss() {
     // which for WebSocket is the upgrade response, so the connect itself fails).
     let refused = WsTransport::connect(&url, options().tls_root_certificate_pem(ca.pem())).await;
     assert!(matches!(refused, Err(Error::Connect(_))), "{refused:?}");
-    let stranger = Ca::new("another CA").issue("client.example", ExtendedKeyUsagePurpose::ClientAuth);
+    let stranger = TestCa::new("another CA").unwrap().client_cert("client.example").unwrap();
     let opts = options()
         .tls_root_certificate_pem(ca.pem())
         .tls_client_identity_pem(stranger.cert_pem.as_bytes(), stranger.key_pem.as_bytes());
@@ -154,7 +114,7 @@ async fn bad_pem_is_a_typed_error() {
     for opts in [
         options().tls_root_certificate_pem("not a certificate"),
         options().tls_client_identity_pem(b"garbage", b"garbage"),
-        options().tls_client_identity_pem(Ca::new("x").pem().as_bytes(), b"no key here"),
+        options().tls_client_identity_pem(TestCa::new("x").unwrap().pem().as_bytes(), b"no key here"),
     ] {
         let result = WsTransport::connect("wss://localhost:1", opts).await;
         assert!(matches!(result, Err(Error::Tls(_))), "{result:?}");
