@@ -67,6 +67,9 @@ pub enum Feature {
     ClaimTypes,
     /// Verification status (paper 3.4): a provenance record carries `verification_status`.
     VerificationStatus,
+    /// The streaming endpoint (RFC 8.1 `POST /ldp/stream`): a capability declares `supports_streaming`, or the
+    /// endpoint answers a task with `2xx`.
+    Streaming,
 }
 
 impl Feature {
@@ -78,6 +81,7 @@ impl Feature {
             Self::Contracts => "contracts",
             Self::ClaimTypes => "claim_types",
             Self::VerificationStatus => "verification_status",
+            Self::Streaming => "streaming",
         }
     }
 }
@@ -232,6 +236,15 @@ pub const CATALOGUE: &[Requirement] = &[
         "Replies are application/json",
         "\"All LDP messages use `Content-Type: application/json`.\" (HTTP binding only; WebSocket text frames carry JSON by definition.)",
         ["wire.content_type"]
+    ),
+    req!(
+        "LDP-HTTP-002",
+        Must,
+        Some(Streaming),
+        "RFC 8.1",
+        "Streaming endpoint answers with server-sent events",
+        "\"**Streaming:** `POST <endpoint>/ldp/stream` → Server-sent events (SSE) for TASK_UPDATE\". A TASK_SUBMIT posted there is answered `2xx` with `Content-Type: text/event-stream`; each event's data is one LDP envelope: TASK_UPDATEs for the task, then its TASK_RESULT or TASK_FAILED, within the request timeout.",
+        ["http.stream"]
     ),
     req!(
         "LDP-MSG-001",

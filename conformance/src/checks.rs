@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use ldp_types::{
     Attestation, Body, Budget, DelegationContract, ErrorCategory, FailurePolicy, PayloadMode, Provenance, TaskCancel,
-    TaskResult, UnknownBody,
+    TaskResult, TaskSubmit, UnknownBody,
 };
 use serde_json::{Map, Value, json};
 
@@ -131,6 +131,7 @@ pub const CHECKS: &[Check] = &[
         ["LDP-ENV-001", "LDP-ENV-002", "LDP-ENV-003", "LDP-ENV-004", "LDP-ENV-005"],
         wire_envelopes
     ),
+    check!("http.stream", "POST /ldp/stream answers a task with server-sent events", ["LDP-HTTP-002"], http_stream),
     check!("wire.schema", "Every reply validates against the ldp-types schemas", ["LDP-SCHEMA-001"], wire_schema),
     check!("wire.content_type", "Every HTTP reply is application/json", ["LDP-HTTP-001"], wire_content_type),
     check!(
@@ -313,6 +314,16 @@ async fn identity_discovery(ctx: &mut Ctx) {
         }
     } else {
         ctx.skip("LDP-EXT-CLAIM-001", "no capability carries claim_type");
+    }
+
+    // Streaming (RFC 8.1): the reference SDK's capability shape declares it per capability.
+    let streaming = caps.iter().find(|c| {
+        let declared = |v: Option<&Value>| v.and_then(|v| v.get("supports_streaming")).and_then(Value::as_bool);
+        declared(c.get("quality")).or_else(|| declared(Some(c))) == Some(true)
+    });
+    if let Some(c) = streaming {
+        let name = c.get("name").and_then(Value::as_str).unwrap_or("<unnamed>");
+        ctx.claims.claim(Feature::Streaming, format!("capability {name} declares supports_streaming"));
     }
 
     // Capability claims in metadata or extension members.
@@ -1160,6 +1171,79 @@ async fn wire_schema(ctx: &mut Ctx) {
     let list = std::mem::take(&mut ctx.obs.schema);
     let ok = format!("{} reply envelopes and the error objects validate", ctx.obs.envelopes_seen);
     judge_observed(ctx, "LDP-SCHEMA-001", &list, ok);
+}
+
+async fn http_stream(ctx: &mut Ctx) {
+    const REQ: &str = "LDP-HTTP-002";
+    if ctx.transport() != TransportKind::Http {
+        return ctx.skip(REQ, "not applicable: the WebSocket binding pushes TASK_UPDATEs on its own connection");
+    }
+    let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
+        Ok(s) => s,
+        Err(e) => return ctx.not_testable(REQ, format!("no session: {e}")),
+    };
+    let task_id = format!("task-{}", uuid::Uuid::new_v4());
+    let submit = TaskSubmit::new(task_id.clone(), ctx.skill(), Ctx::input_for(session.mode), None);
+    let env = ctx.envelope(&session.id, submit, session.mode);
+    let streamed = ctx.send_stream(&env).await;
+    let answer = &streamed.answer;
+    let claimed = ctx.claims.has(Feature::Streaming);
+    match answer.status() {
+        None => ctx.fail(REQ, format!("POST /ldp/stream: {}", answer.describe())),
+        Some(status) if !(200..300).contains(&status) => {
+            let what = format!("POST /ldp/stream with a TASK_SUBMIT → {}", answer.describe());
+            if claimed {
+                ctx.fail(REQ, what);
+            } else {
+                ctx.skip(REQ, format!("{what}: no streaming endpoint"));
+            }
+        }
+        Some(status) => {
+            ctx.claims.claim(Feature::Streaming, format!("POST /ldp/stream answered {status}"));
+            match judge_stream(&streamed, &task_id) {
+                Ok(summary) => ctx.pass(REQ, summary),
+                Err(problem) => ctx.fail(REQ, problem),
+            }
+        }
+    }
+    tidy(ctx, &session).await;
+}
+
+/// Whether a task's event stream is what RFC 8.1 describes: envelopes, TASK_UPDATEs for the task, then its result.
+fn judge_stream(streamed: &crate::ctx::StreamAnswer, task_id: &str) -> Result<String, String> {
+    let content_type = streamed.answer.reply.as_ref().and_then(|r| r.content_type.clone()).unwrap_or_default();
+    if !content_type.trim_start().starts_with("text/event-stream") {
+        return Err(format!("answered with content type {content_type:?}, not text/event-stream"));
+    }
+    let Some((last, updates)) = streamed.events.split_last() else {
+        return Err("the event stream carried no event".to_owned());
+    };
+    for (i, event) in updates.iter().enumerate() {
+        let json = serde_json::from_str::<Value>(&event.data).map_err(|e| format!("event {i} is not JSON: {e}"))?;
+        let ty = json.pointer("/body/type").and_then(Value::as_str);
+        let task = json.pointer("/body/task_id").and_then(Value::as_str);
+        if ty != Some("TASK_UPDATE") || task != Some(task_id) {
+            return Err(format!(
+                "event {i} before the result is {ty:?} for task {task:?}, not a TASK_UPDATE for {task_id}"
+            ));
+        }
+    }
+    if last.event == "error" {
+        return Err(format!("the stream ended with an error event: {}", last.data));
+    }
+    let json = serde_json::from_str::<Value>(&last.data).map_err(|e| format!("the last event is not JSON: {e}"))?;
+    let ty = json.pointer("/body/type").and_then(Value::as_str);
+    let task = json.pointer("/body/task_id").and_then(Value::as_str);
+    match ty {
+        Some("TASK_RESULT" | "TASK_FAILED") if task == Some(task_id) => {
+            Ok(format!("{} TASK_UPDATE event(s), then the {}", updates.len(), ty.unwrap_or_default()))
+        }
+        _ if streamed.timed_out => Err(format!(
+            "no TASK_RESULT or TASK_FAILED for {task_id} before the request timeout ({} event(s) read)",
+            streamed.events.len()
+        )),
+        _ => Err(format!("the stream ended with {ty:?} for task {task:?}, not the result of {task_id}")),
+    }
 }
 
 async fn wire_content_type(ctx: &mut Ctx) {

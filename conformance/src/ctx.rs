@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::catalogue::Feature;
-use crate::probe::{Exchange, Outgoing, Probe, RawReply, TransportKind};
+use crate::probe::{Exchange, Outgoing, Probe, RawReply, StreamReply, TransportKind};
 use crate::runner::Config;
 
 /// The kit's own delegate id, the `from` of everything it sends.
@@ -183,6 +183,15 @@ pub(crate) struct Answer {
     pub reply: Option<RawReply>,
     pub transport_error: Option<String>,
     pub json: Option<Value>,
+}
+
+/// The answer of `POST /ldp/stream`: decoded as [`Answer`] (for a reply that is not a stream: a 404, a JSON error),
+/// plus the events of the stream.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StreamAnswer {
+    pub answer: Answer,
+    pub events: Vec<ldp_transport_http::sse::SseEvent>,
+    pub timed_out: bool,
 }
 
 const CATEGORIES: [&str; 8] =
@@ -450,6 +459,42 @@ impl Ctx {
         self.observe(&mut ex, &answer, request);
         self.evidence.push(ex);
         answer
+    }
+
+    /// Posts an envelope to `/ldp/stream` (HTTP only) and observes every envelope the event stream carries, as
+    /// any other reply: schemas, fields, provenance.
+    pub(crate) async fn send_stream(&mut self, env: &Envelope) -> StreamAnswer {
+        let bytes = match env.to_vec() {
+            Ok(b) => b,
+            Err(e) => {
+                let answer =
+                    Answer { transport_error: Some(format!("kit could not encode: {e}")), ..Answer::default() };
+                return StreamAnswer { answer, ..StreamAnswer::default() };
+            }
+        };
+        let (mut ex, result) = self.probe.post_stream(bytes).await;
+        let streamed = match result {
+            Ok(StreamReply { reply, events, timed_out }) => {
+                let json = if events.is_empty() { serde_json::from_slice::<Value>(&reply.body).ok() } else { None };
+                StreamAnswer { answer: Answer { reply: Some(reply), transport_error: None, json }, events, timed_out }
+            }
+            Err(e) => {
+                StreamAnswer { answer: Answer { transport_error: Some(e), ..Answer::default() }, ..Default::default() }
+            }
+        };
+        let mut notes = Vec::new();
+        for event in &streamed.events {
+            if let Ok(json) = serde_json::from_str::<Value>(&event.data)
+                && json.get("body").is_some_and(Value::is_object)
+            {
+                self.observe_envelope(&json, Some(env), &mut notes);
+            }
+        }
+        for (kind, what) in notes {
+            self.note(kind, what, &mut ex);
+        }
+        self.evidence.push(ex);
+        streamed
     }
 
     /// `GET path` over HTTP, recorded.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use ldp_transport_http::ClientTls;
+use ldp_transport_http::sse::{SseEvent, SseParser};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -248,6 +249,37 @@ impl Probe {
         let start = Instant::now();
         let result = http_reply(req.send().await).await;
         (record(TransportKind::Http, request, start, &result), result)
+    }
+
+    /// `POST <base>/ldp/stream` (RFC 8.1) with one message, reading the event stream until its final event (an
+    /// envelope whose body is a TASK_RESULT or TASK_FAILED, or an `error` event), the end of the body, or the
+    /// request timeout; an endpoint that keeps the stream open after the result is still judged.
+    pub async fn post_stream(&mut self, body: Vec<u8>) -> (Exchange, Result<StreamReply, String>) {
+        let url = format!("{}/ldp/stream", self.base);
+        let mut headers = BTreeMap::new();
+        headers.insert("content-type".into(), "application/json".to_owned());
+        headers.insert("accept".into(), "text/event-stream".to_owned());
+        let mut req =
+            self.http.post(&url).header("content-type", "application/json").header("accept", "text/event-stream");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+            headers.insert("authorization".into(), "Bearer <redacted>".into());
+        }
+        let request = RequestRecord {
+            method: "POST".into(),
+            url,
+            headers,
+            body: Some(evidence_text(&body)),
+            body_bytes: body.len(),
+        };
+        let start = Instant::now();
+        let result = read_stream(req.body(body)).await;
+        let raw = result.as_ref().map(|s| s.reply.clone()).map_err(Clone::clone);
+        let mut ex = record(TransportKind::Http, request, start, &raw);
+        if let Ok(StreamReply { timed_out: true, .. }) = &result {
+            ex.findings.push("the stream was still open when the request timeout ran out".to_owned());
+        }
+        (ex, result)
     }
 
     /// Sends one message and waits for its answer.
@@ -509,6 +541,60 @@ fn is_interim(text: &str, expect: &Expect<'_>) -> bool {
         }
         _ => false,
     }
+}
+
+/// What `POST /ldp/stream` got back: the raw reply (its body the stream bytes read) and the events in it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StreamReply {
+    pub reply: RawReply,
+    /// The events read, when the reply is `text/event-stream`.
+    pub events: Vec<SseEvent>,
+    /// The request timeout ran out before the final event or the end of the stream.
+    pub timed_out: bool,
+}
+
+/// Whether `event` ends a task's stream: an `error` event, or an envelope whose body is a TASK_RESULT or
+/// TASK_FAILED.
+pub(crate) fn is_final_event(event: &SseEvent) -> bool {
+    if event.event == "error" {
+        return true;
+    }
+    let json = serde_json::from_str::<serde_json::Value>(&event.data).ok();
+    let ty = json.as_ref().and_then(|j| j.pointer("/body/type")).and_then(serde_json::Value::as_str);
+    matches!(ty, Some("TASK_RESULT" | "TASK_FAILED"))
+}
+
+async fn read_stream(req: reqwest::RequestBuilder) -> Result<StreamReply, String> {
+    let mut resp = req.send().await.map_err(describe_reqwest)?;
+    let status = resp.status().as_u16();
+    let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let is_stream = content_type.as_deref().is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+    let mut parser = SseParser::default();
+    let mut out = StreamReply::default();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                out.reply.body.extend_from_slice(&chunk);
+                if is_stream {
+                    let events = parser.push(&chunk);
+                    let done = events.iter().any(is_final_event);
+                    out.events.extend(events);
+                    if done {
+                        break;
+                    }
+                }
+            }
+            Ok(None) => break,
+            Err(e) if e.is_timeout() && is_stream => {
+                out.timed_out = true;
+                break;
+            }
+            Err(e) => return Err(describe_reqwest(e)),
+        }
+    }
+    out.reply.status = Some(status);
+    out.reply.content_type = content_type;
+    Ok(out)
 }
 
 async fn http_reply(sent: Result<reqwest::Response, reqwest::Error>) -> Result<RawReply, String> {

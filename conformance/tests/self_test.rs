@@ -38,6 +38,10 @@ async fn good_server_passes_everything_over_http_and_ws() {
     // Unsigned: signing is not claimed, so its requirements are skipped and profile A is not met.
     assert_eq!(report.requirement("LDP-SEC-001").unwrap().status, Status::Skipped);
     assert!(!report.profiles[0].met);
+    // Our HTTP binding serves /ldp/stream: streaming is claimed by behaviour and passes (on HTTP; WS skips it).
+    let stream = report.requirement("LDP-HTTP-002").unwrap();
+    assert_eq!(stream.status, Status::Pass, "{:?}", stream.details);
+    assert!(report.claims.has(ldp_conformance::Feature::Streaming));
     for r in &report.requirements {
         if r.status == Status::Pass {
             assert!(r.transports.values().all(|s| *s == Status::Pass || *s == Status::Skipped), "{}", r.id);
@@ -94,6 +98,20 @@ async fn ignoring_replay_is_caught() {
     let setup = Setup { signing: Some(SignatureAlgorithm::HmacSha256Jcs), ..Setup::broken(Break::IgnoreReplay) };
     let report = run(setup, &[TransportKind::Http]).await;
     assert_fails(&report, "LDP-SEC-003");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_the_result_is_caught() {
+    let report = run(Setup::broken(Break::StreamWithoutResult), &[TransportKind::Http]).await;
+    assert_fails(&report, "LDP-HTTP-002");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claiming_streaming_without_the_endpoint_is_caught() {
+    let report = run(Setup::broken(Break::ClaimsStreamingWithoutEndpoint), &[TransportKind::Http]).await;
+    assert_fails(&report, "LDP-HTTP-002");
+    let r = report.requirement("LDP-HTTP-002").unwrap();
+    assert!(r.details.iter().any(|d| d.contains("404")), "{:?}", r.details);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

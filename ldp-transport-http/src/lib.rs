@@ -118,7 +118,7 @@ mod client;
 mod client_tls;
 mod error;
 mod server;
-mod sse;
+pub mod sse;
 #[cfg(feature = "test-pki")]
 pub mod test_pki;
 #[cfg(feature = "tls")]

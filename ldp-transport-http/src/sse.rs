@@ -1,10 +1,20 @@
 //! A minimal server-sent-events reader (the subset of the WHATWG event-stream format a server sends): `event:`,
 //! `data:` (joined with newlines), `id:` and comment lines, events ended by a blank line, `\n`, `\r\n` or `\r`
-//! line ends, split across chunks anywhere.
+//! line ends, split across chunks anywhere. Public for other clients of `/ldp/stream` (the conformance kit reads
+//! the stream with it).
+//!
+//! ```
+//! use ldp_transport_http::sse::{SseEvent, SseParser};
+//!
+//! let mut parser = SseParser::default();
+//! assert!(parser.push(b"event: envelope\ndata: {\"a\":").is_empty());
+//! let events = parser.push(b"1}\n\n");
+//! assert_eq!(events, vec![SseEvent { event: "envelope".into(), data: "{\"a\":1}".into() }]);
+//! ```
 
 /// One event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     /// The event type (`message` when the server named none).
     pub event: String,
     /// The data lines, joined with `\n`.
@@ -13,7 +23,7 @@ pub(crate) struct SseEvent {
 
 /// An incremental parser: feed chunks, collect complete events.
 #[derive(Debug, Default)]
-pub(crate) struct SseParser {
+pub struct SseParser {
     line: Vec<u8>,
     event: Option<String>,
     data: Option<String>,
@@ -73,7 +83,62 @@ impl SseParser {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// Writes `events` as a server would, with `ends` choosing each line end.
+    fn write(events: &[SseEvent], ends: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut end = ends.iter().cycle();
+        let mut line = |out: &mut Vec<u8>, text: &str| {
+            // After a bare `\r`, an empty line ended by `\n` would read as one `\r\n`: no server can mean that.
+            let after_cr = out.last() == Some(&b'\r') && text.is_empty();
+            out.extend_from_slice(text.as_bytes());
+            out.extend_from_slice(match end.next().copied().unwrap_or(0) % 3 {
+                0 if after_cr => b"\r\n".as_slice(),
+                0 => b"\n",
+                1 => b"\r\n",
+                _ => b"\r",
+            });
+        };
+        for e in events {
+            line(&mut out, ": comment");
+            if e.event != "message" {
+                line(&mut out, &format!("event: {}", e.event));
+            }
+            for d in e.data.split('\n') {
+                line(&mut out, &format!("data: {d}"));
+            }
+            line(&mut out, "");
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn any_events_split_anywhere_read_back_equal(
+            events in proptest::collection::vec(
+                ("[a-z]{1,8}", "[^\r\n]{0,12}(\n[^\r\n]{0,12}){0,3}")
+                    .prop_map(|(event, data)| SseEvent { event, data }),
+                0..6,
+            ),
+            ends in proptest::collection::vec(any::<u8>(), 1..8),
+            splits in proptest::collection::vec(any::<usize>(), 0..6),
+        ) {
+            let bytes = write(&events, &ends);
+            let mut cuts: Vec<usize> = splits.iter().map(|s| s % (bytes.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut parser = SseParser::default();
+            let mut read = Vec::new();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                read.extend(parser.push(&bytes[from..cut]));
+                from = cut;
+            }
+            prop_assert_eq!(read, events);
+        }
+    }
 
     #[test]
     fn events_split_anywhere_are_reassembled() {

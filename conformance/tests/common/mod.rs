@@ -46,6 +46,10 @@ pub enum Break {
     CrashOnMalformedJson,
     /// Signs and requires signatures, but has no replay protection.
     IgnoreReplay,
+    /// `/ldp/stream` answers with an event stream that ends without the task's TASK_RESULT.
+    StreamWithoutResult,
+    /// The card declares `supports_streaming`, but there is no `/ldp/stream` (404).
+    ClaimsStreamingWithoutEndpoint,
 }
 
 /// How to start a server.
@@ -108,7 +112,13 @@ pub fn key(alg: SignatureAlgorithm) -> SigningKey {
 }
 
 pub async fn start(setup: Setup) -> Server {
-    let mut cfg = ResponderConfig::new(card());
+    let mut card = card();
+    if setup.broken == Break::ClaimsStreamingWithoutEndpoint
+        && let Some(quality) = card.capabilities.first_mut().and_then(|c| c.quality.as_mut())
+    {
+        quality.supports_streaming = true;
+    }
+    let mut cfg = ResponderConfig::new(card);
     if setup.explicit_fallback {
         cfg.fallback = ldp_session::FallbackStyle::Explicit;
     }
@@ -146,6 +156,8 @@ pub async fn start(setup: Setup) -> Server {
         Break::StripProvenance => app.layer(middleware::from_fn(strip_provenance)),
         Break::WrongIdentityPath => app.layer(middleware::from_fn(hide_well_known)),
         Break::CrashOnMalformedJson => app.layer(middleware::from_fn(crash_on_malformed)),
+        Break::StreamWithoutResult => app.layer(middleware::from_fn(drop_streamed_results)),
+        Break::ClaimsStreamingWithoutEndpoint => app.layer(middleware::from_fn(hide_stream)),
         _ => app,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -244,6 +256,31 @@ async fn strip_provenance(req: Request, next: Next) -> Response {
     };
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(bytes))
+}
+
+async fn drop_streamed_results(req: Request, next: Next) -> Response {
+    if req.uri().path() != "/ldp/stream" {
+        return next.run(req).await;
+    }
+    let resp = next.run(req).await;
+    let (mut parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let mut kept = String::new();
+    for event in ldp_transport_http::sse::SseParser::default().push(&bytes) {
+        let final_event = event.data.contains("\"TASK_RESULT\"") || event.data.contains("\"TASK_FAILED\"");
+        if !final_event {
+            kept.push_str(&format!("event: {}\ndata: {}\n\n", event.event, event.data));
+        }
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(kept))
+}
+
+async fn hide_stream(req: Request, next: Next) -> Response {
+    if req.uri().path() == "/ldp/stream" {
+        return (StatusCode::NOT_FOUND, "no streaming here").into_response();
+    }
+    next.run(req).await
 }
 
 async fn hide_well_known(req: Request, next: Next) -> Response {
