@@ -255,23 +255,8 @@ impl Probe {
     /// envelope whose body is a TASK_RESULT or TASK_FAILED, or an `error` event), the end of the body, or the
     /// request timeout; an endpoint that keeps the stream open after the result is still judged.
     pub async fn post_stream(&mut self, body: Vec<u8>) -> (Exchange, Result<StreamReply, String>) {
-        let url = format!("{}/ldp/stream", self.base);
-        let mut headers = BTreeMap::new();
-        headers.insert("content-type".into(), "application/json".to_owned());
-        headers.insert("accept".into(), "text/event-stream".to_owned());
-        let mut req =
-            self.http.post(&url).header("content-type", "application/json").header("accept", "text/event-stream");
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-            headers.insert("authorization".into(), "Bearer <redacted>".into());
-        }
-        let request = RequestRecord {
-            method: "POST".into(),
-            url,
-            headers,
-            body: Some(evidence_text(&body)),
-            body_bytes: body.len(),
-        };
+        let token = self.token.clone();
+        let (req, request) = self.post("/ldp/stream", "application/json", Some("text/event-stream"), token, &body);
         let start = Instant::now();
         let result = read_stream(req.body(body)).await;
         let raw = result.as_ref().map(|s| s.reply.clone()).map_err(Clone::clone);
@@ -290,15 +275,23 @@ impl Probe {
         }
     }
 
-    async fn send_http(&mut self, out: Outgoing) -> (Exchange, Result<RawReply, String>) {
-        let url = format!("{}/ldp/messages", self.base);
+    /// A `POST <base><path>` request with its headers, and its record for the evidence.
+    fn post(
+        &self,
+        path: &str,
+        content_type: &str,
+        accept: Option<&str>,
+        token: Option<String>,
+        body: &[u8],
+    ) -> (reqwest::RequestBuilder, RequestRecord) {
+        let url = format!("{}{path}", self.base);
         let mut headers = BTreeMap::new();
-        headers.insert("content-type".into(), out.content_type.to_owned());
-        let mut req = self.http.post(&url).header("content-type", out.content_type);
-        let token = match &out.token {
-            Some(t) => t.clone(),
-            None => self.token.clone(),
-        };
+        headers.insert("content-type".into(), content_type.to_owned());
+        let mut req = self.http.post(&url).header("content-type", content_type);
+        if let Some(accept) = accept {
+            headers.insert("accept".into(), accept.to_owned());
+            req = req.header("accept", accept);
+        }
         if let Some(t) = token {
             req = req.bearer_auth(t);
             headers.insert("authorization".into(), "Bearer <redacted>".into());
@@ -307,9 +300,18 @@ impl Probe {
             method: "POST".into(),
             url,
             headers,
-            body: Some(evidence_text(&out.body)),
-            body_bytes: out.body.len(),
+            body: Some(evidence_text(body)),
+            body_bytes: body.len(),
         };
+        (req, request)
+    }
+
+    async fn send_http(&mut self, out: Outgoing) -> (Exchange, Result<RawReply, String>) {
+        let token = match &out.token {
+            Some(t) => t.clone(),
+            None => self.token.clone(),
+        };
+        let (req, request) = self.post("/ldp/messages", out.content_type, None, token, &out.body);
         let start = Instant::now();
         let retry = req.try_clone();
         let mut result = http_reply(req.body(out.body.clone()).send().await).await;
