@@ -16,7 +16,7 @@ use ldp_session::{
 use ldp_transport_http::{HttpServerConfig, HttpState};
 use ldp_transport_ws::{WsServer, WsServerConfig};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
-use ldp_types::{Capability, DelegateId, IdentityCard, PayloadMode, TrustDomain};
+use ldp_types::{Capability, ClaimType, DelegateId, IdentityCard, PayloadMode, Score, TrustDomain};
 
 /// Arguments of `ldp serve`.
 #[derive(Debug, clap::Args)]
@@ -95,7 +95,13 @@ pub fn echo_card(delegate_id: &str, domain: &str) -> Result<IdentityCard, String
     let mut card = IdentityCard::new(id, "Echo", "echo", "1.0");
     card.description = Some("Answers every task with {\"echo\": <input>}".into());
     card.context_window = 4096;
-    card.capabilities.push(Capability::new("echo").with_description("Echoes its input"));
+    // An echo is exact and immediate; the claim says so, and says it is only the delegate's own word.
+    let exact = Score::new(1.0).map_err(|e| e.to_string())?;
+    let echo = Capability::new("echo")
+        .with_description("Echoes its input")
+        .with_quality(exact, ClaimType::SelfClaimed)
+        .with_latency_p50_ms(1);
+    card.capabilities.push(echo);
     card.trust_domain = TrustDomain::new(domain);
     card.supported_payload_modes = vec![PayloadMode::SemanticFrame, PayloadMode::Text];
     Ok(card)

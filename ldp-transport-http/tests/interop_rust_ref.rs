@@ -12,14 +12,17 @@ use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
 use ldp_session::{Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock};
 use ldp_transport_http::{HttpServerConfig, HttpState, ServerHandle, spawn};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
-use ldp_types::{Capability, DelegateId, IdentityCard, PayloadMode};
+use ldp_types::{Capability, ClaimType, DelegateId, IdentityCard, PayloadMode, Score};
 use serde_json::json;
 
 const SECRET: &str = "rust-ref-secret";
 
 async fn server(signed: bool) -> ServerHandle {
     let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:echo").unwrap(), "Echo", "echo", "1.0");
-    card.capabilities.push(Capability::new("echo"));
+    // Quality metadata in both wire shapes, as `ldp serve` sends it: the reference crate must read it.
+    let quality = Score::new(1.0).unwrap();
+    card.capabilities
+        .push(Capability::new("echo").with_quality(quality, ClaimType::SelfClaimed).with_latency_p50_ms(1));
     card.supported_payload_modes = vec![PayloadMode::SemanticFrame, PayloadMode::Text];
     let mut cfg = ResponderConfig::new(card);
     if signed {
