@@ -10,6 +10,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::probe::TransportKind;
+
 /// The spec version this catalogue is frozen for.
 pub const SPEC_VERSION: &str = "LDP RFC 0.1 + provenance-paradox extensions (paper sections 3.1-3.4)";
 
@@ -109,6 +111,14 @@ pub struct Requirement {
     pub applies_when: Option<Feature>,
     /// The ids of the checks that exercise it.
     pub checks: &'static [&'static str],
+}
+
+impl Requirement {
+    /// The binding a requirement belongs to, if only one: the `LDP-HTTP-*` requirements are about the HTTP binding
+    /// (RFC 8), and a run without HTTP reports them as not applicable rather than judging them.
+    pub fn binding(&self) -> Option<TransportKind> {
+        self.id.starts_with("LDP-HTTP-").then_some(TransportKind::Http)
+    }
 }
 
 macro_rules! req {
@@ -650,6 +660,7 @@ pub fn catalogue_json() -> Value {
                 "section": r.section,
                 "source": r.source,
                 "applies_when": r.applies_when,
+                "binding": r.binding(),
                 "checks": r.checks,
             })
         })

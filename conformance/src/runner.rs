@@ -373,7 +373,14 @@ pub(crate) fn aggregate(
             }
         }
         let mut status = per_transport.values().copied().reduce(Status::combine).unwrap_or(Status::NotTestable);
-        if let Some(feature) = req.applies_when {
+        let binding_absent = req.binding().is_some_and(|b| !transports.contains(&b));
+        if let Some(b) = req.binding().filter(|_| binding_absent) {
+            status = Status::Skipped;
+            for s in per_transport.values_mut() {
+                *s = Status::Skipped;
+            }
+            details.insert(0, format!("not applicable: the run does not include the {b} binding"));
+        } else if let Some(feature) = req.applies_when {
             match claims.features.get(&feature) {
                 None => {
                     status = Status::Skipped;

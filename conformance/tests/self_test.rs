@@ -115,6 +115,17 @@ async fn claiming_streaming_without_the_endpoint_is_caught() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_only_run_does_not_judge_the_http_binding() {
+    // Even with streaming claimed on the card, the HTTP requirements are not applicable to a WebSocket-only run.
+    let report = run(Setup::broken(Break::ClaimsStreamingWithoutEndpoint), &[TransportKind::Ws]).await;
+    for id in ["LDP-HTTP-001", "LDP-HTTP-002"] {
+        let r = report.requirement(id).unwrap();
+        assert_eq!(r.status, Status::Skipped, "{id}: {:?}", r.details);
+        assert!(r.details[0].contains("not applicable"), "{id}: {:?}", r.details);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claimed_signing_without_a_secret_is_not_testable() {
     let setup = Setup { signing: Some(SignatureAlgorithm::HmacSha256Jcs), ..Setup::good() };
     let server = start(setup).await;
