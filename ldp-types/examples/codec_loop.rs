@@ -7,7 +7,7 @@
 //!
 //! Operations: `ours` (decode + encode), `decode`, `encode`, `reference` (ldp-protocol 0.2.0 decode + encode),
 //! `ignored` (IgnoredAny), `value` (serde_json `Value` decode + encode), `sign_verify` (hmac-sha256-jcs sign, then
-//! verify from the received bytes). Inputs: `flow` (501 B), `flow_contract`, `972`, `1497`.
+//! verify from the received bytes). Inputs: `flow` (501 B), `flow_contract`, `flow_result` (the transcript's TASK_RESULT), `972`, `1497`.
 
 use std::hint::black_box;
 
@@ -34,6 +34,7 @@ fn main() {
             v["body"]["contract"] = paper_contract();
             serde_json::to_vec(&v).unwrap()
         }
+        "flow_result" => serde_json::to_vec(&inputs::flow_result()).unwrap(),
         "972" => sized_submit(972, false),
         "1497" => sized_submit(1497, true),
         other => panic!("unknown input {other}"),

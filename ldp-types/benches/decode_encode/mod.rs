@@ -8,10 +8,10 @@ use ldp_types::{Body, Envelope};
 use serde::de::IgnoredAny;
 use serde_json::Value;
 
-use crate::inputs::{flow_submit, paper_contract, sized_submit};
+use crate::inputs::{flow_result, flow_submit, paper_contract, sized_submit};
 
-/// Decode + encode of the four TASK_SUBMITs by this crate, the reference crate, `IgnoredAny` and `Value`, on the same
-/// bytes, in groups named `{prefix}/{input}`.
+/// Decode + encode of the four TASK_SUBMITs and the transcript's TASK_RESULT by this crate, the reference crate,
+/// `IgnoredAny` and `Value`, on the same bytes, in groups named `{prefix}/{input}`.
 pub fn compare(c: &mut Criterion, prefix: &str) {
     let flow = serde_json::to_vec(&flow_submit()).unwrap();
     let mut flow_contract = flow_submit();
@@ -22,11 +22,13 @@ pub fn compare(c: &mut Criterion, prefix: &str) {
         ("flow_submit_contract", flow_contract),
         ("submit_972B", sized_submit(972, false)),
         ("submit_contract_1497B", sized_submit(1497, true)),
+        // Not among the targets, but what every client decodes: the transcript's TASK_RESULT.
+        ("flow_result", serde_json::to_vec(&flow_result()).unwrap()),
     ];
     for (name, bytes) in &inputs {
         // Both decoders must accept the bytes, or the comparison is meaningless.
         let ours = Envelope::from_slice(bytes).unwrap();
-        assert!(matches!(ours.body, Body::TaskSubmit(_)));
+        assert!(matches!(ours.body, Body::TaskSubmit(_) | Body::TaskResult(_)));
         serde_json::from_slice::<LdpEnvelope>(bytes).unwrap();
 
         let mut group = c.benchmark_group(format!("{prefix}/{name}"));

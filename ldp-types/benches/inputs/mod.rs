@@ -11,6 +11,15 @@ pub fn flow_submit() -> Value {
     submit
 }
 
+/// Message 6 of the RFC transcript (the TASK_RESULT with provenance), without the fixture's `_comment`.
+pub fn flow_result() -> Value {
+    let flow: Vec<Value> = serde_json::from_str(include_str!("../../tests/fixtures/ldp-session-flow.json")).unwrap();
+    let mut result = flow[5].clone();
+    result.as_object_mut().unwrap().remove("_comment");
+    assert_eq!(result["body"]["type"], "TASK_RESULT");
+    result
+}
+
 /// The paper's contract example (section 3.1), with the `created_at` the reference crate requires.
 pub fn paper_contract() -> Value {
     json!({

@@ -2,9 +2,9 @@
 //!
 //! Why: most of an envelope is a dozen short members whose values are plain strings. Through serde each costs a
 //! map-access round (separator, key parse into scratch, key match, `Option` visitor, value parse); here a member is
-//! a scan to its closing quote and one copy. Everything else (a string with escapes, a contract, provenance, an
-//! unknown member, the payload kept as raw text) is handed to serde_json for exactly that value, so the typed
-//! decoding is serde's own.
+//! a scan to its closing quote and one copy. The contract and provenance records are read the same way. Everything
+//! else (a string with escapes, evidence and lineage lists, an unknown member, the payload kept as raw text) is
+//! handed to serde_json for exactly that value, so the typed decoding is serde's own.
 //!
 //! The scanner answers only when it is sure: on anything it does not handle (a member name with escapes, a value
 //! nested deep enough to come near serde_json's recursion limit, any error at all) it gives up, and the caller
@@ -17,14 +17,28 @@ use serde::de::IgnoredAny;
 use super::{Body, BodyKey, BodySlots, Envelope, EnvelopeKey, TypeTag};
 use crate::contract::{Budget, ContractPolicy, DelegationContract, FailurePolicy};
 use crate::json::{escape_flags, word_at};
+use crate::identity::Object;
 use crate::messages::{TaskResult, TaskSubmit};
 use crate::payload::PayloadMode;
+use crate::provenance::{EvidenceRef, LineageEntry, Provenance, VerificationStatus};
 use crate::raw::RawJson;
 
 /// Sub-values with at least this many `[` and `{` are left to the serde path: nested that deep inside the envelope
 /// (which adds up to three levels), they could reach serde_json's limit of 128 there and not here. A value shorter
 /// than twice this cannot nest that deep.
 const MAX_NESTING: usize = 120;
+
+/// A verification status by its wire name; `None` for any other text (serde then refuses it).
+fn verification_status(name: &str) -> Option<VerificationStatus> {
+    Some(match name {
+        "unverified" => VerificationStatus::Unverified,
+        "self_verified" => VerificationStatus::SelfVerified,
+        "peer_verified" => VerificationStatus::PeerVerified,
+        "tool_verified" => VerificationStatus::ToolVerified,
+        "human_verified" => VerificationStatus::HumanVerified,
+        _ => return None,
+    })
+}
 
 /// Decodes `text`, or `None` to leave it to the serde path.
 pub(super) fn decode(text: &str) -> Option<Envelope> {
@@ -177,7 +191,7 @@ impl<'a> Scan<'a> {
                 }
                 Some(EnvelopeKey::Timestamp) => timestamp = Some(scan.string()?),
                 Some(EnvelopeKey::Provenance) => {
-                    provenance = if scan.peek()? == b'n' { scan.null().map(|()| None)? } else { scan.value()? }
+                    provenance = scan.opt_provenance()?
                 }
                 Some(EnvelopeKey::Signature) => signature = scan.opt_string()?,
                 Some(EnvelopeKey::SignatureAlgorithm) => signature_algorithm = scan.opt_string()?,
@@ -228,7 +242,7 @@ impl<'a> Scan<'a> {
                 Some(BodyKey::Input) => input = scan.raw()?,
                 Some(BodyKey::Output) => output = scan.raw()?,
                 Some(BodyKey::Contract) => contract = scan.contract()?,
-                Some(BodyKey::Provenance) => provenance = scan.value()?,
+                Some(BodyKey::Provenance) => provenance = scan.opt_provenance()?,
                 Some(_) => return None,
                 None => {
                     extra.insert(name.to_owned(), scan.value()?);
@@ -283,7 +297,7 @@ impl<'a> Scan<'a> {
                 Some(BodyKey::Contract) => s.contract = scan.contract()?,
                 Some(BodyKey::Progress) => s.progress = scan.value()?,
                 Some(BodyKey::Output) => s.output = scan.raw()?,
-                Some(BodyKey::Provenance) => s.provenance = scan.value()?,
+                Some(BodyKey::Provenance) => s.provenance = scan.opt_provenance()?,
                 Some(BodyKey::Claim) => s.claim = scan.value()?,
                 Some(BodyKey::Evidence) => s.evidence = scan.value()?,
                 Some(BodyKey::Other(_)) | None => {
@@ -396,6 +410,99 @@ impl<'a> Scan<'a> {
         let number = self.text.get(self.pos..end)?.parse().ok()?;
         self.pos = end;
         Some(Some(number))
+    }
+
+    /// `null` or `true` / `false`; anything else is left to serde.
+    fn opt_bool(&mut self) -> Option<Option<bool>> {
+        let value = match self.peek()? {
+            b'n' => return self.null().map(|()| None),
+            b't' => true,
+            b'f' => false,
+            _ => return None,
+        };
+        let word: &[u8] = if value { b"true" } else { b"false" };
+        let end = self.pos + word.len();
+        (self.bytes.get(self.pos..end)? == word).then(|| self.pos = end)?;
+        Some(Some(value))
+    }
+
+    /// `null` or a provenance record (RFC 6.1 plus the paper's 3.4), decoded as its `Deserialize` would: the
+    /// members of `ProvenanceWire`, unknown members ignored, a duplicate one left to serde (which refuses it).
+    fn opt_provenance(&mut self) -> Option<Option<Box<Provenance>>> {
+        match self.peek()? {
+            b'n' => return self.null().map(|()| None),
+            b'{' => {}
+            _ => return None,
+        }
+        let (mut produced_by, mut model_version, mut payload_mode_used) = (None, None, None);
+        let mut p = Provenance::new(String::new(), String::new(), PayloadMode::Text);
+        let mut seen = 0u16;
+        self.object(|scan, name| {
+            let bit = match name {
+                "produced_by" => 1,
+                "model_version" => 1 << 1,
+                "payload_mode_used" => 1 << 2,
+                "confidence" => 1 << 3,
+                "verified" => 1 << 4,
+                "session_id" => 1 << 5,
+                "timestamp" => 1 << 6,
+                "verification_status" => 1 << 7,
+                "evidence" => 1 << 8,
+                "lineage" => 1 << 9,
+                "tokens_used" => 1 << 10,
+                "cost_usd" => 1 << 11,
+                "contract_id" => 1 << 12,
+                "contract_satisfied" => 1 << 13,
+                "contract_violations" => 1 << 14,
+                _ => {
+                    scan.value::<IgnoredAny>()?;
+                    return Some(());
+                }
+            };
+            (seen & bit == 0).then(|| seen |= bit)?;
+            match name {
+                "produced_by" => produced_by = Some(scan.string()?),
+                "model_version" => model_version = Some(scan.string()?),
+                "payload_mode_used" => {
+                    payload_mode_used = Some(match scan.plain_str() {
+                        Some(mode) => mode.parse::<PayloadMode>().ok()?,
+                        None => scan.value()?,
+                    })
+                }
+                "confidence" => p.confidence = scan.value()?,
+                "verified" => p.verified = scan.opt_bool()?.unwrap_or_default(),
+                "session_id" => p.session_id = scan.opt_string()?,
+                "timestamp" => p.timestamp = scan.opt_string()?,
+                "verification_status" => {
+                    p.verification_status = match scan.plain_str() {
+                        Some(status) => Some(verification_status(status)?),
+                        None => scan.value()?,
+                    }
+                }
+                "evidence" => {
+                    let list: Option<Vec<Object<EvidenceRef>>> = scan.value()?;
+                    p.evidence = list.map_or_else(Vec::new, |v| v.into_iter().map(|o| o.0).collect());
+                }
+                "lineage" => {
+                    let list: Option<Vec<Object<LineageEntry>>> = scan.value()?;
+                    p.lineage = list.map_or_else(Vec::new, |v| v.into_iter().map(|o| o.0).collect());
+                }
+                "tokens_used" => p.tokens_used = scan.opt_u64()?,
+                "cost_usd" => p.cost_usd = scan.value()?,
+                "contract_id" => p.contract_id = scan.opt_string()?,
+                "contract_satisfied" => p.contract_satisfied = scan.opt_bool()?,
+                _ => p.contract_violations = scan.strings_or_null()?,
+            }
+            Some(())
+        })?;
+        p.produced_by = produced_by?;
+        p.model_version = model_version?;
+        p.payload_mode_used = payload_mode_used?;
+        // As the serde decoder: a status other than unverified implies verified.
+        if let Some(status) = p.verification_status {
+            p.verified = status != VerificationStatus::Unverified;
+        }
+        Some(Some(Box::new(p)))
     }
 
     /// A contract's `budget`: `null`, or an object read as its derived `Deserialize` would.
