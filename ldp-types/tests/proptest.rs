@@ -750,7 +750,8 @@ fn the_scanner_reads_provenance_as_serde_does() {
             r#"{{"message_id":"m","from":"a","to":"b","timestamp":"t","provenance":{provenance},"body":{{"type":"TASK_CANCEL","task_id":"t"}}}}"#
         )
     };
-    let with = |members: &str| format!(r#"{{"produced_by":"d","model_version":"v","payload_mode_used":"text"{members}}}"#);
+    let with =
+        |members: &str| format!(r#"{{"produced_by":"d","model_version":"v","payload_mode_used":"text"{members}}}"#);
     let records = [
         with(""),
         with(r#","confidence":0.82,"verified":false,"session_id":"s","timestamp":"2026-03-09T10:00:09Z""#),

@@ -16,8 +16,8 @@ use serde::de::IgnoredAny;
 
 use super::{Body, BodyKey, BodySlots, Envelope, EnvelopeKey, TypeTag};
 use crate::contract::{Budget, ContractPolicy, DelegationContract, FailurePolicy};
-use crate::json::{escape_flags, word_at};
 use crate::identity::Object;
+use crate::json::{escape_flags, word_at};
 use crate::messages::{TaskResult, TaskSubmit};
 use crate::payload::PayloadMode;
 use crate::provenance::{EvidenceRef, LineageEntry, Provenance, VerificationStatus};
@@ -190,9 +190,7 @@ impl<'a> Scan<'a> {
                     }
                 }
                 Some(EnvelopeKey::Timestamp) => timestamp = Some(scan.string()?),
-                Some(EnvelopeKey::Provenance) => {
-                    provenance = scan.opt_provenance()?
-                }
+                Some(EnvelopeKey::Provenance) => provenance = scan.opt_provenance()?,
                 Some(EnvelopeKey::Signature) => signature = scan.opt_string()?,
                 Some(EnvelopeKey::SignatureAlgorithm) => signature_algorithm = scan.opt_string()?,
                 Some(EnvelopeKey::Nonce) => nonce = scan.opt_string()?,
