@@ -757,7 +757,7 @@ fn write_envelope(w: &mut Writer<'_, Compact>, env: &Envelope) -> Result<(), Jso
     w.out.extend_from_slice(b",\"provenance\":");
     match &env.provenance {
         None => w.out.extend_from_slice(b"null"),
-        Some(p) => p.serialize(&mut *w)?,
+        Some(p) => write_provenance(w, p)?,
     }
     for (name, value) in [("signature", &env.signature), ("signature_algorithm", &env.signature_algorithm)] {
         if let Some(value) = value {
@@ -770,6 +770,69 @@ fn write_envelope(w: &mut Writer<'_, Compact>, env: &Envelope) -> Result<(), Jso
         write_str(w.out, nonce);
     }
     write_members(w, &env.extensions)?;
+    w.out.push(b'}');
+    Ok(())
+}
+
+/// Writes a provenance record as its `Serialize` does (the same members, order and omissions); evidence and lineage
+/// entries, rare, go through `Serialize`.
+fn write_provenance(w: &mut Writer<'_, Compact>, p: &Provenance) -> Result<(), JsonError> {
+    w.out.extend_from_slice(b"{\"produced_by\":");
+    write_str(w.out, &p.produced_by);
+    w.out.extend_from_slice(b",\"model_version\":");
+    write_str(w.out, &p.model_version);
+    w.out.extend_from_slice(b",\"payload_mode_used\":\"");
+    // Mode names are plain ASCII.
+    w.out.extend_from_slice(p.payload_mode_used.as_str().as_bytes());
+    w.out.push(b'"');
+    if let Some(confidence) = p.confidence {
+        w.out.extend_from_slice(b",\"confidence\":");
+        confidence.serialize(&mut *w)?;
+    }
+    w.out.extend_from_slice(if p.verified { b",\"verified\":true" } else { b",\"verified\":false" });
+    for (name, value) in [("session_id", &p.session_id), ("timestamp", &p.timestamp)] {
+        if let Some(value) = value {
+            member(w, name);
+            write_str(w.out, value);
+        }
+    }
+    if let Some(status) = p.verification_status {
+        w.out.extend_from_slice(b",\"verification_status\":\"");
+        // Status names are plain ASCII.
+        w.out.extend_from_slice(status.as_str().as_bytes());
+        w.out.push(b'"');
+    }
+    if !p.evidence.is_empty() {
+        w.out.extend_from_slice(b",\"evidence\":");
+        p.evidence.serialize(&mut *w)?;
+    }
+    if !p.lineage.is_empty() {
+        w.out.extend_from_slice(b",\"lineage\":");
+        p.lineage.serialize(&mut *w)?;
+    }
+    if let Some(tokens) = p.tokens_used {
+        w.out.extend_from_slice(b",\"tokens_used\":");
+        tokens.serialize(&mut *w)?;
+    }
+    if let Some(cost) = p.cost_usd {
+        w.out.extend_from_slice(b",\"cost_usd\":");
+        cost.serialize(&mut *w)?;
+    }
+    if let Some(contract_id) = &p.contract_id {
+        w.out.extend_from_slice(b",\"contract_id\":");
+        write_str(w.out, contract_id);
+    }
+    if let Some(satisfied) = p.contract_satisfied {
+        w.out.extend_from_slice(if satisfied {
+            b",\"contract_satisfied\":true"
+        } else {
+            b",\"contract_satisfied\":false"
+        });
+    }
+    if !p.contract_violations.is_empty() {
+        w.out.extend_from_slice(b",\"contract_violations\":");
+        write_strings(w, &p.contract_violations);
+    }
     w.out.push(b'}');
     Ok(())
 }
@@ -811,7 +874,7 @@ fn write_body(w: &mut Writer<'_, Compact>, body: &Body) -> Result<(), JsonError>
             w.out.extend_from_slice(b",\"output\":");
             w.out.extend_from_slice(b.output.json().as_bytes());
             w.out.extend_from_slice(b",\"provenance\":");
-            b.provenance.serialize(&mut *w)?;
+            write_provenance(w, &b.provenance)?;
             write_members(w, &b.extra)?;
         }
         other => return other.serialize(&mut *w),
