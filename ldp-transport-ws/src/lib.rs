@@ -22,7 +22,9 @@
 //! - **TLS**: `wss://` (or `https://`) URLs connect over rustls with the web PKI roots; merged into the HTTP binding's
 //!   router and served by its `serve_router_tls` (feature `tls`), `/ldp/ws` is `wss://`. A private CA and a client
 //!   certificate for mutual TLS are set with [`WsOptions::tls_root_certificate_pem`] and
-//!   [`WsOptions::tls_client_identity_pem`]; they apply to the identity request over `https://` too.
+//!   [`WsOptions::tls_client_identity_pem`] (or a whole [`ClientTls`], shared with an `HttpTransport`, through
+//!   [`WsOptions::tls`]); they apply to the identity request over `https://` too. [`rustls_client_config`] gives the
+//!   same trust to a client that dials `wss://` itself.
 //!
 //! # Wire rules
 //!
