@@ -1309,3 +1309,67 @@ async fn wire_errors(ctx: &mut Ctx) {
     let ok = format!("{} errors are typed", ctx.obs.errors_seen);
     judge_observed(ctx, "LDP-ERR-001", &list, ok);
 }
+
+#[cfg(test)]
+mod tests {
+    use ldp_transport_http::sse::SseEvent;
+
+    use super::*;
+    use crate::ctx::StreamAnswer;
+    use crate::probe::RawReply;
+
+    fn envelope_event(ty: &str, task: &str) -> SseEvent {
+        let data = json!({ "message_id": "m", "body": { "type": ty, "task_id": task } }).to_string();
+        SseEvent { event: "envelope".into(), data }
+    }
+
+    fn stream(events: Vec<SseEvent>, content_type: &str, timed_out: bool) -> StreamAnswer {
+        let reply = RawReply { status: Some(200), content_type: Some(content_type.into()), ..RawReply::default() };
+        StreamAnswer { answer: Answer { reply: Some(reply), ..Answer::default() }, events, timed_out }
+    }
+
+    #[test]
+    fn a_stream_of_updates_then_the_result_passes() {
+        let events = vec![
+            envelope_event("TASK_UPDATE", "t"),
+            envelope_event("TASK_UPDATE", "t"),
+            envelope_event("TASK_RESULT", "t"),
+        ];
+        let verdict = judge_stream(&stream(events, "text/event-stream; charset=utf-8", false), "t");
+        assert_eq!(verdict, Ok("2 TASK_UPDATE event(s), then the TASK_RESULT".to_owned()));
+        let failed = judge_stream(&stream(vec![envelope_event("TASK_FAILED", "t")], "text/event-stream", false), "t");
+        assert!(failed.is_ok(), "{failed:?}");
+    }
+
+    #[test]
+    fn every_way_a_stream_can_be_wrong_is_named() {
+        let sse = "text/event-stream";
+        let cases = [
+            (stream(vec![envelope_event("TASK_RESULT", "t")], "application/json", false), "not text/event-stream"),
+            (stream(vec![], sse, false), "no event"),
+            (
+                stream(vec![envelope_event("TASK_UPDATE", "u"), envelope_event("TASK_RESULT", "t")], sse, false),
+                "event 0",
+            ),
+            (
+                stream(
+                    vec![SseEvent { event: "envelope".into(), data: "{".into() }, envelope_event("TASK_RESULT", "t")],
+                    sse,
+                    false,
+                ),
+                "not JSON",
+            ),
+            (
+                stream(vec![SseEvent { event: "error".into(), data: "{\"code\":\"X\"}".into() }], sse, false),
+                "error event",
+            ),
+            (stream(vec![envelope_event("TASK_UPDATE", "t")], sse, true), "before the request timeout"),
+            (stream(vec![envelope_event("TASK_UPDATE", "t")], sse, false), "not the result"),
+            (stream(vec![envelope_event("TASK_RESULT", "other")], sse, false), "not the result"),
+        ];
+        for (streamed, expected) in cases {
+            let verdict = judge_stream(&streamed, "t");
+            assert!(matches!(&verdict, Err(why) if why.contains(expected)), "{expected}: {verdict:?}");
+        }
+    }
+}

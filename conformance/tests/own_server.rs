@@ -9,12 +9,15 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use async_trait::async_trait;
+
 use common::{DOMAIN, TOKEN, UNTRUSTED_TOKEN, card, explain, key};
 use ldp_conformance::{
     ClientTls, Config, KIT_DELEGATE_ID, LevelFilter, Outcome, Report, RunError, Status, TransportKind, UNTRUSTED_DOMAIN,
 };
-use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
+use ldp_session::runtime::{Delegate, DelegateRuntime, EchoDelegate, TaskContext};
 use ldp_session::{AuthenticatedPeer, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TrustPolicy};
+use ldp_session::{TaskOutput, TaskRequest};
 use ldp_transport_http::test_pki::TestCa;
 use ldp_transport_http::{
     ClientAuth, ClientCertMatch, HttpServerConfig, HttpState, ServerTlsConfig, router_with, serve_router,
@@ -39,18 +42,22 @@ impl Server {
 }
 
 async fn start(signing: Option<SignatureAlgorithm>) -> Server {
-    start_with(signing, None).await
+    start_with(signing, None, Arc::new(EchoDelegate)).await
 }
 
 /// The server; over TLS with `tls`.
-async fn start_with(signing: Option<SignatureAlgorithm>, tls: Option<ServerTlsConfig>) -> Server {
+async fn start_with(
+    signing: Option<SignatureAlgorithm>,
+    tls: Option<ServerTlsConfig>,
+    delegate: Arc<dyn Delegate>,
+) -> Server {
     let mut cfg = ResponderConfig::new(card());
     cfg.trust = TrustPolicy::strict();
     if let Some(alg) = signing {
         cfg.security = SecurityConfig::symmetric(key(alg));
     }
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
-    let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
+    let runtime = DelegateRuntime::new(responder, delegate);
     let mut tokens = HashMap::new();
     tokens.insert(
         TOKEN.to_owned(),
@@ -133,7 +140,7 @@ async fn over_tls_with_a_private_ca_every_must_and_should_passes_on_https_and_ws
     let ca = TestCa::new("private CA").unwrap();
     let cert = ca.server_cert().unwrap();
     let tls = ServerTlsConfig::from_pem(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes(), None).unwrap();
-    let server = start_with(None, Some(tls)).await;
+    let server = start_with(None, Some(tls), Arc::new(EchoDelegate)).await;
     assert!(server.url.starts_with("https://"), "{}", server.url);
 
     // The web PKI roots alone do not reach it: a connection error (exit 2), not a report of failures.
@@ -162,7 +169,7 @@ async fn a_server_requiring_client_certificates_is_reached_with_the_one_it_expec
         .unwrap()
         .peer(ClientCertMatch::dns_name("kit.example").unwrap(), peer);
     let tls = ServerTlsConfig::from_pem(cert.cert_pem.as_bytes(), cert.key_pem.as_bytes(), Some(auth)).unwrap();
-    let server = start_with(None, Some(tls)).await;
+    let server = start_with(None, Some(tls), Arc::new(EchoDelegate)).await;
     let trusting = || {
         let mut cfg = config(&server, None);
         cfg.level = LevelFilter::Must;
@@ -191,4 +198,33 @@ async fn a_ca_file_without_a_certificate_is_a_configuration_error() {
     cfg.tls = ClientTls::new().with_root_certificate_pem("not a certificate");
     let err = ldp_conformance::run(cfg).await.err();
     assert!(matches!(&err, Some(RunError::Config(m)) if m.contains("root certificate")), "{err:?}");
+}
+
+/// Reports progress twice before echoing, so `/ldp/stream` carries TASK_UPDATEs (and WebSocket pushes them).
+struct Progressing;
+
+#[async_trait]
+impl Delegate for Progressing {
+    async fn execute(&self, task: TaskRequest, ctx: TaskContext) -> Result<TaskOutput, ldp_types::LdpError> {
+        for (i, step) in ["reading", "echoing"].into_iter().enumerate() {
+            ctx.progress(Some((i + 1) as f64 / 3.0), step.to_owned());
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        EchoDelegate.execute(task, ctx).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegate_reporting_progress_streams_its_updates_then_the_result() {
+    let server = start_with(None, None, Arc::new(Progressing)).await;
+    let report = run(&server, None).await;
+    assert_all_pass(&report);
+    let stream = report.requirement("LDP-HTTP-002").unwrap();
+    assert_eq!(stream.status, Status::Pass, "{:?}", stream.details);
+    assert!(
+        stream.details.iter().any(|d| d.contains("2 TASK_UPDATE event(s), then the TASK_RESULT")),
+        "{:?}",
+        stream.details
+    );
+    server.stop().await;
 }
