@@ -192,7 +192,7 @@ pub fn base_url(url: &str) -> Result<String, RunError> {
     } else if let Some(rest) = u.strip_prefix("wss://") {
         u = format!("https://{rest}");
     }
-    for suffix in ["/ldp/ws", "/ldp/messages", "/.well-known/ldp-identity"] {
+    for suffix in ["/ldp/ws", "/ldp/messages", "/ldp/stream", "/.well-known/ldp-identity"] {
         if let Some(s) = u.strip_suffix(suffix) {
             u = s.to_owned();
         }
@@ -423,4 +423,27 @@ pub(crate) fn aggregate(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_endpoint_url_of_an_implementation_names_its_base() {
+        for url in [
+            "http://h:1",
+            "http://h:1/",
+            "ws://h:1/ldp/ws",
+            "http://h:1/ldp/messages",
+            "http://h:1/ldp/stream",
+            "http://h:1/.well-known/ldp-identity",
+        ] {
+            assert_eq!(base_url(url).unwrap(), "http://h:1", "{url}");
+        }
+        assert_eq!(base_url("wss://h/ldp/ws").unwrap(), "https://h");
+        for bad in ["ftp://h", "h:1", "http://"] {
+            assert!(matches!(base_url(bad), Err(RunError::Config(_))), "{bad}");
+        }
+    }
 }
