@@ -70,8 +70,8 @@ impl std::str::FromStr for LevelFilter {
 /// What to test and how.
 #[derive(Clone)]
 pub struct Config {
-    /// The implementation's endpoint, e.g. `http://127.0.0.1:8090` (a `ws://` URL or one ending in `/ldp/ws` or
-    /// `/ldp/messages` is accepted too).
+    /// The implementation's endpoint, e.g. `http://127.0.0.1:8090` (a `ws://` or `wss://` URL, or one ending in
+    /// `/ldp/ws`, `/ldp/messages`, `/ldp/stream` or `/.well-known/ldp-identity`, is accepted too).
     pub url: String,
     /// The transports to test; a requirement passes only if it passes on each.
     pub transports: Vec<TransportKind>,
