@@ -347,13 +347,30 @@ fn status_error(status: StatusCode, snippet: &str) -> LdpError {
 
 /// A `reqwest` failure as a `transport` error; retryable only when the request cannot have been processed.
 fn request_error(e: &reqwest::Error, idempotent: bool) -> LdpError {
+    let described = with_causes(e);
     if e.is_connect() {
-        LdpError::transport(codes::TRANSPORT_ERROR, format!("cannot connect: {e}"))
+        LdpError::transport(codes::TRANSPORT_ERROR, format!("cannot connect: {described}"))
     } else if e.is_timeout() {
-        LdpError::transport(codes::TIMEOUT, format!("no answer in time: {e}")).with_retryable(idempotent)
+        LdpError::transport(codes::TIMEOUT, format!("no answer in time: {described}")).with_retryable(idempotent)
     } else {
-        LdpError::transport(codes::TRANSPORT_ERROR, e.to_string()).with_retryable(idempotent)
+        LdpError::transport(codes::TRANSPORT_ERROR, described).with_retryable(idempotent)
     }
+}
+
+/// `e` and its chain of causes: reqwest's own message names only the URL, while the reason (a refused connection,
+/// an unknown certificate issuer) is in the causes.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[async_trait]

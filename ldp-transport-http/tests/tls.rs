@@ -112,8 +112,10 @@ async fn full_flow_over_https_with_a_private_ca() {
     let (tx, _rx) = tokio::sync::mpsc::channel(8);
     let out = client.submit_with(&session.session_id, "echo", json!(1), None, None, Some(tx)).await.unwrap();
     assert_eq!(out.output, json!({ "echo": 1 }));
-    // A client that does not trust the CA refuses the server.
+    // A client that does not trust the CA refuses the server, and says why.
     let untrusting = HttpTransport::builder(server.url()).retry(RetryPolicy::none()).build().unwrap();
+    let err = untrusting.identity().await.unwrap_err();
+    assert!(err.message.contains("certificate"), "the cause is named: {}", err.message);
     assert_refused_at_handshake(untrusting).await;
     server.shutdown().await.unwrap();
 }
