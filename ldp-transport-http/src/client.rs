@@ -348,13 +348,34 @@ fn status_error(status: StatusCode, snippet: &str) -> LdpError {
 /// A `reqwest` failure as a `transport` error; retryable only when the request cannot have been processed.
 fn request_error(e: &reqwest::Error, idempotent: bool) -> LdpError {
     let described = with_causes(e);
-    if e.is_connect() {
+    if e.is_connect() && tls_refused(e) {
+        // A certificate one side does not trust is not fixed by retrying.
+        LdpError::transport(codes::TRANSPORT_ERROR, format!("TLS handshake failed: {described}")).with_retryable(false)
+    } else if e.is_connect() {
         LdpError::transport(codes::TRANSPORT_ERROR, format!("cannot connect: {described}"))
     } else if e.is_timeout() {
         LdpError::transport(codes::TIMEOUT, format!("no answer in time: {described}")).with_retryable(idempotent)
     } else {
         LdpError::transport(codes::TRANSPORT_ERROR, described).with_retryable(idempotent)
     }
+}
+
+/// Whether a connection failed in the TLS handshake: rustls reports its errors (an unknown issuer, a refused client
+/// certificate, a name mismatch) to the connector as I/O errors of kind `InvalidData`, which the connector wraps in
+/// further I/O errors (whose `source` skips the wrapped error, hence the look inside each).
+fn tls_refused(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let mut io = cause.downcast_ref::<std::io::Error>();
+        while let Some(err) = io {
+            if err.kind() == std::io::ErrorKind::InvalidData {
+                return true;
+            }
+            io = err.get_ref().and_then(|inner| inner.downcast_ref::<std::io::Error>());
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// `e` and its chain of causes: reqwest's own message names only the URL, while the reason (a refused connection,

@@ -116,6 +116,8 @@ async fn full_flow_over_https_with_a_private_ca() {
     let untrusting = HttpTransport::builder(server.url()).retry(RetryPolicy::none()).build().unwrap();
     let err = untrusting.identity().await.unwrap_err();
     assert!(err.message.contains("certificate"), "the cause is named: {}", err.message);
+    assert!(err.message.starts_with("TLS handshake failed"), "{}", err.message);
+    assert!(!err.retryable, "retrying does not make a certificate trusted");
     assert_refused_at_handshake(untrusting).await;
     server.shutdown().await.unwrap();
 }
