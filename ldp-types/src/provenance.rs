@@ -26,6 +26,15 @@ pub enum VerificationStatus {
 }
 
 impl VerificationStatus {
+    /// Every status, weakest first.
+    pub const ALL: [VerificationStatus; 5] =
+        [Self::Unverified, Self::SelfVerified, Self::PeerVerified, Self::ToolVerified, Self::HumanVerified];
+
+    /// The status with this wire name.
+    pub fn from_wire_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     /// The wire name, e.g. `peer_verified`.
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -84,13 +84,7 @@ fn ldp_error() -> impl Strategy<Value = LdpError> {
 }
 
 fn verification_status() -> impl Strategy<Value = VerificationStatus> {
-    select(vec![
-        VerificationStatus::Unverified,
-        VerificationStatus::SelfVerified,
-        VerificationStatus::PeerVerified,
-        VerificationStatus::ToolVerified,
-        VerificationStatus::HumanVerified,
-    ])
+    select(VerificationStatus::ALL.to_vec())
 }
 
 fn provenance() -> impl Strategy<Value = Provenance> {

@@ -28,18 +28,6 @@ use crate::raw::RawJson;
 /// than twice this cannot nest that deep.
 const MAX_NESTING: usize = 120;
 
-/// A verification status by its wire name; `None` for any other text (serde then refuses it).
-fn verification_status(name: &str) -> Option<VerificationStatus> {
-    Some(match name {
-        "unverified" => VerificationStatus::Unverified,
-        "self_verified" => VerificationStatus::SelfVerified,
-        "peer_verified" => VerificationStatus::PeerVerified,
-        "tool_verified" => VerificationStatus::ToolVerified,
-        "human_verified" => VerificationStatus::HumanVerified,
-        _ => return None,
-    })
-}
-
 /// Decodes `text`, or `None` to leave it to the serde path.
 pub(super) fn decode(text: &str) -> Option<Envelope> {
     let mut scan = Scan { text, bytes: text.as_bytes(), pos: 0 };
@@ -308,7 +296,7 @@ impl<'a> Scan<'a> {
     }
 
     /// Marks member `bit` seen; `None` when it was already (a derived struct decoder rejects duplicate fields).
-    fn first_time(seen: &mut u8, bit: u8) -> Option<()> {
+    fn first_time(seen: &mut u16, bit: u16) -> Option<()> {
         (*seen & bit == 0).then(|| *seen |= bit)
     }
 
@@ -436,60 +424,78 @@ impl<'a> Scan<'a> {
         let mut p = Provenance::new(String::new(), String::new(), PayloadMode::Text);
         let mut seen = 0u16;
         self.object(|scan, name| {
-            let bit = match name {
-                "produced_by" => 1,
-                "model_version" => 1 << 1,
-                "payload_mode_used" => 1 << 2,
-                "confidence" => 1 << 3,
-                "verified" => 1 << 4,
-                "session_id" => 1 << 5,
-                "timestamp" => 1 << 6,
-                "verification_status" => 1 << 7,
-                "evidence" => 1 << 8,
-                "lineage" => 1 << 9,
-                "tokens_used" => 1 << 10,
-                "cost_usd" => 1 << 11,
-                "contract_id" => 1 << 12,
-                "contract_satisfied" => 1 << 13,
-                "contract_violations" => 1 << 14,
-                _ => {
-                    scan.value::<IgnoredAny>()?;
-                    return Some(());
-                }
-            };
-            (seen & bit == 0).then(|| seen |= bit)?;
             match name {
-                "produced_by" => produced_by = Some(scan.string()?),
-                "model_version" => model_version = Some(scan.string()?),
+                "produced_by" => {
+                    Self::first_time(&mut seen, 1)?;
+                    produced_by = Some(scan.string()?);
+                }
+                "model_version" => {
+                    Self::first_time(&mut seen, 1 << 1)?;
+                    model_version = Some(scan.string()?);
+                }
                 "payload_mode_used" => {
+                    Self::first_time(&mut seen, 1 << 2)?;
                     payload_mode_used = Some(match scan.plain_str() {
                         Some(mode) => mode.parse::<PayloadMode>().ok()?,
                         None => scan.value()?,
-                    })
+                    });
                 }
-                "confidence" => p.confidence = scan.value()?,
-                "verified" => p.verified = scan.opt_bool()?.unwrap_or_default(),
-                "session_id" => p.session_id = scan.opt_string()?,
-                "timestamp" => p.timestamp = scan.opt_string()?,
+                "confidence" => {
+                    Self::first_time(&mut seen, 1 << 3)?;
+                    p.confidence = scan.value()?;
+                }
+                "verified" => {
+                    Self::first_time(&mut seen, 1 << 4)?;
+                    p.verified = scan.opt_bool()?.unwrap_or_default();
+                }
+                "session_id" => {
+                    Self::first_time(&mut seen, 1 << 5)?;
+                    p.session_id = scan.opt_string()?;
+                }
+                "timestamp" => {
+                    Self::first_time(&mut seen, 1 << 6)?;
+                    p.timestamp = scan.opt_string()?;
+                }
                 "verification_status" => {
+                    Self::first_time(&mut seen, 1 << 7)?;
                     p.verification_status = match scan.plain_str() {
-                        Some(status) => Some(verification_status(status)?),
+                        Some(status) => Some(VerificationStatus::from_wire_name(status)?),
                         None => scan.value()?,
-                    }
+                    };
                 }
                 "evidence" => {
+                    Self::first_time(&mut seen, 1 << 8)?;
                     let list: Option<Vec<Object<EvidenceRef>>> = scan.value()?;
                     p.evidence = list.map_or_else(Vec::new, |v| v.into_iter().map(|o| o.0).collect());
                 }
                 "lineage" => {
+                    Self::first_time(&mut seen, 1 << 9)?;
                     let list: Option<Vec<Object<LineageEntry>>> = scan.value()?;
                     p.lineage = list.map_or_else(Vec::new, |v| v.into_iter().map(|o| o.0).collect());
                 }
-                "tokens_used" => p.tokens_used = scan.opt_u64()?,
-                "cost_usd" => p.cost_usd = scan.value()?,
-                "contract_id" => p.contract_id = scan.opt_string()?,
-                "contract_satisfied" => p.contract_satisfied = scan.opt_bool()?,
-                _ => p.contract_violations = scan.strings_or_null()?,
+                "tokens_used" => {
+                    Self::first_time(&mut seen, 1 << 10)?;
+                    p.tokens_used = scan.opt_u64()?;
+                }
+                "cost_usd" => {
+                    Self::first_time(&mut seen, 1 << 11)?;
+                    p.cost_usd = scan.value()?;
+                }
+                "contract_id" => {
+                    Self::first_time(&mut seen, 1 << 12)?;
+                    p.contract_id = scan.opt_string()?;
+                }
+                "contract_satisfied" => {
+                    Self::first_time(&mut seen, 1 << 13)?;
+                    p.contract_satisfied = scan.opt_bool()?;
+                }
+                "contract_violations" => {
+                    Self::first_time(&mut seen, 1 << 14)?;
+                    p.contract_violations = scan.strings_or_null()?;
+                }
+                _ => {
+                    scan.value::<IgnoredAny>()?;
+                }
             }
             Some(())
         })?;
