@@ -6,42 +6,15 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use ldp_transport_http::test_pki::TestCa;
 use serde_json::Value;
-use support::serve;
+use support::{TempDir, serve};
 
 fn conformance(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ldp")).arg("conformance").args(args).output().unwrap()
-}
-
-/// A directory for one test's files, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("ldp-conformance-cli-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.to_str().unwrap().to_owned()
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// `ldp serve` over TLS with a server certificate of `ca` (files in `dir`), trust domain `conformance.test`, and

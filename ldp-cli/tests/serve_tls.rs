@@ -4,9 +4,10 @@
 #![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,27 +16,11 @@ use ldp_session::{InitiatorConfig, SeededIds, SystemClock};
 use ldp_transport_http::test_pki::TestCa;
 use ldp_transport_http::{HttpTransport, RetryPolicy};
 use ldp_types::SessionConfig;
-
-struct Guard(Child, PathBuf);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.to_str().unwrap().to_owned()
-}
+use support::{Guard, TempDir};
 
 #[tokio::test]
 async fn ldp_serve_over_mutual_tls() {
-    let dir = std::env::temp_dir().join(format!("ldp-serve-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("serve-tls");
     let ca = TestCa::new("ldp test CA").unwrap();
     let server = ca.server_cert().unwrap();
     let (server_cert, server_key) = (server.cert_pem, server.key_pem);
@@ -45,15 +30,15 @@ async fn ldp_serve_over_mutual_tls() {
 
     let child = Command::new(env!("CARGO_BIN_EXE_ldp"))
         .args(["serve", "--bind", "127.0.0.1:0", "--trust-domain", "research"])
-        .args(["--tls-cert", &write(&dir, "server.pem", &server_cert)])
-        .args(["--tls-key", &write(&dir, "server.key", &server_key)])
-        .args(["--client-ca", &write(&dir, "ca.pem", &ca_pem)])
+        .args(["--tls-cert", &dir.write("server.pem", &server_cert)])
+        .args(["--tls-key", &dir.write("server.key", &server_key)])
+        .args(["--client-ca", &dir.write("ca.pem", &ca_pem)])
         .args(["--client-cert-peer", "dns:planner.example=ldp:delegate:me@research"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut guard = Guard(child, dir);
+    let mut guard = Guard(child);
     let stdout = guard.0.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
