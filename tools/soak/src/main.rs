@@ -1,0 +1,723 @@
+//! The soak driver behind `scripts/soak`: starts a real `ldp serve` per attack, measures a legitimate client alone
+//! (the idle baseline), then runs one flood against the server while the same client keeps working, and reports
+//! per attack the server's peak RSS, the legitimate client's success rate and its p99 latency against the idle p99.
+//!
+//! Everything is loopback only and bounded: every attack stops at its deadline, every request has a timeout, and
+//! the server processes are killed when the run ends. Attackers connect from `127.0.0.2` so that they are a
+//! different network peer from the legitimate client (`127.0.0.1`), as they would be in a real deployment.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::{SinkExt, StreamExt};
+use ldp_types::signing::{SignatureAlgorithm, SigningKey, sign_value};
+use rand::Rng;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpSocket;
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::Message;
+
+/// Peak RSS allowed under every attack (issue 14).
+const RSS_TARGET_MIB: f64 = 512.0;
+/// The legitimate client's p99 under attack may be at most this many times its idle p99.
+const P99_RATIO_TARGET: f64 = 10.0;
+/// The secret of the signed-flood scenario (loopback only; not a real credential).
+const SOAK_SECRET: &str = "soak-shared-secret";
+/// The delegate id the legitimate client sends from.
+const LEGIT_FROM: &str = "ldp:delegate:legit-client";
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "Floods a real `ldp serve` on loopback while a legitimate client works; prints peak RSS, success and p99"
+)]
+struct Args {
+    /// The `ldp` binary to attack (build it with `cargo build --release -p ldp-cli`).
+    #[arg(long, default_value = "target/release/ldp")]
+    ldp: PathBuf,
+    /// Attacks to run (repeatable): session-flood, ws-nonreading, ws-dropping, slowloris, replay-flood.
+    #[arg(long = "attack", value_name = "NAME")]
+    attacks: Vec<String>,
+    /// Seconds each attack lasts.
+    #[arg(long, default_value_t = 20)]
+    seconds: u64,
+    /// Seconds of the idle baseline before each attack.
+    #[arg(long, default_value_t = 5)]
+    idle_seconds: u64,
+    /// The server's open-file limit (`ulimit -n`) during the slow-connection attack.
+    #[arg(long, default_value_t = 1024)]
+    fd_limit: u64,
+    /// Sockets the slow-connection attack holds open (more than the fd limit on purpose).
+    #[arg(long, default_value_t = 1100)]
+    slow_sockets: usize,
+    /// Extra flags for every `ldp serve` (e.g. `--extra=--max-sessions=1000`).
+    #[arg(long = "extra", value_name = "FLAG", allow_hyphen_values = true)]
+    extra: Vec<String>,
+    /// Exit 1 when a target is missed.
+    #[arg(long)]
+    check: bool,
+}
+
+const ALL_ATTACKS: [&str; 5] = ["session-flood", "ws-nonreading", "ws-dropping", "slowloris", "replay-flood"];
+
+/// Errors of the soak driver itself (not of the server under test, which are measurements).
+#[derive(Debug)]
+enum SoakError {
+    /// The server could not be started or did not say where it listens.
+    Server(String),
+    /// The legitimate client could not open its session before the attack.
+    Setup(String),
+}
+
+impl std::fmt::Display for SoakError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Server(why) => write!(f, "server: {why}"),
+            Self::Setup(why) => write!(f, "set-up: {why}"),
+        }
+    }
+}
+
+/// A running `ldp serve`.
+struct Server {
+    child: Child,
+    pid: u32,
+    url: String,
+    addr: SocketAddr,
+}
+
+impl Server {
+    async fn start(ldp: &PathBuf, flags: &[String], fd_limit: Option<u64>) -> Result<Self, SoakError> {
+        // `ulimit -n` through the shell: the driver itself forbids unsafe code (no setrlimit in pre_exec).
+        let limit = fd_limit.map_or_else(String::new, |n| format!("ulimit -n {n} && "));
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{limit}exec \"$0\" serve --bind 127.0.0.1:0 \"$@\""))
+            .arg(ldp)
+            .args(flags)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| SoakError::Server(format!("cannot start {}: {e}", ldp.display())))?;
+        let pid = child.id().ok_or_else(|| SoakError::Server("no pid".into()))?;
+        let stdout = child.stdout.take().ok_or_else(|| SoakError::Server("no stdout".into()))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    return rest.split_whitespace().next().map(str::to_owned);
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| SoakError::Server("no 'listening on' line within 20 s".into()))?;
+        // Keep draining stdout so the server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let addr = url
+            .trim_start_matches("http://")
+            .parse()
+            .map_err(|e| SoakError::Server(format!("bad listening address {url}: {e}")))?;
+        Ok(Self { child, pid, url, addr })
+    }
+
+    /// Peak resident set size so far (VmHWM), in MiB.
+    fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let kib = status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN);
+        kib / 1024.0
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
+}
+
+fn random_id() -> String {
+    let n: u128 = rand::thread_rng().r#gen();
+    let h = format!("{n:032x}");
+    format!("{}-{}-4{}-a{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
+}
+
+/// An envelope as a peer would send it; signed when a key is given.
+fn envelope(session_id: &str, from: &str, body: Value, key: Option<&SigningKey>) -> Value {
+    let mut env = json!({
+        "message_id": random_id(),
+        "session_id": session_id,
+        "from": from,
+        "to": "ldp:delegate:echo",
+        "body": body,
+        "payload_mode": "text",
+        "timestamp": now_rfc3339(),
+    });
+    if let Some(key) = key {
+        env["nonce"] = json!(random_id());
+        let _ = sign_value(&mut env, key);
+    }
+    env
+}
+
+fn propose_body() -> Value {
+    json!({"type": "SESSION_PROPOSE", "config": {"preferred_payload_modes": ["text"], "ttl_secs": 600}})
+}
+
+/// The legitimate client: one session, then one small task after another.
+struct Legit {
+    http: reqwest::Client,
+    url: String,
+    token: Option<String>,
+    key: Option<SigningKey>,
+    session_id: String,
+}
+
+/// Latencies and outcomes of the legitimate client over one phase.
+#[derive(Default)]
+struct Phase {
+    latencies: Vec<Duration>,
+    first_try_ok: u64,
+    eventually_ok: u64,
+    failed: u64,
+    failures: Vec<String>,
+}
+
+impl Phase {
+    fn p99_ms(&self) -> f64 {
+        percentile_ms(&self.latencies, 0.99)
+    }
+    fn total(&self) -> u64 {
+        self.eventually_ok + self.failed
+    }
+    fn success_pct(&self) -> f64 {
+        if self.total() == 0 { 0.0 } else { 100.0 * self.eventually_ok as f64 / self.total() as f64 }
+    }
+}
+
+fn percentile_ms(samples: &[Duration], q: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut v: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    v.sort_by(f64::total_cmp);
+    let idx = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+    v[idx]
+}
+
+enum Attempt {
+    Ok,
+    /// A refusal the client may retry (429/503, connection refused), with the wait the server asked for.
+    Retry(Duration, String),
+    Failed(String),
+}
+
+impl Legit {
+    async fn open(url: &str, token: Option<String>, key: Option<SigningKey>) -> Result<Self, SoakError> {
+        // A fresh connection per request: the client must get through whatever the attack does to connections.
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| SoakError::Setup(e.to_string()))?;
+        let mut legit = Self { http, url: url.to_owned(), token, key, session_id: String::new() };
+        let env = envelope("", LEGIT_FROM, propose_body(), legit.key.as_ref());
+        let (status, reply) = legit.post(&env).await.map_err(SoakError::Setup)?;
+        let session = reply["body"]["session_id"].as_str().or_else(|| reply["session_id"].as_str());
+        match (status, reply["body"]["type"].as_str(), session) {
+            (200, Some("SESSION_ACCEPT"), Some(id)) => legit.session_id = id.to_owned(),
+            _ => return Err(SoakError::Setup(format!("proposal answered {status}: {reply}"))),
+        }
+        Ok(legit)
+    }
+
+    async fn post(&self, env: &Value) -> Result<(u16, Value), String> {
+        let mut req = self.http.post(format!("{}/ldp/messages", self.url)).json(env);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.map_err(|e| format!("send: {e}"))?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.map_err(|e| format!("read: {e}"))?;
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+
+    async fn attempt(&self, task_id: &str) -> Attempt {
+        let body = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "echo", "input": "ping"});
+        let env = envelope(&self.session_id, LEGIT_FROM, body, self.key.as_ref());
+        let mut req = self.http.post(format!("{}/ldp/messages", self.url)).json(&env);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => return Attempt::Retry(Duration::from_millis(100), format!("connect: {e}")),
+            Err(e) => return Attempt::Failed(format!("send: {e}")),
+        };
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(Duration::from_millis(100), |s| Duration::from_secs(s).min(Duration::from_secs(1)));
+        let reply: Value = match resp.bytes().await {
+            Ok(b) => serde_json::from_slice(&b).unwrap_or(Value::Null),
+            Err(e) => return Attempt::Failed(format!("read: {e}")),
+        };
+        match (status, reply["body"]["type"].as_str()) {
+            (200, Some("TASK_RESULT")) => Attempt::Ok,
+            (429 | 503, _) => Attempt::Retry(retry_after, format!("{status}")),
+            _ => Attempt::Failed(format!("{status} {}", truncate(&reply.to_string(), 200))),
+        }
+    }
+
+    /// Runs tasks back to back until `deadline`; a refused attempt is retried up to three times.
+    async fn run(&self, deadline: Instant) -> Phase {
+        let mut phase = Phase::default();
+        while Instant::now() < deadline {
+            let task_id = random_id();
+            let start = Instant::now();
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match self.attempt(&task_id).await {
+                    Attempt::Ok => {
+                        phase.latencies.push(start.elapsed());
+                        phase.eventually_ok += 1;
+                        if tries == 1 {
+                            phase.first_try_ok += 1;
+                        }
+                        break;
+                    }
+                    Attempt::Retry(wait, why) if tries < 4 => {
+                        if phase.failures.len() < 5 {
+                            phase.failures.push(format!("retried: {why}"));
+                        }
+                        tokio::time::sleep(wait).await;
+                    }
+                    Attempt::Retry(_, why) | Attempt::Failed(why) => {
+                        phase.latencies.push(start.elapsed());
+                        phase.failed += 1;
+                        if phase.failures.len() < 10 {
+                            phase.failures.push(why);
+                        }
+                        break;
+                    }
+                }
+            }
+            // A client that works, not a flood: about a hundred tasks a second at most.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        phase
+    }
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// Counters the attackers keep (what the server answered them).
+#[derive(Default)]
+struct AttackStats {
+    sent: AtomicU64,
+    by_status: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+impl AttackStats {
+    fn record(&self, what: impl Into<String>) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut m) = self.by_status.lock() {
+            *m.entry(what.into()).or_default() += 1;
+        }
+    }
+    fn summary(&self) -> String {
+        let m = self.by_status.lock().map(|m| m.clone()).unwrap_or_default();
+        let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        format!("{} sent ({})", self.sent.load(Ordering::Relaxed), parts.join(", "))
+    }
+}
+
+/// An HTTP client whose connections come from 127.0.0.2 (the attacker's address).
+fn attacker_http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+}
+
+async fn attacker_socket(addr: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from(([127, 0, 0, 2], 0)))?;
+    socket.connect(addr).await
+}
+
+/// SESSION_PROPOSE floods: 1 MB `from`, 900 kB message ids, 900 kB unknown members, and many small proposals from
+/// ever new senders (the session cap).
+async fn session_flood(server_url: String, deadline: Instant, stats: Arc<AttackStats>) {
+    let big = "x".repeat(900 * 1024);
+    let mut workers = Vec::new();
+    for w in 0..16 {
+        let (url, stats, big) = (server_url.clone(), stats.clone(), big.clone());
+        workers.push(tokio::spawn(async move {
+            let http = attacker_http();
+            let mut i = w;
+            while Instant::now() < deadline {
+                i += 16;
+                let from = format!("ldp:delegate:attacker-{}", random_id());
+                let mut env = envelope("", &from, propose_body(), None);
+                match i % 8 {
+                    0 => env["from"] = json!(format!("ldp:delegate:{big}")),
+                    1 => env["message_id"] = json!(big.clone()),
+                    2 => env["body"]["config"]["padding"] = json!(big.clone()),
+                    _ => {}
+                }
+                let what = match http.post(format!("{url}/ldp/messages")).json(&env).send().await {
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        let v: Value = r.json().await.unwrap_or(Value::Null);
+                        match v["body"]["type"].as_str() {
+                            Some(t) => format!("{status} {t}"),
+                            None => format!("{status}"),
+                        }
+                    }
+                    Err(e) if e.is_timeout() => "timeout".into(),
+                    Err(_) => "error".into(),
+                };
+                stats.record(what);
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+async fn ws_connect(addr: SocketAddr) -> Option<Ws> {
+    let stream = attacker_socket(addr).await.ok()?;
+    let url = format!("ws://{addr}/ldp/ws");
+    let (ws, _) = tokio_tungstenite::client_async(url, stream).await.ok()?;
+    Some(ws)
+}
+
+/// Opens a session over WebSocket; returns its id.
+async fn ws_session(ws: &mut Ws, from: &str) -> Option<String> {
+    let env = envelope("", from, propose_body(), None);
+    ws.send(Message::text(env.to_string())).await.ok()?;
+    let reply = tokio::time::timeout(Duration::from_secs(5), ws.next()).await.ok()??.ok()?;
+    let v: Value = serde_json::from_str(reply.to_text().ok()?).ok()?;
+    v["body"]["session_id"].as_str().map(str::to_owned)
+}
+
+fn big_task(session_id: &str, from: &str, payload: &str) -> Message {
+    let body = json!({"type": "TASK_SUBMIT", "task_id": random_id(), "skill": "echo", "input": payload});
+    Message::text(envelope(session_id, from, body, None).to_string())
+}
+
+/// WebSocket clients that submit tasks with large outputs and never read their results.
+async fn ws_nonreading(addr: SocketAddr, deadline: Instant, stats: Arc<AttackStats>) {
+    let payload = "y".repeat(256 * 1024);
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let (stats, payload) = (stats.clone(), payload.clone());
+        workers.push(tokio::spawn(async move {
+            let Some(mut ws) = ws_connect(addr).await else {
+                stats.record("connect failed");
+                return;
+            };
+            let from = format!("ldp:delegate:attacker-{}", random_id());
+            let Some(session) = ws_session(&mut ws, &from).await else {
+                stats.record("no session");
+                return;
+            };
+            while Instant::now() < deadline {
+                // A send that cannot complete in a second means the server stopped reading us: hold on.
+                match tokio::time::timeout(Duration::from_secs(1), ws.send(big_task(&session, &from, &payload))).await {
+                    Ok(Ok(())) => stats.record("task sent"),
+                    Ok(Err(_)) => {
+                        stats.record("closed by server");
+                        return;
+                    }
+                    Err(_) => {
+                        stats.record("send blocked");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+}
+
+/// WebSocket clients that submit tasks with large outputs and drop the connection, again and again: their results
+/// are held for a resume that never comes.
+async fn ws_dropping(addr: SocketAddr, deadline: Instant, stats: Arc<AttackStats>) {
+    let payload = "z".repeat(256 * 1024);
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let (stats, payload) = (stats.clone(), payload.clone());
+        workers.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let Some(mut ws) = ws_connect(addr).await else {
+                    stats.record("connect failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let from = format!("ldp:delegate:attacker-{}", random_id());
+                let Some(session) = ws_session(&mut ws, &from).await else {
+                    stats.record("no session");
+                    continue;
+                };
+                for _ in 0..16 {
+                    if tokio::time::timeout(Duration::from_secs(1), ws.send(big_task(&session, &from, &payload)))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    stats.record("task sent");
+                }
+                drop(ws);
+                stats.record("dropped");
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+}
+
+/// More sockets than the server has file descriptors: idle ones, half-sent headers trickling a byte every few
+/// seconds, and bodies sent at a byte every few seconds. Each reconnects when the server closes it.
+async fn slowloris(addr: SocketAddr, sockets: usize, deadline: Instant, stats: Arc<AttackStats>) {
+    let mut workers = Vec::new();
+    for i in 0..sockets {
+        let stats = stats.clone();
+        workers.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let Ok(mut s) = attacker_socket(addr).await else {
+                    stats.record("connect failed");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                stats.record("connected");
+                let opened = Instant::now();
+                let (head, trickle): (&[u8], bool) = match i % 3 {
+                    0 => (b"", false),
+                    1 => (b"POST /ldp/messages HTTP/1.1\r\nHost: x\r\n", true),
+                    _ => (
+                        b"POST /ldp/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{",
+                        true,
+                    ),
+                };
+                let mut alive = s.write_all(head).await.is_ok();
+                while alive && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    alive = if trickle { s.write_all(b"a").await.is_ok() } else { peer_open(&mut s).await };
+                }
+                if Instant::now() < deadline {
+                    stats.record(format!("closed by server within {}s", (opened.elapsed().as_secs() / 5 + 1) * 5));
+                }
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+}
+
+/// Whether the server still holds an idle socket open (a read that would block means yes).
+async fn peer_open(s: &mut tokio::net::TcpStream) -> bool {
+    let mut buf = [0u8; 1];
+    match tokio::time::timeout(Duration::from_millis(10), s.peek(&mut buf)).await {
+        Err(_) => true,
+        Ok(Ok(n)) => n > 0,
+        Ok(Err(_)) => false,
+    }
+}
+
+/// One shared-secret holder sends signed messages, each with a fresh id and nonce, as fast as it can.
+async fn replay_flood(server_url: String, deadline: Instant, stats: Arc<AttackStats>) {
+    let Ok(key) = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, SOAK_SECRET) else { return };
+    let key = Arc::new(key);
+    let mut workers = Vec::new();
+    for _ in 0..16 {
+        let (url, stats, key) = (server_url.clone(), stats.clone(), key.clone());
+        workers.push(tokio::spawn(async move {
+            let http = attacker_http();
+            while Instant::now() < deadline {
+                let body =
+                    json!({"type": "HELLO", "delegate_id": "ldp:delegate:attacker", "supported_modes": ["text"]});
+                let env = envelope("", "ldp:delegate:attacker", body, Some(&key));
+                let what = match http
+                    .post(format!("{url}/ldp/messages"))
+                    .bearer_auth("attacker-token")
+                    .json(&env)
+                    .send()
+                    .await
+                {
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        let v: Value = r.json().await.unwrap_or(Value::Null);
+                        let code = v["error"]["code"].as_str().or_else(|| v["code"].as_str()).unwrap_or("");
+                        format!("{status} {code}").trim().to_owned()
+                    }
+                    Err(_) => "error".into(),
+                };
+                stats.record(what);
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+}
+
+/// What one attack measured.
+struct Report {
+    attack: String,
+    peak_rss_mib: f64,
+    idle: Phase,
+    attacked: Phase,
+    attack_stats: String,
+}
+
+impl Report {
+    fn ratio(&self) -> f64 {
+        self.attacked.p99_ms() / self.idle.p99_ms()
+    }
+    fn passes(&self) -> bool {
+        self.peak_rss_mib <= RSS_TARGET_MIB
+            && self.attacked.failed == 0
+            && self.attacked.total() > 0
+            && self.ratio() <= P99_RATIO_TARGET
+    }
+}
+
+async fn run_attack(args: &Args, attack: &str) -> Result<Report, SoakError> {
+    let mut flags = args.extra.clone();
+    let mut fd_limit = None;
+    let (token, key) = match attack {
+        "replay-flood" => {
+            flags.extend(
+                ["--sign", "hmac-sha256-jcs", "--secret", SOAK_SECRET]
+                    .into_iter()
+                    .chain(["--token", "attacker-token=default", "--token", "legit-token=default"])
+                    .map(str::to_owned),
+            );
+            let key = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, SOAK_SECRET)
+                .map_err(|e| SoakError::Setup(e.to_string()))?;
+            (Some("legit-token".to_owned()), Some(key))
+        }
+        "slowloris" => {
+            fd_limit = Some(args.fd_limit);
+            (None, None)
+        }
+        _ => (None, None),
+    };
+    let server = Server::start(&args.ldp, &flags, fd_limit).await?;
+    let legit = Legit::open(&server.url, token, key).await?;
+    let idle = legit.run(Instant::now() + Duration::from_secs(args.idle_seconds)).await;
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let stats = Arc::new(AttackStats::default());
+    let attacker = {
+        let (url, addr, stats, sockets) = (server.url.clone(), server.addr, stats.clone(), args.slow_sockets);
+        let attack = attack.to_owned();
+        tokio::spawn(async move {
+            match attack.as_str() {
+                "session-flood" => session_flood(url, deadline, stats).await,
+                "ws-nonreading" => ws_nonreading(addr, deadline, stats).await,
+                "ws-dropping" => ws_dropping(addr, deadline, stats).await,
+                "slowloris" => slowloris(addr, sockets, deadline, stats).await,
+                "replay-flood" => replay_flood(url, deadline, stats).await,
+                _ => {}
+            }
+        })
+    };
+    // Let the flood build up before the legitimate client is measured against it.
+    tokio::time::sleep(Duration::from_secs(2).min(Duration::from_secs(args.seconds / 4))).await;
+    let attacked = legit.run(deadline).await;
+    // Attackers stop at the deadline; a wedged one is abandoned after a grace period.
+    let _ = tokio::time::timeout(Duration::from_secs(15), attacker).await;
+    let peak_rss_mib = server.peak_rss_mib();
+    server.stop().await;
+    Ok(Report { attack: attack.to_owned(), peak_rss_mib, idle, attacked, attack_stats: stats.summary() })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let attacks: Vec<String> = if args.attacks.is_empty() {
+        ALL_ATTACKS.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        args.attacks.clone()
+    };
+    if let Some(bad) = attacks.iter().find(|a| !ALL_ATTACKS.contains(&a.as_str())) {
+        eprintln!("soak: unknown attack {bad:?}; known: {}", ALL_ATTACKS.join(", "));
+        return ExitCode::from(2);
+    }
+    println!(
+        "soak: {} ({} s idle + {} s attack each), targets: peak RSS <= {RSS_TARGET_MIB} MiB, legitimate success 100%, p99 <= {P99_RATIO_TARGET}x idle",
+        args.ldp.display(),
+        args.idle_seconds,
+        args.seconds
+    );
+    let mut all_pass = true;
+    println!(
+        "| attack | peak RSS (MiB) | legitimate ok (first try) | idle p99 (ms) | attack p99 (ms) | ratio | verdict | attacker saw |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for attack in &attacks {
+        match run_attack(&args, attack).await {
+            Ok(r) => {
+                let pass = r.passes();
+                all_pass &= pass;
+                println!(
+                    "| {} | {:.0} | {:.1}% of {} ({}) | {:.2} | {:.2} | {:.1}x | {} | {} |",
+                    r.attack,
+                    r.peak_rss_mib,
+                    r.attacked.success_pct(),
+                    r.attacked.total(),
+                    r.attacked.first_try_ok,
+                    r.idle.p99_ms(),
+                    r.attacked.p99_ms(),
+                    r.ratio(),
+                    if pass { "pass" } else { "MISS" },
+                    r.attack_stats
+                );
+                for f in r.attacked.failures.iter().chain(r.idle.failures.iter()) {
+                    eprintln!("soak: {attack}: legitimate client: {f}");
+                }
+            }
+            Err(e) => {
+                all_pass = false;
+                println!("| {attack} | - | - | - | - | - | ERROR | {e} |");
+            }
+        }
+    }
+    if args.check && !all_pass { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
