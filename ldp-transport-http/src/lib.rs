@@ -116,7 +116,9 @@
 mod auth;
 mod client;
 mod client_tls;
+mod conn;
 mod error;
+mod rate;
 mod server;
 pub mod sse;
 #[cfg(feature = "test-pki")]
@@ -127,10 +129,14 @@ mod tls;
 pub use auth::{BearerAuth, require_bearer};
 pub use client::{HttpTransport, HttpTransportBuilder, RetryPolicy};
 pub use client_tls::ClientTls;
+pub use conn::{ConnectionLimits, ConnectionStats};
 pub use error::{Error, HttpError, status_for};
+pub use rate::{InvalidRate, RateLimit};
 pub use server::{
     CAPABILITIES, HttpServerConfig, HttpState, IDENTITY, MESSAGES, STREAM, ServerHandle, WELL_KNOWN_IDENTITY, router,
-    router_with, serve, serve_router, spawn,
+    router_with, serve, serve_router, serve_router_with_limits, spawn,
 };
 #[cfg(feature = "tls")]
-pub use tls::{ClientAuth, ClientCertMatch, ServerTlsConfig, serve_router_tls, serve_tls, spawn_tls};
+pub use tls::{
+    ClientAuth, ClientCertMatch, ServerTlsConfig, serve_router_tls, serve_router_tls_with_limits, serve_tls, spawn_tls,
+};
