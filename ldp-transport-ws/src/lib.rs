@@ -99,11 +99,13 @@
 
 mod client;
 mod error;
+mod held;
 mod server;
 mod wire;
 
 pub use client::{Reconnect, WsOptions, WsStats, WsTransport, rustls_client_config};
 pub use error::Error;
+pub use held::{HeldLimits, HeldStats};
 /// The TLS settings [`WsOptions::tls`] takes (re-exported from `ldp-transport-http`, which uses the same type).
 pub use ldp_transport_http::ClientTls;
 pub use server::{ConnectionEnd, WS_PATH, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};
