@@ -1,5 +1,6 @@
 //! TLS and mutual TLS for the server (feature `tls`): rustls with the `ring` provider, one handshake task per
-//! connection, and the router served over the encrypted streams by `axum::serve`.
+//! connection (bounded by its timeout and counted against the connection cap), and the router served over the
+//! encrypted streams by the same accept loop as plain HTTP.
 //!
 //! With mutual TLS, a verified client certificate that matches a [`ClientCertMatch`] of the [`ClientAuth`] table
 //! authenticates its connection: every request on it carries a [`PeerContext`] with that [`AuthenticatedPeer`],
@@ -398,7 +399,7 @@ pub async fn serve_tls(
 }
 
 /// [`serve_router`](crate::serve_router) over TLS, for a router built with [`router_with`](crate::router_with)
-/// (possibly merged with other bindings' routes, which see the certificate's [`PeerContext`] too). Failed
+/// (possibly merged with other bindings' routes, which see the certificate's [`PeerContext`](ldp_session::PeerContext) too). Failed
 /// handshakes (a plain-HTTP client, a refused certificate) only end their own connection.
 pub async fn serve_router_tls(
     listener: TcpListener,

@@ -829,6 +829,7 @@ pub fn ws_router(runtime: DelegateRuntime, config: WsServerConfig) -> Router {
 
 /// Serves the WebSocket binding alone (with the identity card, see [`WsServer::standalone_router`]) on `listener`
 /// until `shutdown` resolves, then closes every connection with 1001. Also reaps expired sessions while it runs.
+/// Connections are accepted with the HTTP binding's default [`ConnectionLimits`](ldp_transport_http::ConnectionLimits).
 pub async fn serve_ws(
     listener: TcpListener,
     runtime: DelegateRuntime,
@@ -837,16 +838,14 @@ pub async fn serve_ws(
 ) -> std::io::Result<()> {
     let server = WsServer::new(runtime.clone(), config);
     let app = server.standalone_router();
-    let reaper = runtime.spawn_reaper();
     let closing = server.clone();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            closing.shutdown();
-        })
-        .await;
+    // The HTTP binding's accept loop: its connection cap and header and idle timeouts cover the upgrade requests.
+    let result = ldp_transport_http::serve_router(listener, runtime, app, async move {
+        shutdown.await;
+        closing.shutdown();
+    })
+    .await;
     server.shutdown();
-    reaper.abort();
     result
 }
 
