@@ -3,9 +3,9 @@
 //! encrypted streams by the same accept loop as plain HTTP.
 //!
 //! With mutual TLS, a verified client certificate that matches a [`ClientCertMatch`] of the [`ClientAuth`] table
-//! authenticates its connection: every request on it carries a [`PeerContext`] with that [`AuthenticatedPeer`],
-//! which [`require_bearer`](crate::require_bearer) keeps (no token needed) and the session layer uses for its trust
-//! checks exactly as it uses a bearer token's identity.
+//! authenticates its connection: every request on it carries a [`PeerContext`](ldp_session::PeerContext) with that
+//! [`AuthenticatedPeer`], which [`require_bearer`](crate::require_bearer) keeps (no token needed) and the session
+//! layer uses for its trust checks exactly as it uses a bearer token's identity.
 
 use std::fmt;
 use std::future::Future;
@@ -399,8 +399,9 @@ pub async fn serve_tls(
 }
 
 /// [`serve_router`](crate::serve_router) over TLS, for a router built with [`router_with`](crate::router_with)
-/// (possibly merged with other bindings' routes, which see the certificate's [`PeerContext`](ldp_session::PeerContext) too). Failed
-/// handshakes (a plain-HTTP client, a refused certificate) only end their own connection.
+/// (possibly merged with other bindings' routes, which see the certificate's
+/// [`PeerContext`](ldp_session::PeerContext) too), with the default [`ConnectionLimits`]. Failed handshakes (a
+/// plain-HTTP client, a refused certificate) only end their own connection.
 pub async fn serve_router_tls(
     listener: TcpListener,
     runtime: DelegateRuntime,
