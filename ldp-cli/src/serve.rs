@@ -68,8 +68,8 @@ pub struct ServeArgs {
 /// The connection, timeout and rate flags of `ldp serve` (every one bounds what a peer can hold).
 #[derive(Debug, clap::Args)]
 pub struct LimitArgs {
-    /// Connections open at once (HTTP, TLS handshakes and WebSockets); beyond it 503 with Retry-After (over TLS the
-    /// connection is closed).
+    /// Connections open at once (HTTP, TLS handshakes and WebSockets). At the cap, the connection quiet longest (idle,
+    /// or still sending headers) is closed to make room; if none is quiet, 503 with Retry-After (over TLS, closed).
     #[arg(long, value_name = "N", default_value_t = 512)]
     pub max_connections: usize,
     /// Longest time from the first byte of a request to the end of its headers, and for a TLS handshake, in seconds.

@@ -1,5 +1,5 @@
 //! `ldp serve`'s connection flags as a process over real sockets: the rate limit answers 429 with Retry-After,
-//! the connection cap answers 503, idle sockets are closed at `--idle-timeout`, cross-origin WebSocket upgrades are
+//! the connection cap answers 503 when no connection is quiet, idle sockets are closed at `--idle-timeout`, cross-origin WebSocket upgrades are
 //! refused unless `--allow-origin` lists them, and bad values fail cleanly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -79,17 +79,26 @@ fn the_limit_flags_bound_rate_connections_idle_sockets_and_origins() {
     assert_eq!(status(&exchange(&addr, &upgrade("http://app.example"), Duration::from_secs(2)).0), 101);
     std::thread::sleep(Duration::from_millis(1100));
 
-    // Three idle sockets take every slot; the fourth connection is refused with 503, then the idle ones are closed.
-    let started = Instant::now();
-    let mut idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(&addr).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // Three requests in progress (bodies that never come) take every slot: the fourth connection gets 503.
+    let post = "POST /ldp/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n";
+    let busy: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(post.as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
     let (refused, _) = exchange(&addr, get, Duration::from_secs(2));
     assert_eq!(status(&refused), 503, "{refused}");
-    for s in &mut idle {
-        let (_, closed) = read_until_closed(s, Duration::from_secs(5));
-        assert!(closed, "an idle socket outlived --idle-timeout 1 ({:?})", started.elapsed());
-    }
+    drop(busy);
     std::thread::sleep(Duration::from_millis(1100));
+
+    // An idle socket is closed at --idle-timeout.
+    let started = Instant::now();
+    let mut idle = TcpStream::connect(&addr).unwrap();
+    let (_, closed) = read_until_closed(&mut idle, Duration::from_secs(5));
+    assert!(closed, "an idle socket outlived --idle-timeout 1 ({:?})", started.elapsed());
     assert_eq!(status(&exchange(&addr, get, Duration::from_secs(5)).0), 200);
 }
 

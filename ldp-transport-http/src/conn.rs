@@ -5,10 +5,12 @@
 //! half-sent head or a body trickled at one byte per ten seconds held a file descriptor for as long as the peer
 //! liked, and 1,024 of them locked every legitimate client out.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -39,9 +41,11 @@ use crate::error::error_body;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// Connections open at the same time, TLS handshakes and upgraded WebSockets included (default 512, half the
-    /// common file-descriptor limit of 1,024). Beyond it a plain-HTTP connection is answered `503` with
-    /// `Retry-After` and a `CAPACITY_EXCEEDED` error body without reading its request; a TLS connection is closed at
-    /// once (an answer would need the handshake the limit is there to avoid).
+    /// common file-descriptor limit of 1,024). A connection arriving at the cap closes the one that has been quiet
+    /// longest (idle, sending a head, or handshaking: no request in progress) and takes its place; when none is
+    /// quiet, a plain-HTTP connection is answered `503` with `Retry-After` and a `CAPACITY_EXCEEDED` error body
+    /// without reading its request, and a TLS connection is closed at once (an answer would need the handshake the
+    /// limit is there to avoid).
     pub max_connections: usize,
     /// Longest time from the first byte of a request to the end of its head (request line and headers; default
     /// 10 s). A connection that takes longer is closed.
@@ -139,6 +143,7 @@ pub(crate) async fn serve_connections<E: Establish>(
 ) -> std::io::Result<()> {
     let limits = Arc::new(limits);
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_PROGRESS));
+    let registry = Registry::default();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
@@ -164,20 +169,31 @@ pub(crate) async fn serve_connections<E: Establish>(
                 }
             },
         };
-        let Ok(slot) = Arc::clone(&stats.slots).try_acquire_owned() else {
-            tracing::debug!(%remote, max = stats.max, "connection refused: too many open connections");
-            if E::PLAINTEXT
-                && let Ok(refusal) = Arc::clone(&refusals).try_acquire_owned()
-            {
-                tasks.spawn(refuse_busy(tcp, refusal));
-            }
-            continue;
-        };
         let connection = Connection {
             establish: establish.clone(),
             app: app.clone(),
             limits: Arc::clone(&limits),
             stop: stop_rx.clone(),
+            registry: registry.clone(),
+        };
+        let Ok(slot) = Arc::clone(&stats.slots).try_acquire_owned() else {
+            // Full. Connections doing nothing (idle, or still sending a head) make room: the one that has been so
+            // the longest is closed, so that sockets held open without requests cannot lock real clients out.
+            let Ok(waiting) = Arc::clone(&refusals).try_acquire_owned() else { continue };
+            let evicted = registry.evict_longest_quiet();
+            let slots = Arc::clone(&stats.slots);
+            let max = stats.max;
+            tasks.spawn(async move {
+                if evicted && let Ok(Ok(slot)) = tokio::time::timeout(EVICTION_WAIT, slots.acquire_owned()).await {
+                    drop(waiting);
+                    return connection.run(tcp, remote, slot).await;
+                }
+                tracing::debug!(%remote, max, "connection refused: too many open connections, none quiet");
+                if E::PLAINTEXT {
+                    refuse_busy(tcp, waiting).await;
+                }
+            });
+            continue;
         };
         tasks.spawn(connection.run(tcp, remote, slot));
     }
@@ -209,21 +225,88 @@ async fn refuse_busy(mut tcp: TcpStream, _refusal: OwnedSemaphorePermit) {
     let _ = tokio::time::timeout(REFUSAL_LINGER, linger).await;
 }
 
+/// How long a connection arriving at the cap waits for the slot of the quiet connection it had closed.
+const EVICTION_WAIT: Duration = Duration::from_millis(250);
+
+/// The connections that could be closed to make room: every one not yet upgraded.
+#[derive(Clone, Default)]
+struct Registry {
+    conns: Arc<Mutex<HashMap<u64, Arc<Watched>>>>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl Registry {
+    fn conns(&self) -> MutexGuard<'_, HashMap<u64, Arc<Watched>>> {
+        self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn register(&self, watched: &Arc<Watched>) -> Registered {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.conns().insert(id, Arc::clone(watched));
+        Registered { registry: self.clone(), id }
+    }
+
+    /// Asks the connection that has been quiet (no request in progress) the longest to close; false if none is.
+    fn evict_longest_quiet(&self) -> bool {
+        let conns = self.conns();
+        let victim = conns
+            .values()
+            .filter(|w| !w.evicting.load(Ordering::Relaxed))
+            .filter_map(|w| {
+                let a = lock(w);
+                (a.in_flight == 0).then_some((a.idle_since, w))
+            })
+            .min_by_key(|(since, _)| *since)
+            .map(|(_, w)| Arc::clone(w));
+        drop(conns);
+        match victim {
+            Some(w) => {
+                w.evicting.store(true, Ordering::Relaxed);
+                w.evict.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Removes a connection from the [`Registry`] when it ends or upgrades.
+struct Registered {
+    registry: Registry,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.registry.conns().remove(&self.id);
+    }
+}
+
 /// One accepted connection.
 struct Connection<E> {
     establish: E,
     app: Router,
     limits: Arc<ConnectionLimits>,
     stop: watch::Receiver<bool>,
+    registry: Registry,
 }
 
 impl<E: Establish> Connection<E> {
     async fn run(mut self, tcp: TcpStream, remote: SocketAddr, slot: OwnedSemaphorePermit) {
-        let Some((io, peer)) = self.establish.establish(tcp, remote).await else { return };
         let activity = Arc::new(Watched {
             activity: Mutex::new(Activity { in_flight: 0, idle_since: Instant::now(), head_started: None }),
             changed: Notify::new(),
+            evict: Notify::new(),
+            evicting: AtomicBool::new(false),
         });
+        let _registered = self.registry.register(&activity);
+        // A handshake in progress is quiet too: it can be closed to make room.
+        let established = tokio::select! {
+            established = self.establish.establish(tcp, remote) => established,
+            () = activity.evict.notified() => None,
+        };
+        let Some((io, peer)) = established else { return };
+        lock(&activity).idle_since = Instant::now();
         // The slot travels with the stream, so an upgraded WebSocket keeps counting against the limit.
         let io = TokioIo::new(Tracked { inner: io, activity: Arc::clone(&activity), _slot: slot });
         let service = PerRequest {
@@ -241,9 +324,20 @@ impl<E: Establish> Connection<E> {
         tokio::pin!(conn);
         let mut stopping = false;
         loop {
+            if stopping && lock(&activity).in_flight == 0 {
+                // Shutting down: a connection with no request in progress (idle, or half a head) ends now.
+                return;
+            }
             let deadline = lock(&activity).deadline(&self.limits);
             tokio::select! {
                 () = activity.changed.notified() => {}
+                () = activity.evict.notified() => {
+                    if lock(&activity).in_flight == 0 {
+                        tracing::debug!(%remote, "quiet connection closed to make room for a new one");
+                        return;
+                    }
+                    activity.evicting.store(false, Ordering::Relaxed);
+                }
                 result = conn.as_mut() => {
                     if let Err(e) = result {
                         tracing::debug!(%remote, error = %e, "connection ended with an error");
@@ -303,10 +397,12 @@ impl Activity {
     }
 }
 
-/// A connection's [`Activity`], and a signal to its timer that the deadline moved.
+/// A connection's [`Activity`], a signal to its timer that the deadline moved, and one asking it to close if quiet.
 struct Watched {
     activity: Mutex<Activity>,
     changed: Notify,
+    evict: Notify,
+    evicting: AtomicBool,
 }
 
 fn lock(watched: &Watched) -> MutexGuard<'_, Activity> {

@@ -41,8 +41,9 @@
 //! # Limits
 //!
 //! [`spawn`], [`serve`] and the `*_with_limits` functions serve connections with [`ConnectionLimits`] (the others
-//! take the defaults): at most `max_connections` open at once (512; a plain-HTTP connection beyond it is answered
-//! `503` with `Retry-After` and a retryable `CAPACITY_EXCEEDED` body without its request being read, a TLS one is
+//! take the defaults): at most `max_connections` open at once (512; at the cap the connection quiet longest, with
+//! no request in progress, is closed to make room; when none is quiet a plain-HTTP connection is answered `503`
+//! with `Retry-After` and a retryable `CAPACITY_EXCEEDED` body without its request being read, and a TLS one is
 //! closed before its handshake), `header_timeout` from the first byte of a request head to its end (10 s),
 //! `idle_timeout` with no request in progress (60 s), and `body_timeout` for the body (30 s; then `408` with a
 //! retryable transport `TIMEOUT`, and the connection closes). A never-ending chunked body ends at the body timeout
@@ -52,7 +53,7 @@
 //!
 //! | failure | status | body |
 //! | --- | --- | --- |
-//! | too many open connections | 503 + `Retry-After` | error `CAPACITY_EXCEEDED` (retryable) |
+//! | too many open connections, none of them quiet | 503 + `Retry-After` | error `CAPACITY_EXCEEDED` (retryable) |
 //! | over the principal's rate | 429 + `Retry-After` | error `CAPACITY_EXCEEDED` (retryable) |
 //! | body not received within `body_timeout` | 408 + `Connection: close` | error `TIMEOUT` (transport, retryable) |
 //!

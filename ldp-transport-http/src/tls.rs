@@ -413,8 +413,8 @@ pub async fn serve_router_tls(
 }
 
 /// [`serve_router_tls`] with these connection limits (see [`serve_router_with_limits`](crate::serve_router_with_limits)).
-/// Handshakes count against [`ConnectionLimits::max_connections`]; a connection over it is closed before its
-/// handshake.
+/// Handshakes count against [`ConnectionLimits::max_connections`] and are quiet (a stalled one makes room for a new
+/// connection at the cap); a connection over the cap with none quiet is closed before its handshake.
 pub async fn serve_router_tls_with_limits(
     listener: TcpListener,
     runtime: DelegateRuntime,
