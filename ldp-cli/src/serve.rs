@@ -13,8 +13,8 @@ use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
 use ldp_session::{
     AuthenticatedPeer, ReplayConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TrustPolicy,
 };
-use ldp_transport_http::{HttpServerConfig, HttpState};
-use ldp_transport_ws::{WsServer, WsServerConfig};
+use ldp_transport_http::{ConnectionLimits, HttpServerConfig, HttpState};
+use ldp_transport_ws::{HeldLimits, WsServer, WsServerConfig};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{Capability, ClaimType, DelegateId, IdentityCard, PayloadMode, Score, TrustDomain};
 
@@ -60,6 +60,90 @@ pub struct ServeArgs {
     #[cfg(feature = "tls")]
     #[command(flatten, next_help_heading = "TLS (RFC 8.3)")]
     pub tls: TlsArgs,
+    /// Connection limits, timeouts and rate limiting.
+    #[command(flatten, next_help_heading = "Connections and limits")]
+    pub limits: LimitArgs,
+}
+
+/// The connection, timeout and rate flags of `ldp serve` (every one bounds what a peer can hold).
+#[derive(Debug, clap::Args)]
+pub struct LimitArgs {
+    /// Connections open at once (HTTP, TLS handshakes and WebSockets). At the cap, the connection quiet longest (idle,
+    /// or still sending headers) is closed to make room; if none is quiet, 503 with Retry-After (over TLS, closed).
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub max_connections: usize,
+    /// Longest time from the first byte of a request to the end of its headers, and for a TLS handshake, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub header_timeout: u64,
+    /// Longest time an HTTP connection may stay open without a request in progress (keep-alive), in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub idle_timeout: u64,
+    /// Longest time a request body may take to arrive, in seconds (then 408 and the connection closes).
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub body_timeout: u64,
+    /// Requests allowed per principal (bearer token or client-certificate identity, else client IP): N/s or N/m;
+    /// beyond it 429 with Retry-After [default: off].
+    #[arg(long, value_name = "N/s")]
+    pub rate_limit: Option<ldp_transport_http::RateLimit>,
+    /// A WebSocket that sends nothing, not even a pong to the server's pings, for this long is closed, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 45)]
+    pub ws_idle_timeout: u64,
+    /// A WebSocket client that does not take the server's frames for this long is closed, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub ws_write_timeout: u64,
+    /// Bytes of frames queued for one WebSocket before its writer is waited on.
+    #[arg(long, value_name = "BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub ws_max_outbound: usize,
+    /// Task results kept per session for a WebSocket client that disconnected (the oldest beyond it are dropped,
+    /// and reported on resume as TASK_FAILED RESULT_NOT_KEPT).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub held_results_per_session: usize,
+    /// Bytes of task results kept per disconnected session.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub held_bytes_per_session: usize,
+    /// Task results kept for all disconnected sessions together.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub held_results_total: usize,
+    /// Bytes of task results kept for all disconnected sessions together.
+    #[arg(long, value_name = "BYTES", default_value_t = 128 * 1024 * 1024)]
+    pub held_bytes_total: usize,
+    /// A web origin (scheme://host[:port], or *) allowed to open /ldp/ws from a browser (repeatable). Other
+    /// cross-origin upgrades get 403; clients that send no Origin header, and the server's own origin, are allowed.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+}
+
+impl LimitArgs {
+    fn connection_limits(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: self.max_connections.max(1),
+            header_timeout: Duration::from_secs(self.header_timeout.max(1)),
+            idle_timeout: Duration::from_secs(self.idle_timeout.max(1)),
+            body_timeout: Duration::from_secs(self.body_timeout.max(1)),
+        }
+    }
+
+    fn ws_config(&self, http: &HttpServerConfig) -> WsServerConfig {
+        let idle = Duration::from_secs(self.ws_idle_timeout.max(1));
+        WsServerConfig {
+            max_message: http.max_body,
+            tokens: http.tokens.clone(),
+            // Three pings per idle period: one lost pong does not kill a live connection.
+            ping_interval: idle / 3,
+            idle_timeout: idle,
+            write_timeout: Duration::from_secs(self.ws_write_timeout.max(1)),
+            max_outbound_bytes: self.ws_max_outbound.max(1),
+            held: HeldLimits {
+                per_session_results: self.held_results_per_session,
+                per_session_bytes: self.held_bytes_per_session,
+                total_results: self.held_results_total,
+                total_bytes: self.held_bytes_total,
+                ..HeldLimits::default()
+            },
+            allowed_origins: self.allow_origins.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 /// The TLS flags of `ldp serve`.
@@ -217,8 +301,13 @@ pub(crate) fn build(args: &ServeArgs) -> Result<(ResponderConfig, HttpServerConf
     cfg.security = security;
     cfg.hmac_sha256_nonce = hmac_sha256_nonce;
     cfg.limits.max_ttl = Duration::from_secs(args.ttl.max(1));
-    let http =
-        HttpServerConfig { max_body: args.max_body, request_timeout: Duration::from_secs(args.timeout.max(1)), tokens };
+    let http = HttpServerConfig {
+        max_body: args.max_body,
+        request_timeout: Duration::from_secs(args.timeout.max(1)),
+        tokens,
+        limits: args.limits.connection_limits(),
+        rate_limit: args.limits.rate_limit,
+    };
     Ok((cfg, http))
 }
 
@@ -256,7 +345,8 @@ fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let (mut cfg, http) = build(&args)?;
     #[cfg(feature = "tls")]
-    let tls = tls_config(&args.tls)?;
+    let tls = tls_config(&args.tls)?
+        .map(|tls| tls.with_handshake_timeout(Duration::from_secs(args.limits.header_timeout.max(1))));
     #[cfg(not(feature = "tls"))]
     let tls: Option<std::convert::Infallible> = None;
     let listener =
@@ -283,7 +373,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
     let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
     // The WebSocket binding on the same port, with the same tokens and message limit.
-    let ws_config = WsServerConfig { max_message: http.max_body, tokens: http.tokens.clone(), ..Default::default() };
+    let ws_config = args.limits.ws_config(&http);
+    let limits = http.limits.clone();
     let ws = WsServer::new(runtime.clone(), ws_config);
     let app = ldp_transport_http::router(HttpState::new(runtime.clone(), http)).merge(ws.router());
     let signal = shutdown_signal();
@@ -299,10 +390,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let served = match tls {
         #[cfg(feature = "tls")]
-        Some(tls) => ldp_transport_http::serve_router_tls(listener, runtime, app, tls, shutdown).await,
+        Some(tls) => {
+            ldp_transport_http::serve_router_tls_with_limits(listener, runtime, app, tls, limits, shutdown).await
+        }
         #[cfg(not(feature = "tls"))]
         Some(never) => match never {},
-        None => ldp_transport_http::serve_router(listener, runtime, app, shutdown).await,
+        None => ldp_transport_http::serve_router_with_limits(listener, runtime, app, limits, shutdown).await,
     };
     served.map_err(|e| e.to_string())?;
     eprintln!("ldp serve: stopped");

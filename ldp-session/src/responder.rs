@@ -414,6 +414,18 @@ impl Responder {
         self.sessions.get_mut(session_id).map(|s| std::mem::take(&mut s.held)).unwrap_or_default()
     }
 
+    /// A TASK_FAILED with [`codes::RESULT_NOT_KEPT`] for `task_id`, addressed (and signed, when the session signs)
+    /// like the result it replaces: for a binding that had to drop a result it held for the session's resume.
+    /// `None` when the session is gone.
+    pub fn result_not_kept(&mut self, session_id: &str, task_id: &str, why: &str) -> Option<Envelope> {
+        let s = self.sessions.get(session_id)?;
+        let (peer, mode) = (s.peer.to_string(), s.mode);
+        let error =
+            LdpError::runtime(codes::RESULT_NOT_KEPT, format!("the result of task {task_id:?} was not kept: {why}"))
+                .with_retryable(false);
+        Some(self.envelope(session_id, &peer, TaskFailed::new(task_id.to_owned(), error), mode))
+    }
+
     /// Closes a session from the responder's side (RFC 3.2: SESSION_CLOSE goes either way): forgets it, and returns
     /// the SESSION_CLOSE to send to the initiator and the running tasks to abort.
     pub fn close_session(

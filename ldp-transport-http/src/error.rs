@@ -59,6 +59,9 @@ pub enum HttpError {
     /// The body could not be read (the peer aborted it, or sent a broken chunked encoding).
     #[error("unreadable body")]
     UnreadableBody,
+    /// The request body did not arrive within the body timeout; the connection is closed after the answer.
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(Duration),
     /// The message was not answered within the request timeout. It may still complete on the server.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
@@ -80,6 +83,8 @@ impl HttpError {
                 LdpError::runtime(codes::MESSAGE_TOO_LARGE, self.to_string()).with_retryable(false)
             }
             Self::UnreadableBody => LdpError::transport(codes::TRANSPORT_ERROR, self.to_string()),
+            // Retryable: the message was never read, so nothing was processed.
+            Self::BodyTimeout(_) => LdpError::transport(codes::TIMEOUT, self.to_string()).with_retryable(true),
             // Not retryable: the message may have been processed (a resent TASK_SUBMIT would be a duplicate).
             Self::Timeout(_) => LdpError::transport(codes::TIMEOUT, self.to_string()).with_retryable(false),
             Self::Internal(_) => LdpError::runtime(codes::EXECUTION_FAILED, "internal error"),
@@ -94,6 +99,7 @@ impl HttpError {
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnreadableBody => StatusCode::BAD_REQUEST,
+            Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -152,6 +158,10 @@ impl IntoResponse for HttpError {
         };
         let body = body.unwrap_or_else(|| error_body(&self.to_ldp_error()));
         let mut resp = json_response(status, body);
+        if matches!(self, Self::BodyTimeout(_)) {
+            // The rest of the body may still be on its way; the connection cannot carry another request.
+            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if status == StatusCode::UNAUTHORIZED {
             let challenge =
                 if self.to_ldp_error().code == codes::UNAUTHENTICATED { BEARER_CHALLENGE } else { SIGNATURE_CHALLENGE };

@@ -38,6 +38,25 @@
 //! authentic and a 2xx would let a client that treats any non-REJECT answer to SESSION_PROPOSE as acceptance (the
 //! Python one) believe it has a session. Nothing a client sends produces a 500.
 //!
+//! # Limits
+//!
+//! [`spawn`], [`serve`] and the `*_with_limits` functions serve connections with [`ConnectionLimits`] (the others
+//! take the defaults): at most `max_connections` open at once (512; at the cap the connection quiet longest, with
+//! no request in progress, is closed to make room; when none is quiet a plain-HTTP connection is answered `503`
+//! with `Retry-After` and a retryable `CAPACITY_EXCEEDED` body without its request being read, and a TLS one is
+//! closed before its handshake), `header_timeout` from the first byte of a request head to its end (10 s),
+//! `idle_timeout` with no request in progress (60 s), and `body_timeout` for the body (30 s; then `408` with a
+//! retryable transport `TIMEOUT`, and the connection closes). A never-ending chunked body ends at the body timeout
+//! or at `max_body` (`413`). [`HttpServerConfig::rate_limit`] (a [`RateLimit`], off by default) allows each
+//! principal (authenticated peer, else client IP) `N` requests per second or minute; beyond it `429` with
+//! `Retry-After` and a retryable `CAPACITY_EXCEEDED`. [`ServerHandle::connections`] counts open connections.
+//!
+//! | failure | status | body |
+//! | --- | --- | --- |
+//! | too many open connections, none of them quiet | 503 + `Retry-After` | error `CAPACITY_EXCEEDED` (retryable) |
+//! | over the principal's rate | 429 + `Retry-After` | error `CAPACITY_EXCEEDED` (retryable) |
+//! | body not received within `body_timeout` | 408 + `Connection: close` | error `TIMEOUT` (transport, retryable) |
+//!
 //! Authentication (RFC 8.3): [`HttpServerConfig::tokens`] maps bearer tokens to an [`AuthenticatedPeer`]; the
 //! session layer then uses the token's trust domain and refuses a contradicting declaration. [`BearerAuth`] and
 //! [`require_bearer`] are reusable by other bindings, and [`router_with`] adds their routes under the same layers.
@@ -116,7 +135,9 @@
 mod auth;
 mod client;
 mod client_tls;
+mod conn;
 mod error;
+mod rate;
 mod server;
 pub mod sse;
 #[cfg(feature = "test-pki")]
@@ -127,10 +148,14 @@ mod tls;
 pub use auth::{BearerAuth, require_bearer};
 pub use client::{HttpTransport, HttpTransportBuilder, RetryPolicy};
 pub use client_tls::ClientTls;
+pub use conn::{ConnectionLimits, ConnectionStats};
 pub use error::{Error, HttpError, status_for};
+pub use rate::{InvalidRate, RateLimit};
 pub use server::{
     CAPABILITIES, HttpServerConfig, HttpState, IDENTITY, MESSAGES, STREAM, ServerHandle, WELL_KNOWN_IDENTITY, router,
-    router_with, serve, serve_router, spawn,
+    router_with, serve, serve_router, serve_router_with_limits, spawn,
 };
 #[cfg(feature = "tls")]
-pub use tls::{ClientAuth, ClientCertMatch, ServerTlsConfig, serve_router_tls, serve_tls, spawn_tls};
+pub use tls::{
+    ClientAuth, ClientCertMatch, ServerTlsConfig, serve_router_tls, serve_router_tls_with_limits, serve_tls, spawn_tls,
+};

@@ -28,7 +28,9 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::auth::{BearerAuth, require_bearer};
+use crate::conn::{ConnectionLimits, ConnectionStats, Establish, Plain, is_body_timeout, serve_connections};
 use crate::error::{HttpError, error_body, json_response};
+use crate::rate::{Limiter, RateLimit};
 
 /// Path of the RFC 2.3 identity card.
 pub const WELL_KNOWN_IDENTITY: &str = "/.well-known/ldp-identity";
@@ -52,11 +54,21 @@ pub struct HttpServerConfig {
     /// Bearer tokens and the identities they authenticate. When any is set, `/ldp/messages` and `/ldp/stream`
     /// refuse requests without a known token (401); discovery stays public.
     pub tokens: HashMap<String, AuthenticatedPeer>,
+    /// Connection cap and the header, idle and body timeouts (see [`ConnectionLimits`] for the defaults).
+    pub limits: ConnectionLimits,
+    /// Requests per second allowed to each principal (off by default); see [`RateLimit`].
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl Default for HttpServerConfig {
     fn default() -> Self {
-        Self { max_body: 1024 * 1024, request_timeout: Duration::from_secs(60), tokens: HashMap::new() }
+        Self {
+            max_body: 1024 * 1024,
+            request_timeout: Duration::from_secs(60),
+            tokens: HashMap::new(),
+            limits: ConnectionLimits::default(),
+            rate_limit: None,
+        }
     }
 }
 
@@ -156,37 +168,71 @@ pub fn router_with(state: HttpState, extra: Router<HttpState>) -> Router {
         .route(STREAM, post(stream))
         .merge(extra)
         .route_layer(axum::middleware::from_fn_with_state(state.auth.clone(), require_bearer));
-    Router::new()
+    let app = Router::new()
         .route(WELL_KNOWN_IDENTITY, get(identity))
         .route(IDENTITY, get(identity))
         .route(CAPABILITIES, get(capabilities))
         .merge(protected)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.config.max_body, refuse_declared_oversize))
-        .layer(DefaultBodyLimit::max(state.config.max_body))
-        .layer(TraceLayer::new_for_http())
-        .with_state(state)
+        .layer(DefaultBodyLimit::max(state.config.max_body));
+    // Outside the body handling: a request over its quota costs no body read and no work.
+    let app = match state.config.rate_limit {
+        Some(rate) => app.layer(axum::middleware::from_fn_with_state(
+            Limiter::new(rate, state.auth.clone()),
+            crate::rate::limit_rate,
+        )),
+        None => app,
+    };
+    app.layer(TraceLayer::new_for_http()).with_state(state)
 }
 
 /// Serves `router(state)` on `listener` until `shutdown` resolves, then drains in-flight requests. Also reaps
-/// expired sessions while it runs.
+/// expired sessions while it runs. The connection limits are the state's [`HttpServerConfig::limits`].
 pub async fn serve(
     listener: TcpListener,
     state: HttpState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_router(listener, state.runtime.clone(), router(state), shutdown).await
+    let limits = state.config.limits.clone();
+    serve_router_with_limits(listener, state.runtime.clone(), router(state), limits, shutdown).await
 }
 
-/// [`serve`] for a router built with [`router_with`].
+/// [`serve`] for a router built with [`router_with`], with the default [`ConnectionLimits`].
 pub async fn serve_router(
     listener: TcpListener,
     runtime: DelegateRuntime,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_router_with_limits(listener, runtime, app, ConnectionLimits::default(), shutdown).await
+}
+
+/// [`serve_router`] with these connection limits (give the same ones as the router's [`HttpServerConfig`]: the
+/// router applies the body timeout, this loop the others).
+pub async fn serve_router_with_limits(
+    listener: TcpListener,
+    runtime: DelegateRuntime,
+    app: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let stats = ConnectionStats::new(limits.max_connections);
+    serve_established(listener, Plain, runtime, app, limits, stats, shutdown).await
+}
+
+/// The accept loop with the session reaper running beside it.
+pub(crate) async fn serve_established<E: Establish>(
+    listener: TcpListener,
+    establish: E,
+    runtime: DelegateRuntime,
+    app: Router,
+    limits: ConnectionLimits,
+    stats: ConnectionStats,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let reaper = runtime.spawn_reaper();
-    let result = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let result = serve_connections(listener, establish, app, limits, stats, shutdown).await;
     reaper.abort();
     result
 }
@@ -198,6 +244,7 @@ pub struct ServerHandle {
     url: String,
     stop: Option<oneshot::Sender<()>>,
     join: JoinHandle<std::io::Result<()>>,
+    stats: ConnectionStats,
 }
 
 impl ServerHandle {
@@ -208,8 +255,14 @@ impl ServerHandle {
         url: String,
         stop: oneshot::Sender<()>,
         join: JoinHandle<std::io::Result<()>>,
+        stats: ConnectionStats,
     ) -> Self {
-        Self { addr, url, stop: Some(stop), join }
+        Self { addr, url, stop: Some(stop), join, stats }
+    }
+
+    /// The server's connection counts (open now, and the cap).
+    pub fn connections(&self) -> &ConnectionStats {
+        &self.stats
     }
 
     /// The bound address.
@@ -240,10 +293,13 @@ pub async fn spawn(addr: impl tokio::net::ToSocketAddrs, state: HttpState) -> st
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
-    let join = tokio::spawn(serve(listener, state, async move {
+    let limits = state.config.limits.clone();
+    let stats = ConnectionStats::new(limits.max_connections);
+    let (runtime, app) = (state.runtime.clone(), router(state));
+    let join = tokio::spawn(serve_established(listener, Plain, runtime, app, limits, stats.clone(), async move {
         let _ = stopped.await;
     }));
-    Ok(ServerHandle { addr, url: format!("http://{addr}"), stop: Some(stop), join })
+    Ok(ServerHandle { addr, url: format!("http://{addr}"), stop: Some(stop), join, stats })
 }
 
 async fn identity(State(state): State<HttpState>) -> Response {
@@ -313,6 +369,8 @@ fn accept_body(
     body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             HttpError::PayloadTooLarge { limit: state.config.max_body }
+        } else if is_body_timeout(&rejection) {
+            HttpError::BodyTimeout(state.config.limits.body_timeout)
         } else {
             HttpError::UnreadableBody
         }

@@ -1,27 +1,23 @@
 //! TLS and mutual TLS for the server (feature `tls`): rustls with the `ring` provider, one handshake task per
-//! connection, and the router served over the encrypted streams by `axum::serve`.
+//! connection (bounded by its timeout and counted against the connection cap), and the router served over the
+//! encrypted streams by the same accept loop as plain HTTP.
 //!
 //! With mutual TLS, a verified client certificate that matches a [`ClientCertMatch`] of the [`ClientAuth`] table
-//! authenticates its connection: every request on it carries a [`PeerContext`] with that [`AuthenticatedPeer`],
-//! which [`require_bearer`](crate::require_bearer) keeps (no token needed) and the session layer uses for its trust
-//! checks exactly as it uses a bearer token's identity.
+//! authenticates its connection: every request on it carries a [`PeerContext`](ldp_session::PeerContext) with that
+//! [`AuthenticatedPeer`], which [`require_bearer`](crate::require_bearer) keeps (no token needed) and the session
+//! layer uses for its trust checks exactly as it uses a bearer token's identity.
 
-use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, Request};
-use axum::response::Response;
-use axum::serve::{IncomingStream, Listener};
+use ldp_session::AuthenticatedPeer;
 use ldp_session::runtime::DelegateRuntime;
-use ldp_session::{AuthenticatedPeer, PeerContext};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
@@ -32,13 +28,12 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
-use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-use tower::Service;
 
+use crate::conn::{ConnectionLimits, ConnectionStats, Establish};
 use crate::error::Error;
-use crate::server::{HttpState, ServerHandle, router};
+use crate::server::{HttpState, ServerHandle, router, serve_established};
 
 /// Which client certificates a [`ClientAuth`] entry stands for.
 ///
@@ -341,170 +336,72 @@ impl ClientCertVerifier for MappedClientVerifier {
     }
 }
 
-/// What the handshake established about a connection.
-#[derive(Debug, Clone)]
-struct TlsConnection {
-    remote: SocketAddr,
-    peer: Option<AuthenticatedPeer>,
-}
-
-type Handshake = Option<(TlsStream<TcpStream>, TlsConnection)>;
-
-/// Accepts TCP connections and runs each handshake on a task of its own (a slow client cannot hold up others);
-/// `accept` yields the connections whose handshake succeeded. Dropping it aborts handshakes in progress.
-struct TlsListener {
-    tcp: TcpListener,
+/// TLS on an accepted connection: the handshake on the connection's own task (a slow client holds up nobody
+/// else), bounded by the handshake timeout, and the peer a mapped client certificate authenticates.
+#[derive(Clone)]
+struct Tls {
     acceptor: TlsAcceptor,
     client_auth: Option<Arc<ClientAuth>>,
     timeout: Duration,
-    handshakes: JoinSet<Handshake>,
 }
 
-impl TlsListener {
-    fn new(tcp: TcpListener, tls: &ServerTlsConfig) -> Self {
+impl Tls {
+    fn new(tls: &ServerTlsConfig) -> Self {
         Self {
-            tcp,
             acceptor: TlsAcceptor::from(Arc::clone(&tls.rustls)),
             client_auth: tls.client_auth.clone(),
             timeout: tls.handshake_timeout,
-            handshakes: JoinSet::new(),
         }
     }
 }
 
-async fn handshake(
-    acceptor: TlsAcceptor,
-    tcp: TcpStream,
-    remote: SocketAddr,
-    client_auth: Option<Arc<ClientAuth>>,
-    timeout: Duration,
-) -> Handshake {
-    // Best effort: latency matters more than packet count for one-envelope exchanges.
-    let _ = tcp.set_nodelay(true);
-    let stream = match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            tracing::debug!(%remote, error = %e, "TLS handshake failed");
-            return None;
-        }
-        Err(_) => {
-            tracing::debug!(%remote, ?timeout, "TLS handshake timed out");
-            return None;
-        }
-    };
-    // rustls keeps the client's certificates only once they are verified.
-    let peer = match (&client_auth, stream.get_ref().1.peer_certificates().and_then(<[_]>::first)) {
-        (Some(auth), Some(cert)) => auth.identify(cert).cloned(),
-        _ => None,
-    };
-    Some((stream, TlsConnection { remote, peer }))
-}
-
-impl Listener for TlsListener {
+impl Establish for Tls {
     type Io = TlsStream<TcpStream>;
-    type Addr = TlsConnection;
+    const PLAINTEXT: bool = false;
 
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            tokio::select! {
-                accepted = self.tcp.accept() => match accepted {
-                    Ok((tcp, remote)) => {
-                        let job = handshake(self.acceptor.clone(), tcp, remote, self.client_auth.clone(), self.timeout);
-                        self.handshakes.spawn(job);
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "accept failed");
-                        // Errors about one connection are that connection's; others (too many open files) last a
-                        // while, so back off instead of spinning.
-                        if !matches!(
-                            e.kind(),
-                            std::io::ErrorKind::ConnectionAborted
-                                | std::io::ErrorKind::ConnectionReset
-                                | std::io::ErrorKind::ConnectionRefused
-                        ) {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                        }
-                    }
-                },
-                Some(done) = self.handshakes.join_next() => {
-                    if let Ok(Some(connection)) = done {
-                        return connection;
-                    }
-                }
+    async fn establish(
+        &self,
+        tcp: TcpStream,
+        remote: SocketAddr,
+    ) -> Option<(TlsStream<TcpStream>, Option<AuthenticatedPeer>)> {
+        // Best effort: latency matters more than packet count for one-envelope exchanges.
+        let _ = tcp.set_nodelay(true);
+        let stream = match tokio::time::timeout(self.timeout, self.acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                return None;
             }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(TlsConnection { remote: self.tcp.local_addr()?, peer: None })
-    }
-}
-
-/// Makes one [`PeerService`] per connection, carrying what its handshake established.
-#[derive(Clone)]
-struct PerConnection {
-    app: Router,
-}
-
-impl<'a> Service<IncomingStream<'a, TlsListener>> for PerConnection {
-    type Response = PeerService;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<PeerService, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, stream: IncomingStream<'a, TlsListener>) -> Self::Future {
-        let connection = stream.remote_addr();
-        std::future::ready(Ok(PeerService {
-            app: self.app.clone(),
-            remote: connection.remote,
-            peer: connection.peer.clone(),
-        }))
+            Err(_) => {
+                tracing::debug!(%remote, timeout = ?self.timeout, "TLS handshake timed out");
+                return None;
+            }
+        };
+        // rustls keeps the client's certificates only once they are verified.
+        let peer = match (&self.client_auth, stream.get_ref().1.peer_certificates().and_then(<[_]>::first)) {
+            (Some(auth), Some(cert)) => auth.identify(cert).cloned(),
+            _ => None,
+        };
+        Some((stream, peer))
     }
 }
 
-/// The router, with each request's extensions holding the connection's `ConnectInfo<SocketAddr>` and, for a
-/// certificate-authenticated connection, its [`PeerContext`].
-#[derive(Clone)]
-struct PeerService {
-    app: Router,
-    remote: SocketAddr,
-    peer: Option<AuthenticatedPeer>,
-}
-
-impl Service<Request> for PeerService {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = <Router as Service<Request>>::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        <Router as Service<Request>>::poll_ready(&mut self.app, cx)
-    }
-
-    fn call(&mut self, mut req: Request) -> Self::Future {
-        req.extensions_mut().insert(ConnectInfo(self.remote));
-        if let Some(peer) = &self.peer {
-            req.extensions_mut().insert(PeerContext { authenticated: Some(peer.clone()), connection: None });
-        }
-        self.app.call(req)
-    }
-}
-
-/// [`serve`](crate::serve) over TLS: serves `router(state)` on `listener` until `shutdown` resolves.
+/// [`serve`](crate::serve) over TLS: serves `router(state)` on `listener` until `shutdown` resolves, with the
+/// state's connection limits.
 pub async fn serve_tls(
     listener: TcpListener,
     state: HttpState,
     tls: ServerTlsConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_router_tls(listener, state.runtime().clone(), router(state), tls, shutdown).await
+    let limits = state.config().limits.clone();
+    serve_router_tls_with_limits(listener, state.runtime().clone(), router(state), tls, limits, shutdown).await
 }
 
 /// [`serve_router`](crate::serve_router) over TLS, for a router built with [`router_with`](crate::router_with)
-/// (possibly merged with other bindings' routes, which see the certificate's [`PeerContext`] too). Failed
-/// handshakes (a plain-HTTP client, a refused certificate) only end their own connection.
+/// (possibly merged with other bindings' routes, which see the certificate's
+/// [`PeerContext`](ldp_session::PeerContext) too), with the default [`ConnectionLimits`]. Failed handshakes (a
+/// plain-HTTP client, a refused certificate) only end their own connection.
 pub async fn serve_router_tls(
     listener: TcpListener,
     runtime: DelegateRuntime,
@@ -512,11 +409,22 @@ pub async fn serve_router_tls(
     tls: ServerTlsConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = TlsListener::new(listener, &tls);
-    let reaper = runtime.spawn_reaper();
-    let result = axum::serve(listener, PerConnection { app }).with_graceful_shutdown(shutdown).await;
-    reaper.abort();
-    result
+    serve_router_tls_with_limits(listener, runtime, app, tls, ConnectionLimits::default(), shutdown).await
+}
+
+/// [`serve_router_tls`] with these connection limits (see [`serve_router_with_limits`](crate::serve_router_with_limits)).
+/// Handshakes count against [`ConnectionLimits::max_connections`] and are quiet (a stalled one makes room for a new
+/// connection at the cap); a connection over the cap with none quiet is closed before its handshake.
+pub async fn serve_router_tls_with_limits(
+    listener: TcpListener,
+    runtime: DelegateRuntime,
+    app: Router,
+    tls: ServerTlsConfig,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let stats = ConnectionStats::new(limits.max_connections);
+    serve_established(listener, Tls::new(&tls), runtime, app, limits, stats, shutdown).await
 }
 
 /// [`spawn`](crate::spawn) over TLS: binds `addr` and serves `state` on a background task; the handle's URL is
@@ -529,10 +437,14 @@ pub async fn spawn_tls(
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
-    let join = tokio::spawn(serve_tls(listener, state, tls, async move {
-        let _ = stopped.await;
-    }));
-    Ok(ServerHandle::running(addr, format!("https://{addr}"), stop, join))
+    let limits = state.config().limits.clone();
+    let stats = ConnectionStats::new(limits.max_connections);
+    let (runtime, app) = (state.runtime().clone(), router(state));
+    let join =
+        tokio::spawn(serve_established(listener, Tls::new(&tls), runtime, app, limits, stats.clone(), async move {
+            let _ = stopped.await;
+        }));
+    Ok(ServerHandle::running(addr, format!("https://{addr}"), stop, join, stats))
 }
 
 #[cfg(test)]

@@ -55,7 +55,12 @@ fn app(setup: Setup) -> Router {
     }
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::new(7)));
     let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
-    let config = HttpServerConfig { max_body: setup.max_body, request_timeout: setup.timeout, tokens: setup.tokens };
+    let config = HttpServerConfig {
+        max_body: setup.max_body,
+        request_timeout: setup.timeout,
+        tokens: setup.tokens,
+        ..Default::default()
+    };
     router(HttpState::new(runtime, config))
 }
 

@@ -36,6 +36,8 @@
 //! | a message over `max_message` | `{"error": <LdpError MESSAGE_TOO_LARGE>}`, then close code 1009 |
 //! | an upgrade without a known bearer token (when tokens are configured) | HTTP 401, `WWW-Authenticate: Bearer`, body `{"error": <LdpError UNAUTHENTICATED>}`; no upgrade |
 //! | nothing (not even a pong to the server's pings) for `idle_timeout` | close code 1001; the sessions are suspended |
+//! | an upgrade from a web page of another origin (an `Origin` header neither matching `Host` nor in `allowed_origins`) | HTTP 403, body `{"error": <LdpError TRUST_VIOLATION>}`; no upgrade |
+//! | nothing read by the client: frames not queued (`max_outbound_bytes`, `outbound_queue`) or written within `write_timeout` | the connection is closed; its sessions are suspended, their unwritten results kept for the resume |
 //! | (server shutting down) | close code 1001 |
 //!
 //! **Correlation extension.** Every server frame that answers a client message carries the top-level member
@@ -58,6 +60,11 @@
 //! `TASK_NOT_FOUND` (the server never received the task: the client submits it again). Requests other than
 //! TASK_SUBMIT left unanswered by the dropped connection fail with a non-retryable `transport` error, since they
 //! may have been processed.
+//!
+//! Results kept for resume are bounded ([`HeldLimits`]: per session and in total, by count and bytes). Beyond the
+//! limits the oldest are dropped, and the resuming client receives, for each dropped task, a TASK_FAILED with code
+//! `RESULT_NOT_KEPT` (not retryable: the task ran) in place of its result, so no task is left waiting silently.
+//! [`WsServer::held_stats`] reports what is held and what was dropped.
 //!
 //! # Example
 //!
@@ -99,11 +106,13 @@
 
 mod client;
 mod error;
+mod held;
 mod server;
 mod wire;
 
 pub use client::{Reconnect, WsOptions, WsStats, WsTransport, rustls_client_config};
 pub use error::Error;
+pub use held::{HeldLimits, HeldStats};
 /// The TLS settings [`WsOptions::tls`] takes (re-exported from `ldp-transport-http`, which uses the same type).
 pub use ldp_transport_http::ClientTls;
 pub use server::{ConnectionEnd, WS_PATH, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{self as aws, WebSocketUpgrade};
@@ -27,9 +27,10 @@ use ldp_session::{AuthenticatedPeer, PeerContext, Refusal};
 use ldp_transport_http::{BearerAuth, IDENTITY, WELL_KNOWN_IDENTITY};
 use ldp_types::{Envelope, LdpError, codes};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::held::{HeldLimits, HeldStats, HeldStore};
 use crate::wire::{
     CloseFrame, Head, Message, WireError, accepted_frame, close_code, envelope_frame, error_frame, is_task_end,
 };
@@ -46,6 +47,9 @@ const UPDATE_QUEUE: usize = 16;
 /// Frames the writer sends in one batch before it flushes the socket.
 const WRITE_BATCH: usize = 64;
 
+/// Largest outbound byte budget accepted (the budget is counted in semaphore permits, which are `u32`).
+const MAX_OUTBOUND_BUDGET: usize = u32::MAX as usize >> 4;
+
 /// Server settings of the WebSocket binding.
 #[derive(Debug, Clone)]
 pub struct WsServerConfig {
@@ -58,12 +62,24 @@ pub struct WsServerConfig {
     pub max_in_flight: usize,
     /// Interval of the server's pings (default 15 s).
     pub ping_interval: Duration,
-    /// A connection that sends nothing (not even a pong) for this long, or whose socket does not take a frame for
-    /// this long, is dead (default 45 s).
+    /// A connection that sends nothing (not even a pong to the pings) for this long is dead (default 45 s).
     pub idle_timeout: Duration,
-    /// How long results that completed for a disconnected session are kept for its resume when the session machine
-    /// cannot hold them itself (default 1 h, the RFC's default session TTL).
+    /// Longest time a frame may wait to be queued for a connection, or to be written to its socket (default 30 s).
+    /// A client that does not read is closed then; its unwritten task answers are kept for its resume.
+    pub write_timeout: Duration,
+    /// Bytes of frames queued for one connection's writer (default 4 MiB; a larger frame waits for an empty queue).
+    /// With `outbound_queue` it bounds what a client that does not read costs before the write timeout closes it.
+    pub max_outbound_bytes: usize,
+    /// How long task answers completed for a disconnected session are kept for its resume (default 1 h, the RFC's
+    /// default session TTL).
     pub held_ttl: Duration,
+    /// How many answers, and how many bytes, are kept for resume per session and in total. What does not fit is
+    /// dropped oldest first, and the resuming client gets a TASK_FAILED `RESULT_NOT_KEPT` for each dropped task.
+    pub held: HeldLimits,
+    /// Origins (`scheme://host[:port]`, or `*`) whose web pages may open a WebSocket. An upgrade with an `Origin`
+    /// header that is neither listed nor the server's own (matching `Host`) is refused with 403: otherwise any page
+    /// a browser visits could drive a local server. Requests without `Origin` (non-browser clients) are allowed.
+    pub allowed_origins: Vec<String>,
     /// Size of each connection's read and write buffers (default 16 KiB; tungstenite's own default of 128 KiB
     /// each makes an idle connection several times heavier). Larger messages still work: the buffers grow.
     pub io_buffer: usize,
@@ -80,7 +96,11 @@ impl Default for WsServerConfig {
             max_in_flight: 256,
             ping_interval: Duration::from_secs(15),
             idle_timeout: Duration::from_secs(45),
+            write_timeout: Duration::from_secs(30),
+            max_outbound_bytes: 4 * 1024 * 1024,
             held_ttl: Duration::from_secs(3600),
+            held: HeldLimits::default(),
+            allowed_origins: Vec::new(),
             io_buffer: 16 * 1024,
             tokens: HashMap::new(),
         }
@@ -95,30 +115,113 @@ pub enum ConnectionEnd {
     PeerClosed(Option<u16>),
     /// The peer sent a message over the limit; it got a `MESSAGE_TOO_LARGE` error and close code 1009.
     TooLarge,
-    /// Nothing arrived within the idle timeout, or the socket stopped taking frames: the peer is dead.
+    /// Nothing arrived within the idle timeout: the peer is dead.
     IdleTimeout,
+    /// The peer did not take the server's frames within the write timeout (it does not read): closed without a
+    /// close frame, its unwritten task answers kept for its resume.
+    WriteTimeout,
     /// The server shut down (close code 1001).
     Shutdown,
     /// Reading or writing failed.
     Failed(WireError),
 }
 
+/// A task's final answer, which must not be lost if its connection dies before writing it.
+#[derive(Debug)]
+struct Reroute {
+    session: Box<str>,
+    task_id: Box<str>,
+}
+
 /// One item of a connection's outbound queue.
 #[derive(Debug)]
 enum Out {
-    /// A text frame; `reroute` names the session of a task's final answer, which must not be lost if this
-    /// connection dies before writing it.
-    Text { text: String, reroute: Option<Box<str>> },
+    /// A text frame, holding its share of the connection's byte budget until written.
+    Text { text: String, reroute: Option<Reroute>, _budget: Option<OwnedSemaphorePermit> },
     /// Close the connection.
     Close(CloseFrame),
 }
 
+/// The sending side of one connection: its queue, its byte budget, and the alarm raised when the peer stops
+/// taking frames.
+#[derive(Clone)]
+struct Outbound {
+    tx: mpsc::Sender<Out>,
+    budget: Arc<Semaphore>,
+    budget_max: u32,
+    stalled: Arc<Notify>,
+    write_timeout: Duration,
+}
+
+impl Outbound {
+    fn new(cfg: &WsServerConfig) -> (Self, mpsc::Receiver<Out>) {
+        let (tx, rx) = mpsc::channel(cfg.outbound_queue.max(1));
+        let budget_max = cfg.max_outbound_bytes.clamp(1, MAX_OUTBOUND_BUDGET);
+        let outbound = Self {
+            tx,
+            budget: Arc::new(Semaphore::new(budget_max)),
+            budget_max: u32::try_from(budget_max).unwrap_or(u32::MAX),
+            stalled: Arc::new(Notify::new()),
+            write_timeout: cfg.write_timeout,
+        };
+        (outbound, rx)
+    }
+
+    fn cost(&self, text: &str) -> u32 {
+        u32::try_from(text.len()).unwrap_or(u32::MAX).clamp(1, self.budget_max)
+    }
+
+    /// Queues a text frame, waiting at most the write timeout for room; gives it back when the connection is gone
+    /// or stalled (and then raises the alarm that closes it).
+    async fn text(&self, text: String, reroute: Option<Reroute>) -> Result<(), (String, Option<Reroute>)> {
+        let deadline = tokio::time::Instant::now() + self.write_timeout;
+        let cost = self.cost(&text);
+        let budget = match tokio::time::timeout_at(deadline, Arc::clone(&self.budget).acquire_many_owned(cost)).await {
+            Ok(Ok(budget)) => budget,
+            Ok(Err(_closed)) => return Err((text, reroute)),
+            Err(_) => {
+                self.stalled.notify_one();
+                return Err((text, reroute));
+            }
+        };
+        match tokio::time::timeout_at(deadline, self.tx.reserve()).await {
+            Ok(Ok(slot)) => {
+                slot.send(Out::Text { text, reroute, _budget: Some(budget) });
+                Ok(())
+            }
+            Ok(Err(_closed)) => Err((text, reroute)),
+            Err(_) => {
+                self.stalled.notify_one();
+                Err((text, reroute))
+            }
+        }
+    }
+
+    /// Queues a text frame if there is room now.
+    fn try_text(&self, text: String, reroute: Reroute) -> Result<(), (String, Reroute)> {
+        let Ok(budget) = Arc::clone(&self.budget).try_acquire_many_owned(self.cost(&text)) else {
+            return Err((text, reroute));
+        };
+        match self.tx.try_reserve() {
+            Ok(slot) => {
+                slot.send(Out::Text { text, reroute: Some(reroute), _budget: Some(budget) });
+                Ok(())
+            }
+            Err(_) => Err((text, reroute)),
+        }
+    }
+
+    async fn close(&self, frame: CloseFrame) {
+        let _ = tokio::time::timeout(self.write_timeout, self.tx.send(Out::Close(frame))).await;
+    }
+}
+
 /// Where each live session's answers go, and answers waiting for their session to come back.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Routes {
-    conns: HashMap<u64, mpsc::Sender<Out>>,
+    conns: HashMap<u64, Outbound>,
     sessions: HashMap<Box<str>, u64>,
-    orphans: HashMap<Box<str>, Vec<(Instant, String)>>,
+    held: HeldStore,
 }
 
 struct Hub {
@@ -188,6 +291,11 @@ impl WsServer {
         self.hub.open.load(Ordering::Relaxed)
     }
 
+    /// The task answers kept for resume: how many, how many bytes, and how many were dropped.
+    pub fn held_stats(&self) -> HeldStats {
+        lock(&self.hub.routes).held.stats()
+    }
+
     /// Closes every connection with 1001 (going away). Their sessions are suspended, and resume on another server
     /// sharing the runtime, or on this one if it keeps running.
     pub fn shutdown(&self) {
@@ -237,15 +345,17 @@ impl WsServer {
         let hub = &self.hub;
         let conn = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
         let peer = PeerContext { connection: Some(conn), ..peer };
-        let (out_tx, mut out_rx) = mpsc::channel::<Out>(hub.config.outbound_queue.max(1));
-        lock(&hub.routes).conns.insert(conn, out_tx.clone());
+        let (outbound, mut out_rx) = Outbound::new(&hub.config);
+        let stalled = Arc::clone(&outbound.stalled);
+        lock(&hub.routes).conns.insert(conn, outbound.clone());
         hub.open.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(conn, "websocket connection opened");
         let end = {
-            let reader = read_loop(hub.clone(), peer, conn, stream, out_tx);
+            let reader = read_loop(hub.clone(), peer, conn, stream, outbound);
             let writer = write_loop(&hub.config, sink, &mut out_rx);
             tokio::pin!(reader, writer);
             tokio::select! {
+                () = stalled.notified() => ConnectionEnd::WriteTimeout,
                 end = &mut reader => {
                     if !matches!(end, ConnectionEnd::PeerClosed(_) | ConnectionEnd::Failed(_)) {
                         // The reader queued an error and a close frame; give the writer a moment to send them.
@@ -267,42 +377,51 @@ impl Hub {
     fn disconnect(&self, conn: u64, mut out_rx: mpsc::Receiver<Out>) {
         {
             let mut routes = lock(&self.routes);
-            routes.conns.remove(&conn);
+            if let Some(outbound) = routes.conns.remove(&conn) {
+                // Handlers waiting for room give up at once and keep their answers for the resume.
+                outbound.budget.close();
+            }
             routes.sessions.retain(|_, c| *c != conn);
-            let ttl = self.config.held_ttl;
-            routes.orphans.retain(|_, v| {
-                v.retain(|(t, _)| t.elapsed() < ttl);
-                !v.is_empty()
-            });
+            routes.held.expire(&self.config.held, self.config.held_ttl);
         }
         out_rx.close();
         while let Ok(item) = out_rx.try_recv() {
-            if let Out::Text { text, reroute: Some(session) } = item {
-                self.reroute(&session, text, conn);
+            if let Out::Text { text, reroute: Some(reroute), .. } = item {
+                self.reroute(reroute, text, conn);
             }
         }
         self.runtime.with_responder(|r| r.suspend_connection(conn));
         self.open.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// A task's final answer whose connection is gone: to the session's current connection if it has one, else
-    /// kept until the session resumes.
-    fn reroute(&self, session: &str, text: String, from: u64) {
+    /// A task's final answer whose connection is gone: to the session's current connection if it has room, else
+    /// kept (within the held limits) until the session resumes.
+    fn reroute(&self, reroute: Reroute, text: String, from: u64) {
         let mut routes = lock(&self.routes);
-        let mut text = text;
-        if let Some(&c) = routes.sessions.get(session)
-            && c != from
-            && let Some(tx) = routes.conns.get(&c)
-        {
-            match tx.try_send(Out::Text { text, reroute: Some(session.into()) }) {
-                Ok(()) => return,
-                Err(e) => match e.into_inner() {
-                    Out::Text { text: t, .. } => text = t,
-                    Out::Close(_) => return,
+        let (text, reroute) = match routes.sessions.get(&reroute.session) {
+            Some(&c) if c != from => match routes.conns.get(&c) {
+                Some(outbound) => match outbound.try_text(text, reroute) {
+                    Ok(()) => return,
+                    Err(back) => back,
                 },
+                None => (text, reroute),
+            },
+            _ => (text, reroute),
+        };
+        routes.held.push(&self.config.held, &reroute.session, &reroute.task_id, text);
+    }
+
+    /// Moves the answers the session machine held for a suspended `session` into this binding's bounded store
+    /// (or to the session's new connection), so that what a disconnected client costs is bounded here.
+    fn adopt_held(&self, session: &str, conn: u64) {
+        let held = self.runtime.with_responder(|r| r.take_held(session));
+        for env in held {
+            let task_id: Box<str> = env.body.task_id().unwrap_or_default().into();
+            match envelope_frame(env, None) {
+                Ok(text) => self.reroute(Reroute { session: session.into(), task_id }, text, conn),
+                Err(e) => tracing::error!(error = %e, "cannot encode a held result"),
             }
         }
-        routes.orphans.entry(session.into()).or_default().push((Instant::now(), text));
     }
 
     /// Records that `session` now lives on `conn`; true when it lived elsewhere before (a resume). A connection
@@ -328,38 +447,47 @@ impl Hub {
     fn forget_session(&self, session: &str) {
         let mut routes = lock(&self.routes);
         routes.sessions.remove(session);
-        routes.orphans.remove(session);
+        routes.held.forget(session);
     }
 
-    /// Sends the session's held results (from the machine, and those this binding saved) to `out`, each once.
-    async fn flush(&self, session: &str, conn: u64, out: &mpsc::Sender<Out>) {
-        let held = self.runtime.with_responder(|r| r.take_held(session));
-        let saved = lock(&self.routes).orphans.remove(session).unwrap_or_default();
-        let frames = held
-            .into_iter()
-            .filter_map(|env| match envelope_frame(env, None) {
-                Ok(text) => Some(text),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot encode a held result");
-                    None
-                }
-            })
-            .chain(saved.into_iter().map(|(_, text)| text));
-        for text in frames {
-            if let Err(e) = out.send(Out::Text { text, reroute: Some(session.into()) }).await
-                && let Out::Text { text, .. } = e.0
-            {
-                self.reroute(session, text, conn);
+    /// Sends the session's held answers to `out`, each once: a TASK_FAILED `RESULT_NOT_KEPT` for every task whose
+    /// answer was dropped, then the answers kept (by this binding, and any the machine still holds).
+    async fn flush(&self, session: &str, conn: u64, out: &Outbound) {
+        let taken = lock(&self.routes).held.take(session);
+        let mut frames: Vec<(String, Reroute)> = Vec::new();
+        let why = "the server's limit on results held for a disconnected session was reached";
+        for task_id in taken.dropped {
+            let Some(env) = self.runtime.with_responder(|r| r.result_not_kept(session, &task_id, why)) else {
+                continue;
+            };
+            match envelope_frame(env, None) {
+                Ok(text) => frames.push((text, Reroute { session: session.into(), task_id })),
+                Err(e) => tracing::error!(error = %e, "cannot encode a RESULT_NOT_KEPT"),
+            }
+        }
+        frames.extend(
+            taken.results.into_iter().map(|(task_id, text)| (text, Reroute { session: session.into(), task_id })),
+        );
+        for env in self.runtime.with_responder(|r| r.take_held(session)) {
+            let task_id: Box<str> = env.body.task_id().unwrap_or_default().into();
+            match envelope_frame(env, None) {
+                Ok(text) => frames.push((text, Reroute { session: session.into(), task_id })),
+                Err(e) => tracing::error!(error = %e, "cannot encode a held result"),
+            }
+        }
+        for (text, reroute) in frames {
+            if let Err((text, Some(reroute))) = out.text(text, Some(reroute)).await {
+                self.reroute(reroute, text, conn);
             }
         }
     }
 }
 
-async fn send_close(out: &mpsc::Sender<Out>, error: Option<String>, close: CloseFrame) {
+async fn send_close(out: &Outbound, error: Option<String>, close: CloseFrame) {
     if let Some(text) = error {
-        let _ = out.send(Out::Text { text, reroute: None }).await;
+        let _ = out.text(text, None).await;
     }
-    let _ = out.send(Out::Close(close)).await;
+    out.close(close).await;
 }
 
 fn too_large(limit: usize) -> LdpError {
@@ -380,13 +508,7 @@ async fn shutting_down(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-async fn read_loop<St>(
-    hub: Arc<Hub>,
-    peer: PeerContext,
-    conn: u64,
-    mut stream: St,
-    out: mpsc::Sender<Out>,
-) -> ConnectionEnd
+async fn read_loop<St>(hub: Arc<Hub>, peer: PeerContext, conn: u64, mut stream: St, out: Outbound) -> ConnectionEnd
 where
     St: Stream<Item = Result<Message, WireError>> + Unpin + Send,
 {
@@ -440,7 +562,7 @@ where
                     "binary frames are not accepted: send each envelope as JSON in a text frame",
                 )
                 .with_retryable(false);
-                let _ = out.send(Out::Text { text: error_frame(&error, None), reroute: None }).await;
+                let _ = out.text(error_frame(&error, None), None).await;
             }
             Message::Ping(_) | Message::Pong(_) => {}
             Message::Close(frame) => return ConnectionEnd::PeerClosed(frame.map(|f| f.code)),
@@ -455,7 +577,8 @@ where
 {
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + cfg.ping_interval, cfg.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let stalled = || ConnectionEnd::IdleTimeout;
+    let stalled = || ConnectionEnd::WriteTimeout;
+    let write_timeout = cfg.write_timeout;
     loop {
         let first = tokio::select! {
             item = out.recv() => match item {
@@ -463,7 +586,7 @@ where
                 None => return ConnectionEnd::PeerClosed(None),
             },
             _ = ping.tick() => {
-                match tokio::time::timeout(cfg.idle_timeout, sink.send(Message::Ping(Vec::new()))).await {
+                match tokio::time::timeout(write_timeout, sink.send(Message::Ping(Vec::new()))).await {
                     Ok(Ok(())) => continue,
                     Ok(Err(e)) => return ConnectionEnd::Failed(WireError::Io(e.to_string())),
                     Err(_) => return stalled(),
@@ -478,13 +601,13 @@ where
                 Out::Text { text, .. } => (Message::Text(text), false),
                 Out::Close(frame) => (Message::Close(Some(frame)), true),
             };
-            match tokio::time::timeout(cfg.idle_timeout, sink.feed(message)).await {
+            match tokio::time::timeout(write_timeout, sink.feed(message)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return ConnectionEnd::Failed(WireError::Io(e.to_string())),
                 Err(_) => return stalled(),
             }
             if last {
-                let _ = tokio::time::timeout(cfg.idle_timeout, sink.flush()).await;
+                let _ = tokio::time::timeout(write_timeout, sink.flush()).await;
                 return ConnectionEnd::PeerClosed(None);
             }
             fed += 1;
@@ -492,7 +615,7 @@ where
                 item = out.try_recv().ok();
             }
         }
-        match tokio::time::timeout(cfg.idle_timeout, sink.flush()).await {
+        match tokio::time::timeout(write_timeout, sink.flush()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return ConnectionEnd::Failed(WireError::Io(e.to_string())),
             Err(_) => return stalled(),
@@ -505,7 +628,7 @@ async fn handle_text(
     hub: Arc<Hub>,
     peer: PeerContext,
     conn: u64,
-    out: mpsc::Sender<Out>,
+    out: Outbound,
     text: String,
     _permit: tokio::sync::OwnedSemaphorePermit,
 ) {
@@ -530,10 +653,19 @@ async fn handle_text(
     } else {
         hub.runtime.handle(&peer, text.as_bytes(), None).await
     };
+    if !lock(&hub.routes).conns.contains_key(&conn) {
+        // The connection ended while this message was being handled, and handling it may have made its session
+        // live on that connection again: suspend it, so later results are held for the resume.
+        hub.runtime.with_responder(|r| r.suspend_connection(conn));
+    }
     let (accepted, reply) = match response {
         RuntimeResponse::Reply(env) => (true, Some(Ok(env))),
         // A TASK_SUBMIT whose result the machine holds: its session was suspended meanwhile; resume delivers it.
-        RuntimeResponse::Accepted if is_submit => (true, None),
+        RuntimeResponse::Accepted if is_submit => {
+            // Held in the machine: move it into the bounded store now (the connection is gone).
+            hub.adopt_held(&head.session_id, conn);
+            (true, None)
+        }
         RuntimeResponse::Accepted => (true, Some(Err(accepted_frame(id)))),
         RuntimeResponse::Refused(Refusal { reply: Some(env), .. }) => (false, Some(Ok(env))),
         RuntimeResponse::Refused(Refusal { error, reply: None }) => (false, Some(Err(error_frame(&error, Some(id))))),
@@ -542,9 +674,9 @@ async fn handle_text(
         Some(Ok(env)) if !env.session_id.is_empty() => env.session_id.clone(),
         _ => head.session_id.clone(),
     };
-    let reply_kind = match &reply {
-        Some(Ok(env)) => env.body.type_name().to_owned(),
-        _ => String::new(),
+    let (reply_kind, task_id) = match &reply {
+        Some(Ok(env)) => (env.body.type_name().to_owned(), env.body.task_id().unwrap_or_default().to_owned()),
+        _ => (String::new(), String::new()),
     };
     if accepted && !session.is_empty() && !(is_submit && reply.is_none()) {
         if reply_kind == "SESSION_CLOSE" {
@@ -566,18 +698,17 @@ async fn handle_text(
         },
         Err(control) => control,
     };
-    let reroute = (is_submit && is_task_end(&reply_kind) && !session.is_empty()).then(|| session.as_str().into());
-    if let Err(e) = out.send(Out::Text { text, reroute }).await
-        && let Out::Text { text, reroute: Some(session) } = e.0
-    {
-        hub.reroute(&session, text, conn);
+    let reroute = (is_submit && is_task_end(&reply_kind) && !session.is_empty())
+        .then(|| Reroute { session: session.as_str().into(), task_id: task_id.into() });
+    if let Err((text, Some(reroute))) = out.text(text, reroute).await {
+        hub.reroute(reroute, text, conn);
     }
 }
 
-async fn push_update(out: &mpsc::Sender<Out>, update: Envelope, in_reply_to: &str) {
+async fn push_update(out: &Outbound, update: Envelope, in_reply_to: &str) {
     match envelope_frame(update, Some(in_reply_to)) {
         // Progress is best-effort: a connection that went away loses it.
-        Ok(text) => drop(out.send(Out::Text { text, reroute: None }).await),
+        Ok(text) => drop(out.text(text, None).await),
         Err(e) => tracing::warn!(error = %e, "cannot encode a TASK_UPDATE"),
     }
 }
@@ -594,6 +725,18 @@ async fn upgrade(
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    // A web page's cross-origin upgrade is refused before anything else: browsers let any page open a WebSocket to
+    // any host (no preflight), so without this a page could drive a server on the visitor's machine.
+    if let Err(origin) = check_origin(&headers, &server.hub.config.allowed_origins) {
+        let error = LdpError::security(
+            codes::TRUST_VIOLATION,
+            format!(
+                "cross-origin WebSocket upgrade from {origin:?} refused; the server must list the origin as allowed"
+            ),
+        )
+        .with_retryable(false);
+        return json_error(StatusCode::FORBIDDEN, &error);
+    }
     // Authenticate before anything else: an unauthenticated peer learns nothing, not even whether it upgraded right.
     let peer = match peer {
         Some(Extension(peer)) => peer,
@@ -626,6 +769,23 @@ async fn upgrade(
             server.serve_connection(peer, sink, stream).await;
         },
     )
+}
+
+/// Allows an upgrade without `Origin` (not from a browser), from the server's own origin (the origin's host and
+/// port are the `Host` the request was sent to), or from a listed origin; otherwise returns the refused origin.
+fn check_origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), String> {
+    let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
+    let Ok(origin) = origin.to_str() else { return Err("<not text>".to_owned()) };
+    let origin = origin.trim().trim_end_matches('/');
+    if allowed.iter().any(|a| a == "*" || a.trim().trim_end_matches('/').eq_ignore_ascii_case(origin)) {
+        return Ok(());
+    }
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(str::trim);
+    let authority = origin.split_once("://").map(|(_, rest)| rest);
+    match (authority, host) {
+        (Some(authority), Some(host)) if !host.is_empty() && authority.eq_ignore_ascii_case(host) => Ok(()),
+        _ => Err(origin.to_owned()),
+    }
 }
 
 fn to_axum(m: Message) -> aws::Message {
@@ -669,6 +829,7 @@ pub fn ws_router(runtime: DelegateRuntime, config: WsServerConfig) -> Router {
 
 /// Serves the WebSocket binding alone (with the identity card, see [`WsServer::standalone_router`]) on `listener`
 /// until `shutdown` resolves, then closes every connection with 1001. Also reaps expired sessions while it runs.
+/// Connections are accepted with the HTTP binding's default [`ConnectionLimits`](ldp_transport_http::ConnectionLimits).
 pub async fn serve_ws(
     listener: TcpListener,
     runtime: DelegateRuntime,
@@ -677,16 +838,14 @@ pub async fn serve_ws(
 ) -> std::io::Result<()> {
     let server = WsServer::new(runtime.clone(), config);
     let app = server.standalone_router();
-    let reaper = runtime.spawn_reaper();
     let closing = server.clone();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            closing.shutdown();
-        })
-        .await;
+    // The HTTP binding's accept loop: its connection cap and header and idle timeouts cover the upgrade requests.
+    let result = ldp_transport_http::serve_router(listener, runtime, app, async move {
+        shutdown.await;
+        closing.shutdown();
+    })
+    .await;
     server.shutdown();
-    reaper.abort();
     result
 }
 
@@ -906,6 +1065,29 @@ mod tests {
         assert_eq!(close.map(|f| f.code), Some(close_code::GOING_AWAY));
         assert_eq!(done.await.unwrap(), ConnectionEnd::IdleTimeout);
         assert_eq!(rt.with_responder(|r| r.session_state(&session)), Some(SessionState::Suspended));
+    }
+
+    #[test]
+    fn origins_are_checked_against_host_and_the_allow_list() {
+        let headers = |origin: Option<&str>, host: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+            if let Some(o) = origin {
+                h.insert(header::ORIGIN, HeaderValue::from_str(o).unwrap());
+            }
+            h
+        };
+        let none: &[String] = &[];
+        assert!(check_origin(&headers(None, "127.0.0.1:8090"), none).is_ok());
+        assert!(check_origin(&headers(Some("http://127.0.0.1:8090"), "127.0.0.1:8090"), none).is_ok());
+        assert!(check_origin(&headers(Some("HTTPS://Localhost:8090/"), "localhost:8090"), none).is_ok());
+        for bad in ["http://evil.example", "null", "http://127.0.0.1:8091", "http://127.0.0.1", "127.0.0.1:8090"] {
+            assert!(check_origin(&headers(Some(bad), "127.0.0.1:8090"), none).is_err(), "{bad}");
+        }
+        let allowed = vec!["https://app.example".to_owned()];
+        assert!(check_origin(&headers(Some("https://app.example"), "127.0.0.1:8090"), &allowed).is_ok());
+        assert!(check_origin(&headers(Some("https://app.example.evil"), "127.0.0.1:8090"), &allowed).is_err());
+        assert!(check_origin(&headers(Some("http://anything"), "h"), &["*".to_owned()]).is_ok());
     }
 
     #[tokio::test]

@@ -164,6 +164,10 @@ pub mod codes {
     pub const EXECUTION_FAILED: &str = "EXECUTION_FAILED";
     /// The operation timed out.
     pub const TIMEOUT: &str = "TIMEOUT";
+    /// The task completed while its session was disconnected, but its result was not kept for the resume (the
+    /// receiver's limit on held results was reached, or they expired). Sent as a TASK_FAILED for that task id, so
+    /// the initiator knows the outcome is lost rather than waiting for it; re-running the task repeats its effects.
+    pub const RESULT_NOT_KEPT: &str = "RESULT_NOT_KEPT";
     /// The transport failed.
     pub const TRANSPORT_ERROR: &str = "TRANSPORT_ERROR";
     /// A bare-string error from a peer that does not send typed errors.

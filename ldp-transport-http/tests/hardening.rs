@@ -1,0 +1,354 @@
+//! Hostile connections over real sockets on 127.0.0.1:0 (issue 14, findings 3 and the connection and rate caps):
+//! idle sockets, half-sent heads, trickled and never-ending bodies, TLS handshakes that never finish, one
+//! connection over the cap, one request over the rate. Every test uses short limits and bounded waits.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
+use ldp_session::{AuthenticatedPeer, Responder, ResponderConfig, SeededIds, SystemClock};
+use ldp_transport_http::{ConnectionLimits, HttpServerConfig, HttpState, RateLimit, ServerHandle, spawn};
+use ldp_types::{Capability, DelegateId, IdentityCard};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn state(config: HttpServerConfig) -> HttpState {
+    let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:echo").unwrap(), "Echo", "test", "1");
+    card.capabilities.push(Capability::new("echo"));
+    let responder = Responder::new(ResponderConfig::new(card), Arc::new(SystemClock), Box::new(SeededIds::new(7)));
+    HttpState::new(DelegateRuntime::new(responder, Arc::new(EchoDelegate)), config)
+}
+
+fn short_limits() -> ConnectionLimits {
+    ConnectionLimits {
+        max_connections: 64,
+        header_timeout: Duration::from_millis(400),
+        idle_timeout: Duration::from_millis(400),
+        body_timeout: Duration::from_millis(400),
+    }
+}
+
+async fn server(limits: ConnectionLimits) -> ServerHandle {
+    spawn("127.0.0.1:0", state(HttpServerConfig { limits, ..Default::default() })).await.unwrap()
+}
+
+/// Reads until the server closes the connection, for at most `within`. Returns what was read and whether the
+/// connection was closed (false: still open when time ran out).
+async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> (String, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), false),
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&got).into_owned(), true),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+fn status_of(response: &str) -> u16 {
+    response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+fn json_body(response: &str) -> Value {
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    serde_json::from_str(body).unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn an_idle_socket_is_closed_after_the_idle_timeout() {
+    let server = server(short_limits()).await;
+    let mut idle = TcpStream::connect(server.addr()).await.unwrap();
+    let started = Instant::now();
+    let (got, closed) = read_until_closed(&mut idle, Duration::from_secs(5)).await;
+    assert!(closed, "an idle connection stayed open 5 s with a 400 ms idle timeout");
+    assert!(got.is_empty(), "nothing was asked, nothing is answered: {got:?}");
+    assert!(started.elapsed() >= Duration::from_millis(350), "closed too early: {:?}", started.elapsed());
+    // A keep-alive connection that served a request is idle again afterwards, and closed likewise.
+    let mut kept = TcpStream::connect(server.addr()).await.unwrap();
+    kept.write_all(b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    let (got, closed) = read_until_closed(&mut kept, Duration::from_secs(5)).await;
+    assert_eq!(status_of(&got), 200, "{got}");
+    assert!(closed, "an idle keep-alive connection stayed open");
+    assert_eq!(server.connections().open(), 0);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_half_sent_head_is_cut_at_the_header_timeout_even_when_it_trickles() {
+    let limits = ConnectionLimits { idle_timeout: Duration::from_secs(30), ..short_limits() };
+    let server = server(limits).await;
+    // Half a head, then silence.
+    let mut half = TcpStream::connect(server.addr()).await.unwrap();
+    half.write_all(b"POST /ldp/messages HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    let (_, closed) = read_until_closed(&mut half, Duration::from_secs(5)).await;
+    assert!(closed, "a half-sent head kept its connection open");
+    // A head trickled a byte every 50 ms: progress does not extend the deadline.
+    let mut trickle = TcpStream::connect(server.addr()).await.unwrap();
+    let started = Instant::now();
+    let head = b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\nx-pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let mut cut = false;
+    for byte in head {
+        if trickle.write_all(&[*byte]).await.is_err() {
+            cut = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (got, closed) = read_until_closed(&mut trickle, Duration::from_secs(2)).await;
+    assert!(cut || closed, "a trickled head was read for {:?}", started.elapsed());
+    assert_ne!(status_of(&got), 200, "the trickled head was served: {got}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_body_trickled_below_the_rate_gets_408_and_the_connection_closes() {
+    let server = server(short_limits()).await;
+    let mut slow = TcpStream::connect(server.addr()).await.unwrap();
+    slow.write_all(
+        b"POST /ldp/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    let writer = tokio::spawn(async move {
+        for _ in 0..60 {
+            if slow.write_all(b" ").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        slow
+    });
+    // The writer owns the socket; read through a second handle.
+    let mut slow = writer.await.unwrap();
+    let (got, closed) = read_until_closed(&mut slow, Duration::from_secs(3)).await;
+    assert_eq!(status_of(&got), 408, "{got}");
+    assert!(got.to_ascii_lowercase().contains("connection: close"), "{got}");
+    let error = &json_body(&got)["error"];
+    assert_eq!((error["code"].as_str(), error["retryable"].as_bool()), (Some("TIMEOUT"), Some(true)), "{got}");
+    assert!(closed);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_never_ending_chunked_body_is_cut_slow_or_fast() {
+    let server = spawn(
+        "127.0.0.1:0",
+        state(HttpServerConfig { max_body: 64 * 1024, limits: short_limits(), ..Default::default() }),
+    )
+    .await
+    .unwrap();
+    let head = b"POST /ldp/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    // Slow: one small chunk every 50 ms, forever.
+    let mut slow = TcpStream::connect(server.addr()).await.unwrap();
+    slow.write_all(head).await.unwrap();
+    let started = Instant::now();
+    let mut answer = String::new();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < Duration::from_secs(5) {
+        if slow.write_all(b"1\r\n \r\n").await.is_err() {
+            break;
+        }
+        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), slow.read(&mut buf)).await {
+            if n == 0 {
+                break;
+            }
+            answer.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    let (rest, closed) = read_until_closed(&mut slow, Duration::from_secs(2)).await;
+    answer.push_str(&rest);
+    assert_eq!(status_of(&answer), 408, "{answer}");
+    assert!(closed, "the chunked body was still being read after {:?}", started.elapsed());
+    // Fast: chunks as quickly as the socket takes them; the size limit cuts it.
+    let mut fast = TcpStream::connect(server.addr()).await.unwrap();
+    fast.write_all(head).await.unwrap();
+    let chunk = format!("{:x}\r\n{}\r\n", 4096, " ".repeat(4096));
+    let writer = tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && fast.write_all(chunk.as_bytes()).await.is_ok() {}
+        fast
+    });
+    let mut fast = tokio::time::timeout(Duration::from_secs(10), writer).await.unwrap().unwrap();
+    let (answer, closed) = read_until_closed(&mut fast, Duration::from_secs(2)).await;
+    assert!(closed);
+    // The writer may have been reset before reading the answer; when it got one, it is the typed 413.
+    if !answer.is_empty() {
+        assert_eq!(status_of(&answer), 413, "{answer}");
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_connection_over_the_cap_gets_503_with_retry_after_and_the_cap_frees_up() {
+    let limits = ConnectionLimits {
+        max_connections: 2,
+        idle_timeout: Duration::from_secs(30),
+        body_timeout: Duration::from_secs(30),
+        ..short_limits()
+    };
+    let server = server(limits).await;
+    // Two requests in progress (their bodies never come): nothing is quiet, nothing can be closed to make room.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(server.addr()).await.unwrap();
+        let head =
+            "POST /ldp/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n";
+        s.write_all(head.as_bytes()).await.unwrap();
+        held.push(s);
+    }
+    // Let the server accept both before the third arrives.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while server.connections().open() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.connections().open(), 2);
+    let mut third = TcpStream::connect(server.addr()).await.unwrap();
+    third.write_all(b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    let (got, closed) = read_until_closed(&mut third, Duration::from_secs(3)).await;
+    assert_eq!(status_of(&got), 503, "{got}");
+    assert!(got.to_ascii_lowercase().contains("retry-after: 1"), "{got}");
+    let error = &json_body(&got)["error"];
+    assert_eq!((error["code"].as_str(), error["retryable"].as_bool()), (Some("CAPACITY_EXCEEDED"), Some(true)));
+    assert!(closed);
+    // One of the holders leaves: a legitimate client gets in.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while server.connections().open() > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut next = TcpStream::connect(server.addr()).await.unwrap();
+    next.write_all(b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+    let (got, _) = read_until_closed(&mut next, Duration::from_secs(3)).await;
+    assert_eq!(status_of(&got), 200, "{got}");
+    drop(held);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn half_open_sockets_at_the_cap_time_out_and_let_legitimate_clients_back_in() {
+    let limits = ConnectionLimits { max_connections: 8, ..short_limits() };
+    let server = server(limits).await;
+    let mut holders = Vec::new();
+    for _ in 0..8 {
+        let mut s = TcpStream::connect(server.addr()).await.unwrap();
+        s.write_all(b"GET /ldp/identity HTTP/1.1\r\n").await.unwrap();
+        holders.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let client = reqwest::Client::new();
+    let resp = client.get(format!("{}/ldp/identity", server.url())).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    drop(holders);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn at_the_cap_the_longest_quiet_connection_makes_room_for_a_real_client() {
+    let limits = ConnectionLimits {
+        max_connections: 6,
+        header_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
+        body_timeout: Duration::from_secs(30),
+    };
+    let server = server(limits).await;
+    // Every slot held for 30 s by sockets that send nothing or half a head.
+    let mut quiet = Vec::new();
+    for i in 0..6 {
+        let mut s = TcpStream::connect(server.addr()).await.unwrap();
+        if i % 2 == 1 {
+            s.write_all(b"GET /ldp/identity HTTP/1.1\r\n").await.unwrap();
+        }
+        quiet.push(s);
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while server.connections().open() < 6 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Real clients still get answers: quiet sockets make room.
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    for _ in 0..3 {
+        let resp = client.get(format!("{}/ldp/identity", server.url())).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let mut closed = 0;
+    for s in &mut quiet {
+        if read_until_closed(s, Duration::from_millis(100)).await.1 {
+            closed += 1;
+        }
+    }
+    // At least one was closed to let the first client in; later clients may reuse the slot the previous freed.
+    assert!(closed >= 1, "no quiet socket was closed");
+    assert!(server.connections().open() <= 6);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_tls_handshake_that_never_completes_is_dropped_and_counts_against_the_cap() {
+    let ca = ldp_transport_http::test_pki::TestCa::new("hardening CA").unwrap();
+    let issued = ca.server_cert().unwrap();
+    let tls =
+        ldp_transport_http::ServerTlsConfig::from_pem(issued.cert_pem.as_bytes(), issued.key_pem.as_bytes(), None)
+            .unwrap()
+            .with_handshake_timeout(Duration::from_millis(400));
+    let limits = ConnectionLimits { max_connections: 1, ..short_limits() };
+    let server =
+        ldp_transport_http::spawn_tls("127.0.0.1:0", state(HttpServerConfig { limits, ..Default::default() }), tls)
+            .await
+            .unwrap();
+    let mut silent = TcpStream::connect(server.addr()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while server.connections().open() < 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    let (_, closed) = read_until_closed(&mut silent, Duration::from_secs(5)).await;
+    assert!(closed, "a silent TLS client kept its connection");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    // At the cap, a stalled handshake is quiet: a new connection closes it and takes its place.
+    let mut first = TcpStream::connect(server.addr()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let _second = TcpStream::connect(server.addr()).await.unwrap();
+    let (got, closed) = read_until_closed(&mut first, Duration::from_millis(300)).await;
+    assert!(closed && got.is_empty(), "the older stalled handshake was not closed for the newer one: {got:?}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_principal_over_its_rate_gets_429_with_retry_after_and_others_do_not() {
+    let tokens = HashMap::from([
+        ("tokA".to_owned(), AuthenticatedPeer { delegate_id: None, trust_domain: "a".into() }),
+        ("tokB".to_owned(), AuthenticatedPeer { delegate_id: None, trust_domain: "b".into() }),
+    ]);
+    let config = HttpServerConfig {
+        tokens,
+        rate_limit: Some(RateLimit::per_second(NonZeroU32::new(3).unwrap())),
+        ..Default::default()
+    };
+    let server = spawn("127.0.0.1:0", state(config)).await.unwrap();
+    let client = reqwest::Client::new();
+    let url = format!("{}/ldp/identity", server.url());
+    let get = |token: &'static str| client.get(&url).bearer_auth(token).send();
+    for _ in 0..3 {
+        assert_eq!(get("tokA").await.unwrap().status(), 200);
+    }
+    let over = get("tokA").await.unwrap();
+    assert_eq!(over.status(), 429);
+    let retry: u64 = over.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "retry-after {retry}");
+    let body: Value = over.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "CAPACITY_EXCEEDED");
+    assert_eq!(body["error"]["retryable"], true);
+    // Another principal, and an anonymous client (keyed by its address), have quotas of their own.
+    assert_eq!(get("tokB").await.unwrap().status(), 200);
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+    // The quota refills.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(get("tokA").await.unwrap().status(), 200);
+    server.shutdown().await.unwrap();
+}

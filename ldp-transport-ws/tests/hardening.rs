@@ -1,0 +1,235 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Hostile WebSocket clients over real sockets (issue 14, findings 2 and 8): a client that submits tasks with large
+//! outputs and never reads, a client that drops its connection while its tasks finish, and cross-origin upgrades.
+//! Limits are small so that every test is fast and bounded.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use ldp_session::SessionState;
+use ldp_transport_ws::{HeldLimits, WsServerConfig};
+use serde_json::{Value, json};
+use support::{TestDelegate, eventually, runtime, serve_both};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+fn envelope(id: &str, session: &str, body: Value) -> String {
+    json!({
+        "message_id": id, "session_id": session, "from": "ldp:delegate:c", "to": "ldp:delegate:test",
+        "body": body, "payload_mode": "text", "timestamp": "2026-03-09T10:00:00Z", "provenance": null,
+    })
+    .to_string()
+}
+
+fn submit(id: &str, session: &str, task: &str, skill: &str, input: Value) -> String {
+    envelope(id, session, json!({"type": "TASK_SUBMIT", "task_id": task, "skill": skill, "input": input}))
+}
+
+/// Connects with a small receive buffer, so that a client that does not read fills up quickly.
+async fn connect(url: &str, recv_buffer: u32) -> Ws {
+    let addr = url.trim_start_matches("ws://").split('/').next().unwrap().parse().unwrap();
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(recv_buffer).unwrap();
+    let tcp = socket.connect(addr).await.unwrap();
+    let (ws, _) = tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(tcp)).await.unwrap();
+    ws
+}
+
+async fn next_json(ws: &mut Ws) -> Option<Value> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), ws.next()).await.ok()?? {
+            Ok(WsMessage::Text(t)) => return serde_json::from_str(t.as_str()).ok(),
+            Ok(WsMessage::Close(_)) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn open_session(ws: &mut Ws) -> String {
+    ws.send(WsMessage::text(envelope("p1", "", json!({"type": "SESSION_PROPOSE", "config": {}})))).await.unwrap();
+    let accept = next_json(ws).await.unwrap();
+    assert_eq!(accept["body"]["type"], "SESSION_ACCEPT", "{accept}");
+    accept["body"]["session_id"].as_str().unwrap().to_owned()
+}
+
+/// Resumes `session` on a new connection with a small echo task, and returns every task answer that arrives
+/// before the echo's own: (task ids with results, task ids reported RESULT_NOT_KEPT).
+async fn resume(url: &str, session: &str) -> (HashSet<String>, HashSet<String>) {
+    let mut ws = connect(url, 1 << 20).await;
+    ws.send(WsMessage::text(submit("r1", session, "probe", "echo", json!("probe")))).await.unwrap();
+    let (mut results, mut not_kept) = (HashSet::new(), HashSet::new());
+    loop {
+        let v = next_json(&mut ws).await.expect("the resume answer");
+        let task = v["body"]["task_id"].as_str().unwrap_or_default().to_owned();
+        if task == "probe" {
+            assert_eq!(v["body"]["type"], "TASK_RESULT", "{v}");
+            break;
+        }
+        match v["body"]["type"].as_str() {
+            Some("TASK_RESULT") => assert!(results.insert(task), "a result delivered twice"),
+            Some("TASK_FAILED") => {
+                let error = &v["body"]["error"];
+                assert_eq!(error["code"], "RESULT_NOT_KEPT", "{v}");
+                assert_eq!(error["retryable"], false);
+                assert!(error["message"].as_str().unwrap().contains(&task));
+                assert!(not_kept.insert(task), "a tombstone delivered twice");
+            }
+            _ => panic!("unexpected frame {v}"),
+        }
+    }
+    (results, not_kept)
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_is_closed_and_what_it_costs_stays_bounded() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate);
+    let held = HeldLimits {
+        per_session_results: 4,
+        per_session_bytes: 300 * 1024,
+        total_results: 8,
+        total_bytes: 600 * 1024,
+        ..HeldLimits::default()
+    };
+    let config = WsServerConfig {
+        write_timeout: Duration::from_millis(500),
+        max_outbound_bytes: 128 * 1024,
+        outbound_queue: 4,
+        held,
+        ..Default::default()
+    };
+    let server = serve_both(&rt, HashMap::new(), config).await;
+    let url = server.ws_url();
+    let mut ws = connect(&url, 4096).await;
+    let session = open_session(&mut ws).await;
+    // 120 tasks of ~100 kB output each (12 MB), far beyond every buffer; the client reads nothing.
+    let pad = "x".repeat(100 * 1024);
+    let tasks: Vec<String> = (0..120).map(|i| format!("t{i}")).collect();
+    for (i, task) in tasks.iter().enumerate() {
+        let frame = submit(&format!("m{i}"), &session, task, "echo", json!(pad));
+        if ws.send(WsMessage::text(frame)).await.is_err() {
+            // Closed mid-way (a slow machine): the rest were never received, which the resume checks below.
+            break;
+        }
+    }
+    eventually("the server to close the non-reading connection", || server.ws.connections() == 0).await;
+    eventually("every task to finish", || rt.with_responder(|r| r.running_tasks()) == 0).await;
+    // Handlers may still be moving answers into the store after their tasks ended: wait until it settles.
+    let mut stats = server.ws.held_stats();
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = server.ws.held_stats();
+        if now == stats {
+            break;
+        }
+        stats = now;
+    }
+    assert!(stats.results <= 4 && stats.bytes <= 300 * 1024, "held beyond the limits: {stats:?}");
+    assert!(stats.dropped > 0 && stats.tombstones > 0, "{stats:?}");
+    assert_eq!(rt.with_responder(|r| r.session_state(&session)), Some(SessionState::Suspended));
+
+    // What reached the old socket before the close, plus what the resume delivers, accounts for every task.
+    let mut written = HashSet::new();
+    while let Some(v) = next_json(&mut ws).await {
+        if let Some(task) = v["body"]["task_id"].as_str() {
+            written.insert(task.to_owned());
+        }
+    }
+    let (results, not_kept) = resume(&url, &session).await;
+    assert_eq!(results.len(), stats.results);
+    assert_eq!(not_kept.len(), stats.tombstones);
+    let seen: HashSet<&String> = written.iter().chain(&results).chain(&not_kept).collect();
+    assert!(seen.len() > 8, "only {} of the tasks were taken before the close", seen.len());
+    // Any task not accounted for was never received: the server says so when asked.
+    let mut ws = connect(&url, 1 << 20).await;
+    for task in tasks.iter().filter(|t| !seen.contains(t)) {
+        let query = envelope(&format!("q-{task}"), &session, json!({"type": "TASK_UPDATE", "task_id": task}));
+        ws.send(WsMessage::text(query)).await.unwrap();
+        let v = next_json(&mut ws).await.unwrap();
+        assert_eq!(v["body"]["error"]["code"], "TASK_NOT_FOUND", "task {task} was received but lost: {v}");
+    }
+    assert_eq!(server.ws.held_stats().results, 0);
+}
+
+#[tokio::test]
+async fn a_client_that_drops_gets_every_result_or_a_typed_task_failed_when_it_resumes() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate.clone());
+    let held = HeldLimits { per_session_results: 3, ..HeldLimits::default() };
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig { held, ..Default::default() }).await;
+    let url = server.ws_url();
+    let mut ws = connect(&url, 1 << 20).await;
+    let session = open_session(&mut ws).await;
+    let tasks: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    for (i, task) in tasks.iter().enumerate() {
+        ws.send(WsMessage::text(submit(&format!("m{i}"), &session, task, "wait", json!("y".repeat(20_000)))))
+            .await
+            .unwrap();
+    }
+    eventually("the tasks to start", || rt.with_responder(|r| r.running_tasks()) == 10).await;
+    drop(ws);
+    eventually("the session to be suspended", || {
+        rt.with_responder(|r| r.session_state(&session)) == Some(SessionState::Suspended)
+    })
+    .await;
+    delegate.gate.add_permits(10);
+    eventually("the tasks to finish and be held", || {
+        rt.with_responder(|r| r.running_tasks()) == 0 && server.ws.held_stats().tombstones == 7
+    })
+    .await;
+    let stats = server.ws.held_stats();
+    assert_eq!((stats.results, stats.tombstones, stats.dropped), (3, 7, 7), "{stats:?}");
+    assert!(stats.bytes > 3 * 20_000 && stats.bytes < 4 * 20_000, "{stats:?}");
+    // The machine holds nothing itself: the binding took its held results into the bounded store.
+    assert!(rt.with_responder(|r| r.take_held(&session)).is_empty());
+
+    let (results, not_kept) = resume(&url, &session).await;
+    assert_eq!((results.len(), not_kept.len()), (3, 7));
+    let all: HashSet<String> = results.union(&not_kept).cloned().collect();
+    assert_eq!(all, tasks.into_iter().collect::<HashSet<_>>());
+    assert_eq!(server.ws.held_stats(), ldp_transport_ws::HeldStats { dropped: 7, ..Default::default() });
+}
+
+async fn upgrade_status(url: &str, origin: Option<&str>) -> u16 {
+    let mut request = url.into_client_request().unwrap();
+    if let Some(origin) = origin {
+        request.headers_mut().insert("origin", origin.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((_, response)) => response.status().as_u16(),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let status = response.status().as_u16();
+            if status == 403 {
+                let body: Value = serde_json::from_slice(response.body().as_deref().unwrap_or_default()).unwrap();
+                assert_eq!(body["error"]["code"], "TRUST_VIOLATION", "{body}");
+            }
+            status
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+async fn cross_origin_upgrades_are_refused_unless_allowed() {
+    let rt = runtime(Arc::new(TestDelegate::default()));
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
+    let url = server.ws_url();
+    let own = format!("http://{}", server.addr);
+    assert_eq!(upgrade_status(&url, Some("http://evil.example")).await, 403);
+    assert_eq!(upgrade_status(&url, Some("null")).await, 403);
+    assert_eq!(upgrade_status(&url, None).await, 101, "non-browser clients send no Origin");
+    assert_eq!(upgrade_status(&url, Some(&own)).await, 101, "same origin");
+
+    let config = WsServerConfig { allowed_origins: vec!["http://app.example".into()], ..Default::default() };
+    let allowing = serve_both(&rt, HashMap::new(), config).await;
+    assert_eq!(upgrade_status(&allowing.ws_url(), Some("http://app.example")).await, 101);
+    assert_eq!(upgrade_status(&allowing.ws_url(), Some("http://evil.example")).await, 403);
+}
