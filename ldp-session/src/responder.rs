@@ -551,8 +551,8 @@ impl Responder {
         )
         .with_payload_mode(mode);
         // RFC 3.1's envelope has a `provenance` member; the reference transcript (ldp-session-flow.json, step 6)
-        // fills it on TASK_RESULT with the body's record, and so does this responder (before signing, so it is
-        // covered by the signature).
+        // fills it on TASK_RESULT with the body's record, and so does this responder (before signing, so the
+        // algorithms that cover the envelope's provenance cover it; reference `hmac-sha256` covers neither copy).
         if let Body::TaskResult(r) = &env.body {
             env.provenance = Some(r.provenance.clone());
         }
