@@ -316,7 +316,7 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 3.2",
         "Responder-only message types sent to a responder get a typed error",
-        "The direction column of RFC 3.2: a TASK_RESULT sent to a responder is answered with a typed error, not processed.",
+        "The direction column of RFC 3.2: a TASK_RESULT sent to a responder is answered with a typed error, not processed. TASK_UPDATE is \"Responder → Initiator | Task progress update\" too, and the RFC gives no meaning to one a responder receives: a responder refuses it with a typed error or answers it in the RFC's direction (a TASK_UPDATE carrying the task's status: the status query of the Rust reference crate and of ldp-rs); it never takes it as progress of a task.",
         ["message.wrong_direction"]
     ),
     req!(

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use ldp_lctl::{
-    FailureReport, LctlDocument, MergePoint, ParallelGroup, RenderFormat, Report, Severity, check_chain, parse,
-    receive_document, render,
+    FailureReport, LctlAck, LctlDocument, MergePoint, ParallelGroup, RenderFormat, Report, Severity, Value,
+    check_chain, parse_yaml_value, receive_document, render,
 };
 
 /// LCTL subcommands.
@@ -29,7 +29,17 @@ pub enum LctlCommand {
         #[arg(long, value_enum, default_value_t = Format::Timeline)]
         format: Format,
     },
-    /// Run the receiving protocol and print the `lctl_ack` block.
+    /// Print a document (or a standalone `lctl_ack` block) as canonical YAML: known keys in the spec's order, then
+    /// unknown keys as written. Running it twice gives the same text.
+    Fmt {
+        /// An LCTL YAML file (`-` reads standard input).
+        file: PathBuf,
+        /// Print nothing; exit 1 if the file is not already canonical.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run the receiving protocol and print the `lctl_ack` block (a standalone `lctl_ack` block is read, checked and
+    /// printed back).
     Ack {
         /// An LCTL YAML file (`-` reads standard input).
         file: PathBuf,
@@ -68,12 +78,17 @@ pub fn run(cmd: LctlCommand) -> ExitCode {
     match cmd {
         LctlCommand::Check { files } => check(&files),
         LctlCommand::Render { file, format } => match load(&file) {
-            Ok(doc) => {
+            Ok(Loaded::Document(doc)) => {
                 print!("{}", render(&doc, format.into()));
                 ExitCode::SUCCESS
             }
+            Ok(Loaded::Ack(_)) => {
+                eprintln!("{}: error: an lctl_ack block has no trace to render", file.display());
+                ExitCode::from(EXIT_RULES_BROKEN)
+            }
             Err(code) => code,
         },
+        LctlCommand::Fmt { file, check } => fmt(&file, check),
         LctlCommand::Ack { file, agent } => ack(&file, agent.as_deref()),
     }
 }
@@ -91,20 +106,68 @@ fn read(path: &Path) -> Result<String, ExitCode> {
     })
 }
 
-fn load(path: &Path) -> Result<LctlDocument, ExitCode> {
+/// What an LCTL file holds.
+enum Loaded {
+    /// A document, full or minimal.
+    Document(Box<LctlDocument>),
+    /// A standalone `lctl_ack` block (Receiving Protocol, step 4), without the `lctl:` version key.
+    Ack(LctlAck),
+}
+
+fn load(path: &Path) -> Result<Loaded, ExitCode> {
     let text = read(path)?;
-    parse(&text).map_err(|err| {
+    let fail = |err: ldp_lctl::LctlError| {
         eprintln!("{}: error: {err}", path.display());
         ExitCode::from(EXIT_RULES_BROKEN)
-    })
+    };
+    let value = parse_yaml_value(&text).map_err(fail)?;
+    let standalone_ack = matches!(&value, Value::Mapping(m) if m.get("lctl_ack").is_some() && m.get("lctl").is_none());
+    if standalone_ack {
+        LctlAck::from_yaml(&text).map(Loaded::Ack).map_err(fail)
+    } else {
+        LctlDocument::from_value(value).map(|d| Loaded::Document(Box::new(d))).map_err(fail)
+    }
+}
+
+fn fmt(file: &Path, check: bool) -> ExitCode {
+    let text = match read(file) {
+        Ok(text) => text,
+        Err(code) => return code,
+    };
+    let formatted = match load(file) {
+        Ok(Loaded::Document(doc)) => doc.to_yaml(),
+        Ok(Loaded::Ack(ack)) => ack.to_yaml(),
+        Err(code) => return code,
+    };
+    match formatted {
+        Ok(yaml) if check && yaml != text => {
+            eprintln!("{}: not in canonical form", file.display());
+            ExitCode::from(EXIT_RULES_BROKEN)
+        }
+        Ok(_) if check => ExitCode::SUCCESS,
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("{}: error: {err}", file.display());
+            ExitCode::from(EXIT_RULES_BROKEN)
+        }
+    }
 }
 
 fn check(files: &[PathBuf]) -> ExitCode {
     let mut documents = Vec::new();
+    let mut doc_files = Vec::new();
+    let mut ack_errors = 0;
     let mut worst: Option<ExitCode> = None;
     for file in files {
         match load(file) {
-            Ok(doc) => documents.push(doc),
+            Ok(Loaded::Document(doc)) => {
+                documents.push(*doc);
+                doc_files.push(file.clone());
+            }
+            Ok(Loaded::Ack(ack)) => ack_errors += check_ack(file, &ack, documents.last()),
             Err(code) => {
                 // An unreadable file outranks a broken one.
                 if worst.is_none() || code == ExitCode::from(EXIT_UNREADABLE) {
@@ -118,8 +181,41 @@ fn check(files: &[PathBuf]) -> ExitCode {
         return code;
     }
     let report = check_chain(&documents);
-    print_report(files, &report);
-    if report.has_errors() { ExitCode::from(EXIT_RULES_BROKEN) } else { ExitCode::SUCCESS }
+    print_report(&doc_files, &report);
+    if report.has_errors() || ack_errors > 0 { ExitCode::from(EXIT_RULES_BROKEN) } else { ExitCode::SUCCESS }
+}
+
+/// Checks a standalone `lctl_ack` against the document before it (the one it acknowledges), if any; prints what it
+/// says and returns the number of errors.
+fn check_ack(file: &Path, ack: &LctlAck, previous: Option<&LctlDocument>) -> usize {
+    let name = file.display();
+    let loaded: Vec<&str> = ack.facts_loaded.iter().map(|f| f.as_str()).collect();
+    println!(
+        "{name}: lctl_ack of chain {} step {} by {} ({}): loaded [{}]",
+        ack.chain_id,
+        ack.step,
+        ack.agent,
+        ack.status.as_str(),
+        loaded.join(", ")
+    );
+    let Some(doc) = previous else { return 0 };
+    let mut errors = Vec::new();
+    if doc.chain_id().is_some_and(|id| id != ack.chain_id) {
+        errors.push(format!(
+            "acknowledges chain {} but the document before it is chain {}",
+            ack.chain_id,
+            doc.chain_id().unwrap_or_default()
+        ));
+    }
+    for id in ack.facts_loaded.iter().chain(&ack.confidence_concerns) {
+        if !doc.facts.contains(id) {
+            errors.push(format!("{id} is not in the facts registry of the document it acknowledges"));
+        }
+    }
+    for error in &errors {
+        println!("{name}: error [ack] {error}");
+    }
+    errors.len()
 }
 
 fn print_report(files: &[PathBuf], report: &Report) {
@@ -200,7 +296,20 @@ fn describe_failure(failure: &FailureReport) -> String {
 
 fn ack(file: &Path, agent: Option<&str>) -> ExitCode {
     let doc = match load(file) {
-        Ok(doc) => doc,
+        Ok(Loaded::Document(doc)) => *doc,
+        Ok(Loaded::Ack(ack)) => {
+            // Already an acknowledgement: read, checked by decoding, printed back canonically.
+            return match ack.to_yaml() {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("{}: error: {err}", file.display());
+                    ExitCode::from(EXIT_RULES_BROKEN)
+                }
+            };
+        }
         Err(code) => return code,
     };
     let reception = match receive_document(doc, agent) {

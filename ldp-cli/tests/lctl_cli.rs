@@ -164,3 +164,70 @@ fn ack_fails_without_a_receiver() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("chain.target is not set"), "{}", stderr(&output));
 }
+
+/// `ldp lctl fmt` prints canonical YAML that reads back as the same document and is its own canonical form, for every
+/// spec example (and the standalone `lctl_ack` of the Receiving Protocol).
+#[test]
+fn fmt_is_canonical_and_idempotent_on_every_spec_example() {
+    let dir = std::env::temp_dir().join(format!("ldp-lctl-fmt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in [
+        "spec-minimal.yaml",
+        "spec-example1-step1.yaml",
+        "spec-example1-step2.yaml",
+        "spec-example2-parallel-merge.yaml",
+        "spec-example3-failed-chain.yaml",
+        "spec-receiving-ack.yaml",
+    ] {
+        let first = ldp(&["lctl", "fmt", &fixture(name)]);
+        assert_eq!(first.status.code(), Some(0), "{name}: {}", stderr(&first));
+        let formatted = dir.join(name);
+        std::fs::write(&formatted, &first.stdout).unwrap();
+        let second = ldp(&["lctl", "fmt", formatted.to_str().unwrap()]);
+        assert_eq!(stdout(&second), stdout(&first), "{name}: fmt is not idempotent");
+        assert_eq!(ldp(&["lctl", "fmt", "--check", formatted.to_str().unwrap()]).status.code(), Some(0), "{name}");
+        // The formatted text is the same document: the checks say the same about both.
+        if name != "spec-receiving-ack.yaml" {
+            let a = stdout(&ldp(&["lctl", "check", &fixture(name)]));
+            let b = stdout(&ldp(&["lctl", "check", formatted.to_str().unwrap()]));
+            assert_eq!(a.replace(&fixture(name), "F"), b.replace(formatted.to_str().unwrap(), "F"), "{name}");
+        }
+    }
+    // The spec's own text is not canonical YAML (comments, flow style), and --check says so.
+    assert_eq!(ldp(&["lctl", "fmt", "--check", &fixture("spec-example1-step2.yaml")]).status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Receiving Protocol, step 4: "Acknowledge (recommended for chains)" with a standalone `lctl_ack:` block, which
+/// `check` (after the document it acknowledges) and `ack` read.
+#[test]
+fn a_standalone_ack_is_read_by_check_and_ack() {
+    let output = ldp(&["lctl", "check", &fixture("spec-example1-step2.yaml"), &fixture("spec-receiving-ack.yaml")]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}{}", stderr(&output));
+    assert!(
+        text.contains("lctl_ack of chain review-2024-001 step 3 by fix-implementer (received): loaded [F1, F4, F5]"),
+        "{text}"
+    );
+    let alone = ldp(&["lctl", "check", &fixture("spec-receiving-ack.yaml")]);
+    assert_eq!(alone.status.code(), Some(0), "{}", stderr(&alone));
+    let ack = ldp(&["lctl", "ack", &fixture("spec-receiving-ack.yaml")]);
+    assert_eq!(ack.status.code(), Some(0), "{}", stderr(&ack));
+    assert!(stdout(&ack).starts_with("lctl_ack:\n"), "{}", stdout(&ack));
+    assert!(stdout(&ack).contains("chain_id: review-2024-001"), "{}", stdout(&ack));
+    // An ack of another chain, or of facts the document does not hold, is an error.
+    let dir = std::env::temp_dir().join(format!("ldp-lctl-ack-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrong = dir.join("wrong-ack.yaml");
+    let text = std::fs::read_to_string(fixture("spec-receiving-ack.yaml")).unwrap();
+    std::fs::write(&wrong, text.replace("review-2024-001", "other-chain").replace("F5", "F9")).unwrap();
+    let output = ldp(&["lctl", "check", &fixture("spec-example1-step2.yaml"), wrong.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    let text = stdout(&output);
+    assert!(
+        text.contains("acknowledges chain other-chain but the document before it is chain review-2024-001"),
+        "{text}"
+    );
+    assert!(text.contains("F9 is not in the facts registry"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -86,3 +86,42 @@ fn sigterm_stops_it_cleanly() {
     server.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert!(stderr.contains("stopped"), "{stderr}");
 }
+
+/// docs/interop.md: "we send only the seven categories to Python peers". Under `--sign hmac-sha256`, a bad signature
+/// is refused (401) with a TASK_FAILED whose error the Python SDK's `LdpEnvelope` must be able to read: category
+/// `identity` (the paper's "authentication or identity mismatch"), not this implementation's `security`.
+#[test]
+fn a_bad_signature_refusal_is_readable_by_the_python_sdk() {
+    let (_server, url) = serve(&["--sign", "hmac-sha256", "--secret", "cli-secret"], Stdio::piped());
+    let report = python_client(&url, &["--secret", "wrong"]);
+    assert_eq!(report["ok"], false, "{report:#}");
+    let refusal = report["http"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["status"] == 401)
+        .unwrap_or_else(|| panic!("no 401: {report:#}"))["response_json"]
+        .clone();
+    let error = &refusal["body"]["error"];
+    assert_eq!(error["category"], "identity", "{refusal:#}");
+    assert_eq!(error["code"], "SIGNATURE_INVALID", "{refusal:#}");
+    // The SDK's own model reads the refusal.
+    let py = Command::new("bash").arg(repo().join("scripts/ref-sdk.sh")).stderr(Stdio::inherit()).output().unwrap();
+    assert!(py.status.success(), "scripts/ref-sdk.sh could not install the Python reference SDK (see stderr)");
+    let py = String::from_utf8(py.stdout).unwrap().trim().to_owned();
+    let mut child = Command::new(py)
+        .args([
+            "-c",
+            "import json, sys\nfrom ldp_protocol import LdpEnvelope\n\
+                      e = LdpEnvelope.model_validate(json.load(sys.stdin))\nprint(e.body.error.category.value)",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), refusal.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the Python SDK cannot read the refusal: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("identity"), "{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -16,12 +16,14 @@
 //! - **Codec** ([`parse`], [`LctlDocument::to_yaml`]): the full and the minimal format; unknown
 //!   keys are kept in order; errors name the path (`facts.F2.confidence: expected 0.0-1.0`).
 //! - **Rules** ([`check_document`]): the confidence table as typed [`PropagationAdvice`], the
-//!   propagation rule ([`propagate`], [`check_propagation`]), handoff references, step order,
-//!   parallel groups and their merges.
+//!   propagation rule ([`propagate`], [`check_propagation`]; inside a document, facts against the
+//!   step that produced them and against their `derived_from` parents), handoff references, step
+//!   order, parallel groups and their merges.
 //! - **Chain checker** ([`check_chain`]): lost critical facts, unverified confidence rises,
 //!   unrecorded modifications, step gaps, across hops.
 //! - **Receiving protocol** ([`receive`]): concerns below 0.7, the `lctl_ack`, the next hop.
-//! - **Rendering** ([`render`]).
+//! - **Rendering** ([`render`]): every step with its facts and `duration_ms`; a minimal document
+//!   (no trace) as its sending agent and facts.
 //! - **LDP** ([`ldp`]): lineage and contract to LCTL, LCTL inside a TASK_SUBMIT semantic frame.
 //!
 //! ```

@@ -21,6 +21,9 @@ pub enum RenderFormat {
 }
 
 /// Renders the document's trace in `format`.
+///
+/// A document without a trace (the minimal format) is drawn as its one hop: the sending agent (`chain.from`), at
+/// `chain.step`, with the facts it hands over, then the receiver.
 pub fn render(doc: &LctlDocument, format: RenderFormat) -> String {
     match format {
         RenderFormat::Mermaid => render_mermaid(doc),
@@ -46,6 +49,36 @@ struct Layout<'a> {
     doc: &'a LctlDocument,
     groups: Vec<std::ops::Range<usize>>,
     merge_indices: Vec<usize>,
+}
+
+/// The document to draw: itself, or for a minimal document (no trace) one with the sending agent as its only step,
+/// which established every fact of the registry.
+fn drawable(doc: &LctlDocument) -> std::borrow::Cow<'_, LctlDocument> {
+    let source = doc.chain.as_ref().and_then(|c| c.source.clone());
+    match source {
+        Some(agent) if doc.trace.is_empty() => {
+            let mut step = TraceStep::new(doc.chain.as_ref().and_then(|c| c.step).unwrap_or(1), agent);
+            step.facts_added = doc.facts.iter().map(|(id, _)| id.clone()).collect();
+            let mut drawn = doc.clone();
+            drawn.trace.push(step);
+            std::borrow::Cow::Owned(drawn)
+        }
+        _ => std::borrow::Cow::Borrowed(doc),
+    }
+}
+
+/// The facts a step added (`+F1 0.95`) and modified (`~F1 0.95`), with their text when `with_text`.
+fn fact_lines(doc: &LctlDocument, step: &TraceStep, with_text: bool) -> Vec<String> {
+    let added = step.facts_added.iter().map(|id| ('+', id));
+    let modified = step.facts_modified.iter().map(|id| ('~', id));
+    added
+        .chain(modified)
+        .map(|(mark, id)| match doc.facts.get(id) {
+            Some(fact) if with_text => format!("{mark}{id} {}: {}", fact.confidence, fact.text),
+            Some(fact) => format!("{mark}{id} {}", fact.confidence),
+            None => format!("{mark}{id}"),
+        })
+        .collect()
 }
 
 impl<'a> Layout<'a> {
@@ -101,6 +134,9 @@ impl<'a> Layout<'a> {
     fn node_text(&self, index: usize) -> (String, String) {
         let step = &self.doc.trace[index];
         let mut title = format!("{}: {}", step.step, step.agent);
+        if let Some(ms) = step.duration_ms {
+            let _ = write!(title, " ({ms} ms)");
+        }
         if self.is_failed(index) {
             title.push_str(" [FAILED]");
         } else if self.is_merge(index) {
@@ -112,6 +148,14 @@ impl<'a> Layout<'a> {
                 detail.push('\n');
             }
             detail.push_str(error);
+        }
+        // The facts themselves with their text only where there is no trace to tell the story (the minimal format).
+        let with_text = self.doc.trace.len() == 1 && step.action.is_none();
+        for line in fact_lines(self.doc, step, with_text) {
+            if !detail.is_empty() {
+                detail.push('\n');
+            }
+            detail.push_str(&line);
         }
         (title, detail)
     }
@@ -127,6 +171,7 @@ fn mermaid_escape(text: &str) -> String {
 
 /// Renders the trace as a Mermaid flowchart.
 pub fn render_mermaid(doc: &LctlDocument) -> String {
+    let doc = &*drawable(doc);
     let layout = Layout::new(doc);
     let mut out = String::from("flowchart TD\n");
     let node = |out: &mut String, index: usize, indent: &str| {
@@ -176,6 +221,7 @@ fn dot_escape(text: &str) -> String {
 
 /// Renders the trace as a Graphviz digraph.
 pub fn render_dot(doc: &LctlDocument) -> String {
+    let doc = &*drawable(doc);
     let layout = Layout::new(doc);
     let name = doc.chain_id().unwrap_or("lctl");
     let mut out =
@@ -223,6 +269,7 @@ pub fn render_dot(doc: &LctlDocument) -> String {
 /// input it could have received); a drop is marked `v`, a rise `^`, and a step that falls into
 /// a lower band of the confidence table is called out.
 pub fn render_timeline(doc: &LctlDocument) -> String {
+    let doc = &*drawable(doc);
     let layout = Layout::new(doc);
     let mut out = String::new();
     let chain = doc.chain.as_ref();
@@ -282,13 +329,21 @@ pub fn render_timeline(doc: &LctlDocument) -> String {
             if layout.is_failed(index) && !action.starts_with("FAILED") {
                 action = format!("FAILED {action}");
             }
+            if let Some(ms) = step.duration_ms {
+                let _ = write!(action, " ({ms} ms)");
+            }
             let _ = writeln!(
                 out,
-                "{:>3}{marker}  {:<agent_width$}  {:<4}  {bar}  {change:<8}  {action}",
+                "{:>3}{marker}  {:<agent_width$}  {:<4}  {bar}  {change:<8}  {}",
                 step.step,
                 step.agent,
                 step.confidence.map_or_else(|| "?".to_owned(), |c| c.to_string()),
+                action.trim_start(),
             );
+            let with_text = doc.trace.len() == 1 && step.action.is_none();
+            for line in fact_lines(doc, step, with_text) {
+                let _ = writeln!(out, "      {:<agent_width$}  {line}", "");
+            }
             if let Some(error) = &step.error {
                 let _ = writeln!(out, "      {:<agent_width$}  error: {error}", "");
             }

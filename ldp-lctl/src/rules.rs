@@ -12,7 +12,7 @@
 use std::fmt;
 
 use crate::model::{ChainStatus, FactId, LctlDocument, TraceStep};
-use crate::{Analysis, ConfidenceBand};
+use crate::{Analysis, ConfidenceBand, Value};
 
 /// How much a finding matters. Only [`Severity::Error`] makes a check fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -59,6 +59,10 @@ pub enum Rule {
     FlagForReview,
     /// A critical fact in 0.60-0.79: verify before acting.
     VerifyBeforeActing,
+    /// A fact added or modified by a trace step is more confident than that step.
+    FactAboveStep,
+    /// A fact is more confident than a fact it says it was derived from (`derived_from`).
+    FactAboveParent,
     /// A fact's `source` is an agent that never appears in the trace.
     UnknownFactSource,
     /// `failed_at_step` names no step of the trace.
@@ -93,6 +97,8 @@ impl Rule {
             Rule::DoNotPropagate => "do-not-propagate",
             Rule::FlagForReview => "flag-for-review",
             Rule::VerifyBeforeActing => "verify-before-acting",
+            Rule::FactAboveStep => "fact-above-step",
+            Rule::FactAboveParent => "fact-above-parent",
             Rule::UnknownFactSource => "unknown-fact-source",
             Rule::FailedStepUnknown => "failed-step-unknown",
             Rule::ChainIdMismatch => "chain-id-mismatch",
@@ -310,6 +316,7 @@ pub(crate) fn check_document_into(doc: &LctlDocument, index: usize, report: &mut
     check_step_numbers(doc, index, report);
     check_parallel(doc, index, report);
     check_confidence_bands(doc, index, report);
+    check_propagation_within(doc, index, report);
     check_fact_sources(doc, index, report);
     check_failed_step(doc, index, report);
     for group in parallel_groups(doc) {
@@ -489,6 +496,75 @@ fn check_confidence_bands(doc: &LctlDocument, index: usize, report: &mut Report)
             ),
             _ => {}
         }
+    }
+}
+
+/// The propagation rule, "Child confidence ≤ min(parent confidence, own confidence)", inside one document.
+///
+/// A fact's producing step is the last trace step that added or modified it. A fact above that step's confidence
+/// is a warning, not an error: the spec's own examples do it (Example 1: step 1 at 0.85 adds F1 at 0.95; Example 2:
+/// the merge at 0.80 adds F6 at 0.95), so the sentence cannot be meant to refuse them. A fact above a fact it names in
+/// `derived_from` (an extension key: the spec has no field for derivation, so the rule applies where a document says
+/// which) is an error: there the document itself states the parent, and the rule applies as written.
+fn check_propagation_within(doc: &LctlDocument, index: usize, report: &mut Report) {
+    for (id, fact) in doc.facts.iter() {
+        if let Some(step) = doc.trace.iter().rev().find(|s| s.touches(id))
+            && let Some(step_confidence) = step.confidence
+            && fact.confidence.value() > step_confidence.value()
+        {
+            report.push(
+                Rule::FactAboveStep,
+                Severity::Warning,
+                index,
+                format!("facts.{id}.confidence"),
+                format!(
+                    "{id} has confidence {} but step {} ({}) that produced it has {step_confidence}: child confidence \
+                     <= min(parent confidence, own confidence)",
+                    fact.confidence, step.step, step.agent
+                ),
+            );
+        }
+        let parents: Vec<&Value> = match fact.extra.get("derived_from") {
+            Some(Value::Sequence(parents)) => parents.iter().collect(),
+            Some(one) => vec![one],
+            None => continue,
+        };
+        for (position, parent) in parents.into_iter().enumerate() {
+            let path = format!("facts.{id}.derived_from[{position}]");
+            let parent_fact = match parent {
+                Value::String(p) => FactId::new(p.clone()).ok().and_then(|p| doc.facts.get(&p).map(|f| (p, f))),
+                _ => None,
+            };
+            match parent_fact {
+                None => report.push(
+                    Rule::FactAboveParent,
+                    Severity::Error,
+                    index,
+                    path,
+                    format!("{id} is derived from {}, which is not in the facts registry", describe(parent)),
+                ),
+                Some((parent_id, parent_fact)) if fact.confidence.value() > parent_fact.confidence.value() => report
+                    .push(
+                        Rule::FactAboveParent,
+                        Severity::Error,
+                        index,
+                        format!("facts.{id}.confidence"),
+                        format!(
+                            "{id} has confidence {} but is derived from {parent_id} at {}: child confidence <= \
+                             min(parent confidence, own confidence)",
+                            fact.confidence, parent_fact.confidence
+                        ),
+                    ),
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+fn describe(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => format!("a {}", other.kind()),
     }
 }
 

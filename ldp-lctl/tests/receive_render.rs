@@ -148,11 +148,11 @@ fn mermaid_and_dot_mark_the_failed_step() {
     let failed = doc("spec-example3-failed-chain.yaml");
     let mermaid = render(&failed, RenderFormat::Mermaid);
     assert!(mermaid.contains("class s3 failed"), "{mermaid}");
-    assert!(mermaid.contains("4: deploy-agent [FAILED]"), "{mermaid}");
+    assert!(mermaid.contains("4: deploy-agent (5000 ms) [FAILED]"), "{mermaid}");
     assert!(mermaid.contains("s2 -->|\"0.92\"| s3"), "{mermaid}");
     let dot = render(&failed, RenderFormat::Dot);
     assert!(dot.starts_with("digraph \"deploy-2024-042\" {"), "{dot}");
-    assert!(dot.contains("s3 [label=\"4: deploy-agent [FAILED]"), "{dot}");
+    assert!(dot.contains("s3 [label=\"4: deploy-agent (5000 ms) [FAILED]"), "{dot}");
     assert!(dot.contains("color=red"), "{dot}");
     assert!(dot.contains("s0 -> s1 [label=\"0.95\"]"), "{dot}");
     assert!(dot.trim_end().ends_with('}'));
@@ -201,4 +201,44 @@ fn the_timeline_compares_a_merge_with_its_weakest_branch() {
     assert!(timeline.contains("step 3 orchestrator: 0.85 -> 0.80"), "{timeline}");
     assert!(timeline.contains("[merge] Collected parallel results"), "{timeline}");
     assert!(timeline.contains("->  integration-agent (merge)"), "{timeline}");
+}
+
+/// Best practices, "For Debugging": "Include duration_ms for performance analysis": every format shows it.
+#[test]
+fn every_format_shows_duration_ms() {
+    let failed = doc("spec-example3-failed-chain.yaml");
+    let timeline = render(&failed, RenderFormat::Timeline);
+    assert!(timeline.contains("Built Docker image successfully (45200 ms)"), "{timeline}");
+    let dot = render(&failed, RenderFormat::Dot);
+    assert!(dot.contains("s2 [label=\"3: build-agent (45200 ms)\\nBuilt Docker image successfully"), "{dot}");
+    let mermaid = render(&failed, RenderFormat::Mermaid);
+    assert!(mermaid.contains("s0[\"1: requirement-analyzer (2340 ms)<br/>"), "{mermaid}");
+    // A step without duration_ms gets no parentheses.
+    let plain = render(&doc("spec-example1-step1.yaml"), RenderFormat::Dot);
+    assert!(plain.contains("s0 [label=\"1: code-analyzer\\n"), "{plain}");
+}
+
+/// Minimal Format: `chain: {id: auth-001, step: 2, from: analyzer, to: fixer}` and fact F1: the drawing keeps the
+/// sending agent and its facts, not only "next: fixer".
+#[test]
+fn the_minimal_format_renders_its_source_and_facts() {
+    let minimal = doc("spec-minimal.yaml");
+    let mermaid = render(&minimal, RenderFormat::Mermaid);
+    assert!(mermaid.contains("s0[\"2: analyzer<br/>+F1 0.95: SQL injection in UserController.py:45\"]"), "{mermaid}");
+    assert!(mermaid.contains("s0 -->|\"?\"| next"), "{mermaid}");
+    assert!(mermaid.contains("next([\"next: fixer\"])"), "{mermaid}");
+    let dot = render(&minimal, RenderFormat::Dot);
+    assert!(dot.contains("s0 [label=\"2: analyzer\\n+F1 0.95: SQL injection in UserController.py:45\"]"), "{dot}");
+    assert!(dot.contains("s0 -> next"), "{dot}");
+    let timeline = render(&minimal, RenderFormat::Timeline);
+    assert!(timeline.contains("  2   analyzer"), "{timeline}");
+    assert!(timeline.contains("+F1 0.95: SQL injection in UserController.py:45"), "{timeline}");
+    assert!(timeline.contains("->  fixer"), "{timeline}");
+}
+
+/// Facts added and modified by a step are listed in its node, with their confidence.
+#[test]
+fn nodes_list_the_facts_their_step_added_and_modified() {
+    let dot = render(&doc("spec-example1-step2.yaml"), RenderFormat::Dot);
+    assert!(dot.contains("+F4 0.88\\n+F5 0.85\\n~F1 0.95"), "{dot}");
 }

@@ -3,7 +3,7 @@
 //! Run with: `cargo bench -p ldp-llmx --bench tokens` (prints a Markdown table; no timing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stdout, missing_docs)]
 
-use ldp_llmx::{BridgeConfig, parse, to_ldp, write};
+use ldp_llmx::{BridgeConfig, WriteStyle, parse, to_ldp, write_with};
 use tiktoken_rs::CoreBPE;
 
 mod corpus;
@@ -23,19 +23,19 @@ fn main() {
     let cfg =
         BridgeConfig::new("550e8400-e29b-41d4-a716-446655440000", "2026-03-09T10:00:00Z").with_task_id("task-001");
 
-    // Columns: the spec's text; the canonical writer's text; the LDP envelopes the bridge produces (compact JSON,
+    // Columns: the spec's text (which the canonical writer reproduces); the compact writer's text (`fmt --compact`); the LDP envelopes the bridge produces (compact JSON,
     // one per line); the same without the bridge's own `llmx_*` bookkeeping (what a native LDP agent would send for
     // the same content); only their `body` objects (the envelope's ids and timestamp are per-message overhead LLMX
     // does not carry); and the typed model's own JSON view (same content, JSON syntax, long field names).
     println!(
-        "| message | LLMX spec text | LLMX canonical | LDP envelopes JSON | LDP envelopes, no llmx_* keys | LDP bodies JSON | typed JSON view |"
+        "| message | LLMX spec text | LLMX compact | LDP envelopes JSON | LDP envelopes, no llmx_* keys | LDP bodies JSON | typed JSON view |"
     );
     println!("|---|---|---|---|---|---|---|");
     let mut totals = [0usize; 12];
     let mut bridged_llmx = [0usize; 2];
     for (name, text) in corpus::MESSAGES {
         let m = parse(text).unwrap();
-        let canonical = write(&m);
+        let compact = write_with(&m, WriteStyle::Compact);
         let view = serde_json::to_string(&m).unwrap();
         let (envelopes, native, bodies) = match to_ldp(&m, &cfg) {
             Ok(envs) => {
@@ -53,7 +53,7 @@ fn main() {
             }
             Err(_) => (None, None, None),
         };
-        let cells = [Some(text.to_string()), Some(canonical), envelopes, native, bodies, Some(view)];
+        let cells = [Some(text.to_string()), Some(compact), envelopes, native, bodies, Some(view)];
         let mut row = format!("| {name} |");
         for (i, cell) in cells.iter().enumerate() {
             match cell {

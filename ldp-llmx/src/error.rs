@@ -51,13 +51,17 @@ pub enum ParseErrorKind {
     ControlCharacter,
     /// The text does not start with a HEADER block.
     MissingHeader,
-    /// A HEADER with no block after it (a message has one or more blocks).
-    NoBlocks,
     /// A second HEADER where one message was expected.
     ExtraHeader,
     /// Objects, arrays and tuples nested deeper than the limit.
     TooDeep {
         /// The limit in force.
+        limit: usize,
+    },
+    /// A message (from its HEADER to the next) longer than the reader's limit
+    /// ([`crate::Parser::max_message_bytes`]).
+    MessageTooLarge {
+        /// The limit in force, in bytes.
         limit: usize,
     },
     /// A key appears twice in one object or tuple.
@@ -106,7 +110,7 @@ impl fmt::Display for ParseErrorKind {
             ParseErrorKind::InvalidEscape => f.write_str("invalid escape sequence in string"),
             ParseErrorKind::ControlCharacter => f.write_str("control character in string must be escaped"),
             ParseErrorKind::MissingHeader => f.write_str("expected HEADER: every message starts with a HEADER block"),
-            ParseErrorKind::NoBlocks => f.write_str("expected a message block after HEADER"),
+            ParseErrorKind::MessageTooLarge { limit } => write!(f, "message larger than {limit} bytes"),
             ParseErrorKind::ExtraHeader => f.write_str("unexpected second HEADER (one message expected)"),
             ParseErrorKind::TooDeep { limit } => write!(f, "nesting deeper than {limit} levels"),
             ParseErrorKind::DuplicateField { field } => write!(f, "duplicate field '{field}'"),
@@ -162,6 +166,14 @@ pub enum LlmxError {
     /// A batch whose ACTs or OBS blocks cannot be matched (missing or duplicate ids, another batch's response).
     #[error("batch: {0}")]
     Batch(String),
+    /// The input could not be read (see [`crate::MessageReader`]).
+    #[error("read error: {message}")]
+    Read {
+        /// The I/O error's kind.
+        kind: std::io::ErrorKind,
+        /// The I/O error's text.
+        message: String,
+    },
     /// An LLMX message with no LDP counterpart, or an LDP envelope with no LLMX counterpart.
     #[error("cannot bridge: {0}")]
     Bridge(String),

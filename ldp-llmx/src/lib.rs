@@ -14,8 +14,12 @@
 //! - [`parse`] / [`parse_all`] / [`Parser`]: text to [`Message`] (a [`Header`] and typed [`Block`]s). Errors are
 //!   [`LlmxError::Parse`] with a line, a column and what was expected; [`Res::nack`] turns one into the spec's
 //!   `RES:{o:"NACK",...}` answer, and [`Message::warnings`] gives the `RES:{o:"WARN",...}` answers for unknown types.
+//! - [`Parser::reader`] / [`MessageReader`]: a stream of messages read one at a time, in memory bounded by the
+//!   largest message; [`SequenceTracker`] warns when a sender's HEADER `s` does not increase (section 3.1).
 //! - [`Value`]: the generic model behind `X_*` blocks, `x_*` fields, `args`, `st` and `c`.
-//! - [`write()`]: the canonical (most compact) text; `parse(&write(&m)) == Ok(m)` for every message.
+//! - [`write()`]: the canonical text in the spec's syntax (strings quoted, identifiers and enumerations bare, as the
+//!   spec's examples write them); `parse(&write(&m)) == Ok(m)` for every message. [`write_with`] and
+//!   [`WriteStyle::Compact`] write every plain string bare, for token budgets.
 //! - [`Target`], [`PathRef`], [`OpShortcut`]: section 4's shortcuts; [`SafeRoot`]: section 9.2's path checks.
 //! - [`BatchTracker`]: section 5's batches, matching OBS `ai` to ACT `i` in any order.
 //! - [`bridge`]: [`to_ldp`] turns messages into LDP envelopes (REQ to `TASK_SUBMIT`, END/OBS to `TASK_RESULT` or
@@ -42,6 +46,7 @@ mod error;
 mod message;
 mod parser;
 mod shortcut;
+mod stream;
 mod value;
 mod writer;
 
@@ -53,6 +58,10 @@ pub use message::{
     Operation, Plan, PlanStep, Priority, Req, Res, STANDARD_TYPES, StepId, StepStatus,
 };
 pub use parser::{DEFAULT_MAX_DEPTH, Parser, parse, parse_all};
-pub use shortcut::{Lines, OpShortcut, PathRef, Resource, SafeRoot, Target};
+pub use shortcut::{ExpandedLines, ExpandedTarget, Lines, OpShortcut, PathRef, Resource, SafeRoot, Target};
+pub use stream::{DEFAULT_MAX_MESSAGE_BYTES, MAX_TRACKED_SENDERS, MessageReader, SequenceTracker, sequence_warnings};
 pub use value::{Number, Object, Value};
-pub use writer::{write, write_all, write_block, write_into, write_value};
+pub use writer::{
+    WriteStyle, write, write_all, write_block, write_block_with, write_into, write_into_with, write_value,
+    write_value_with, write_with,
+};

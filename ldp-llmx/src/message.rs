@@ -9,7 +9,7 @@ use crate::parser::{PErr, RawBlock, RawBody, RawField};
 use crate::shortcut::Target;
 use crate::value::{Object, Value};
 
-/// One LLMX message: a HEADER and one or more blocks (spec section 2.1).
+/// One LLMX message: a HEADER and zero or more blocks (Appendix A: `message = header , { block }`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     /// The HEADER block.
@@ -441,6 +441,16 @@ impl Res {
             other => format!("parse error: {other}"),
         };
         Res { option: "NACK".to_owned(), msg: Some(msg), custom: CustomFields::default() }
+    }
+
+    /// The warning for a HEADER `s` that is not above the previous `s` of the same sender (section 3.1: "Sequence
+    /// number (monotonic)"), in the section 7.3 form: `RES:{o:"WARN",msg:"..."}`.
+    pub fn warn_sequence(sender: &str, seq: u64, previous: u64) -> Res {
+        Res {
+            option: "WARN".to_owned(),
+            msg: Some(format!("sequence number s:{seq} from {sender} does not increase (previous s:{previous})")),
+            custom: CustomFields::default(),
+        }
     }
 
     /// The section 7.3 answer to an unknown block type: `RES:{o:"WARN",msg:"unknown message type: NAME ignored"}`.

@@ -34,6 +34,7 @@ pub fn parse_all(text: &str) -> Result<Vec<Message>, LlmxError> {
 #[derive(Debug, Clone, Copy)]
 pub struct Parser {
     max_depth: usize,
+    max_message_bytes: usize,
 }
 
 impl Default for Parser {
@@ -43,9 +44,20 @@ impl Default for Parser {
 }
 
 impl Parser {
-    /// A parser with [`DEFAULT_MAX_DEPTH`].
+    /// A parser with [`DEFAULT_MAX_DEPTH`] and [`crate::DEFAULT_MAX_MESSAGE_BYTES`].
     pub fn new() -> Self {
-        Parser { max_depth: DEFAULT_MAX_DEPTH }
+        Parser { max_depth: DEFAULT_MAX_DEPTH, max_message_bytes: crate::stream::DEFAULT_MAX_MESSAGE_BYTES }
+    }
+
+    /// Sets the longest message, in bytes, that [`Parser::reader`] holds before refusing it with
+    /// [`ParseErrorKind::MessageTooLarge`] (default [`crate::DEFAULT_MAX_MESSAGE_BYTES`]).
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    pub(crate) fn message_limit(&self) -> usize {
+        self.max_message_bytes
     }
 
     /// Sets the deepest nesting of objects, arrays and tuples accepted (a block body counts as one level).
@@ -323,9 +335,8 @@ impl<'a> Cursor<'a> {
             blocks.push(message::block_from_raw(raw, &mut fields)?);
         }
         self.scratch = fields;
-        if blocks.is_empty() {
-            return Err(PErr::new(self.i, ParseErrorKind::NoBlocks));
-        }
+        // Zero blocks is a message: Appendix A says `message = header , { block }`, and section 3.1's examples are
+        // HEADERs on their own.
         Ok(Message { header, blocks })
     }
 

@@ -41,6 +41,20 @@ impl OpShortcut {
         })
     }
 
+    /// What the shortcut means, in the words of section 4.2's table (`add`, `remove`, `modify`, `query`, `force`,
+    /// `all`, `reference`).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            OpShortcut::Add => "add",
+            OpShortcut::Remove => "remove",
+            OpShortcut::Modify => "modify",
+            OpShortcut::Query => "query",
+            OpShortcut::Force => "force",
+            OpShortcut::All => "all",
+            OpShortcut::Reference => "reference",
+        }
+    }
+
     /// The character it is written as.
     pub fn as_char(self) -> char {
         match self {
@@ -201,6 +215,27 @@ impl Target {
         }
     }
 
+    /// Every shortcut of the target expanded (sections 4.1 and 4.2), in a form that serializes as JSON.
+    ///
+    /// ```
+    /// let e = ldp_llmx::Target::from("+^/src/auth.ts#L10-25").expand();
+    /// assert_eq!(
+    ///     serde_json::to_value(&e)?,
+    ///     serde_json::json!({"text": "+^/src/auth.ts#L10-25", "ops": ["add"], "path": "../src/auth.ts",
+    ///                        "lines": {"start": 10, "end": 25}})
+    /// );
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn expand(&self) -> ExpandedTarget {
+        let ops = self.shortcuts().into_iter().map(OpShortcut::meaning).collect();
+        let (path, lines, resource) = match self.resource() {
+            Resource::Path(p) => (Some(p.expanded()), p.lines.map(ExpandedLines::from), None),
+            Resource::Empty => (None, None, None),
+            Resource::Other(o) => (None, None, Some(o.to_owned())),
+        };
+        ExpandedTarget { text: self.0.clone(), ops, path, lines, resource }
+    }
+
     /// The path reference, if the target is one.
     pub fn path(&self) -> Option<PathRef<'_>> {
         match self.resource() {
@@ -225,6 +260,39 @@ impl From<&str> for Target {
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// A target with its shortcuts expanded: what [`Target::expand`] gives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExpandedTarget {
+    /// The target as written.
+    pub text: String,
+    /// The operation shortcuts' meanings, in order (`+` is `add`, ...).
+    pub ops: Vec<&'static str>,
+    /// The path, with `p:` removed and `^` expanded to `..`, when the target is a path reference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The `#L` line or range of a path reference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<ExpandedLines>,
+    /// What the target names when it is not a path (a shell command, a query).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+}
+
+/// A `#L` reference as an inclusive range of lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ExpandedLines {
+    /// First line, from 1.
+    pub start: u32,
+    /// Last line, inclusive.
+    pub end: u32,
+}
+
+impl From<Lines> for ExpandedLines {
+    fn from(l: Lines) -> Self {
+        ExpandedLines { start: l.start(), end: l.end() }
     }
 }
 

@@ -91,9 +91,16 @@ fn missing_header_and_empty_message() {
     assert_eq!(fail("REQ:{o:x,pr:1}").2, ParseErrorKind::MissingHeader);
     assert_eq!(fail("").2, ParseErrorKind::MissingHeader);
     assert_eq!(fail("HEADERS:{f:A}").2, ParseErrorKind::MissingHeader);
-    let (l, c, k, _) = fail("HEADER:{f:A,t:B,s:1}\n");
-    assert_eq!(k, ParseErrorKind::NoBlocks);
-    assert_eq!((l, c), (2, 1));
+}
+
+/// Appendix A: `message = header , { block }` (zero or more blocks), and section 3.1's examples are HEADERs alone.
+#[test]
+fn header_only_message_is_accepted() {
+    let m = ldp_llmx::parse("HEADER:{f:A,t:B,s:1}\n").unwrap();
+    assert!(m.blocks.is_empty());
+    let all = ldp_llmx::parse_all("HEADER:{f:Claude,t:Gemini,s:1}\nHEADER:{f:Orchestrator,t:ALL,s:42,b:B1}\n").unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[1].header.batch.as_deref(), Some("B1"));
 }
 
 #[test]

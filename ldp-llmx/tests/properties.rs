@@ -186,6 +186,24 @@ proptest! {
     }
 
     #[test]
+    fn compact_style_round_trips_too(m in message()) {
+        let text = ldp_llmx::write_with(&m, ldp_llmx::WriteStyle::Compact);
+        let back = parse(&text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+        prop_assert_eq!(&back, &m, "{}", text);
+    }
+
+    /// The streaming reader, fed in arbitrary read sizes, gives exactly what `parse_all` gives on the whole text.
+    #[test]
+    fn reader_matches_parse_all(ms in proptest::collection::vec(message(), 0..4), sep in "[ \n]{0,2}", cut in 1usize..9) {
+        let text: String = ms.iter().map(|m| write(m) + &sep).collect();
+        let streamed: Vec<Message> = ldp_llmx::Parser::new()
+            .reader(Chunked(text.as_bytes(), cut))
+            .collect::<Result<_, _>>()
+            .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+        prop_assert_eq!(&streamed, &ms);
+    }
+
+    #[test]
     fn json_view_round_trips_typed_fields(m in message()) {
         // The JSON view drops only the tuple/object distinction inside generic values; typed fields survive.
         let json = serde_json::to_string(&m).unwrap();
@@ -310,4 +328,16 @@ fn bridge_round_trips_through_envelope_json() {
         }
     };
     std::thread::Builder::new().stack_size(64 << 20).spawn(run).unwrap().join().unwrap();
+}
+
+/// A reader that hands out at most `.1` bytes per read.
+struct Chunked<'a>(&'a [u8], usize);
+
+impl std::io::Read for Chunked<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.1.min(buf.len()).min(self.0.len());
+        buf[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok(n)
+    }
 }

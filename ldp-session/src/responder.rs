@@ -562,21 +562,28 @@ impl Responder {
             body,
         )
         .with_payload_mode(mode);
+        // RFC 3.1's envelope has a `provenance` member; the reference transcript (ldp-session-flow.json, step 6)
+        // fills it on TASK_RESULT with the body's record, and so does this responder (before signing, so the
+        // algorithms that cover the envelope's provenance cover it; reference `hmac-sha256` covers neither copy).
+        if let Body::TaskResult(r) = &env.body {
+            env.provenance = Some(r.provenance.clone());
+        }
         sign_outbound(&self.cfg.security, self.cfg.hmac_sha256_nonce, self.ids.as_mut(), &mut env);
         env
     }
 
     /// The in-protocol answer to a refused message.
     fn refuse(&mut self, env: &Envelope, error: LdpError) -> Refusal {
+        let on_wire = reference_category(&error);
         let reply = match &env.body {
             Body::SessionPropose(_) => {
                 self.events.push_back(ResponderEvent::SessionRejected { peer: env.from.clone(), error: error.clone() });
-                let body = SessionReject::new(error.message.clone(), Some(error.clone()));
+                let body = SessionReject::new(on_wire.message.clone(), Some(on_wire));
                 self.envelope(&env.session_id, &env.from, body, PayloadMode::Text)
             }
             body => {
                 let task_id = body.task_id().unwrap_or_default().to_owned();
-                self.envelope(&env.session_id, &env.from, TaskFailed::new(task_id, error.clone()), env.payload_mode)
+                self.envelope(&env.session_id, &env.from, TaskFailed::new(task_id, on_wire), env.payload_mode)
             }
         };
         Refusal { error, reply: Some(reply) }
@@ -1055,6 +1062,18 @@ impl Checked {
     pub fn envelope(&self) -> &Envelope {
         &self.env
     }
+}
+
+/// The error as a refusal sends it: a `security` failure (signature, replay, timestamp window) goes out with the
+/// paper's `identity` category ("authentication or identity mismatch"), keeping its code, message, severity and
+/// retryability, because the Python reference SDK accepts only the paper's seven categories and fails to read the
+/// whole reply otherwise (docs/interop.md). The typed refusal and the responder's events keep `security`.
+fn reference_category(error: &LdpError) -> LdpError {
+    let mut on_wire = error.clone();
+    if on_wire.category == ldp_types::ErrorCategory::Security {
+        on_wire.category = ldp_types::ErrorCategory::Identity;
+    }
+    on_wire
 }
 
 /// The longest TTL a session can have, whatever the configuration says.

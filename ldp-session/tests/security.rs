@@ -296,3 +296,27 @@ fn refusals_are_signed_too() {
     signing::verify(&reply, &key(alg).verifying_key()).unwrap();
     step.reply.unwrap().1.unwrap();
 }
+
+/// RFC 3.1's envelope has a `provenance` member, and the transcript ldp-session-flow.json (step 6) carries the
+/// TASK_RESULT's provenance there as well as in the body: the responder fills both, with the same record, before
+/// signing (so a signature over the envelope covers it).
+#[test]
+fn task_result_fills_the_envelope_provenance_too() {
+    for alg in SignatureAlgorithm::ALL {
+        let mut sim = signed_sim(alg);
+        let sid = sim.session();
+        let task = sim.submit(&sid, "echo", frame("x")).task();
+        let ldp_session::Delivery::Send(result) =
+            sim.responder.complete_task(&task.key, TaskOutput::new(json!("genuine"))).unwrap()
+        else {
+            panic!()
+        };
+        let ldp_types::Body::TaskResult(body) = &result.body else { panic!("{:?}", result.body) };
+        assert_eq!(result.provenance.as_deref(), Some(&*body.provenance), "{alg}");
+        let wire = result.to_value().unwrap();
+        assert_eq!(wire["provenance"], wire["body"]["provenance"], "{alg}");
+        assert!(wire["provenance"]["produced_by"].is_string(), "{alg}");
+        // The initiator accepts it.
+        sim.send_initiator(&result).unwrap();
+    }
+}

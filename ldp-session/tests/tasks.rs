@@ -316,3 +316,25 @@ fn duplicate_and_empty_task_ids_are_refused() {
     }
     assert_eq!(sim.responder.running_tasks(), 1);
 }
+
+/// RFC 3.2: "`TASK_UPDATE` | Responder → Initiator | Task progress update". The RFC gives no meaning to a TASK_UPDATE
+/// a responder receives; ldp-rs answers it in the RFC's direction, with a TASK_UPDATE carrying the task's status (the
+/// status query its WebSocket resume and the Rust reference crate send), and never takes it as progress: the
+/// initiator's `progress` and `message` change nothing (docs/interop.md, conformance LDP-MSG-007).
+#[test]
+fn task_update_sent_to_a_responder_is_a_status_query_never_progress() {
+    let mut sim = Sim::new();
+    let sid = sim.session();
+    let task = sim.submit(&sid, "echo", frame("slow")).task();
+    let q = sim.forge(
+        &sid,
+        TaskUpdate::new(task.key.task_id.clone(), Some(1.0), Some("completed".into())),
+        PayloadMode::Text,
+    );
+    let Ok(Outcome::Reply(reply)) = sim.send_responder(&q) else { panic!() };
+    let Body::TaskUpdate(u) = &reply.body else { panic!("{reply:?}") };
+    assert_eq!((u.progress, u.message.as_deref()), (None, Some("running")));
+    // The task is still running: the initiator's claim of completion was not taken as progress.
+    assert_eq!(sim.responder.running_tasks(), 1);
+    assert!(sim.initiator_events().is_empty());
+}
