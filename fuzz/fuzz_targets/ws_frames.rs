@@ -2,12 +2,13 @@
 //! `wire.rs` and everything that reads an inbound text frame, down to the session machine and the echo delegate).
 //!
 //! Input: frames separated by `0xFF` (a byte no UTF-8 text contains); each frame's first byte picks its kind (text
-//! mostly, binary, ping, pong, close, or a receive error), the rest is its payload. Oracle: the loop ends, never
+//! mostly, binary, ping, pong, close, or a receive error), the rest is its payload. Each frame is handled before the
+//! next is sent, except text frames of kind 8 and 9, which follow at once (pipelined). Oracle: the loop ends, never
 //! panics (nor does any task it spawns: the fuzzer aborts on a panic anywhere), and every text frame the server
 //! sends is an envelope or a typed control frame (`{"error": <LdpError>}` or `{"accepted": true}`).
 #![no_main]
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,22 +16,29 @@ use futures::channel::mpsc;
 use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
 use ldp_session::{ManualClock, PeerContext, Responder, ResponderConfig, SeededIds};
 use ldp_transport_ws::{CloseFrame, Message, WireError, WsServer, WsServerConfig};
-use ldp_types::{Capability, DelegateId, Envelope, IdentityCard, LdpError};
+use ldp_types::{Capability, DelegateId, Envelope, IdentityCard, LdpError, PayloadMode, TrustDomain};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
+
+/// `LDP_FUZZ_DEBUG=1` prints what the server sends (to see how far an input gets).
+static DEBUG: LazyLock<bool> = LazyLock::new(|| std::env::var_os("LDP_FUZZ_DEBUG").is_some());
 
 /// 2026-03-09T10:00:00Z, the time of the spec's transcript, so that its timestamps are current.
 const TRANSCRIPT_TIME: i64 = 1_773_050_400;
 
+/// The delegate the spec's transcript talks to, so that the transcript's messages get past the session checks.
 fn server() -> WsServer {
-    let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:echo").expect("a valid id"), "Echo", "fuzz", "1");
-    card.capabilities.push(Capability::new("echo"));
+    let id = DelegateId::new("ldp:delegate:qwen3-8b-reasoning").expect("a valid id");
+    let mut card = IdentityCard::new(id, "Echo", "fuzz", "1");
+    card.trust_domain = TrustDomain::new("research.internal");
+    card.supported_payload_modes = vec![PayloadMode::SemanticFrame, PayloadMode::Text];
+    card.capabilities.extend(["reasoning", "analysis", "echo"].map(Capability::new));
     let start = time::OffsetDateTime::from_unix_timestamp(TRANSCRIPT_TIME).expect("a valid time");
     let responder =
         Responder::new(ResponderConfig::new(card), Arc::new(ManualClock::new(start)), Box::new(SeededIds::new(1)));
     let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
     // A small message limit, so that the fuzzer reaches the oversize path too.
-    WsServer::new(runtime, WsServerConfig { max_message: 4096, ..Default::default() })
+    WsServer::new(runtime, WsServerConfig { max_message: 3072, ..Default::default() })
 }
 
 fn frame(bytes: &[u8]) -> Result<Message, WireError> {
@@ -39,6 +47,7 @@ fn frame(bytes: &[u8]) -> Result<Message, WireError> {
         None => (0, bytes),
     };
     Ok(match kind % 16 {
+        // 8 and 9: sent without waiting for the answer to the frame before (see below).
         0..=9 => Message::Text(String::from_utf8_lossy(payload).into_owned()),
         10 => Message::Binary(payload.to_vec()),
         11 => Message::Ping(payload.to_vec()),
@@ -78,8 +87,14 @@ fuzz_target!(|data: &[u8]| {
             async move { server.serve_connection(PeerContext::default(), outbound, inbound).await }
         });
         for bytes in data.split(|&b| b == 0xFF) {
+            let pipelined = matches!(bytes.first(), Some(8 | 9));
             if to_server.unbounded_send(frame(bytes)).is_err() {
                 break;
+            }
+            if !pipelined {
+                // Paused time moves on only when every task waits: the frame has been handled, as a client that
+                // waits for each answer would see it.
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
         // Paused time moves on only when every task waits: by then each frame has been handled.
@@ -88,6 +103,9 @@ fuzz_target!(|data: &[u8]| {
         let ended = tokio::time::timeout(Duration::from_secs(600), connection).await;
         assert!(matches!(ended, Ok(Ok(_))), "the connection loop did not end: {ended:?}");
         while let Some(message) = from_server.next().await {
+            if *DEBUG {
+                eprintln!("server sent: {message:?}");
+            }
             check_sent(&message);
         }
         assert_eq!(server.connections(), 0);
