@@ -1,10 +1,12 @@
 //! Envelope decoding: the scanner fast path (inside `Envelope::from_slice`) against the plain serde decoder.
 //!
 //! Oracle: both accept with the same envelope, or both refuse (the error variants are not compared: which typed
-//! error a refusal gets may change, that both refuse may not). Whatever decodes re-encodes, decodes back to the
+//! error a refusal gets may change, that both refuse may not). The one allowance: a text with a duplicate member
+//! name may be refused by the entry points where the serde decoder alone accepts it. Whatever decodes re-encodes, decodes back to the
 //! same envelope, and encodes to the same bytes again; the hand-written encoder writes what `Serialize` writes.
 #![no_main]
 
+use ldp_fuzz::is_json_without_duplicates;
 use ldp_types::Envelope;
 use libfuzzer_sys::fuzz_target;
 
@@ -15,6 +17,9 @@ fuzz_target!(|data: &[u8]| {
         (Ok(a), Ok(b)) => assert_eq!(a, b, "the scanner and serde decode to different envelopes"),
         (Err(_), Err(_)) => {}
         (Ok(_), Err(e)) => panic!("the fast path accepts what serde refuses ({e})"),
+        // A text that names a member twice may be refused before decoding (the public entry points check for
+        // duplicates; a bare `Deserialize` cannot see them all).
+        (Err(_), Ok(_)) if !is_json_without_duplicates(data) => {}
         (Err(e), Ok(_)) => panic!("the fast path refuses what serde accepts ({e})"),
     }
     // The text path and the `&str` entry point are one decoder.
