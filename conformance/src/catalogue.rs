@@ -198,7 +198,7 @@ pub const CATALOGUE: &[Requirement] = &[
         Must,
         None,
         "RFC 3.1",
-        "Envelope timestamps are ISO 8601",
+        "Envelope timestamps are RFC 3339 date-times",
         "\"timestamp\": \"<ISO 8601>\" (read as RFC 3339, the ISO 8601 profile both reference SDKs write).",
         ["wire.envelopes"]
     ),

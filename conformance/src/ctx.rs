@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::catalogue::Feature;
+use crate::media::is_media_type;
 use crate::probe::{Exchange, Outgoing, Probe, RawReply, StreamReply, TransportKind};
 use crate::runner::Config;
 
@@ -34,6 +35,10 @@ pub enum Status {
     NotTestable,
     /// The requirement depends on a capability the implementation does not claim.
     Skipped,
+    /// The kit could not exercise the requirement because another one it depends on failed (no session, no
+    /// identity card): the failure is charged to that requirement, not repeated here. When the requirement named as
+    /// the cause did not fail, the verdict becomes [`Status::NotTestable`].
+    Blocked,
 }
 
 impl Status {
@@ -44,16 +49,18 @@ impl Status {
             Self::Fail => "FAIL",
             Self::NotTestable => "NOT TESTABLE",
             Self::Skipped => "SKIPPED",
+            Self::Blocked => "BLOCKED",
         }
     }
 
-    /// Combines two verdicts on the same requirement: a failure anywhere wins, then not-testable; skipped only
-    /// when everything was skipped.
+    /// Combines two verdicts on the same requirement: a failure anywhere wins, then not-testable, then blocked;
+    /// skipped only when everything was skipped.
     pub fn combine(self, other: Status) -> Status {
         use Status::*;
         match (self, other) {
             (Fail, _) | (_, Fail) => Fail,
             (NotTestable, _) | (_, NotTestable) => NotTestable,
+            (Blocked, _) | (_, Blocked) => Blocked,
             (Pass, _) | (_, Pass) => Pass,
             (Skipped, Skipped) => Skipped,
         }
@@ -69,6 +76,9 @@ pub struct Finding {
     pub status: Status,
     /// Why.
     pub detail: String,
+    /// With [`Status::Blocked`]: the requirement whose failure kept the kit from exercising this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
 }
 
 /// What the implementation claims (from its card and its behaviour), and so which conditional requirements apply.
@@ -194,6 +204,9 @@ pub(crate) struct StreamAnswer {
     pub timed_out: bool,
 }
 
+/// Message types that report success; a responder sends them with a 2xx status only.
+const SUCCESS_TYPES: [&str; 5] = ["CAPABILITY_MANIFEST", "SESSION_ACCEPT", "TASK_UPDATE", "TASK_RESULT", "SESSION_CLOSE"];
+
 const CATEGORIES: [&str; 8] =
     ["identity", "capability", "policy", "runtime", "quality", "session", "transport", "security"];
 
@@ -209,8 +222,15 @@ impl Answer {
         self.reply.as_ref().and_then(|r| r.status)
     }
 
+    /// The message type of the answer. An HTTP 5xx is a server failure whatever its body says (a TASK_RESULT
+    /// under a 500 is not a success), so it has none; a success type under a non-2xx status is none either.
     pub fn body_type(&self) -> Option<&str> {
-        self.json.as_ref()?.pointer("/body/type")?.as_str()
+        let ty = self.json.as_ref()?.pointer("/body/type")?.as_str()?;
+        match self.status() {
+            Some(s) if s >= 500 => None,
+            Some(s) if !(200..300).contains(&s) && SUCCESS_TYPES.contains(&ty) => None,
+            _ => Some(ty),
+        }
     }
 
     pub fn body(&self) -> Option<&Value> {
@@ -288,7 +308,7 @@ impl Answer {
         if let Some(ct) = &r.content_type {
             s.push_str(&format!(" {ct}"));
         }
-        if let Some(ty) = self.body_type() {
+        if let Some(ty) = self.json.as_ref().and_then(|j| j.pointer("/body/type")).and_then(Value::as_str) {
             s.push_str(&format!(" {ty}"));
         }
         if let Some(e) = self.typed_error() {
@@ -374,7 +394,23 @@ impl Ctx {
     }
 
     pub(crate) fn record(&mut self, requirement: &str, status: Status, detail: impl Into<String>) {
-        self.findings.push(Finding { requirement: requirement.to_owned(), status, detail: detail.into() });
+        self.findings.push(Finding {
+            requirement: requirement.to_owned(),
+            status,
+            detail: detail.into(),
+            blocked_by: None,
+        });
+    }
+
+    /// Records that `requirement` could not be exercised because `cause` (a requirement another check judges)
+    /// failed.
+    pub(crate) fn blocked(&mut self, requirement: &str, cause: &str, detail: impl Into<String>) {
+        self.findings.push(Finding {
+            requirement: requirement.to_owned(),
+            status: Status::Blocked,
+            detail: format!("blocked by {cause}: {}", detail.into()),
+            blocked_by: Some(cause.to_owned()),
+        });
     }
 
     pub(crate) fn pass(&mut self, requirement: &str, detail: impl Into<String>) {
@@ -519,16 +555,18 @@ impl Ctx {
             return;
         }
         let mut notes: Vec<(&'static str, String)> = Vec::new();
+        // RFC 8.2 "All LDP messages use `Content-Type: application/json`": an answer and a refusal (4xx) alike; a
+        // 5xx is no LDP message and is judged by the check that provoked it.
         if self.probe.kind() == TransportKind::Http
-            && reply.status.is_some_and(|s| (200..300).contains(&s))
+            && reply.status.is_some_and(|s| (200..500).contains(&s))
             && !reply.body.is_empty()
         {
             self.obs.json_replies += 1;
-            let ok = reply.content_type.as_deref().is_some_and(|ct| ct.trim_start().starts_with("application/json"));
-            if !ok {
+            if !is_media_type(reply.content_type.as_deref(), "application/json") {
+                let status = reply.status.unwrap_or_default();
                 notes.push((
                     "content_type",
-                    format!("reply content type is {:?}, not application/json", reply.content_type),
+                    format!("HTTP {status} reply content type is {:?}, not application/json", reply.content_type),
                 ));
             }
         }
@@ -599,7 +637,7 @@ impl Ctx {
         if let Some(ts) = json.get("timestamp").and_then(Value::as_str)
             && ldp_types::time::parse_timestamp(ts).is_err()
         {
-            notes.push(("timestamp", format!("timestamp {ts:?} is not ISO 8601 (RFC 3339)")));
+            notes.push(("timestamp", format!("timestamp {ts:?} is not RFC 3339 (the ISO 8601 date-time profile)")));
         }
         if let Some(id) = json.get("message_id").and_then(Value::as_str) {
             if !self.obs.message_ids.insert(id.to_owned()) {
@@ -688,7 +726,7 @@ impl Ctx {
         if let Some(ts) = p.get("timestamp").filter(|t| !t.is_null())
             && ts.as_str().is_none_or(|s| ldp_types::time::parse_timestamp(s).is_err())
         {
-            notes.push(("provenance_fields", format!("provenance timestamp {ts} is not ISO 8601")));
+            notes.push(("provenance_fields", format!("provenance timestamp {ts} is not RFC 3339")));
         }
         if let Some(sid) = p.get("session_id").filter(|t| !t.is_null())
             && let Some(req) = request

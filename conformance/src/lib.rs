@@ -49,6 +49,7 @@ pub mod baseline;
 pub mod catalogue;
 pub mod checks;
 mod ctx;
+mod media;
 mod probe;
 pub mod profiles;
 pub mod report;
@@ -64,6 +65,6 @@ pub use probe::{Exchange, ProbeError, RequestRecord, ResponseRecord, TransportKi
 pub use profiles::{PROFILES, Profile, ProfileResult};
 pub use report::{Format, Outcome, Report, RequirementResult, Summary};
 pub use runner::{
-    Config, DEFAULT_OVERSIZE_BYTES, DEFAULT_TTL_PROBE_SECS, LevelFilter, ProgressEvent, RunError, base_url, run,
+    Config, DEFAULT_DEADLINE, DEFAULT_OVERSIZE_BYTES, DEFAULT_TTL_PROBE_SECS, LevelFilter, ProgressEvent, RunError, base_url, run,
     run_with_progress,
 };
