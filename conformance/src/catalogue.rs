@@ -230,6 +230,33 @@ pub const CATALOGUE: &[Requirement] = &[
         ["wire.envelopes"]
     ),
     req!(
+        "LDP-CORR-001",
+        Must,
+        None,
+        "RFC 3.2, 3.3, 10.1.5",
+        "A task's replies name the submitted task",
+        "3.3: TASK_SUBMIT `\"task_id\": \"task-001\"` is answered by TASK_RESULT `\"task_id\": \"task-001\"`; 3.2: TASK_UPDATE is the \"Task progress update\" and TASK_RESULT the \"Task completion\" of that task. A TASK_UPDATE or TASK_RESULT (and a TASK_FAILED that names a task) carries the submitted `task_id`, on every transport and on the stream; otherwise the initiator cannot tell which task completed (MUST: 10.1 requires the lifecycle \"HELLO through SESSION_CLOSE\", which a result for no known task does not complete).",
+        ["wire.correlation"]
+    ),
+    req!(
+        "LDP-CORR-002",
+        Must,
+        None,
+        "RFC 3.1, 7.3",
+        "A reply has a message id of its own",
+        "3.1: every message's envelope carries its own `message_id`; 7.3: \"Message ID, session ID, timestamp for replay detection\". A reply that reuses the request's `message_id` is indistinguishable from a replay of it to any replay cache.",
+        ["wire.correlation"]
+    ),
+    req!(
+        "LDP-CORR-003",
+        Should,
+        None,
+        "RFC 3.1, 3.3",
+        "SESSION_ACCEPT names one session",
+        "3.3: SESSION_ACCEPT carries the established `session_id` in its body; 3.1: the envelope's `session_id` is the session of the message. When both are present they agree. SHOULD: the RFC shows the two members but states no rule between them.",
+        ["wire.correlation"]
+    ),
+    req!(
         "LDP-SCHEMA-001",
         Must,
         None,
@@ -398,7 +425,7 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 5.2, 10.1.5",
         "A task for an unknown session is refused with a typed error",
         "\"`TASK_SUBMIT` | Initiator → Responder | Submit task within session\": a session the responder never accepted is not a session.",
-        ["session.unknown"]
+        ["session.unknown", "session.unknown_ids"]
     ),
     req!(
         "LDP-SESS-003",
@@ -417,6 +444,15 @@ pub const CATALOGUE: &[Requirement] = &[
         "Sessions expire after their TTL",
         "10.2: \"Support session TTL and expiration\"; 5.4: \"`ttl_secs` | Session timeout (seconds of inactivity)\". A task after the TTL is refused with a typed error (the TTL is `--ttl-hint`, default 2 s).",
         ["session.ttl"]
+    ),
+    req!(
+        "LDP-SESS-005",
+        Should,
+        None,
+        "RFC 5.3, 7.2",
+        "A session serves only the peer that established it",
+        "5.3: \"Trust domain is validated once at establishment\"; 7.2: \"Trust domain compatibility is checked during session establishment (before SESSION_ACCEPT)\". The check is made for the peer that proposed the session, so a TASK_SUBMIT in it from another sender (another `from`; with `--untrusted-token`, a principal of a foreign domain) is refused with a typed error. SHOULD: the RFC says when trust is validated, not in so many words that a session is bound to its initiator.",
+        ["session.foreign_peer"]
     ),
     req!(
         "LDP-TRUST-001",
@@ -512,7 +548,8 @@ pub const CATALOGUE: &[Requirement] = &[
             "session.ttl",
             "trust.required_domain",
             "trust.foreign_domain",
-            "task.undeclared_skill"
+            "task.undeclared_skill",
+            "session.unknown_ids"
         ]
     ),
     req!(
@@ -611,8 +648,8 @@ pub const CATALOGUE: &[Requirement] = &[
         Some(Signing),
         "RFC 7.3; paper 3.3",
         "A bad signature is refused with a typed error",
-        "\"Message | Envelope fields\" security level: a TASK_SUBMIT whose signature does not verify is refused with a typed error and not executed.",
-        ["security.bad_signature"]
+        "\"Message | Envelope fields\" security level: a TASK_SUBMIT whose signature does not verify is refused with a typed error and not executed: a wrong value, an empty, malformed or null signature, an algorithm named `none`, a signature under another algorithm than the configured one (for `hmac-sha256-jcs` the weaker `hmac-sha256`; for `ed25519-jcs` an HMAC keyed with the public key), and a covered member changed after signing.",
+        ["security.bad_signature", "security.bad_signatures"]
     ),
     req!(
         "LDP-SEC-003",
@@ -620,8 +657,8 @@ pub const CATALOGUE: &[Requirement] = &[
         Some(Signing),
         "RFC 7.3",
         "A replayed message is refused",
-        "\"Message ID, session ID, timestamp for replay detection\": the same signed SESSION_PROPOSE sent twice establishes at most one session; the copy gets a typed error.",
-        ["security.replay"]
+        "\"Message ID, session ID, timestamp for replay detection\": the copy of a signed message (SESSION_PROPOSE, HELLO, TASK_SUBMIT, TASK_CANCEL) is refused with a typed error and not acted on (a task does not run twice; a proposal establishes at most one session); a signed message timestamped an hour in the past or the future is refused, since the timestamp is what detects a replay the message-id cache no longer holds.",
+        ["security.replay", "security.replay_all"]
     ),
     req!(
         "LDP-SEC-004",
@@ -629,8 +666,8 @@ pub const CATALOGUE: &[Requirement] = &[
         Some(Signing),
         "RFC 7.3",
         "Unsigned messages are refused by a signing delegate",
-        "A delegate that signs requires signatures: an unsigned TASK_SUBMIT in an established session is refused with a typed error.",
-        ["security.unsigned"]
+        "A delegate that signs requires signatures: an unsigned TASK_SUBMIT, SESSION_PROPOSE, TASK_CANCEL, ATTESTATION or SESSION_CLOSE is refused with a typed error and not acted on (the session stays open). HELLO is not probed: its answer is the public manifest. SHOULD, not MUST: the RFC names signed messages only in profile A and never says an unsigned one must be refused.",
+        ["security.unsigned", "security.unsigned_all"]
     ),
     req!(
         "LDP-AUTH-001",

@@ -11,6 +11,10 @@ use ldp_types::{
 };
 use serde_json::{Map, Value, json};
 
+mod correlation;
+mod session;
+mod signing;
+
 use crate::catalogue::Feature;
 use crate::ctx::{Answer, Ctx, Observed, Session, UNTRUSTED_DOMAIN, category_in, session_from, summarise};
 use crate::media::is_media_type;
@@ -35,7 +39,7 @@ impl std::fmt::Debug for Check {
 }
 
 macro_rules! check {
-    ($id:literal, $title:literal, [$($req:literal),+ $(,)?], $f:ident) => {
+    ($id:literal, $title:literal, [$($req:literal),+ $(,)?], $f:path) => {
         Check { id: $id, title: $title, requirements: &[$($req),+], run: |ctx| Box::pin($f(ctx)) }
     };
 }
@@ -90,7 +94,19 @@ pub const CHECKS: &[Check] = &[
         trust_foreign_domain
     ),
     check!("session.unknown", "TASK_SUBMIT to an unknown session", ["LDP-SESS-002", "LDP-ERR-002"], session_unknown),
+    check!(
+        "session.unknown_ids",
+        "TASK_SUBMIT with an empty, missing, random-UUID and non-UUID session id, also on /ldp/stream",
+        ["LDP-SESS-002", "LDP-ERR-002"],
+        session::session_unknown_ids
+    ),
     check!("session.closed", "TASK_SUBMIT to a closed session", ["LDP-SESS-003", "LDP-ERR-002"], session_closed),
+    check!(
+        "session.foreign_peer",
+        "A session used by another sender than the one that established it",
+        ["LDP-SESS-005"],
+        session::session_foreign_peer
+    ),
     check!(
         "task.undeclared_skill",
         "TASK_SUBMIT for an undeclared skill",
@@ -125,6 +141,24 @@ pub const CHECKS: &[Check] = &[
     check!("security.bad_signature", "A TASK_SUBMIT with a bad signature", ["LDP-SEC-002"], security_bad_signature),
     check!("security.replay", "A replayed SESSION_PROPOSE", ["LDP-SEC-003"], security_replay),
     check!("security.unsigned", "An unsigned TASK_SUBMIT to a signing delegate", ["LDP-SEC-004"], security_unsigned),
+    check!(
+        "security.replay_all",
+        "Replayed HELLO, TASK_SUBMIT and TASK_CANCEL; stale and future timestamps",
+        ["LDP-SEC-003"],
+        signing::security_replay_all
+    ),
+    check!(
+        "security.bad_signatures",
+        "Empty, malformed, other-algorithm and tampered signatures",
+        ["LDP-SEC-002"],
+        signing::security_bad_signatures
+    ),
+    check!(
+        "security.unsigned_all",
+        "Unsigned SESSION_PROPOSE, TASK_CANCEL, ATTESTATION and SESSION_CLOSE",
+        ["LDP-SEC-004"],
+        signing::security_unsigned_all
+    ),
     check!("session.ttl", "A session expires after its TTL", ["LDP-SESS-004", "LDP-ERR-002"], session_ttl),
     check!(
         "wire.envelopes",
@@ -133,6 +167,12 @@ pub const CHECKS: &[Check] = &[
         wire_envelopes
     ),
     check!("http.stream", "POST /ldp/stream answers a task with server-sent events", ["LDP-HTTP-002"], http_stream),
+    check!(
+        "wire.correlation",
+        "Every reply answers its request: task ids, fresh message ids, one session per SESSION_ACCEPT",
+        ["LDP-CORR-001", "LDP-CORR-002", "LDP-CORR-003"],
+        correlation::wire_correlation
+    ),
     check!("wire.schema", "Every reply validates against the ldp-types schemas", ["LDP-SCHEMA-001"], wire_schema),
     check!("wire.content_type", "Every HTTP reply is application/json", ["LDP-HTTP-001"], wire_content_type),
     check!(
@@ -530,7 +570,12 @@ async fn negotiation_modes(ctx: &mut Ctx) {
             tidy(ctx, &s).await;
         }
         Err(e) => {
-            blocked(ctx, &["LDP-NEG-002", "LDP-PAYLOAD-002", "LDP-PAYLOAD-003"], NO_SESSION, &format!("no session: {e}"));
+            blocked(
+                ctx,
+                &["LDP-NEG-002", "LDP-PAYLOAD-002", "LDP-PAYLOAD-003"],
+                NO_SESSION,
+                &format!("no session: {e}"),
+            );
             neg_problems.push(format!("[semantic_frame, text]: {e}"));
         }
     }

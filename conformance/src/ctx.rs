@@ -172,6 +172,12 @@ pub(crate) struct Observations {
     pub verification: Vec<Observed>,
     pub errors_seen: usize,
     pub untyped_errors: Vec<Observed>,
+    /// Replies to a TASK_SUBMIT that name a task (TASK_UPDATE, TASK_RESULT, TASK_FAILED).
+    pub task_replies: usize,
+    pub task_ids: Vec<Observed>,
+    pub reused_ids: Vec<Observed>,
+    pub accepts_seen: usize,
+    pub accept_ids: Vec<Observed>,
 }
 
 /// A typed error read from an answer.
@@ -205,7 +211,8 @@ pub(crate) struct StreamAnswer {
 }
 
 /// Message types that report success; a responder sends them with a 2xx status only.
-const SUCCESS_TYPES: [&str; 5] = ["CAPABILITY_MANIFEST", "SESSION_ACCEPT", "TASK_UPDATE", "TASK_RESULT", "SESSION_CLOSE"];
+const SUCCESS_TYPES: [&str; 5] =
+    ["CAPABILITY_MANIFEST", "SESSION_ACCEPT", "TASK_UPDATE", "TASK_RESULT", "SESSION_CLOSE"];
 
 const CATEGORIES: [&str; 8] =
     ["identity", "capability", "policy", "runtime", "quality", "session", "transport", "security"];
@@ -482,6 +489,28 @@ impl Ctx {
         self.send(out, Some(env)).await
     }
 
+    /// Sends an envelope as the JSON object `value` (the envelope `request` altered after it was built or signed:
+    /// a member removed, a signature spoiled, a field tampered with) and observes the answer as a reply to
+    /// `request`.
+    pub(crate) async fn send_value(&mut self, value: &Value, request: &Envelope) -> Answer {
+        let mut out = Outgoing::json(serde_json::to_vec(value).unwrap_or_default());
+        out.task_id = request.body.task_id().map(str::to_owned);
+        out.reply_optional = matches!(request.body, Body::Attestation(_));
+        out.message_id = Some(request.message_id.clone());
+        self.send(out, Some(request)).await
+    }
+
+    /// Re-signs `env` after a change (when a key is configured and signing is on).
+    pub(crate) fn resign(&self, env: &mut Envelope) {
+        env.signature = None;
+        env.signature_algorithm = None;
+        if self.sign_outgoing
+            && let Some(key) = &self.signing
+        {
+            let _ = signing::sign(env, key);
+        }
+    }
+
     /// Sends raw bytes and observes the answer.
     pub(crate) async fn send(&mut self, out: Outgoing, request: Option<&Envelope>) -> Answer {
         let (mut ex, result) = self.probe.send(out).await;
@@ -614,6 +643,9 @@ impl Ctx {
             "provenance_fields" => &mut self.obs.provenance_fields,
             "confidence" => &mut self.obs.confidence_missing,
             "verification" => &mut self.obs.verification,
+            "task_id" => &mut self.obs.task_ids,
+            "reused_id" => &mut self.obs.reused_ids,
+            "accept_id" => &mut self.obs.accept_ids,
             _ => &mut self.obs.untyped_errors,
         };
         list.push(o);
@@ -653,12 +685,14 @@ impl Ctx {
         {
             notes.push(("addressing", format!("reply `from` is {from:?}, not the card's {}", card.delegate_id)));
         }
+        // Mirrored addressing: a reply goes to whoever sent the request (the kit, or the stranger it posed as).
         if let Some(to) = json.get("to").and_then(Value::as_str)
-            && request.is_some()
-            && to != KIT_DELEGATE_ID
+            && let Some(req) = request
+            && to != req.from
         {
-            notes.push(("addressing", format!("reply `to` is {to:?}, not the sender {KIT_DELEGATE_ID}")));
+            notes.push(("addressing", format!("reply `to` is {to:?}, not the sender {:?}", req.from)));
         }
+        self.observe_correlation(json, request, notes);
         if json.get("signature").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
             self.claims.claim(Feature::Signing, "replies carry signatures");
         }
@@ -676,6 +710,57 @@ impl Ctx {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Whether a reply answers its request: the task's replies name the submitted task, the reply's message id is
+    /// its own, a SESSION_ACCEPT names one session.
+    fn observe_correlation(
+        &mut self,
+        json: &Value,
+        request: Option<&Envelope>,
+        notes: &mut Vec<(&'static str, String)>,
+    ) {
+        let ty = json.pointer("/body/type").and_then(Value::as_str).unwrap_or_default();
+        if let Some(req) = request
+            && json.get("message_id").and_then(Value::as_str) == Some(req.message_id.as_str())
+        {
+            notes.push(("reused_id", format!("the {ty} reply reuses the request's message_id {:?}", req.message_id)));
+        }
+        if let Some(req) = request
+            && let Body::TaskSubmit(submit) = &req.body
+            && matches!(ty, "TASK_UPDATE" | "TASK_RESULT" | "TASK_FAILED")
+        {
+            let task = json.pointer("/body/task_id");
+            // A TASK_FAILED refusing the message before it became a task may leave the task out; a result or an
+            // update cannot.
+            let absent_ok = ty == "TASK_FAILED" && task.is_none_or(Value::is_null);
+            if !absent_ok {
+                self.obs.task_replies += 1;
+                if task.and_then(Value::as_str) != Some(submit.task_id.as_str()) {
+                    notes.push((
+                        "task_id",
+                        format!(
+                            "the {ty} answering task {:?} names task {}",
+                            submit.task_id,
+                            task.map_or("<none>".to_owned(), Value::to_string)
+                        ),
+                    ));
+                }
+            }
+        }
+        if ty == "SESSION_ACCEPT" {
+            self.obs.accepts_seen += 1;
+            let envelope_sid = json.get("session_id").and_then(Value::as_str);
+            let body_sid = json.pointer("/body/session_id").and_then(Value::as_str);
+            if let (Some(e), Some(b)) = (envelope_sid, body_sid)
+                && e != b
+            {
+                notes.push((
+                    "accept_id",
+                    format!("SESSION_ACCEPT envelope session_id {e:?} differs from its body's {b:?}"),
+                ));
+            }
         }
     }
 

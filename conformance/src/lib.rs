@@ -65,6 +65,6 @@ pub use probe::{Exchange, ProbeError, RequestRecord, ResponseRecord, TransportKi
 pub use profiles::{PROFILES, Profile, ProfileResult};
 pub use report::{Format, Outcome, Report, RequirementResult, Summary};
 pub use runner::{
-    Config, DEFAULT_DEADLINE, DEFAULT_OVERSIZE_BYTES, DEFAULT_TTL_PROBE_SECS, LevelFilter, ProgressEvent, RunError, base_url, run,
-    run_with_progress,
+    Config, DEFAULT_DEADLINE, DEFAULT_OVERSIZE_BYTES, DEFAULT_TTL_PROBE_SECS, LevelFilter, ProgressEvent, RunError,
+    base_url, run, run_with_progress,
 };

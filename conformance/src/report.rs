@@ -428,15 +428,29 @@ impl Report {
             let why = if r.status == Status::Pass {
                 String::new()
             } else {
-                r.details.iter().filter(|d| !d.contains(" PASS: ")).take(2).map(|d| md(d)).collect::<Vec<_>>().join("<br>")
+                r.details
+                    .iter()
+                    .filter(|d| !d.contains(" PASS: "))
+                    .take(2)
+                    .map(|d| md(d))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
             };
             let verdict = if r.blocked_by.is_empty() {
                 r.status.as_str().to_owned()
             } else {
                 format!("BLOCKED by {}", r.blocked_by.join(", "))
             };
-            let _ =
-                writeln!(out, "| {} {} | {} | {} | {:?} | {} |", r.id, md(r.title.as_str()), r.level, verdict, r.outcome, why);
+            let _ = writeln!(
+                out,
+                "| {} {} | {} | {} | {:?} | {} |",
+                r.id,
+                md(r.title.as_str()),
+                r.level,
+                verdict,
+                r.outcome,
+                why
+            );
         }
         out
     }

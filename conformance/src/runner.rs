@@ -282,8 +282,7 @@ pub async fn run_with_progress(
                     });
                 }
             } else {
-                let per_check =
-                    cfg.check_timeout + Duration::from_secs(cfg.ttl_hint.unwrap_or(DEFAULT_TTL_PROBE_SECS));
+                let per_check = cfg.check_timeout + Duration::from_secs(cfg.ttl_hint.unwrap_or(DEFAULT_TTL_PROBE_SECS));
                 // The reading checks take no time; they always get their own short bound.
                 let limit = if reads_only { per_check } else { per_check.min(remaining) };
                 timed_out = tokio::time::timeout(limit, (check.run)(&mut ctx)).await.is_err();
@@ -292,7 +291,10 @@ pub async fn run_with_progress(
                     ctx.probe.reset();
                     ctx.sign_outgoing = true;
                     let why = if limit < per_check {
-                        format!("the run's deadline ({} s) ran out during the check (a request hung)", cfg.deadline.as_secs())
+                        format!(
+                            "the run's deadline ({} s) ran out during the check (a request hung)",
+                            cfg.deadline.as_secs()
+                        )
                     } else {
                         format!("the check did not finish within {} s (a request hung)", limit.as_secs())
                     };

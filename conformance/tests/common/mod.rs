@@ -50,6 +50,33 @@ pub enum Break {
     StreamWithoutResult,
     /// The card declares `supports_streaming`, but there is no `/ldp/stream` (404).
     ClaimsStreamingWithoutEndpoint,
+    // ---- one defect each, written from the RFC (issue 19) --------------------------------------------------------
+    /// Signs and requires signatures, but detects replays of SESSION_PROPOSE only (the one type the old probe
+    /// replayed): a replayed TASK_SUBMIT runs twice.
+    ReplayGuardOnProposeOnly,
+    /// A TASK_SUBMIT naming a well-formed UUID that is no established session runs in a session the delegate keeps
+    /// open (non-UUID and empty ids are refused, as the old probe expected).
+    AcceptsRandomUuidSessions,
+    /// The same, on `POST /ldp/stream` only.
+    StreamIgnoresSessions,
+    /// TASK_RESULTs name another task than the submitted one.
+    WrongResultTaskId,
+    /// Replies reuse the request's message id.
+    EchoRequestMessageId,
+    /// SESSION_ACCEPT's envelope names another session than its body.
+    AcceptSessionMismatch,
+    /// Refusals (HTTP 4xx) are sent as `text/plain` (with the same JSON body).
+    TextPlainRefusals,
+    /// TASK_RESULTs are answered with HTTP 500 (the body is the TASK_RESULT).
+    ResultUnder500,
+    /// Every SESSION_PROPOSE is refused: everything needing a session is blocked by LDP-SESS-001.
+    RejectAllSessions,
+    /// The card is served, but `/ldp/messages` never answers.
+    HangMessages,
+    /// Not a defect: RFC-valid variants the kit must accept without a warning: `Application/JSON; Charset=UTF-8`,
+    /// pretty-printed JSON in another member order, unknown members, `+00:00` offsets, 204 on SESSION_CLOSE, SSE
+    /// comments, `id:` and `retry:` lines and data split over several `data:` lines.
+    RfcValidVariants,
 }
 
 /// How to start a server.
@@ -124,7 +151,7 @@ pub async fn start(setup: Setup) -> Server {
     }
     if let Some(alg) = setup.signing {
         cfg.security = SecurityConfig::symmetric(key(alg));
-        if setup.broken == Break::IgnoreReplay {
+        if matches!(setup.broken, Break::IgnoreReplay | Break::ReplayGuardOnProposeOnly) {
             cfg.security.replay = None;
         }
     }
@@ -158,7 +185,8 @@ pub async fn start(setup: Setup) -> Server {
         Break::CrashOnMalformedJson => app.layer(middleware::from_fn(crash_on_malformed)),
         Break::StreamWithoutResult => app.layer(middleware::from_fn(drop_streamed_results)),
         Break::ClaimsStreamingWithoutEndpoint => app.layer(middleware::from_fn(hide_stream)),
-        _ => app,
+        Break::Nothing | Break::AcceptUntrustedDomains | Break::IgnoreReplay => app,
+        other => app.layer(middleware::from_fn_with_state(Adversary::new(other, setup.signing.map(key)), adversary)),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -298,4 +326,202 @@ async fn crash_on_malformed(req: Request, next: Next) -> Response {
             .into_response();
     }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+// ---- the adversary: one defect per delegate, on the HTTP binding ----------------------------------------------
+
+/// What the adversarial middleware remembers across requests.
+#[derive(Clone)]
+pub struct Adversary {
+    broken: Break,
+    /// The delegate's key, to re-sign a message it rewrites.
+    key: Option<SigningKey>,
+    /// Message ids of SESSION_PROPOSEs seen (ReplayGuardOnProposeOnly).
+    proposals: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Sessions the delegate accepted, and the first one, which it keeps open (AcceptsRandomUuidSessions).
+    sessions: Arc<std::sync::Mutex<(Vec<String>, Option<String>)>>,
+}
+
+impl Adversary {
+    fn new(broken: Break, key: Option<SigningKey>) -> Self {
+        Self { broken, key, proposals: Arc::default(), sessions: Arc::default() }
+    }
+}
+
+/// Appended to the task id of a replayed TASK_SUBMIT (ReplayGuardOnProposeOnly), and taken off its result.
+const REPLAYED: &str = "-replayed";
+
+fn typed_error_response(status: StatusCode, error: &LdpError) -> Response {
+    let body = serde_json::json!({ "error": error }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Rewrites every `...Z` RFC 3339 timestamp as `...+00:00` (the same instant).
+fn offset_timestamps(v: &mut Value) {
+    match v {
+        Value::String(s) if s.ends_with('Z') && ldp_types::time::parse_timestamp(s).is_ok() => {
+            s.pop();
+            s.push_str("+00:00");
+        }
+        Value::Array(a) => a.iter_mut().for_each(offset_timestamps),
+        Value::Object(o) => o.values_mut().for_each(offset_timestamps),
+        _ => {}
+    }
+}
+
+/// An RFC-valid variant of a JSON reply: `+00:00` offsets, an unknown member, pretty-printed in sorted member order.
+fn variant_json(mut v: Value) -> Vec<u8> {
+    offset_timestamps(&mut v);
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("x_vendor_extension".into(), serde_json::json!({ "note": "unknown members are ignored" }));
+    }
+    serde_json::to_vec_pretty(&v).unwrap()
+}
+
+async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    let (mut parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
+    let mut request = serde_json::from_slice::<Value>(&bytes).ok();
+    let req_type = request.as_ref().and_then(|r| r.pointer("/body/type")).and_then(Value::as_str).map(str::to_owned);
+    let req_id = request.as_ref().and_then(|r| r.get("message_id")).and_then(Value::as_str).map(str::to_owned);
+    let is_message = path == "/ldp/messages" || path == "/ldp/stream";
+    match adv.broken {
+        Break::HangMessages if is_message => {
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        }
+        Break::ReplayGuardOnProposeOnly => {
+            let seen = req_id.as_ref().is_some_and(|id| !adv.proposals.lock().unwrap().insert(id.clone()));
+            match req_type.as_deref() {
+                Some("SESSION_PROPOSE") if seen => {
+                    return typed_error_response(
+                        StatusCode::UNAUTHORIZED,
+                        &LdpError::security(codes::REPLAY_DETECTED, "this proposal was seen before"),
+                    );
+                }
+                // The copy of a task runs again (as for a delegate that keys tasks by message, not by task id); its
+                // result names the task the initiator submitted.
+                Some("TASK_SUBMIT") if seen => {
+                    if let Some(r) = request.as_mut() {
+                        let task = r["body"]["task_id"].as_str().unwrap_or_default().to_owned();
+                        r["body"]["task_id"] = Value::String(format!("{task}{REPLAYED}"));
+                        if let Some(k) = &adv.key
+                            && let Ok(mut env) = ldp_types::Envelope::from_value(r.clone())
+                        {
+                            ldp_types::signing::sign(&mut env, k).unwrap();
+                            *r = env.to_value().unwrap();
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Break::RejectAllSessions if req_type.as_deref() == Some("SESSION_PROPOSE") => {
+            return typed_error_response(
+                StatusCode::FORBIDDEN,
+                &LdpError::policy(codes::SESSION_REJECTED, "this delegate accepts no sessions"),
+            );
+        }
+        Break::AcceptsRandomUuidSessions | Break::StreamIgnoresSessions => {
+            let applies = adv.broken == Break::AcceptsRandomUuidSessions || path == "/ldp/stream";
+            let sid = request.as_ref().and_then(|r| r.get("session_id")).and_then(Value::as_str).map(str::to_owned);
+            let (known, pinned) = adv.sessions.lock().unwrap().clone();
+            if req_type.as_deref() == Some("SESSION_CLOSE") && sid.is_some() && sid == pinned {
+                return StatusCode::NO_CONTENT.into_response();
+            }
+            if applies
+                && req_type.as_deref() == Some("TASK_SUBMIT")
+                && let (Some(sid), Some(pinned)) = (sid, pinned)
+                && uuid::Uuid::parse_str(&sid).is_ok()
+                && !known.contains(&sid)
+                && let Some(r) = request.as_mut()
+            {
+                r["session_id"] = Value::String(pinned);
+            }
+        }
+        _ => {}
+    }
+    let rewrites = matches!(
+        adv.broken,
+        Break::AcceptsRandomUuidSessions | Break::StreamIgnoresSessions | Break::ReplayGuardOnProposeOnly
+    );
+    let forwarded = match &request {
+        Some(r) if rewrites => Bytes::from(serde_json::to_vec(r).unwrap()),
+        _ => bytes,
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let resp = next.run(Request::from_parts(parts, Body::from(forwarded))).await;
+
+    let (mut parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let is_sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if is_sse {
+        if adv.broken == Break::RfcValidVariants {
+            let mut out = String::from(": an SSE comment before the first event\nretry: 1000\n\n");
+            for (i, event) in ldp_transport_http::sse::SseParser::default().push(&bytes).into_iter().enumerate() {
+                out.push_str(&format!(": event {i}\nid: {i}\nevent: {}\n", event.event));
+                let data = serde_json::from_str::<Value>(&event.data)
+                    .map(|v| String::from_utf8(variant_json(v)).unwrap())
+                    .unwrap_or(event.data);
+                for line in data.lines() {
+                    out.push_str(&format!("data: {line}\n"));
+                }
+                out.push('\n');
+            }
+            parts.headers.insert(header::CONTENT_TYPE, "Text/Event-Stream; Charset=UTF-8".parse().unwrap());
+            return Response::from_parts(parts, Body::from(out));
+        }
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    let Ok(mut reply) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    let reply_type = reply.pointer("/body/type").and_then(Value::as_str).map(str::to_owned);
+    if reply_type.as_deref() == Some("SESSION_ACCEPT")
+        && let Some(sid) = reply.pointer("/body/session_id").and_then(Value::as_str)
+    {
+        let mut sessions = adv.sessions.lock().unwrap();
+        sessions.0.push(sid.to_owned());
+        if sessions.1.is_none() {
+            sessions.1 = Some(sid.to_owned());
+        }
+    }
+    if let Some(task) = reply.pointer("/body/task_id").and_then(Value::as_str)
+        && let Some(original) = task.strip_suffix(REPLAYED)
+    {
+        reply["body"]["task_id"] = Value::String(original.to_owned());
+    }
+    match adv.broken {
+        Break::WrongResultTaskId if reply_type.as_deref() == Some("TASK_RESULT") => {
+            reply["body"]["task_id"] = Value::String("task-someone-else".into());
+        }
+        Break::EchoRequestMessageId if reply_type.is_some() => {
+            if let Some(id) = &req_id {
+                reply["message_id"] = Value::String(id.clone());
+            }
+        }
+        Break::AcceptSessionMismatch if reply_type.as_deref() == Some("SESSION_ACCEPT") => {
+            reply["session_id"] = Value::String(uuid::Uuid::new_v4().to_string());
+        }
+        Break::TextPlainRefusals if parts.status.is_client_error() => {
+            parts.headers.insert(header::CONTENT_TYPE, "text/plain; charset=utf-8".parse().unwrap());
+        }
+        Break::ResultUnder500 if reply_type.as_deref() == Some("TASK_RESULT") => {
+            parts.status = StatusCode::INTERNAL_SERVER_ERROR;
+        }
+        Break::RfcValidVariants => {
+            if req_type.as_deref() == Some("SESSION_CLOSE") && parts.status.is_success() {
+                return StatusCode::NO_CONTENT.into_response();
+            }
+            parts.headers.insert(header::CONTENT_TYPE, "Application/JSON; Charset=UTF-8".parse().unwrap());
+            return Response::from_parts(parts, Body::from(variant_json(reply)));
+        }
+        _ => {}
+    }
+    Response::from_parts(parts, Body::from(serde_json::to_vec(&reply).unwrap()))
 }
