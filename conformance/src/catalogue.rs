@@ -293,6 +293,15 @@ pub const CATALOGUE: &[Requirement] = &[
         ["handshake.hello"]
     ),
     req!(
+        "LDP-MSG-008",
+        Should,
+        None,
+        "RFC 3.2, 7.3, 2.2",
+        "The CAPABILITY_MANIFEST declares what the card declares",
+        "3.2: \"`CAPABILITY_MANIFEST` | Responder → Initiator | Capability declaration\"; 7.3: \"Policy | Capability manifest | Task validated against declared capabilities\". The manifest names the card's capabilities (and, when it lists payload modes, the card's modes), so an initiator routing on either sees one delegate. SHOULD: the RFC defines no field-by-field rule between the two documents.",
+        ["handshake.manifest"]
+    ),
+    req!(
         "LDP-MSG-002",
         Must,
         None,
@@ -380,7 +389,7 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 4.2",
         "Negotiation selects the best common mode, else text",
         "\"The negotiation algorithm selects the highest-preference implemented mode supported by both parties\"; \"If no common implemented mode found → fall back to Mode 0 (Text)\".",
-        ["negotiation.modes"]
+        ["negotiation.modes", "negotiation.preference"]
     ),
     req!(
         "LDP-NEG-002",
@@ -390,6 +399,15 @@ pub const CATALOGUE: &[Requirement] = &[
         "SESSION_ACCEPT carries the fallback chain",
         "\"Build fallback chain from remaining common modes with lower mode numbers\"; the RFC's diagram shows `fallback_chain` in SESSION_ACCEPT.",
         ["negotiation.modes"]
+    ),
+    req!(
+        "LDP-NEG-003",
+        Should,
+        None,
+        "RFC 5.3, 4.2",
+        "A task in a mode the session did not negotiate is refused",
+        "5.3: \"Within an active session: ... Payload mode is fixed (unless fallback occurs)\"; 4.2: the mode is the one negotiated. A task sent in a mode the card does not list, or in a listed mode richer than the session's, is refused with a typed error or run in the negotiated mode with `payload_mode_used` saying so; it is never processed as that mode. SHOULD: the RFC states the rule as a property of sessions, without MUST.",
+        ["negotiation.unnegotiated_mode"]
     ),
     req!(
         "LDP-FALLBACK-001",
@@ -461,7 +479,7 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 7.2.1, 10.1.4",
         "required_trust_domain is enforced",
         "\"If the initiator specifies `required_trust_domain`, the responder's domain MUST match\"; 10.1: \"Validate trust domain compatibility during session establishment\".",
-        ["trust.required_domain"]
+        ["trust.required_domain", "trust.domain_variants"]
     ),
     req!(
         "LDP-TRUST-002",
@@ -470,7 +488,7 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 7.2.2-3, 10.1.4",
         "Initiators from untrusted domains are rejected",
         "\"If `allow_cross_domain` is false, cross-domain sessions are rejected\"; \"If `allow_cross_domain` is true, the initiator's domain MUST be in `trusted_peers`\". The kit presents as `conformance-untrusted.invalid` (declared in the proposal, or through `--untrusted-token`).",
-        ["trust.foreign_domain"]
+        ["trust.foreign_domain", "trust.domain_variants"]
     ),
     req!(
         "LDP-TRUST-003",
@@ -479,7 +497,7 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 3.2; paper 3.3",
         "A rejection carries a typed policy error",
         "\"`SESSION_REJECT` | Reject session with reason\"; paper 3.3: failures carry a structured `LdpError` (trust failures: category `policy` or `identity`).",
-        ["trust.required_domain", "trust.foreign_domain"]
+        ["trust.required_domain", "trust.foreign_domain", "trust.domain_variants"]
     ),
     req!(
         "LDP-POLICY-001",
@@ -549,7 +567,8 @@ pub const CATALOGUE: &[Requirement] = &[
             "trust.required_domain",
             "trust.foreign_domain",
             "task.undeclared_skill",
-            "session.unknown_ids"
+            "session.unknown_ids",
+            "trust.domain_variants"
         ]
     ),
     req!(

@@ -12,8 +12,10 @@ use ldp_types::{
 use serde_json::{Map, Value, json};
 
 mod correlation;
+mod negotiation;
 mod session;
 mod signing;
+mod trust;
 
 use crate::catalogue::Feature;
 use crate::ctx::{Answer, Ctx, Observed, Session, UNTRUSTED_DOMAIN, category_in, session_from, summarise};
@@ -64,6 +66,12 @@ pub const CHECKS: &[Check] = &[
     check!("transport.auth", "Transport-level authentication", ["LDP-AUTH-001"], transport_auth),
     check!("handshake.hello", "HELLO gets a CAPABILITY_MANIFEST", ["LDP-MSG-001"], handshake_hello),
     check!(
+        "handshake.manifest",
+        "The CAPABILITY_MANIFEST declares what the card declares",
+        ["LDP-MSG-008"],
+        negotiation::handshake_manifest
+    ),
+    check!(
         "session.lifecycle",
         "HELLO through SESSION_CLOSE in text mode",
         ["LDP-SESS-001", "LDP-MSG-002", "LDP-MSG-003", "LDP-MSG-005", "LDP-PAYLOAD-001"],
@@ -74,6 +82,18 @@ pub const CHECKS: &[Check] = &[
         "Payload-mode negotiation and the fallback chain",
         ["LDP-NEG-001", "LDP-NEG-002", "LDP-PAYLOAD-001", "LDP-PAYLOAD-002", "LDP-PAYLOAD-003"],
         negotiation_modes
+    ),
+    check!(
+        "negotiation.preference",
+        "The initiator's preference order decides the mode",
+        ["LDP-NEG-001"],
+        negotiation::negotiation_preference
+    ),
+    check!(
+        "negotiation.unnegotiated_mode",
+        "A task in a mode the session did not negotiate",
+        ["LDP-NEG-003"],
+        negotiation::negotiation_unnegotiated_mode
     ),
     check!(
         "payload.fallback",
@@ -92,6 +112,12 @@ pub const CHECKS: &[Check] = &[
         "An initiator from an untrusted domain is rejected",
         ["LDP-TRUST-002", "LDP-TRUST-003", "LDP-ERR-002"],
         trust_foreign_domain
+    ),
+    check!(
+        "trust.domain_variants",
+        "Look-alike trust domains: suffix, prefix, substring, case and empty variants",
+        ["LDP-TRUST-001", "LDP-TRUST-002", "LDP-TRUST-003", "LDP-ERR-002"],
+        trust::trust_domain_variants
     ),
     check!("session.unknown", "TASK_SUBMIT to an unknown session", ["LDP-SESS-002", "LDP-ERR-002"], session_unknown),
     check!(

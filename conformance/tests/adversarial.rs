@@ -107,6 +107,32 @@ async fn a_session_accept_naming_two_sessions_is_caught() {
     assert_eq!(report.requirement("LDP-CORR-003").unwrap().outcome, Outcome::Warning);
 }
 
+// ---- class 4: negotiation --------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responder_whose_preference_wins_is_caught() {
+    let report = run(Setup::broken(Break::ResponderPreferenceWins)).await;
+    assert_fails_only(&report, "LDP-NEG-001", &[]);
+    let r = report.requirement("LDP-NEG-001").unwrap();
+    assert!(r.details.iter().any(|d| d.contains("initiator") && d.contains("FAIL")), "{:?}", r.details);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_that_disagrees_with_the_card_is_caught() {
+    let report = run(Setup::broken(Break::ManifestDisagrees)).await;
+    assert_fails_only(&report, "LDP-MSG-008", &[]);
+}
+
+// ---- class 5: trust --------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suffix_match_of_the_required_domain_is_caught() {
+    let report = run(Setup::broken(Break::SuffixDomainMatch)).await;
+    assert_fails_only(&report, "LDP-TRUST-001", &[]);
+    let r = report.requirement("LDP-TRUST-001").unwrap();
+    assert!(r.details.iter().any(|d| d.contains("ending in") && d.contains("FAIL")), "{:?}", r.details);
+}
+
 // ---- class 7: HTTP semantics -----------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -73,6 +73,12 @@ pub enum Break {
     RejectAllSessions,
     /// The card is served, but `/ldp/messages` never answers.
     HangMessages,
+    /// `required_trust_domain` is compared with `ends_with`: a name ending in the server's domain is accepted.
+    SuffixDomainMatch,
+    /// The responder's preference order wins: the proposal's modes are taken richest first.
+    ResponderPreferenceWins,
+    /// The CAPABILITY_MANIFEST declares a capability the card does not.
+    ManifestDisagrees,
     /// Not a defect: RFC-valid variants the kit must accept without a warning: `Application/JSON; Charset=UTF-8`,
     /// pretty-printed JSON in another member order, unknown members, `+00:00` offsets, 204 on SESSION_CLOSE, SSE
     /// comments, `id:` and `retry:` lines and data split over several `data:` lines.
@@ -416,6 +422,23 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
                 _ => {}
             }
         }
+        Break::SuffixDomainMatch | Break::ResponderPreferenceWins if req_type.as_deref() == Some("SESSION_PROPOSE") => {
+            if let Some(config) = request.as_mut().and_then(|r| r.pointer_mut("/body/config")) {
+                if adv.broken == Break::SuffixDomainMatch
+                    && let Some(required) = config.get("required_trust_domain").and_then(Value::as_str)
+                    && required.ends_with(DOMAIN)
+                {
+                    config["required_trust_domain"] = Value::String(DOMAIN.into());
+                }
+                if adv.broken == Break::ResponderPreferenceWins
+                    && let Some(modes) = config.get_mut("preferred_payload_modes").and_then(Value::as_array_mut)
+                {
+                    let rank =
+                        |m: &Value| m.as_str().and_then(|s| s.parse::<PayloadMode>().ok()).map_or(0, |m| m.number());
+                    modes.sort_by_key(|m| std::cmp::Reverse(rank(m)));
+                }
+            }
+        }
         Break::RejectAllSessions if req_type.as_deref() == Some("SESSION_PROPOSE") => {
             return typed_error_response(
                 StatusCode::FORBIDDEN,
@@ -443,7 +466,11 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
     }
     let rewrites = matches!(
         adv.broken,
-        Break::AcceptsRandomUuidSessions | Break::StreamIgnoresSessions | Break::ReplayGuardOnProposeOnly
+        Break::AcceptsRandomUuidSessions
+            | Break::StreamIgnoresSessions
+            | Break::ReplayGuardOnProposeOnly
+            | Break::SuffixDomainMatch
+            | Break::ResponderPreferenceWins
     );
     let forwarded = match &request {
         Some(r) if rewrites => Bytes::from(serde_json::to_vec(r).unwrap()),
@@ -497,6 +524,15 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
         reply["body"]["task_id"] = Value::String(original.to_owned());
     }
     match adv.broken {
+        Break::ManifestDisagrees if reply_type.as_deref() == Some("CAPABILITY_MANIFEST") => {
+            let extra = serde_json::json!({ "name": "undeclared-on-the-card", "description": "not on the card" });
+            let caps = &mut reply["body"]["capabilities"];
+            if let Some(list) = caps.as_array_mut() {
+                list.push(extra);
+            } else if let Some(list) = caps.get_mut("capabilities").and_then(Value::as_array_mut) {
+                list.push(extra);
+            }
+        }
         Break::WrongResultTaskId if reply_type.as_deref() == Some("TASK_RESULT") => {
             reply["body"]["task_id"] = Value::String("task-someone-else".into());
         }
