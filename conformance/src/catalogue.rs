@@ -154,7 +154,7 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 2.1",
         "Identity card carries every required field",
-        "\"Every LDP delegate MUST publish an identity card containing the following fields\": delegate_id, name, model_family, model_version, trust_domain, context_window, capabilities, supported_payload_modes, endpoint, with their types.",
+        "\"Every LDP delegate MUST publish an identity card containing the following fields\": delegate_id, name, model_family, model_version, trust_domain, context_window, capabilities, supported_payload_modes, endpoint, with their types. Judged with a strict schema of RFC 2.1/2.2 (not the liberal decoder): `trust_domain` a TrustDomain object (7.1), capabilities objects with a `name`, payload modes and cost tiers from the RFC's enums, `endpoint` a URL (\"URL endpoint for the delegate\"); members the RFC does not name are allowed.",
         ["identity.discovery"]
     ),
     req!(

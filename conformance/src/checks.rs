@@ -318,10 +318,13 @@ async fn identity_discovery(ctx: &mut Ctx) {
         "endpoint",
     ];
     let missing: Vec<&str> = REQUIRED.iter().copied().filter(|f| card.get(*f).is_none_or(Value::is_null)).collect();
+    // Judged with the strict RFC schema, not with the project's liberal decoder (which reads what the reference
+    // SDKs send, a bare string for a trust domain included).
     let typed = serde_json::from_value::<ldp_types::IdentityCard>(card.clone());
-    match (&missing[..], &typed) {
-        ([], Ok(_)) => ctx.pass("LDP-IDENT-002", "every required field is present with its type"),
-        ([], Err(e)) => ctx.fail("LDP-IDENT-002", format!("the card does not decode: {e}")),
+    let strict = ctx.validators.rfc_card(&card);
+    match (&missing[..], &strict[..]) {
+        ([], []) => ctx.pass("LDP-IDENT-002", "every required field is present with the RFC 2.1 type"),
+        ([], v) => ctx.fail("LDP-IDENT-002", v.join("; ")),
         (m, _) => ctx.fail("LDP-IDENT-002", format!("required fields missing or null: {}", m.join(", "))),
     }
 

@@ -104,6 +104,8 @@ pub(crate) struct Validators {
     envelope: jsonschema::Validator,
     card: jsonschema::Validator,
     error: jsonschema::Validator,
+    /// The strict RFC 2.1 card schema (formats validated), for LDP-IDENT-002.
+    rfc_card: jsonschema::Validator,
 }
 
 impl Validators {
@@ -116,6 +118,10 @@ impl Validators {
             envelope: build("envelope", ldp_types::schema::envelope_schema())?,
             card: build("identity card", ldp_types::schema::identity_card_schema())?,
             error: build("error", ldp_types::schema::schema_for::<LdpError>())?,
+            rfc_card: jsonschema::options()
+                .should_validate_formats(true)
+                .build(&crate::rfc_schema::identity_card())
+                .map_err(|e| format!("the kit's RFC card schema does not compile: {e}"))?,
         })
     }
 
@@ -136,6 +142,11 @@ impl Validators {
 
     pub fn card(&self, v: &Value) -> Vec<String> {
         Self::violations(&self.card, v, "identity card")
+    }
+
+    /// Violations of the strict RFC 2.1 card schema.
+    pub fn rfc_card(&self, v: &Value) -> Vec<String> {
+        Self::violations(&self.rfc_card, v, "identity card (RFC 2.1)")
     }
 
     pub fn error(&self, v: &Value) -> Vec<String> {

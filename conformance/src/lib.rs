@@ -63,6 +63,7 @@ mod media;
 mod probe;
 pub mod profiles;
 pub mod report;
+mod rfc_schema;
 mod runner;
 
 pub use baseline::{Baseline, BaselineComparison, BaselineError, ExpectedFailure};

@@ -133,6 +133,27 @@ async fn a_suffix_match_of_the_required_domain_is_caught() {
     assert!(r.details.iter().any(|d| d.contains("ending in") && d.contains("FAIL")), "{:?}", r.details);
 }
 
+// ---- class 6: validation, not lenient decoding ---------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_the_liberal_decoder_would_accept_is_judged_by_the_rfc_schema() {
+    let cases = [
+        (Break::CardTrustDomainString, "/trust_domain"),
+        (Break::CardEndpointNotUrl, "/endpoint"),
+        (Break::CardUnknownPayloadMode, "/supported_payload_modes"),
+    ];
+    for (broken, path) in cases {
+        let report = run(Setup::broken(broken)).await;
+        let r = report.requirement("LDP-IDENT-002").unwrap();
+        assert_eq!(r.status, Status::Fail, "{broken:?}: {:?}", r.details);
+        assert!(r.details.iter().any(|d| d.contains(path)), "{broken:?}: {:?}", r.details);
+        if broken != Break::CardUnknownPayloadMode {
+            // The rest of the card still decodes: nothing else is charged for it.
+            assert_fails_only(&report, "LDP-IDENT-002", &[]);
+        }
+    }
+}
+
 // ---- class 7: HTTP semantics -----------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

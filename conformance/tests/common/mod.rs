@@ -79,6 +79,12 @@ pub enum Break {
     ResponderPreferenceWins,
     /// The CAPABILITY_MANIFEST declares a capability the card does not.
     ManifestDisagrees,
+    /// The card's `trust_domain` is a bare string (what the liberal decoder accepts), not a TrustDomain object.
+    CardTrustDomainString,
+    /// The card's `endpoint` is not a URL.
+    CardEndpointNotUrl,
+    /// The card lists a payload mode the RFC does not define.
+    CardUnknownPayloadMode,
     /// Not a defect: RFC-valid variants the kit must accept without a warning: `Application/JSON; Charset=UTF-8`,
     /// pretty-printed JSON in another member order, unknown members, `+00:00` offsets, 204 on SESSION_CLOSE, SSE
     /// comments, `id:` and `retry:` lines and data split over several `data:` lines.
@@ -522,6 +528,18 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
         && let Some(original) = task.strip_suffix(REPLAYED)
     {
         reply["body"]["task_id"] = Value::String(original.to_owned());
+    }
+    if reply.get("delegate_id").is_some() && reply.get("body").is_none() {
+        match adv.broken {
+            Break::CardTrustDomainString => reply["trust_domain"] = Value::String(DOMAIN.into()),
+            Break::CardEndpointNotUrl => reply["endpoint"] = Value::String("the conformance target".into()),
+            Break::CardUnknownPayloadMode => {
+                if let Some(modes) = reply["supported_payload_modes"].as_array_mut() {
+                    modes.push(Value::String("telepathy".into()));
+                }
+            }
+            _ => {}
+        }
     }
     match adv.broken {
         Break::ManifestDisagrees if reply_type.as_deref() == Some("CAPABILITY_MANIFEST") => {
