@@ -442,7 +442,7 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 5.2, 10.1.5",
         "A task for an unknown session is refused with a typed error",
-        "\"`TASK_SUBMIT` | Initiator → Responder | Submit task within session\": a session the responder never accepted is not a session.",
+        "\"`TASK_SUBMIT` | Initiator → Responder | Submit task within session\": a session the responder never accepted is not a session, whatever the id looks like (empty, missing, a fresh well-formed UUID, not a UUID), on every transport and on `/ldp/stream`.",
         ["session.unknown", "session.unknown_ids"]
     ),
     req!(
@@ -451,8 +451,8 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 5.1, 10.1.5",
         "A task for a closed session is refused with a typed error",
-        "The lifecycle \"INITIATING → PROPOSED → ACTIVE → CLOSED\": after SESSION_CLOSE the session no longer accepts tasks.",
-        ["session.closed"]
+        "The lifecycle \"INITIATING → PROPOSED → ACTIVE → CLOSED\": after SESSION_CLOSE the session no longer accepts tasks, on `/ldp/messages`, on `/ldp/stream` (no TASK_RESULT event) and over WebSocket.",
+        ["session.closed", "session.closed_stream"]
     ),
     req!(
         "LDP-SESS-004",
@@ -522,8 +522,8 @@ pub const CATALOGUE: &[Requirement] = &[
         Should,
         None,
         "RFC 6.1",
-        "Provenance names the producing delegate and the mode used",
-        "\"`produced_by` | Delegate ID that produced the result\"; \"`payload_mode_used` | Payload mode for this exchange\".",
+        "Provenance names the producing delegate",
+        "\"`produced_by` | Delegate ID that produced the result\": the card's `delegate_id`. SHOULD, not MUST: the kit cannot tell a false `produced_by` from a true one naming another delegate (a router's result is produced by the delegate it routed to), so a mismatch with the card is evidence, not proof. The mode half of this rule is LDP-PROV-005.",
         ["wire.provenance"]
     ),
     req!(
@@ -542,6 +542,15 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 6.1",
         "Optional provenance fields are well-formed",
         "\"`confidence` | float? | Self-reported confidence (0.0-1.0)\"; \"`timestamp` | string? | ISO 8601 timestamp of production\"; \"`session_id` | Session in which result was produced\".",
+        ["wire.provenance"]
+    ),
+    req!(
+        "LDP-PROV-005",
+        Must,
+        None,
+        "RFC 6.1, 10.1.3, 4.2",
+        "payload_mode_used names a mode of the exchange",
+        "6.1: \"Every TASK_RESULT message MUST include a provenance record\" with \"`payload_mode_used` | PayloadMode | Yes | Payload mode for this exchange\"; the 4.2 diagram ends in \"TASK_RESULT payload_mode_used=text\", which is how an initiator learns a fallback happened. It is the request's mode or, after a transparent fallback (4.3), the reply's. MUST: unlike `produced_by` the initiator can check it (it knows both modes), and a record that names a mode used in neither is not the provenance record 6.1 requires but a false one.",
         ["wire.provenance"]
     ),
     req!(

@@ -128,6 +128,12 @@ pub const CHECKS: &[Check] = &[
     ),
     check!("session.closed", "TASK_SUBMIT to a closed session", ["LDP-SESS-003", "LDP-ERR-002"], session_closed),
     check!(
+        "session.closed_stream",
+        "POST /ldp/stream with a TASK_SUBMIT to a closed session",
+        ["LDP-SESS-003"],
+        session::session_closed_stream
+    ),
+    check!(
         "session.foreign_peer",
         "A session used by another sender than the one that established it",
         ["LDP-SESS-005"],
@@ -204,7 +210,7 @@ pub const CHECKS: &[Check] = &[
     check!(
         "wire.provenance",
         "Provenance on every TASK_RESULT",
-        ["LDP-PROV-001", "LDP-PROV-002", "LDP-PROV-003", "LDP-PROV-004", "LDP-EXT-VERIFY-001"],
+        ["LDP-PROV-001", "LDP-PROV-002", "LDP-PROV-003", "LDP-PROV-004", "LDP-PROV-005", "LDP-EXT-VERIFY-001"],
         wire_provenance
     ),
     check!("wire.errors", "Every error is a typed LdpError", ["LDP-ERR-001"], wire_errors),
@@ -1360,7 +1366,7 @@ async fn wire_provenance(ctx: &mut Ctx) {
     if n == 0 {
         blocked(
             ctx,
-            &["LDP-PROV-001", "LDP-PROV-002", "LDP-PROV-003", "LDP-PROV-004"],
+            &["LDP-PROV-001", "LDP-PROV-002", "LDP-PROV-003", "LDP-PROV-004", "LDP-PROV-005"],
             NO_SESSION,
             "no TASK_RESULT was received",
         );
@@ -1375,7 +1381,12 @@ async fn wire_provenance(ctx: &mut Ctx) {
         (
             "LDP-PROV-002",
             std::mem::take(&mut ctx.obs.provenance_attribution),
-            format!("{n} provenance records name the delegate and mode"),
+            format!("{n} provenance records name the card's delegate"),
+        ),
+        (
+            "LDP-PROV-005",
+            std::mem::take(&mut ctx.obs.mode_used),
+            format!("{n} provenance records name a mode of their exchange"),
         ),
         (
             "LDP-PROV-003",

@@ -178,6 +178,7 @@ pub(crate) struct Observations {
     pub results_seen: usize,
     pub provenance_missing: Vec<Observed>,
     pub provenance_attribution: Vec<Observed>,
+    pub mode_used: Vec<Observed>,
     pub provenance_fields: Vec<Observed>,
     pub confidence_missing: Vec<Observed>,
     pub verification: Vec<Observed>,
@@ -651,6 +652,7 @@ impl Ctx {
             "content_type" => &mut self.obs.content_type,
             "provenance_missing" => &mut self.obs.provenance_missing,
             "provenance_attribution" => &mut self.obs.provenance_attribution,
+            "mode_used" => &mut self.obs.mode_used,
             "provenance_fields" => &mut self.obs.provenance_fields,
             "confidence" => &mut self.obs.confidence_missing,
             "verification" => &mut self.obs.verification,
@@ -804,7 +806,7 @@ impl Ctx {
             && Some(used) != env_mode
         {
             notes.push((
-                "provenance_attribution",
+                "mode_used",
                 format!(
                     "payload_mode_used {used:?} is neither the request's {} nor the reply's mode",
                     req.payload_mode

@@ -154,6 +154,17 @@ async fn a_card_the_liberal_decoder_would_accept_is_judged_by_the_rfc_schema() {
     }
 }
 
+// ---- class 9: severities argued from the RFC ------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_false_payload_mode_used_is_a_must_failure() {
+    let report = run(Setup::broken(Break::FalseModeUsed)).await;
+    // A frame task that fell back transparently is also judged by its mode: LDP-FALLBACK-001 sees the false mode.
+    assert_fails_only(&report, "LDP-PROV-005", &["LDP-FALLBACK-001", "LDP-NEG-003"]);
+    assert_eq!(report.requirement("LDP-PROV-005").unwrap().outcome, Outcome::Failure);
+    assert!(!report.passed());
+}
+
 // ---- class 7: HTTP semantics -----------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

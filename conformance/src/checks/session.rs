@@ -69,27 +69,8 @@ async fn stream_unknown_session(ctx: &mut Ctx, skill: &str) {
     let body = TaskSubmit::new(task_id, skill.to_owned(), Ctx::input_for(PayloadMode::Text), None);
     let env = ctx.envelope(&sid, body, PayloadMode::Text);
     let streamed = ctx.send_stream(&env).await;
-    let executed = streamed.events.iter().any(|e| {
-        serde_json::from_str::<Value>(&e.data)
-            .ok()
-            .and_then(|j| j.pointer("/body/type").and_then(Value::as_str).map(|t| t == "TASK_RESULT"))
-            .unwrap_or(false)
-    });
     let what = "POST /ldp/stream: TASK_SUBMIT with a well-formed UUID session_id nobody established";
-    if executed {
-        return ctx.fail(REQ, format!("{what} was executed (a TASK_RESULT event)"));
-    }
-    let answer = &streamed.answer;
-    match answer.status() {
-        Some(404 | 405) if streamed.events.is_empty() => {}
-        _ if streamed.events.iter().any(|e| e.event == "error" || e.data.contains("TASK_FAILED")) => {
-            ctx.pass(REQ, format!("{what} → an error event"));
-        }
-        _ => match answer.typed_refusal() {
-            Ok(e) => ctx.pass(REQ, format!("{what} → {}", e.describe())),
-            Err(e) => ctx.fail(REQ, format!("{what}: {e}")),
-        },
-    }
+    judge_streamed_refusal(ctx, REQ, what, &streamed);
 }
 
 /// A task that must not run: a typed refusal passes, anything else fails.
@@ -139,4 +120,47 @@ pub(super) async fn session_foreign_peer(ctx: &mut Ctx) {
         );
     }
     tidy(ctx, &session).await;
+}
+
+pub(super) async fn session_closed_stream(ctx: &mut Ctx) {
+    const REQ: &str = "LDP-SESS-003";
+    if ctx.transport() != TransportKind::Http {
+        // The WebSocket binding has no separate streaming endpoint; `session.closed` judges it.
+        return;
+    }
+    let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
+        Ok(s) => s,
+        Err(e) => return blocked(ctx, &[REQ], NO_SESSION, &format!("no session: {e}")),
+    };
+    let _ = ctx.close(&session.id).await;
+    let task_id = format!("task-{}", uuid::Uuid::new_v4());
+    let body = TaskSubmit::new(task_id, ctx.skill(), Ctx::input_for(session.mode), None);
+    let env = ctx.envelope(&session.id, body, session.mode);
+    let streamed = ctx.send_stream(&env).await;
+    judge_streamed_refusal(ctx, REQ, "POST /ldp/stream: TASK_SUBMIT after SESSION_CLOSE", &streamed);
+}
+
+/// A task sent to `/ldp/stream` that must not run: no TASK_RESULT event; a typed refusal (as a JSON answer or an
+/// error event) passes. An implementation without the endpoint (404 or 405, nothing streamed) is not judged.
+fn judge_streamed_refusal(ctx: &mut Ctx, req: &str, what: &str, streamed: &crate::ctx::StreamAnswer) {
+    let executed = streamed.events.iter().any(|e| {
+        serde_json::from_str::<Value>(&e.data)
+            .ok()
+            .and_then(|j| j.pointer("/body/type").and_then(Value::as_str).map(|t| t == "TASK_RESULT"))
+            .unwrap_or(false)
+    });
+    if executed {
+        return ctx.fail(req, format!("{what} was executed (a TASK_RESULT event)"));
+    }
+    let answer = &streamed.answer;
+    match answer.status() {
+        Some(404 | 405) if streamed.events.is_empty() => {}
+        _ if streamed.events.iter().any(|e| e.event == "error" || e.data.contains("TASK_FAILED")) => {
+            ctx.pass(req, format!("{what} → an error event"));
+        }
+        _ => match answer.typed_refusal() {
+            Ok(e) => ctx.pass(req, format!("{what} → {}", e.describe())),
+            Err(e) => ctx.fail(req, format!("{what}: {e}")),
+        },
+    }
 }

@@ -1,4 +1,5 @@
-//! Signatures and replay (adoption profile A) beyond one probe per rule: every signed message type replayed, a task
+//! Signatures and replay (adoption profile A) beyond one probe per rule: HELLO, TASK_SUBMIT, TASK_CANCEL and
+//! ATTESTATION replayed (SESSION_PROPOSE is `security.replay`), a task
 //! replayed (it must not run twice), stale and future timestamps, every way a signature can be wrong (empty,
 //! malformed, another or weaker algorithm than the configured one, a covered field changed after signing), and
 //! unsigned messages of every session type.
@@ -75,6 +76,19 @@ pub(super) async fn security_replay_all(ctx: &mut Ctx) {
     let copy = ctx.send_envelope(&cancel).await;
     let acted = copy.is_processed() || copy.is_ack();
     judge_not_acted(ctx, REQ, "a replayed TASK_CANCEL", &copy, acted);
+
+    // ATTESTATION: the copy of an attestation must not count twice.
+    let claim = json!({ "subject": crate::ctx::KIT_DELEGATE_ID, "statement": "conformance replay probe" });
+    let attestation = ctx.envelope(&session.id, Attestation::new(claim, json!({ "kind": "none" })), session.mode);
+    let first = ctx.send_envelope(&attestation).await;
+    if first.is_processed() || first.is_ack() {
+        let copy = ctx.send_envelope(&attestation).await;
+        // A WebSocket delegate that answers nothing to either cannot be told apart here: no reply is no verdict.
+        if !copy.no_reply() {
+            let acted = copy.is_processed() || copy.is_ack();
+            judge_not_acted(ctx, REQ, "a replayed ATTESTATION", &copy, acted);
+        }
+    }
 
     // A fresh message with a stale or a future timestamp is a replay the message-id cache cannot see.
     for (what, offset) in [("an hour old", -3600), ("an hour in the future", 3600)] {

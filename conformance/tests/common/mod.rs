@@ -85,6 +85,8 @@ pub enum Break {
     CardEndpointNotUrl,
     /// The card lists a payload mode the RFC does not define.
     CardUnknownPayloadMode,
+    /// Provenance says the result was produced in `semantic_graph`, a mode of neither the request nor the reply.
+    FalseModeUsed,
     /// Not a defect: RFC-valid variants the kit must accept without a warning: `Application/JSON; Charset=UTF-8`,
     /// pretty-printed JSON in another member order, unknown members, `+00:00` offsets, 204 on SESSION_CLOSE, SSE
     /// comments, `id:` and `retry:` lines and data split over several `data:` lines.
@@ -550,6 +552,9 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
             } else if let Some(list) = caps.get_mut("capabilities").and_then(Value::as_array_mut) {
                 list.push(extra);
             }
+        }
+        Break::FalseModeUsed if reply_type.as_deref() == Some("TASK_RESULT") => {
+            reply["body"]["provenance"]["payload_mode_used"] = Value::String("semantic_graph".into());
         }
         Break::WrongResultTaskId if reply_type.as_deref() == Some("TASK_RESULT") => {
             reply["body"]["task_id"] = Value::String("task-someone-else".into());
