@@ -85,6 +85,17 @@ async fn a_stream_endpoint_that_ignores_sessions_is_caught() {
     assert!(r.details.iter().any(|d| d.contains("/ldp/stream") && d.contains("FAIL")), "{:?}", r.details);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_rule_broken_over_websocket_only_is_caught_there() {
+    let server = start(Setup::broken(Break::WsIgnoresSessions)).await;
+    let report = ldp_conformance::run(config(&server, &[TransportKind::Http, TransportKind::Ws])).await.unwrap();
+    let r = report.requirement("LDP-SESS-002").unwrap();
+    assert_eq!(r.status, Status::Fail, "{:?}", r.details);
+    assert_eq!(r.transports[&TransportKind::Http], Status::Pass, "{:?}", r.details);
+    assert_eq!(r.transports[&TransportKind::Ws], Status::Fail, "{:?}", r.details);
+    assert_fails_only(&report, "LDP-SESS-002", &["LDP-PROV-004"]);
+}
+
 // ---- class 3: correlation --------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -87,6 +87,9 @@ pub enum Break {
     CardUnknownPayloadMode,
     /// Provenance says the result was produced in `semantic_graph`, a mode of neither the request nor the reply.
     FalseModeUsed,
+    /// Over WebSocket only: a TASK_SUBMIT naming an unknown well-formed UUID runs in a session the delegate keeps
+    /// open (the HTTP binding is correct).
+    WsIgnoresSessions,
     /// Not a defect: RFC-valid variants the kit must accept without a warning: `Application/JSON; Charset=UTF-8`,
     /// pretty-printed JSON in another member order, unknown members, `+00:00` offsets, 204 on SESSION_CLOSE, SSE
     /// comments, `id:` and `retry:` lines and data split over several `data:` lines.
@@ -191,7 +194,8 @@ pub async fn start(setup: Setup) -> Server {
     }
     let http = HttpServerConfig { tokens, ..HttpServerConfig::default() };
     let state = HttpState::new(runtime.clone(), http);
-    let ws = Router::new().route("/ldp/ws", get(ws_upgrade));
+    let ws_adversary = (setup.broken == Break::WsIgnoresSessions).then(|| Adversary::new(setup.broken, None));
+    let ws = Router::new().route("/ldp/ws", get(ws_upgrade)).layer(Extension(ws_adversary));
     let mut app = router_with(state, ws);
     app = match setup.broken {
         Break::StripProvenance => app.layer(middleware::from_fn(strip_provenance)),
@@ -199,7 +203,7 @@ pub async fn start(setup: Setup) -> Server {
         Break::CrashOnMalformedJson => app.layer(middleware::from_fn(crash_on_malformed)),
         Break::StreamWithoutResult => app.layer(middleware::from_fn(drop_streamed_results)),
         Break::ClaimsStreamingWithoutEndpoint => app.layer(middleware::from_fn(hide_stream)),
-        Break::Nothing | Break::AcceptUntrustedDomains | Break::IgnoreReplay => app,
+        Break::Nothing | Break::AcceptUntrustedDomains | Break::IgnoreReplay | Break::WsIgnoresSessions => app,
         other => app.layer(middleware::from_fn_with_state(Adversary::new(other, setup.signing.map(key)), adversary)),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -243,22 +247,45 @@ static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 async fn ws_upgrade(
     State(state): State<HttpState>,
     peer: Option<Extension<PeerContext>>,
+    Extension(adversary): Extension<Option<Adversary>>,
     ws: WebSocketUpgrade,
 ) -> Response {
     let mut peer = peer.map(|Extension(p)| p).unwrap_or_default();
     peer.connection = Some(CONNECTIONS.fetch_add(1, Ordering::Relaxed));
-    ws.on_upgrade(move |socket| ws_loop(socket, state, peer))
+    ws.on_upgrade(move |socket| ws_loop(socket, state, peer, adversary))
 }
 
 fn error_frame(e: &LdpError) -> Message {
     Message::Text(serde_json::json!({ "error": e }).to_string().into())
 }
 
-async fn ws_loop(mut socket: WebSocket, state: HttpState, peer: PeerContext) {
+async fn ws_loop(mut socket: WebSocket, state: HttpState, peer: PeerContext, adversary: Option<Adversary>) {
     while let Some(Ok(msg)) = socket.recv().await {
+        let msg = match (msg, &adversary) {
+            (Message::Text(t), Some(adv)) => match serde_json::from_str::<Value>(t.as_str()) {
+                Ok(mut v) => {
+                    if ignore_sessions(adv, &mut v, true) {
+                        // The kept session's close is acknowledged and ignored.
+                        let ack = Message::Text(serde_json::json!({ "accepted": true }).to_string().into());
+                        if socket.send(ack).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    Message::Text(v.to_string().into())
+                }
+                Err(_) => Message::Text(t),
+            },
+            (msg, _) => msg,
+        };
         let reply = match msg {
             Message::Text(t) => match state.dispatch(peer.clone(), Bytes::from(t.as_str().to_owned()), None).await {
-                Ok(RuntimeResponse::Reply(env)) => env.to_json().ok().map(|j| Message::Text(j.into())),
+                Ok(RuntimeResponse::Reply(env)) => {
+                    if let (Some(adv), Ok(v)) = (&adversary, env.to_value()) {
+                        remember_session(adv, &v);
+                    }
+                    env.to_json().ok().map(|j| Message::Text(j.into()))
+                }
                 Ok(RuntimeResponse::Accepted) => None,
                 Ok(RuntimeResponse::Refused(r)) => Some(match r.reply.and_then(|e| e.to_json().ok()) {
                     Some(j) => Message::Text(j.into()),
@@ -392,6 +419,40 @@ fn variant_json(mut v: Value) -> Vec<u8> {
     serde_json::to_vec_pretty(&v).unwrap()
 }
 
+/// For the session-ignoring delegates: keeps the first accepted session open (its SESSION_CLOSE is swallowed: returns
+/// true) and runs a TASK_SUBMIT naming an unknown well-formed UUID in it, when `applies`.
+fn ignore_sessions(adv: &Adversary, request: &mut Value, applies: bool) -> bool {
+    let ty = request.pointer("/body/type").and_then(Value::as_str).map(str::to_owned);
+    let sid = request.get("session_id").and_then(Value::as_str).map(str::to_owned);
+    let (known, pinned) = adv.sessions.lock().unwrap().clone();
+    if ty.as_deref() == Some("SESSION_CLOSE") && sid.is_some() && sid == pinned {
+        return true;
+    }
+    if applies
+        && ty.as_deref() == Some("TASK_SUBMIT")
+        && let (Some(sid), Some(pinned)) = (sid, pinned)
+        && uuid::Uuid::parse_str(&sid).is_ok()
+        && !known.contains(&sid)
+    {
+        request["session_id"] = Value::String(pinned);
+    }
+    false
+}
+
+/// Records the session a SESSION_ACCEPT reply establishes (the first one is kept open by the session-ignoring
+/// delegates).
+fn remember_session(adv: &Adversary, reply: &Value) {
+    if reply.pointer("/body/type").and_then(Value::as_str) == Some("SESSION_ACCEPT")
+        && let Some(sid) = reply.pointer("/body/session_id").and_then(Value::as_str)
+    {
+        let mut sessions = adv.sessions.lock().unwrap();
+        sessions.0.push(sid.to_owned());
+        if sessions.1.is_none() {
+            sessions.1 = Some(sid.to_owned());
+        }
+    }
+}
+
 async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     let (mut parts, body) = req.into_parts();
@@ -455,19 +516,10 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
         }
         Break::AcceptsRandomUuidSessions | Break::StreamIgnoresSessions => {
             let applies = adv.broken == Break::AcceptsRandomUuidSessions || path == "/ldp/stream";
-            let sid = request.as_ref().and_then(|r| r.get("session_id")).and_then(Value::as_str).map(str::to_owned);
-            let (known, pinned) = adv.sessions.lock().unwrap().clone();
-            if req_type.as_deref() == Some("SESSION_CLOSE") && sid.is_some() && sid == pinned {
-                return StatusCode::NO_CONTENT.into_response();
-            }
-            if applies
-                && req_type.as_deref() == Some("TASK_SUBMIT")
-                && let (Some(sid), Some(pinned)) = (sid, pinned)
-                && uuid::Uuid::parse_str(&sid).is_ok()
-                && !known.contains(&sid)
-                && let Some(r) = request.as_mut()
+            if let Some(r) = request.as_mut()
+                && ignore_sessions(&adv, r, applies)
             {
-                r["session_id"] = Value::String(pinned);
+                return StatusCode::NO_CONTENT.into_response();
             }
         }
         _ => {}
@@ -517,15 +569,7 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
         return Response::from_parts(parts, Body::from(bytes));
     };
     let reply_type = reply.pointer("/body/type").and_then(Value::as_str).map(str::to_owned);
-    if reply_type.as_deref() == Some("SESSION_ACCEPT")
-        && let Some(sid) = reply.pointer("/body/session_id").and_then(Value::as_str)
-    {
-        let mut sessions = adv.sessions.lock().unwrap();
-        sessions.0.push(sid.to_owned());
-        if sessions.1.is_none() {
-            sessions.1 = Some(sid.to_owned());
-        }
-    }
+    remember_session(&adv, &reply);
     if let Some(task) = reply.pointer("/body/task_id").and_then(Value::as_str)
         && let Some(original) = task.strip_suffix(REPLAYED)
     {
