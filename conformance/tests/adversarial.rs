@@ -200,7 +200,8 @@ async fn a_result_under_http_500_fails_the_message_checks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rfc_valid_variants_pass_without_a_warning() {
-    let report = run(Setup::broken(Break::RfcValidVariants)).await;
+    let server = start(Setup::broken(Break::RfcValidVariants)).await;
+    let report = ldp_conformance::run(config(&server, &[TransportKind::Http, TransportKind::Ws])).await.unwrap();
     let bad: Vec<_> =
         report.requirements.iter().filter(|r| !matches!(r.outcome, Outcome::Pass | Outcome::Skipped)).collect();
     assert!(bad.is_empty(), "RFC-valid variants must pass:\n{}", explain(&report));

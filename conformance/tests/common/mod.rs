@@ -194,7 +194,8 @@ pub async fn start(setup: Setup) -> Server {
     }
     let http = HttpServerConfig { tokens, ..HttpServerConfig::default() };
     let state = HttpState::new(runtime.clone(), http);
-    let ws_adversary = (setup.broken == Break::WsIgnoresSessions).then(|| Adversary::new(setup.broken, None));
+    let ws_adversary = matches!(setup.broken, Break::WsIgnoresSessions | Break::RfcValidVariants)
+        .then(|| Adversary::new(setup.broken, None));
     let ws = Router::new().route("/ldp/ws", get(ws_upgrade)).layer(Extension(ws_adversary));
     let mut app = router_with(state, ws);
     app = match setup.broken {
@@ -262,30 +263,36 @@ fn error_frame(e: &LdpError) -> Message {
 async fn ws_loop(mut socket: WebSocket, state: HttpState, peer: PeerContext, adversary: Option<Adversary>) {
     while let Some(Ok(msg)) = socket.recv().await {
         let msg = match (msg, &adversary) {
-            (Message::Text(t), Some(adv)) => match serde_json::from_str::<Value>(t.as_str()) {
-                Ok(mut v) => {
-                    if ignore_sessions(adv, &mut v, true) {
-                        // The kept session's close is acknowledged and ignored.
-                        let ack = Message::Text(serde_json::json!({ "accepted": true }).to_string().into());
-                        if socket.send(ack).await.is_err() {
-                            break;
+            (Message::Text(t), Some(adv)) if adv.broken == Break::WsIgnoresSessions => {
+                match serde_json::from_str::<Value>(t.as_str()) {
+                    Ok(mut v) => {
+                        if ignore_sessions(adv, &mut v, true) {
+                            // The kept session's close is acknowledged and ignored.
+                            let ack = Message::Text(serde_json::json!({ "accepted": true }).to_string().into());
+                            if socket.send(ack).await.is_err() {
+                                break;
+                            }
+                            continue;
                         }
-                        continue;
+                        Message::Text(v.to_string().into())
                     }
-                    Message::Text(v.to_string().into())
+                    Err(_) => Message::Text(t),
                 }
-                Err(_) => Message::Text(t),
-            },
+            }
             (msg, _) => msg,
         };
         let reply = match msg {
             Message::Text(t) => match state.dispatch(peer.clone(), Bytes::from(t.as_str().to_owned()), None).await {
-                Ok(RuntimeResponse::Reply(env)) => {
-                    if let (Some(adv), Ok(v)) = (&adversary, env.to_value()) {
-                        remember_session(adv, &v);
+                Ok(RuntimeResponse::Reply(env)) => match (&adversary, env.to_value()) {
+                    (Some(adv), Ok(v)) if adv.broken == Break::RfcValidVariants => {
+                        Some(Message::Text(String::from_utf8(variant_json(v)).unwrap().into()))
                     }
-                    env.to_json().ok().map(|j| Message::Text(j.into()))
-                }
+                    (Some(adv), Ok(v)) => {
+                        remember_session(adv, &v);
+                        env.to_json().ok().map(|j| Message::Text(j.into()))
+                    }
+                    _ => env.to_json().ok().map(|j| Message::Text(j.into())),
+                },
                 Ok(RuntimeResponse::Accepted) => None,
                 Ok(RuntimeResponse::Refused(r)) => Some(match r.reply.and_then(|e| e.to_json().ok()) {
                     Some(j) => Message::Text(j.into()),
@@ -455,6 +462,10 @@ fn remember_session(adv: &Adversary, reply: &Value) {
 
 async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
+    if path == "/ldp/ws" {
+        // The WebSocket binding's adversary lives in `ws_loop`; the upgrade passes untouched.
+        return next.run(req).await;
+    }
     let (mut parts, body) = req.into_parts();
     let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
     let mut request = serde_json::from_slice::<Value>(&bytes).ok();
