@@ -154,7 +154,7 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 2.1",
         "Identity card carries every required field",
-        "\"Every LDP delegate MUST publish an identity card containing the following fields\": delegate_id, name, model_family, model_version, trust_domain, context_window, capabilities, supported_payload_modes, endpoint, with their types.",
+        "\"Every LDP delegate MUST publish an identity card containing the following fields\": delegate_id, name, model_family, model_version, trust_domain, context_window, capabilities, supported_payload_modes, endpoint, with their types. Judged with a strict schema of RFC 2.1/2.2 (not the liberal decoder): `trust_domain` a TrustDomain object (7.1), capabilities objects with a `name`, payload modes and cost tiers from the RFC's enums, `endpoint` a URL (\"URL endpoint for the delegate\"); members the RFC does not name are allowed.",
         ["identity.discovery"]
     ),
     req!(
@@ -198,7 +198,7 @@ pub const CATALOGUE: &[Requirement] = &[
         Must,
         None,
         "RFC 3.1",
-        "Envelope timestamps are ISO 8601",
+        "Envelope timestamps are RFC 3339 date-times",
         "\"timestamp\": \"<ISO 8601>\" (read as RFC 3339, the ISO 8601 profile both reference SDKs write).",
         ["wire.envelopes"]
     ),
@@ -228,6 +228,33 @@ pub const CATALOGUE: &[Requirement] = &[
         "Replies come from the card's delegate id, to the sender",
         "\"from\": \"<delegate_id>\", \"to\": \"<delegate_id>\": a reply's `from` is the responder's `delegate_id` (as on its card) and its `to` is the requester's id.",
         ["wire.envelopes"]
+    ),
+    req!(
+        "LDP-CORR-001",
+        Must,
+        None,
+        "RFC 3.2, 3.3, 10.1.5",
+        "A task's replies name the submitted task",
+        "3.3: TASK_SUBMIT `\"task_id\": \"task-001\"` is answered by TASK_RESULT `\"task_id\": \"task-001\"`; 3.2: TASK_UPDATE is the \"Task progress update\" and TASK_RESULT the \"Task completion\" of that task. A TASK_UPDATE or TASK_RESULT (and a TASK_FAILED that names a task) carries the submitted `task_id`, on every transport and on the stream; otherwise the initiator cannot tell which task completed (MUST: 10.1 requires the lifecycle \"HELLO through SESSION_CLOSE\", which a result for no known task does not complete).",
+        ["wire.correlation"]
+    ),
+    req!(
+        "LDP-CORR-002",
+        Must,
+        None,
+        "RFC 3.1, 7.3",
+        "A reply has a message id of its own",
+        "3.1: every message's envelope carries its own `message_id`; 7.3: \"Message ID, session ID, timestamp for replay detection\". A reply that reuses the request's `message_id` is indistinguishable from a replay of it to any replay cache.",
+        ["wire.correlation"]
+    ),
+    req!(
+        "LDP-CORR-003",
+        Should,
+        None,
+        "RFC 3.1, 3.3",
+        "SESSION_ACCEPT names one session",
+        "3.3: SESSION_ACCEPT carries the established `session_id` in its body; 3.1: the envelope's `session_id` is the session of the message. When both are present they agree. SHOULD: the RFC shows the two members but states no rule between them.",
+        ["wire.correlation"]
     ),
     req!(
         "LDP-SCHEMA-001",
@@ -264,6 +291,15 @@ pub const CATALOGUE: &[Requirement] = &[
         "HELLO is answered with CAPABILITY_MANIFEST",
         "\"`HELLO` | Initiator → Responder | Initial handshake\"; \"`CAPABILITY_MANIFEST` | Responder → Initiator | Capability declaration\"; 5.2: HELLO → CAPABILITY_MANIFEST.",
         ["handshake.hello"]
+    ),
+    req!(
+        "LDP-MSG-008",
+        Should,
+        None,
+        "RFC 3.2, 7.3, 2.2",
+        "The CAPABILITY_MANIFEST declares what the card declares",
+        "3.2: \"`CAPABILITY_MANIFEST` | Responder → Initiator | Capability declaration\"; 7.3: \"Policy | Capability manifest | Task validated against declared capabilities\". The manifest names the card's capabilities (and, when it lists payload modes, the card's modes), so an initiator routing on either sees one delegate. SHOULD: the RFC defines no field-by-field rule between the two documents.",
+        ["handshake.manifest"]
     ),
     req!(
         "LDP-MSG-002",
@@ -353,7 +389,7 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 4.2",
         "Negotiation selects the best common mode, else text",
         "\"The negotiation algorithm selects the highest-preference implemented mode supported by both parties\"; \"If no common implemented mode found → fall back to Mode 0 (Text)\".",
-        ["negotiation.modes"]
+        ["negotiation.modes", "negotiation.preference"]
     ),
     req!(
         "LDP-NEG-002",
@@ -363,6 +399,15 @@ pub const CATALOGUE: &[Requirement] = &[
         "SESSION_ACCEPT carries the fallback chain",
         "\"Build fallback chain from remaining common modes with lower mode numbers\"; the RFC's diagram shows `fallback_chain` in SESSION_ACCEPT.",
         ["negotiation.modes"]
+    ),
+    req!(
+        "LDP-NEG-003",
+        Should,
+        None,
+        "RFC 5.3, 4.2",
+        "A task in a mode the session did not negotiate is refused",
+        "5.3: \"Within an active session: ... Payload mode is fixed (unless fallback occurs)\"; 4.2: the mode is the one negotiated. A task sent in a mode the card does not list, or in a listed mode richer than the session's, is refused with a typed error or run in the negotiated mode with `payload_mode_used` saying so; it is never processed as that mode. SHOULD: the RFC states the rule as a property of sessions, without MUST.",
+        ["negotiation.unnegotiated_mode"]
     ),
     req!(
         "LDP-FALLBACK-001",
@@ -397,8 +442,8 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 5.2, 10.1.5",
         "A task for an unknown session is refused with a typed error",
-        "\"`TASK_SUBMIT` | Initiator → Responder | Submit task within session\": a session the responder never accepted is not a session.",
-        ["session.unknown"]
+        "\"`TASK_SUBMIT` | Initiator → Responder | Submit task within session\": a session the responder never accepted is not a session, whatever the id looks like (empty, missing, a fresh well-formed UUID, not a UUID), on every transport and on `/ldp/stream`.",
+        ["session.unknown", "session.unknown_ids"]
     ),
     req!(
         "LDP-SESS-003",
@@ -406,8 +451,8 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 5.1, 10.1.5",
         "A task for a closed session is refused with a typed error",
-        "The lifecycle \"INITIATING → PROPOSED → ACTIVE → CLOSED\": after SESSION_CLOSE the session no longer accepts tasks.",
-        ["session.closed"]
+        "The lifecycle \"INITIATING → PROPOSED → ACTIVE → CLOSED\": after SESSION_CLOSE the session no longer accepts tasks, on `/ldp/messages`, on `/ldp/stream` (no TASK_RESULT event) and over WebSocket.",
+        ["session.closed", "session.closed_stream"]
     ),
     req!(
         "LDP-SESS-004",
@@ -419,13 +464,22 @@ pub const CATALOGUE: &[Requirement] = &[
         ["session.ttl"]
     ),
     req!(
+        "LDP-SESS-005",
+        Should,
+        None,
+        "RFC 5.3, 7.2",
+        "A session serves only the peer that established it",
+        "5.3: \"Trust domain is validated once at establishment\"; 7.2: \"Trust domain compatibility is checked during session establishment (before SESSION_ACCEPT)\". The check is made for the peer that proposed the session, so a TASK_SUBMIT in it from another sender (another `from`; with `--untrusted-token`, a principal of a foreign domain) is refused with a typed error. SHOULD: the RFC says when trust is validated, not in so many words that a session is bound to its initiator.",
+        ["session.foreign_peer"]
+    ),
+    req!(
         "LDP-TRUST-001",
         Must,
         None,
         "RFC 7.2.1, 10.1.4",
         "required_trust_domain is enforced",
         "\"If the initiator specifies `required_trust_domain`, the responder's domain MUST match\"; 10.1: \"Validate trust domain compatibility during session establishment\".",
-        ["trust.required_domain"]
+        ["trust.required_domain", "trust.domain_variants"]
     ),
     req!(
         "LDP-TRUST-002",
@@ -434,7 +488,7 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 7.2.2-3, 10.1.4",
         "Initiators from untrusted domains are rejected",
         "\"If `allow_cross_domain` is false, cross-domain sessions are rejected\"; \"If `allow_cross_domain` is true, the initiator's domain MUST be in `trusted_peers`\". The kit presents as `conformance-untrusted.invalid` (declared in the proposal, or through `--untrusted-token`).",
-        ["trust.foreign_domain"]
+        ["trust.foreign_domain", "trust.domain_variants"]
     ),
     req!(
         "LDP-TRUST-003",
@@ -443,7 +497,7 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 3.2; paper 3.3",
         "A rejection carries a typed policy error",
         "\"`SESSION_REJECT` | Reject session with reason\"; paper 3.3: failures carry a structured `LdpError` (trust failures: category `policy` or `identity`).",
-        ["trust.required_domain", "trust.foreign_domain"]
+        ["trust.required_domain", "trust.foreign_domain", "trust.domain_variants"]
     ),
     req!(
         "LDP-POLICY-001",
@@ -468,8 +522,8 @@ pub const CATALOGUE: &[Requirement] = &[
         Should,
         None,
         "RFC 6.1",
-        "Provenance names the producing delegate and the mode used",
-        "\"`produced_by` | Delegate ID that produced the result\"; \"`payload_mode_used` | Payload mode for this exchange\".",
+        "Provenance names the producing delegate",
+        "\"`produced_by` | Delegate ID that produced the result\": the card's `delegate_id`. SHOULD, not MUST: the kit cannot tell a false `produced_by` from a true one naming another delegate (a router's result is produced by the delegate it routed to), so a mismatch with the card is evidence, not proof. The mode half of this rule is LDP-PROV-005.",
         ["wire.provenance"]
     ),
     req!(
@@ -488,6 +542,15 @@ pub const CATALOGUE: &[Requirement] = &[
         "RFC 6.1",
         "Optional provenance fields are well-formed",
         "\"`confidence` | float? | Self-reported confidence (0.0-1.0)\"; \"`timestamp` | string? | ISO 8601 timestamp of production\"; \"`session_id` | Session in which result was produced\".",
+        ["wire.provenance"]
+    ),
+    req!(
+        "LDP-PROV-005",
+        Must,
+        None,
+        "RFC 6.1, 10.1.3, 4.2",
+        "payload_mode_used names a mode of the exchange",
+        "6.1: \"Every TASK_RESULT message MUST include a provenance record\" with \"`payload_mode_used` | PayloadMode | Yes | Payload mode for this exchange\"; the 4.2 diagram ends in \"TASK_RESULT payload_mode_used=text\", which is how an initiator learns a fallback happened. It is the request's mode or, after a transparent fallback (4.3), the reply's. MUST: unlike `produced_by` the initiator can check it (it knows both modes), and a record that names a mode used in neither is not the provenance record 6.1 requires but a false one.",
         ["wire.provenance"]
     ),
     req!(
@@ -512,7 +575,9 @@ pub const CATALOGUE: &[Requirement] = &[
             "session.ttl",
             "trust.required_domain",
             "trust.foreign_domain",
-            "task.undeclared_skill"
+            "task.undeclared_skill",
+            "session.unknown_ids",
+            "trust.domain_variants"
         ]
     ),
     req!(
@@ -611,8 +676,8 @@ pub const CATALOGUE: &[Requirement] = &[
         Some(Signing),
         "RFC 7.3; paper 3.3",
         "A bad signature is refused with a typed error",
-        "\"Message | Envelope fields\" security level: a TASK_SUBMIT whose signature does not verify is refused with a typed error and not executed.",
-        ["security.bad_signature"]
+        "\"Message | Envelope fields\" security level: a TASK_SUBMIT whose signature does not verify is refused with a typed error and not executed: a wrong value, an empty, malformed or null signature, an algorithm named `none`, a signature under another algorithm than the configured one (for `hmac-sha256-jcs` the weaker `hmac-sha256`; for `ed25519-jcs` an HMAC keyed with the public key), and a covered member changed after signing.",
+        ["security.bad_signature", "security.bad_signatures"]
     ),
     req!(
         "LDP-SEC-003",
@@ -620,8 +685,8 @@ pub const CATALOGUE: &[Requirement] = &[
         Some(Signing),
         "RFC 7.3",
         "A replayed message is refused",
-        "\"Message ID, session ID, timestamp for replay detection\": the same signed SESSION_PROPOSE sent twice establishes at most one session; the copy gets a typed error.",
-        ["security.replay"]
+        "\"Message ID, session ID, timestamp for replay detection\": the copy of a signed message (SESSION_PROPOSE, HELLO, TASK_SUBMIT, TASK_CANCEL) is refused with a typed error and not acted on (a task does not run twice; a proposal establishes at most one session); a signed message timestamped an hour in the past or the future is refused, since the timestamp is what detects a replay the message-id cache no longer holds.",
+        ["security.replay", "security.replay_all"]
     ),
     req!(
         "LDP-SEC-004",
@@ -629,8 +694,8 @@ pub const CATALOGUE: &[Requirement] = &[
         Some(Signing),
         "RFC 7.3",
         "Unsigned messages are refused by a signing delegate",
-        "A delegate that signs requires signatures: an unsigned TASK_SUBMIT in an established session is refused with a typed error.",
-        ["security.unsigned"]
+        "A delegate that signs requires signatures: an unsigned TASK_SUBMIT, SESSION_PROPOSE, TASK_CANCEL, ATTESTATION or SESSION_CLOSE is refused with a typed error and not acted on (the session stays open). HELLO is not probed: its answer is the public manifest. SHOULD, not MUST: the RFC names signed messages only in profile A and never says an unsigned one must be refused.",
+        ["security.unsigned", "security.unsigned_all"]
     ),
     req!(
         "LDP-AUTH-001",

@@ -11,8 +11,15 @@ use ldp_types::{
 };
 use serde_json::{Map, Value, json};
 
+mod correlation;
+mod negotiation;
+mod session;
+mod signing;
+mod trust;
+
 use crate::catalogue::Feature;
 use crate::ctx::{Answer, Ctx, Observed, Session, UNTRUSTED_DOMAIN, category_in, session_from, summarise};
+use crate::media::is_media_type;
 use crate::probe::{Outgoing, TransportKind};
 
 /// One check: what it is called, the requirements it gives verdicts on, and how it runs.
@@ -34,7 +41,7 @@ impl std::fmt::Debug for Check {
 }
 
 macro_rules! check {
-    ($id:literal, $title:literal, [$($req:literal),+ $(,)?], $f:ident) => {
+    ($id:literal, $title:literal, [$($req:literal),+ $(,)?], $f:path) => {
         Check { id: $id, title: $title, requirements: &[$($req),+], run: |ctx| Box::pin($f(ctx)) }
     };
 }
@@ -59,6 +66,12 @@ pub const CHECKS: &[Check] = &[
     check!("transport.auth", "Transport-level authentication", ["LDP-AUTH-001"], transport_auth),
     check!("handshake.hello", "HELLO gets a CAPABILITY_MANIFEST", ["LDP-MSG-001"], handshake_hello),
     check!(
+        "handshake.manifest",
+        "The CAPABILITY_MANIFEST declares what the card declares",
+        ["LDP-MSG-008"],
+        negotiation::handshake_manifest
+    ),
+    check!(
         "session.lifecycle",
         "HELLO through SESSION_CLOSE in text mode",
         ["LDP-SESS-001", "LDP-MSG-002", "LDP-MSG-003", "LDP-MSG-005", "LDP-PAYLOAD-001"],
@@ -69,6 +82,18 @@ pub const CHECKS: &[Check] = &[
         "Payload-mode negotiation and the fallback chain",
         ["LDP-NEG-001", "LDP-NEG-002", "LDP-PAYLOAD-001", "LDP-PAYLOAD-002", "LDP-PAYLOAD-003"],
         negotiation_modes
+    ),
+    check!(
+        "negotiation.preference",
+        "The initiator's preference order decides the mode",
+        ["LDP-NEG-001"],
+        negotiation::negotiation_preference
+    ),
+    check!(
+        "negotiation.unnegotiated_mode",
+        "A task in a mode the session did not negotiate",
+        ["LDP-NEG-003"],
+        negotiation::negotiation_unnegotiated_mode
     ),
     check!(
         "payload.fallback",
@@ -88,8 +113,32 @@ pub const CHECKS: &[Check] = &[
         ["LDP-TRUST-002", "LDP-TRUST-003", "LDP-ERR-002"],
         trust_foreign_domain
     ),
+    check!(
+        "trust.domain_variants",
+        "Look-alike trust domains: suffix, prefix, substring, case and empty variants",
+        ["LDP-TRUST-001", "LDP-TRUST-002", "LDP-TRUST-003", "LDP-ERR-002"],
+        trust::trust_domain_variants
+    ),
     check!("session.unknown", "TASK_SUBMIT to an unknown session", ["LDP-SESS-002", "LDP-ERR-002"], session_unknown),
+    check!(
+        "session.unknown_ids",
+        "TASK_SUBMIT with an empty, missing, random-UUID and non-UUID session id, also on /ldp/stream",
+        ["LDP-SESS-002", "LDP-ERR-002"],
+        session::session_unknown_ids
+    ),
     check!("session.closed", "TASK_SUBMIT to a closed session", ["LDP-SESS-003", "LDP-ERR-002"], session_closed),
+    check!(
+        "session.closed_stream",
+        "POST /ldp/stream with a TASK_SUBMIT to a closed session",
+        ["LDP-SESS-003"],
+        session::session_closed_stream
+    ),
+    check!(
+        "session.foreign_peer",
+        "A session used by another sender than the one that established it",
+        ["LDP-SESS-005"],
+        session::session_foreign_peer
+    ),
     check!(
         "task.undeclared_skill",
         "TASK_SUBMIT for an undeclared skill",
@@ -124,6 +173,24 @@ pub const CHECKS: &[Check] = &[
     check!("security.bad_signature", "A TASK_SUBMIT with a bad signature", ["LDP-SEC-002"], security_bad_signature),
     check!("security.replay", "A replayed SESSION_PROPOSE", ["LDP-SEC-003"], security_replay),
     check!("security.unsigned", "An unsigned TASK_SUBMIT to a signing delegate", ["LDP-SEC-004"], security_unsigned),
+    check!(
+        "security.replay_all",
+        "Replayed HELLO, TASK_SUBMIT and TASK_CANCEL; stale and future timestamps",
+        ["LDP-SEC-003"],
+        signing::security_replay_all
+    ),
+    check!(
+        "security.bad_signatures",
+        "Empty, malformed, other-algorithm and tampered signatures",
+        ["LDP-SEC-002"],
+        signing::security_bad_signatures
+    ),
+    check!(
+        "security.unsigned_all",
+        "Unsigned SESSION_PROPOSE, TASK_CANCEL, ATTESTATION and SESSION_CLOSE",
+        ["LDP-SEC-004"],
+        signing::security_unsigned_all
+    ),
     check!("session.ttl", "A session expires after its TTL", ["LDP-SESS-004", "LDP-ERR-002"], session_ttl),
     check!(
         "wire.envelopes",
@@ -132,12 +199,18 @@ pub const CHECKS: &[Check] = &[
         wire_envelopes
     ),
     check!("http.stream", "POST /ldp/stream answers a task with server-sent events", ["LDP-HTTP-002"], http_stream),
+    check!(
+        "wire.correlation",
+        "Every reply answers its request: task ids, fresh message ids, one session per SESSION_ACCEPT",
+        ["LDP-CORR-001", "LDP-CORR-002", "LDP-CORR-003"],
+        correlation::wire_correlation
+    ),
     check!("wire.schema", "Every reply validates against the ldp-types schemas", ["LDP-SCHEMA-001"], wire_schema),
     check!("wire.content_type", "Every HTTP reply is application/json", ["LDP-HTTP-001"], wire_content_type),
     check!(
         "wire.provenance",
         "Provenance on every TASK_RESULT",
-        ["LDP-PROV-001", "LDP-PROV-002", "LDP-PROV-003", "LDP-PROV-004", "LDP-EXT-VERIFY-001"],
+        ["LDP-PROV-001", "LDP-PROV-002", "LDP-PROV-003", "LDP-PROV-004", "LDP-PROV-005", "LDP-EXT-VERIFY-001"],
         wire_provenance
     ),
     check!("wire.errors", "Every error is a typed LdpError", ["LDP-ERR-001"], wire_errors),
@@ -161,6 +234,17 @@ fn untestable(ctx: &mut Ctx, reqs: &[&str], why: &str) {
     }
 }
 
+/// Records `Blocked` by `cause` on every requirement in `reqs`: the kit could not exercise them because `cause`
+/// (judged by another check) failed. If `cause` did not fail, the runner scores them NOT TESTABLE instead.
+fn blocked(ctx: &mut Ctx, reqs: &[&str], cause: &str, why: &str) {
+    for r in ids(reqs) {
+        ctx.blocked(&r, cause, why);
+    }
+}
+
+/// What a check could not do without an established session (LDP-SESS-001 judges establishment).
+const NO_SESSION: &str = "LDP-SESS-001";
+
 /// Closes a session the check no longer needs (the answer is not judged here).
 async fn tidy(ctx: &mut Ctx, session: &Session) {
     let _ = ctx.close(&session.id).await;
@@ -176,7 +260,7 @@ async fn identity_discovery(ctx: &mut Ctx) {
         (_, Err(e)) => ctx.fail("LDP-IDENT-001", format!("GET {WELL_KNOWN} failed: {e}")),
         (Some(r), Ok(())) => {
             let json = serde_json::from_slice::<Value>(&r.body).ok().filter(Value::is_object);
-            let json_ct = r.content_type.as_deref().is_some_and(|c| c.trim_start().starts_with("application/json"));
+            let json_ct = is_media_type(r.content_type.as_deref(), "application/json");
             match (r.status, &json) {
                 (Some(200), Some(_)) if json_ct => {
                     ctx.pass("LDP-IDENT-001", format!("GET {WELL_KNOWN}: 200 application/json"));
@@ -211,9 +295,10 @@ async fn identity_discovery(ctx: &mut Ctx) {
     }
 
     let Some(card) = card_json else {
-        untestable(
+        blocked(
             ctx,
             &["LDP-IDENT-002", "LDP-IDENT-003", "LDP-IDENT-004", "LDP-SCHEMA-001", "LDP-PAYLOAD-001"],
+            "LDP-IDENT-001",
             "no identity card was served at /.well-known/ldp-identity",
         );
         ctx.skip("LDP-EXT-CLAIM-001", "no identity card");
@@ -239,10 +324,13 @@ async fn identity_discovery(ctx: &mut Ctx) {
         "endpoint",
     ];
     let missing: Vec<&str> = REQUIRED.iter().copied().filter(|f| card.get(*f).is_none_or(Value::is_null)).collect();
+    // Judged with the strict RFC schema, not with the project's liberal decoder (which reads what the reference
+    // SDKs send, a bare string for a trust domain included).
     let typed = serde_json::from_value::<ldp_types::IdentityCard>(card.clone());
-    match (&missing[..], &typed) {
-        ([], Ok(_)) => ctx.pass("LDP-IDENT-002", "every required field is present with its type"),
-        ([], Err(e)) => ctx.fail("LDP-IDENT-002", format!("the card does not decode: {e}")),
+    let strict = ctx.validators.rfc_card(&card);
+    match (&missing[..], &strict[..]) {
+        ([], []) => ctx.pass("LDP-IDENT-002", "every required field is present with the RFC 2.1 type"),
+        ([], v) => ctx.fail("LDP-IDENT-002", v.join("; ")),
         (m, _) => ctx.fail("LDP-IDENT-002", format!("required fields missing or null: {}", m.join(", "))),
     }
 
@@ -404,7 +492,7 @@ async fn session_lifecycle(ctx: &mut Ctx) {
         Ok(s) => s,
         Err(e) => {
             ctx.fail("LDP-SESS-001", e.clone());
-            untestable(ctx, &later, &format!("no session: {e}"));
+            blocked(ctx, &later, NO_SESSION, &format!("no session: {e}"));
             return;
         }
     };
@@ -468,7 +556,7 @@ async fn negotiation_modes(ctx: &mut Ctx) {
         }
         Err(e) => {
             ctx.fail("LDP-PAYLOAD-001", format!("a text-only proposal: {e}"));
-            untestable(ctx, &["LDP-NEG-001"], &format!("no session could be established: {e}"));
+            blocked(ctx, &["LDP-NEG-001"], NO_SESSION, &format!("no session could be established: {e}"));
         }
     }
 
@@ -517,7 +605,12 @@ async fn negotiation_modes(ctx: &mut Ctx) {
             tidy(ctx, &s).await;
         }
         Err(e) => {
-            untestable(ctx, &["LDP-NEG-002", "LDP-PAYLOAD-002", "LDP-PAYLOAD-003"], &format!("no session: {e}"));
+            blocked(
+                ctx,
+                &["LDP-NEG-002", "LDP-PAYLOAD-002", "LDP-PAYLOAD-003"],
+                NO_SESSION,
+                &format!("no session: {e}"),
+            );
             neg_problems.push(format!("[semantic_frame, text]: {e}"));
         }
     }
@@ -558,7 +651,7 @@ async fn payload_fallback(ctx: &mut Ctx) {
             return;
         }
         Err(e) => {
-            untestable(ctx, &reqs, &format!("no session: {e}"));
+            blocked(ctx, &reqs, NO_SESSION, &format!("no session: {e}"));
             return;
         }
     };
@@ -650,7 +743,7 @@ fn judge_rejection(ctx: &mut Ctx, req: &str, what: &str, answer: &Answer) -> boo
 async fn trust_required_domain(ctx: &mut Ctx) {
     let reqs = ["LDP-TRUST-001", "LDP-TRUST-003", "LDP-ERR-002"];
     let Some(own) = ctx.card_domain() else {
-        untestable(ctx, &reqs, "the server's trust domain is unknown (no identity card)");
+        blocked(ctx, &reqs, "LDP-IDENT-001", "the server's trust domain is unknown (no identity card)");
         return;
     };
     if own == UNTRUSTED_DOMAIN {
@@ -692,7 +785,7 @@ async fn trust_foreign_domain(ctx: &mut Ctx) {
     match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => tidy(ctx, &s).await,
         Err(e) => {
-            untestable(ctx, &reqs, &format!("no session can be established at all: {e}"));
+            blocked(ctx, &reqs, NO_SESSION, &format!("no session can be established at all: {e}"));
             return;
         }
     }
@@ -758,11 +851,16 @@ async fn session_closed(ctx: &mut Ctx) {
     let reqs = ["LDP-SESS-003", "LDP-ERR-002"];
     let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => s,
-        Err(e) => return untestable(ctx, &reqs, &format!("no session: {e}")),
+        Err(e) => return blocked(ctx, &reqs, NO_SESSION, &format!("no session: {e}")),
     };
     let (_, first) = ctx.submit_default(&session).await;
     if !first.is_type("TASK_RESULT") {
-        return untestable(ctx, &reqs, &format!("a task in the open session did not complete: {}", first.describe()));
+        return blocked(
+            ctx,
+            &reqs,
+            NO_SESSION,
+            &format!("a task in the open session did not complete: {}", first.describe()),
+        );
     }
     let _ = ctx.close(&session.id).await;
     let (_, answer) = ctx.submit_default(&session).await;
@@ -774,11 +872,16 @@ async fn session_ttl(ctx: &mut Ctx) {
     let ttl = ctx.cfg.ttl_hint.unwrap_or(crate::runner::DEFAULT_TTL_PROBE_SECS).max(1);
     let session = match ctx.open_session(&[PayloadMode::Text], ttl).await {
         Ok(s) => s,
-        Err(e) => return untestable(ctx, &reqs, &format!("no session with ttl_secs {ttl}: {e}")),
+        Err(e) => return blocked(ctx, &reqs, NO_SESSION, &format!("no session with ttl_secs {ttl}: {e}")),
     };
     let (_, first) = ctx.submit_default(&session).await;
     if !first.is_type("TASK_RESULT") {
-        return untestable(ctx, &reqs, &format!("a task within the TTL did not complete: {}", first.describe()));
+        return blocked(
+            ctx,
+            &reqs,
+            NO_SESSION,
+            &format!("a task within the TTL did not complete: {}", first.describe()),
+        );
     }
     tokio::time::sleep(Duration::from_secs(ttl) + Duration::from_millis(1500)).await;
     let (_, answer) = ctx.submit_default(&session).await;
@@ -791,7 +894,7 @@ async fn task_undeclared_skill(ctx: &mut Ctx) {
     let reqs = ["LDP-POLICY-001", "LDP-ERR-002"];
     let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => s,
-        Err(e) => return untestable(ctx, &reqs, &format!("no session: {e}")),
+        Err(e) => return blocked(ctx, &reqs, NO_SESSION, &format!("no session: {e}")),
     };
     let skill = "conformance-undeclared-skill";
     let (_, answer) = ctx.submit(&session.id, session.mode, skill, Ctx::input_for(session.mode), None).await;
@@ -808,7 +911,7 @@ async fn task_undeclared_skill(ctx: &mut Ctx) {
 async fn task_cancel(ctx: &mut Ctx) {
     let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => s,
-        Err(e) => return ctx.not_testable("LDP-MSG-004", format!("no session: {e}")),
+        Err(e) => return ctx.blocked("LDP-MSG-004", NO_SESSION, format!("no session: {e}")),
     };
     let task_id = format!("task-not-running-{}", uuid::Uuid::new_v4());
     let env = ctx.envelope(&session.id, TaskCancel::new(task_id), session.mode);
@@ -826,7 +929,7 @@ async fn task_cancel(ctx: &mut Ctx) {
 async fn message_attestation(ctx: &mut Ctx) {
     let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => s,
-        Err(e) => return ctx.not_testable("LDP-MSG-006", format!("no session: {e}")),
+        Err(e) => return ctx.blocked("LDP-MSG-006", NO_SESSION, format!("no session: {e}")),
     };
     let claim = json!({ "subject": crate::ctx::KIT_DELEGATE_ID, "statement": "conformance probe attestation" });
     let env = ctx.envelope(&session.id, Attestation::new(claim, json!({ "kind": "none" })), session.mode);
@@ -842,7 +945,7 @@ async fn message_attestation(ctx: &mut Ctx) {
 async fn message_wrong_direction(ctx: &mut Ctx) {
     let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => s,
-        Err(e) => return ctx.not_testable("LDP-MSG-007", format!("no session: {e}")),
+        Err(e) => return ctx.blocked("LDP-MSG-007", NO_SESSION, format!("no session: {e}")),
     };
     let mut provenance = Provenance::new(crate::ctx::KIT_DELEGATE_ID, "0", PayloadMode::Text);
     provenance.session_id = Some(session.id.clone());
@@ -860,7 +963,7 @@ async fn contract_tolerated(ctx: &mut Ctx) {
     let reqs = ["LDP-EXT-CONTRACT-001", "LDP-EXT-CONTRACT-002"];
     let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => s,
-        Err(e) => return untestable(ctx, &reqs, &format!("no session: {e}")),
+        Err(e) => return blocked(ctx, &reqs, NO_SESSION, &format!("no session: {e}")),
     };
     let skill = ctx.skill();
     let contract_id = format!("ctr-conformance-{}", uuid::Uuid::new_v4());
@@ -1058,7 +1161,7 @@ async fn security_bad_signature(ctx: &mut Ctx) {
     }
     let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => s,
-        Err(e) => return ctx.not_testable(REQ, format!("no signed session: {e}")),
+        Err(e) => return ctx.blocked(REQ, "LDP-SEC-001", format!("no signed session: {e}")),
     };
     let skill = ctx.skill();
     let body =
@@ -1116,7 +1219,7 @@ async fn security_unsigned(ctx: &mut Ctx) {
     }
     let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => s,
-        Err(e) => return ctx.not_testable(REQ, format!("no signed session: {e}")),
+        Err(e) => return ctx.blocked(REQ, "LDP-SEC-001", format!("no signed session: {e}")),
     };
     ctx.sign_outgoing = false;
     let (_, answer) = ctx.submit_default(&session).await;
@@ -1157,7 +1260,7 @@ async fn wire_envelopes(ctx: &mut Ctx) {
     }
     let lists = [
         ("LDP-ENV-001", std::mem::take(&mut ctx.obs.envelope_fields), format!("{n} reply envelopes carry every field")),
-        ("LDP-ENV-002", std::mem::take(&mut ctx.obs.timestamps), format!("{n} timestamps are ISO 8601")),
+        ("LDP-ENV-002", std::mem::take(&mut ctx.obs.timestamps), format!("{n} timestamps are RFC 3339")),
         ("LDP-ENV-003", std::mem::take(&mut ctx.obs.duplicate_ids), format!("{n} message ids are distinct")),
         ("LDP-ENV-004", std::mem::take(&mut ctx.obs.non_uuid_ids), format!("{n} message ids are UUIDs")),
         ("LDP-ENV-005", std::mem::take(&mut ctx.obs.addressing), format!("{n} replies from the card's id to the kit")),
@@ -1180,7 +1283,7 @@ async fn http_stream(ctx: &mut Ctx) {
     }
     let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
         Ok(s) => s,
-        Err(e) => return ctx.not_testable(REQ, format!("no session: {e}")),
+        Err(e) => return ctx.blocked(REQ, NO_SESSION, format!("no session: {e}")),
     };
     let task_id = format!("task-{}", uuid::Uuid::new_v4());
     let submit = TaskSubmit::new(task_id.clone(), ctx.skill(), Ctx::input_for(session.mode), None);
@@ -1212,7 +1315,7 @@ async fn http_stream(ctx: &mut Ctx) {
 /// Whether a task's event stream is what RFC 8.1 describes: envelopes, TASK_UPDATEs for the task, then its result.
 fn judge_stream(streamed: &crate::ctx::StreamAnswer, task_id: &str) -> Result<String, String> {
     let content_type = streamed.answer.reply.as_ref().and_then(|r| r.content_type.clone()).unwrap_or_default();
-    if !content_type.trim_start().starts_with("text/event-stream") {
+    if !is_media_type(Some(&content_type), "text/event-stream") {
         return Err(format!("answered with content type {content_type:?}, not text/event-stream"));
     }
     let Some((last, updates)) = streamed.events.split_last() else {
@@ -1261,9 +1364,10 @@ async fn wire_content_type(ctx: &mut Ctx) {
 async fn wire_provenance(ctx: &mut Ctx) {
     let n = ctx.obs.results_seen;
     if n == 0 {
-        untestable(
+        blocked(
             ctx,
-            &["LDP-PROV-001", "LDP-PROV-002", "LDP-PROV-003", "LDP-PROV-004"],
+            &["LDP-PROV-001", "LDP-PROV-002", "LDP-PROV-003", "LDP-PROV-004", "LDP-PROV-005"],
+            NO_SESSION,
             "no TASK_RESULT was received",
         );
         return ctx.skip("LDP-EXT-VERIFY-001", "no TASK_RESULT");
@@ -1277,7 +1381,12 @@ async fn wire_provenance(ctx: &mut Ctx) {
         (
             "LDP-PROV-002",
             std::mem::take(&mut ctx.obs.provenance_attribution),
-            format!("{n} provenance records name the delegate and mode"),
+            format!("{n} provenance records name the card's delegate"),
+        ),
+        (
+            "LDP-PROV-005",
+            std::mem::take(&mut ctx.obs.mode_used),
+            format!("{n} provenance records name a mode of their exchange"),
         ),
         (
             "LDP-PROV-003",

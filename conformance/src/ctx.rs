@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::catalogue::Feature;
+use crate::media::is_media_type;
 use crate::probe::{Exchange, Outgoing, Probe, RawReply, StreamReply, TransportKind};
 use crate::runner::Config;
 
@@ -34,6 +35,10 @@ pub enum Status {
     NotTestable,
     /// The requirement depends on a capability the implementation does not claim.
     Skipped,
+    /// The kit could not exercise the requirement because another one it depends on failed (no session, no
+    /// identity card): the failure is charged to that requirement, not repeated here. When the requirement named as
+    /// the cause did not fail, the verdict becomes [`Status::NotTestable`].
+    Blocked,
 }
 
 impl Status {
@@ -44,16 +49,18 @@ impl Status {
             Self::Fail => "FAIL",
             Self::NotTestable => "NOT TESTABLE",
             Self::Skipped => "SKIPPED",
+            Self::Blocked => "BLOCKED",
         }
     }
 
-    /// Combines two verdicts on the same requirement: a failure anywhere wins, then not-testable; skipped only
-    /// when everything was skipped.
+    /// Combines two verdicts on the same requirement: a failure anywhere wins, then not-testable, then blocked;
+    /// skipped only when everything was skipped.
     pub fn combine(self, other: Status) -> Status {
         use Status::*;
         match (self, other) {
             (Fail, _) | (_, Fail) => Fail,
             (NotTestable, _) | (_, NotTestable) => NotTestable,
+            (Blocked, _) | (_, Blocked) => Blocked,
             (Pass, _) | (_, Pass) => Pass,
             (Skipped, Skipped) => Skipped,
         }
@@ -69,6 +76,9 @@ pub struct Finding {
     pub status: Status,
     /// Why.
     pub detail: String,
+    /// With [`Status::Blocked`]: the requirement whose failure kept the kit from exercising this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
 }
 
 /// What the implementation claims (from its card and its behaviour), and so which conditional requirements apply.
@@ -94,6 +104,8 @@ pub(crate) struct Validators {
     envelope: jsonschema::Validator,
     card: jsonschema::Validator,
     error: jsonschema::Validator,
+    /// The strict RFC 2.1 card schema (formats validated), for LDP-IDENT-002.
+    rfc_card: jsonschema::Validator,
 }
 
 impl Validators {
@@ -106,6 +118,10 @@ impl Validators {
             envelope: build("envelope", ldp_types::schema::envelope_schema())?,
             card: build("identity card", ldp_types::schema::identity_card_schema())?,
             error: build("error", ldp_types::schema::schema_for::<LdpError>())?,
+            rfc_card: jsonschema::options()
+                .should_validate_formats(true)
+                .build(&crate::rfc_schema::identity_card())
+                .map_err(|e| format!("the kit's RFC card schema does not compile: {e}"))?,
         })
     }
 
@@ -126,6 +142,11 @@ impl Validators {
 
     pub fn card(&self, v: &Value) -> Vec<String> {
         Self::violations(&self.card, v, "identity card")
+    }
+
+    /// Violations of the strict RFC 2.1 card schema.
+    pub fn rfc_card(&self, v: &Value) -> Vec<String> {
+        Self::violations(&self.rfc_card, v, "identity card (RFC 2.1)")
     }
 
     pub fn error(&self, v: &Value) -> Vec<String> {
@@ -157,11 +178,18 @@ pub(crate) struct Observations {
     pub results_seen: usize,
     pub provenance_missing: Vec<Observed>,
     pub provenance_attribution: Vec<Observed>,
+    pub mode_used: Vec<Observed>,
     pub provenance_fields: Vec<Observed>,
     pub confidence_missing: Vec<Observed>,
     pub verification: Vec<Observed>,
     pub errors_seen: usize,
     pub untyped_errors: Vec<Observed>,
+    /// Replies to a TASK_SUBMIT that name a task (TASK_UPDATE, TASK_RESULT, TASK_FAILED).
+    pub task_replies: usize,
+    pub task_ids: Vec<Observed>,
+    pub reused_ids: Vec<Observed>,
+    pub accepts_seen: usize,
+    pub accept_ids: Vec<Observed>,
 }
 
 /// A typed error read from an answer.
@@ -194,6 +222,10 @@ pub(crate) struct StreamAnswer {
     pub timed_out: bool,
 }
 
+/// Message types that report success; a responder sends them with a 2xx status only.
+const SUCCESS_TYPES: [&str; 5] =
+    ["CAPABILITY_MANIFEST", "SESSION_ACCEPT", "TASK_UPDATE", "TASK_RESULT", "SESSION_CLOSE"];
+
 const CATEGORIES: [&str; 8] =
     ["identity", "capability", "policy", "runtime", "quality", "session", "transport", "security"];
 
@@ -209,8 +241,15 @@ impl Answer {
         self.reply.as_ref().and_then(|r| r.status)
     }
 
+    /// The message type of the answer. An HTTP 5xx is a server failure whatever its body says (a TASK_RESULT
+    /// under a 500 is not a success), so it has none; a success type under a non-2xx status is none either.
     pub fn body_type(&self) -> Option<&str> {
-        self.json.as_ref()?.pointer("/body/type")?.as_str()
+        let ty = self.json.as_ref()?.pointer("/body/type")?.as_str()?;
+        match self.status() {
+            Some(s) if s >= 500 => None,
+            Some(s) if !(200..300).contains(&s) && SUCCESS_TYPES.contains(&ty) => None,
+            _ => Some(ty),
+        }
     }
 
     pub fn body(&self) -> Option<&Value> {
@@ -288,7 +327,7 @@ impl Answer {
         if let Some(ct) = &r.content_type {
             s.push_str(&format!(" {ct}"));
         }
-        if let Some(ty) = self.body_type() {
+        if let Some(ty) = self.json.as_ref().and_then(|j| j.pointer("/body/type")).and_then(Value::as_str) {
             s.push_str(&format!(" {ty}"));
         }
         if let Some(e) = self.typed_error() {
@@ -374,7 +413,23 @@ impl Ctx {
     }
 
     pub(crate) fn record(&mut self, requirement: &str, status: Status, detail: impl Into<String>) {
-        self.findings.push(Finding { requirement: requirement.to_owned(), status, detail: detail.into() });
+        self.findings.push(Finding {
+            requirement: requirement.to_owned(),
+            status,
+            detail: detail.into(),
+            blocked_by: None,
+        });
+    }
+
+    /// Records that `requirement` could not be exercised because `cause` (a requirement another check judges)
+    /// failed.
+    pub(crate) fn blocked(&mut self, requirement: &str, cause: &str, detail: impl Into<String>) {
+        self.findings.push(Finding {
+            requirement: requirement.to_owned(),
+            status: Status::Blocked,
+            detail: format!("blocked by {cause}: {}", detail.into()),
+            blocked_by: Some(cause.to_owned()),
+        });
     }
 
     pub(crate) fn pass(&mut self, requirement: &str, detail: impl Into<String>) {
@@ -444,6 +499,28 @@ impl Ctx {
         out.reply_optional = matches!(env.body, Body::Attestation(_));
         out.message_id = Some(env.message_id.clone());
         self.send(out, Some(env)).await
+    }
+
+    /// Sends an envelope as the JSON object `value` (the envelope `request` altered after it was built or signed:
+    /// a member removed, a signature spoiled, a field tampered with) and observes the answer as a reply to
+    /// `request`.
+    pub(crate) async fn send_value(&mut self, value: &Value, request: &Envelope) -> Answer {
+        let mut out = Outgoing::json(serde_json::to_vec(value).unwrap_or_default());
+        out.task_id = request.body.task_id().map(str::to_owned);
+        out.reply_optional = matches!(request.body, Body::Attestation(_));
+        out.message_id = Some(request.message_id.clone());
+        self.send(out, Some(request)).await
+    }
+
+    /// Re-signs `env` after a change (when a key is configured and signing is on).
+    pub(crate) fn resign(&self, env: &mut Envelope) {
+        env.signature = None;
+        env.signature_algorithm = None;
+        if self.sign_outgoing
+            && let Some(key) = &self.signing
+        {
+            let _ = signing::sign(env, key);
+        }
     }
 
     /// Sends raw bytes and observes the answer.
@@ -519,16 +596,18 @@ impl Ctx {
             return;
         }
         let mut notes: Vec<(&'static str, String)> = Vec::new();
+        // RFC 8.2 "All LDP messages use `Content-Type: application/json`": an answer and a refusal (4xx) alike; a
+        // 5xx is no LDP message and is judged by the check that provoked it.
         if self.probe.kind() == TransportKind::Http
-            && reply.status.is_some_and(|s| (200..300).contains(&s))
+            && reply.status.is_some_and(|s| (200..500).contains(&s))
             && !reply.body.is_empty()
         {
             self.obs.json_replies += 1;
-            let ok = reply.content_type.as_deref().is_some_and(|ct| ct.trim_start().starts_with("application/json"));
-            if !ok {
+            if !is_media_type(reply.content_type.as_deref(), "application/json") {
+                let status = reply.status.unwrap_or_default();
                 notes.push((
                     "content_type",
-                    format!("reply content type is {:?}, not application/json", reply.content_type),
+                    format!("HTTP {status} reply content type is {:?}, not application/json", reply.content_type),
                 ));
             }
         }
@@ -573,9 +652,13 @@ impl Ctx {
             "content_type" => &mut self.obs.content_type,
             "provenance_missing" => &mut self.obs.provenance_missing,
             "provenance_attribution" => &mut self.obs.provenance_attribution,
+            "mode_used" => &mut self.obs.mode_used,
             "provenance_fields" => &mut self.obs.provenance_fields,
             "confidence" => &mut self.obs.confidence_missing,
             "verification" => &mut self.obs.verification,
+            "task_id" => &mut self.obs.task_ids,
+            "reused_id" => &mut self.obs.reused_ids,
+            "accept_id" => &mut self.obs.accept_ids,
             _ => &mut self.obs.untyped_errors,
         };
         list.push(o);
@@ -599,7 +682,7 @@ impl Ctx {
         if let Some(ts) = json.get("timestamp").and_then(Value::as_str)
             && ldp_types::time::parse_timestamp(ts).is_err()
         {
-            notes.push(("timestamp", format!("timestamp {ts:?} is not ISO 8601 (RFC 3339)")));
+            notes.push(("timestamp", format!("timestamp {ts:?} is not RFC 3339 (the ISO 8601 date-time profile)")));
         }
         if let Some(id) = json.get("message_id").and_then(Value::as_str) {
             if !self.obs.message_ids.insert(id.to_owned()) {
@@ -615,12 +698,14 @@ impl Ctx {
         {
             notes.push(("addressing", format!("reply `from` is {from:?}, not the card's {}", card.delegate_id)));
         }
+        // Mirrored addressing: a reply goes to whoever sent the request (the kit, or the stranger it posed as).
         if let Some(to) = json.get("to").and_then(Value::as_str)
-            && request.is_some()
-            && to != KIT_DELEGATE_ID
+            && let Some(req) = request
+            && to != req.from
         {
-            notes.push(("addressing", format!("reply `to` is {to:?}, not the sender {KIT_DELEGATE_ID}")));
+            notes.push(("addressing", format!("reply `to` is {to:?}, not the sender {:?}", req.from)));
         }
+        self.observe_correlation(json, request, notes);
         if json.get("signature").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
             self.claims.claim(Feature::Signing, "replies carry signatures");
         }
@@ -638,6 +723,57 @@ impl Ctx {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Whether a reply answers its request: the task's replies name the submitted task, the reply's message id is
+    /// its own, a SESSION_ACCEPT names one session.
+    fn observe_correlation(
+        &mut self,
+        json: &Value,
+        request: Option<&Envelope>,
+        notes: &mut Vec<(&'static str, String)>,
+    ) {
+        let ty = json.pointer("/body/type").and_then(Value::as_str).unwrap_or_default();
+        if let Some(req) = request
+            && json.get("message_id").and_then(Value::as_str) == Some(req.message_id.as_str())
+        {
+            notes.push(("reused_id", format!("the {ty} reply reuses the request's message_id {:?}", req.message_id)));
+        }
+        if let Some(req) = request
+            && let Body::TaskSubmit(submit) = &req.body
+            && matches!(ty, "TASK_UPDATE" | "TASK_RESULT" | "TASK_FAILED")
+        {
+            let task = json.pointer("/body/task_id");
+            // A TASK_FAILED refusing the message before it became a task may leave the task out; a result or an
+            // update cannot.
+            let absent_ok = ty == "TASK_FAILED" && task.is_none_or(Value::is_null);
+            if !absent_ok {
+                self.obs.task_replies += 1;
+                if task.and_then(Value::as_str) != Some(submit.task_id.as_str()) {
+                    notes.push((
+                        "task_id",
+                        format!(
+                            "the {ty} answering task {:?} names task {}",
+                            submit.task_id,
+                            task.map_or("<none>".to_owned(), Value::to_string)
+                        ),
+                    ));
+                }
+            }
+        }
+        if ty == "SESSION_ACCEPT" {
+            self.obs.accepts_seen += 1;
+            let envelope_sid = json.get("session_id").and_then(Value::as_str);
+            let body_sid = json.pointer("/body/session_id").and_then(Value::as_str);
+            if let (Some(e), Some(b)) = (envelope_sid, body_sid)
+                && e != b
+            {
+                notes.push((
+                    "accept_id",
+                    format!("SESSION_ACCEPT envelope session_id {e:?} differs from its body's {b:?}"),
+                ));
+            }
         }
     }
 
@@ -670,7 +806,7 @@ impl Ctx {
             && Some(used) != env_mode
         {
             notes.push((
-                "provenance_attribution",
+                "mode_used",
                 format!(
                     "payload_mode_used {used:?} is neither the request's {} nor the reply's mode",
                     req.payload_mode
@@ -688,7 +824,7 @@ impl Ctx {
         if let Some(ts) = p.get("timestamp").filter(|t| !t.is_null())
             && ts.as_str().is_none_or(|s| ldp_types::time::parse_timestamp(s).is_err())
         {
-            notes.push(("provenance_fields", format!("provenance timestamp {ts} is not ISO 8601")));
+            notes.push(("provenance_fields", format!("provenance timestamp {ts} is not RFC 3339")));
         }
         if let Some(sid) = p.get("session_id").filter(|t| !t.is_null())
             && let Some(req) = request

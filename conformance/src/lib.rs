@@ -8,8 +8,15 @@
 //!   `tokio-tungstenite`) that can send malformed bytes, wrong content types and oversize bodies, and records every
 //!   request and response as evidence. Every reply is validated against the JSON schemas of `ldp-types`; a
 //!   violation is reported with its instance path.
-//! - [`run`] / [`run_with_progress`]: runs the checks per transport with a timeout per request and per check, then
-//!   aggregates (a requirement passes only if it passes on every transport) and scores.
+//! - [`run`] / [`run_with_progress`]: runs the checks per transport with a timeout per request and per check and a
+//!   deadline for the whole run ([`Config::deadline`]: a hung implementation costs that, not a timeout per check),
+//!   then aggregates (a requirement passes only if it passes on every transport) and scores.
+//! - Checks come in families, one module per requirement family (`checks/signing.rs`, `session.rs`,
+//!   `correlation.rs`, `negotiation.rs`, `trust.rs`), each probing every variant an implementation guarding only
+//!   the obvious case would let through: replays of every signed type, stale and future timestamps, empty, malformed,
+//!   other-algorithm and tampered signatures, every way to name no session, look-alike trust domains, the
+//!   initiator's preference order, unnegotiated modes. Media types are compared as RFC 9110 does (case-insensitive,
+//!   parameters ignored).
 //! - [`Report`]: per requirement, the verdict, how it counts, the explanations and the evidence; rendered as a table,
 //!   JSON, JUnit or Markdown. It names the adoption profiles of RFC Appendix B the implementation meets
 //!   ([`profiles`]).
@@ -23,6 +30,9 @@
 //!   failed MAY is informational;
 //! - a requirement the kit cannot exercise is **NOT TESTABLE** and is scored exactly as a failure at its level,
 //!   never silently skipped;
+//! - **BLOCKED** is a requirement the kit could not exercise because another it depends on failed (no session could
+//!   be established: LDP-SESS-001); the failure is counted once, on that cause. A requirement blocked by a cause
+//!   that did not fail (or failed only at a lower level) is NOT TESTABLE instead;
 //! - **SKIPPED** is only for a requirement that depends on a [`Feature`] the implementation does not claim; once it
 //!   claims the feature (in its card or by its behaviour), the requirement is tested, and if the kit cannot test it
 //!   (e.g. signing claimed but no `--secret` given) it is NOT TESTABLE.
@@ -49,9 +59,11 @@ pub mod baseline;
 pub mod catalogue;
 pub mod checks;
 mod ctx;
+mod media;
 mod probe;
 pub mod profiles;
 pub mod report;
+mod rfc_schema;
 mod runner;
 
 pub use baseline::{Baseline, BaselineComparison, BaselineError, ExpectedFailure};
@@ -64,6 +76,6 @@ pub use probe::{Exchange, ProbeError, RequestRecord, ResponseRecord, TransportKi
 pub use profiles::{PROFILES, Profile, ProfileResult};
 pub use report::{Format, Outcome, Report, RequirementResult, Summary};
 pub use runner::{
-    Config, DEFAULT_OVERSIZE_BYTES, DEFAULT_TTL_PROBE_SECS, LevelFilter, ProgressEvent, RunError, base_url, run,
-    run_with_progress,
+    Config, DEFAULT_DEADLINE, DEFAULT_OVERSIZE_BYTES, DEFAULT_TTL_PROBE_SECS, LevelFilter, ProgressEvent, RunError,
+    base_url, run, run_with_progress,
 };

@@ -570,7 +570,7 @@ async fn read_stream(req: reqwest::RequestBuilder) -> Result<StreamReply, String
     let mut resp = req.send().await.map_err(describe_reqwest)?;
     let status = resp.status().as_u16();
     let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let is_stream = content_type.as_deref().is_some_and(|ct| ct.trim_start().starts_with("text/event-stream"));
+    let is_stream = crate::media::is_media_type(content_type.as_deref(), "text/event-stream");
     let mut parser = SseParser::default();
     let mut out = StreamReply::default();
     loop {

@@ -27,6 +27,9 @@ pub enum Outcome {
     Info,
     /// Skipped: depends on a capability the implementation does not claim (or does not apply to the transport).
     Skipped,
+    /// Blocked: the kit could not exercise it because a requirement it depends on failed; that failure is counted
+    /// once, on the cause (see [`RequirementResult::blocked_by`]).
+    Blocked,
 }
 
 /// Who was tested.
@@ -93,6 +96,9 @@ pub struct RequirementResult {
     pub details: Vec<String>,
     /// The requests sent and the responses received by the checks that judged it.
     pub evidence: Vec<Evidence>,
+    /// With [`Status::Blocked`]: the failed requirements that kept the kit from exercising this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by: Vec<String>,
 }
 
 /// One check's run.
@@ -123,6 +129,9 @@ pub struct Summary {
     pub infos: usize,
     /// Skipped.
     pub skipped: usize,
+    /// Blocked by the failure of another requirement (not counted as failures themselves).
+    #[serde(default)]
+    pub blocked: usize,
     /// Of the non-passing, how many were not testable.
     pub not_testable: usize,
 }
@@ -138,6 +147,7 @@ impl Summary {
             warnings: count(Outcome::Warning),
             infos: count(Outcome::Info),
             skipped: count(Outcome::Skipped),
+            blocked: count(Outcome::Blocked),
             not_testable: results.iter().filter(|r| r.status == Status::NotTestable).count(),
         }
     }
@@ -241,8 +251,8 @@ impl Report {
     fn headline(&self) -> String {
         let s = &self.summary;
         format!(
-            "{} requirements: {} passed, {} failures, {} warnings, {} info, {} skipped ({} not testable)",
-            s.requirements, s.passed, s.failures, s.warnings, s.infos, s.skipped, s.not_testable
+            "{} requirements: {} passed, {} failures, {} warnings, {} info, {} skipped, {} blocked ({} not testable)",
+            s.requirements, s.passed, s.failures, s.warnings, s.infos, s.skipped, s.blocked, s.not_testable
         )
     }
 
@@ -266,11 +276,15 @@ impl Report {
                 (Status::Pass, _) => "PASS",
                 (Status::Skipped, _) => "SKIPPED",
                 (Status::NotTestable, _) => "NOT TESTABLE",
+                (Status::Blocked, _) => "BLOCKED",
                 (_, Outcome::Warning) => "WARN",
                 (_, Outcome::Info) => "INFO",
                 _ => "FAIL",
             };
             let _ = writeln!(out, "{verdict:<13} {:<9} {:<21} {}", r.level.as_str(), r.id, r.title);
+            if !r.blocked_by.is_empty() {
+                let _ = writeln!(out, "{:<45}blocked by {}", "", r.blocked_by.join(", "));
+            }
             if !matches!(r.status, Status::Pass) {
                 for d in r.details.iter().filter(|d| !d.contains(" PASS: ")).take(3) {
                     let _ = writeln!(out, "{:<45}{}", "", d);
@@ -293,10 +307,12 @@ impl Report {
         out
     }
 
+    /// JUnit XML. Every test case carries its level, verdict and outcome as properties, so a SHOULD warning is
+    /// visible to CI dashboards that show only failures and skips; the suite's properties count the warnings.
     fn junit(&self) -> String {
         let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-        let failures = self.summary.failures;
-        let skipped = self.summary.skipped;
+        let s = &self.summary;
+        let (failures, skipped) = (s.failures, s.skipped + s.blocked);
         let _ = writeln!(
             out,
             "<testsuites name=\"ldp-conformance\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\">",
@@ -309,6 +325,16 @@ impl Report {
             self.requirements.len(),
             self.elapsed_ms as f64 / 1000.0
         );
+        let _ = writeln!(out, "    <properties>");
+        for (name, value) in [
+            ("ldp.warnings", s.warnings),
+            ("ldp.infos", s.infos),
+            ("ldp.blocked", s.blocked),
+            ("ldp.not_testable", s.not_testable),
+        ] {
+            let _ = writeln!(out, "      <property name=\"{name}\" value=\"{value}\"/>");
+        }
+        let _ = writeln!(out, "    </properties>");
         for r in &self.requirements {
             let _ = write!(
                 out,
@@ -316,11 +342,37 @@ impl Report {
                 r.level.as_str(),
                 xml(&format!("{} {}", r.id, r.title))
             );
+            let outcome = match r.outcome {
+                Outcome::Pass => "pass",
+                Outcome::Failure => "failure",
+                Outcome::Warning => "warning",
+                Outcome::Info => "info",
+                Outcome::Skipped => "skipped",
+                Outcome::Blocked => "blocked",
+            };
+            let _ = write!(
+                out,
+                "<properties><property name=\"ldp.level\" value=\"{}\"/><property name=\"ldp.verdict\" \
+                 value=\"{}\"/><property name=\"ldp.outcome\" value=\"{outcome}\"/>",
+                r.level,
+                r.status.as_str()
+            );
+            if !r.blocked_by.is_empty() {
+                let _ = write!(out, "<property name=\"ldp.blocked_by\" value=\"{}\"/>", xml(&r.blocked_by.join(",")));
+            }
+            let _ = write!(out, "</properties>");
             let details = xml(&r.details.join("\n"));
             match r.outcome {
                 Outcome::Pass => {}
                 Outcome::Skipped => {
                     let _ = write!(out, "<skipped message=\"{}\"/>", xml(r.details.first().map_or("", String::as_str)));
+                }
+                Outcome::Blocked => {
+                    let _ = write!(
+                        out,
+                        "<skipped message=\"{}\"/><system-out>{details}</system-out>",
+                        xml(&format!("BLOCKED by {}", r.blocked_by.join(", ")))
+                    );
                 }
                 Outcome::Failure => {
                     let _ = write!(
@@ -332,7 +384,16 @@ impl Report {
                     );
                 }
                 Outcome::Warning | Outcome::Info => {
-                    let _ = write!(out, "<system-out>{} {}: {details}</system-out>", r.level, r.status.as_str());
+                    let label = if r.outcome == Outcome::Warning { "WARNING" } else { "INFO" };
+                    let _ = write!(
+                        out,
+                        "<system-out>{label}: {} {}: {details}</system-out><system-err>{label}: {} {} {}</system-err>",
+                        r.level,
+                        r.status.as_str(),
+                        r.level,
+                        r.id,
+                        r.status.as_str()
+                    );
                 }
             }
             let _ = writeln!(out, "</testcase>");
@@ -345,41 +406,77 @@ impl Report {
         let mut out = String::new();
         let transports: Vec<&str> = self.transports.iter().map(|t| t.as_str()).collect();
         let _ = writeln!(out, "# LDP conformance report\n");
-        let _ = writeln!(out, "- target: `{}` over {}", self.target, transports.join(", "));
-        let _ = writeln!(out, "- implementation: {}", self.who());
+        let _ = writeln!(out, "- target: {} over {}", md(&self.target), transports.join(", "));
+        let _ = writeln!(out, "- implementation: {}", md(&self.who()));
         let _ = writeln!(out, "- spec: {}", self.spec);
         let _ = writeln!(out, "- kit: {}; level: {}", self.kit, self.level.as_str());
         let _ = writeln!(out, "- {}", self.headline());
         let _ = writeln!(out, "- result: **{}**\n", if self.passed() { "PASS" } else { "FAIL" });
         let _ = writeln!(out, "## Profiles (RFC Appendix B)\n");
         for p in &self.profiles {
-            let _ = writeln!(out, "- {}", p.line());
+            let _ = writeln!(out, "- {}", md(&p.line()));
         }
         if let Some(b) = &self.baseline {
-            let _ = writeln!(out, "\n## Baseline\n\n{}", b.line());
+            let _ = writeln!(out, "\n## Baseline\n\n{}", md(&b.line()));
         }
         let _ = writeln!(out, "\n## Requirements\n");
         let _ = writeln!(out, "| requirement | level | verdict | counts as | why |");
         let _ = writeln!(out, "| --- | --- | --- | --- | --- |");
         for r in &self.requirements {
+            // Details quote the implementation's own answers (an error page, a header): escaped, so they show as
+            // text and cannot inject markup into the rendered report.
             let why = if r.status == Status::Pass {
                 String::new()
             } else {
-                r.details.iter().filter(|d| !d.contains(" PASS: ")).take(2).cloned().collect::<Vec<_>>().join("<br>")
+                r.details
+                    .iter()
+                    .filter(|d| !d.contains(" PASS: "))
+                    .take(2)
+                    .map(|d| md(d))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            };
+            let verdict = if r.blocked_by.is_empty() {
+                r.status.as_str().to_owned()
+            } else {
+                format!("BLOCKED by {}", r.blocked_by.join(", "))
             };
             let _ = writeln!(
                 out,
                 "| {} {} | {} | {} | {:?} | {} |",
                 r.id,
-                r.title,
+                md(r.title.as_str()),
                 r.level,
-                r.status.as_str(),
+                verdict,
                 r.outcome,
-                why.replace('|', "\\|")
+                why
             );
         }
         out
     }
+}
+
+/// Text for a Markdown table cell: HTML-escaped (so `<script>` or `<img>` from an implementation's answer is shown,
+/// not rendered), with the characters Markdown gives meaning to escaped and line breaks flattened.
+fn md(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '|' => out.push_str("\\|"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '#' | '!' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn xml(s: &str) -> String {
@@ -396,4 +493,77 @@ fn xml(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(id: &str, level: Level, status: Status, outcome: Outcome, detail: &str) -> RequirementResult {
+        RequirementResult {
+            id: id.to_owned(),
+            title: format!("title of {id}"),
+            level,
+            section: "RFC 0".into(),
+            source: "\"...\"".into(),
+            applies_when: None,
+            status,
+            outcome,
+            transports: BTreeMap::from([(TransportKind::Http, status)]),
+            details: vec![detail.to_owned()],
+            evidence: Vec::new(),
+            blocked_by: Vec::new(),
+        }
+    }
+
+    fn report(requirements: Vec<RequirementResult>) -> Report {
+        Report {
+            kit: "kit".into(),
+            spec: "spec".into(),
+            target: "http://127.0.0.1:1".into(),
+            transports: vec![TransportKind::Http],
+            level: LevelFilter::All,
+            signing: None,
+            ttl_probe_secs: 2,
+            implementation: None,
+            claims: Claims::default(),
+            summary: Summary::of(&requirements),
+            profiles: Vec::new(),
+            requirements,
+            checks: Vec::new(),
+            baseline: None,
+            elapsed_ms: 1,
+        }
+    }
+
+    #[test]
+    fn markdown_shows_an_implementations_markup_as_text() {
+        let hostile = "[http] x FAIL: HTTP 500 text/html \"<script>alert(1)</script><img src=x onerror=y>|col\"";
+        let md = report(vec![result("LDP-X-001", Level::Must, Status::Fail, Outcome::Failure, hostile)])
+            .render(Format::Markdown);
+        assert!(!md.contains("<script>") && !md.contains("<img"), "{md}");
+        assert!(md.contains("&lt;script&gt;"), "{md}");
+        assert!(md.contains("\\|col"), "{md}");
+    }
+
+    #[test]
+    fn junit_makes_warnings_and_blocked_requirements_visible() {
+        let mut blocked = result("LDP-B-001", Level::Must, Status::Blocked, Outcome::Blocked, "blocked by LDP-A-001");
+        blocked.blocked_by = vec!["LDP-A-001".into()];
+        let rep = report(vec![
+            result("LDP-A-001", Level::Must, Status::Fail, Outcome::Failure, "no session"),
+            result("LDP-W-001", Level::Should, Status::Fail, Outcome::Warning, "ids are not UUIDs"),
+            blocked,
+        ]);
+        assert_eq!((rep.summary.failures, rep.summary.warnings, rep.summary.blocked), (1, 1, 1));
+        let xml = rep.render(Format::Junit);
+        assert!(xml.contains("<property name=\"ldp.warnings\" value=\"1\"/>"), "{xml}");
+        assert!(xml.contains("<property name=\"ldp.outcome\" value=\"warning\"/>"), "{xml}");
+        assert!(xml.contains("<system-err>WARNING: SHOULD LDP-W-001 FAIL</system-err>"), "{xml}");
+        assert!(xml.contains("<skipped message=\"BLOCKED by LDP-A-001\"/>"), "{xml}");
+        assert!(xml.contains("failures=\"1\""), "{xml}");
+        let table = rep.render(Format::Table);
+        assert!(table.contains("BLOCKED") && table.contains("blocked by LDP-A-001"), "{table}");
+        assert!(rep.render(Format::Markdown).contains("BLOCKED by LDP-A-001"));
+    }
 }

@@ -19,6 +19,9 @@ use crate::report::{CheckRun, Evidence, Implementation, Outcome, Report, Require
 /// The TTL the kit proposes for the expiry check when the operator gives no `--ttl-hint`.
 pub const DEFAULT_TTL_PROBE_SECS: u64 = 2;
 
+/// The deadline of a whole run when the operator gives none.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
+
 /// The size of the oversize message (8 MiB).
 pub const DEFAULT_OVERSIZE_BYTES: usize = 8 * 1024 * 1024;
 
@@ -89,6 +92,10 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Timeout of one check (a hung check fails its requirements).
     pub check_timeout: Duration,
+    /// Deadline of the whole run, over every transport: a hung implementation costs at most this long, not
+    /// `check_timeout` times every check. Checks that did not start before it ran out are reported NOT TESTABLE
+    /// (the `wire.*` checks, which only read what earlier checks saw, still run).
+    pub deadline: Duration,
     /// Size of the oversize message.
     pub oversize_bytes: usize,
     /// For `https://` and `wss://`: CAs trusted beyond the web PKI roots (e.g. the implementation's private CA) and
@@ -108,6 +115,7 @@ impl fmt::Debug for Config {
             .field("level", &self.level)
             .field("request_timeout", &self.request_timeout)
             .field("check_timeout", &self.check_timeout)
+            .field("deadline", &self.deadline)
             .field("oversize_bytes", &self.oversize_bytes)
             .field("tls", &self.tls)
             .finish()
@@ -115,7 +123,8 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
-    /// Defaults: HTTP, no token, no signing, all levels, 10 s per request, 60 s per check, 8 MiB oversize.
+    /// Defaults: HTTP, no token, no signing, all levels, 10 s per request, 60 s per check, 300 s for the whole run
+    /// ([`DEFAULT_DEADLINE`]), 8 MiB oversize.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -127,6 +136,7 @@ impl Config {
             level: LevelFilter::All,
             request_timeout: Duration::from_secs(10),
             check_timeout: Duration::from_secs(60),
+            deadline: DEFAULT_DEADLINE,
             oversize_bytes: DEFAULT_OVERSIZE_BYTES,
             tls: ClientTls::default(),
         }
@@ -258,18 +268,44 @@ pub async fn run_with_progress(
             ctx.findings.clear();
             ctx.evidence.clear();
             let start = Instant::now();
-            let limit = cfg.check_timeout + Duration::from_secs(cfg.ttl_hint.unwrap_or(DEFAULT_TTL_PROBE_SECS));
-            let timed_out = tokio::time::timeout(limit, (check.run)(&mut ctx)).await.is_err();
-            let mut findings = std::mem::take(&mut ctx.findings);
-            if timed_out {
-                ctx.probe.reset();
-                ctx.sign_outgoing = true;
+            let remaining = cfg.deadline.saturating_sub(started.elapsed());
+            let reads_only = check.id.starts_with("wire.");
+            let mut findings = Vec::new();
+            let mut timed_out = false;
+            if remaining.is_zero() && !reads_only {
                 for r in check.requirements {
                     findings.push(Finding {
                         requirement: (*r).to_owned(),
-                        status: Status::Fail,
-                        detail: format!("the check did not finish within {} s (a request hung)", limit.as_secs()),
+                        status: Status::NotTestable,
+                        detail: format!("not run: the run's deadline ({} s) ran out", cfg.deadline.as_secs()),
+                        blocked_by: None,
                     });
+                }
+            } else {
+                let per_check = cfg.check_timeout + Duration::from_secs(cfg.ttl_hint.unwrap_or(DEFAULT_TTL_PROBE_SECS));
+                // The reading checks take no time; they always get their own short bound.
+                let limit = if reads_only { per_check } else { per_check.min(remaining) };
+                timed_out = tokio::time::timeout(limit, (check.run)(&mut ctx)).await.is_err();
+                findings = std::mem::take(&mut ctx.findings);
+                if timed_out {
+                    ctx.probe.reset();
+                    ctx.sign_outgoing = true;
+                    let why = if limit < per_check {
+                        format!(
+                            "the run's deadline ({} s) ran out during the check (a request hung)",
+                            cfg.deadline.as_secs()
+                        )
+                    } else {
+                        format!("the check did not finish within {} s (a request hung)", limit.as_secs())
+                    };
+                    for r in check.requirements {
+                        findings.push(Finding {
+                            requirement: (*r).to_owned(),
+                            status: Status::Fail,
+                            detail: why.clone(),
+                            blocked_by: None,
+                        });
+                    }
                 }
             }
             // A check may give no verdict on a requirement another check judges (a trust refusal's category cannot
@@ -350,6 +386,7 @@ pub(crate) fn aggregate(
         let mut per_transport: BTreeMap<TransportKind, Status> = BTreeMap::new();
         let mut details = Vec::new();
         let mut evidence = Vec::new();
+        let mut blocked_by: Vec<String> = Vec::new();
         for run in runs.iter().filter(|r| req.checks.contains(&r.check)) {
             let mut any = false;
             for f in run.findings.iter().filter(|f| f.requirement == req.id) {
@@ -357,6 +394,11 @@ pub(crate) fn aggregate(
                 let entry = per_transport.entry(run.transport).or_insert(f.status);
                 *entry = entry.combine(f.status);
                 details.push(format!("[{}] {} {}: {}", run.transport, run.check, f.status.as_str(), f.detail));
+                if let Some(cause) = &f.blocked_by
+                    && !blocked_by.contains(cause)
+                {
+                    blocked_by.push(cause.clone());
+                }
             }
             if any && !run.evidence.is_empty() {
                 evidence.push(Evidence {
@@ -399,14 +441,14 @@ pub(crate) fn aggregate(
                 Some(_) => {}
             }
         }
+        if status != Status::Blocked {
+            blocked_by.clear();
+        }
         let outcome = match status {
             Status::Pass => Outcome::Pass,
             Status::Skipped => Outcome::Skipped,
-            Status::Fail | Status::NotTestable => match req.level {
-                Level::Must | Level::Extension => Outcome::Failure,
-                Level::Should => Outcome::Warning,
-                Level::May => Outcome::Info,
-            },
+            Status::Blocked => Outcome::Blocked,
+            Status::Fail | Status::NotTestable => failure_at(req.level),
         };
         out.push(RequirementResult {
             id: req.id.to_owned(),
@@ -420,14 +462,116 @@ pub(crate) fn aggregate(
             transports: per_transport,
             details,
             evidence,
+            blocked_by,
         });
     }
+    resolve_blocked(&mut out);
     out
+}
+
+/// How a requirement that failed or was not testable counts at `level`.
+fn failure_at(level: Level) -> Outcome {
+    match level {
+        Level::Must | Level::Extension => Outcome::Failure,
+        Level::Should => Outcome::Warning,
+        Level::May => Outcome::Info,
+    }
+}
+
+/// How much an outcome weighs: a blocked requirement is only excused by a cause that weighs at least as much as
+/// its own failure would (a failed SHOULD cannot excuse an untested MUST, or the run would pass without it).
+fn weight(outcome: Outcome) -> u8 {
+    match outcome {
+        Outcome::Failure => 3,
+        Outcome::Warning => 2,
+        Outcome::Info => 1,
+        Outcome::Pass | Outcome::Skipped | Outcome::Blocked => 0,
+    }
+}
+
+/// A BLOCKED requirement stays blocked (the failure is charged to its cause, not counted again) only when a cause
+/// it names failed at least as heavily as it would; otherwise the kit simply could not test it: NOT TESTABLE.
+fn resolve_blocked(results: &mut [RequirementResult]) {
+    let weights: BTreeMap<String, u8> = results.iter().map(|r| (r.id.clone(), weight(r.outcome))).collect();
+    for r in results.iter_mut().filter(|r| r.status == Status::Blocked) {
+        let own = weight(failure_at(r.level));
+        let excused = r.blocked_by.iter().any(|c| weights.get(c).is_some_and(|w| *w >= own));
+        if excused {
+            continue;
+        }
+        let causes = r.blocked_by.join(", ");
+        r.details.insert(0, format!("not testable: blocked by {causes}, which did not fail as a {}", r.level));
+        r.blocked_by.clear();
+        r.status = Status::NotTestable;
+        r.outcome = failure_at(r.level);
+        for s in r.transports.values_mut() {
+            if *s == Status::Blocked {
+                *s = Status::NotTestable;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn finding(requirement: &str, status: Status, blocked_by: Option<&str>) -> Finding {
+        Finding {
+            requirement: requirement.to_owned(),
+            status,
+            detail: "d".into(),
+            blocked_by: blocked_by.map(str::to_owned),
+        }
+    }
+
+    fn raw(check: &'static str, findings: Vec<Finding>) -> RawRun {
+        RawRun {
+            check,
+            transport: TransportKind::Http,
+            findings,
+            evidence: Vec::new(),
+            elapsed: Duration::ZERO,
+            timed_out: false,
+        }
+    }
+
+    #[test]
+    fn a_requirement_blocked_by_a_failure_is_not_a_second_failure() {
+        let runs = [
+            raw("session.lifecycle", vec![finding("LDP-SESS-001", Status::Fail, None)]),
+            raw("session.closed", vec![finding("LDP-SESS-003", Status::Blocked, Some("LDP-SESS-001"))]),
+        ];
+        let results = aggregate(&runs, &[TransportKind::Http], &Claims::default(), LevelFilter::All);
+        let get = |id: &str| results.iter().find(|r| r.id == id).unwrap();
+        assert_eq!(get("LDP-SESS-001").outcome, Outcome::Failure);
+        let closed = get("LDP-SESS-003");
+        assert_eq!((closed.status, closed.outcome), (Status::Blocked, Outcome::Blocked));
+        assert_eq!(closed.blocked_by, vec!["LDP-SESS-001".to_owned()]);
+        assert_eq!(Summary::of(&results).blocked, 1);
+    }
+
+    #[test]
+    fn a_requirement_blocked_by_a_cause_that_did_not_fail_is_not_testable() {
+        // The cause passed (the establishing check got its session, a later one did not): nothing excuses it.
+        let runs = [
+            raw("session.lifecycle", vec![finding("LDP-SESS-001", Status::Pass, None)]),
+            raw("session.closed", vec![finding("LDP-SESS-003", Status::Blocked, Some("LDP-SESS-001"))]),
+        ];
+        let results = aggregate(&runs, &[TransportKind::Http], &Claims::default(), LevelFilter::All);
+        let closed = results.iter().find(|r| r.id == "LDP-SESS-003").unwrap();
+        assert_eq!((closed.status, closed.outcome), (Status::NotTestable, Outcome::Failure));
+        assert!(closed.blocked_by.is_empty());
+        assert!(closed.details[0].contains("did not fail"), "{:?}", closed.details);
+        // A failed SHOULD cannot excuse an untested MUST.
+        let runs = [
+            raw("wire.envelopes", vec![finding("LDP-ENV-004", Status::Fail, None)]),
+            raw("session.closed", vec![finding("LDP-SESS-003", Status::Blocked, Some("LDP-ENV-004"))]),
+        ];
+        let results = aggregate(&runs, &[TransportKind::Http], &Claims::default(), LevelFilter::All);
+        let closed = results.iter().find(|r| r.id == "LDP-SESS-003").unwrap();
+        assert_eq!(closed.outcome, Outcome::Failure);
+    }
 
     #[test]
     fn any_endpoint_url_of_an_implementation_names_its_base() {

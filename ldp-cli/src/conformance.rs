@@ -63,6 +63,10 @@ pub struct ConformanceArgs {
     /// Timeout of one request, in seconds.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
+    /// Deadline of the whole run, in seconds: a hung implementation costs at most this long; checks not started
+    /// by then are reported NOT TESTABLE.
+    #[arg(long, default_value_t = 300)]
+    deadline: u64,
     /// No progress display on stderr.
     #[arg(long)]
     no_progress: bool,
@@ -76,6 +80,7 @@ fn config(args: &ConformanceArgs) -> Result<Config, String> {
     config.ttl_hint = args.ttl_hint;
     config.level = args.level;
     config.request_timeout = Duration::from_secs(args.timeout.max(1));
+    config.deadline = Duration::from_secs(args.deadline.max(1));
     if let (Some(alg), Some(secret)) = (&args.sign, &args.secret) {
         let alg: SignatureAlgorithm = alg.parse().map_err(|e| format!("--sign: {e}"))?;
         let key = match alg {

@@ -29,14 +29,18 @@ fn serve_tls(dir: &TempDir, ca: &TestCa, extra: &[&str]) -> (support::Guard, Str
     (guard, url)
 }
 
-/// The JSON report at `path` and the ids of its failed requirements with their details.
+/// The JSON report at `path` and the ids of its requirements that neither passed nor were skipped (failures,
+/// warnings, blocked), with their details.
 fn read_report(path: &Path) -> (Value, Vec<String>) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
     let failing = json["requirements"]
         .as_array()
         .map(|rs| {
-            rs.iter().filter(|r| r["outcome"] == "failure").map(|r| format!("{} {}", r["id"], r["details"])).collect()
+            rs.iter()
+                .filter(|r| r["outcome"] != "pass" && r["outcome"] != "skipped")
+                .map(|r| format!("{} {} {}", r["id"], r["outcome"], r["details"]))
+                .collect()
         })
         .unwrap_or_default();
     (json, failing)
@@ -44,48 +48,68 @@ fn read_report(path: &Path) -> (Value, Vec<String>) {
 
 #[test]
 fn ldp_serve_passes_the_kit_over_http_and_ws() {
-    let (_server, url) = serve(
-        &[
+    // Every MUST and every SHOULD, over both transports, signed and unsigned: no failure and no warning.
+    let signing = ["--sign", "hmac-sha256-jcs", "--secret", "s3cret"];
+    for signed in [true, false] {
+        let mut serve_args = vec![
             "--trust-domain",
             "conformance.test",
             "--token",
             "kit-token=conformance.test",
             "--token",
             "foreign-token=conformance-untrusted.invalid",
-            "--sign",
-            "hmac-sha256-jcs",
-            "--secret",
-            "s3cret",
-        ],
-        Stdio::null(),
-    );
-    let report = std::env::temp_dir().join(format!("ldp-conformance-cli-{}.json", std::process::id()));
-    let out = conformance(&[
-        &url,
-        "--transport",
-        "http",
-        "--transport",
-        "ws",
-        "--token",
-        "kit-token",
-        "--untrusted-token",
-        "foreign-token",
-        "--sign",
-        "hmac-sha256-jcs",
-        "--secret",
-        "s3cret",
-        "--ttl-hint",
-        "1",
-        "--format",
-        "json",
-        "--output",
-        report.to_str().unwrap(),
-    ]);
-    let (json, failing) = read_report(&report);
-    let _ = std::fs::remove_file(&report);
-    assert_eq!(out.status.code(), Some(0), "stderr: {}\nfailures: {failing:#?}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(json["summary"]["failures"], 0);
-    assert!(json["requirements"][0]["evidence"][0]["exchanges"].as_array().is_some_and(|e| !e.is_empty()));
+        ];
+        if signed {
+            serve_args.extend(signing);
+        }
+        let (_server, url) = serve(&serve_args, Stdio::null());
+        let report = std::env::temp_dir().join(format!("ldp-conformance-cli-{}-{signed}.json", std::process::id()));
+        let mut args = vec![
+            url.as_str(),
+            "--transport",
+            "http",
+            "--transport",
+            "ws",
+            "--token",
+            "kit-token",
+            "--untrusted-token",
+            "foreign-token",
+            "--ttl-hint",
+            "1",
+            "--deadline",
+            "240",
+            "--format",
+            "json",
+            "--output",
+            report.to_str().unwrap(),
+        ];
+        if signed {
+            args.extend(signing);
+        }
+        let out = conformance(&args);
+        let (json, failing) = read_report(&report);
+        let _ = std::fs::remove_file(&report);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "signed {signed}: stderr: {}\nfailures: {failing:#?}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(json["summary"]["failures"], 0, "signed {signed}: {failing:#?}");
+        assert_eq!(json["summary"]["blocked"], 0, "signed {signed}: {failing:#?}");
+        // KNOWN GAP, issue 14 (sessions bound to the principal that opened them): today `ldp serve` lets a principal
+        // authenticated with another token (another trust domain) submit in a session the kit's principal opened,
+        // when the envelope's `from` is the opener's. LDP-SESS-005 warns on exactly that probe; a stranger `from`
+        // is already refused. Once issue 14 is merged this allowance goes and the run has no warning at all.
+        let others: Vec<&String> = failing.iter().filter(|f| !f.starts_with("\"LDP-SESS-005\"")).collect();
+        assert!(others.is_empty(), "signed {signed}: {others:#?}");
+        let peer = json["requirements"].as_array().unwrap().iter().find(|r| r["id"] == "LDP-SESS-005").unwrap();
+        for detail in peer["details"].as_array().unwrap().iter().filter_map(Value::as_str) {
+            let allowed = detail.contains(" PASS: ") || detail.contains("authenticated with --untrusted-token");
+            assert!(allowed, "signed {signed}: LDP-SESS-005 fails beyond the issue-14 gap: {detail}");
+        }
+        assert!(json["requirements"][0]["evidence"][0]["exchanges"].as_array().is_some_and(|e| !e.is_empty()));
+    }
 }
 
 #[test]
