@@ -578,7 +578,10 @@ async fn read_stream(req: reqwest::RequestBuilder) -> Result<StreamReply, String
             Ok(Some(chunk)) => {
                 out.reply.body.extend_from_slice(&chunk);
                 if is_stream {
-                    let events = parser.push(&chunk);
+                    let events = match parser.push(&chunk) {
+                        Ok(events) => events,
+                        Err(e) => return Err(format!("event stream: {e}")),
+                    };
                     let done = events.iter().any(is_final_event);
                     out.events.extend(events);
                     if done {

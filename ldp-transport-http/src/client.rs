@@ -66,9 +66,21 @@ pub struct HttpTransportBuilder {
     retry: RetryPolicy,
     client: Option<reqwest::Client>,
     tls: ClientTls,
+    max_response_bytes: usize,
 }
 
+/// The default bound on one answer's body (and on one streamed event): a delegate is a peer, and a body that never
+/// ends must not grow the client's memory.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
 impl HttpTransportBuilder {
+    /// The largest answer body (or streamed event) accepted from the delegate, in bytes (default
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`]); a larger one fails with `MESSAGE_TOO_LARGE`, not retried.
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
     /// Sends `Authorization: Bearer <token>` with every message.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
@@ -152,6 +164,7 @@ impl HttpTransportBuilder {
             timeout: self.timeout,
             retry: self.retry,
             stream_unsupported: AtomicBool::new(false),
+            max_response_bytes: self.max_response_bytes,
         })
     }
 }
@@ -172,6 +185,7 @@ pub struct HttpTransport {
     timeout: Duration,
     retry: RetryPolicy,
     stream_unsupported: AtomicBool,
+    max_response_bytes: usize,
 }
 
 impl HttpTransport {
@@ -190,6 +204,7 @@ impl HttpTransport {
             retry: RetryPolicy::default(),
             client: None,
             tls: ClientTls::default(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 
@@ -237,7 +252,7 @@ impl HttpTransport {
         };
         let resp = self.send(make, false).await?;
         let status = resp.status();
-        let bytes = resp.bytes().await.map_err(|e| request_error(&e, false))?;
+        let bytes = read_body(resp, self.max_response_bytes, false).await?;
         decode_reply(status, &bytes)
     }
 
@@ -269,24 +284,31 @@ impl HttpTransport {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if !is_sse {
-            let bytes = match resp.bytes().await {
+            let bytes = match read_body(resp, self.max_response_bytes, false).await {
                 Ok(b) => b,
-                Err(e) => return Some(Err(request_error(&e, false))),
+                Err(e) => return Some(Err(e)),
             };
             return Some(decode_reply(status, &bytes));
         }
-        Some(read_events(resp, updates).await)
+        Some(read_events(resp, updates, self.max_response_bytes).await)
     }
 }
 
 /// Reads an SSE answer: TASK_UPDATEs go to `updates`, the first other envelope is the reply.
-async fn read_events(resp: reqwest::Response, updates: &mpsc::Sender<Envelope>) -> Result<Option<Value>, LdpError> {
-    let mut parser = crate::sse::SseParser::default();
+async fn read_events(
+    resp: reqwest::Response,
+    updates: &mpsc::Sender<Envelope>,
+    max_event_bytes: usize,
+) -> Result<Option<Value>, LdpError> {
+    let mut parser = crate::sse::SseParser::with_max_event_bytes(max_event_bytes);
     let mut chunks = resp.bytes_stream();
     let mut seen_any = false;
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| request_error(&e, false))?;
-        for event in parser.push(&chunk) {
+        let events = parser.push(&chunk).map_err(|e| {
+            LdpError::runtime(codes::MESSAGE_TOO_LARGE, format!("stream from peer: {e}")).with_retryable(false)
+        })?;
+        for event in events {
             seen_any = true;
             let value: Value = serde_json::from_str(&event.data).map_err(|e| {
                 LdpError::runtime(codes::MALFORMED_MESSAGE, format!("bad event from peer: {e}")).with_retryable(false)
@@ -346,6 +368,25 @@ fn status_error(status: StatusCode, snippet: &str) -> LdpError {
 }
 
 /// A `reqwest` failure as a `transport` error; retryable only when the request cannot have been processed.
+/// Reads an answer's body up to `limit` bytes: a longer one (declared or sent) is `MESSAGE_TOO_LARGE`.
+async fn read_body(mut resp: reqwest::Response, limit: usize, idempotent: bool) -> Result<Vec<u8>, LdpError> {
+    let too_large = || {
+        LdpError::runtime(codes::MESSAGE_TOO_LARGE, format!("the delegate's answer is larger than {limit} bytes"))
+            .with_retryable(false)
+    };
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| request_error(&e, idempotent))? {
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 fn request_error(e: &reqwest::Error, idempotent: bool) -> LdpError {
     let described = with_causes(e);
     if e.is_connect() && tls_refused(e) {
@@ -403,7 +444,7 @@ impl Transport for HttpTransport {
             let url = format!("{}{path}", self.url);
             let resp = self.send(|| self.authorize(self.client.get(&url)), true).await?;
             let status = resp.status();
-            let bytes = resp.bytes().await.map_err(|e| request_error(&e, true))?;
+            let bytes = read_body(resp, self.max_response_bytes, true).await?;
             if status == StatusCode::NOT_FOUND {
                 last = Some(status_error(status, path));
                 continue;

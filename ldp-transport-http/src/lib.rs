@@ -146,7 +146,7 @@ pub mod test_pki;
 mod tls;
 
 pub use auth::{BearerAuth, require_bearer};
-pub use client::{HttpTransport, HttpTransportBuilder, RetryPolicy};
+pub use client::{DEFAULT_MAX_RESPONSE_BYTES, HttpTransport, HttpTransportBuilder, RetryPolicy};
 pub use client_tls::ClientTls;
 pub use conn::{ConnectionLimits, ConnectionStats};
 pub use error::{Error, HttpError, status_for};
