@@ -342,7 +342,7 @@ async fn drop_streamed_results(req: Request, next: Next) -> Response {
     let (mut parts, body) = resp.into_parts();
     let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
     let mut kept = String::new();
-    for event in ldp_transport_http::sse::SseParser::default().push(&bytes) {
+    for event in ldp_transport_http::sse::SseParser::default().push(&bytes).unwrap_or_default() {
         let final_event = event.data.contains("\"TASK_RESULT\"") || event.data.contains("\"TASK_FAILED\"");
         if !final_event {
             kept.push_str(&format!("event: {}\ndata: {}\n\n", event.event, event.data));
@@ -561,7 +561,9 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
     if is_sse {
         if adv.broken == Break::RfcValidVariants {
             let mut out = String::from(": an SSE comment before the first event\nretry: 1000\n\n");
-            for (i, event) in ldp_transport_http::sse::SseParser::default().push(&bytes).into_iter().enumerate() {
+            for (i, event) in
+                ldp_transport_http::sse::SseParser::default().push(&bytes).unwrap_or_default().into_iter().enumerate()
+            {
                 out.push_str(&format!(": event {i}\nid: {i}\nevent: {}\n", event.event));
                 let data = serde_json::from_str::<Value>(&event.data)
                     .map(|v| String::from_utf8(variant_json(v)).unwrap())
