@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod check;
 mod contract;
 mod envelope;
 mod error;
@@ -61,7 +62,7 @@ pub use contract::{
     FailurePolicy, apply_contract,
 };
 #[doc(hidden)]
-pub use envelope::_scanner_decodes;
+pub use envelope::{_scanner_decodes, _serde_decodes};
 pub use envelope::{Body, Envelope};
 pub use error::{Error, ErrorCategory, ErrorSeverity, LdpError, codes};
 pub use identity::{
