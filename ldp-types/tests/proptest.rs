@@ -881,3 +881,121 @@ fn recursion_limit_holds_through_the_custom_decoders() {
         assert!(err.to_string().contains("recursion limit"), "{err}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Duplicate member names (issue 14, finding 7)
+
+/// Writes `value` as compact JSON, repeating one member of the `target`-th object (pre-order, counting every object:
+/// envelope, body, records, payloads, unknown members) after its other members, with `again` as its second value
+/// (or its first value again). An empty target object gets a member `"k"` twice. Returns whether the target object
+/// existed.
+fn write_with_duplicate(
+    value: &Value,
+    target: usize,
+    again: Option<&Value>,
+    seen: &mut usize,
+    out: &mut String,
+) -> bool {
+    match value {
+        Value::Object(map) => {
+            let here = *seen == target;
+            *seen += 1;
+            let mut hit = here;
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(k).unwrap());
+                out.push(':');
+                hit |= write_with_duplicate(v, target, again, seen, out);
+            }
+            if here {
+                let name = map.keys().nth(map.len() / 2).cloned().unwrap_or_else(|| "k".to_owned());
+                let again = again.or(map.get(&name)).cloned().unwrap_or(Value::from(1));
+                if map.is_empty() {
+                    out.push_str(&format!("{}:{again},", serde_json::to_string(&name).unwrap()));
+                } else {
+                    out.push(',');
+                }
+                out.push_str(&format!("{}:{again}", serde_json::to_string(&name).unwrap()));
+            }
+            out.push('}');
+            hit
+        }
+        Value::Array(items) => {
+            let mut hit = false;
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                hit |= write_with_duplicate(v, target, again, seen, out);
+            }
+            out.push(']');
+            hit
+        }
+        scalar => {
+            out.push_str(&scalar.to_string());
+            false
+        }
+    }
+}
+
+/// A body whose payloads, records and unknown members hold objects at several depths.
+fn nested_body() -> impl Strategy<Value = Body> {
+    let payload =
+        || json_value().prop_map(|v| json!({"task_type": "t", "instruction": "i", "data": [v, {"n": {"m": 1}}]}));
+    prop_oneof![
+        (payload(), option::of(contract()), extra()).prop_map(|(input, contract, extra)| {
+            let mut submit = TaskSubmit::new("t1".into(), "s".into(), input, contract);
+            submit.extra = extra;
+            Body::TaskSubmit(submit)
+        }),
+        (payload(), provenance(), extra()).prop_map(|(output, provenance, extra)| {
+            let mut result = TaskResult::new("t1".into(), output, provenance);
+            result.extra = extra;
+            Body::TaskResult(result)
+        }),
+        body(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// A member name repeated in any object of a message (the envelope, the body, a record, a payload, an unknown
+    /// member), with the same or another value, compact or pretty: the scanner leaves it, and the serde path, the
+    /// decoder as a whole, serde_json's `Deserialize` and the signature check all refuse it as a duplicate.
+    #[test]
+    fn a_duplicate_member_anywhere_is_refused_by_every_path(
+        env in (envelope(), nested_body()).prop_map(|(mut e, b)| { e.body = b; e }),
+        target in any::<prop::sample::Index>(),
+        again in option::of(json_value()),
+        pretty in any::<bool>(),
+    ) {
+        let mut value = env.to_value().unwrap();
+        value["x_ext"] = json!({"a": [{"b": {}}]});
+        let objects = {
+            let mut count = 0;
+            write_with_duplicate(&value, usize::MAX, None, &mut count, &mut String::new());
+            count
+        };
+        let target = target.index(objects);
+        let mut text = String::new();
+        prop_assert!(write_with_duplicate(&value, target, again.as_ref(), &mut 0, &mut text));
+        if pretty {
+            text = text.replace(",\"", ",\n  \"").replace(":", " : ");
+        }
+        let is_duplicate = |r: Result<Envelope, ldp_types::Error>| matches!(r, Err(ldp_types::Error::DuplicateMember(_)));
+        prop_assert!(!ldp_types::_scanner_decodes(&text), "{}", text);
+        prop_assert!(is_duplicate(Envelope::from_json(&text)), "{}", text);
+        prop_assert!(is_duplicate(Envelope::from_slice(text.as_bytes())), "{}", text);
+        prop_assert!(is_duplicate(ldp_types::_serde_decodes(&text)), "{}", text);
+        prop_assert!(serde_json::from_str::<Envelope>(&text).is_err(), "{}", text);
+        for key in keys() {
+            let verdict = signing::verify_slice(text.as_bytes(), &key.verifying_key());
+            prop_assert!(matches!(verdict, Err(ldp_types::Error::DuplicateMember(_))), "{}: {:?}", text, verdict);
+        }
+    }
+}
