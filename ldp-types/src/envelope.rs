@@ -658,6 +658,10 @@ impl Envelope {
     }
 
     /// Decodes an envelope from JSON text.
+    ///
+    /// Errors: [`Error::MalformedJson`] for text that is not JSON or not JSON a `serde_json::Value` can hold (see the
+    /// crate docs for the limits), [`Error::DuplicateMember`] for a member name repeated in any object of the message
+    /// (payloads and unknown members included), [`Error::InvalidMessage`] for JSON that is not an envelope.
     #[inline]
     pub fn from_json(json: &str) -> Result<Self, Error> {
         // The scanner takes the common case; whatever it leaves (including every error) is decoded by serde.
