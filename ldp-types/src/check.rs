@@ -116,38 +116,38 @@ impl<'de> Deserialize<'de> for Key<'de> {
 /// objects fit, and comparing against a handful of short names costs less than hashing one.
 const INLINE: usize = 12;
 
-/// The member names of one object seen so far.
-enum Names<'de> {
-    Inline([&'de str; INLINE], usize),
-    Hashed(HashSet<Cow<'de, str>>),
+/// The member names of one object seen so far: up to [`INLINE`] borrowed names in place (nothing allocated or moved
+/// for a typical object), then a hash set.
+struct Names<'de> {
+    inline: [&'de str; INLINE],
+    len: usize,
+    hashed: Option<HashSet<Cow<'de, str>>>,
 }
 
 impl<'de> Names<'de> {
     /// Adds `name`; `false` when it was already there.
-    fn insert(&mut self, name: Cow<'de, str>) -> bool {
-        match self {
-            Self::Inline(names, len) => {
-                let seen = &names[..*len];
-                if seen.contains(&&*name) {
-                    return false;
-                }
-                match name {
-                    Cow::Borrowed(borrowed) if *len < INLINE => {
-                        names[*len] = borrowed;
-                        *len += 1;
-                    }
-                    name => {
-                        // A long object, or a name with escapes (unescaped into the parser's scratch space, so it must
-                        // be copied to be kept).
-                        let mut set: HashSet<Cow<'de, str>> = seen.iter().map(|n| Cow::Borrowed(*n)).collect();
-                        set.insert(name);
-                        *self = Self::Hashed(set);
-                    }
-                }
-                true
-            }
-            Self::Hashed(set) => set.insert(name),
+    fn insert(&mut self, name: &Cow<'de, str>) -> bool {
+        if let Some(set) = &mut self.hashed {
+            return set.insert(name.clone());
         }
+        let seen = &self.inline[..self.len];
+        if seen.contains(&&**name) {
+            return false;
+        }
+        match name {
+            Cow::Borrowed(borrowed) if self.len < INLINE => {
+                self.inline[self.len] = borrowed;
+                self.len += 1;
+            }
+            name => {
+                // A long object, or a name with escapes (unescaped into the parser's scratch space, so it must be
+                // copied to be kept).
+                let mut set: HashSet<Cow<'de, str>> = seen.iter().map(|n| Cow::Borrowed(*n)).collect();
+                set.insert(name.clone());
+                self.hashed = Some(set);
+            }
+        }
+        true
     }
 }
 
@@ -201,9 +201,9 @@ impl<'de> Visitor<'de> for CheckVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
         let mut found = Checked { duplicate: None, depth: 1 };
-        let mut names = Names::Inline([""; INLINE], 0);
+        let mut names = Names { inline: [""; INLINE], len: 0, hashed: None };
         while let Some(Key(name)) = map.next_key::<Key<'de>>()? {
-            if found.duplicate.is_none() && !names.insert(name.clone()) {
+            if found.duplicate.is_none() && !names.insert(&name) {
                 found.duplicate = Some(name.into());
             }
             found.absorb(map.next_value::<Checked>()?);
