@@ -126,12 +126,12 @@ struct Names<'de> {
 
 impl<'de> Names<'de> {
     /// Adds `name`; `false` when it was already there.
-    fn insert(&mut self, name: &Cow<'de, str>) -> bool {
+    fn insert(&mut self, name: Cow<'de, str>) -> bool {
         if let Some(set) = &mut self.hashed {
-            return set.insert(name.clone());
+            return set.insert(name);
         }
         let seen = &self.inline[..self.len];
-        if seen.contains(&&**name) {
+        if seen.contains(&&*name) {
             return false;
         }
         match name {
@@ -143,7 +143,7 @@ impl<'de> Names<'de> {
                 // A long object, or a name with escapes (unescaped into the parser's scratch space, so it must be
                 // copied to be kept).
                 let mut set: HashSet<Cow<'de, str>> = seen.iter().map(|n| Cow::Borrowed(*n)).collect();
-                set.insert(name.clone());
+                set.insert(name);
                 self.hashed = Some(set);
             }
         }
@@ -203,7 +203,7 @@ impl<'de> Visitor<'de> for CheckVisitor {
         let mut found = Checked { duplicate: None, depth: 1 };
         let mut names = Names { inline: [""; INLINE], len: 0, hashed: None };
         while let Some(Key(name)) = map.next_key::<Key<'de>>()? {
-            if found.duplicate.is_none() && !names.insert(&name) {
+            if found.duplicate.is_none() && !names.insert(name.clone()) {
                 found.duplicate = Some(name.into());
             }
             found.absorb(map.next_value::<Checked>()?);
