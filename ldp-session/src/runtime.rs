@@ -15,8 +15,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use ldp_types::{
-    DelegationContract, Envelope, IdentityCard, LdpError, Manifest, PayloadMode, Provenance, SessionConfig, TaskFailed,
-    codes,
+    DelegationContract, Envelope, IdentityCard, LdpError, Manifest, PayloadMode, Provenance, RawJson, SessionConfig,
+    TaskFailed, codes,
 };
 use serde_json::Value;
 use tokio::sync::{Notify, broadcast, mpsc};
@@ -62,13 +62,24 @@ pub trait Delegate: Send + Sync + 'static {
 }
 
 /// The echo delegate of the reference SDKs: answers `{"echo": <input>}`.
+///
+/// It never parses the input (it writes the text back inside one more object), so no input can make it fail but one
+/// nested so deep that one more level would make the result a message no JSON reader holds; that input fails the task
+/// with a typed `EXECUTION_FAILED`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EchoDelegate;
 
 #[async_trait]
 impl Delegate for EchoDelegate {
     async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
-        let mut out = TaskOutput::new(serde_json::json!({ "echo": task.input }));
+        let echo = format!("{{\"echo\":{}}}", task.input.json());
+        // The output travels two levels down in its envelope (envelope, body), and the whole message must nest within
+        // what a `serde_json::Value` holds; checking it at that depth checks exactly that (and the text's validity).
+        RawJson::from_json(format!("[[{echo}]]")).map_err(|e| {
+            LdpError::runtime(codes::EXECUTION_FAILED, format!("the input cannot be echoed: {e}")).with_retryable(false)
+        })?;
+        let output = RawJson::from_json(echo).map_err(|e| LdpError::runtime(codes::EXECUTION_FAILED, e.to_string()))?;
+        let mut out = TaskOutput::new(output);
         out.confidence = ldp_types::Score::new(1.0).ok();
         Ok(out)
     }

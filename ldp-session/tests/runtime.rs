@@ -245,3 +245,68 @@ async fn a_panicking_delegate_fails_its_task_when_spawned_too() {
     let SessionError::Peer(e) = c.submit(&s.session_id, "boom", json!("x"), None).await.unwrap_err() else { panic!() };
     assert_eq!(e.code, codes::EXECUTION_FAILED);
 }
+
+/// The echo delegate `ldp serve` runs, driven with the inputs of issue 14 (finding 5) as raw messages: each is
+/// refused at the door with a typed MALFORMED_MESSAGE (what no `serde_json::Value` can hold, a repeated member
+/// name), failed with a typed error (one level too deep to echo), or echoed; never "the delegate panicked".
+#[tokio::test]
+async fn the_echo_delegate_never_panics_on_hostile_input() {
+    let rt = runtime(Arc::new(EchoDelegate));
+    let c = client(&rt).await;
+    let text = SessionConfig { preferred_payload_modes: Some(vec![PayloadMode::Text]), ..Default::default() };
+    let s = c.propose(text).await.unwrap();
+    let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let submit = |n: usize, input: &str| {
+        format!(
+            r#"{{"message_id":"hostile-{n}","session_id":"{}","from":"ldp:delegate:client","to":"ldp:delegate:test",
+            "body":{{"type":"TASK_SUBMIT","task_id":"t-{n}","skill":"echo","input":{input}}},"payload_mode":"text",
+            "timestamp":"{}"}}"#,
+            s.session_id,
+            ldp_types::time::format_timestamp(::time::OffsetDateTime::now_utc()),
+        )
+    };
+    enum Expect {
+        Refused,
+        Failed,
+        Echoed,
+    }
+    let cases = [
+        ("\"\\ud800\"".to_owned(), Expect::Refused),
+        ("1e400".to_owned(), Expect::Refused),
+        ("9".repeat(400), Expect::Refused),
+        (nested(128), Expect::Refused),
+        // The deepest input a message can carry (the envelope and body take two of the 127 levels)...
+        (nested(126), Expect::Refused),
+        (nested(125), Expect::Failed),
+        // ...and the deepest the echo's one more level still fits.
+        (nested(124), Expect::Echoed),
+        (r#"{"text":"a","text":"b"}"#.to_owned(), Expect::Refused),
+        (r#"{"a":[{"b":1,"b":1}]}"#.to_owned(), Expect::Refused),
+        (format!("[{}, 1e300, \"\\ud83d\\ude00\"]", "9".repeat(300)), Expect::Echoed),
+        (r#""hello""#.to_owned(), Expect::Echoed),
+    ];
+    for (n, (input, expect)) in cases.iter().enumerate() {
+        let response = rt.handle(&PeerContext::default(), submit(n, input).as_bytes(), None).await;
+        match (expect, response) {
+            (Expect::Refused, runtime::Response::Refused(Refusal { error, .. })) => {
+                assert_eq!(error.code, codes::MALFORMED_MESSAGE, "{input}: {error}");
+            }
+            (Expect::Failed, runtime::Response::Reply(env)) => {
+                let Body::TaskFailed(failed) = env.body else { panic!("{input}: {:?}", env.body) };
+                assert_eq!(failed.error.code, codes::EXECUTION_FAILED);
+                assert!(!failed.error.message.contains("panicked"), "{input}: {}", failed.error);
+            }
+            (Expect::Echoed, runtime::Response::Reply(env)) => {
+                let Body::TaskResult(result) = &env.body else { panic!("{input}: {:?}", env.body) };
+                let input: serde_json::Value = serde_json::from_str(input).unwrap();
+                assert_eq!(result.output, json!({ "echo": input }));
+                // What the peer receives decodes and can be read.
+                let received = Envelope::from_slice(&env.to_vec().unwrap()).unwrap();
+                let Body::TaskResult(received) = received.body else { panic!() };
+                assert_eq!(received.output, json!({ "echo": input }));
+            }
+            (_, other) => panic!("{input}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+}

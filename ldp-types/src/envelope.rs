@@ -181,6 +181,37 @@ macro_rules! member_keys {
                     _ => None,
                 }
             }
+
+            /// The wire name.
+            fn wire(&self) -> &str {
+                match self {
+                    $(Self::$variant => $wire,)*
+                    Self::Other(name) => name,
+                }
+            }
+
+            /// Marks this member seen in `seen`; an error if it was already (an `Other` name is checked where it is
+            /// kept).
+            fn first_time<E: de::Error>(&self, seen: &mut u32) -> Result<(), E> {
+                let bit = self.bit();
+                if *seen & bit != 0 {
+                    return Err(duplicate(self.wire()));
+                }
+                *seen |= bit;
+                Ok(())
+            }
+
+            /// A bit of its own for each known name (declaration order), for finding repeated members; 0 for
+            /// `Other`.
+            #[allow(unused_assignments)]
+            fn bit(&self) -> u32 {
+                let mut bit = 1;
+                $(if matches!(self, Self::$variant) {
+                    return bit;
+                }
+                bit <<= 1;)*
+                0
+            }
         }
 
         impl<'de> Deserialize<'de> for $name {
@@ -291,6 +322,22 @@ struct BodySlots {
     claim: Option<Value>,
     evidence: Option<Value>,
     extra: Map<String, Value>,
+}
+
+/// The error for a member name given twice.
+fn duplicate<E: de::Error>(name: &str) -> E {
+    E::custom(Error::DuplicateMember(crate::check::shorten(name)))
+}
+
+/// Inserts a member unless one of that name is there already; then gives the name back.
+fn insert_new(map: &mut Map<String, Value>, name: String, value: Value) -> Option<String> {
+    match map.entry(name) {
+        serde_json::map::Entry::Vacant(slot) => {
+            slot.insert(value);
+            None
+        }
+        serde_json::map::Entry::Occupied(slot) => Some(slot.key().clone()),
+    }
 }
 
 fn required<T, E: de::Error>(slot: Option<T>, name: &'static str) -> Result<T, E> {
@@ -435,7 +482,9 @@ impl<'de> Deserialize<'de> for Body {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Body, A::Error> {
                 let mut s = BodySlots::default();
+                let mut seen = 0;
                 while let Some(key) = map.next_key::<BodyKey>()? {
+                    key.first_time(&mut seen)?;
                     match key {
                         BodyKey::Type => s.type_tag = Some(map.next_value()?),
                         BodyKey::DelegateId => s.delegate_id = map.next_value()?,
@@ -461,7 +510,9 @@ impl<'de> Deserialize<'de> for Body {
                         BodyKey::Evidence => s.evidence = map.next_value::<Option<Value>>()?,
                         BodyKey::Other(other) => {
                             let v: Value = map.next_value()?;
-                            s.extra.insert(other, v);
+                            if let Some(name) = insert_new(&mut s.extra, other, v) {
+                                return Err(duplicate(&name));
+                            }
                         }
                     }
                 }
@@ -607,13 +658,17 @@ impl Envelope {
     }
 
     /// Decodes an envelope from JSON text.
+    ///
+    /// Errors: [`Error::MalformedJson`] for text that is not JSON or not JSON a `serde_json::Value` can hold (see the
+    /// crate docs for the limits), [`Error::DuplicateMember`] for a member name repeated in any object of the message
+    /// (payloads and unknown members included), [`Error::InvalidMessage`] for JSON that is not an envelope.
     #[inline]
     pub fn from_json(json: &str) -> Result<Self, Error> {
         // The scanner takes the common case; whatever it leaves (including every error) is decoded by serde.
         if let Some(envelope) = scan::decode(json) {
             return Ok(envelope);
         }
-        serde_json::from_str(json).map_err(Error::from_decode)
+        decode_checked(json)
     }
 
     /// Decodes an envelope from JSON bytes.
@@ -624,18 +679,23 @@ impl Envelope {
         // which reports where the bad byte is.
         match std::str::from_utf8(json) {
             Ok(text) => Self::from_json(text),
-            Err(_) => serde_json::from_slice(json).map_err(Error::from_decode),
+            Err(utf8) => {
+                // Fails, saying where the bad byte is.
+                crate::check::check_slice(json)?;
+                Err(Error::MalformedJson(de::Error::custom(utf8)))
+            }
         }
     }
 
     /// Decodes an envelope from a JSON value.
     pub fn from_value(value: Value) -> Result<Self, Error> {
-        serde_json::from_value(value).map_err(Error::InvalidMessage)
+        // A `Value` has no duplicate names left to check (its parser kept one of each): read it member by member.
+        value.deserialize_map(EnvelopeVisitor).map_err(Error::InvalidMessage)
     }
 
     /// Decodes an envelope from a borrowed JSON value (e.g. one kept to verify a signature), without cloning it.
     pub fn from_value_ref(value: &Value) -> Result<Self, Error> {
-        Self::deserialize(value).map_err(Error::InvalidMessage)
+        value.deserialize_map(EnvelopeVisitor).map_err(Error::InvalidMessage)
     }
 
     /// Encodes the envelope as JSON text.
@@ -962,64 +1022,153 @@ fn serialize_unsigned_sorted<S: Serializer>(env: &Envelope, serializer: S) -> Re
     map.end()
 }
 
+/// Reads an envelope from serde_json through [`Envelope::from_json`] (serde_json hands over the text when asked for
+/// a raw value, so the whole message is checked as from the other entry points, and the scanner takes the common
+/// case); from any other deserializer, member by member (a structured value, which has no text to check).
 impl<'de> Deserialize<'de> for Envelope {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct EnvelopeVisitor;
-        impl<'de> Visitor<'de> for EnvelopeVisitor {
-            type Value = Envelope;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an LDP envelope object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
-                let mut message_id: Option<String> = None;
-                let mut session_id: Option<String> = None;
-                let mut from: Option<String> = None;
-                let mut to: Option<String> = None;
-                let mut body: Option<Body> = None;
-                let mut payload_mode: Option<PayloadMode> = None;
-                let mut timestamp: Option<String> = None;
-                let mut provenance: Option<Box<Provenance>> = None;
-                let mut signature: Option<String> = None;
-                let mut signature_algorithm: Option<String> = None;
-                let mut nonce: Option<String> = None;
-                let mut extensions = Map::new();
-                while let Some(key) = map.next_key::<EnvelopeKey>()? {
-                    match key {
-                        EnvelopeKey::MessageId => message_id = Some(map.next_value()?),
-                        EnvelopeKey::SessionId => session_id = map.next_value()?,
-                        EnvelopeKey::From => from = Some(map.next_value()?),
-                        EnvelopeKey::To => to = Some(map.next_value()?),
-                        EnvelopeKey::Body => body = Some(map.next_value()?),
-                        EnvelopeKey::PayloadMode => payload_mode = map.next_value()?,
-                        EnvelopeKey::Timestamp => timestamp = Some(map.next_value()?),
-                        EnvelopeKey::Provenance => provenance = map.next_value()?,
-                        EnvelopeKey::Signature => signature = map.next_value()?,
-                        EnvelopeKey::SignatureAlgorithm => signature_algorithm = map.next_value()?,
-                        EnvelopeKey::Nonce => nonce = map.next_value()?,
-                        EnvelopeKey::Other(other) => {
-                            let v: Value = map.next_value()?;
-                            extensions.insert(other, v);
-                        }
-                    }
-                }
-                Ok(Envelope {
-                    message_id: required(message_id, "message_id")?,
-                    session_id: session_id.unwrap_or_default(),
-                    from: required(from, "from")?,
-                    to: required(to, "to")?,
-                    body: required(body, "body")?,
-                    payload_mode: payload_mode.unwrap_or(PayloadMode::Text),
-                    timestamp: required(timestamp, "timestamp")?,
-                    provenance,
-                    signature,
-                    signature_algorithm,
-                    nonce,
-                    extensions,
-                })
-            }
-        }
+        deserializer.deserialize_newtype_struct(crate::raw::RAW_TOKEN, EnvelopeText)
+    }
+}
+
+/// The visitor of [`Envelope`]'s `Deserialize`: serde_json's raw text, or the members of a structured value.
+struct EnvelopeText;
+
+impl<'de> Visitor<'de> for EnvelopeText {
+    type Value = Envelope;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an LDP envelope object")
+    }
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, deserializer: D) -> Result<Envelope, D::Error> {
         deserializer.deserialize_map(EnvelopeVisitor)
     }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+        let first = match map.next_key::<crate::raw::FirstKey>()? {
+            Some(crate::raw::FirstKey::Token) => {
+                let text = map.next_value_seed(Text)?;
+                return Envelope::from_json(&text).map_err(de::Error::custom);
+            }
+            Some(crate::raw::FirstKey::Name(name)) => {
+                Some(EnvelopeKey::from_str(&name).unwrap_or(EnvelopeKey::Other(name)))
+            }
+            None => None,
+        };
+        envelope_members(first, map)
+    }
+}
+
+/// JSON text handed over by serde_json, borrowed when it can be.
+struct Text;
+
+impl<'de> de::DeserializeSeed<'de> for Text {
+    type Value = std::borrow::Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct TextVisitor;
+        impl<'de> Visitor<'de> for TextVisitor {
+            type Value = std::borrow::Cow<'de, str>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("JSON text")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(v.into())
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(v.to_owned().into())
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(v.into())
+            }
+        }
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+/// The serde decoder of an envelope object's members.
+struct EnvelopeVisitor;
+
+impl<'de> Visitor<'de> for EnvelopeVisitor {
+    type Value = Envelope;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an LDP envelope object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Envelope, A::Error> {
+        envelope_members(None, map)
+    }
+}
+
+/// Reads the members of an envelope object, starting with `first` when the caller has already read that name.
+fn envelope_members<'de, A: MapAccess<'de>>(first: Option<EnvelopeKey>, mut map: A) -> Result<Envelope, A::Error> {
+    let mut message_id: Option<String> = None;
+    let mut session_id: Option<String> = None;
+    let mut from: Option<String> = None;
+    let mut to: Option<String> = None;
+    let mut body: Option<Body> = None;
+    let mut payload_mode: Option<PayloadMode> = None;
+    let mut timestamp: Option<String> = None;
+    let mut provenance: Option<Box<Provenance>> = None;
+    let mut signature: Option<String> = None;
+    let mut signature_algorithm: Option<String> = None;
+    let mut nonce: Option<String> = None;
+    let mut extensions = Map::new();
+    let mut seen = 0;
+    let mut first = first;
+    loop {
+        let key = match first.take() {
+            Some(key) => key,
+            None => match map.next_key::<EnvelopeKey>()? {
+                Some(key) => key,
+                None => break,
+            },
+        };
+        key.first_time(&mut seen)?;
+        match key {
+            EnvelopeKey::MessageId => message_id = Some(map.next_value()?),
+            EnvelopeKey::SessionId => session_id = map.next_value()?,
+            EnvelopeKey::From => from = Some(map.next_value()?),
+            EnvelopeKey::To => to = Some(map.next_value()?),
+            EnvelopeKey::Body => body = Some(map.next_value()?),
+            EnvelopeKey::PayloadMode => payload_mode = map.next_value()?,
+            EnvelopeKey::Timestamp => timestamp = Some(map.next_value()?),
+            EnvelopeKey::Provenance => provenance = map.next_value()?,
+            EnvelopeKey::Signature => signature = map.next_value()?,
+            EnvelopeKey::SignatureAlgorithm => signature_algorithm = map.next_value()?,
+            EnvelopeKey::Nonce => nonce = map.next_value()?,
+            EnvelopeKey::Other(other) => {
+                let v: Value = map.next_value()?;
+                if let Some(name) = insert_new(&mut extensions, other, v) {
+                    return Err(duplicate(&name));
+                }
+            }
+        }
+    }
+    Ok(Envelope {
+        message_id: required(message_id, "message_id")?,
+        session_id: session_id.unwrap_or_default(),
+        from: required(from, "from")?,
+        to: required(to, "to")?,
+        body: required(body, "body")?,
+        payload_mode: payload_mode.unwrap_or(PayloadMode::Text),
+        timestamp: required(timestamp, "timestamp")?,
+        provenance,
+        signature,
+        signature_algorithm,
+        nonce,
+        extensions,
+    })
+}
+
+/// The serde path of [`Envelope::from_json`]: the whole text checked (JSON a `Value` can hold, no duplicate member
+/// names), then decoded member by member.
+fn decode_checked(json: &str) -> Result<Envelope, Error> {
+    crate::check::check(json)?;
+    let mut de = serde_json::Deserializer::from_str(json);
+    de.deserialize_map(EnvelopeVisitor).and_then(|env| de.end().map(|()| env)).map_err(Error::from_decode)
+}
+
+/// The serde path alone, without the scanner: for tests that compare the two.
+#[doc(hidden)]
+pub fn _serde_decodes(json: &str) -> Result<Envelope, Error> {
+    decode_checked(json)
 }
 
 /// Whether the scanner decodes `json` itself (rather than leaving it to the serde path): for tests and benches.

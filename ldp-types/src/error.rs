@@ -331,12 +331,18 @@ impl<'de> Deserialize<'de> for LdpError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The input is not syntactically valid JSON.
+    /// The input is not syntactically valid JSON, or is JSON that no `serde_json::Value` can hold: a number out of
+    /// the range of an `f64` (`1e400`, a 400-digit integer), a lone surrogate escape (`"\ud800"`), or arrays and
+    /// objects nested deeper than 127 levels (counted from the outermost value of the text, e.g. the envelope).
     #[error("malformed json: {0}")]
     MalformedJson(#[source] serde_json::Error),
     /// The input is JSON but not a valid LDP value (missing or mistyped field, out-of-range value).
     #[error("invalid message: {0}")]
     InvalidMessage(#[source] serde_json::Error),
+    /// An object in the input names the same member twice (the name, cut at 64 bytes). Refused wherever it occurs,
+    /// payloads included, because parsers disagree on which occurrence counts.
+    #[error("duplicate member name {0:?}")]
+    DuplicateMember(String),
     /// A delegate id does not have the form `ldp:delegate:<name>`.
     #[error("invalid delegate id {0:?}: expected ldp:delegate:<name>")]
     InvalidDelegateId(String),
@@ -395,6 +401,7 @@ impl From<&Error> for LdpError {
         match err {
             Error::MalformedJson(_)
             | Error::InvalidMessage(_)
+            | Error::DuplicateMember(_)
             | Error::InvalidDelegateId(_)
             | Error::ScoreOutOfRange(_) => {
                 LdpError::runtime(codes::MALFORMED_MESSAGE, err.to_string()).with_retryable(false)

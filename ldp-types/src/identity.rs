@@ -489,8 +489,10 @@ impl IdentityCard {
         }
     }
 
-    /// Parses a card from JSON.
+    /// Parses a card from JSON (e.g. a peer's `/ldp/identity`), refusing what no `serde_json::Value` can hold and
+    /// repeated member names anywhere ([`Error::DuplicateMember`]), as envelopes are refused.
     pub fn from_json(json: &str) -> Result<Self, Error> {
+        crate::check::check(json)?;
         serde_json::from_str(json).map_err(Error::from_decode)
     }
 

@@ -6,15 +6,15 @@
 //! place. Numbers are written as ECMAScript would print the IEEE 754 double (`ryu-js`), integers included. No
 //! intermediate `Value` is built.
 
-use std::borrow::Cow;
 use std::cell::Cell;
 use std::cmp::Ordering;
 use std::fmt;
 
+use serde::Serialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::check::Key;
 use crate::json::{Error, Number, Style, Writer, write_str};
 
 /// The canonical bytes of `value`. Fails on duplicate member names; non-finite numbers are
@@ -41,8 +41,8 @@ pub(crate) fn with_canonical<T: Serialize + ?Sized, R>(
 /// `signature_algorithm` members, and on the values of those two members, straight from the text: no `Value` tree is
 /// built.
 ///
-/// Fails wherever canonicalising the parsed `Value` could give another answer: invalid JSON, a non-object, and
-/// duplicate member names (which a `Value` resolves by keeping the last); callers then take the `Value` path.
+/// Fails on invalid JSON, a non-object, and duplicate member names anywhere (which a `Value` would resolve by keeping
+/// the last, and which no signature is allowed to cover).
 pub(crate) fn with_signing_input_from_slice<R>(
     json: &[u8],
     f: impl FnOnce(&[u8], Option<&Value>, Option<&Value>) -> R,
@@ -90,31 +90,6 @@ impl Pool {
     }
 }
 
-/// A member name, borrowed from the input when it has no escapes.
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        deserializer.deserialize_str(KeyVisitor)
-    }
-}
-
 /// The envelope object: every member but the two signature members is written canonically.
 struct TopLevel<'w, 'o>(&'w mut Writer<'o, Jcs>);
 
@@ -130,8 +105,14 @@ impl<'de> Visitor<'de> for TopLevel<'_, '_> {
         let mut first = true;
         while let Some(Key(key)) = map.next_key()? {
             match &*key {
-                "signature" => signature = Some(map.next_value()?),
-                "signature_algorithm" => algorithm = Some(map.next_value()?),
+                // Repeated, these would escape the duplicate check of the canonical writer (they are not written).
+                "signature" | "signature_algorithm" => {
+                    let slot = if key == "signature" { &mut signature } else { &mut algorithm };
+                    if slot.is_some() {
+                        return Err(de::Error::custom(format_args!("duplicate member name {key:?}")));
+                    }
+                    *slot = Some(map.next_value()?);
+                }
                 name => {
                     w.begin_key(&mut first).map_err(de::Error::custom)?;
                     write_str(w.out, name);
@@ -351,25 +332,15 @@ impl Style for Jcs {
         result
     }
 
-    /// A raw fragment is canonicalised as it is parsed. Its canonical form must be that of the `Value` the same text
-    /// decodes to, so where the single pass refuses (duplicate member names, which a `Value` resolves by keeping the
-    /// last), the fragment is parsed into a `Value` and that is written.
+    /// A raw fragment is canonicalised as it is parsed. One with duplicate member names (which no payload read from
+    /// JSON text has: they are refused on decoding) fails, as any object with them does: there is no canonical form
+    /// of an object whose readers disagree on its content.
     fn raw(&mut self, out: &mut Vec<u8>, json: &str) -> Result<(), Error> {
-        let (start, depth) = (out.len(), self.frames.len());
         let mut writer = Writer { out: &mut *out, style: std::mem::take(self) };
         let mut de = serde_json::Deserializer::from_str(json);
         let single_pass = Transcode(&mut writer).deserialize(&mut de).and_then(|()| de.end());
         *self = writer.style;
-        if single_pass.is_ok() {
-            return Ok(());
-        }
-        out.truncate(start);
-        self.frames.truncate(depth);
-        let value: Value = serde_json::from_str(json).map_err(|e| Error::new(&e.to_string()))?;
-        let mut writer = Writer { out, style: std::mem::take(self) };
-        let written = value.serialize(&mut writer);
-        *self = writer.style;
-        written
+        single_pass.map_err(|e| Error::new(&e.to_string()))
     }
 }
 

@@ -13,8 +13,20 @@
 //! - [`signing`] signs and verifies envelopes with `hmac-sha256` (reference-SDK compatible), `hmac-sha256-jcs` and
 //!   `ed25519-jcs` (both covering the whole envelope).
 //!
-//! Decoding is liberal (reference-SDK shapes, `null`s, unknown members are all accepted and kept); encoding follows
-//! the RFC.
+//! Decoding is liberal about shapes (reference-SDK shapes, `null`s, unknown members are all accepted and kept) and
+//! strict about JSON: a message read from text ([`Envelope::from_json`], [`Envelope::from_slice`], serde_json's
+//! `Deserialize`, [`IdentityCard::from_json`], [`RawJson::from_json`]) must be one that a `serde_json::Value` can
+//! hold, and no object in it, payloads and unknown members included, may name a member twice. The limits:
+//! - numbers within the range of an `f64` (`1e400` and a 400-digit integer are refused), no lone surrogate escape
+//!   (`"\ud800"`): [`Error::MalformedJson`];
+//! - at most 127 levels of arrays and objects, counted from the outermost value of the text (a payload starts two
+//!   levels down in its envelope, so it may nest 125 deep): [`Error::MalformedJson`], never a stack overflow;
+//! - no repeated member name anywhere: [`Error::DuplicateMember`], since parsers disagree on which occurrence counts
+//!   and a signature must cover one reading only.
+//!
+//! All of these map to the wire error `MALFORMED_MESSAGE` and are found before any signature is checked. Sizes
+//! (message bytes, identifier lengths) are limited by the session layer and the transports. Encoding follows the
+//! RFC.
 //!
 //! ```
 //! use ldp_types::{Body, Envelope, PayloadMode, TaskSubmit};
@@ -41,6 +53,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod check;
 mod contract;
 mod envelope;
 mod error;
@@ -61,7 +74,7 @@ pub use contract::{
     FailurePolicy, apply_contract,
 };
 #[doc(hidden)]
-pub use envelope::_scanner_decodes;
+pub use envelope::{_scanner_decodes, _serde_decodes};
 pub use envelope::{Body, Envelope};
 pub use error::{Error, ErrorCategory, ErrorSeverity, LdpError, codes};
 pub use identity::{

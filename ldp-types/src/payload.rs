@@ -302,12 +302,10 @@ mod tests {
         assert!(frame(serde_json::json!("text")).is_err());
         assert!(frame(serde_json::json!({"task_type": "", "instruction": "b"})).is_err());
         assert!(frame(serde_json::json!({"task_type": 1, "instruction": "b"})).is_err());
-        // The last occurrence of a member counts, as when the input is read into a `Value`.
-        assert!(
-            SemanticFrame::validate(
-                &RawJson::from_json(r#"{"task_type":"a","instruction":"","instruction":"b"}"#).unwrap()
-            )
-            .is_ok()
-        );
+        // A repeated member is not a payload at all: refused before anything reads it.
+        assert!(matches!(
+            RawJson::from_json(r#"{"task_type":"a","instruction":"","instruction":"b"}"#),
+            Err(crate::Error::DuplicateMember(name)) if name == "instruction"
+        ));
     }
 }

@@ -6,15 +6,19 @@
 //! scan and one copy, and encoding it again is a copy. Whoever needs the content parses it once, into a `Value` or
 //! straight into their own type.
 //!
-//! The text is always one syntactically valid JSON value without surrounding whitespace. It is written back
-//! verbatim (so a payload relayed through this crate keeps its bytes), canonicalised for the JCS signature
-//! algorithms like any other value, and compared by meaning (`{"a": 1}` equals `{"a":1}`).
+//! The text read from a peer is always one JSON value without surrounding whitespace that a `serde_json::Value` can
+//! hold (no number out of range, no lone surrogate, nesting within serde_json's limit) and in which no object names
+//! a member twice: exactly what `serde_json::from_str::<Value>` accepts, less duplicate names. Anything else is
+//! refused when the payload is read (a typed error, and a 400 at a server's door), so that whoever reads the payload
+//! later cannot fail, or read another value than the one a signature covered. It is written back verbatim (so a
+//! payload relayed through this crate keeps its bytes), canonicalised for the JCS signature algorithms like any other
+//! value, and compared by meaning (`{"a": 1}` equals `{"a":1}`).
 
 use std::borrow::Cow;
 use std::fmt;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -51,12 +55,22 @@ impl RawJson {
         Self("null".into())
     }
 
-    /// Checks that `text` is one JSON value and keeps it (without surrounding whitespace).
+    /// Checks that `text` is one JSON value that a `serde_json::Value` can hold, with no member name given twice in
+    /// any object, and keeps it (without surrounding whitespace).
+    ///
+    /// Errors: [`Error::MalformedJson`] for what `serde_json::from_str::<Value>` refuses (invalid JSON, a number out
+    /// of range such as `1e400`, a lone surrogate such as `"\ud800"`, nesting deeper than 127 levels);
+    /// [`Error::DuplicateMember`] for a repeated member name.
     pub fn from_json(text: impl Into<String>) -> Result<Self, Error> {
         let text = text.into();
-        serde_json::from_str::<IgnoredAny>(&text).map_err(Error::MalformedJson)?;
+        crate::check::check(&text)?;
         let trimmed = text.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
         Ok(if trimmed.len() == text.len() { Self(text.into_boxed_str()) } else { Self(trimmed.into()) })
+    }
+
+    /// Text already checked by [`crate::check`] (the envelope scanner checks a payload as it finds its end).
+    pub(crate) fn from_checked(text: &str) -> Self {
+        Self(text.into())
     }
 
     /// The compact JSON of any serialisable value.
@@ -84,8 +98,9 @@ impl RawJson {
         &*self.0 == "null"
     }
 
-    /// Parses the text into a `Value` tree. Fails only for a number a `Value` cannot hold (e.g. `1e400`), which the
-    /// text, being checked for syntax only, may contain.
+    /// Parses the text into a `Value` tree. Cannot fail for a payload read from JSON text (which is checked to be one
+    /// a `Value` can hold); fails for one built by [`RawJson::from_serializable`] from a value that serialises to
+    /// something no `Value` holds (nested deeper than 127 levels, say).
     pub fn to_value(&self) -> Result<Value, Error> {
         serde_json::from_str(&self.0).map_err(Error::from_decode)
     }
@@ -200,7 +215,7 @@ impl RawJsonVisitor {
     }
 }
 
-/// Reads the value half of serde_json's raw-value map: the text, borrowed when it can be.
+/// Reads the value half of serde_json's raw-value map: the text, checked.
 struct RawText;
 
 impl<'de> DeserializeSeed<'de> for RawText {
@@ -213,9 +228,12 @@ impl<'de> DeserializeSeed<'de> for RawText {
                 f.write_str("raw JSON text")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RawJson, E> {
+                // serde_json hands over the text as it skipped it: checked for syntax only.
+                crate::check::check(v).map_err(E::custom)?;
                 Ok(RawJson(v.into()))
             }
             fn visit_string<E: de::Error>(self, v: String) -> Result<RawJson, E> {
+                crate::check::check(&v).map_err(E::custom)?;
                 Ok(RawJson(v.into_boxed_str()))
             }
         }
@@ -224,7 +242,7 @@ impl<'de> DeserializeSeed<'de> for RawText {
 }
 
 /// The first member name of a map: serde_json's raw-value marker (compared without allocating), or a real name.
-enum FirstKey {
+pub(crate) enum FirstKey {
     Token,
     Name(String),
 }
@@ -419,9 +437,22 @@ mod tests {
         assert!(matches!(RawJson::from_json("{\"a\":"), Err(Error::MalformedJson(_))));
         assert!(matches!(RawJson::from_json("1 2"), Err(Error::MalformedJson(_))));
         assert_eq!(RawJson::from_json(" \n[1]\t").unwrap().json(), "[1]");
-        // Syntactically valid, but no `Value` can hold it.
-        let huge = RawJson::from_json("1e400").unwrap();
-        assert!(huge.to_value().is_err());
+        // Syntactically valid, but no `Value` can hold these: refused, as `Value` refuses them.
+        let deep = format!("{}{}", "[".repeat(128), "]".repeat(128));
+        for text in ["\"\\ud800\"", "1e400", &"1".repeat(400), &deep] {
+            assert!(serde_json::from_str::<Value>(text).is_err());
+            assert!(matches!(RawJson::from_json(text), Err(Error::MalformedJson(_))), "{text}");
+            // Through serde too (a payload inside a larger document, read on its own).
+            assert!(serde_json::from_str::<RawJson>(text).is_err(), "{text}");
+        }
+        // Just within the limits.
+        let deep = format!("{}{}", "[".repeat(127), "]".repeat(127));
+        for text in ["\"\\ud800\\udc00\"", "1e300", &"1".repeat(300), &deep] {
+            assert!(serde_json::from_str::<Value>(text).is_ok());
+            assert!(RawJson::from_json(text).unwrap().to_value().is_ok(), "{text}");
+        }
+        assert!(matches!(RawJson::from_json(r#"[{"a":1,"a":1}]"#), Err(Error::DuplicateMember(_))));
+        assert!(serde_json::from_str::<RawJson>(r#"[{"a":1,"a":1}]"#).is_err());
         assert!(matches!(RawJson::from_json("{}").unwrap().parse::<String>(), Err(Error::InvalidMessage(_))));
     }
 }

@@ -359,7 +359,9 @@ pub fn verify_slice(json: &[u8], key: &VerifyingKey) -> Result<(), Error> {
     {
         return verdict;
     }
-    // `hmac-sha256`, and what the single pass leaves to the `Value` path (malformed text, duplicate members).
+    // `hmac-sha256`, and what the single pass refused: the typed reason (malformed text, a duplicate member name,
+    // which is refused rather than resolved as a `Value` would, keeping the last), or the verdict on a non-object.
+    crate::check::check_slice(json)?;
     let value: Value = serde_json::from_slice(json).map_err(Error::from_decode)?;
     verify_value(&value, key)
 }
@@ -464,6 +466,7 @@ mod tests {
         let variants = [
             text.clone(),
             text.replacen("{\"message_id\"", "{ \"provenance\" : null, \"m\\u0065ssage_id\"", 1),
+            text.replacen("{\"message_id\"", "{ \"m\\u0065ssage_id\"", 1),
             text.replacen("\"from\"", "\"z_null\":null,\"from\"", 1),
             text.replacen("\"text\":\"hi\"", "\"text\":\"ho\"", 1),
             text.replacen("\"x_hop\"", "\"x_hop\":1,\"x_hop\"", 1),
@@ -474,9 +477,16 @@ mod tests {
             "{\"a\":".to_owned(),
             format!("{text} x"),
         ];
+        // A repeated member name is refused, not resolved as a `Value` resolves it (the last one kept).
+        let duplicated = [1, 5, 6];
         for key in keys() {
             let verifying = key.verifying_key();
-            for v in &variants {
+            for (i, v) in variants.iter().enumerate() {
+                if duplicated.contains(&i) {
+                    let got = verify_slice(v.as_bytes(), &verifying);
+                    assert!(matches!(got, Err(Error::DuplicateMember(_))), "{} on {v}: {got:?}", key.algorithm());
+                    continue;
+                }
                 let expected = serde_json::from_str::<Value>(v)
                     .map_err(Error::from_decode)
                     .and_then(|value| verify_value(&value, &verifying));

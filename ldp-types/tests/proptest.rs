@@ -338,7 +338,7 @@ proptest! {
         let bytes = env.to_vec().unwrap();
         let text = std::str::from_utf8(&bytes).unwrap();
         if ldp_types::_scanner_decodes(text) {
-            prop_assert_eq!(Envelope::from_json(text).unwrap(), serde_json::from_str::<Envelope>(text).unwrap());
+            prop_assert_eq!(Envelope::from_json(text).unwrap(), ldp_types::_serde_decodes(text).unwrap());
         }
         // `to_vec` writes the envelope and the common bodies directly; `Serialize` goes through serde.
         prop_assert_eq!(&bytes, &serde_json::to_vec(&env).unwrap());
@@ -442,7 +442,7 @@ fn exercise(value: &Value) {
     // Where the scanner decodes a text itself, serde decodes it to the same envelope.
     for text in [text.clone(), serde_json::to_string_pretty(value).unwrap()] {
         if ldp_types::_scanner_decodes(&text) {
-            let serde_path = serde_json::from_str::<Envelope>(&text).ok();
+            let serde_path = ldp_types::_serde_decodes(&text).ok();
             assert_eq!(Envelope::from_json(&text).ok(), serde_path, "scanner and serde disagree on {text}");
         }
     }
@@ -630,7 +630,7 @@ fn the_scanner_takes_the_transcript_and_the_benchmarked_messages() {
     for text in texts {
         // The transcript's `_comment` is an extension member like any other.
         assert!(ldp_types::_scanner_decodes(&text), "{text}");
-        assert_eq!(Envelope::from_json(&text).unwrap(), serde_json::from_str::<Envelope>(&text).unwrap());
+        assert_eq!(Envelope::from_json(&text).unwrap(), ldp_types::_serde_decodes(&text).unwrap());
     }
     // Left to serde: escapes in a member name, nesting near the recursion limit, any error.
     let escaped_name =
@@ -717,19 +717,23 @@ fn the_scanner_reads_contracts_and_edge_cases_as_serde_does() {
         envelope(r#"{"type":"TASK_CANCEL","task_id":"t"}"#).replace(r#""session_id":null"#, r#""provenance":7"#),
     ];
     let mut scanned = 0;
+    let mut duplicated = 0;
     for text in &texts {
         let ours = Envelope::from_json(text).ok();
-        let serde_path = serde_json::from_str::<Envelope>(text).ok();
+        let serde_path = ldp_types::_serde_decodes(text).ok();
         assert_eq!(ours, serde_path, "{text}");
         scanned += usize::from(ldp_types::_scanner_decodes(text));
+        duplicated += usize::from(matches!(Envelope::from_json(text), Err(ldp_types::Error::DuplicateMember(_))));
     }
+    // Every text above that repeats a member name, in the envelope, the body, the contract or its policy.
+    assert_eq!(duplicated, 8);
     // A struct's fields given as an array (which serde's derived decoders would take) are refused, as the schema
     // refuses them.
     for text in [policy("[]"), policy(r#"{"budget":[6000]}"#), submit(r#"["c"]"#)] {
         assert!(matches!(Envelope::from_json(&text), Err(ldp_types::Error::InvalidMessage(_))), "{text}");
     }
     // Most of these are the scanner's (the rest it leaves to serde, which the equality above covers).
-    assert!(scanned >= texts.len() / 2, "only {scanned} of {} scanned", texts.len());
+    assert!(scanned >= (texts.len() - duplicated) / 2, "only {scanned} of {} scanned", texts.len());
 }
 
 #[test]
@@ -795,7 +799,7 @@ fn the_scanner_reads_provenance_as_serde_does() {
     for record in &records {
         for text in [result(record), at_envelope(record)] {
             let ours = Envelope::from_json(&text).ok();
-            let serde_path = serde_json::from_str::<Envelope>(&text).ok();
+            let serde_path = ldp_types::_serde_decodes(&text).ok();
             assert_eq!(ours, serde_path, "{text}");
             scanned += usize::from(ldp_types::_scanner_decodes(&text));
             texts += 1;
@@ -822,26 +826,31 @@ fn nested_input(depth: usize) -> String {
 
 #[test]
 fn recursion_limit_holds_through_the_custom_decoders() {
-    // The payload is kept as text: serde_json checks its syntax without recursing, so any depth decodes. Reading it
-    // (serde_json allows 128 levels) or signing it hits the limit as a typed error, never a stack overflow.
-    assert!(Envelope::from_json(&nested_input(100)).is_ok());
-    for depth in [129, 1_000, 100_000] {
-        let env = Envelope::from_json(&nested_input(depth)).unwrap();
+    // A message must be one a `serde_json::Value` can hold, payload included: 127 levels counted from the envelope,
+    // whose payload starts two levels down. Deeper is refused at decoding as a typed error, never a stack overflow,
+    // by the scanner and the serde path alike; so a payload that decodes can always be read and signed.
+    let key =
+        ldp_types::signing::SigningKey::shared_secret(ldp_types::signing::SignatureAlgorithm::HmacSha256Jcs, b"k")
+            .unwrap();
+    for depth in [100, 125] {
+        let text = nested_input(depth);
+        let whole: Value = serde_json::from_str(&text).unwrap();
+        let env = Envelope::from_json(&text).unwrap();
+        assert_eq!(ldp_types::_serde_decodes(&text).unwrap(), env);
         let ldp_types::Body::TaskSubmit(submit) = &env.body else { panic!("not a submit") };
-        assert_eq!(submit.input.json().len(), 2 * depth);
-        let err = submit.input.to_value().unwrap_err();
-        assert!(matches!(err, ldp_types::Error::MalformedJson(_)), "{depth}: {err}");
-        assert!(err.to_string().contains("recursion limit"), "{depth}: {err}");
-        let key =
-            ldp_types::signing::SigningKey::shared_secret(ldp_types::signing::SignatureAlgorithm::HmacSha256Jcs, b"k")
-                .unwrap();
-        assert!(ldp_types::signing::sign(&mut env.clone(), &key).is_err(), "{depth}");
-        // Relayed as received.
-        let again = Envelope::from_json(&env.to_json().unwrap()).unwrap();
-        let ldp_types::Body::TaskSubmit(relayed) = &again.body else { panic!("not a submit") };
-        assert_eq!(relayed.input.json(), submit.input.json());
+        assert_eq!(submit.input, whole["body"]["input"]);
+        ldp_types::signing::sign(&mut env.clone(), &key).unwrap();
     }
-    // Where the value is read into a tree (an unknown body member), the limit applies when decoding.
+    for depth in [126, 129, 1_000, 100_000] {
+        let text = nested_input(depth);
+        assert!(serde_json::from_str::<Value>(&text).is_err());
+        for err in [Envelope::from_json(&text).unwrap_err(), ldp_types::_serde_decodes(&text).unwrap_err()] {
+            assert!(matches!(err, ldp_types::Error::MalformedJson(_)), "{depth}: {err}");
+            assert!(err.to_string().contains("recursion limit"), "{depth}: {err}");
+        }
+        assert!(serde_json::from_str::<Envelope>(&text).is_err());
+    }
+    // The same anywhere else in the message.
     let deep_extra = nested_input(1_000).replace("\"input\"", "\"x_deep\"");
     let err = Envelope::from_json(&deep_extra).unwrap_err();
     assert!(err.to_string().contains("recursion limit"), "{err}");
@@ -852,19 +861,141 @@ fn recursion_limit_holds_through_the_custom_decoders() {
         "]".repeat(100_000)
     );
     assert!(matches!(IdentityCard::from_json(&deep_card), Err(ldp_types::Error::MalformedJson(_))));
-    // A deep value under a member the contract decoder ignores is skipped by serde_json without recursing (so without
-    // a stack overflow and without hitting the limit): the message is accepted.
-    let deep_contract = format!(
-        r#"{{"message_id":"m","from":"a","to":"b","timestamp":"t","body":{{"type":"TASK_SUBMIT","task_id":"t",
+    // Under a member the contract decoder ignores, too: it is part of what a signature covers.
+    let deep_contract = |depth: usize| {
+        format!(
+            r#"{{"message_id":"m","from":"a","to":"b","timestamp":"t","body":{{"type":"TASK_SUBMIT","task_id":"t",
         "skill":"s","contract":{{"contract_id":"c","x":{}1{}}}}}}}"#,
-        "{\"a\":".repeat(5_000),
-        "}".repeat(5_000)
-    );
-    let env = Envelope::from_json(&deep_contract).unwrap();
+            "{\"a\":".repeat(depth),
+            "}".repeat(depth)
+        )
+    };
+    let env = Envelope::from_json(&deep_contract(100)).unwrap();
     let ldp_types::Body::TaskSubmit(submit) = env.body else { panic!("not a submit") };
     assert_eq!(submit.contract.unwrap().contract_id, "c");
-    // Where the value is kept (an unknown body member), the limit applies.
-    let kept = deep_contract.replace(r#""contract":{"contract_id":"c","x":"#, r#""x_kept":{"y":"#);
-    let err = Envelope::from_json(&kept).unwrap_err();
-    assert!(err.to_string().contains("recursion limit"), "{err}");
+    for text in [
+        deep_contract(5_000),
+        deep_contract(5_000).replace(r#""contract":{"contract_id":"c","x":"#, r#""x_kept":{"y":"#),
+    ] {
+        let err = Envelope::from_json(&text).unwrap_err();
+        assert!(err.to_string().contains("recursion limit"), "{err}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Duplicate member names (issue 14, finding 7)
+
+/// Writes `value` as compact JSON, repeating one member of the `target`-th object (pre-order, counting every object:
+/// envelope, body, records, payloads, unknown members) after its other members, with `again` as its second value
+/// (or its first value again). An empty target object gets a member `"k"` twice. Returns whether the target object
+/// existed.
+fn write_with_duplicate(
+    value: &Value,
+    target: usize,
+    again: Option<&Value>,
+    seen: &mut usize,
+    out: &mut String,
+) -> bool {
+    match value {
+        Value::Object(map) => {
+            let here = *seen == target;
+            *seen += 1;
+            let mut hit = here;
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(k).unwrap());
+                out.push(':');
+                hit |= write_with_duplicate(v, target, again, seen, out);
+            }
+            if here {
+                let name = map.keys().nth(map.len() / 2).cloned().unwrap_or_else(|| "k".to_owned());
+                let again = again.or(map.get(&name)).cloned().unwrap_or(Value::from(1));
+                if map.is_empty() {
+                    out.push_str(&format!("{}:{again},", serde_json::to_string(&name).unwrap()));
+                } else {
+                    out.push(',');
+                }
+                out.push_str(&format!("{}:{again}", serde_json::to_string(&name).unwrap()));
+            }
+            out.push('}');
+            hit
+        }
+        Value::Array(items) => {
+            let mut hit = false;
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                hit |= write_with_duplicate(v, target, again, seen, out);
+            }
+            out.push(']');
+            hit
+        }
+        scalar => {
+            out.push_str(&scalar.to_string());
+            false
+        }
+    }
+}
+
+/// A body whose payloads, records and unknown members hold objects at several depths.
+fn nested_body() -> impl Strategy<Value = Body> {
+    let payload =
+        || json_value().prop_map(|v| json!({"task_type": "t", "instruction": "i", "data": [v, {"n": {"m": 1}}]}));
+    prop_oneof![
+        (payload(), option::of(contract()), extra()).prop_map(|(input, contract, extra)| {
+            let mut submit = TaskSubmit::new("t1".into(), "s".into(), input, contract);
+            submit.extra = extra;
+            Body::TaskSubmit(submit)
+        }),
+        (payload(), provenance(), extra()).prop_map(|(output, provenance, extra)| {
+            let mut result = TaskResult::new("t1".into(), output, provenance);
+            result.extra = extra;
+            Body::TaskResult(result)
+        }),
+        body(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// A member name repeated in any object of a message (the envelope, the body, a record, a payload, an unknown
+    /// member), with the same or another value, compact or pretty: the scanner leaves it, and the serde path, the
+    /// decoder as a whole, serde_json's `Deserialize` and the signature check all refuse it as a duplicate.
+    #[test]
+    fn a_duplicate_member_anywhere_is_refused_by_every_path(
+        env in (envelope(), nested_body()).prop_map(|(mut e, b)| { e.body = b; e }),
+        target in any::<prop::sample::Index>(),
+        again in option::of(json_value()),
+        pretty in any::<bool>(),
+    ) {
+        let mut value = env.to_value().unwrap();
+        value["x_ext"] = json!({"a": [{"b": {}}]});
+        let objects = {
+            let mut count = 0;
+            write_with_duplicate(&value, usize::MAX, None, &mut count, &mut String::new());
+            count
+        };
+        let target = target.index(objects);
+        let mut text = String::new();
+        prop_assert!(write_with_duplicate(&value, target, again.as_ref(), &mut 0, &mut text));
+        if pretty {
+            text = text.replace(",\"", ",\n  \"").replace(":", " : ");
+        }
+        let is_duplicate = |r: Result<Envelope, ldp_types::Error>| matches!(r, Err(ldp_types::Error::DuplicateMember(_)));
+        prop_assert!(!ldp_types::_scanner_decodes(&text), "{}", text);
+        prop_assert!(is_duplicate(Envelope::from_json(&text)), "{}", text);
+        prop_assert!(is_duplicate(Envelope::from_slice(text.as_bytes())), "{}", text);
+        prop_assert!(is_duplicate(ldp_types::_serde_decodes(&text)), "{}", text);
+        prop_assert!(serde_json::from_str::<Envelope>(&text).is_err(), "{}", text);
+        for key in keys() {
+            let verdict = signing::verify_slice(text.as_bytes(), &key.verifying_key());
+            prop_assert!(matches!(verdict, Err(ldp_types::Error::DuplicateMember(_))), "{}: {:?}", text, verdict);
+        }
+    }
 }

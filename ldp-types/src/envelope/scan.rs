@@ -7,14 +7,18 @@
 //! handed to serde_json for exactly that value, so the typed decoding is serde's own.
 //!
 //! The scanner answers only when it is sure: on anything it does not handle (a member name with escapes, a value
-//! nested deep enough to come near serde_json's recursion limit, any error at all) it gives up, and the caller
-//! decodes the whole message with the serde path, which then produces the same value or the typed error. A
-//! property test checks that the two paths agree.
+//! nested deep enough to come near serde_json's recursion limit, a member name given twice, any error at all) it
+//! gives up, and the caller decodes the whole message with the serde path, which checks the whole text first and
+//! then produces the same value or the typed error. A property test checks that the two paths agree.
+//!
+//! Duplicate member names are found as the members go by: a bit per known member of the envelope, the body and the
+//! records, the map of kept members for unknown ones (or a short list, for records that drop them), and the check
+//! of `crate::check` for every value handed to serde that can hold an object, payloads included.
 
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 
-use super::{Body, BodyKey, BodySlots, Envelope, EnvelopeKey, TypeTag};
+use super::{Body, BodyKey, BodySlots, Envelope, EnvelopeKey, TypeTag, insert_new};
+use crate::check::{Checked, MAX_DEPTH};
 use crate::contract::{Budget, ContractPolicy, DelegationContract, FailurePolicy};
 use crate::identity::Object;
 use crate::json::{escape_flags, word_at};
@@ -117,15 +121,33 @@ impl<'a> Scan<'a> {
         if span.len() >= 2 * MAX_NESTING && memchr::memchr2_iter(b'[', b'{', span).nth(MAX_NESTING - 1).is_some() {
             return None;
         }
+        // `T`'s decoder may take a repeated member name silently (the last wins in a `Value`, an unknown one is
+        // skipped): whatever can hold an object is checked for them.
+        if matches!(span.first(), Some(b'{' | b'[')) {
+            let text = self.text.get(self.pos..self.pos + len)?;
+            let mut de = serde_json::Deserializer::from_str(text);
+            Checked::deserialize(&mut de).ok()?.duplicate.is_none().then_some(())?;
+        }
         self.pos += len;
         Some(value)
     }
 
-    /// A payload (`input`, `output`): kept as text, which serde_json checks without a depth limit on either path.
+    /// A value that is not kept (an unknown member of a record), checked as any other.
+    fn skip(&mut self) -> Option<()> {
+        let (checked, len) = self.value_unchecked::<Checked>()?;
+        (checked.duplicate.is_none() && checked.depth < MAX_NESTING).then(|| self.pos += len)
+    }
+
+    /// A payload (`input`, `output`): kept as text, checked in the same pass that finds its end. It sits two levels
+    /// down (envelope, body), and the whole message must nest within serde_json's limit, as on the serde path.
     fn raw(&mut self) -> Option<Option<RawJson>> {
-        let (value, len) = self.value_unchecked()?;
+        let (checked, len) = self.value_unchecked::<Checked>()?;
+        if checked.duplicate.is_some() || checked.depth + 2 > MAX_DEPTH {
+            return None;
+        }
+        let text = self.text.get(self.pos..self.pos + len)?;
         self.pos += len;
-        Some(value)
+        Some((text != "null").then(|| RawJson::from_checked(text)))
     }
 
     /// A value and its length in bytes, without moving past it.
@@ -164,8 +186,11 @@ impl<'a> Scan<'a> {
         let (mut payload_mode, mut timestamp, mut provenance) = (None, None, None);
         let (mut signature, mut signature_algorithm, mut nonce) = (None, None, None);
         let mut extensions = serde_json::Map::new();
+        let mut seen = 0;
         self.object(|scan, name| {
-            match EnvelopeKey::from_str(name) {
+            let key = EnvelopeKey::from_str(name);
+            Self::first_time(&mut seen, key.as_ref().map_or(0, EnvelopeKey::bit))?;
+            match key {
                 Some(EnvelopeKey::MessageId) => message_id = Some(scan.string()?),
                 Some(EnvelopeKey::SessionId) => session_id = scan.opt_string()?,
                 Some(EnvelopeKey::From) => from = Some(scan.string()?),
@@ -183,7 +208,7 @@ impl<'a> Scan<'a> {
                 Some(EnvelopeKey::SignatureAlgorithm) => signature_algorithm = scan.opt_string()?,
                 Some(EnvelopeKey::Nonce) => nonce = scan.opt_string()?,
                 Some(EnvelopeKey::Other(_)) | None => {
-                    extensions.insert(name.to_owned(), scan.value()?);
+                    insert_new(&mut extensions, name.to_owned(), scan.value()?).is_none().then_some(())?;
                 }
             }
             Some(())
@@ -220,8 +245,11 @@ impl<'a> Scan<'a> {
         let (mut ty, mut task_id, mut skill, mut input, mut output) = (None, None, None, None, None);
         let (mut contract, mut provenance) = (None, None);
         let mut extra = serde_json::Map::new();
+        let mut seen = 0;
         self.object(|scan, name| {
-            match BodyKey::from_str(name) {
+            let key = BodyKey::from_str(name);
+            Self::first_time(&mut seen, key.as_ref().map_or(0, BodyKey::bit))?;
+            match key {
                 Some(BodyKey::Type) => ty = Some(scan.plain_str()?),
                 Some(BodyKey::TaskId) => task_id = scan.opt_string()?,
                 Some(BodyKey::Skill) => skill = scan.opt_string()?,
@@ -231,7 +259,7 @@ impl<'a> Scan<'a> {
                 Some(BodyKey::Provenance) => provenance = scan.opt_provenance()?,
                 Some(_) => return None,
                 None => {
-                    extra.insert(name.to_owned(), scan.value()?);
+                    insert_new(&mut extra, name.to_owned(), scan.value()?).is_none().then_some(())?;
                 }
             }
             Some(())
@@ -259,8 +287,11 @@ impl<'a> Scan<'a> {
     /// Any body: each member read into its typed slot, the body assembled once its `type` is known.
     fn any_body(&mut self) -> Option<Body> {
         let mut s = BodySlots::default();
+        let mut seen = 0;
         self.object(|scan, name| {
-            match BodyKey::from_str(name) {
+            let key = BodyKey::from_str(name);
+            Self::first_time(&mut seen, key.as_ref().map_or(0, BodyKey::bit))?;
+            match key {
                 Some(BodyKey::Type) => {
                     s.type_tag = Some(match scan.plain_str() {
                         Some(tag) => tag.parse().map_or_else(|()| TypeTag::Unknown(tag.to_owned()), TypeTag::Known),
@@ -287,7 +318,7 @@ impl<'a> Scan<'a> {
                 Some(BodyKey::Claim) => s.claim = scan.value()?,
                 Some(BodyKey::Evidence) => s.evidence = scan.value()?,
                 Some(BodyKey::Other(_)) | None => {
-                    s.extra.insert(name.to_owned(), scan.value()?);
+                    insert_new(&mut s.extra, name.to_owned(), scan.value()?).is_none().then_some(())?;
                 }
             }
             Some(())
@@ -295,9 +326,19 @@ impl<'a> Scan<'a> {
         s.assemble::<serde_json::Error>().ok()
     }
 
-    /// Marks member `bit` seen; `None` when it was already (a derived struct decoder rejects duplicate fields).
-    fn first_time(seen: &mut u16, bit: u16) -> Option<()> {
+    /// Marks member `bit` seen; `None` when it was already (the serde path then refuses the repeated name). An
+    /// unknown member has bit 0 and is checked where it is kept.
+    fn first_time(seen: &mut u32, bit: u32) -> Option<()> {
         (*seen & bit == 0).then(|| *seen |= bit)
+    }
+
+    /// Skips the value of an unknown member of a record, `None` when its name came before.
+    fn skip_unknown(&mut self, unknown: &mut Vec<&'a str>, name: &'a str) -> Option<()> {
+        if unknown.contains(&name) {
+            return None;
+        }
+        unknown.push(name);
+        self.skip()
     }
 
     /// A list of strings; `null` reads as empty (the contract's `null_as_default`).
@@ -336,6 +377,7 @@ impl<'a> Scan<'a> {
         }
         let (mut contract_id, mut objective, mut success_criteria, mut policy) = (None, None, None, None);
         let (mut deadline, mut created_at, mut seen) = (None, None, 0);
+        let mut unknown = Vec::new();
         self.object(|scan, name| {
             match name {
                 "contract_id" => {
@@ -362,9 +404,7 @@ impl<'a> Scan<'a> {
                     Self::first_time(&mut seen, 32)?;
                     created_at = scan.opt_string()?;
                 }
-                _ => {
-                    scan.value::<IgnoredAny>()?;
-                }
+                _ => scan.skip_unknown(&mut unknown, name)?,
             }
             Some(())
         })?;
@@ -422,7 +462,8 @@ impl<'a> Scan<'a> {
         }
         let (mut produced_by, mut model_version, mut payload_mode_used) = (None, None, None);
         let mut p = Provenance::new(String::new(), String::new(), PayloadMode::Text);
-        let mut seen = 0u16;
+        let mut seen = 0;
+        let mut unknown = Vec::new();
         self.object(|scan, name| {
             match name {
                 "produced_by" => {
@@ -493,9 +534,7 @@ impl<'a> Scan<'a> {
                     Self::first_time(&mut seen, 1 << 14)?;
                     p.contract_violations = scan.strings_or_null()?;
                 }
-                _ => {
-                    scan.value::<IgnoredAny>()?;
-                }
+                _ => scan.skip_unknown(&mut unknown, name)?,
             }
             Some(())
         })?;
@@ -518,6 +557,7 @@ impl<'a> Scan<'a> {
         }
         let mut budget = Budget::default();
         let mut seen = 0;
+        let mut unknown = Vec::new();
         self.object(|scan, name| {
             match name {
                 "max_tokens" => {
@@ -528,9 +568,7 @@ impl<'a> Scan<'a> {
                     Self::first_time(&mut seen, 2)?;
                     budget.max_cost_usd = scan.value()?;
                 }
-                _ => {
-                    scan.value::<IgnoredAny>()?;
-                }
+                _ => scan.skip_unknown(&mut unknown, name)?,
             }
             Some(())
         })?;
@@ -546,6 +584,7 @@ impl<'a> Scan<'a> {
         }
         let mut policy = ContractPolicy::default();
         let mut seen = 0;
+        let mut unknown = Vec::new();
         self.object(|scan, name| {
             match name {
                 "failure_policy" => {
@@ -572,9 +611,7 @@ impl<'a> Scan<'a> {
                         None => None,
                     };
                 }
-                _ => {
-                    scan.value::<IgnoredAny>()?;
-                }
+                _ => scan.skip_unknown(&mut unknown, name)?,
             }
             Some(())
         })?;
