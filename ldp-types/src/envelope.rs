@@ -688,14 +688,30 @@ impl Envelope {
     }
 
     /// Decodes an envelope from a JSON value.
-    pub fn from_value(value: Value) -> Result<Self, Error> {
+    pub fn from_value(mut value: Value) -> Result<Self, Error> {
         // A `Value` has no duplicate names left to check (its parser kept one of each): read it member by member.
-        value.deserialize_map(EnvelopeVisitor).map_err(Error::InvalidMessage)
+        match EnvelopeVisitor.visit_value_ref(&value) {
+            Err(first) if result_provenance_from_envelope(&mut value) => {
+                EnvelopeVisitor.visit_value_ref(&value).map_err(|_| Error::InvalidMessage(first))
+            }
+            decoded => decoded.map_err(Error::InvalidMessage),
+        }
     }
 
-    /// Decodes an envelope from a borrowed JSON value (e.g. one kept to verify a signature), without cloning it.
+    /// Decodes an envelope from a borrowed JSON value (e.g. one kept to verify a signature), without cloning it
+    /// (unless it is a TASK_RESULT whose provenance is only in the envelope, which is then read from there).
     pub fn from_value_ref(value: &Value) -> Result<Self, Error> {
-        value.deserialize_map(EnvelopeVisitor).map_err(Error::InvalidMessage)
+        match EnvelopeVisitor.visit_value_ref(value) {
+            Err(first) => {
+                let mut copy = value.clone();
+                if result_provenance_from_envelope(&mut copy) {
+                    EnvelopeVisitor.visit_value_ref(&copy).map_err(|_| Error::InvalidMessage(first))
+                } else {
+                    Err(Error::InvalidMessage(first))
+                }
+            }
+            decoded => decoded.map_err(Error::InvalidMessage),
+        }
     }
 
     /// Encodes the envelope as JSON text.
@@ -1086,6 +1102,12 @@ impl<'de> de::DeserializeSeed<'de> for Text {
 /// The serde decoder of an envelope object's members.
 struct EnvelopeVisitor;
 
+impl EnvelopeVisitor {
+    fn visit_value_ref(self, value: &Value) -> Result<Envelope, serde_json::Error> {
+        value.deserialize_map(self)
+    }
+}
+
 impl<'de> Visitor<'de> for EnvelopeVisitor {
     type Value = Envelope;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1162,7 +1184,36 @@ fn envelope_members<'de, A: MapAccess<'de>>(first: Option<EnvelopeKey>, mut map:
 fn decode_checked(json: &str) -> Result<Envelope, Error> {
     crate::check::check(json)?;
     let mut de = serde_json::Deserializer::from_str(json);
-    de.deserialize_map(EnvelopeVisitor).and_then(|env| de.end().map(|()| env)).map_err(Error::from_decode)
+    let decoded =
+        de.deserialize_map(EnvelopeVisitor).and_then(|env| de.end().map(|()| env)).map_err(Error::from_decode);
+    match decoded {
+        // Only a message that failed pays for the second reading.
+        Err(Error::InvalidMessage(first)) => {
+            let moved = serde_json::from_str::<Value>(json)
+                .ok()
+                .and_then(|mut value| result_provenance_from_envelope(&mut value).then_some(value));
+            match moved {
+                Some(value) => EnvelopeVisitor.visit_value_ref(&value).map_err(|_| Error::InvalidMessage(first)),
+                None => Err(Error::InvalidMessage(first)),
+            }
+        }
+        other => other,
+    }
+}
+
+/// RFC 3.1 puts provenance in the envelope and RFC 6.1 in the TASK_RESULT body; the transcript sends both, and a
+/// sender that fills only the envelope's is read as if it had filled the body's. Returns whether it moved a record
+/// (a TASK_RESULT whose body has none, or `null`, while the envelope has one).
+fn result_provenance_from_envelope(value: &mut Value) -> bool {
+    let Some(envelope) = value.as_object_mut() else { return false };
+    let Some(record) = envelope.get("provenance").filter(|p| p.is_object()).cloned() else { return false };
+    let Some(body) = envelope.get_mut("body").and_then(Value::as_object_mut) else { return false };
+    let is_result = body.get("type").and_then(Value::as_str) == Some(MessageType::TaskResult.as_str());
+    if !is_result || body.get("provenance").is_some_and(|p| !p.is_null()) {
+        return false;
+    }
+    body.insert("provenance".to_owned(), record);
+    true
 }
 
 /// The serde path alone, without the scanner: for tests that compare the two.

@@ -49,3 +49,53 @@ fn flow_contents_are_typed() {
     assert_eq!(r.provenance.confidence.map(|c| c.get()), Some(0.82));
     assert!(envs[5].provenance.is_some());
 }
+
+/// RFC 3.1 shows `"provenance"` as a member of every envelope, RFC 6.1 says "Every TASK_RESULT message MUST include a
+/// provenance record", and the transcript's TASK_RESULT carries it in both places. A sender that fills only the
+/// envelope's member is read as if it had filled the body's, on every decoding path; the body's wins when both are
+/// there; a TASK_RESULT with neither is still refused.
+#[test]
+fn a_task_result_with_provenance_only_in_the_envelope_is_read_from_there() {
+    let result = flow().into_iter().find(|m| m["body"]["type"] == "TASK_RESULT").unwrap();
+    let expected = Envelope::from_value(result.clone()).unwrap();
+    let record = result["body"]["provenance"].clone();
+    assert!(record.is_object());
+
+    let mut envelope_only = without_comment(result.clone());
+    envelope_only["provenance"] = record.clone();
+    let body = envelope_only["body"].as_object_mut().unwrap();
+    body.remove("provenance");
+    let text = serde_json::to_string(&envelope_only).unwrap();
+    let mut with_null = envelope_only.clone();
+    with_null["body"]["provenance"] = Value::Null;
+    for (how, decoded) in [
+        ("from_json", Envelope::from_json(&text)),
+        ("from_slice", Envelope::from_slice(text.as_bytes())),
+        ("from_value", Envelope::from_value(envelope_only.clone())),
+        ("from_value_ref", Envelope::from_value_ref(&envelope_only)),
+        ("serde path", ldp_types::_serde_decodes(&text)),
+        ("body null", Envelope::from_value(with_null.clone())),
+        ("body null, text", Envelope::from_json(&with_null.to_string())),
+    ] {
+        let env = decoded.unwrap_or_else(|e| panic!("{how}: {e}"));
+        let (Body::TaskResult(got), Body::TaskResult(want)) = (&env.body, &expected.body) else { panic!("{how}") };
+        assert_eq!(got.provenance, want.provenance, "{how}");
+        assert_eq!(got.output, want.output, "{how}");
+    }
+
+    // Both present and different: the body's record is the task's.
+    let mut both = without_comment(result.clone());
+    let mut other = record.clone();
+    other["produced_by"] = "ldp:delegate:someone-else".into();
+    both["provenance"] = other;
+    let env = Envelope::from_json(&both.to_string()).unwrap();
+    let Body::TaskResult(r) = &env.body else { panic!() };
+    assert_eq!(r.provenance.produced_by, record["produced_by"].as_str().unwrap());
+
+    // Neither: still malformed.
+    let mut neither = without_comment(result);
+    neither["body"].as_object_mut().unwrap().remove("provenance");
+    neither["provenance"] = Value::Null;
+    assert!(Envelope::from_json(&neither.to_string()).is_err());
+    assert!(Envelope::from_value(neither).is_err());
+}
