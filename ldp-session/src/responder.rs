@@ -5,6 +5,7 @@
 //! [`Responder::fail_task`], drain [`Responder::poll_event`], and call [`Responder::handle_timeout`] when
 //! [`Responder::poll_timeout`] says so (it reaps expired sessions and returns their memory).
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -30,6 +31,25 @@ pub struct PeerContext {
     pub authenticated: Option<AuthenticatedPeer>,
     /// The connection the message arrived on (WebSocket), for suspend and resume.
     pub connection: Option<u64>,
+    /// A non-secret label of the credential that authenticated the peer (e.g. a digest of its bearer token, the
+    /// fingerprint of its client certificate), set by the transport's authentication layer. Two credentials have
+    /// two labels even when they map to the same trust domain: sessions and quotas are bound to it (see
+    /// [`PeerContext::principal`]). Never the credential itself.
+    pub principal: Option<Arc<str>>,
+}
+
+impl PeerContext {
+    /// The principal sessions, session caps and replay quotas are bound to when the peer is authenticated: the
+    /// transport's credential label, or else the authenticated delegate id and trust domain. `None` for an
+    /// unauthenticated peer, which the machine knows only by the `from` it declares.
+    pub fn principal(&self) -> Option<Cow<'_, str>> {
+        if let Some(label) = &self.principal {
+            return Some(Cow::Borrowed(label));
+        }
+        self.authenticated.as_ref().map(|a| {
+            Cow::Owned(format!("domain:{}/delegate:{}", a.trust_domain, a.delegate_id.as_deref().unwrap_or("")))
+        })
+    }
 }
 
 /// An identity established by the transport.
@@ -212,6 +232,8 @@ struct RunningTask {
 #[derive(Debug)]
 struct ResponderSession {
     peer: Box<str>,
+    /// The authenticated principal that opened the session ([`PeerContext::principal`]); only it may use it.
+    owner: Option<Box<str>>,
     peer_delegate: Option<Box<str>>,
     peer_domain: Box<str>,
     state: SessionState,
@@ -229,6 +251,14 @@ struct ResponderSession {
 }
 
 impl ResponderSession {
+    /// Whether a message from `from`, authenticated as `delegate` by the credential `principal`, comes from the
+    /// peer that opened the session.
+    fn is_peer(&self, from: &str, delegate: Option<&str>, principal: Option<&str>) -> bool {
+        *self.peer == *from
+            && (self.peer_delegate.is_none() || self.peer_delegate.as_deref() == delegate)
+            && self.owner.as_deref() == principal
+    }
+
     fn deadline(&self) -> Instant {
         self.last_activity + self.ttl
     }
@@ -641,6 +671,7 @@ impl Responder {
         };
         let session = ResponderSession {
             peer: env.from.as_str().into(),
+            owner: peer.principal().map(Into::into),
             peer_delegate: peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref()).map(Into::into),
             peer_domain: domain.as_str().into(),
             state: SessionState::Active,
@@ -673,12 +704,13 @@ impl Responder {
     fn with_session(&mut self, now: Instant, peer: &PeerContext, env: &Envelope) -> Result<(), Refusal> {
         let id = env.session_id.as_str();
         let authenticated = peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref());
+        // Another credential may not use the session, even under the same `from` and trust domain.
+        let principal = peer.principal();
         // The common case, a live session, with one lookup.
         if let Some(session) = self.sessions.get_mut(id)
             && session.deadline() > now
         {
-            let wrong_sender = *session.peer != *env.from
-                || (session.peer_delegate.is_some() && session.peer_delegate.as_deref() != authenticated);
+            let wrong_sender = !session.is_peer(&env.from, authenticated, principal.as_deref());
             if !wrong_sender {
                 session.last_activity = now;
                 if peer.connection.is_some() {
@@ -710,8 +742,7 @@ impl Responder {
             };
             return Err(self.refuse(env, error));
         };
-        let wrong_sender = *session.peer != *env.from
-            || (session.peer_delegate.is_some() && session.peer_delegate.as_deref() != authenticated);
+        let wrong_sender = !session.is_peer(&env.from, authenticated, principal.as_deref());
         if wrong_sender {
             let error =
                 session_error(codes::NOT_SESSION_PEER, format!("{:?} is not the peer of session {id:?}", env.from))

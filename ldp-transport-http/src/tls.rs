@@ -345,7 +345,8 @@ impl ClientCertVerifier for MappedClientVerifier {
 #[derive(Debug, Clone)]
 struct TlsConnection {
     remote: SocketAddr,
-    peer: Option<AuthenticatedPeer>,
+    /// The identity and principal label (the certificate's SHA-256 fingerprint) of a mapped client certificate.
+    peer: Option<(AuthenticatedPeer, Arc<str>)>,
 }
 
 type Handshake = Option<(TlsStream<TcpStream>, TlsConnection)>;
@@ -394,7 +395,11 @@ async fn handshake(
     };
     // rustls keeps the client's certificates only once they are verified.
     let peer = match (&client_auth, stream.get_ref().1.peer_certificates().and_then(<[_]>::first)) {
-        (Some(auth), Some(cert)) => auth.identify(cert).cloned(),
+        (Some(auth), Some(cert)) => auth.identify(cert).map(|peer| {
+            use sha2::{Digest, Sha256};
+            let fingerprint: String = Sha256::digest(cert.as_ref()).iter().map(|b| format!("{b:02x}")).collect();
+            (peer.clone(), Arc::from(format!("mtls:sha256:{fingerprint}")))
+        }),
         _ => None,
     };
     Some((stream, TlsConnection { remote, peer }))
@@ -471,7 +476,7 @@ impl<'a> Service<IncomingStream<'a, TlsListener>> for PerConnection {
 struct PeerService {
     app: Router,
     remote: SocketAddr,
-    peer: Option<AuthenticatedPeer>,
+    peer: Option<(AuthenticatedPeer, Arc<str>)>,
 }
 
 impl Service<Request> for PeerService {
@@ -485,8 +490,12 @@ impl Service<Request> for PeerService {
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         req.extensions_mut().insert(ConnectInfo(self.remote));
-        if let Some(peer) = &self.peer {
-            req.extensions_mut().insert(PeerContext { authenticated: Some(peer.clone()), connection: None });
+        if let Some((peer, principal)) = &self.peer {
+            req.extensions_mut().insert(PeerContext {
+                authenticated: Some(peer.clone()),
+                connection: None,
+                principal: Some(principal.clone()),
+            });
         }
         self.app.call(req)
     }

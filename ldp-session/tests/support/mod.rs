@@ -146,7 +146,7 @@ impl Sim {
             clock,
             base: Instant::now(),
             offset: Duration::ZERO,
-            peer: PeerContext { authenticated: None, connection: Some(1) },
+            peer: PeerContext { authenticated: None, connection: Some(1), principal: None },
             wire: Vec::new(),
             tasks: VecDeque::new(),
         }
