@@ -62,6 +62,10 @@ pub struct Limits {
     /// Ids of expired and closed sessions remembered (so late messages get `SESSION_EXPIRED`/`SESSION_CLOSED`
     /// rather than `SESSION_NOT_FOUND`).
     pub tombstones: usize,
+    /// Longest peer-controlled identifier accepted, in bytes: `from`, `to`, `message_id`, `session_id`, `nonce`,
+    /// `signature_algorithm`, `task_id`, skill names, contract ids and declared trust domains. Longer ones are
+    /// refused (`MALFORMED_MESSAGE`, no reply) before anything is stored.
+    pub max_identifier_len: usize,
 }
 
 impl Default for Limits {
@@ -74,6 +78,7 @@ impl Default for Limits {
             session_budget: Budget::default(),
             max_tasks_per_session: None,
             tombstones: 65_536,
+            max_identifier_len: 256,
         }
     }
 }

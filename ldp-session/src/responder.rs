@@ -496,7 +496,10 @@ impl Responder {
     /// The checks that can run without the machine's state, for use outside it: decoding and the signature policy
     /// (signature checks depend only on the configuration, which does not change).
     pub fn inbound_check(&self) -> InboundCheck {
-        InboundCheck { security: Arc::new(self.cfg.security.clone()) }
+        InboundCheck {
+            security: Arc::new(self.cfg.security.clone()),
+            max_identifier_len: self.cfg.limits.max_identifier_len,
+        }
     }
 
     fn handle_verified(
@@ -506,6 +509,8 @@ impl Responder {
         env: Envelope,
         verify: impl FnOnce(&SecurityConfig, &Envelope) -> Result<(), LdpError>,
     ) -> Result<Outcome, Refusal> {
+        // Before anything is stored or echoed (reaping is safe: it only frees).
+        check_identifiers(&env, self.cfg.limits.max_identifier_len).map_err(|error| Refusal { error, reply: None })?;
         self.handle_timeout(now);
         if let Body::Unknown(u) = &env.body {
             let error =
@@ -1037,6 +1042,42 @@ impl Responder {
     }
 }
 
+/// Refuses a message with an identifier longer than `max` bytes: every one of them may be kept (in a session, the
+/// replay table, an event), so a peer must not choose their size. Refused without a reply, which would echo them.
+fn check_identifiers(env: &Envelope, max: usize) -> Result<(), LdpError> {
+    let mut fields: [(&str, Option<&str>); 10] = [
+        ("from", Some(&env.from)),
+        ("to", Some(&env.to)),
+        ("message_id", Some(&env.message_id)),
+        ("session_id", Some(&env.session_id)),
+        ("nonce", env.nonce.as_deref()),
+        ("signature_algorithm", env.signature_algorithm.as_deref()),
+        ("task_id", env.body.task_id()),
+        ("skill", None),
+        ("contract_id", None),
+        ("trust_domain", None),
+    ];
+    match &env.body {
+        Body::TaskSubmit(t) => {
+            fields[7].1 = Some(&t.skill);
+            fields[8].1 = t.contract.as_ref().map(|c| c.contract_id.as_str());
+        }
+        Body::SessionPropose(p) => {
+            fields[8].1 = p.config.required_trust_domain.as_deref();
+            fields[9].1 = p.config.trust_domain.as_deref();
+        }
+        _ => {}
+    }
+    match fields.iter().find(|(_, v)| v.is_some_and(|v| v.len() > max)) {
+        None => Ok(()),
+        Some((name, v)) => Err(LdpError::runtime(
+            codes::MALFORMED_MESSAGE,
+            format!("{name} is {} bytes long; at most {max} are accepted", v.map_or(0, str::len)),
+        )
+        .with_retryable(false)),
+    }
+}
+
 /// Decodes a message as [`Responder::handle`] does: malformed input is refused without a reply.
 fn decode(bytes: &[u8]) -> Result<Envelope, Refusal> {
     Envelope::from_slice(bytes).map_err(|e| Refusal { error: LdpError::from(&e), reply: None })
@@ -1047,6 +1088,7 @@ fn decode(bytes: &[u8]) -> Result<Envelope, Refusal> {
 #[derive(Debug, Clone)]
 pub struct InboundCheck {
     security: Arc<SecurityConfig>,
+    max_identifier_len: usize,
 }
 
 impl InboundCheck {
@@ -1055,6 +1097,7 @@ impl InboundCheck {
     /// to answer in protocol (after its own earlier checks).
     pub fn check(&self, bytes: &[u8]) -> Result<Checked, Refusal> {
         let env = decode(bytes)?;
+        check_identifiers(&env, self.max_identifier_len).map_err(|error| Refusal { error, reply: None })?;
         // The JCS algorithms verify the bytes as received (nulls and unknown members included).
         let received = if self.security.needs_raw_json() { Received::Bytes(bytes) } else { Received::Decoded };
         let signature = verify_inbound(&self.security, &env, received);

@@ -116,3 +116,63 @@ fn the_principal_of_a_peer_context() {
     };
     assert!(a.principal().is_some());
 }
+
+fn propose_env(sim: &mut Sim) -> Envelope {
+    sim.forge("", ldp_types::SessionPropose::new(ldp_types::SessionConfig::default()), PayloadMode::Text)
+}
+
+#[test]
+fn a_one_megabyte_from_is_refused_and_not_stored() {
+    let mut sim = Sim::new();
+    let mut env = propose_env(&mut sim);
+    env.from = "x".repeat(1 << 20);
+    let bytes = env.to_vec().unwrap();
+    // The check outside the machine refuses it too, before the signature policy.
+    let checked = sim.responder.inbound_check().check(&bytes).unwrap_err();
+    assert_eq!(checked.error.code, codes::MALFORMED_MESSAGE);
+    let refusal = sim.send_responder_bytes(&bytes).unwrap_err();
+    assert_eq!(refusal.error.code, codes::MALFORMED_MESSAGE);
+    assert!(!refusal.error.retryable);
+    assert!(refusal.reply.is_none(), "a reply would echo the oversized id");
+    assert_eq!(sim.responder.session_count(), 0);
+    assert!(sim.responder_events().is_empty());
+}
+
+#[test]
+fn every_peer_controlled_identifier_is_limited() {
+    let mut cfg = responder_config();
+    cfg.limits.max_identifier_len = 40;
+    let mut sim = Sim::with(cfg, initiator_config());
+    let long = "y".repeat(41);
+    let at_limit = "z".repeat(40);
+    let sid = sim.session();
+    let submit = |sim: &mut Sim, task: &str, skill: &str| {
+        sim.forge(&sid, TaskSubmit::new(task.into(), skill.into(), frame("x"), None), PayloadMode::SemanticFrame)
+    };
+    let mut cases: Vec<(&str, Envelope)> = Vec::new();
+    for field in ["from", "to", "message_id", "session_id", "nonce", "signature_algorithm"] {
+        let mut env = propose_env(&mut sim);
+        match field {
+            "from" => env.from = long.clone(),
+            "to" => env.to = long.clone(),
+            "message_id" => env.message_id = long.clone(),
+            "session_id" => env.session_id = long.clone(),
+            "nonce" => env.nonce = Some(long.clone()),
+            _ => env.signature_algorithm = Some(long.clone()),
+        }
+        cases.push((field, env));
+    }
+    cases.push(("task_id", submit(&mut sim, &long, "echo")));
+    cases.push(("skill", submit(&mut sim, "t", &long)));
+    let declared = ldp_types::SessionConfig { trust_domain: Some(long.clone()), ..Default::default() };
+    cases.push(("trust_domain", sim.forge("", ldp_types::SessionPropose::new(declared), PayloadMode::Text)));
+    for (field, env) in cases {
+        let refusal = sim.send_responder(&env).unwrap_err();
+        assert_eq!(refusal.error.code, codes::MALFORMED_MESSAGE, "{field}");
+        assert!(refusal.error.message.contains(field), "{field}: {}", refusal.error.message);
+    }
+    assert_eq!(sim.responder.session_count(), 1);
+    // At the limit is fine.
+    let env = submit(&mut sim, &at_limit, "echo");
+    assert!(matches!(sim.send_responder(&env), Ok(Outcome::Execute(_))));
+}

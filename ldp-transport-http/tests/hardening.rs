@@ -88,3 +88,15 @@ async fn another_token_cannot_submit_into_or_close_a_session_even_under_the_owne
     assert_eq!((s, v["body"]["type"].as_str()), (200, Some("TASK_RESULT")), "{v}");
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_oversized_identifier_is_400_and_opens_nothing() {
+    let server = server(|_| {}).await;
+    let url = server.url().to_owned();
+    let big = env("", &"x".repeat(512 * 1024), SessionPropose::new(SessionConfig::default()));
+    let (s, v) = post(&url, "tokA", big.to_vec().unwrap()).await;
+    assert_eq!((s, code(&v)), (400, "MALFORMED_MESSAGE"), "{v}");
+    let (s, v) = post(&url, "tokA", env("", ME, SessionPropose::new(SessionConfig::default())).to_vec().unwrap()).await;
+    assert_eq!((s, v["body"]["type"].as_str()), (200, Some("SESSION_ACCEPT")), "{v}");
+    server.shutdown().await.unwrap();
+}
