@@ -47,8 +47,12 @@ impl TrustPolicy {
 /// Resource limits of a responder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
-    /// Most sessions held at once.
+    /// Most sessions held at once (default 10,000); beyond it proposals get a retryable `CAPACITY_EXCEEDED`.
     pub max_sessions: usize,
+    /// Most sessions one principal holds at once (default 100): an authenticated credential
+    /// ([`PeerContext::principal`](crate::PeerContext::principal)), else the declared `from`. An unauthenticated peer
+    /// can declare many `from` values; `max_sessions` still bounds them all.
+    pub max_sessions_per_principal: usize,
     /// Most tasks running at once across all sessions (advertised as `max_concurrent_tasks`).
     pub max_concurrent_tasks: usize,
     /// Finished tasks remembered per session (the bounded conversation history).
@@ -71,7 +75,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_sessions: 1_000_000,
+            max_sessions: 10_000,
+            max_sessions_per_principal: 100,
             max_concurrent_tasks: 64,
             history_len: 32,
             max_ttl: Duration::from_secs(24 * 3600),

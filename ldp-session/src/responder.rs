@@ -291,6 +291,8 @@ pub struct Responder {
     ended: HashMap<Box<str>, Ended>,
     ended_order: VecDeque<Box<str>>,
     replay: ReplayGuard,
+    /// Live sessions per principal ([`principal_key`]), for `max_sessions_per_principal`.
+    sessions_per_principal: HashMap<Box<str>, usize>,
     running_total: usize,
     events: VecDeque<ResponderEvent>,
     manifest: Value,
@@ -325,6 +327,7 @@ impl Responder {
             ended: HashMap::new(),
             ended_order: VecDeque::new(),
             replay: ReplayGuard::default(),
+            sessions_per_principal: HashMap::new(),
             running_total: 0,
             events: VecDeque::new(),
             manifest,
@@ -409,6 +412,13 @@ impl Responder {
 
     fn end_session(&mut self, id: &str, how: Ended) -> Vec<TaskKey> {
         let Some(session) = self.sessions.remove(id) else { return Vec::new() };
+        let key = principal_key(session.owner.as_deref(), &session.peer);
+        if let Some(n) = self.sessions_per_principal.get_mut(key.as_str()) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.sessions_per_principal.remove(key.as_str());
+            }
+        }
         self.running_total = self.running_total.saturating_sub(session.running.len());
         let cancelled =
             session.running.keys().map(|t| TaskKey { session_id: id.to_owned(), task_id: t.to_string() }).collect();
@@ -652,7 +662,18 @@ impl Responder {
             return Err(self.refuse(&env, LdpError::from(&v)));
         }
         if self.sessions.len() >= self.cfg.limits.max_sessions {
-            let error = session_error(codes::CAPACITY_EXCEEDED, "too many sessions; retry later");
+            let error = session_error(codes::CAPACITY_EXCEEDED, "too many sessions; retry later").with_retryable(true);
+            return Err(self.refuse(&env, error));
+        }
+        let owner = peer.principal();
+        let key = principal_key(owner.as_deref(), &env.from);
+        let held = self.sessions_per_principal.get(key.as_str()).copied().unwrap_or(0);
+        if held >= self.cfg.limits.max_sessions_per_principal {
+            let error = session_error(
+                codes::CAPACITY_EXCEEDED,
+                format!("this peer holds {held} sessions, the most allowed; close one or retry later"),
+            )
+            .with_retryable(true);
             return Err(self.refuse(&env, error));
         }
         let negotiated =
@@ -676,7 +697,7 @@ impl Responder {
         };
         let session = ResponderSession {
             peer: env.from.as_str().into(),
-            owner: peer.principal().map(Into::into),
+            owner: owner.map(Into::into),
             peer_delegate: peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref()).map(Into::into),
             peer_domain: domain.as_str().into(),
             state: SessionState::Active,
@@ -694,6 +715,7 @@ impl Responder {
         };
         self.expiry.push(Reverse((session.deadline(), session_id.as_str().into())));
         self.sessions.insert(session_id.as_str().into(), session);
+        *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;
         self.events.push_back(ResponderEvent::SessionEstablished {
             session_id: session_id.clone(),
             peer: env.from.clone(),
@@ -1039,6 +1061,15 @@ impl Responder {
         self.end_task(key, TaskStatus::Failed);
         let env = self.envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode);
         Ok(self.deliver(&key.session_id, env))
+    }
+}
+
+/// The key a session counts against in `max_sessions_per_principal`: the authenticated principal, else the
+/// declared sender.
+fn principal_key(owner: Option<&str>, from: &str) -> String {
+    match owner {
+        Some(p) => format!("auth:{p}"),
+        None => format!("from:{from}"),
     }
 }
 

@@ -176,3 +176,64 @@ fn every_peer_controlled_identifier_is_limited() {
     let env = submit(&mut sim, &at_limit, "echo");
     assert!(matches!(sim.send_responder(&env), Ok(Outcome::Execute(_))));
 }
+
+fn proposal_from(sim: &mut Sim, from: &str) -> Envelope {
+    let mut env = propose_env(sim);
+    env.from = from.to_owned();
+    env.message_id = format!("p-{}-{from}", sim.wire.len());
+    env
+}
+
+fn capacity_refused(r: Result<Outcome, ldp_session::Refusal>) {
+    let refusal = r.unwrap_err();
+    assert_eq!(refusal.error.code, codes::CAPACITY_EXCEEDED);
+    assert!(refusal.error.retryable);
+    assert_eq!(refusal.reply.unwrap().body.type_name(), "SESSION_REJECT");
+}
+
+#[test]
+fn sessions_are_capped_per_principal_and_globally_and_counts_drop_when_they_end() {
+    let mut cfg = responder_config();
+    cfg.limits.max_sessions_per_principal = 2;
+    cfg.limits.max_sessions = 5;
+    let mut sim = Sim::with(cfg, initiator_config());
+    // Unauthenticated: the declared `from` is the principal.
+    let mut mine = Vec::new();
+    for _ in 0..2 {
+        let env = proposal_from(&mut sim, "ldp:delegate:a");
+        let Ok(Outcome::Reply(r)) = sim.send_responder(&env) else { panic!("refused") };
+        mine.push(r.session_id);
+    }
+    let env = proposal_from(&mut sim, "ldp:delegate:a");
+    capacity_refused(sim.send_responder(&env));
+    // Others are not affected by a's quota.
+    let env = proposal_from(&mut sim, "ldp:delegate:b");
+    assert!(matches!(sim.send_responder(&env), Ok(Outcome::Reply(_))));
+    // Authenticated: two tokens are two principals, whatever `from` they declare.
+    sim.peer = token_peer("bearer:a", DOMAIN);
+    let env = proposal_from(&mut sim, "ldp:delegate:a");
+    assert!(matches!(sim.send_responder(&env), Ok(Outcome::Reply(_))));
+    sim.peer = token_peer("bearer:b", DOMAIN);
+    let env = proposal_from(&mut sim, "ldp:delegate:c");
+    assert!(matches!(sim.send_responder(&env), Ok(Outcome::Reply(_))));
+    assert_eq!(sim.responder.session_count(), 5);
+    // The global cap.
+    let env = proposal_from(&mut sim, "ldp:delegate:d");
+    capacity_refused(sim.send_responder(&env));
+    // Closing one of a's sessions gives a (and the global count) room again.
+    sim.peer = PeerContext { authenticated: None, connection: Some(1), principal: None };
+    let mut close = sim.forge(&mine[0], SessionClose::new(None), PayloadMode::Text);
+    close.from = "ldp:delegate:a".into();
+    assert!(matches!(sim.send_responder(&close), Ok(Outcome::Cancel { .. })));
+    let env = proposal_from(&mut sim, "ldp:delegate:a");
+    assert!(matches!(sim.send_responder(&env), Ok(Outcome::Reply(_))));
+    // Expiry frees them too.
+    sim.advance(std::time::Duration::from_secs(2 * 3600));
+    let now = sim.now();
+    sim.responder.handle_timeout(now);
+    assert_eq!(sim.responder.session_count(), 0);
+    for _ in 0..2 {
+        let env = proposal_from(&mut sim, "ldp:delegate:a");
+        assert!(matches!(sim.send_responder(&env), Ok(Outcome::Reply(_))));
+    }
+}
