@@ -532,7 +532,8 @@ impl Responder {
         }
         if let Some(replay) = self.cfg.security.replay {
             let wall = self.wall.now_utc();
-            if let Err(error) = self.replay.check(&replay, &env, wall) {
+            let principal = principal_key(peer.principal().as_deref(), &env.from);
+            if let Err(error) = self.replay.check_for(&replay, &env, &principal, wall) {
                 return Err(self.refuse(&env, error));
             }
         }

@@ -237,3 +237,39 @@ fn sessions_are_capped_per_principal_and_globally_and_counts_drop_when_they_end(
         assert!(matches!(sim.send_responder(&env), Ok(Outcome::Reply(_))));
     }
 }
+
+#[test]
+fn one_key_holder_flooding_the_replay_table_does_not_lock_out_others() {
+    let key = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "shared by everyone").unwrap();
+    let mut r = responder_config();
+    r.security = SecurityConfig::symmetric(key.clone());
+    r.security.replay = Some(ldp_session::ReplayConfig {
+        max_entries: 10,
+        max_entries_per_principal: 3,
+        ..ldp_session::ReplayConfig::default()
+    });
+    let mut i = initiator_config();
+    i.security = SecurityConfig::symmetric(key);
+    let mut sim = Sim::with(r, i);
+    sim.peer = token_peer("bearer:flooder", DOMAIN);
+    for _ in 0..3 {
+        let hello = sim.initiator.hello();
+        assert!(matches!(sim.send_responder(&hello), Ok(Outcome::Reply(_))));
+    }
+    let hello = sim.initiator.hello();
+    let err = sim.send_responder(&hello).unwrap_err().error;
+    assert_eq!(err.code, codes::CAPACITY_EXCEEDED);
+    assert!(err.retryable);
+    // Another credential (same `from`, same secret) keeps working.
+    sim.peer = token_peer("bearer:victim", DOMAIN);
+    let sid = sim.session();
+    sim.submit(&sid, "echo", frame("still works")).task();
+    // Unauthenticated senders are counted by their declared `from`.
+    sim.peer = PeerContext::default();
+    for _ in 0..3 {
+        let hello = sim.initiator.hello();
+        assert!(matches!(sim.send_responder(&hello), Ok(Outcome::Reply(_))));
+    }
+    let hello = sim.initiator.hello();
+    assert_eq!(sim.send_responder(&hello).unwrap_err().error.code, codes::CAPACITY_EXCEEDED);
+}
