@@ -70,6 +70,13 @@ pub struct Limits {
     /// `signature_algorithm`, `task_id`, skill names, contract ids and declared trust domains. Longer ones are
     /// refused (`MALFORMED_MESSAGE`, no reply) before anything is stored.
     pub max_identifier_len: usize,
+    /// Without replay protection (unsigned mode), how long a message id is remembered per session so that a
+    /// duplicate (same `session_id` and `message_id`, e.g. a resent SESSION_PROPOSE) is refused with
+    /// `REPLAY_DETECTED` instead of acting twice (default 5 minutes).
+    pub unsigned_dedupe_window: Duration,
+    /// Most message ids remembered for that (default 100,000, a 16-byte digest each); beyond it the oldest is
+    /// forgotten, never a message refused. 0 turns the deduplication off.
+    pub unsigned_dedupe_entries: usize,
 }
 
 impl Default for Limits {
@@ -84,6 +91,8 @@ impl Default for Limits {
             max_tasks_per_session: None,
             tombstones: 65_536,
             max_identifier_len: 256,
+            unsigned_dedupe_window: Duration::from_secs(300),
+            unsigned_dedupe_entries: 100_000,
         }
     }
 }

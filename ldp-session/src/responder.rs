@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -291,6 +291,8 @@ pub struct Responder {
     ended: HashMap<Box<str>, Ended>,
     ended_order: VecDeque<Box<str>>,
     replay: ReplayGuard,
+    /// Message ids seen recently, in unsigned mode.
+    dedupe: Dedupe,
     /// Live sessions per principal ([`principal_key`]), for `max_sessions_per_principal`.
     sessions_per_principal: HashMap<Box<str>, usize>,
     running_total: usize,
@@ -328,6 +330,7 @@ impl Responder {
             ended_order: VecDeque::new(),
             replay: ReplayGuard::default(),
             sessions_per_principal: HashMap::new(),
+            dedupe: Dedupe::default(),
             running_total: 0,
             events: VecDeque::new(),
             manifest,
@@ -534,6 +537,25 @@ impl Responder {
             let wall = self.wall.now_utc();
             let principal = principal_key(peer.principal().as_deref(), &env.from);
             if let Err(error) = self.replay.check_for(&replay, &env, &principal, wall) {
+                return Err(self.refuse(&env, error));
+            }
+        } else {
+            // Without replay protection the timestamp is still part of the envelope (RFC 3.1), and a message must
+            // still act once: a duplicate SESSION_PROPOSE would otherwise open a second session.
+            if ldp_types::time::parse_timestamp(&env.timestamp).is_err() {
+                let error = LdpError::runtime(
+                    codes::MALFORMED_MESSAGE,
+                    format!("timestamp {:?} is not an RFC 3339 date-time", env.timestamp),
+                )
+                .with_retryable(false);
+                return Err(self.refuse(&env, error));
+            }
+            let (window, entries) = (self.cfg.limits.unsigned_dedupe_window, self.cfg.limits.unsigned_dedupe_entries);
+            if !self.dedupe.admit(now, window, entries, &env.session_id, &env.message_id) {
+                let error = LdpError::security(
+                    codes::REPLAY_DETECTED,
+                    format!("message {} was already received in this session", env.message_id),
+                );
                 return Err(self.refuse(&env, error));
             }
         }
@@ -1063,6 +1085,49 @@ impl Responder {
         let env = self.envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode);
         Ok(self.deliver(&key.session_id, env))
     }
+}
+
+/// Recently seen `(session_id, message_id)` pairs, as digests, oldest first; bounded in time and count.
+#[derive(Debug, Default)]
+struct Dedupe {
+    seen: HashSet<[u8; 16]>,
+    order: VecDeque<(Instant, [u8; 16])>,
+}
+
+impl Dedupe {
+    /// Records the message and says whether it is new. Entries older than `window` are forgotten, and the oldest
+    /// when `max` are held: a flood can make the table forget, never refuse a new message.
+    fn admit(&mut self, now: Instant, window: Duration, max: usize, session_id: &str, message_id: &str) -> bool {
+        if max == 0 {
+            return true;
+        }
+        while let Some((at, key)) = self.order.front() {
+            if now.saturating_duration_since(*at) < window && self.order.len() < max {
+                break;
+            }
+            self.seen.remove(key);
+            self.order.pop_front();
+        }
+        let key = dedupe_key(session_id, message_id);
+        if !self.seen.insert(key) {
+            return false;
+        }
+        self.order.push_back((now, key));
+        true
+    }
+}
+
+/// A digest of the pair, length-prefixed so that no two pairs share an encoding.
+fn dedupe_key(session_id: &str, message_id: &str) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update((session_id.len() as u64).to_be_bytes());
+    h.update(session_id.as_bytes());
+    h.update(message_id.as_bytes());
+    let digest = h.finalize();
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&digest[..16]);
+    key
 }
 
 /// The key a session counts against in `max_sessions_per_principal`: the authenticated principal, else the

@@ -273,3 +273,50 @@ fn one_key_holder_flooding_the_replay_table_does_not_lock_out_others() {
     let hello = sim.initiator.hello();
     assert_eq!(sim.send_responder(&hello).unwrap_err().error.code, codes::CAPACITY_EXCEEDED);
 }
+
+#[test]
+fn unsigned_messages_need_an_rfc3339_timestamp() {
+    let mut sim = Sim::new();
+    for bad in ["not a time", "", "2026-13-01T00:00:00Z", "yesterday"] {
+        let mut env = propose_env(&mut sim);
+        env.timestamp = bad.to_owned();
+        let refusal = sim.send_responder(&env).unwrap_err();
+        assert_eq!(refusal.error.code, codes::MALFORMED_MESSAGE, "{bad:?}");
+        assert!(!refusal.error.retryable);
+    }
+    assert_eq!(sim.responder.session_count(), 0);
+    // Offsets other than Z, and fractions, as the Python SDK sends them, are fine.
+    let mut env = propose_env(&mut sim);
+    env.timestamp = "2026-03-09T11:00:00.123456+01:00".into();
+    assert!(matches!(sim.send_responder(&env), Ok(Outcome::Reply(_))));
+}
+
+#[test]
+fn an_unsigned_duplicate_proposal_does_not_open_a_second_session() {
+    let mut cfg = responder_config();
+    cfg.limits.unsigned_dedupe_entries = 3;
+    let mut sim = Sim::with(cfg, initiator_config());
+    let env = propose_env(&mut sim);
+    assert!(matches!(sim.send_responder(&env), Ok(Outcome::Reply(_))));
+    let again = sim.send_responder(&env).unwrap_err();
+    assert_eq!((again.error.category, again.error.code.as_str()), (ErrorCategory::Security, codes::REPLAY_DETECTED));
+    assert_eq!(again.reply.unwrap().body.type_name(), "SESSION_REJECT");
+    assert_eq!(sim.responder.session_count(), 1);
+    // A duplicate task is refused too, and the task runs once.
+    let sid = sim.session();
+    let submit = sim.initiator.submit(&sid, "echo", frame("once"), None, None).unwrap();
+    assert!(matches!(sim.send_responder(&submit), Ok(Outcome::Execute(_))));
+    assert_eq!(sim.send_responder(&submit).unwrap_err().error.code, codes::REPLAY_DETECTED);
+    assert_eq!(sim.responder.running_tasks(), 1);
+    // The table is bounded: the oldest ids are forgotten (never a new message refused), and ids leave with time.
+    for _ in 0..3 {
+        let fresh = propose_env(&mut sim);
+        assert!(matches!(sim.send_responder(&fresh), Ok(Outcome::Reply(_))));
+    }
+    let mut late = sim.initiator.submit(&sid, "echo", frame("later"), None, None).unwrap();
+    assert!(matches!(sim.send_responder(&late), Ok(Outcome::Execute(_))));
+    sim.advance(std::time::Duration::from_secs(301));
+    late.timestamp = ldp_types::time::format_timestamp(ldp_session::WallClock::now_utc(&sim.clock));
+    // Same id after the window: accepted as a message again (the task id is now a duplicate task instead).
+    assert_ne!(sim.send_responder(&late).unwrap_err().error.code, codes::REPLAY_DETECTED);
+}

@@ -100,3 +100,21 @@ async fn an_oversized_identifier_is_400_and_opens_nothing() {
     assert_eq!((s, v["body"]["type"].as_str()), (200, Some("SESSION_ACCEPT")), "{v}");
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn unsigned_mode_refuses_bad_timestamps_and_duplicate_proposals() {
+    let server = server(|_| {}).await;
+    let url = server.url().to_owned();
+    for bad in ["not a time", ""] {
+        let mut p = env("", ME, SessionPropose::new(SessionConfig::default()));
+        p.timestamp = bad.to_owned();
+        let (s, v) = post(&url, "tokA", p.to_vec().unwrap()).await;
+        assert_eq!((s, code(&v)), (400, "MALFORMED_MESSAGE"), "{bad:?}: {v}");
+    }
+    let p = env("", ME, SessionPropose::new(SessionConfig::default())).to_vec().unwrap();
+    let (s, v) = post(&url, "tokA", p.clone()).await;
+    assert_eq!((s, v["body"]["type"].as_str()), (200, Some("SESSION_ACCEPT")), "{v}");
+    let (s, v) = post(&url, "tokA", p).await;
+    assert_eq!((s, v["body"]["type"].as_str(), code(&v)), (401, Some("SESSION_REJECT"), "REPLAY_DETECTED"), "{v}");
+    server.shutdown().await.unwrap();
+}
