@@ -56,6 +56,12 @@ pub struct ServeArgs {
     /// answered by echoing.
     #[arg(long, value_name = "FILE")]
     pub card: Option<PathBuf>,
+    /// Limits on protocol state.
+    #[command(
+        flatten,
+        next_help_heading = "Protocol limits (a peer is its bearer token or certificate, else its `from`)"
+    )]
+    pub protocol_limits: ProtocolLimitArgs,
     /// HTTPS and mutual TLS.
     #[cfg(feature = "tls")]
     #[command(flatten, next_help_heading = "TLS (RFC 8.3)")]
@@ -142,6 +148,36 @@ impl LimitArgs {
             },
             allowed_origins: self.allow_origins.clone(),
             ..Default::default()
+        }
+    }
+}
+
+/// The protocol-state limits of `ldp serve` (issue 14): beyond them, typed refusals.
+#[derive(Debug, clap::Args)]
+pub struct ProtocolLimitArgs {
+    /// Most sessions held at once; further proposals get SESSION_REJECT CAPACITY_EXCEEDED (retryable).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub max_sessions: usize,
+    /// Most sessions one peer holds at once (same refusal).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub max_sessions_per_peer: usize,
+    /// Longest identifier accepted (from, to, message_id, session_id, task_id, nonce, skill...), in bytes; longer
+    /// ones get 400 MALFORMED_MESSAGE.
+    #[arg(long, value_name = "BYTES", default_value_t = 256)]
+    pub max_id_len: usize,
+    /// With --sign: most signed messages of one peer remembered in the replay window (of 1,000,000 in all); beyond
+    /// it that peer gets CAPACITY_EXCEEDED (retryable), others are unaffected.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub replay_entries_per_peer: usize,
+}
+
+impl ProtocolLimitArgs {
+    fn apply(&self, cfg: &mut ResponderConfig) {
+        cfg.limits.max_sessions = self.max_sessions;
+        cfg.limits.max_sessions_per_principal = self.max_sessions_per_peer;
+        cfg.limits.max_identifier_len = self.max_id_len;
+        if let Some(replay) = &mut cfg.security.replay {
+            replay.max_entries_per_principal = self.replay_entries_per_peer;
         }
     }
 }
@@ -301,6 +337,7 @@ pub(crate) fn build(args: &ServeArgs) -> Result<(ResponderConfig, HttpServerConf
     cfg.security = security;
     cfg.hmac_sha256_nonce = hmac_sha256_nonce;
     cfg.limits.max_ttl = Duration::from_secs(args.ttl.max(1));
+    args.protocol_limits.apply(&mut cfg);
     let http = HttpServerConfig {
         max_body: args.max_body,
         request_timeout: Duration::from_secs(args.timeout.max(1)),
@@ -449,5 +486,46 @@ mod tls_tests {
         ] {
             assert!(parse_cert_peer(bad).is_err(), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn protocol_limit_flags_reach_the_responder() {
+        let cfg = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve).unwrap().0;
+        let defaults = cfg(&["serve", "--sign", "hmac-sha256-jcs", "--secret", "s"]);
+        assert_eq!(defaults.limits.max_sessions, 10_000);
+        assert_eq!(defaults.limits.max_sessions_per_principal, 100);
+        assert_eq!(defaults.limits.max_identifier_len, 256);
+        assert_eq!(defaults.security.replay.unwrap().max_entries_per_principal, 100_000);
+        let set = cfg(&[
+            "serve",
+            "--sign",
+            "hmac-sha256-jcs",
+            "--secret",
+            "s",
+            "--max-sessions",
+            "7",
+            "--max-sessions-per-peer",
+            "3",
+            "--max-id-len",
+            "64",
+            "--replay-entries-per-peer",
+            "5",
+        ]);
+        assert_eq!(set.limits.max_sessions, 7);
+        assert_eq!(set.limits.max_sessions_per_principal, 3);
+        assert_eq!(set.limits.max_identifier_len, 64);
+        assert_eq!(set.security.replay.unwrap().max_entries_per_principal, 5);
     }
 }

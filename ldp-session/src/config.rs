@@ -47,8 +47,12 @@ impl TrustPolicy {
 /// Resource limits of a responder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
-    /// Most sessions held at once.
+    /// Most sessions held at once (default 10,000); beyond it proposals get a retryable `CAPACITY_EXCEEDED`.
     pub max_sessions: usize,
+    /// Most sessions one principal holds at once (default 100): an authenticated credential
+    /// ([`PeerContext::principal`](crate::PeerContext::principal)), else the declared `from`. An unauthenticated peer
+    /// can declare many `from` values; `max_sessions` still bounds them all.
+    pub max_sessions_per_principal: usize,
     /// Most tasks running at once across all sessions (advertised as `max_concurrent_tasks`).
     pub max_concurrent_tasks: usize,
     /// Finished tasks remembered per session (the bounded conversation history).
@@ -62,18 +66,33 @@ pub struct Limits {
     /// Ids of expired and closed sessions remembered (so late messages get `SESSION_EXPIRED`/`SESSION_CLOSED`
     /// rather than `SESSION_NOT_FOUND`).
     pub tombstones: usize,
+    /// Longest peer-controlled identifier accepted, in bytes: `from`, `to`, `message_id`, `session_id`, `nonce`,
+    /// `signature_algorithm`, `task_id`, skill names, contract ids and declared trust domains. Longer ones are
+    /// refused (`MALFORMED_MESSAGE`, no reply) before anything is stored.
+    pub max_identifier_len: usize,
+    /// Without replay protection (unsigned mode), how long a message id is remembered per session so that a
+    /// duplicate (same `session_id` and `message_id`, e.g. a resent SESSION_PROPOSE) is refused with
+    /// `REPLAY_DETECTED` instead of acting twice (default 5 minutes).
+    pub unsigned_dedupe_window: Duration,
+    /// Most message ids remembered for that (default 100,000, a 16-byte digest each); beyond it the oldest is
+    /// forgotten, never a message refused. 0 turns the deduplication off.
+    pub unsigned_dedupe_entries: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_sessions: 1_000_000,
+            max_sessions: 10_000,
+            max_sessions_per_principal: 100,
             max_concurrent_tasks: 64,
             history_len: 32,
             max_ttl: Duration::from_secs(24 * 3600),
             session_budget: Budget::default(),
             max_tasks_per_session: None,
             tombstones: 65_536,
+            max_identifier_len: 256,
+            unsigned_dedupe_window: Duration::from_secs(300),
+            unsigned_dedupe_entries: 100_000,
         }
     }
 }

@@ -5,8 +5,9 @@
 //! [`Responder::fail_task`], drain [`Responder::poll_event`], and call [`Responder::handle_timeout`] when
 //! [`Responder::poll_timeout`] says so (it reaps expired sessions and returns their memory).
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,25 @@ pub struct PeerContext {
     pub authenticated: Option<AuthenticatedPeer>,
     /// The connection the message arrived on (WebSocket), for suspend and resume.
     pub connection: Option<u64>,
+    /// A non-secret label of the credential that authenticated the peer (e.g. a digest of its bearer token, the
+    /// fingerprint of its client certificate), set by the transport's authentication layer. Two credentials have
+    /// two labels even when they map to the same trust domain: sessions and quotas are bound to it (see
+    /// [`PeerContext::principal`]). Never the credential itself.
+    pub principal: Option<Arc<str>>,
+}
+
+impl PeerContext {
+    /// The principal sessions, session caps and replay quotas are bound to when the peer is authenticated: the
+    /// transport's credential label, or else the authenticated delegate id and trust domain. `None` for an
+    /// unauthenticated peer, which the machine knows only by the `from` it declares.
+    pub fn principal(&self) -> Option<Cow<'_, str>> {
+        if let Some(label) = &self.principal {
+            return Some(Cow::Borrowed(label));
+        }
+        self.authenticated.as_ref().map(|a| {
+            Cow::Owned(format!("domain:{}/delegate:{}", a.trust_domain, a.delegate_id.as_deref().unwrap_or("")))
+        })
+    }
 }
 
 /// An identity established by the transport.
@@ -212,6 +232,8 @@ struct RunningTask {
 #[derive(Debug)]
 struct ResponderSession {
     peer: Box<str>,
+    /// The authenticated principal that opened the session ([`PeerContext::principal`]); only it may use it.
+    owner: Option<Box<str>>,
     peer_delegate: Option<Box<str>>,
     peer_domain: Box<str>,
     state: SessionState,
@@ -229,6 +251,14 @@ struct ResponderSession {
 }
 
 impl ResponderSession {
+    /// Whether a message from `from`, authenticated as `delegate` by the credential `principal`, comes from the
+    /// peer that opened the session.
+    fn is_peer(&self, from: &str, delegate: Option<&str>, principal: Option<&str>) -> bool {
+        *self.peer == *from
+            && (self.peer_delegate.is_none() || self.peer_delegate.as_deref() == delegate)
+            && self.owner.as_deref() == principal
+    }
+
     fn deadline(&self) -> Instant {
         self.last_activity + self.ttl
     }
@@ -261,6 +291,10 @@ pub struct Responder {
     ended: HashMap<Box<str>, Ended>,
     ended_order: VecDeque<Box<str>>,
     replay: ReplayGuard,
+    /// Message ids seen recently, in unsigned mode.
+    dedupe: Dedupe,
+    /// Live sessions per principal ([`principal_key`]), for `max_sessions_per_principal`.
+    sessions_per_principal: HashMap<Box<str>, usize>,
     running_total: usize,
     events: VecDeque<ResponderEvent>,
     manifest: Value,
@@ -295,6 +329,8 @@ impl Responder {
             ended: HashMap::new(),
             ended_order: VecDeque::new(),
             replay: ReplayGuard::default(),
+            sessions_per_principal: HashMap::new(),
+            dedupe: Dedupe::default(),
             running_total: 0,
             events: VecDeque::new(),
             manifest,
@@ -379,6 +415,13 @@ impl Responder {
 
     fn end_session(&mut self, id: &str, how: Ended) -> Vec<TaskKey> {
         let Some(session) = self.sessions.remove(id) else { return Vec::new() };
+        let key = principal_key(session.owner.as_deref(), &session.peer);
+        if let Some(n) = self.sessions_per_principal.get_mut(key.as_str()) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.sessions_per_principal.remove(key.as_str());
+            }
+        }
         self.running_total = self.running_total.saturating_sub(session.running.len());
         let cancelled =
             session.running.keys().map(|t| TaskKey { session_id: id.to_owned(), task_id: t.to_string() }).collect();
@@ -478,7 +521,10 @@ impl Responder {
     /// The checks that can run without the machine's state, for use outside it: decoding and the signature policy
     /// (signature checks depend only on the configuration, which does not change).
     pub fn inbound_check(&self) -> InboundCheck {
-        InboundCheck { security: Arc::new(self.cfg.security.clone()) }
+        InboundCheck {
+            security: Arc::new(self.cfg.security.clone()),
+            max_identifier_len: self.cfg.limits.max_identifier_len,
+        }
     }
 
     fn handle_verified(
@@ -488,6 +534,8 @@ impl Responder {
         env: Envelope,
         verify: impl FnOnce(&SecurityConfig, &Envelope) -> Result<(), LdpError>,
     ) -> Result<Outcome, Refusal> {
+        // Before anything is stored or echoed (reaping is safe: it only frees).
+        check_identifiers(&env, self.cfg.limits.max_identifier_len).map_err(|error| Refusal { error, reply: None })?;
         self.handle_timeout(now);
         if let Body::Unknown(u) = &env.body {
             let error =
@@ -499,7 +547,27 @@ impl Responder {
         }
         if let Some(replay) = self.cfg.security.replay {
             let wall = self.wall.now_utc();
-            if let Err(error) = self.replay.check(&replay, &env, wall) {
+            let principal = principal_key(peer.principal().as_deref(), &env.from);
+            if let Err(error) = self.replay.check_for(&replay, &env, &principal, wall) {
+                return Err(self.refuse(&env, error));
+            }
+        } else {
+            // Without replay protection the timestamp is still part of the envelope (RFC 3.1), and a message must
+            // still act once: a duplicate SESSION_PROPOSE would otherwise open a second session.
+            if ldp_types::time::parse_timestamp(&env.timestamp).is_err() {
+                let error = LdpError::runtime(
+                    codes::MALFORMED_MESSAGE,
+                    format!("timestamp {:?} is not an RFC 3339 date-time", env.timestamp),
+                )
+                .with_retryable(false);
+                return Err(self.refuse(&env, error));
+            }
+            let (window, entries) = (self.cfg.limits.unsigned_dedupe_window, self.cfg.limits.unsigned_dedupe_entries);
+            if !self.dedupe.admit(now, window, entries, &env.session_id, &env.message_id) {
+                let error = LdpError::security(
+                    codes::REPLAY_DETECTED,
+                    format!("message {} was already received in this session", env.message_id),
+                );
                 return Err(self.refuse(&env, error));
             }
         }
@@ -636,7 +704,18 @@ impl Responder {
             return Err(self.refuse(&env, LdpError::from(&v)));
         }
         if self.sessions.len() >= self.cfg.limits.max_sessions {
-            let error = session_error(codes::CAPACITY_EXCEEDED, "too many sessions; retry later");
+            let error = session_error(codes::CAPACITY_EXCEEDED, "too many sessions; retry later").with_retryable(true);
+            return Err(self.refuse(&env, error));
+        }
+        let owner = peer.principal();
+        let key = principal_key(owner.as_deref(), &env.from);
+        let held = self.sessions_per_principal.get(key.as_str()).copied().unwrap_or(0);
+        if held >= self.cfg.limits.max_sessions_per_principal {
+            let error = session_error(
+                codes::CAPACITY_EXCEEDED,
+                format!("this peer holds {held} sessions, the most allowed; close one or retry later"),
+            )
+            .with_retryable(true);
             return Err(self.refuse(&env, error));
         }
         let negotiated =
@@ -660,6 +739,7 @@ impl Responder {
         };
         let session = ResponderSession {
             peer: env.from.as_str().into(),
+            owner: owner.map(Into::into),
             peer_delegate: peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref()).map(Into::into),
             peer_domain: domain.as_str().into(),
             state: SessionState::Active,
@@ -677,6 +757,7 @@ impl Responder {
         };
         self.expiry.push(Reverse((session.deadline(), session_id.as_str().into())));
         self.sessions.insert(session_id.as_str().into(), session);
+        *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;
         self.events.push_back(ResponderEvent::SessionEstablished {
             session_id: session_id.clone(),
             peer: env.from.clone(),
@@ -692,12 +773,13 @@ impl Responder {
     fn with_session(&mut self, now: Instant, peer: &PeerContext, env: &Envelope) -> Result<(), Refusal> {
         let id = env.session_id.as_str();
         let authenticated = peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref());
+        // Another credential may not use the session, even under the same `from` and trust domain.
+        let principal = peer.principal();
         // The common case, a live session, with one lookup.
         if let Some(session) = self.sessions.get_mut(id)
             && session.deadline() > now
         {
-            let wrong_sender = *session.peer != *env.from
-                || (session.peer_delegate.is_some() && session.peer_delegate.as_deref() != authenticated);
+            let wrong_sender = !session.is_peer(&env.from, authenticated, principal.as_deref());
             if !wrong_sender {
                 session.last_activity = now;
                 if peer.connection.is_some() {
@@ -729,8 +811,7 @@ impl Responder {
             };
             return Err(self.refuse(env, error));
         };
-        let wrong_sender = *session.peer != *env.from
-            || (session.peer_delegate.is_some() && session.peer_delegate.as_deref() != authenticated);
+        let wrong_sender = !session.is_peer(&env.from, authenticated, principal.as_deref());
         if wrong_sender {
             let error =
                 session_error(codes::NOT_SESSION_PEER, format!("{:?} is not the peer of session {id:?}", env.from))
@@ -1025,6 +1106,94 @@ impl Responder {
     }
 }
 
+/// Recently seen `(session_id, message_id)` pairs, as digests, oldest first; bounded in time and count.
+#[derive(Debug, Default)]
+struct Dedupe {
+    seen: HashSet<[u8; 16]>,
+    order: VecDeque<(Instant, [u8; 16])>,
+}
+
+impl Dedupe {
+    /// Records the message and says whether it is new. Entries older than `window` are forgotten, and the oldest
+    /// when `max` are held: a flood can make the table forget, never refuse a new message.
+    fn admit(&mut self, now: Instant, window: Duration, max: usize, session_id: &str, message_id: &str) -> bool {
+        if max == 0 {
+            return true;
+        }
+        while let Some((at, key)) = self.order.front() {
+            if now.saturating_duration_since(*at) < window && self.order.len() < max {
+                break;
+            }
+            self.seen.remove(key);
+            self.order.pop_front();
+        }
+        let key = dedupe_key(session_id, message_id);
+        if !self.seen.insert(key) {
+            return false;
+        }
+        self.order.push_back((now, key));
+        true
+    }
+}
+
+/// A digest of the pair, length-prefixed so that no two pairs share an encoding.
+fn dedupe_key(session_id: &str, message_id: &str) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update((session_id.len() as u64).to_be_bytes());
+    h.update(session_id.as_bytes());
+    h.update(message_id.as_bytes());
+    let digest = h.finalize();
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&digest[..16]);
+    key
+}
+
+/// The key a session counts against in `max_sessions_per_principal`: the authenticated principal, else the
+/// declared sender.
+fn principal_key(owner: Option<&str>, from: &str) -> String {
+    match owner {
+        Some(p) => format!("auth:{p}"),
+        None => format!("from:{from}"),
+    }
+}
+
+/// Refuses a message with an identifier longer than `max` bytes: every one of them may be kept (in a session, the
+/// replay table, an event), so a peer must not choose their size. Refused without a reply, which would echo them.
+fn check_identifiers(env: &Envelope, max: usize) -> Result<(), LdpError> {
+    let mut fields: [(&str, Option<&str>); 10] = [
+        ("from", Some(&env.from)),
+        ("to", Some(&env.to)),
+        ("message_id", Some(&env.message_id)),
+        ("session_id", Some(&env.session_id)),
+        ("nonce", env.nonce.as_deref()),
+        ("signature_algorithm", env.signature_algorithm.as_deref()),
+        ("task_id", env.body.task_id()),
+        ("skill", None),
+        ("contract_id", None),
+        ("trust_domain", None),
+    ];
+    match &env.body {
+        Body::TaskSubmit(t) => {
+            fields[7].1 = Some(&t.skill);
+            fields[8].1 = t.contract.as_ref().map(|c| c.contract_id.as_str());
+        }
+        Body::SessionPropose(p) => {
+            fields[8].1 = p.config.required_trust_domain.as_deref();
+            fields[9].1 = p.config.trust_domain.as_deref();
+        }
+        _ => {}
+    }
+    match fields.iter().find(|(_, v)| v.is_some_and(|v| v.len() > max)) {
+        None => Ok(()),
+        Some((name, v)) => Err(LdpError::runtime(
+            codes::MALFORMED_MESSAGE,
+            format!("{name} is {} bytes long; at most {max} are accepted", v.map_or(0, str::len)),
+        )
+        .with_retryable(false)),
+    }
+}
+
 /// Decodes a message as [`Responder::handle`] does: malformed input is refused without a reply.
 fn decode(bytes: &[u8]) -> Result<Envelope, Refusal> {
     Envelope::from_slice(bytes).map_err(|e| Refusal { error: LdpError::from(&e), reply: None })
@@ -1035,6 +1204,7 @@ fn decode(bytes: &[u8]) -> Result<Envelope, Refusal> {
 #[derive(Debug, Clone)]
 pub struct InboundCheck {
     security: Arc<SecurityConfig>,
+    max_identifier_len: usize,
 }
 
 impl InboundCheck {
@@ -1043,6 +1213,7 @@ impl InboundCheck {
     /// to answer in protocol (after its own earlier checks).
     pub fn check(&self, bytes: &[u8]) -> Result<Checked, Refusal> {
         let env = decode(bytes)?;
+        check_identifiers(&env, self.max_identifier_len).map_err(|error| Refusal { error, reply: None })?;
         // The JCS algorithms verify the bytes as received (nulls and unknown members included).
         let received = if self.security.needs_raw_json() { Received::Bytes(bytes) } else { Received::Decoded };
         let signature = verify_inbound(&self.security, &env, received);

@@ -5,7 +5,8 @@
 //! the table is full, new messages are refused (retryably) rather than evicting old entries, so flooding with fresh
 //! nonces can never re-open a replay.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ldp_types::signing::{self, SigningKey, VerifyingKey};
@@ -32,11 +33,20 @@ pub struct ReplayConfig {
     pub future_skew: Duration,
     /// Most messages remembered at once; beyond it new messages are refused, never old entries evicted.
     pub max_entries: usize,
+    /// Most messages remembered at once for one principal (the authenticated credential, else the declared `from`),
+    /// so that one key holder filling its share cannot lock others out of signed traffic. A shared-secret holder
+    /// without a transport credential can spread over many `from` values; `max_entries` still bounds them all.
+    pub max_entries_per_principal: usize,
 }
 
 impl Default for ReplayConfig {
     fn default() -> Self {
-        Self { window: Duration::from_secs(300), future_skew: Duration::from_secs(30), max_entries: 1_000_000 }
+        Self {
+            window: Duration::from_secs(300),
+            future_skew: Duration::from_secs(30),
+            max_entries: 1_000_000,
+            max_entries_per_principal: 100_000,
+        }
     }
 }
 
@@ -80,11 +90,13 @@ impl SecurityConfig {
     }
 }
 
-/// The replay table.
+/// The replay table, with a count of entries per principal.
 #[derive(Debug, Default)]
 pub struct ReplayGuard {
-    seen: HashSet<String>,
+    /// Remembered keys and the principal each counts against.
+    seen: HashMap<String, Arc<str>>,
     by_expiry: BTreeSet<(i128, String)>,
+    per_principal: HashMap<Arc<str>, usize>,
 }
 
 impl ReplayGuard {
@@ -105,14 +117,32 @@ impl ReplayGuard {
             if first.0 > now_ns {
                 break;
             }
-            if let Some((_, key)) = self.by_expiry.pop_first() {
-                self.seen.remove(&key);
+            if let Some((_, key)) = self.by_expiry.pop_first()
+                && let Some(principal) = self.seen.remove(&key)
+                && let Some(n) = self.per_principal.get_mut(&principal)
+            {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.per_principal.remove(&principal);
+                }
             }
         }
     }
 
-    /// Admits a message once, or refuses it.
+    /// Admits a message once, or refuses it; the sender's declared `from` is its principal.
     pub fn check(&mut self, cfg: &ReplayConfig, env: &Envelope, now: OffsetDateTime) -> Result<(), LdpError> {
+        self.check_for(cfg, env, &env.from, now)
+    }
+
+    /// Admits a message once, or refuses it, counting it against `principal`'s share of the table
+    /// ([`ReplayConfig::max_entries_per_principal`]).
+    pub fn check_for(
+        &mut self,
+        cfg: &ReplayConfig,
+        env: &Envelope,
+        principal: &str,
+        now: OffsetDateTime,
+    ) -> Result<(), LdpError> {
         let ts = ldp_types::time::parse_timestamp(&env.timestamp).map_err(|_| {
             LdpError::security(codes::TIMESTAMP_OUT_OF_WINDOW, format!("unparseable timestamp {:?}", env.timestamp))
         })?;
@@ -126,18 +156,31 @@ impl ReplayGuard {
         }
         self.prune(now);
         let key = format!("{}\u{0}{}", env.message_id, env.nonce.as_deref().unwrap_or(""));
-        if self.seen.contains(&key) {
+        if self.seen.contains_key(&key) {
             return Err(LdpError::security(
                 codes::REPLAY_DETECTED,
                 format!("message {} was already received", env.message_id),
             ));
         }
-        if self.seen.len() >= cfg.max_entries {
-            return Err(LdpError::runtime(codes::CAPACITY_EXCEEDED, "replay table full; retry later"));
+        let held = self.per_principal.get_key_value(principal);
+        if held.is_some_and(|(_, n)| *n >= cfg.max_entries_per_principal) {
+            return Err(LdpError::runtime(
+                codes::CAPACITY_EXCEEDED,
+                "this sender's share of the replay table is full; retry later",
+            )
+            .with_retryable(true));
         }
+        if self.seen.len() >= cfg.max_entries {
+            return Err(
+                LdpError::runtime(codes::CAPACITY_EXCEEDED, "replay table full; retry later").with_retryable(true)
+            );
+        }
+        // One allocation per principal, shared by its entries.
+        let principal = held.map_or_else(|| Arc::from(principal), |(p, _)| p.clone());
+        *self.per_principal.entry(principal.clone()).or_insert(0) += 1;
         let expiry = (ts + window).unix_timestamp_nanos();
         self.by_expiry.insert((expiry, key.clone()));
-        self.seen.insert(key);
+        self.seen.insert(key, principal);
         Ok(())
     }
 }
@@ -209,14 +252,42 @@ mod tests {
         Envelope::new(id, ts, "s", "a", "b", SessionClose::new(None)).with_nonce(nonce)
     }
 
+    fn short() -> ReplayConfig {
+        ReplayConfig { window: Duration::from_secs(60), future_skew: Duration::from_secs(5), ..ReplayConfig::default() }
+    }
+
+    #[test]
+    fn one_principal_filling_its_share_does_not_lock_out_others() {
+        let cfg = ReplayConfig { max_entries: 5, max_entries_per_principal: 2, ..short() };
+        let mut g = ReplayGuard::default();
+        let now = t("2026-01-01T00:01:00Z");
+        let ts = "2026-01-01T00:00:59Z";
+        g.check_for(&cfg, &env("f1", "n", ts), "flooder", now).unwrap();
+        g.check_for(&cfg, &env("f2", "n", ts), "flooder", now).unwrap();
+        let full = g.check_for(&cfg, &env("f3", "n", ts), "flooder", now).unwrap_err();
+        assert_eq!(full.code, codes::CAPACITY_EXCEEDED);
+        assert!(full.retryable);
+        // Everyone else keeps working, up to the global bound.
+        g.check_for(&cfg, &env("o1", "n", ts), "other", now).unwrap();
+        g.check_for(&cfg, &env("t1", "n", ts), "third", now).unwrap();
+        g.check_for(&cfg, &env("t2", "n", ts), "third", now).unwrap();
+        assert_eq!(g.check_for(&cfg, &env("o2", "n", ts), "other", now).unwrap_err().code, codes::CAPACITY_EXCEEDED);
+        // Entries leave with the window, and their shares with them.
+        let later = t("2026-01-01T00:02:00Z");
+        g.prune(later);
+        assert!(g.is_empty());
+        assert!(g.per_principal.is_empty());
+        let ts = "2026-01-01T00:01:59Z";
+        g.check_for(&cfg, &env("f4", "n", ts), "flooder", later).unwrap();
+    }
+
     fn t(s: &str) -> OffsetDateTime {
         ldp_types::time::parse_timestamp(s).unwrap()
     }
 
     #[test]
     fn replay_is_refused_within_window_and_stale_messages_outside() {
-        let cfg =
-            ReplayConfig { window: Duration::from_secs(60), future_skew: Duration::from_secs(5), max_entries: 10 };
+        let cfg = ReplayConfig { max_entries: 10, ..short() };
         let mut g = ReplayGuard::default();
         let now = t("2026-01-01T00:01:00Z");
         g.check(&cfg, &env("m1", "n", "2026-01-01T00:00:30Z"), now).unwrap();
@@ -234,7 +305,7 @@ mod tests {
 
     #[test]
     fn flooding_never_evicts_a_remembered_message() {
-        let cfg = ReplayConfig { window: Duration::from_secs(60), future_skew: Duration::from_secs(5), max_entries: 3 };
+        let cfg = ReplayConfig { max_entries: 3, ..short() };
         let mut g = ReplayGuard::default();
         let now = t("2026-01-01T00:01:00Z");
         g.check(&cfg, &env("victim", "n", "2026-01-01T00:00:59Z"), now).unwrap();

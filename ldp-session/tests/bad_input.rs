@@ -104,8 +104,13 @@ fn odd_but_valid_values_are_handled_without_harm() {
     let Ok(Outcome::Execute(task)) = sim.send_responder_bytes(&serde_json::to_vec(&v).unwrap()) else { panic!() };
     assert_eq!(task.input, input);
     assert_eq!(task.key.task_id, "ünïcødé-🙂");
-    // A task id of 1 MB is a task id like any other; a second copy is a duplicate.
+    // A task id of 1 MB is refused before it is stored (issue 14: identifiers are bounded, 256 bytes by default).
     let long = "t".repeat(1 << 20);
+    let v =
+        envelope_json(&mut sim, &sid, json!({"type": "TASK_SUBMIT", "task_id": long, "skill": "echo", "input": "x"}));
+    let refusal = sim.send_responder_bytes(&serde_json::to_vec(&v).unwrap()).unwrap_err();
+    assert_eq!(refusal.error.code, codes::MALFORMED_MESSAGE);
+    let long = "t".repeat(256);
     let mut v =
         envelope_json(&mut sim, &sid, json!({"type": "TASK_SUBMIT", "task_id": long, "skill": "echo", "input": "x"}));
     v["payload_mode"] = json!("semantic_frame");
@@ -115,7 +120,7 @@ fn odd_but_valid_values_are_handled_without_harm() {
         panic!("expected a transparent fallback to text")
     };
     assert_eq!(task.payload_mode, PayloadMode::Text);
-    assert_eq!(task.key.task_id.len(), 1 << 20);
+    assert_eq!(task.key.task_id.len(), 256);
     // Future payload modes in the envelope decode, and are refused as not negotiated.
     let mut v =
         envelope_json(&mut sim, &sid, json!({"type": "TASK_SUBMIT", "task_id": "cs", "skill": "echo", "input": "x"}));

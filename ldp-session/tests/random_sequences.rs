@@ -407,6 +407,7 @@ fn limited_sim() -> Sim {
         session_budget: Budget { max_tokens: Some(60), max_cost_usd: None },
         max_tasks_per_session: Some(6),
         tombstones: 3,
+        ..Limits::default()
     };
     Sim::with(cfg, initiator_config())
 }

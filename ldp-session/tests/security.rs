@@ -169,8 +169,12 @@ fn per_peer_policies_and_unsigned_hello() {
 
 fn replay_sim(window: u64, skew: u64, max_entries: usize) -> Sim {
     let mut r = responder_config();
-    r.security.replay =
-        Some(ReplayConfig { window: Duration::from_secs(window), future_skew: Duration::from_secs(skew), max_entries });
+    r.security.replay = Some(ReplayConfig {
+        window: Duration::from_secs(window),
+        future_skew: Duration::from_secs(skew),
+        max_entries,
+        ..ReplayConfig::default()
+    });
     Sim::with(r, initiator_config())
 }
 

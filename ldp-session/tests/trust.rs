@@ -236,14 +236,20 @@ fn trust_is_validated_once_per_session() {
     let mut sim = Sim::with(cfg, initiator_config());
     sim.peer.authenticated = Some(AuthenticatedPeer { delegate_id: None, trust_domain: DOMAIN.into() });
     let sid = sim.session();
-    // Later messages arrive with a different (or no) authenticated domain: the session's domain stands and they are
-    // not re-checked.
-    for auth in [None, Some(AuthenticatedPeer { delegate_id: None, trust_domain: EVIL.into() })] {
-        sim.peer.authenticated = auth;
+    // Later messages under the same credential are not re-checked against the trust policy (the session's domain
+    // stands); messages with a different (or no) authenticated identity are not the session's peer (issue 14).
+    for _ in 0..2 {
         let task = sim.submit(&sid, "echo", frame("x")).task();
         assert_eq!(task.key.session_id, sid);
         assert_eq!(sim.responder.session_peer_domain(&sid), Some(DOMAIN));
     }
+    let owner = sim.peer.authenticated.clone();
+    for auth in [None, Some(AuthenticatedPeer { delegate_id: None, trust_domain: EVIL.into() })] {
+        sim.peer.authenticated = auth;
+        assert_eq!(sim.submit(&sid, "echo", frame("x")).error().code, codes::NOT_SESSION_PEER);
+    }
+    sim.peer.authenticated = owner;
+    sim.submit(&sid, "echo", frame("x")).task();
     // A new proposal under the strict policy without authentication is refused: the check runs at establishment.
     sim.peer.authenticated = None;
     let propose = sim.initiator.propose(SessionConfig::default());
@@ -265,7 +271,7 @@ fn an_authenticated_delegate_id_pins_the_sender() {
     let sid = sim.session();
     sim.submit(&sid, "echo", frame("ok")).task();
     // The same `from` without the credential is not the session's peer any more.
-    sim.peer = PeerContext { authenticated: None, connection: Some(1) };
+    sim.peer = PeerContext { authenticated: None, connection: Some(1), principal: None };
     let env =
         sim.forge(&sid, TaskSubmit::new("t2".into(), "echo".into(), frame("x"), None), PayloadMode::SemanticFrame);
     let err = sim.step(env).error();

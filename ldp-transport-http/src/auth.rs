@@ -21,13 +21,31 @@ use crate::error::HttpError;
 /// declarations the session layer judges by its trust policy.
 #[derive(Debug, Clone, Default)]
 pub struct BearerAuth {
-    tokens: Arc<[(Box<[u8]>, AuthenticatedPeer)]>,
+    tokens: Arc<[KnownToken]>,
+}
+
+/// A configured token, the identity it authenticates and its principal label.
+type KnownToken = (Box<[u8]>, AuthenticatedPeer, Arc<str>);
+
+/// The principal label of a bearer token: a digest, so that sessions bound to it are bound to the token without the
+/// session state holding the secret, and so that every transport sharing the token table derives the same label.
+fn token_label(token: &[u8]) -> Arc<str> {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(token);
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("bearer:sha256:{hex}").into()
 }
 
 impl BearerAuth {
     /// A table from `token -> identity` pairs.
     pub fn new(tokens: impl IntoIterator<Item = (String, AuthenticatedPeer)>) -> Self {
-        let tokens: Vec<_> = tokens.into_iter().map(|(t, p)| (t.into_bytes().into_boxed_slice(), p)).collect();
+        let tokens: Vec<_> = tokens
+            .into_iter()
+            .map(|(t, p)| {
+                let label = token_label(t.as_bytes());
+                (t.into_bytes().into_boxed_slice(), p, label)
+            })
+            .collect();
         Self { tokens: tokens.into() }
     }
 
@@ -58,13 +76,14 @@ impl BearerAuth {
         let token = token.trim().as_bytes();
         // Compare against every token in constant time, so that timing reveals neither which nor how much matched.
         let mut found = None;
-        for (known, peer) in self.tokens.iter() {
+        for (known, peer, label) in self.tokens.iter() {
             if bool::from(known.as_ref().ct_eq(token)) {
-                found = Some(peer);
+                found = Some((peer, label));
             }
         }
-        let peer = found.ok_or(HttpError::Unauthenticated("unknown bearer token"))?;
-        Ok(PeerContext { authenticated: Some(peer.clone()), connection: None })
+        let (peer, label) = found.ok_or(HttpError::Unauthenticated("unknown bearer token"))?;
+        // The label, not the trust domain, is the principal: two tokens of one domain are two principals.
+        Ok(PeerContext { authenticated: Some(peer.clone()), connection: None, principal: Some(label.clone()) })
     }
 }
 

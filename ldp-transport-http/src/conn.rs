@@ -109,13 +109,17 @@ pub(crate) trait Establish: Clone + Send + Sync + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     /// Whether an over-limit connection can be answered in plain text.
     const PLAINTEXT: bool;
-    /// The stream and its authenticated peer, or `None` when the connection is to be dropped.
+    /// The stream and its authenticated peer with its principal label, or `None` when the connection is to be
+    /// dropped.
     fn establish(
         &self,
         tcp: TcpStream,
         remote: SocketAddr,
-    ) -> impl Future<Output = Option<(Self::Io, Option<AuthenticatedPeer>)>> + Send;
+    ) -> impl Future<Output = Option<(Self::Io, Option<EstablishedPeer>)>> + Send;
 }
+
+/// A peer a handshake authenticated, and the label of its credential (the session principal).
+pub(crate) type EstablishedPeer = (AuthenticatedPeer, Arc<str>);
 
 /// Plain TCP.
 #[derive(Clone)]
@@ -125,7 +129,7 @@ impl Establish for Plain {
     type Io = TcpStream;
     const PLAINTEXT: bool = true;
 
-    async fn establish(&self, tcp: TcpStream, _remote: SocketAddr) -> Option<(TcpStream, Option<AuthenticatedPeer>)> {
+    async fn establish(&self, tcp: TcpStream, _remote: SocketAddr) -> Option<(TcpStream, Option<EstablishedPeer>)> {
         // Best effort: latency matters more than packet count for one-envelope exchanges.
         let _ = tcp.set_nodelay(true);
         Some((tcp, None))
@@ -490,7 +494,7 @@ impl Drop for InFlight {
 struct PerRequest {
     app: Router,
     remote: SocketAddr,
-    peer: Option<AuthenticatedPeer>,
+    peer: Option<EstablishedPeer>,
     activity: Arc<Watched>,
     body_timeout: Duration,
 }
@@ -508,8 +512,12 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
         let in_flight = InFlight::start(&self.activity);
         let mut req = req.map(|body| Body::new(DeadlineBody::new(body, self.body_timeout)));
         req.extensions_mut().insert(ConnectInfo(self.remote));
-        if let Some(peer) = &self.peer {
-            req.extensions_mut().insert(PeerContext { authenticated: Some(peer.clone()), connection: None });
+        if let Some((peer, principal)) = &self.peer {
+            req.extensions_mut().insert(PeerContext {
+                authenticated: Some(peer.clone()),
+                connection: None,
+                principal: Some(principal.clone()),
+            });
         }
         let future = self.app.call(req);
         Box::pin(async move {

@@ -112,7 +112,8 @@ pub fn status_for(error: &LdpError, has_reply: bool) -> StatusCode {
     match error.code.as_str() {
         codes::MALFORMED_MESSAGE | codes::UNKNOWN_MESSAGE_TYPE => StatusCode::BAD_REQUEST,
         codes::UNAUTHENTICATED => StatusCode::UNAUTHORIZED,
-        codes::TRUST_VIOLATION => StatusCode::FORBIDDEN,
+        // Another principal's session: refused as forbidden, whatever the message and whether it was signed.
+        codes::TRUST_VIOLATION | codes::NOT_SESSION_PEER => StatusCode::FORBIDDEN,
         codes::MESSAGE_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
         codes::TIMEOUT if error.category == ErrorCategory::Transport => StatusCode::GATEWAY_TIMEOUT,
         // Signature, replay and timestamp failures: the message was not accepted as authentic and changed nothing.

@@ -28,6 +28,7 @@
 //! | bearer token missing / unknown, or sender not the token's delegate (`UNAUTHENTICATED`) | 401 + `WWW-Authenticate: Bearer` | error / TASK_FAILED |
 //! | `security` category: bad or missing signature, replay, stale timestamp | 401 + `WWW-Authenticate: LDP-Signature` | TASK_FAILED / SESSION_REJECT |
 //! | `TRUST_VIOLATION` (untrusted or contradicted domain, `required_trust_domain` mismatch) | 403 | SESSION_REJECT |
+//! | `NOT_SESSION_PEER` (a message into a session opened by another principal: other bearer token, certificate or `from`) | 403 | TASK_FAILED |
 //! | other refusals with a reply: `SESSION_NOT_FOUND`, `SESSION_CLOSED`, `SESSION_EXPIRED`, `SKILL_NOT_FOUND`, `PAYLOAD_MODE_FAILED`, `CAPACITY_EXCEEDED`, `DUPLICATE_TASK`, `INVALID_STATE`, ... | 200 | TASK_FAILED / SESSION_REJECT |
 //! | task failures (`CONTRACT_VIOLATED`, `EXECUTION_FAILED`, `CANCELLED`, ...) | 200 | TASK_FAILED |
 //! | no answer within `request_timeout` (`TIMEOUT`, transport, not retryable) | 504 | error |

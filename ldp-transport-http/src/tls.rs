@@ -363,7 +363,7 @@ impl Establish for Tls {
         &self,
         tcp: TcpStream,
         remote: SocketAddr,
-    ) -> Option<(TlsStream<TcpStream>, Option<AuthenticatedPeer>)> {
+    ) -> Option<(TlsStream<TcpStream>, Option<crate::conn::EstablishedPeer>)> {
         // Best effort: latency matters more than packet count for one-envelope exchanges.
         let _ = tcp.set_nodelay(true);
         let stream = match tokio::time::timeout(self.timeout, self.acceptor.accept(tcp)).await {
@@ -379,7 +379,13 @@ impl Establish for Tls {
         };
         // rustls keeps the client's certificates only once they are verified.
         let peer = match (&self.client_auth, stream.get_ref().1.peer_certificates().and_then(<[_]>::first)) {
-            (Some(auth), Some(cert)) => auth.identify(cert).cloned(),
+            // The principal is the certificate itself (its SHA-256 fingerprint): a renewed certificate is a new
+            // principal, so sessions opened with the old one are not reachable with the new one.
+            (Some(auth), Some(cert)) => auth.identify(cert).map(|peer| {
+                use sha2::{Digest, Sha256};
+                let fingerprint: String = Sha256::digest(cert.as_ref()).iter().map(|b| format!("{b:02x}")).collect();
+                (peer.clone(), Arc::from(format!("mtls:sha256:{fingerprint}")))
+            }),
             _ => None,
         };
         Some((stream, peer))

@@ -170,6 +170,8 @@ pub async fn start(setup: Setup) -> Server {
         cfg.security = SecurityConfig::symmetric(key(alg));
         if matches!(setup.broken, Break::IgnoreReplay | Break::ReplayGuardOnProposeOnly) {
             cfg.security.replay = None;
+            // Without replay protection the responder still deduplicates message ids; the broken server must not.
+            cfg.limits.unsigned_dedupe_entries = 0;
         }
     }
     cfg.trust = if setup.broken == Break::AcceptUntrustedDomains {

@@ -146,7 +146,7 @@ impl Sim {
             clock,
             base: Instant::now(),
             offset: Duration::ZERO,
-            peer: PeerContext { authenticated: None, connection: Some(1) },
+            peer: PeerContext { authenticated: None, connection: Some(1), principal: None },
             wire: Vec::new(),
             tasks: VecDeque::new(),
         }
@@ -266,7 +266,9 @@ impl Sim {
     /// An envelope from [`INITIATOR`] to [`RESPONDER`] built by hand (for messages our initiator would not send),
     /// with a fresh message id and the current wall-clock timestamp.
     pub fn forge(&mut self, session_id: &str, body: impl Into<Body>, mode: PayloadMode) -> Envelope {
-        let n = self.wire.len();
+        // Unique per process: responders deduplicate message ids, signed or not.
+        static FORGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = FORGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Envelope::new(
             format!("forged-{n}-{}", self.offset.as_nanos()),
             ldp_types::time::format_timestamp(self.clock.now_utc()),
