@@ -100,6 +100,9 @@ pub struct LimitArgs {
     /// Bytes of frames queued for one WebSocket before its writer is waited on.
     #[arg(long, value_name = "BYTES", default_value_t = 4 * 1024 * 1024)]
     pub ws_max_outbound: usize,
+    /// Bytes of inbound messages one WebSocket may have in handling at once; beyond it the socket is not read.
+    #[arg(long, value_name = "BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub ws_max_in_flight: usize,
     /// Task results kept per session for a WebSocket client that disconnected (the oldest beyond it are dropped,
     /// and reported on resume as TASK_FAILED RESULT_NOT_KEPT).
     #[arg(long, value_name = "N", default_value_t = 64)]
@@ -113,7 +116,7 @@ pub struct LimitArgs {
     /// Bytes of task results kept for all disconnected sessions together.
     #[arg(long, value_name = "BYTES", default_value_t = 128 * 1024 * 1024)]
     pub held_bytes_total: usize,
-    /// A web origin (scheme://host[:port], or *) allowed to open /ldp/ws from a browser (repeatable). Other
+    /// A web origin (`scheme://host[:port]`, or `*`) allowed to open /ldp/ws from a browser (repeatable). Other
     /// cross-origin upgrades get 403; clients that send no Origin header, and the server's own origin, are allowed.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     pub allow_origins: Vec<String>,
@@ -139,6 +142,7 @@ impl LimitArgs {
             idle_timeout: idle,
             write_timeout: Duration::from_secs(self.ws_write_timeout.max(1)),
             max_outbound_bytes: self.ws_max_outbound.max(1),
+            max_in_flight_bytes: self.ws_max_in_flight.max(1),
             held: HeldLimits {
                 per_session_results: self.held_results_per_session,
                 per_session_bytes: self.held_bytes_per_session,

@@ -60,6 +60,12 @@ pub struct WsServerConfig {
     pub outbound_queue: usize,
     /// Messages of one connection handled at the same time (default 256). The socket is not read while all are busy.
     pub max_in_flight: usize,
+    /// Bytes of the messages one connection has in handling at the same time (default 8 MiB): a handler holds its
+    /// message, and its answer while that waits for a client that does not read, so a count alone does not bound
+    /// memory. The socket is not read while the budget is spent (the client then meets TCP backpressure).
+    pub max_in_flight_bytes: usize,
+    /// Bytes of the messages all connections have in handling at the same time (default 256 MiB).
+    pub max_in_flight_bytes_total: usize,
     /// Interval of the server's pings (default 15 s).
     pub ping_interval: Duration,
     /// A connection that sends nothing (not even a pong to the pings) for this long is dead (default 45 s).
@@ -94,6 +100,8 @@ impl Default for WsServerConfig {
             max_message: 1024 * 1024,
             outbound_queue: 64,
             max_in_flight: 256,
+            max_in_flight_bytes: 8 * 1024 * 1024,
+            max_in_flight_bytes_total: 256 * 1024 * 1024,
             ping_interval: Duration::from_secs(15),
             idle_timeout: Duration::from_secs(45),
             write_timeout: Duration::from_secs(30),
@@ -231,6 +239,20 @@ struct Hub {
     routes: Mutex<Routes>,
     shutdown: watch::Sender<bool>,
     open: AtomicUsize,
+    /// Bytes of messages in handling across every connection (`max_in_flight_bytes_total`).
+    in_flight_bytes: Arc<Semaphore>,
+}
+
+/// What one message in handling holds of its connection's and the server's budgets, released when it is done.
+struct InFlightPermits {
+    _count: tokio::sync::OwnedSemaphorePermit,
+    _bytes: tokio::sync::OwnedSemaphorePermit,
+    _total: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// A message's share of a byte budget (clamped so that one message never waits for more than the whole budget).
+fn byte_cost(len: usize, budget: usize) -> u32 {
+    u32::try_from(len.clamp(1, budget.clamp(1, MAX_OUTBOUND_BUDGET))).unwrap_or(u32::MAX)
 }
 
 /// Connection ids are unique in the process, so that several servers can share one runtime.
@@ -264,6 +286,7 @@ impl WsServer {
     pub fn new(runtime: DelegateRuntime, config: WsServerConfig) -> Self {
         let auth = BearerAuth::from_map(&config.tokens);
         let (shutdown, _) = watch::channel(false);
+        let in_flight_bytes = Arc::new(Semaphore::new(config.max_in_flight_bytes_total.clamp(1, MAX_OUTBOUND_BUDGET)));
         Self {
             hub: Arc::new(Hub {
                 runtime,
@@ -272,6 +295,7 @@ impl WsServer {
                 routes: Mutex::new(Routes::default()),
                 shutdown,
                 open: AtomicUsize::new(0),
+                in_flight_bytes,
             }),
         }
     }
@@ -294,6 +318,13 @@ impl WsServer {
     /// The task answers kept for resume: how many, how many bytes, and how many were dropped.
     pub fn held_stats(&self) -> HeldStats {
         lock(&self.hub.routes).held.stats()
+    }
+
+    /// Bytes of inbound messages in handling across every connection now (bounded by
+    /// [`WsServerConfig::max_in_flight_bytes_total`]).
+    pub fn in_flight_bytes(&self) -> usize {
+        let budget = self.hub.config.max_in_flight_bytes_total.clamp(1, MAX_OUTBOUND_BUDGET);
+        budget.saturating_sub(self.hub.in_flight_bytes.available_permits())
     }
 
     /// Closes every connection with 1001 (going away). Their sessions are suspended, and resume on another server
@@ -514,6 +545,8 @@ where
 {
     let cfg = &hub.config;
     let permits = Arc::new(Semaphore::new(cfg.max_in_flight.max(1)));
+    let byte_budget = cfg.max_in_flight_bytes.clamp(1, MAX_OUTBOUND_BUDGET);
+    let bytes = Arc::new(Semaphore::new(byte_budget));
     let mut shutdown = hub.shutdown.subscribe();
     loop {
         // Backpressure: no permit (all handlers busy, typically waiting for the outbound queue) means no reading.
@@ -554,7 +587,18 @@ where
                 return ConnectionEnd::TooLarge;
             }
             Message::Text(text) => {
-                tokio::spawn(handle_text(hub.clone(), peer.clone(), conn, out.clone(), text, permit));
+                // Backpressure by bytes: wait (not reading further) until this connection's and the server's
+                // messages in handling leave room for this one.
+                let own = bytes.clone().acquire_many_owned(byte_cost(text.len(), byte_budget));
+                let total = hub
+                    .in_flight_bytes
+                    .clone()
+                    .acquire_many_owned(byte_cost(text.len(), cfg.max_in_flight_bytes_total));
+                let (Ok(own), Ok(total)) = (own.await, total.await) else {
+                    return ConnectionEnd::Failed(WireError::Io("permits closed".into()));
+                };
+                let held = InFlightPermits { _count: permit, _bytes: own, _total: total };
+                tokio::spawn(handle_text(hub.clone(), peer.clone(), conn, out.clone(), text, held));
             }
             Message::Binary(_) => {
                 let error = LdpError::runtime(
@@ -630,7 +674,7 @@ async fn handle_text(
     conn: u64,
     out: Outbound,
     text: String,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permits: InFlightPermits,
 ) {
     let head = Head::peek(&text).unwrap_or_default();
     let id = head.message_id.as_str();

@@ -233,3 +233,43 @@ async fn cross_origin_upgrades_are_refused_unless_allowed() {
     assert_eq!(upgrade_status(&allowing.ws_url(), Some("http://app.example")).await, 101);
     assert_eq!(upgrade_status(&allowing.ws_url(), Some("http://evil.example")).await, 403);
 }
+
+/// A client that submits faster than it reads: each message in handling holds its input and its answer, so the
+/// server bounds them by bytes, not only by count. With a 512 KiB budget and 100 kB tasks, the server stops reading
+/// after a bounded number (the client's sends then block on TCP), instead of taking 256 at once (25 MB held).
+#[tokio::test]
+async fn messages_in_handling_are_bounded_by_bytes_so_a_non_reader_meets_backpressure() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate.clone());
+    let config = WsServerConfig {
+        // Long enough that the connection is not closed while the test watches it.
+        write_timeout: Duration::from_secs(20),
+        max_outbound_bytes: 128 * 1024,
+        outbound_queue: 4,
+        max_in_flight_bytes: 512 * 1024,
+        ..Default::default()
+    };
+    let server = serve_both(&rt, HashMap::new(), config).await;
+    let mut ws = connect(&server.ws_url(), 4096).await;
+    let session = open_session(&mut ws).await;
+    let pad = "x".repeat(100 * 1024);
+    let mut peak = 0;
+    let mut sent = 0;
+    for i in 0..400 {
+        let frame = submit(&format!("m{i}"), &session, &format!("t{i}"), "echo", json!(pad));
+        match tokio::time::timeout(Duration::from_millis(500), ws.send(WsMessage::text(frame))).await {
+            Ok(Ok(())) => sent += 1,
+            Ok(Err(e)) => panic!("closed early: {e}"),
+            Err(_) => break,
+        }
+        peak = peak.max(server.ws.in_flight_bytes());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    peak = peak.max(server.ws.in_flight_bytes());
+    let started = delegate.started.lock().unwrap().len();
+    assert!(sent < 400, "the server kept reading: all {sent} sends completed");
+    assert!(peak <= 512 * 1024, "in handling beyond the budget: {peak} bytes");
+    // Taken in: the budget's worth, the answers queued for the writer, and those the kernel's socket buffers
+    // absorbed (a few MB on loopback); without the byte budget the server takes 256 at once (287 seen).
+    assert!(started <= 100, "{started} tasks were taken in although the client reads nothing");
+}
