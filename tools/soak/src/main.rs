@@ -583,8 +583,10 @@ async fn replay_flood(server_url: String, deadline: Instant, stats: Arc<AttackSt
                     Ok(r) => {
                         let status = r.status().as_u16();
                         let v: Value = r.json().await.unwrap_or(Value::Null);
-                        let code = v["error"]["code"].as_str().or_else(|| v["code"].as_str()).unwrap_or("");
-                        format!("{status} {code}").trim().to_owned()
+                        // A refusal is an `{"error"}` body or an in-protocol TASK_FAILED/SESSION_REJECT envelope.
+                        let code = v["error"]["code"].as_str().or_else(|| v["body"]["error"]["code"].as_str());
+                        let kind = v["body"]["type"].as_str().unwrap_or("");
+                        format!("{status} {kind} {}", code.unwrap_or("")).trim().to_owned()
                     }
                     Err(_) => "error".into(),
                 };
@@ -640,8 +642,8 @@ async fn run_attack(args: &Args, attack: &str) -> Result<Report, SoakError> {
         _ => (None, None),
     };
     let server = Server::start(&args.ldp, &flags, fd_limit).await?;
-    let legit = Legit::open(&server.url, token, key).await?;
-    let idle = legit.run(Instant::now() + Duration::from_secs(args.idle_seconds)).await;
+    let legit = Arc::new(Legit::open(&server.url, token, key).await?);
+    let idle = on_own_thread(legit.clone(), Instant::now() + Duration::from_secs(args.idle_seconds)).await;
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let stats = Arc::new(AttackStats::default());
     let attacker = {
@@ -660,12 +662,27 @@ async fn run_attack(args: &Args, attack: &str) -> Result<Report, SoakError> {
     };
     // Let the flood build up before the legitimate client is measured against it.
     tokio::time::sleep(Duration::from_secs(2).min(Duration::from_secs(args.seconds / 4))).await;
-    let attacked = legit.run(deadline).await;
+    let attacked = on_own_thread(legit, deadline).await;
     // Attackers stop at the deadline; a wedged one is abandoned after a grace period.
     let _ = tokio::time::timeout(Duration::from_secs(15), attacker).await;
     let peak_rss_mib = server.peak_rss_mib();
     server.stop().await;
     Ok(Report { attack: attack.to_owned(), peak_rss_mib, idle, attacked, attack_stats: stats.summary() })
+}
+
+/// Runs the legitimate client on a thread and runtime of its own, so that its latency is the server's answer time
+/// and not time spent queued behind the attackers' tasks in this process's runtime.
+async fn on_own_thread(legit: Arc<Legit>, deadline: Instant) -> Phase {
+    let joined = tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+        Some(rt.block_on(legit.run(deadline)))
+    })
+    .await;
+    joined.ok().flatten().unwrap_or_else(|| Phase {
+        failed: 1,
+        failures: vec!["the legitimate client's runtime could not start".into()],
+        ..Phase::default()
+    })
 }
 
 #[tokio::main]
