@@ -429,6 +429,19 @@ fn keys() -> Vec<SigningKey> {
     ]
 }
 
+/// `value` with an envelope-level provenance moved into a TASK_RESULT body that has none (or `null`).
+fn provenance_moved_into_result(value: &Value) -> Value {
+    let mut judged = value.clone();
+    let record = judged.get("provenance").filter(|p| p.is_object()).cloned();
+    if let (Some(record), Some(body)) = (record, judged.get_mut("body").and_then(Value::as_object_mut))
+        && body.get("type").and_then(Value::as_str) == Some("TASK_RESULT")
+        && body.get("provenance").is_none_or(Value::is_null)
+    {
+        body.insert("provenance".to_owned(), record);
+    }
+    judged
+}
+
 /// Runs every entry point on `value`; they must return, never panic. When the decoder accepts, the schema must too.
 fn exercise(value: &Value) {
     let decoded = Envelope::from_value(value.clone());
@@ -436,7 +449,10 @@ fn exercise(value: &Value) {
     let from_text = Envelope::from_slice(text.as_bytes());
     assert_eq!(decoded.is_ok(), from_text.is_ok(), "value and text decoding disagree on {text}");
     if decoded.is_ok() {
-        let errors: Vec<String> = envelope_validator().iter_errors(value).map(|e| e.to_string()).collect();
+        // One documented leniency beyond the schema: a TASK_RESULT whose provenance is only in the envelope (RFC 3.1)
+        // is read as if the body carried it, so the schema judges it in that form.
+        let judged = provenance_moved_into_result(value);
+        let errors: Vec<String> = envelope_validator().iter_errors(&judged).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "decoder accepted but schema rejected {text}: {errors:?}");
     }
     // Where the scanner decodes a text itself, serde decodes it to the same envelope.
