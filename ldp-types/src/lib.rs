@@ -92,3 +92,8 @@ pub use score::Score;
 
 /// The LDP RFC version this crate implements.
 pub const PROTOCOL_VERSION: &str = "0.1";
+
+/// The README's example, compiled and run with the doc tests so it cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

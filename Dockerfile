@@ -1,0 +1,17 @@
+# The `ldp` binary in a small image: `docker build -t ldp .` then `docker run -p 8090:8090 ldp`.
+# Arguments after the image name replace the default `serve --bind 0.0.0.0:8090` (RELEASING.md).
+
+# Build stage: the toolchain the workspace's MSRV and lock file were tested with.
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p ldp-cli --bin ldp
+
+# Runtime stage: no compiler, no shell tools beyond Debian's base, an unprivileged user.
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ldp
+COPY --from=build /src/target/release/ldp /usr/local/bin/ldp
+USER ldp
+EXPOSE 8090
+ENTRYPOINT ["ldp"]
+CMD ["serve", "--bind", "0.0.0.0:8090"]
