@@ -20,16 +20,16 @@ pub struct ConformanceArgs {
     #[arg(long = "transport", default_value = "http")]
     transports: Vec<TransportKind>,
     /// Bearer token sent with every request.
-    #[arg(long)]
+    #[arg(long, env = "LDP_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// A bearer token that authenticates the kit as a member of an untrusted domain (trust-rejection check).
     #[arg(long)]
     untrusted_token: Option<String>,
     /// Sign messages with this algorithm: hmac-sha256, hmac-sha256-jcs or ed25519-jcs.
-    #[arg(long, requires = "secret")]
+    #[arg(long, requires = "secret", value_parser = ["hmac-sha256", "hmac-sha256-jcs", "ed25519-jcs"])]
     sign: Option<String>,
     /// The shared secret (hmac-*) or the hex Ed25519 seed (ed25519-jcs).
-    #[arg(long, requires = "sign")]
+    #[arg(long, requires = "sign", env = "LDP_SECRET", hide_env_values = true)]
     secret: Option<String>,
     /// A short session TTL in seconds the server accepts, for the expiry check (default 2).
     #[arg(long)]

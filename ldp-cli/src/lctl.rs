@@ -1,6 +1,6 @@
 //! `ldp lctl ...`: LCTL v3.0 tooling.
 //!
-//! Exit codes: 0 when every document is readable and breaks no rule (warnings and notes
+//! Exit codes (as every `ldp` command): 0 when every document is readable and breaks no rule (warnings and notes
 //! allowed), 1 when a document fails to parse or breaks a rule, 2 when a file cannot be read.
 
 use std::io::Read as _;
@@ -20,6 +20,9 @@ pub enum LctlCommand {
         /// LCTL YAML files (`-` reads standard input).
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Print one JSON object (findings, parallel groups, failures, acks, counts) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Render a document's trace.
     Render {
@@ -70,13 +73,13 @@ impl From<Format> for RenderFormat {
     }
 }
 
-const EXIT_RULES_BROKEN: u8 = 1;
-const EXIT_UNREADABLE: u8 = 2;
+const EXIT_RULES_BROKEN: u8 = crate::exit::FAILED;
+const EXIT_UNREADABLE: u8 = crate::exit::USAGE;
 
 /// Runs an LCTL subcommand.
 pub fn run(cmd: LctlCommand) -> ExitCode {
     match cmd {
-        LctlCommand::Check { files } => check(&files),
+        LctlCommand::Check { files, json } => check(&files, json),
         LctlCommand::Render { file, format } => match load(&file) {
             Ok(Loaded::Document(doc)) => {
                 print!("{}", render(&doc, format.into()));
@@ -93,17 +96,33 @@ pub fn run(cmd: LctlCommand) -> ExitCode {
     }
 }
 
+/// Why a file could not be loaded: the exit status it maps to and the message for humans.
+struct LoadError {
+    code: u8,
+    message: String,
+}
+
+impl LoadError {
+    /// Prints the message and gives the exit status (the text-output commands).
+    fn report(self) -> ExitCode {
+        eprintln!("{}", self.message);
+        ExitCode::from(self.code)
+    }
+}
+
 fn read(path: &Path) -> Result<String, ExitCode> {
+    read_text(path).map_err(LoadError::report)
+}
+
+fn read_text(path: &Path) -> Result<String, LoadError> {
     let result = if path == Path::new("-") {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text).map(|_| text)
     } else {
         std::fs::read_to_string(path)
     };
-    result.map_err(|err| {
-        eprintln!("{}: cannot read: {err}", path.display());
-        ExitCode::from(EXIT_UNREADABLE)
-    })
+    result
+        .map_err(|err| LoadError { code: EXIT_UNREADABLE, message: format!("{}: cannot read: {err}", path.display()) })
 }
 
 /// What an LCTL file holds.
@@ -115,10 +134,14 @@ enum Loaded {
 }
 
 fn load(path: &Path) -> Result<Loaded, ExitCode> {
-    let text = read(path)?;
-    let fail = |err: ldp_lctl::LctlError| {
-        eprintln!("{}: error: {err}", path.display());
-        ExitCode::from(EXIT_RULES_BROKEN)
+    load_quietly(path).map_err(LoadError::report)
+}
+
+fn load_quietly(path: &Path) -> Result<Loaded, LoadError> {
+    let text = read_text(path)?;
+    let fail = |err: ldp_lctl::LctlError| LoadError {
+        code: EXIT_RULES_BROKEN,
+        message: format!("{}: error: {err}", path.display()),
     };
     let value = parse_yaml_value(&text).map_err(fail)?;
     let standalone_ack = matches!(&value, Value::Mapping(m) if m.get("lctl_ack").is_some() && m.get("lctl").is_none());
@@ -156,66 +179,131 @@ fn fmt(file: &Path, check: bool) -> ExitCode {
     }
 }
 
-fn check(files: &[PathBuf]) -> ExitCode {
+fn check(files: &[PathBuf], json: bool) -> ExitCode {
     let mut documents = Vec::new();
     let mut doc_files = Vec::new();
-    let mut ack_errors = 0;
-    let mut worst: Option<ExitCode> = None;
+    let mut acks = Vec::new();
+    let mut worst: Option<LoadError> = None;
     for file in files {
-        match load(file) {
+        match load_quietly(file) {
             Ok(Loaded::Document(doc)) => {
                 documents.push(*doc);
                 doc_files.push(file.clone());
             }
-            Ok(Loaded::Ack(ack)) => ack_errors += check_ack(file, &ack, documents.last()),
-            Err(code) => {
+            Ok(Loaded::Ack(ack)) => acks.push(check_ack(file, &ack, documents.last())),
+            Err(error) => {
+                if !json {
+                    eprintln!("{}", error.message);
+                }
                 // An unreadable file outranks a broken one.
-                if worst.is_none() || code == ExitCode::from(EXIT_UNREADABLE) {
-                    worst = Some(code);
+                if worst.as_ref().is_none_or(|w| error.code == EXIT_UNREADABLE && w.code != EXIT_UNREADABLE) {
+                    worst = Some(error);
                 }
             }
         }
     }
-    if let Some(code) = worst {
+    if let Some(error) = worst {
         // With a hop missing, chain comparisons would report nonsense; stop here.
-        return code;
+        if json {
+            println!("{}", serde_json::json!({ "ok": false, "error": error.message }));
+        }
+        return ExitCode::from(error.code);
     }
     let report = check_chain(&documents);
-    print_report(&doc_files, &report);
-    if report.has_errors() || ack_errors > 0 { ExitCode::from(EXIT_RULES_BROKEN) } else { ExitCode::SUCCESS }
+    let ack_errors: usize = acks.iter().map(|a| a.errors.len()).sum();
+    let ok = !report.has_errors() && ack_errors == 0;
+    if json {
+        println!("{}", report_json(&doc_files, &report, &acks, ok));
+    } else {
+        for ack in &acks {
+            ack.print();
+        }
+        print_report(&doc_files, &report);
+    }
+    if ok { ExitCode::SUCCESS } else { ExitCode::from(EXIT_RULES_BROKEN) }
 }
 
-/// Checks a standalone `lctl_ack` against the document before it (the one it acknowledges), if any; prints what it
-/// says and returns the number of errors.
-fn check_ack(file: &Path, ack: &LctlAck, previous: Option<&LctlDocument>) -> usize {
-    let name = file.display();
+/// `lctl check --json`: everything the text report says, as one object.
+fn report_json(files: &[PathBuf], report: &Report, acks: &[AckCheck], ok: bool) -> serde_json::Value {
+    use serde_json::json;
+    let name = |index: usize| files.get(index).map_or_else(String::new, |f| f.display().to_string());
+    let count = |severity| report.findings.iter().filter(|f| f.severity == severity).count();
+    json!({
+        "ok": ok,
+        "documents": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+        "findings": report.findings.iter().map(|f| json!({
+            "file": name(f.document),
+            "severity": f.severity.to_string(),
+            "rule": f.rule.name(),
+            "path": f.path,
+            "message": f.message,
+        })).collect::<Vec<_>>(),
+        "parallel_groups": report.parallel_groups.iter().map(|(index, group)| json!({
+            "file": name(*index),
+            "step": group.step,
+            "description": describe_group(group),
+        })).collect::<Vec<_>>(),
+        "failures": report.failures.iter().map(|(index, failure)| json!({
+            "file": name(*index),
+            "failed_at_step": failure.failed_at_step,
+            "agent": failure.agent,
+            "error": failure.error,
+            "description": describe_failure(failure).trim_end(),
+        })).collect::<Vec<_>>(),
+        "acks": acks.iter().map(|a| json!({
+            "file": a.file,
+            "summary": a.summary,
+            "errors": a.errors,
+        })).collect::<Vec<_>>(),
+        "errors": count(Severity::Error),
+        "warnings": count(Severity::Warning),
+        "notes": count(Severity::Note),
+    })
+}
+
+/// What checking one standalone `lctl_ack` found.
+struct AckCheck {
+    file: String,
+    summary: String,
+    errors: Vec<String>,
+}
+
+impl AckCheck {
+    fn print(&self) {
+        println!("{}: {}", self.file, self.summary);
+        for error in &self.errors {
+            println!("{}: error [ack] {error}", self.file);
+        }
+    }
+}
+
+/// Checks a standalone `lctl_ack` against the document before it (the one it acknowledges), if any.
+fn check_ack(file: &Path, ack: &LctlAck, previous: Option<&LctlDocument>) -> AckCheck {
     let loaded: Vec<&str> = ack.facts_loaded.iter().map(|f| f.as_str()).collect();
-    println!(
-        "{name}: lctl_ack of chain {} step {} by {} ({}): loaded [{}]",
+    let summary = format!(
+        "lctl_ack of chain {} step {} by {} ({}): loaded [{}]",
         ack.chain_id,
         ack.step,
         ack.agent,
         ack.status.as_str(),
         loaded.join(", ")
     );
-    let Some(doc) = previous else { return 0 };
     let mut errors = Vec::new();
-    if doc.chain_id().is_some_and(|id| id != ack.chain_id) {
-        errors.push(format!(
-            "acknowledges chain {} but the document before it is chain {}",
-            ack.chain_id,
-            doc.chain_id().unwrap_or_default()
-        ));
-    }
-    for id in ack.facts_loaded.iter().chain(&ack.confidence_concerns) {
-        if !doc.facts.contains(id) {
-            errors.push(format!("{id} is not in the facts registry of the document it acknowledges"));
+    if let Some(doc) = previous {
+        if doc.chain_id().is_some_and(|id| id != ack.chain_id) {
+            errors.push(format!(
+                "acknowledges chain {} but the document before it is chain {}",
+                ack.chain_id,
+                doc.chain_id().unwrap_or_default()
+            ));
+        }
+        for id in ack.facts_loaded.iter().chain(&ack.confidence_concerns) {
+            if !doc.facts.contains(id) {
+                errors.push(format!("{id} is not in the facts registry of the document it acknowledges"));
+            }
         }
     }
-    for error in &errors {
-        println!("{name}: error [ack] {error}");
-    }
-    errors.len()
+    AckCheck { file: file.display().to_string(), summary, errors }
 }
 
 fn print_report(files: &[PathBuf], report: &Report) {

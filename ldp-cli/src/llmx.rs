@@ -98,7 +98,11 @@ pub fn run(cmd: LlmxCommand) -> ExitCode {
         };
         let outcome = match bytes {
             Ok(bytes) => execute(&cmd, &bytes),
-            Err(e) => Outcome { stderr: vec![format!("error: {}: {e}", path.display())], ..Outcome::default() },
+            Err(e) => {
+                // A file named on the command line that cannot be read is a usage error (exit 2), as in every command.
+                eprintln!("error: {}: {e}", path.display());
+                return ExitCode::from(crate::exit::USAGE);
+            }
         };
         for line in &outcome.stderr {
             eprintln!("{line}");
@@ -112,7 +116,7 @@ pub fn run(cmd: LlmxCommand) -> ExitCode {
             Ok(f) => Box::new(f),
             Err(e) => {
                 eprintln!("error: {}: {e}", path.display());
-                return ExitCode::FAILURE;
+                return ExitCode::from(crate::exit::USAGE);
             }
         }
     };
@@ -398,7 +402,7 @@ mod tests {
         );
         assert_eq!(
             run(LlmxCommand::Parse { file: dir.join("missing.llmx"), expand: false, limits: Limits::default() }),
-            ExitCode::FAILURE
+            ExitCode::from(crate::exit::USAGE)
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

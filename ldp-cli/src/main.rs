@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod client;
 mod conformance;
 mod demo;
 // A server allocates a few short-lived buffers per message; mimalloc serves that pattern markedly better than the
@@ -18,12 +19,56 @@ mod llmx;
 mod paradox;
 mod serve;
 
+/// Exit statuses, the same for every subcommand (listed in `ldp --help`).
+pub(crate) mod exit {
+    /// The operation succeeded.
+    pub const OK: u8 = 0;
+    /// The operation ran and failed: a delegate unreachable or refusing, a check that did not pass, input that
+    /// does not parse.
+    pub const FAILED: u8 = 1;
+    /// The command line cannot be acted on: an unknown flag, a bad value, a file named on it that cannot be read.
+    pub const USAGE: u8 = 2;
+}
+
 /// The LLM Delegate Protocol toolkit.
 #[derive(Debug, Parser)]
-#[command(name = "ldp", version, about)]
+#[command(
+    name = "ldp",
+    version,
+    about,
+    after_help = "Exit status (every command): 0 the operation succeeded, 1 it ran and failed, 2 usage error \
+                  (a bad flag or value, an unreadable input file).\n\
+                  Secrets can come from the environment instead of the command line: LDP_TOKEN (ldp card/call \
+                  --token), LDP_SECRET (--secret), LDP_TOKENS (ldp serve --token, comma-separated)."
+)]
 struct Cli {
+    /// Log format on stderr: text (coloured only on a terminal, never with NO_COLOR set) or JSON lines.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The format of `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per event (for log collectors).
+    Json,
+}
+
+/// Installs the log subscriber: `RUST_LOG` filters (default `warn`), stderr only, so stdout stays the command's
+/// output.
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A second initialisation (tests calling `run` twice) keeps the first subscriber.
+    let _ = match format {
+        LogFormat::Text => builder.with_ansi(client::colour_wanted()).try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
 }
 
 #[derive(Debug, Subcommand)]
@@ -42,10 +87,15 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run the conformance kit against an LDP implementation.
     Conformance(conformance::ConformanceArgs),
+    /// Show a delegate's identity card and capabilities.
+    Card(client::CardArgs),
+    /// Run one task on a delegate: discover it, open a session, submit, print the output and its provenance.
+    Call(client::CallArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging(cli.log_format);
     match cli.command {
         Command::Llmx(cmd) => llmx::run(cmd),
         Command::Lctl(cmd) => lctl::run(cmd),
@@ -53,5 +103,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Conformance(args) => conformance::run(args),
+        Command::Card(args) => client::run_card(args),
+        Command::Call(args) => client::run_call(args),
     }
 }

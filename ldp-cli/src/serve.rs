@@ -35,13 +35,19 @@ pub struct ServeArgs {
     pub trusted_peers: Vec<String>,
     /// A bearer token and the trust domain it authenticates (repeatable). Once any is given, requests without a
     /// known token are refused (401) and the token's domain is authoritative.
-    #[arg(long = "token", value_name = "TOKEN=DOMAIN")]
+    #[arg(
+        long = "token",
+        value_name = "TOKEN=DOMAIN",
+        env = "LDP_TOKENS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
     pub tokens: Vec<String>,
     /// Sign replies and require signed requests: hmac-sha256 (reference SDKs), hmac-sha256-jcs or ed25519-jcs.
-    #[arg(long, value_name = "ALG", requires = "secret")]
+    #[arg(long, value_name = "ALG", requires = "secret", value_parser = ["hmac-sha256", "hmac-sha256-jcs", "ed25519-jcs"])]
     pub sign: Option<String>,
     /// The shared secret (hmac-*) or the 64-hex-digit Ed25519 seed (ed25519-jcs).
-    #[arg(long, value_name = "S", requires = "sign")]
+    #[arg(long, value_name = "S", requires = "sign", env = "LDP_SECRET", hide_env_values = true)]
     pub secret: Option<String>,
     /// Longest session TTL granted, in seconds (proposals asking for more get this).
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
@@ -445,9 +451,6 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 
 /// Runs `ldp serve` until SIGINT or SIGTERM.
 pub fn run(args: ServeArgs) -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
