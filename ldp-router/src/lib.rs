@@ -112,6 +112,7 @@ mod registry;
 pub mod route;
 mod router;
 mod select;
+pub mod stats;
 
 pub use attestation::{
     AttestationClaim, AttestationRejection, TrustedIssuers, VerifiedAttestation, WireTime, sign_attestation,

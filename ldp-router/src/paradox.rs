@@ -54,6 +54,12 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use time::macros::datetime;
 
+mod figure4;
+mod sensitivity;
+
+pub use figure4::{FIGURE4_FRACTIONS, Figure4Report, Figure4Row, run_figure4};
+pub use sensitivity::{DISHONEST_FRACTIONS, POOL_SIZES, SensitivityReport, SensitivityRow, run_sensitivity};
+
 use crate::{
     Candidate, ClaimPolicy, ClaimType, ExplainDepth, Exploration, LearnerConfig, Outcome, Quality, QualityClaim,
     Router, RouterConfig, RouterError, SelectionRequest, SelfClaimedRule, SkillOffer, Strategy, VerificationSource,
@@ -302,8 +308,14 @@ pub struct ConditionStats {
     pub accuracy_pct: f64,
     /// Percentage of tasks routed to an inflator.
     pub inflation_selected_pct: f64,
-    /// Cohen's d against blind.
+    /// Cohen's d against blind (pooled standard deviation, [`crate::stats::cohen_d`]).
     pub cohen_d_vs_blind: f64,
+    /// Two-sided p-value of the Mann–Whitney U test against blind over all tasks of all seeds, as the paper's
+    /// Table 2 reports it (`None` for blind itself).
+    pub p_vs_blind: Option<f64>,
+    /// Cohen's d against self-claimed: the comparison whose figure the paper's abstract quotes for attested
+    /// routing (`d = 9.51`; `docs/paradox.md` shows why).
+    pub cohen_d_vs_self_claimed: f64,
 }
 
 /// Results of one scenario.
@@ -327,7 +339,7 @@ impl ExperimentReport {
         self.conditions.iter().find(|c| c.condition == condition)
     }
 
-    fn mean_of(&self, condition: Condition) -> f64 {
+    pub(crate) fn mean_of(&self, condition: Condition) -> f64 {
         self.stats(condition).map_or(f64::NAN, |s| s.mean)
     }
 
@@ -339,18 +351,23 @@ impl ExperimentReport {
 
     /// The report as CSV, one row per condition.
     pub fn to_csv(&self) -> String {
-        let mut out = String::from("condition,mean,std,seed_sd,accuracy_pct,inflation_selected_pct,cohen_d_vs_blind\n");
+        let mut out = String::from(
+            "condition,mean,std,seed_sd,accuracy_pct,inflation_selected_pct,cohen_d_vs_blind,p_vs_blind,\
+             cohen_d_vs_self_claimed\n",
+        );
         for c in &self.conditions {
             let _ = writeln!(
                 out,
-                "{},{:.4},{:.4},{:.4},{:.1},{:.1},{:.3}",
+                "{},{:.4},{:.4},{:.4},{:.1},{:.1},{:.3},{},{:.3}",
                 c.condition.id(),
                 c.mean,
                 c.std,
                 c.seed_sd,
                 c.accuracy_pct,
                 c.inflation_selected_pct,
-                c.cohen_d_vs_blind
+                c.cohen_d_vs_blind,
+                c.p_vs_blind.map(|p| format!("{p:.3e}")).unwrap_or_default(),
+                c.cohen_d_vs_self_claimed
             );
         }
         out
@@ -379,25 +396,37 @@ impl fmt::Display for ExperimentReport {
         writeln!(f)?;
         writeln!(
             f,
-            "{:<24} {:>16} {:>8} {:>10} {:>12} {:>11}",
-            "condition", "quality", "seed sd", "accuracy", "inflation", "d vs blind"
+            "{:<24} {:>16} {:>8} {:>10} {:>12} {:>11} {:>10} {:>10}",
+            "condition", "quality", "seed sd", "accuracy", "inflation", "d vs blind", "p (MWU)", "d vs self"
         )?;
         for c in &self.conditions {
             let d = if c.condition == Condition::Blind { "-".to_owned() } else { format!("{:.2}", c.cohen_d_vs_blind) };
+            let d_self = if c.condition == Condition::SelfClaimed {
+                "-".to_owned()
+            } else {
+                format!("{:.2}", c.cohen_d_vs_self_claimed)
+            };
             writeln!(
                 f,
-                "{:<24} {:>16} {:>8.3} {:>9.1}% {:>11.1}% {:>11}",
+                "{:<24} {:>16} {:>8.3} {:>9.1}% {:>11.1}% {:>11} {:>10} {:>10}",
                 c.condition.name(),
                 format!("{:.3} ± {:.3}", c.mean, c.std),
                 c.seed_sd,
                 c.accuracy_pct,
                 c.inflation_selected_pct,
-                d
+                d,
+                c.p_vs_blind.map_or_else(|| "-".to_owned(), format_p),
+                d_self
             )?;
         }
         writeln!(f)?;
         write!(f, "ours closes {:.0}% of the blind-to-attested gap without any attestation", 100.0 * self.gap_closed())
     }
+}
+
+/// A p-value as papers print it: `< 0.001` below that, else three decimals.
+pub fn format_p(p: f64) -> String {
+    if p < 0.001 { "< 0.001".to_owned() } else { format!("{p:.3}") }
 }
 
 struct Tally {
@@ -414,13 +443,7 @@ impl Tally {
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len() as f64;
-    if xs.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    let mean = xs.iter().sum::<f64>() / n;
-    let var = if xs.len() > 1 { xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) } else { 0.0 };
-    (mean, var.sqrt())
+    crate::stats::mean_sd(xs).unwrap_or((f64::NAN, f64::NAN))
 }
 
 fn candidates(pool: &[SimDelegate], attested: bool) -> Result<Vec<Candidate>, RouterError> {
@@ -528,14 +551,17 @@ pub fn run_experiment(scenario: &Scenario, base_seed: u64, seeds: u64) -> Result
             tally.seed_means.push(seed_sum / scenario.tasks as f64);
         }
     }
-    let blind = tallies.first().map(|t| mean_sd(&t.qualities)).unwrap_or((f64::NAN, f64::NAN));
+    let of = |condition: Condition| {
+        Condition::ALL.iter().position(|&c| c == condition).and_then(|i| tallies.get(i)).map(|t| t.qualities.as_slice())
+    };
+    let (blind, self_claimed) =
+        (of(Condition::Blind).unwrap_or_default(), of(Condition::SelfClaimed).unwrap_or_default());
     let conditions = Condition::ALL
         .into_iter()
         .zip(&tallies)
         .map(|(condition, t)| {
             let (mean, std) = mean_sd(&t.qualities);
             let total = t.qualities.len().max(1) as f64;
-            let pooled = ((std * std + blind.1 * blind.1) / 2.0).sqrt();
             ConditionStats {
                 condition,
                 mean,
@@ -543,7 +569,11 @@ pub fn run_experiment(scenario: &Scenario, base_seed: u64, seeds: u64) -> Result
                 seed_sd: mean_sd(&t.seed_means).1,
                 accuracy_pct: 100.0 * t.best as f64 / total,
                 inflation_selected_pct: 100.0 * t.inflated as f64 / total,
-                cohen_d_vs_blind: if pooled > 0.0 { (mean - blind.0) / pooled } else { 0.0 },
+                cohen_d_vs_blind: crate::stats::cohen_d(&t.qualities, blind).unwrap_or(0.0),
+                p_vs_blind: (condition != Condition::Blind)
+                    .then(|| crate::stats::mann_whitney_u(&t.qualities, blind).map(|test| test.p_two_sided))
+                    .flatten(),
+                cohen_d_vs_self_claimed: crate::stats::cohen_d(&t.qualities, self_claimed).unwrap_or(0.0),
             }
         })
         .collect();
@@ -554,170 +584,4 @@ pub fn run_experiment(scenario: &Scenario, base_seed: u64, seeds: u64) -> Result
         best_true_quality: best_sum / seeds as f64,
         conditions,
     })
-}
-
-/// One configuration of the sensitivity analysis.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SensitivityRow {
-    /// Share of inflators.
-    pub dishonest_fraction: f64,
-    /// Inflation level.
-    pub inflation: InflationLevel,
-    /// Pool size.
-    pub pool_size: usize,
-    /// Mean quality of blind routing.
-    pub blind: f64,
-    /// Mean quality of self-claimed routing.
-    pub self_claimed: f64,
-    /// Mean quality of attested routing.
-    pub attested: f64,
-    /// Mean quality of this router, runtime-observed.
-    pub ours: f64,
-    /// Self-claimed is worse than blind.
-    pub paradox: bool,
-}
-
-/// The 36 configurations of the sensitivity analysis.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SensitivityReport {
-    /// Seed of the first run of each configuration.
-    pub base_seed: u64,
-    /// Seeds per configuration.
-    pub seeds: u64,
-    /// Tasks per condition and seed.
-    pub tasks: usize,
-    /// One row per configuration.
-    pub rows: Vec<SensitivityRow>,
-    /// Configurations where self-claimed is worse than blind.
-    pub paradox_count: usize,
-    /// Configurations where ours beats blind.
-    pub ours_beats_blind: usize,
-    /// Configurations with the paradox where ours also beats self-claimed.
-    pub ours_beats_paradox: usize,
-    /// Largest amount by which ours trails self-claimed (where honest-enough claims let self-claimed find the best
-    /// delegate, ours pays for its exploration); 0 if it never trails.
-    pub ours_max_shortfall: f64,
-    /// Smallest share of the blind-to-attested gap that ours closes over all configurations.
-    pub ours_min_gap_closed: f64,
-}
-
-/// Dishonest fractions of the sensitivity analysis.
-pub const DISHONEST_FRACTIONS: [f64; 4] = [0.1, 0.3, 0.5, 0.7];
-/// Pool sizes of the sensitivity analysis.
-pub const POOL_SIZES: [usize; 3] = [5, 10, 20];
-
-/// Runs the sensitivity analysis.
-pub fn run_sensitivity(base_seed: u64, seeds: u64, tasks: usize) -> Result<SensitivityReport, RouterError> {
-    let mut rows = Vec::with_capacity(36);
-    for fraction in DISHONEST_FRACTIONS {
-        for level in InflationLevel::ALL {
-            for pool_size in POOL_SIZES {
-                let report =
-                    run_experiment(&Scenario::sensitivity(fraction, level, pool_size, tasks), base_seed, seeds)?;
-                let blind = report.mean_of(Condition::Blind);
-                let self_claimed = report.mean_of(Condition::SelfClaimed);
-                rows.push(SensitivityRow {
-                    dishonest_fraction: fraction,
-                    inflation: level,
-                    pool_size,
-                    blind,
-                    self_claimed,
-                    attested: report.mean_of(Condition::Attested),
-                    ours: report.mean_of(Condition::Ours),
-                    paradox: self_claimed < blind,
-                });
-            }
-        }
-    }
-    let paradox_count = rows.iter().filter(|r| r.paradox).count();
-    let ours_beats_blind = rows.iter().filter(|r| r.ours > r.blind).count();
-    let ours_beats_paradox = rows.iter().filter(|r| r.paradox && r.ours > r.self_claimed).count();
-    let ours_max_shortfall = rows.iter().map(|r| r.self_claimed - r.ours).fold(0.0, f64::max);
-    let ours_min_gap_closed =
-        rows.iter().map(|r| (r.ours - r.blind) / (r.attested - r.blind)).fold(f64::INFINITY, f64::min);
-    Ok(SensitivityReport {
-        base_seed,
-        seeds,
-        tasks,
-        rows,
-        paradox_count,
-        ours_beats_blind,
-        ours_beats_paradox,
-        ours_max_shortfall,
-        ours_min_gap_closed,
-    })
-}
-
-impl SensitivityReport {
-    /// The report as CSV, one row per configuration.
-    pub fn to_csv(&self) -> String {
-        let mut out = String::from("dishonest_pct,inflation,pool_size,blind,self_claimed,attested,ours,paradox\n");
-        for r in &self.rows {
-            let _ = writeln!(
-                out,
-                "{:.0},{},{},{:.4},{:.4},{:.4},{:.4},{}",
-                100.0 * r.dishonest_fraction,
-                r.inflation.name(),
-                r.pool_size,
-                r.blind,
-                r.self_claimed,
-                r.attested,
-                r.ours,
-                r.paradox
-            );
-        }
-        out
-    }
-}
-
-impl fmt::Display for SensitivityReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "sensitivity: {} configurations, {} tasks x {} seeds from seed {} (claim = true + inflation)",
-            self.rows.len(),
-            self.tasks,
-            self.seeds,
-            self.base_seed
-        )?;
-        writeln!(f)?;
-        writeln!(
-            f,
-            "{:>9} {:>9} {:>5} {:>7} {:>7} {:>8} {:>7}  self < blind",
-            "dishonest", "inflation", "pool", "blind", "self", "attested", "ours"
-        )?;
-        for r in &self.rows {
-            writeln!(
-                f,
-                "{:>8.0}% {:>9} {:>5} {:>7.3} {:>7.3} {:>8.3} {:>7.3}  {}",
-                100.0 * r.dishonest_fraction,
-                r.inflation.name(),
-                r.pool_size,
-                r.blind,
-                r.self_claimed,
-                r.attested,
-                r.ours,
-                if r.paradox { "yes" } else { "" }
-            )?;
-        }
-        writeln!(f)?;
-        writeln!(
-            f,
-            "self-claimed is worse than blind in {} of {} configurations (paper: 10 of 36)",
-            self.paradox_count,
-            self.rows.len()
-        )?;
-        write!(
-            f,
-            "ours beats blind in {} of {} and self-claimed in {} of the {} paradox configurations; it closes at \
-             least {:.0}% of the blind-to-attested gap everywhere and trails self-claimed by at most {:.3} where \
-             claims are honest enough for self-claimed to find the best delegate (the price of exploring)",
-            self.ours_beats_blind,
-            self.rows.len(),
-            self.ours_beats_paradox,
-            self.paradox_count,
-            100.0 * self.ours_min_gap_closed,
-            self.ours_max_shortfall
-        )
-    }
 }

@@ -114,3 +114,46 @@ fn inflator_count_rounds_and_keeps_one_honest_delegate() {
     assert_eq!(count(0.9, 2), 1);
     assert_eq!(count(0.5, 0), 0);
 }
+
+#[test]
+fn table2_reports_the_papers_statistics() {
+    let report = run_experiment(&Scenario::table2(100), 0, 3).unwrap();
+    let stats = |c| report.stats(c).unwrap();
+    // The paper: both differences against blind are significant at p < 0.001 (Mann-Whitney U).
+    for condition in [Condition::SelfClaimed, Condition::Attested] {
+        assert!(stats(condition).p_vs_blind.is_some_and(|p| p < 0.001), "{condition:?}: {:?}", stats(condition));
+    }
+    assert_eq!(stats(Condition::Blind).p_vs_blind, None);
+    // d against blind and against self-claimed have the signs the paper's story needs, and the comparison is
+    // antisymmetric: self-claimed against blind is minus blind against self-claimed.
+    assert!(stats(Condition::SelfClaimed).cohen_d_vs_blind < 0.0);
+    assert!(stats(Condition::Attested).cohen_d_vs_self_claimed > stats(Condition::Attested).cohen_d_vs_blind);
+    let d = stats(Condition::SelfClaimed).cohen_d_vs_blind + stats(Condition::Blind).cohen_d_vs_self_claimed;
+    assert!(d.abs() < 1e-12, "{d}");
+}
+
+#[test]
+fn the_figure4_slice_agrees_with_the_sensitivity_analysis() {
+    let slice = ldp_router::paradox::run_figure4(0, 2, 40).unwrap();
+    assert_eq!(slice.rows.len(), ldp_router::paradox::FIGURE4_FRACTIONS.len());
+    let sensitivity = run_sensitivity(0, 2, 40).unwrap();
+    for row in &slice.rows {
+        assert_eq!(row.paradox, row.self_claimed < row.blind);
+        assert!(row.p_self_vs_blind.is_some());
+        // Where the two runs share a configuration (pool 10, medium inflation), they agree exactly.
+        if let Some(same) = sensitivity.rows.iter().find(|r| {
+            r.pool_size == 10
+                && r.inflation == ldp_router::paradox::InflationLevel::Medium
+                && (r.dishonest_fraction - row.dishonest_fraction).abs() < 1e-9
+        }) {
+            assert_eq!(
+                (same.blind, same.self_claimed, same.attested, same.ours),
+                (row.blind, row.self_claimed, row.attested, row.ours)
+            );
+        }
+    }
+    assert_eq!(
+        slice.paradox_zone(),
+        slice.rows.iter().filter(|r| r.paradox).map(|r| r.dishonest_fraction).collect::<Vec<_>>()
+    );
+}
