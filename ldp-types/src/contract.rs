@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use crate::criteria::CheckableCriteria;
 use crate::identity::{null_as_default, object_or_default, optional_object};
 use crate::provenance::Provenance;
 use crate::raw::RawJson;
@@ -113,8 +114,11 @@ impl DelegationContract {
         self
     }
 
-    /// Parses the deadline once, so results can be checked cheaply ([`ContractLimits::check`]).
+    /// Parses the deadline once, so results can be checked cheaply ([`ContractLimits::check`]), and checks that every
+    /// `check:` predicate of the criteria and constraints parses ([`crate::criteria`]): a contract that cannot be
+    /// checked is refused before any work, by the initiator and by the responder.
     pub fn limits(&self) -> Result<ContractLimits, Error> {
+        self.checkable_criteria()?;
         Ok(ContractLimits {
             deadline: self.deadline.as_deref().map(parse_timestamp).transpose()?,
             budget: self.policy.budget.unwrap_or_default(),
@@ -124,8 +128,15 @@ impl DelegationContract {
     }
 }
 
+impl DelegationContract {
+    /// The machine-checkable (`check:`) entries of `success_criteria` and `policy.safety_constraints`, parsed.
+    pub fn checkable_criteria(&self) -> Result<CheckableCriteria, Error> {
+        CheckableCriteria::parse(&self.success_criteria, &self.policy.safety_constraints)
+    }
+}
+
 /// One way a result broke its contract.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ContractViolation {
     /// The result arrived after the deadline.
     DeadlineExceeded,
@@ -150,16 +161,32 @@ pub enum ContractViolation {
         /// The limit.
         max: u32,
     },
+    /// A `check:` success criterion does not hold for the output.
+    CriterionFailed {
+        /// The criterion, as written in the contract.
+        criterion: String,
+        /// Why it does not hold.
+        reason: String,
+    },
+    /// A `check:` safety constraint does not hold for the output.
+    SafetyConstraintViolated {
+        /// The constraint, as written in the contract.
+        constraint: String,
+        /// Why it does not hold.
+        reason: String,
+    },
 }
 
 impl ContractViolation {
     /// The code recorded in `contract_violations`.
-    pub const fn code(self) -> &'static str {
+    pub const fn code(&self) -> &'static str {
         match self {
             Self::DeadlineExceeded => "DEADLINE_EXCEEDED",
             Self::TokenBudgetExceeded { .. } => "BUDGET_TOKENS_EXCEEDED",
             Self::CostBudgetExceeded { .. } => "BUDGET_COST_EXCEEDED",
             Self::DelegationDepthExceeded { .. } => "DELEGATION_DEPTH_EXCEEDED",
+            Self::CriterionFailed { .. } => "SUCCESS_CRITERION_FAILED",
+            Self::SafetyConstraintViolated { .. } => "SAFETY_CONSTRAINT_VIOLATED",
         }
     }
 }
@@ -171,6 +198,12 @@ impl std::fmt::Display for ContractViolation {
             Self::TokenBudgetExceeded { used, max } => write!(f, "used {used} tokens, budget {max}"),
             Self::CostBudgetExceeded { used, max } => write!(f, "cost {used} USD, budget {max} USD"),
             Self::DelegationDepthExceeded { depth, max } => write!(f, "delegation depth {depth}, maximum {max}"),
+            Self::CriterionFailed { criterion, reason } => {
+                write!(f, "success criterion {criterion:?} failed: {reason}")
+            }
+            Self::SafetyConstraintViolated { constraint, reason } => {
+                write!(f, "safety constraint {constraint:?} violated: {reason}")
+            }
         }
     }
 }
@@ -240,8 +273,33 @@ pub enum ContractOutcome {
     Rejected(LdpError),
 }
 
+/// Checks an output against the contract's machine-checkable criteria and constraints (`check:` entries); free-form
+/// entries are not checked. An output that is not JSON a `Value` can hold fails every predicate it is given.
+pub fn check_output(criteria: &CheckableCriteria, output: &RawJson) -> Vec<ContractViolation> {
+    if criteria.is_empty() {
+        return Vec::new();
+    }
+    let value = output.to_value();
+    let run = |criterion: &crate::criteria::Criterion| match &value {
+        Ok(value) => criterion.evaluate(value),
+        Err(e) => Err(format!("the output cannot be read: {e}")),
+    };
+    let success = criteria.success.iter().filter_map(|c| {
+        run(c).err().map(|reason| ContractViolation::CriterionFailed { criterion: c.source().to_owned(), reason })
+    });
+    let safety = criteria.safety.iter().filter_map(|c| {
+        run(c)
+            .err()
+            .map(|reason| ContractViolation::SafetyConstraintViolated { constraint: c.source().to_owned(), reason })
+    });
+    success.chain(safety).collect()
+}
+
 /// Applies a contract to a received result: records `contract_id`, `contract_satisfied` and `contract_violations`
-/// in provenance, and under `fail_closed` turns a violation into `policy` / `CONTRACT_VIOLATED`.
+/// in provenance, and under `fail_closed` turns a violation into `policy` / `CONTRACT_VIOLATED`. Besides the
+/// limits (deadline, budget, delegation depth) it evaluates the `check:` predicates of the success criteria and
+/// safety constraints on the output ([`check_output`]); the error of a `fail_closed` violation names each failed
+/// predicate.
 pub fn apply_contract(
     contract: &DelegationContract,
     limits: &ContractLimits,
@@ -249,7 +307,15 @@ pub fn apply_contract(
     mut provenance: Provenance,
     received_at: OffsetDateTime,
 ) -> ContractOutcome {
-    let check = limits.check(&provenance, received_at);
+    let mut check = limits.check(&provenance, received_at);
+    // `limits` came from `contract.limits()`, which parsed these already; a contract that no longer parses counts
+    // as violated rather than silently unchecked.
+    match contract.checkable_criteria() {
+        Ok(criteria) => check.violations.extend(check_output(&criteria, output)),
+        Err(e) => check
+            .violations
+            .push(ContractViolation::CriterionFailed { criterion: "check:".to_owned(), reason: e.to_string() }),
+    }
     provenance.contract_id = Some(contract.contract_id.clone());
     provenance.contract_satisfied = Some(check.satisfied());
     provenance.contract_violations = check.violations.iter().map(|v| v.code().to_owned()).collect();
@@ -329,5 +395,59 @@ mod tests {
     fn bad_deadline_is_a_typed_error() {
         let c = DelegationContract::new("c", "o").with_deadline("tomorrow");
         assert!(matches!(c.limits(), Err(Error::InvalidTimestamp(_))));
+    }
+
+    #[test]
+    fn checkable_criteria_are_evaluated_on_the_output() {
+        let mut c = DelegationContract::new("c2", "summarise").with_failure_policy(FailurePolicy::FailClosed);
+        c.success_criteria = vec![
+            "include revenue figures".to_owned(), // free-form: not checked
+            "check: has revenue".to_owned(),
+            "check: words(summary) <= 3".to_owned(),
+        ];
+        c.policy.safety_constraints = vec!["check: not matches /(?i)guaranteed returns/".to_owned()];
+        let limits = c.limits().unwrap();
+        let now = parse_timestamp("2026-03-15T10:00:00Z").unwrap();
+
+        let good = RawJson::from(serde_json::json!({"revenue": 4, "summary": "revenue rose"}));
+        assert!(
+            matches!(apply_contract(&c, &limits, &good, prov(1), now), ContractOutcome::Accepted(p) if p.contract_satisfied == Some(true))
+        );
+
+        // fail_closed: the error names each failed predicate and carries the output.
+        let bad = RawJson::from(serde_json::json!({"summary": "guaranteed returns for everyone"}));
+        match apply_contract(&c, &limits, &bad, prov(1), now) {
+            ContractOutcome::Rejected(e) => {
+                assert_eq!(e.code, codes::CONTRACT_VIOLATED);
+                for named in ["check: has revenue", "check: words(summary) <= 3", "guaranteed returns"] {
+                    assert!(e.message.contains(named), "{named} not in {}", e.message);
+                }
+                assert_eq!(e.partial_output, Some(bad.to_value().unwrap()));
+            }
+            other => panic!("expected rejection, got {other:?}"),
+        }
+
+        // fail_open: recorded in provenance, the result stands.
+        c.policy.failure_policy = FailurePolicy::FailOpen;
+        let limits = c.limits().unwrap();
+        match apply_contract(&c, &limits, &bad, prov(1), now) {
+            ContractOutcome::Accepted(p) => {
+                assert_eq!(p.contract_satisfied, Some(false));
+                assert_eq!(
+                    p.contract_violations,
+                    ["SUCCESS_CRITERION_FAILED", "SUCCESS_CRITERION_FAILED", "SAFETY_CONSTRAINT_VIOLATED"]
+                );
+            }
+            other => panic!("expected acceptance, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unparseable_predicate_makes_the_contract_invalid() {
+        let mut c = DelegationContract::new("c3", "o");
+        c.success_criteria = vec!["check: words <=".to_owned()];
+        let err = c.limits().unwrap_err();
+        assert!(matches!(err, Error::InvalidCriterion { .. }), "{err}");
+        assert_eq!(LdpError::from(&err).code, codes::CONTRACT_VIOLATED);
     }
 }

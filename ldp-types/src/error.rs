@@ -381,6 +381,15 @@ pub enum Error {
     /// JSON serialisation failed (only non-JSON-representable values, e.g. non-finite floats in `Value`, can cause it).
     #[error("serialisation failed: {0}")]
     Serialize(#[source] serde_json::Error),
+    /// A `check:` entry of a contract's success criteria or safety constraints does not parse or exceeds a bound
+    /// ([`crate::criteria`]).
+    #[error("invalid criterion {criterion:?}: {reason}")]
+    InvalidCriterion {
+        /// The entry (shortened if long).
+        criterion: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -416,6 +425,9 @@ impl From<&Error> for LdpError {
             | Error::BadSignature
             | Error::InvalidKey(_) => LdpError::security(codes::SIGNATURE_INVALID, err.to_string()),
             Error::Serialize(_) => LdpError::runtime(codes::EXECUTION_FAILED, err.to_string()),
+            Error::InvalidCriterion { .. } => {
+                LdpError::policy(codes::CONTRACT_VIOLATED, err.to_string()).with_retryable(false)
+            }
         }
     }
 }

@@ -55,6 +55,7 @@
 
 mod check;
 mod contract;
+pub mod criteria;
 mod envelope;
 mod error;
 mod identity;
@@ -71,7 +72,7 @@ pub mod time;
 
 pub use contract::{
     Budget, ContractCheck, ContractLimits, ContractOutcome, ContractPolicy, ContractViolation, DelegationContract,
-    FailurePolicy, apply_contract,
+    FailurePolicy, apply_contract, check_output,
 };
 #[doc(hidden)]
 pub use envelope::{_scanner_decodes, _serde_decodes};
