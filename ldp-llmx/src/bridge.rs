@@ -347,7 +347,7 @@ fn blocks_from_body(body: &Body) -> Result<Vec<Block>, LlmxError> {
             }
             _ => {
                 let mut content = Object::new();
-                content.insert("code", f.error.code.clone());
+                content.insert("code", f.error.code.to_string());
                 content.insert("category", category_name(f.error.category));
                 content.insert("retryable", f.error.retryable);
                 vec![Block::Obs(Obs {

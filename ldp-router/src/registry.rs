@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use ldp_session::runtime::{Client, Transport};
 use ldp_session::{IdSource, InitiatorConfig, SeededIds, WallClock};
-use ldp_types::{Envelope, IdentityCard, LdpError, SessionConfig, codes};
+use ldp_types::{Code, Envelope, IdentityCard, LdpError, SessionConfig};
 use serde_json::Value;
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
@@ -364,9 +364,9 @@ impl Registry {
         }
         let transport = self
             .transport_of(delegate_id)
-            .map_err(|e| LdpError::transport(codes::TRANSPORT_ERROR, e.to_string()).with_retryable(false))?
+            .map_err(|e| LdpError::transport(Code::TransportError, e.to_string()).with_retryable(false))?
             .ok_or_else(|| {
-                LdpError::transport(codes::TRANSPORT_ERROR, format!("delegate {delegate_id:?} has no endpoint"))
+                LdpError::transport(Code::TransportError, format!("delegate {delegate_id:?} has no endpoint"))
                     .with_retryable(false)
             })?;
         let client = Client::connect(Shared(transport), self.config.initiator.clone(), self.clock.clone(), self.ids())

@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_types::{DelegationContract, ErrorCategory, LdpError, Provenance, RawJson, codes};
+use ldp_types::{Code, DelegationContract, ErrorCategory, LdpError, Provenance, RawJson};
 use serde_json::Value;
 
 use crate::registry::Registry;
@@ -271,7 +271,7 @@ impl Registry {
                 && now >= deadline
             {
                 let error =
-                    LdpError::transport(codes::TIMEOUT, "the contract's deadline has passed").with_retryable(false);
+                    LdpError::transport(Code::Timeout, "the contract's deadline has passed").with_retryable(false);
                 let kind = RouteErrorKind::Escalated { error, reason: GiveUpReason::DeadlineExhausted };
                 return Err(fail(kind, decisions, attempts));
             }
@@ -404,7 +404,7 @@ impl Registry {
             Ok((outcome.output, outcome.provenance))
         };
         let Some(deadline) = deadline else { return work.await };
-        let timed_out = || LdpError::transport(codes::TIMEOUT, "the contract's deadline passed").with_retryable(false);
+        let timed_out = || LdpError::transport(Code::Timeout, "the contract's deadline passed").with_retryable(false);
         let left = Duration::try_from(deadline - self.now()).map_err(|_| timed_out())?;
         tokio::time::timeout(left, work).await.unwrap_or_else(|_| Err(timed_out()))
     }

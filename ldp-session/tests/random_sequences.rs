@@ -268,7 +268,7 @@ fn apply(sim: &mut Sim, model: &mut Model, action: &Action) {
                 }
                 Err(refusal) => {
                     assert!(ErrorCategory::ALL.contains(&refusal.error.category));
-                    assert!(!refusal.error.code.is_empty());
+                    assert!(!refusal.error.code.as_str().is_empty());
                     let reply = refusal.reply.as_ref().expect("a decodable message is answered in-protocol");
                     check_reply_to(reply, &sender);
                     match (&reply.body, m.kind) {

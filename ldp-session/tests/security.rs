@@ -40,7 +40,7 @@ fn security_code(r: Result<Outcome, ldp_session::Refusal>) -> String {
     let refusal = r.unwrap_err();
     assert_eq!(refusal.error.category, ErrorCategory::Security, "{:?}", refusal.error);
     assert!(refusal.reply.is_some());
-    refusal.error.code
+    refusal.error.code.to_string()
 }
 
 #[test]

@@ -163,7 +163,7 @@ fn forgotten_sessions_answer_not_found_once_their_tombstone_is_evicted() {
         .into_iter()
         .map(|sid| {
             let env = sim.forge(sid, TaskUpdate::new("t".into(), None, None), PayloadMode::Text);
-            sim.send_responder(&env).unwrap_err().error.code
+            sim.send_responder(&env).unwrap_err().error.code.to_string()
         })
         .collect();
     // Only one tombstone is kept: one id is remembered as expired, the other is unknown.

@@ -420,7 +420,7 @@ async fn messages(
     let resp = result.unwrap_or_else(|e| {
         let code = e.to_ldp_error().code;
         let resp = e.into_response();
-        record(&span, resp.status(), None, Some(&code));
+        record(&span, resp.status(), None, Some(code.as_str()));
         resp
     });
     span.record("status", resp.status().as_u16());
@@ -456,7 +456,7 @@ async fn stream(
         Err(e) => {
             let code = e.to_ldp_error().code;
             let resp = e.into_response();
-            record(&span, resp.status(), None, Some(&code));
+            record(&span, resp.status(), None, Some(code.as_str()));
             resp
         }
     }

@@ -88,7 +88,7 @@ async fn full_flow(t: HttpTransport, domain: Option<&str>) -> Result<(), Session
 
 fn peer_code(r: Result<(), SessionError>) -> String {
     match r {
-        Err(SessionError::Peer(e)) => e.code,
+        Err(SessionError::Peer(e)) => e.code.to_string(),
         other => panic!("expected a peer refusal, got {other:?}"),
     }
 }

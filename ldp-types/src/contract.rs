@@ -9,7 +9,7 @@ use crate::identity::{null_as_default, object_or_default, optional_object};
 use crate::provenance::Provenance;
 use crate::raw::RawJson;
 use crate::time::parse_timestamp;
-use crate::{Error, LdpError, codes};
+use crate::{Code, Error, LdpError};
 
 /// What happens when a result violates its contract.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -324,7 +324,7 @@ pub fn apply_contract(
     }
     let details: Vec<String> = check.violations.iter().map(|v| v.to_string()).collect();
     let error = LdpError::policy(
-        codes::CONTRACT_VIOLATED,
+        Code::ContractViolated,
         format!("contract {} violated: {}", contract.contract_id, details.join("; ")),
     );
     // The output goes along as far as a `Value` can hold it (text with a number like 1e400 cannot be).
@@ -368,7 +368,7 @@ mod tests {
         let out = RawJson::from(serde_json::json!({"summary": "..."}));
         match apply_contract(&c, &limits, &out, prov(8200), now) {
             ContractOutcome::Rejected(e) => {
-                assert_eq!(e.code, codes::CONTRACT_VIOLATED);
+                assert_eq!(e.code, Code::ContractViolated);
                 assert_eq!(e.category, crate::ErrorCategory::Policy);
                 assert_eq!(e.partial_output, Some(out.to_value().unwrap()));
             }
@@ -418,7 +418,7 @@ mod tests {
         let bad = RawJson::from(serde_json::json!({"summary": "guaranteed returns for everyone"}));
         match apply_contract(&c, &limits, &bad, prov(1), now) {
             ContractOutcome::Rejected(e) => {
-                assert_eq!(e.code, codes::CONTRACT_VIOLATED);
+                assert_eq!(e.code, Code::ContractViolated);
                 for named in ["check: has revenue", "check: words(summary) <= 3", "guaranteed returns"] {
                     assert!(e.message.contains(named), "{named} not in {}", e.message);
                 }
@@ -448,6 +448,6 @@ mod tests {
         c.success_criteria = vec!["check: words <=".to_owned()];
         let err = c.limits().unwrap_err();
         assert!(matches!(err, Error::InvalidCriterion { .. }), "{err}");
-        assert_eq!(LdpError::from(&err).code, codes::CONTRACT_VIOLATED);
+        assert_eq!(LdpError::from(&err).code, Code::ContractViolated);
     }
 }

@@ -109,76 +109,244 @@ impl fmt::Display for ErrorCategory {
     }
 }
 
-/// The catalogue of standard error codes. Codes are open strings on the wire; these are the ones this
-/// implementation emits and recognises.
-pub mod codes {
+/// Declares the code catalogue once: the [`Code`] variants, their wire names, the [`codes`] constants and each
+/// code's category and retry advice.
+macro_rules! code_catalogue {
+    ($($(#[$doc:meta])* $variant:ident = $name:ident, $category:ident, $retry:tt;)*) => {
+        /// A machine-readable error code ([`LdpError::code`]).
+        ///
+        /// Codes are open strings on the wire: the variants are the codes this implementation emits and
+        /// recognises, and a code from another implementation is kept as [`Code::Other`]. Each (de)serialises as its
+        /// wire name (`CONTRACT_VIOLATED`), so the wire is what it was when the code was a string.
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Code {
+            $($(#[$doc])* $variant,)*
+            /// A code this implementation does not know, as received. [`Code::from`] never puts a known wire name
+            /// here; construct known codes by their variant.
+            Other(String),
+        }
+
+        impl Code {
+            /// Every known code, in catalogue order ([`Code::Other`] excluded).
+            pub const KNOWN: &'static [Code] = &[$(Code::$variant,)*];
+
+            /// The wire name, e.g. `CONTRACT_VIOLATED`.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(Self::$variant => codes::$name,)*
+                    Self::Other(s) => s,
+                }
+            }
+
+            /// The known code with this wire name, if any (case-sensitive, as on the wire).
+            pub fn known(name: &str) -> Option<Code> {
+                match name {
+                    $(codes::$name => Some(Self::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The category this implementation sends the code with (`None` for [`Code::Other`]). A peer may send
+            /// another; the [`LdpError::category`] received is what counts.
+            pub const fn category(&self) -> Option<ErrorCategory> {
+                match self {
+                    $(Self::$variant => Some(ErrorCategory::$category),)*
+                    Self::Other(_) => None,
+                }
+            }
+
+            /// The retry advice this implementation sends the code with: the category's default
+            /// ([`ErrorCategory::default_retryable`]) unless the code says otherwise (a full table is worth a retry
+            /// whatever its category; a malformed or cancelled message is not). `None` for [`Code::Other`].
+            pub const fn retryable(&self) -> Option<bool> {
+                match self {
+                    $(Self::$variant => Some(code_catalogue!(@retry $category, $retry)),)*
+                    Self::Other(_) => None,
+                }
+            }
+        }
+
+        /// The wire names of the known codes, for comparing with [`LdpError::code`] (`error.code == codes::X`) and
+        /// for building errors (`LdpError::session(codes::X, ...)`); [`Code`] is the typed form of each.
+        pub mod codes {
+            $($(#[$doc])* pub const $name: &str = stringify!($name);)*
+        }
+    };
+    (@retry $category:ident, _) => { ErrorCategory::$category.default_retryable() };
+    (@retry $category:ident, $retry:literal) => { $retry };
+}
+
+code_catalogue! {
     /// A `fail_closed` contract was violated; the output travels as `partial_output`.
-    pub const CONTRACT_VIOLATED: &str = "CONTRACT_VIOLATED";
+    ContractViolated = CONTRACT_VIOLATED, Policy, _;
     /// The session expired through inactivity; re-establish it.
-    pub const SESSION_EXPIRED: &str = "SESSION_EXPIRED";
+    SessionExpired = SESSION_EXPIRED, Session, _;
     /// The session id is not known to the receiver.
-    pub const SESSION_NOT_FOUND: &str = "SESSION_NOT_FOUND";
+    SessionNotFound = SESSION_NOT_FOUND, Session, _;
     /// The session was closed.
-    pub const SESSION_CLOSED: &str = "SESSION_CLOSED";
+    SessionClosed = SESSION_CLOSED, Session, false;
     /// The message is not legal in the session's current state.
-    pub const INVALID_STATE: &str = "INVALID_STATE";
+    InvalidState = INVALID_STATE, Session, false;
     /// The sender is not the session's peer.
-    pub const NOT_SESSION_PEER: &str = "NOT_SESSION_PEER";
+    NotSessionPeer = NOT_SESSION_PEER, Session, false;
     /// The session proposal was rejected.
-    pub const SESSION_REJECTED: &str = "SESSION_REJECTED";
+    SessionRejected = SESSION_REJECTED, Policy, _;
     /// The `(message_id, nonce)` pair was seen before within the window.
-    pub const REPLAY_DETECTED: &str = "REPLAY_DETECTED";
+    ReplayDetected = REPLAY_DETECTED, Security, _;
     /// The signature does not verify.
-    pub const SIGNATURE_INVALID: &str = "SIGNATURE_INVALID";
+    SignatureInvalid = SIGNATURE_INVALID, Security, _;
     /// A signature was required but absent.
-    pub const SIGNATURE_REQUIRED: &str = "SIGNATURE_REQUIRED";
+    SignatureRequired = SIGNATURE_REQUIRED, Security, _;
     /// The timestamp is unparseable or outside the accepted window.
-    pub const TIMESTAMP_OUT_OF_WINDOW: &str = "TIMESTAMP_OUT_OF_WINDOW";
+    TimestampOutOfWindow = TIMESTAMP_OUT_OF_WINDOW, Security, _;
     /// The trust domains are incompatible.
-    pub const TRUST_VIOLATION: &str = "TRUST_VIOLATION";
+    TrustViolation = TRUST_VIOLATION, Policy, _;
     /// The peer is not authenticated.
-    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    Unauthenticated = UNAUTHENTICATED, Identity, _;
     /// The body `type` is not one of the twelve LDP message types.
-    pub const UNKNOWN_MESSAGE_TYPE: &str = "UNKNOWN_MESSAGE_TYPE";
+    UnknownMessageType = UNKNOWN_MESSAGE_TYPE, Capability, _;
     /// The message is not valid JSON or not a valid envelope.
-    pub const MALFORMED_MESSAGE: &str = "MALFORMED_MESSAGE";
+    MalformedMessage = MALFORMED_MESSAGE, Runtime, false;
     /// The message is larger than the receiver accepts.
-    pub const MESSAGE_TOO_LARGE: &str = "MESSAGE_TOO_LARGE";
+    MessageTooLarge = MESSAGE_TOO_LARGE, Runtime, false;
     /// The skill is not declared by the delegate.
-    pub const SKILL_NOT_FOUND: &str = "SKILL_NOT_FOUND";
+    SkillNotFound = SKILL_NOT_FOUND, Capability, _;
     /// The payload mode is not supported or its payload is invalid.
-    pub const PAYLOAD_MODE_FAILED: &str = "PAYLOAD_MODE_FAILED";
+    PayloadModeFailed = PAYLOAD_MODE_FAILED, Capability, _;
     /// The delegate has no free task slot; retry later.
-    pub const CAPACITY_EXCEEDED: &str = "CAPACITY_EXCEEDED";
+    CapacityExceeded = CAPACITY_EXCEEDED, Runtime, true;
     /// The session's budget is exhausted.
-    pub const BUDGET_EXCEEDED: &str = "BUDGET_EXCEEDED";
+    BudgetExceeded = BUDGET_EXCEEDED, Policy, _;
     /// The delegation would exceed the contract's `max_delegation_depth`.
-    pub const DELEGATION_DEPTH_EXCEEDED: &str = "DELEGATION_DEPTH_EXCEEDED";
+    DelegationDepthExceeded = DELEGATION_DEPTH_EXCEEDED, Policy, _;
     /// The task was cancelled.
-    pub const CANCELLED: &str = "CANCELLED";
+    Cancelled = CANCELLED, Runtime, false;
     /// The task id is not known.
-    pub const TASK_NOT_FOUND: &str = "TASK_NOT_FOUND";
+    TaskNotFound = TASK_NOT_FOUND, Session, false;
     /// The task id is already in use in this session.
-    pub const DUPLICATE_TASK: &str = "DUPLICATE_TASK";
+    DuplicateTask = DUPLICATE_TASK, Session, false;
     /// The delegate failed while executing.
-    pub const EXECUTION_FAILED: &str = "EXECUTION_FAILED";
+    ExecutionFailed = EXECUTION_FAILED, Runtime, _;
     /// The operation timed out.
-    pub const TIMEOUT: &str = "TIMEOUT";
+    Timeout = TIMEOUT, Transport, _;
     /// The task completed while its session was disconnected, but its result was not kept for the resume (the
     /// receiver's limit on held results was reached, or they expired). Sent as a TASK_FAILED for that task id, so
     /// the initiator knows the outcome is lost rather than waiting for it; re-running the task repeats its effects.
-    pub const RESULT_NOT_KEPT: &str = "RESULT_NOT_KEPT";
+    ResultNotKept = RESULT_NOT_KEPT, Runtime, false;
     /// The transport failed.
-    pub const TRANSPORT_ERROR: &str = "TRANSPORT_ERROR";
+    TransportError = TRANSPORT_ERROR, Transport, _;
     /// A bare-string error from a peer that does not send typed errors.
-    pub const UNTYPED_ERROR: &str = "UNTYPED_ERROR";
+    UntypedError = UNTYPED_ERROR, Runtime, _;
+}
+
+impl Code {
+    /// Whether this is one of the codes this implementation knows (not [`Code::Other`]).
+    pub const fn is_known(&self) -> bool {
+        !matches!(self, Self::Other(_))
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&str> for Code {
+    /// The known code with this wire name, else [`Code::Other`].
+    fn from(name: &str) -> Self {
+        Code::known(name).unwrap_or_else(|| Code::Other(name.to_owned()))
+    }
+}
+
+impl From<String> for Code {
+    /// The known code with this wire name, else [`Code::Other`] (keeping the string).
+    fn from(name: String) -> Self {
+        Code::known(&name).unwrap_or(Code::Other(name))
+    }
+}
+
+impl From<&String> for Code {
+    fn from(name: &String) -> Self {
+        Code::from(name.as_str())
+    }
+}
+
+impl std::str::FromStr for Code {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Code::from(s))
+    }
+}
+
+impl AsRef<str> for Code {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<str> for Code {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for Code {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<Code> for str {
+    fn eq(&self, other: &Code) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<Code> for &str {
+    fn eq(&self, other: &Code) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// Reads the wire name; a known name allocates nothing.
+impl<'de> Deserialize<'de> for Code {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CodeVisitor;
+        impl Visitor<'_> for CodeVisitor {
+            type Value = Code;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an error code string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Code, E> {
+                Ok(Code::from(v))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Code, E> {
+                Ok(Code::from(v))
+            }
+        }
+        deserializer.deserialize_str(CodeVisitor)
+    }
 }
 
 /// A typed failure as it travels on the wire (paper section 3.3).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LdpError {
-    /// Machine-readable code, e.g. [`codes::CONTRACT_VIOLATED`].
-    pub code: String,
+    /// Machine-readable code, e.g. [`Code::ContractViolated`].
+    pub code: Code,
     /// The failure category.
     pub category: ErrorCategory,
     /// Human-readable explanation.
@@ -194,7 +362,7 @@ pub struct LdpError {
 
 impl LdpError {
     /// A failure with the category's default severity and retry advice.
-    pub fn new(category: ErrorCategory, code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(category: ErrorCategory, code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self {
             code: code.into(),
             category,
@@ -206,35 +374,35 @@ impl LdpError {
     }
 
     /// An `identity` failure.
-    pub fn identity(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn identity(code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self::new(ErrorCategory::Identity, code, message)
     }
     /// A `capability` failure.
-    pub fn capability(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn capability(code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self::new(ErrorCategory::Capability, code, message)
     }
     /// A `policy` failure.
-    pub fn policy(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn policy(code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self::new(ErrorCategory::Policy, code, message)
     }
     /// A `runtime` failure.
-    pub fn runtime(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn runtime(code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self::new(ErrorCategory::Runtime, code, message)
     }
     /// A `quality` failure.
-    pub fn quality(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn quality(code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self::new(ErrorCategory::Quality, code, message)
     }
     /// A `session` failure.
-    pub fn session(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn session(code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self::new(ErrorCategory::Session, code, message)
     }
     /// A `transport` failure.
-    pub fn transport(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn transport(code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self::new(ErrorCategory::Transport, code, message)
     }
     /// A `security` failure.
-    pub fn security(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn security(code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self::new(ErrorCategory::Security, code, message)
     }
 
@@ -290,10 +458,10 @@ impl<'de> Deserialize<'de> for LdpError {
                 f.write_str("an LdpError object or an error string")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<LdpError, E> {
-                Ok(LdpError::runtime(codes::UNTYPED_ERROR, v))
+                Ok(LdpError::runtime(Code::UntypedError, v))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LdpError, A::Error> {
-                let mut code: Option<String> = None;
+                let mut code: Option<Code> = None;
                 let mut category: Option<ErrorCategory> = None;
                 let mut message: Option<String> = None;
                 let mut severity: Option<ErrorSeverity> = None;
@@ -413,20 +581,20 @@ impl From<&Error> for LdpError {
             | Error::DuplicateMember(_)
             | Error::InvalidDelegateId(_)
             | Error::ScoreOutOfRange(_) => {
-                LdpError::runtime(codes::MALFORMED_MESSAGE, err.to_string()).with_retryable(false)
+                LdpError::runtime(Code::MalformedMessage, err.to_string()).with_retryable(false)
             }
             Error::UnknownPayloadMode(_) | Error::InvalidSemanticFrame(_) => {
-                LdpError::capability(codes::PAYLOAD_MODE_FAILED, err.to_string())
+                LdpError::capability(Code::PayloadModeFailed, err.to_string())
             }
-            Error::InvalidTimestamp(_) => LdpError::security(codes::TIMESTAMP_OUT_OF_WINDOW, err.to_string()),
-            Error::MissingSignature => LdpError::security(codes::SIGNATURE_REQUIRED, err.to_string()),
+            Error::InvalidTimestamp(_) => LdpError::security(Code::TimestampOutOfWindow, err.to_string()),
+            Error::MissingSignature => LdpError::security(Code::SignatureRequired, err.to_string()),
             Error::UnknownSignatureAlgorithm(_)
             | Error::SignatureAlgorithmMismatch { .. }
             | Error::BadSignature
-            | Error::InvalidKey(_) => LdpError::security(codes::SIGNATURE_INVALID, err.to_string()),
-            Error::Serialize(_) => LdpError::runtime(codes::EXECUTION_FAILED, err.to_string()),
+            | Error::InvalidKey(_) => LdpError::security(Code::SignatureInvalid, err.to_string()),
+            Error::Serialize(_) => LdpError::runtime(Code::ExecutionFailed, err.to_string()),
             Error::InvalidCriterion { .. } => {
-                LdpError::policy(codes::CONTRACT_VIOLATED, err.to_string()).with_retryable(false)
+                LdpError::policy(Code::ContractViolated, err.to_string()).with_retryable(false)
             }
         }
     }
@@ -476,6 +644,55 @@ mod tests {
         assert_eq!(e.category, ErrorCategory::Runtime);
         assert_eq!(e.code, codes::UNTYPED_ERROR);
         assert_eq!(e.message, "boom");
+    }
+
+    #[test]
+    fn every_known_code_travels_as_its_wire_name() {
+        assert_eq!(Code::KNOWN.len(), 29);
+        for code in Code::KNOWN {
+            let wire = serde_json::to_value(code).unwrap();
+            assert_eq!(wire, serde_json::Value::String(code.to_string()));
+            let back: Code = serde_json::from_value(wire).unwrap();
+            assert_eq!(&back, code);
+            assert!(back.is_known(), "{code}");
+            assert_eq!(Code::from(code.as_str().to_owned()), *code);
+            assert!(code.category().is_some() && code.retryable().is_some(), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_foreign_code_is_kept_as_received() {
+        let e: LdpError = serde_json::from_str(r#"{"code":"RATE_LIMITED","category":"transport"}"#).unwrap();
+        assert_eq!(e.code, Code::Other("RATE_LIMITED".into()));
+        assert!(!e.code.is_known() && e.code.category().is_none());
+        let text = serde_json::to_string(&e).unwrap();
+        assert!(text.starts_with(r#"{"code":"RATE_LIMITED","#), "{text}");
+        // Case matters on the wire: a near miss is another implementation's code, not ours.
+        assert_eq!(Code::from("cancelled"), Code::Other("cancelled".into()));
+    }
+
+    #[test]
+    fn a_known_code_decodes_to_its_variant_and_compares_with_its_name() {
+        let e: LdpError = serde_json::from_str(r#"{"code":"CONTRACT_VIOLATED","category":"policy"}"#).unwrap();
+        assert_eq!(e.code, Code::ContractViolated);
+        assert!(e.code == codes::CONTRACT_VIOLATED && e.code != codes::CANCELLED);
+        assert_eq!(e.code.category(), Some(e.category));
+    }
+
+    #[test]
+    fn code_defaults_are_what_the_local_error_mapping_sends() {
+        let samples = [
+            Error::MalformedJson(serde_json::from_str::<Value>("{").unwrap_err()),
+            Error::UnknownPayloadMode("x".into()),
+            Error::InvalidTimestamp("x".into()),
+            Error::MissingSignature,
+            Error::BadSignature,
+        ];
+        for err in &samples {
+            let wire = LdpError::from(err);
+            assert_eq!(wire.code.category(), Some(wire.category), "{err}");
+            assert_eq!(wire.code.retryable(), Some(wire.retryable), "{err}");
+        }
     }
 
     #[test]

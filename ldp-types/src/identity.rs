@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::payload::PayloadMode;
 use crate::score::Score;
-use crate::{Error, LdpError, codes};
+use crate::{Code, Error, LdpError};
 
 /// A delegate identifier of the form `ldp:delegate:<name>`.
 ///
@@ -208,7 +208,7 @@ impl fmt::Display for TrustViolation {
 
 impl From<&TrustViolation> for LdpError {
     fn from(v: &TrustViolation) -> Self {
-        LdpError::policy(codes::TRUST_VIOLATION, v.to_string())
+        LdpError::policy(Code::TrustViolation, v.to_string())
     }
 }
 

@@ -77,7 +77,7 @@ pub use contract::{
 #[doc(hidden)]
 pub use envelope::{_scanner_decodes, _serde_decodes};
 pub use envelope::{Body, Envelope};
-pub use error::{Error, ErrorCategory, ErrorSeverity, LdpError, codes};
+pub use error::{Code, Error, ErrorCategory, ErrorSeverity, LdpError, codes};
 pub use identity::{
     AgentCardLabels, Capability, ClaimType, CostTier, DelegateId, IdentityCard, QualityMetrics, TrustDomain,
     TrustViolation,
