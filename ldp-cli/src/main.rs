@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod attest;
 mod client;
 mod conformance;
 mod demo;
@@ -87,6 +88,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run the conformance kit against an LDP implementation.
     Conformance(conformance::ConformanceArgs),
+    /// Issue, publish, revoke and verify signed quality attestations (keys and revocations served at
+    /// /.well-known/ldp-issuer-keys and /.well-known/ldp-issuer-revocations).
+    #[command(subcommand)]
+    Attest(attest::AttestCommand),
     /// Show a delegate's identity card and capabilities.
     Card(client::CardArgs),
     /// Run one task on a delegate: discover it, open a session, submit, print the output and its provenance.
@@ -103,6 +108,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Conformance(args) => conformance::run(args),
+        Command::Attest(cmd) => attest::run(cmd),
         Command::Card(args) => client::run_card(args),
         Command::Call(args) => client::run_call(args),
     }

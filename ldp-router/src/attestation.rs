@@ -43,6 +43,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use time::OffsetDateTime;
 
+use crate::issuer::{IssuerDocumentError, IssuerKeySet, IssuerState, RevocationList, TrustedKey};
 use crate::{ClaimType, Quality, QualityClaim};
 
 /// A timestamp that keeps its wire spelling, so that a received claim serialises again exactly as it was signed.
@@ -225,53 +226,103 @@ pub fn sign_attestation(mut claim: AttestationClaim, key: &SigningKey) -> Result
     Ok(claim)
 }
 
-/// The issuers whose attestations the operator accepts, each with its Ed25519 public key.
+/// The issuers whose attestations the operator accepts: the keys pinned for each (with [`TrustedIssuers::trust`]
+/// or [`TrustedIssuers::trust_key`]), the key sets and revocation lists accepted since ([`crate::issuer`]), and how
+/// fresh revocations must be.
 #[derive(Debug, Clone)]
 pub struct TrustedIssuers {
-    keys: HashMap<String, VerifyingKey>,
-    /// How far in the future `attested_at` may lie (issuers' clocks differ a little). Default five minutes.
+    issuers: HashMap<String, IssuerState>,
+    /// How far in the future an `attested_at` may lie (clock skew between issuer and router).
     pub max_clock_skew: Duration,
 }
 
 impl Default for TrustedIssuers {
     fn default() -> Self {
-        TrustedIssuers { keys: HashMap::new(), max_clock_skew: Duration::from_secs(300) }
+        TrustedIssuers { issuers: HashMap::new(), max_clock_skew: Duration::from_secs(300) }
     }
 }
 
 impl TrustedIssuers {
-    /// Trusts nobody.
+    /// No trusted issuer: every attestation is rejected.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Trusts `issuer_id` with `key`, which must be an Ed25519 key.
+    /// Pins an Ed25519 public key for `issuer_id`, with no key id and no validity window: it verifies every
+    /// attestation of the issuer.
     pub fn trust(mut self, issuer_id: impl Into<String>, key: VerifyingKey) -> Result<Self, ldp_types::Error> {
-        if key.algorithm() != SignatureAlgorithm::Ed25519Jcs {
-            return Err(ldp_types::Error::InvalidKey("attestation issuers are trusted by their ed25519 public key"));
-        }
-        self.keys.insert(issuer_id.into(), key);
+        Self::check_ed25519(&key)?;
+        let state = self.issuers.entry(issuer_id.into()).or_default();
+        state.keys.push(TrustedKey { key_id: None, key, valid_from: None, valid_until: None });
         Ok(self)
     }
 
-    /// Trusts `issuer_id` with a hex Ed25519 public key.
+    /// Pins the key `key_id` of `issuer_id` (valid from now on): the start of a rotation chain, since key sets
+    /// signed by it are accepted ([`TrustedIssuers::apply_key_set`]).
+    pub fn trust_key(
+        mut self,
+        issuer_id: impl Into<String>,
+        key_id: impl Into<String>,
+        key: VerifyingKey,
+    ) -> Result<Self, ldp_types::Error> {
+        Self::check_ed25519(&key)?;
+        let state = self.issuers.entry(issuer_id.into()).or_default();
+        state.keys.push(TrustedKey { key_id: Some(key_id.into()), key, valid_from: None, valid_until: None });
+        Ok(self)
+    }
+
+    fn check_ed25519(key: &VerifyingKey) -> Result<(), ldp_types::Error> {
+        if key.algorithm() != SignatureAlgorithm::Ed25519Jcs {
+            return Err(ldp_types::Error::InvalidKey("attestation issuers are trusted by their ed25519 public key"));
+        }
+        Ok(())
+    }
+
+    /// [`TrustedIssuers::trust`] with the public key in hex.
     pub fn trust_hex(self, issuer_id: impl Into<String>, public_hex: &str) -> Result<Self, ldp_types::Error> {
         self.trust(issuer_id, VerifyingKey::ed25519_from_hex(public_hex)?)
     }
 
-    /// The key of a trusted issuer.
-    pub fn key(&self, issuer_id: &str) -> Option<&VerifyingKey> {
-        self.keys.get(issuer_id)
+    /// Accepts an issuer's published key set (rotation): it must be signed by a key already trusted for that issuer
+    /// and valid at `now`, and not older than the set held.
+    pub fn apply_key_set(&mut self, set: &IssuerKeySet, now: OffsetDateTime) -> Result<(), IssuerDocumentError> {
+        let state = self
+            .issuers
+            .get_mut(&set.issuer_id)
+            .ok_or_else(|| IssuerDocumentError::UntrustedIssuer(set.issuer_id.clone()))?;
+        state.apply_key_set(set, now)
     }
 
-    /// How many issuers are trusted.
+    /// Accepts an issuer's revocation list: signed by a trusted key valid at `now`, not older than the list held.
+    pub fn apply_revocations(&mut self, list: &RevocationList, now: OffsetDateTime) -> Result<(), IssuerDocumentError> {
+        let state = self
+            .issuers
+            .get_mut(&list.issuer_id)
+            .ok_or_else(|| IssuerDocumentError::UntrustedIssuer(list.issuer_id.clone()))?;
+        state.apply_revocations(list, now)
+    }
+
+    /// From now on, `issuer_id`'s attestations count only while a revocation list from it younger than `max_age`
+    /// (and not past its `next_update`) is held.
+    pub fn require_revocations(&mut self, issuer_id: &str, max_age: Duration) {
+        if let Some(state) = self.issuers.get_mut(issuer_id) {
+            state.require_revocations(max_age);
+        }
+    }
+
+    /// The first key pinned for `issuer_id`.
+    pub fn key(&self, issuer_id: &str) -> Option<&VerifyingKey> {
+        self.issuers.get(issuer_id).and_then(|s| s.keys.first()).map(|k| &k.key)
+    }
+
+    /// Number of trusted issuers.
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.issuers.len()
     }
 
     /// Whether no issuer is trusted.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.issuers.is_empty()
     }
 }
 
@@ -317,6 +368,18 @@ pub enum AttestationRejection {
     /// The subject does not offer the attested skill.
     #[error("skill {0:?} is not offered by the subject")]
     SkillNotOffered(String),
+    /// The issuer revoked the attestation, or the key that signed it.
+    #[error("{0}")]
+    Revoked(String),
+    /// Revocations are required for this issuer and the router holds none fresh enough.
+    #[error("no fresh revocation list from issuer {0:?}")]
+    RevocationsStale(String),
+    /// The attestation names a key the issuer has not published.
+    #[error("key {0:?} is not a published key of the issuer")]
+    UnknownKey(String),
+    /// The named key was not valid when the attestation was made.
+    #[error("key {0:?} was not valid at attested_at")]
+    KeyNotValid(String),
 }
 
 /// An attestation that passed [`verify_attestation`]; only such claims become attested [`QualityClaim`]s.
@@ -355,12 +418,18 @@ pub fn verify_attestation(
     if claim.issuer_id == claim.subject {
         return Err(AttestationRejection::SelfIssued(claim.issuer_id.clone()));
     }
-    let key =
-        trusted.key(&claim.issuer_id).ok_or_else(|| AttestationRejection::UntrustedIssuer(claim.issuer_id.clone()))?;
+    let issuer = trusted
+        .issuers
+        .get(&claim.issuer_id)
+        .ok_or_else(|| AttestationRejection::UntrustedIssuer(claim.issuer_id.clone()))?;
+    // The lifecycle: the key the claim names, valid when it was made, neither revoked, revocations fresh if required.
+    let keys = issuer.key_for(claim, now)?;
     // The claim as received: its own members, spellings and extensions, with `signature` (checked above) set.
     let value = claim.to_value().map_err(|e| AttestationRejection::Malformed(e.to_string()))?;
     debug_assert_eq!(value.get("signature").and_then(Value::as_str), Some(signature));
-    signing::verify_value(&value, key).map_err(|_| AttestationRejection::BadSignature(claim.issuer_id.clone()))?;
+    if !keys.iter().any(|key| signing::verify_value(&value, key).is_ok()) {
+        return Err(AttestationRejection::BadSignature(claim.issuer_id.clone()));
+    }
     if let Some(expires_at) = &claim.expires_at
         && expires_at.at() <= now
     {

@@ -103,12 +103,13 @@ mod discovery;
 mod endpoint;
 mod error;
 mod failover;
+#[cfg(feature = "runtime")]
+pub mod issuer;
 mod learner;
 pub mod paradox;
 mod policy;
 #[cfg(feature = "runtime")]
 mod registry;
-#[cfg(feature = "runtime")]
 pub mod route;
 mod router;
 mod select;
