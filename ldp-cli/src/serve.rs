@@ -115,6 +115,10 @@ pub struct LimitArgs {
     /// Bytes of inbound messages one WebSocket may have in handling at once; beyond it the socket is not read.
     #[arg(long, value_name = "BYTES", default_value_t = 8 * 1024 * 1024)]
     pub ws_max_in_flight: usize,
+    /// Bytes per second of WebSocket messages one principal (bearer token or certificate, else client IP) may send
+    /// across its connections, after a burst of as many bytes; beyond it its sockets are left unread (0: off).
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub ws_max_inbound_rate: u64,
     /// Task results kept per session for a WebSocket client that disconnected (the oldest beyond it are dropped,
     /// and reported on resume as TASK_FAILED RESULT_NOT_KEPT).
     #[arg(long, value_name = "N", default_value_t = 64)]
@@ -158,6 +162,7 @@ impl LimitArgs {
             write_timeout: Duration::from_secs(self.ws_write_timeout.max(1)),
             max_outbound_bytes: self.ws_max_outbound.max(1),
             max_in_flight_bytes: self.ws_max_in_flight.max(1),
+            max_inbound_rate: self.ws_max_inbound_rate,
             held: HeldLimits {
                 per_session_results: self.held_results_per_session,
                 per_session_bytes: self.held_bytes_per_session,

@@ -107,6 +107,7 @@
 mod client;
 mod error;
 mod held;
+mod inbound;
 mod server;
 mod wire;
 
