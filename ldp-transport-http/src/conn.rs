@@ -296,13 +296,15 @@ impl Registry {
 
     /// Asks one connection that no handler is serving to close; false if there is none.
     ///
-    /// The victim comes from the address holding the most open connections (a flood from one address evicts its
-    /// own sockets before anyone else's), and within it is the one that has been idle, handshaking or sending its
-    /// request the longest (a trickling request is, by then, the slowest).
+    /// The victim comes from the address holding the most open connections not already asked to close (a flood
+    /// from one address evicts its own sockets before anyone else's), and within it is the one that has been idle,
+    /// handshaking or sending its request the longest (a trickling request is, by then, the slowest).
     fn evict_one(&self) -> bool {
         let conns = self.conns();
+        // Connections already asked to close do not count: otherwise, while many newcomers arrive at once and the
+        // flooding address's victims are all on their way out, the next choice would fall on another address.
         let mut per_address: HashMap<IpAddr, usize> = HashMap::new();
-        for w in conns.values() {
+        for w in conns.values().filter(|w| !w.evicting.load(Ordering::Relaxed)) {
             *per_address.entry(w.address).or_default() += 1;
         }
         let victim = conns
