@@ -80,8 +80,9 @@ pub struct ServeArgs {
 /// The connection, timeout and rate flags of `ldp serve` (every one bounds what a peer can hold).
 #[derive(Debug, clap::Args)]
 pub struct LimitArgs {
-    /// Connections open at once (HTTP, TLS handshakes and WebSockets). At the cap, the connection quiet longest (idle,
-    /// or still sending headers) is closed to make room; if none is quiet, 503 with Retry-After (over TLS, closed).
+    /// Connections open at once (HTTP, TLS handshakes and WebSockets). At the cap, a connection no handler is serving
+    /// (idle, handshaking, or still sending its request) is closed to make room: from the address holding the most
+    /// connections, the one in that state longest; if there is none, 503 with Retry-After (over TLS, closed).
     #[arg(long, value_name = "N", default_value_t = 512)]
     pub max_connections: usize,
     /// Longest time from the first byte of a request to the end of its headers, and for a TLS handshake, in seconds.
@@ -93,6 +94,17 @@ pub struct LimitArgs {
     /// Longest time a request body may take to arrive, in seconds (then 408 and the connection closes).
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub body_timeout: u64,
+    /// Slowest a request head may arrive, in bytes/s, measured over each --min-rate-window from its first byte;
+    /// below it 408 and the connection closes (0: off).
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    pub min_head_rate: u64,
+    /// Slowest a request body may arrive, in bytes/s, measured over each --min-rate-window from the end of the
+    /// head; below it 408 and the connection closes (0: off).
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    pub min_body_rate: u64,
+    /// The window the minimum rates are measured over, and the grace before the first check, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub min_rate_window: u64,
     /// Requests allowed per principal (bearer token or client-certificate identity, else client IP): N/s or N/m;
     /// beyond it 429 with Retry-After [default: off].
     #[arg(long, value_name = "N/s")]
@@ -109,6 +121,10 @@ pub struct LimitArgs {
     /// Bytes of inbound messages one WebSocket may have in handling at once; beyond it the socket is not read.
     #[arg(long, value_name = "BYTES", default_value_t = 8 * 1024 * 1024)]
     pub ws_max_in_flight: usize,
+    /// Bytes per second of WebSocket messages one principal (bearer token or certificate, else client IP) may send
+    /// across its connections, after a burst of as many bytes; beyond it its sockets are left unread (0: off).
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub ws_max_inbound_rate: u64,
     /// Task results kept per session for a WebSocket client that disconnected (the oldest beyond it are dropped,
     /// and reported on resume as TASK_FAILED RESULT_NOT_KEPT).
     #[arg(long, value_name = "N", default_value_t = 64)]
@@ -135,6 +151,9 @@ impl LimitArgs {
             header_timeout: Duration::from_secs(self.header_timeout.max(1)),
             idle_timeout: Duration::from_secs(self.idle_timeout.max(1)),
             body_timeout: Duration::from_secs(self.body_timeout.max(1)),
+            min_head_rate: self.min_head_rate,
+            min_body_rate: self.min_body_rate,
+            min_rate_window: Duration::from_secs(self.min_rate_window.max(1)),
         }
     }
 
@@ -149,6 +168,7 @@ impl LimitArgs {
             write_timeout: Duration::from_secs(self.ws_write_timeout.max(1)),
             max_outbound_bytes: self.ws_max_outbound.max(1),
             max_in_flight_bytes: self.ws_max_in_flight.max(1),
+            max_inbound_rate: self.ws_max_inbound_rate,
             held: HeldLimits {
                 per_session_results: self.held_results_per_session,
                 per_session_bytes: self.held_bytes_per_session,

@@ -62,6 +62,27 @@ pub enum HttpError {
     /// The request body did not arrive within the body timeout; the connection is closed after the answer.
     #[error("the request body did not arrive within {0:?}")]
     BodyTimeout(Duration),
+    /// The request body arrived slower than the minimum rate (a window of `window` brought fewer than
+    /// `min_rate` x `window` bytes); the connection is closed after the answer.
+    #[error("the request body arrived slower than {min_rate} bytes/s (measured over {window:?})")]
+    BodyTooSlow {
+        /// The minimum rate, in bytes per second.
+        min_rate: u64,
+        /// The window it is measured over.
+        window: Duration,
+    },
+    /// The request head (request line and headers) did not arrive within the header timeout; the answer is written
+    /// before hyper has a request, and the connection is closed.
+    #[error("the request head did not arrive within {0:?}")]
+    HeadTimeout(Duration),
+    /// The request head arrived slower than the minimum rate; answered like [`HttpError::HeadTimeout`].
+    #[error("the request head arrived slower than {min_rate} bytes/s (measured over {window:?})")]
+    HeadTooSlow {
+        /// The minimum rate, in bytes per second.
+        min_rate: u64,
+        /// The window it is measured over.
+        window: Duration,
+    },
     /// The message was not answered within the request timeout. It may still complete on the server.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
@@ -84,7 +105,9 @@ impl HttpError {
             }
             Self::UnreadableBody => LdpError::transport(codes::TRANSPORT_ERROR, self.to_string()),
             // Retryable: the message was never read, so nothing was processed.
-            Self::BodyTimeout(_) => LdpError::transport(codes::TIMEOUT, self.to_string()).with_retryable(true),
+            Self::BodyTimeout(_) | Self::BodyTooSlow { .. } | Self::HeadTimeout(_) | Self::HeadTooSlow { .. } => {
+                LdpError::transport(codes::TIMEOUT, self.to_string()).with_retryable(true)
+            }
             // Not retryable: the message may have been processed (a resent TASK_SUBMIT would be a duplicate).
             Self::Timeout(_) => LdpError::transport(codes::TIMEOUT, self.to_string()).with_retryable(false),
             Self::Internal(_) => LdpError::runtime(codes::EXECUTION_FAILED, "internal error"),
@@ -99,7 +122,9 @@ impl HttpError {
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnreadableBody => StatusCode::BAD_REQUEST,
-            Self::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Self::BodyTimeout(_) | Self::BodyTooSlow { .. } | Self::HeadTimeout(_) | Self::HeadTooSlow { .. } => {
+                StatusCode::REQUEST_TIMEOUT
+            }
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -159,7 +184,7 @@ impl IntoResponse for HttpError {
         };
         let body = body.unwrap_or_else(|| error_body(&self.to_ldp_error()));
         let mut resp = json_response(status, body);
-        if matches!(self, Self::BodyTimeout(_)) {
+        if self.status() == StatusCode::REQUEST_TIMEOUT {
             // The rest of the body may still be on its way; the connection cannot carry another request.
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }

@@ -42,12 +42,15 @@
 //! # Limits
 //!
 //! [`spawn`], [`serve`] and the `*_with_limits` functions serve connections with [`ConnectionLimits`] (the others
-//! take the defaults): at most `max_connections` open at once (512; at the cap the connection quiet longest, with
-//! no request in progress, is closed to make room; when none is quiet a plain-HTTP connection is answered `503`
-//! with `Retry-After` and a retryable `CAPACITY_EXCEEDED` body without its request being read, and a TLS one is
-//! closed before its handshake), `header_timeout` from the first byte of a request head to its end (10 s),
-//! `idle_timeout` with no request in progress (60 s), and `body_timeout` for the body (30 s; then `408` with a
-//! retryable transport `TIMEOUT`, and the connection closes). A never-ending chunked body ends at the body timeout
+//! take the defaults): at most `max_connections` open at once (512; at the cap a connection no handler is serving,
+//! idle, handshaking or still sending its request head or body, is closed to make room, taken from the address
+//! holding the most connections; when every slot has a handler running or is an upgraded WebSocket, a plain-HTTP
+//! connection is answered `503` with `Retry-After` and a retryable `CAPACITY_EXCEEDED` body without its request
+//! being read, and a TLS one is closed before its handshake), `header_timeout` from the first byte of a request head
+//! to its end (10 s), `idle_timeout` with no request in progress (60 s), `body_timeout` for the body (30 s), and a
+//! minimum rate for heads and bodies (`min_head_rate`, `min_body_rate`: 1,024 bytes/s in every `min_rate_window` of
+//! 5 s). A head or body over a limit is answered `408` with a retryable transport `TIMEOUT`, and the connection
+//! closes. A never-ending chunked body ends at the body timeout
 //! or at `max_body` (`413`). [`HttpServerConfig::rate_limit`] (a [`RateLimit`], off by default) allows each
 //! principal (authenticated peer, else client IP) `N` requests per second or minute; beyond it `429` with
 //! `Retry-After` and a retryable `CAPACITY_EXCEEDED`. [`ServerHandle::connections`] counts open connections.
@@ -56,7 +59,7 @@
 //! | --- | --- | --- |
 //! | too many open connections, none of them quiet | 503 + `Retry-After` | error `CAPACITY_EXCEEDED` (retryable) |
 //! | over the principal's rate | 429 + `Retry-After` | error `CAPACITY_EXCEEDED` (retryable) |
-//! | body not received within `body_timeout` | 408 + `Connection: close` | error `TIMEOUT` (transport, retryable) |
+//! | head not received within `header_timeout`, body not within `body_timeout`, or either below its minimum rate | 408 + `Connection: close` | error `TIMEOUT` (transport, retryable) |
 //!
 //! Authentication (RFC 8.3): [`HttpServerConfig::tokens`] maps bearer tokens to an [`AuthenticatedPeer`]; the
 //! session layer then uses the token's trust domain and refuses a contradicting declaration. [`BearerAuth`] and

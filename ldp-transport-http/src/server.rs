@@ -28,7 +28,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::auth::{BearerAuth, require_bearer};
-use crate::conn::{ConnectionLimits, ConnectionStats, Establish, Plain, is_body_timeout, serve_connections};
+use crate::conn::{ConnectionLimits, ConnectionStats, Establish, Plain, body_too_slow, serve_connections};
 use crate::error::{HttpError, error_body, json_response};
 use crate::rate::{Limiter, RateLimit};
 
@@ -369,8 +369,8 @@ fn accept_body(
     body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             HttpError::PayloadTooLarge { limit: state.config.max_body }
-        } else if is_body_timeout(&rejection) {
-            HttpError::BodyTimeout(state.config.limits.body_timeout)
+        } else if let Some(slow) = body_too_slow(&rejection) {
+            HttpError::from(slow)
         } else {
             HttpError::UnreadableBody
         }

@@ -29,7 +29,53 @@ fn short_limits() -> ConnectionLimits {
         header_timeout: Duration::from_millis(400),
         idle_timeout: Duration::from_millis(400),
         body_timeout: Duration::from_millis(400),
+        ..ConnectionLimits::default()
     }
+}
+
+/// Long timeouts, so that only what a test turns on (a minimum rate, the cap) can cut a connection.
+fn patient_limits() -> ConnectionLimits {
+    ConnectionLimits {
+        max_connections: 64,
+        header_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
+        body_timeout: Duration::from_secs(30),
+        min_head_rate: 0,
+        min_body_rate: 0,
+        min_rate_window: Duration::from_secs(5),
+    }
+}
+
+/// A connection from `ip` (any address of 127.0.0.0/8 is loopback on Linux), to tell attackers from clients.
+async fn connect_from(ip: &str, addr: std::net::SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// A HELLO the echo delegate answers with 200, its body preceded by `padding` bytes of JSON whitespace.
+fn padded_hello(padding: usize) -> Vec<u8> {
+    let hello = serde_json::json!({"message_id": "m1", "from": "ldp:delegate:c", "to": "ldp:delegate:echo",
+        "timestamp": "2026-01-01T00:00:00Z",
+        "body": {"type": "HELLO", "delegate_id": "ldp:delegate:c", "supported_modes": ["text"]}});
+    let mut body = vec![b' '; padding];
+    body.extend_from_slice(&serde_json::to_vec(&hello).unwrap());
+    body
+}
+
+fn post_head(content_length: usize) -> String {
+    format!(
+        "POST /ldp/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {content_length}\r\n\r\n"
+    )
+}
+
+/// Waits until the server counts `n` open connections (at most 2 s).
+async fn wait_open(server: &ServerHandle, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while server.connections().open() != n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.connections().open(), n);
 }
 
 async fn server(limits: ConnectionLimits) -> ServerHandle {
@@ -186,29 +232,38 @@ async fn a_never_ending_chunked_body_is_cut_slow_or_fast() {
 
 #[tokio::test]
 async fn the_connection_over_the_cap_gets_503_with_retry_after_and_the_cap_frees_up() {
-    let limits = ConnectionLimits {
-        max_connections: 2,
-        idle_timeout: Duration::from_secs(30),
-        body_timeout: Duration::from_secs(30),
-        ..short_limits()
-    };
-    let server = server(limits).await;
-    // Two requests in progress (their bodies never come): nothing is quiet, nothing can be closed to make room.
+    let limits = ConnectionLimits { max_connections: 2, ..patient_limits() };
+    // Two handlers running (a route that takes 1.5 s to answer): nothing can be closed to make room.
+    let st = state(HttpServerConfig { limits: limits.clone(), ..Default::default() });
+    let slow = axum::Router::new().route(
+        "/slow",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            "done"
+        }),
+    );
+    let app = ldp_transport_http::router_with(st.clone(), slow);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(ldp_transport_http::serve_router_with_limits(
+        listener,
+        st.runtime().clone(),
+        app,
+        limits,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     let mut held = Vec::new();
     for _ in 0..2 {
-        let mut s = TcpStream::connect(server.addr()).await.unwrap();
-        let head =
-            "POST /ldp/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n";
-        s.write_all(head.as_bytes()).await.unwrap();
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
         held.push(s);
     }
-    // Let the server accept both before the third arrives.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while server.connections().open() < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(server.connections().open(), 2);
-    let mut third = TcpStream::connect(server.addr()).await.unwrap();
+    // Let both handlers start before the third connection arrives.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut third = TcpStream::connect(addr).await.unwrap();
     third.write_all(b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
     let (got, closed) = read_until_closed(&mut third, Duration::from_secs(3)).await;
     assert_eq!(status_of(&got), 503, "{got}");
@@ -216,18 +271,19 @@ async fn the_connection_over_the_cap_gets_503_with_retry_after_and_the_cap_frees
     let error = &json_body(&got)["error"];
     assert_eq!((error["code"].as_str(), error["retryable"].as_bool()), (Some("CAPACITY_EXCEEDED"), Some(true)));
     assert!(closed);
-    // One of the holders leaves: a legitimate client gets in.
-    drop(held.pop());
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while server.connections().open() > 1 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    // The handlers answer; their connections, idle now, make room for a legitimate client.
+    for s in &mut held {
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await.unwrap().unwrap();
+        assert_eq!(status_of(&String::from_utf8_lossy(&buf[..n])), 200);
     }
-    let mut next = TcpStream::connect(server.addr()).await.unwrap();
+    let mut next = TcpStream::connect(addr).await.unwrap();
     next.write_all(b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
     let (got, _) = read_until_closed(&mut next, Duration::from_secs(3)).await;
     assert_eq!(status_of(&got), 200, "{got}");
     drop(held);
-    server.shutdown().await.unwrap();
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
 }
 
 #[tokio::test]
@@ -250,12 +306,7 @@ async fn half_open_sockets_at_the_cap_time_out_and_let_legitimate_clients_back_i
 
 #[tokio::test]
 async fn at_the_cap_the_longest_quiet_connection_makes_room_for_a_real_client() {
-    let limits = ConnectionLimits {
-        max_connections: 6,
-        header_timeout: Duration::from_secs(30),
-        idle_timeout: Duration::from_secs(30),
-        body_timeout: Duration::from_secs(30),
-    };
+    let limits = ConnectionLimits { max_connections: 6, ..patient_limits() };
     let server = server(limits).await;
     // Every slot held for 30 s by sockets that send nothing or half a head.
     let mut quiet = Vec::new();
@@ -350,5 +401,153 @@ async fn a_principal_over_its_rate_gets_429_with_retry_after_and_others_do_not()
     // The quota refills.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(get("tokA").await.unwrap().status(), 200);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_head_trickled_below_the_minimum_rate_gets_408_long_before_the_header_timeout() {
+    // 200 bytes/s over 300 ms windows: each window must bring 60 bytes of the head.
+    let limits =
+        ConnectionLimits { min_head_rate: 200, min_rate_window: Duration::from_millis(300), ..patient_limits() };
+    let server = server(limits).await;
+    let head = b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\nx-pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    // Above the rate (8 bytes every 20 ms, ~400 bytes/s) the head is read to its end and served.
+    let mut steady = TcpStream::connect(server.addr()).await.unwrap();
+    for chunk in head.chunks(8) {
+        steady.write_all(chunk).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(3), steady.read(&mut buf)).await.unwrap().unwrap();
+    assert_eq!(status_of(&String::from_utf8_lossy(&buf[..n])), 200);
+    // Below it (a byte every 50 ms, 20 bytes/s): 408 at the end of the first window, not at the 30 s timeout.
+    let mut slow = TcpStream::connect(server.addr()).await.unwrap();
+    let started = Instant::now();
+    let writer = tokio::spawn(async move {
+        for byte in head {
+            if slow.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if started.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+        }
+        slow
+    });
+    let mut slow = writer.await.unwrap();
+    let (got, closed) = read_until_closed(&mut slow, Duration::from_secs(2)).await;
+    assert_eq!(status_of(&got), 408, "{got}");
+    assert!(got.to_ascii_lowercase().contains("connection: close"), "{got}");
+    let error = &json_body(&got)["error"];
+    assert_eq!((error["code"].as_str(), error["retryable"].as_bool()), (Some("TIMEOUT"), Some(true)), "{got}");
+    assert!(error["message"].as_str().unwrap_or("").contains("200 bytes/s"), "{got}");
+    assert!(closed);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    server.shutdown().await.unwrap();
+}
+
+/// Sends `head`, then `burst` body bytes at once, then a byte every 100 ms; returns the answer and how long it took.
+async fn trickle_body(server: &ServerHandle, burst: usize) -> (String, bool, Duration) {
+    let mut slow = TcpStream::connect(server.addr()).await.unwrap();
+    let started = Instant::now();
+    slow.write_all(post_head(100_000).as_bytes()).await.unwrap();
+    slow.write_all(&vec![b' '; burst]).await.unwrap();
+    let writer = tokio::spawn(async move {
+        while started.elapsed() < Duration::from_secs(4) && slow.write_all(b" ").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        slow
+    });
+    let mut slow = writer.await.unwrap();
+    let (got, closed) = read_until_closed(&mut slow, Duration::from_secs(2)).await;
+    (got, closed, started.elapsed())
+}
+
+#[tokio::test]
+async fn a_body_trickled_below_the_minimum_rate_gets_408_long_before_the_body_timeout() {
+    // 1,000 bytes/s over 300 ms windows: each window must bring 300 bytes of the body.
+    let limits =
+        ConnectionLimits { min_body_rate: 1000, min_rate_window: Duration::from_millis(300), ..patient_limits() };
+    let server = server(limits).await;
+    // A byte every 100 ms from the start; and a 20 kB burst (well above the rate in its window) then the same
+    // trickle: a burst does not buy a trickle afterwards.
+    for burst in [1, 20_000] {
+        let (got, closed, took) = trickle_body(&server, burst).await;
+        assert_eq!(status_of(&got), 408, "burst {burst}: {got}");
+        assert!(got.to_ascii_lowercase().contains("connection: close"), "{got}");
+        let error = &json_body(&got)["error"];
+        assert_eq!((error["code"].as_str(), error["retryable"].as_bool()), (Some("TIMEOUT"), Some(true)), "{got}");
+        assert!(error["message"].as_str().unwrap_or("").contains("1000 bytes/s"), "{got}");
+        assert!(closed);
+        // Cut within a window or two of the trickle starting, where the 30 s body timeout would have waited.
+        assert!(took < Duration::from_secs(3), "burst {burst}: answered after {took:?}");
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_large_upload_at_a_normal_speed_is_not_cut_by_the_minimum_rate() {
+    // 256 KiB/s over 200 ms windows; the upload runs at about 2 MB/s with a 150 ms stall in the middle.
+    let limits =
+        ConnectionLimits { min_body_rate: 256 * 1024, min_rate_window: Duration::from_millis(200), ..patient_limits() };
+    let config = HttpServerConfig { max_body: 2 * 1024 * 1024, limits, ..Default::default() };
+    let server = spawn("127.0.0.1:0", state(config)).await.unwrap();
+    let body = padded_hello(1024 * 1024);
+    let mut upload = TcpStream::connect(server.addr()).await.unwrap();
+    upload.write_all(post_head(body.len()).as_bytes()).await.unwrap();
+    let started = Instant::now();
+    for (i, chunk) in body.chunks(16 * 1024).enumerate() {
+        upload.write_all(chunk).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(if i == 32 { 150 } else { 8 })).await;
+    }
+    let (got, _) = read_until_closed(&mut upload, Duration::from_millis(1500)).await;
+    assert_eq!(status_of(&got), 200, "after {:?}: {got}", started.elapsed());
+    assert_eq!(json_body(&got)["body"]["type"], "CAPABILITY_MANIFEST", "the HELLO was read whole and answered: {got}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn at_the_cap_requests_trickled_from_one_address_make_room_for_another_address() {
+    // No minimum rates and 30 s timeouts: only eviction at the cap can let the client in.
+    let limits = ConnectionLimits { max_connections: 6, ..patient_limits() };
+    let server = server(limits).await;
+    // The oldest connection: a legitimate upload from 127.0.0.1, half sent.
+    let body = padded_hello(64);
+    let (first, second) = body.split_at(40);
+    let mut uploading = connect_from("127.0.0.1", server.addr()).await;
+    uploading.write_all(post_head(body.len()).as_bytes()).await.unwrap();
+    uploading.write_all(first).await.unwrap();
+    wait_open(&server, 1).await;
+    // Every other slot: requests from 127.0.0.2 whose bodies trickle (each one a request in progress).
+    let mut attackers = Vec::new();
+    for _ in 0..5 {
+        let mut s = connect_from("127.0.0.2", server.addr()).await;
+        s.write_all(post_head(100).as_bytes()).await.unwrap();
+        s.write_all(b"{").await.unwrap();
+        attackers.push(s);
+    }
+    wait_open(&server, 6).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Clients from 127.0.0.1 are served, not answered 503: the address holding the most connections gives way.
+    for i in 0..3 {
+        let mut client = connect_from("127.0.0.1", server.addr()).await;
+        client.write_all(b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+        let (got, _) = read_until_closed(&mut client, Duration::from_secs(3)).await;
+        assert_eq!(status_of(&got), 200, "client {i}: {got}");
+    }
+    let mut evicted = 0;
+    for s in &mut attackers {
+        if read_until_closed(s, Duration::from_millis(100)).await.1 {
+            evicted += 1;
+        }
+    }
+    assert!(evicted >= 1, "no trickling connection from 127.0.0.2 was closed");
+    // The older upload from the other address was left alone: it finishes and is answered.
+    uploading.write_all(second).await.unwrap();
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(3), uploading.read(&mut buf)).await.unwrap().unwrap();
+    let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert_eq!(status_of(&got), 200, "{got}");
     server.shutdown().await.unwrap();
 }

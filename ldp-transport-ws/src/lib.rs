@@ -38,6 +38,7 @@
 //! | nothing (not even a pong to the server's pings) for `idle_timeout` | close code 1001; the sessions are suspended |
 //! | an upgrade from a web page of another origin (an `Origin` header neither matching `Host` nor in `allowed_origins`) | HTTP 403, body `{"error": <LdpError TRUST_VIOLATION>}`; no upgrade |
 //! | nothing read by the client: frames not queued (`max_outbound_bytes`, `outbound_queue`) or written within `write_timeout` | the connection is closed; its sessions are suspended, their unwritten results kept for the resume |
+//! | messages from one principal (bearer token or certificate, else address) faster than `max_inbound_rate` bytes/s across its connections, beyond a burst | its sockets are left unread until the excess drains (TCP backpressure); nothing is refused |
 //! | (server shutting down) | close code 1001 |
 //!
 //! **Correlation extension.** Every server frame that answers a client message carries the top-level member
@@ -107,6 +108,7 @@
 mod client;
 mod error;
 mod held;
+mod inbound;
 mod server;
 mod wire;
 

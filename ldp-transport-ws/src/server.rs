@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{self as aws, WebSocketUpgrade};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -31,6 +32,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch}
 use tokio::task::JoinHandle;
 
 use crate::held::{HeldLimits, HeldStats, HeldStore};
+use crate::inbound::InboundBudget;
 use crate::wire::{
     CloseFrame, Head, Message, WireError, accepted_frame, close_code, envelope_frame, error_frame, is_task_end,
 };
@@ -66,6 +68,12 @@ pub struct WsServerConfig {
     pub max_in_flight_bytes: usize,
     /// Bytes of the messages all connections have in handling at the same time (default 256 MiB).
     pub max_in_flight_bytes_total: usize,
+    /// Bytes per second of inbound messages one principal (its bearer token or certificate, else its address) may
+    /// send across all its connections (default 16 MiB/s; 0 turns the budget off), after a burst of as many bytes
+    /// or two of the largest messages, whichever is more. Beyond it the principal's sockets are left unread until
+    /// the debt drains (TCP backpressure): a flood of large tasks from one peer costs the server this much work per
+    /// second and no more, so other clients keep their latency.
+    pub max_inbound_rate: u64,
     /// Interval of the server's pings (default 15 s).
     pub ping_interval: Duration,
     /// A connection that sends nothing (not even a pong to the pings) for this long is dead (default 45 s).
@@ -102,6 +110,7 @@ impl Default for WsServerConfig {
             max_in_flight: 256,
             max_in_flight_bytes: 8 * 1024 * 1024,
             max_in_flight_bytes_total: 256 * 1024 * 1024,
+            max_inbound_rate: 16 * 1024 * 1024,
             ping_interval: Duration::from_secs(15),
             idle_timeout: Duration::from_secs(45),
             write_timeout: Duration::from_secs(30),
@@ -241,6 +250,8 @@ struct Hub {
     open: AtomicUsize,
     /// Bytes of messages in handling across every connection (`max_in_flight_bytes_total`).
     in_flight_bytes: Arc<Semaphore>,
+    /// Inbound bytes per second per principal (`max_inbound_rate`).
+    inbound: InboundBudget,
 }
 
 /// What one message in handling holds of its connection's and the server's budgets, released when it is done.
@@ -287,6 +298,9 @@ impl WsServer {
         let auth = BearerAuth::from_map(&config.tokens);
         let (shutdown, _) = watch::channel(false);
         let in_flight_bytes = Arc::new(Semaphore::new(config.max_in_flight_bytes_total.clamp(1, MAX_OUTBOUND_BUDGET)));
+        let burst =
+            config.max_inbound_rate.max(u64::try_from(config.max_message).unwrap_or(u64::MAX).saturating_mul(2));
+        let inbound = InboundBudget::new(config.max_inbound_rate, burst);
         Self {
             hub: Arc::new(Hub {
                 runtime,
@@ -296,6 +310,7 @@ impl WsServer {
                 shutdown,
                 open: AtomicUsize::new(0),
                 in_flight_bytes,
+                inbound,
             }),
         }
     }
@@ -341,10 +356,12 @@ impl WsServer {
         Router::new().route(
             WS_PATH,
             get(
-                move |peer: Option<Extension<PeerContext>>,
+                move |address: Option<Extension<ConnectInfo<SocketAddr>>>,
+                      peer: Option<Extension<PeerContext>>,
                       headers: HeaderMap,
                       ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>| {
-                    upgrade(server.clone(), peer, headers, ws)
+                    let address = address.map(|Extension(ConnectInfo(a))| a);
+                    upgrade(server.clone(), address, peer, headers, ws)
                 },
             ),
         )
@@ -367,7 +384,26 @@ impl WsServer {
 
     /// Runs one connection until it ends: reads envelopes from `stream`, answers them on `sink`. `peer` is what the
     /// upgrade established about the peer (its connection id is assigned here).
+    ///
+    /// Its inbound messages are charged to [`WsServerConfig::max_inbound_rate`] under the peer's principal, or, for
+    /// an unauthenticated peer, under this connection alone (the upgrade route charges them to the peer's address).
     pub async fn serve_connection<Si, St>(&self, peer: PeerContext, sink: Si, stream: St) -> ConnectionEnd
+    where
+        Si: Sink<Message> + Unpin + Send,
+        Si::Error: Display,
+        St: Stream<Item = Result<Message, WireError>> + Unpin + Send,
+    {
+        self.serve_connection_as(peer, None, sink, stream).await
+    }
+
+    /// [`serve_connection`](Self::serve_connection), charging an unauthenticated peer's inbound bytes to `address`.
+    async fn serve_connection_as<Si, St>(
+        &self,
+        peer: PeerContext,
+        address: Option<SocketAddr>,
+        sink: Si,
+        stream: St,
+    ) -> ConnectionEnd
     where
         Si: Sink<Message> + Unpin + Send,
         Si::Error: Display,
@@ -375,6 +411,11 @@ impl WsServer {
     {
         let hub = &self.hub;
         let conn = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
+        let budget_key: Box<str> = match (peer.principal(), address) {
+            (Some(principal), _) => format!("principal:{principal}").into(),
+            (None, Some(address)) => format!("address:{}", address.ip()).into(),
+            (None, None) => format!("connection:{conn}").into(),
+        };
         let peer = PeerContext { connection: Some(conn), ..peer };
         let (outbound, mut out_rx) = Outbound::new(&hub.config);
         let stalled = Arc::clone(&outbound.stalled);
@@ -382,7 +423,7 @@ impl WsServer {
         hub.open.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(conn, "websocket connection opened");
         let end = {
-            let reader = read_loop(hub.clone(), peer, conn, stream, outbound);
+            let reader = read_loop(hub.clone(), peer, conn, &budget_key, stream, outbound);
             let writer = write_loop(&hub.config, sink, &mut out_rx);
             tokio::pin!(reader, writer);
             tokio::select! {
@@ -539,7 +580,14 @@ async fn shutting_down(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-async fn read_loop<St>(hub: Arc<Hub>, peer: PeerContext, conn: u64, mut stream: St, out: Outbound) -> ConnectionEnd
+async fn read_loop<St>(
+    hub: Arc<Hub>,
+    peer: PeerContext,
+    conn: u64,
+    budget_key: &str,
+    mut stream: St,
+    out: Outbound,
+) -> ConnectionEnd
 where
     St: Stream<Item = Result<Message, WireError>> + Unpin + Send,
 {
@@ -598,7 +646,18 @@ where
                     return ConnectionEnd::Failed(WireError::Io("permits closed".into()));
                 };
                 let held = InFlightPermits { _count: permit, _bytes: own, _total: total };
+                let wait = hub.inbound.charge(budget_key, text.len());
                 tokio::spawn(handle_text(hub.clone(), peer.clone(), conn, out.clone(), text, held));
+                // Over the principal's byte rate: the socket is left unread until its debt drains.
+                if !wait.is_zero() {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = shutting_down(&mut shutdown) => {
+                            send_close(&out, None, CloseFrame::new(close_code::GOING_AWAY, "server shutting down")).await;
+                            return ConnectionEnd::Shutdown;
+                        }
+                    }
+                }
             }
             Message::Binary(_) => {
                 let error = LdpError::runtime(
@@ -765,6 +824,7 @@ fn json_error(status: StatusCode, error: &LdpError) -> Response {
 
 async fn upgrade(
     server: WsServer,
+    address: Option<SocketAddr>,
     peer: Option<Extension<PeerContext>>,
     headers: HeaderMap,
     ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
@@ -810,7 +870,7 @@ async fn upgrade(
             let (sink, stream) = socket.split();
             let sink = sink.with(|m: Message| futures::future::ready(Ok::<_, axum::Error>(to_axum(m))));
             let stream = stream.map(move |item| from_axum(item, hard));
-            server.serve_connection(peer, sink, stream).await;
+            server.serve_connection_as(peer, address, sink, stream).await;
         },
     )
 }

@@ -273,3 +273,72 @@ async fn messages_in_handling_are_bounded_by_bytes_so_a_non_reader_meets_backpre
     // absorbed (a few MB on loopback); without the byte budget the server takes 256 at once (287 seen).
     assert!(started <= 100, "{started} tasks were taken in although the client reads nothing");
 }
+
+/// Opens a session with a proposal whose message id is `id`.
+async fn open_session_as(ws: &mut Ws, id: &str) -> String {
+    ws.send(WsMessage::text(envelope(id, "", json!({"type": "SESSION_PROPOSE", "config": {}})))).await.unwrap();
+    let accept = next_json(ws).await.unwrap();
+    assert_eq!(accept["body"]["type"], "SESSION_ACCEPT", "{accept}");
+    accept["body"]["session_id"].as_str().unwrap().to_owned()
+}
+
+/// Connects with `token` as the bearer credential.
+async fn connect_as(url: &str, token: &str) -> Ws {
+    let mut request = url.into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let (ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    ws
+}
+
+/// Sends `count` echo tasks of `size` bytes each on `ws`, then waits for every result; returns how long that took.
+async fn echo_tasks(ws: &mut Ws, session: &str, tag: &str, count: usize, size: usize) -> Duration {
+    let started = std::time::Instant::now();
+    let pad = "x".repeat(size);
+    for i in 0..count {
+        let frame = submit(&format!("{tag}-m{i}"), session, &format!("{tag}-t{i}"), "echo", json!(pad));
+        ws.send(WsMessage::text(frame)).await.unwrap();
+    }
+    let mut results = 0;
+    while results < count {
+        let v = next_json(ws).await.expect("a task answer");
+        if v["body"]["type"] == "TASK_RESULT" {
+            results += 1;
+        }
+    }
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn a_principal_over_its_inbound_byte_rate_is_slowed_and_others_are_not() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate);
+    let peer = |domain: &str| ldp_session::AuthenticatedPeer { delegate_id: None, trust_domain: domain.into() };
+    let tokens = HashMap::from([("flood".to_owned(), peer("default")), ("legit".to_owned(), peer("default"))]);
+    // 128 KiB/s per principal after a burst of 128 KiB (the rate, more than two 32 KiB messages).
+    let config = WsServerConfig { max_message: 32 * 1024, max_inbound_rate: 128 * 1024, ..Default::default() };
+    let server = serve_both(&rt, tokens, config).await;
+    let url = server.ws_url();
+    // One principal on two connections sends 2 x 8 tasks of 24 KiB: 384 KiB, 256 KiB beyond its burst.
+    let mut flooding = Vec::new();
+    for c in 0..2 {
+        let url = url.clone();
+        flooding.push(tokio::spawn(async move {
+            let mut ws = connect_as(&url, "flood").await;
+            let session = open_session_as(&mut ws, &format!("f{c}-p")).await;
+            echo_tasks(&mut ws, &session, &format!("f{c}"), 8, 24 * 1024).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Another principal, meanwhile, is answered at once.
+    let mut legit = connect_as(&url, "legit").await;
+    let session = open_session_as(&mut legit, "l-p").await;
+    let legit_took = echo_tasks(&mut legit, &session, "l", 2, 24 * 1024).await;
+    let mut flood_took = Duration::ZERO;
+    for f in flooding {
+        flood_took = flood_took.max(f.await.unwrap());
+    }
+    // 256 KiB over the burst at 128 KiB/s: about 2 s shared by the two connections (1.5 s allows for rounding and
+    // the burst the first messages used).
+    assert!(flood_took >= Duration::from_millis(1500), "the flooding principal was not slowed: {flood_took:?}");
+    assert!(legit_took < Duration::from_secs(1), "another principal was slowed too: {legit_took:?}");
+}
