@@ -55,7 +55,7 @@ use time::OffsetDateTime;
 use time::macros::datetime;
 
 use crate::{
-    Candidate, ClaimPolicy, ClaimType, ExplainDepth, Exploration, LearnerConfig, Outcome, Quality, QualityClaim,
+    Candidate, ClaimPolicy, ClaimType, ExplainDepth, Exploration, LearnerConfig, Observation, Quality, QualityClaim,
     Router, RouterConfig, RouterError, SelectionRequest, SelfClaimedRule, SkillOffer, Strategy, VerificationSource,
 };
 
@@ -65,6 +65,7 @@ const START: OffsetDateTime = datetime!(2026-03-15 00:00 UTC);
 /// How inflators' claims relate to the honest ones; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum InflatorClaims {
     /// Inflators are the lowest delegates of an even grid and claim `min(true + δ, 1)`.
     Additive,
@@ -75,6 +76,7 @@ pub enum InflatorClaims {
 /// Inflation ranges of the sensitivity analysis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum InflationLevel {
     /// δ in `[0.10, 0.15]`.
     Low,
@@ -242,6 +244,7 @@ pub fn generate_pool(scenario: &Scenario, rng: &mut impl Rng) -> Result<Vec<SimD
 /// A routing condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Condition {
     /// Uniformly random.
     Blind,
@@ -512,7 +515,7 @@ pub fn run_experiment(scenario: &Scenario, base_seed: u64, seeds: u64) -> Result
                 if condition == Condition::Ours
                     && let Some(router) = router.as_mut()
                 {
-                    let outcome = Outcome {
+                    let outcome = Observation {
                         delegate_id: delegate.id.clone(),
                         skill: SKILL.to_owned(),
                         score: Quality::saturating(quality),

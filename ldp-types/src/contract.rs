@@ -13,6 +13,7 @@ use crate::{Code, Error, LdpError};
 /// What happens when a result violates its contract.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailurePolicy {
     /// Reject: the result becomes a `policy` / `CONTRACT_VIOLATED` error with the output as `partial_output`.
     FailClosed,
@@ -126,6 +127,7 @@ impl DelegationContract {
 
 /// One way a result broke its contract.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum ContractViolation {
     /// The result arrived after the deadline.
     DeadlineExceeded,
@@ -233,6 +235,7 @@ impl ContractLimits {
 
 /// What a receiver does with a checked result under the contract's failure policy.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums, reason = "a checked result either stands or is rejected; there is no third answer")]
 pub enum ContractOutcome {
     /// The result stands; provenance records whether the contract was satisfied and any violations.
     Accepted(Provenance),
