@@ -18,6 +18,7 @@ pub const SPEC_VERSION: &str = "LDP RFC 0.1 + provenance-paradox extensions (pap
 /// How strongly the spec asks for a requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
+#[non_exhaustive]
 pub enum Level {
     /// RFC "MUST" (and the kit's liveness requirements derived from it): a failure fails the run.
     Must,
@@ -56,6 +57,7 @@ impl fmt::Display for Level {
 /// and tested (so mandatory at their level) when it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Feature {
     /// Signed messages: the card's metadata mentions signing, replies carry signatures, or the operator passed
     /// `--sign`.

@@ -26,6 +26,7 @@ pub const UNTRUSTED_DOMAIN: &str = "conformance-untrusted.invalid";
 /// The verdict of one check on one requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Status {
     /// The requirement holds.
     Pass,

@@ -54,6 +54,7 @@
 //! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+#![warn(clippy::exhaustive_enums)]
 
 pub mod baseline;
 pub mod catalogue;
@@ -74,7 +75,7 @@ pub use ctx::{Claims, Ctx, Finding, KIT_DELEGATE_ID, Status, UNTRUSTED_DOMAIN};
 pub use ldp_transport_http::ClientTls;
 pub use probe::{Exchange, ProbeError, RequestRecord, ResponseRecord, TransportKind};
 pub use profiles::{PROFILES, Profile, ProfileResult};
-pub use report::{Format, Outcome, Report, RequirementResult, Summary};
+pub use report::{Format, Report, RequirementResult, Summary, Verdict};
 pub use runner::{
     Config, DEFAULT_DEADLINE, DEFAULT_OVERSIZE_BYTES, DEFAULT_TTL_PROBE_SECS, LevelFilter, ProgressEvent, RunError,
     base_url, run, run_with_progress,

@@ -22,6 +22,7 @@ const EVIDENCE_BODY_LIMIT: usize = 16 * 1024;
 /// A transport binding of LDP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum TransportKind {
     /// RFC 8.1: `POST <endpoint>/ldp/messages`, one envelope per request and reply.
     Http,

@@ -13,10 +13,11 @@ use crate::probe::{Exchange, TransportKind};
 use crate::profiles::ProfileResult;
 use crate::runner::LevelFilter;
 
-/// How a requirement's verdict counts.
+/// How a requirement's verdict counts in the run (its [`crate::Status`] judged at its level).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+#[non_exhaustive]
+pub enum Verdict {
     /// Passed.
     Pass,
     /// A MUST or EXTENSION requirement failed or was not testable: the run fails.
@@ -89,7 +90,7 @@ pub struct RequirementResult {
     /// The combined verdict over every check and transport.
     pub status: Status,
     /// How it counts.
-    pub outcome: Outcome,
+    pub outcome: Verdict,
     /// The verdict per transport.
     pub transports: BTreeMap<TransportKind, Status>,
     /// Every check's explanation, prefixed `[transport] check VERDICT:`.
@@ -139,15 +140,15 @@ pub struct Summary {
 impl Summary {
     /// Counts `results`.
     pub fn of(results: &[RequirementResult]) -> Self {
-        let count = |o: Outcome| results.iter().filter(|r| r.outcome == o).count();
+        let count = |o: Verdict| results.iter().filter(|r| r.outcome == o).count();
         Self {
             requirements: results.len(),
-            passed: count(Outcome::Pass),
-            failures: count(Outcome::Failure),
-            warnings: count(Outcome::Warning),
-            infos: count(Outcome::Info),
-            skipped: count(Outcome::Skipped),
-            blocked: count(Outcome::Blocked),
+            passed: count(Verdict::Pass),
+            failures: count(Verdict::Failure),
+            warnings: count(Verdict::Warning),
+            infos: count(Verdict::Info),
+            skipped: count(Verdict::Skipped),
+            blocked: count(Verdict::Blocked),
             not_testable: results.iter().filter(|r| r.status == Status::NotTestable).count(),
         }
     }
@@ -190,6 +191,7 @@ pub struct Report {
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Format {
     /// A human-readable table.
     #[default]
@@ -277,8 +279,8 @@ impl Report {
                 (Status::Skipped, _) => "SKIPPED",
                 (Status::NotTestable, _) => "NOT TESTABLE",
                 (Status::Blocked, _) => "BLOCKED",
-                (_, Outcome::Warning) => "WARN",
-                (_, Outcome::Info) => "INFO",
+                (_, Verdict::Warning) => "WARN",
+                (_, Verdict::Info) => "INFO",
                 _ => "FAIL",
             };
             let _ = writeln!(out, "{verdict:<13} {:<9} {:<21} {}", r.level.as_str(), r.id, r.title);
@@ -343,12 +345,12 @@ impl Report {
                 xml(&format!("{} {}", r.id, r.title))
             );
             let outcome = match r.outcome {
-                Outcome::Pass => "pass",
-                Outcome::Failure => "failure",
-                Outcome::Warning => "warning",
-                Outcome::Info => "info",
-                Outcome::Skipped => "skipped",
-                Outcome::Blocked => "blocked",
+                Verdict::Pass => "pass",
+                Verdict::Failure => "failure",
+                Verdict::Warning => "warning",
+                Verdict::Info => "info",
+                Verdict::Skipped => "skipped",
+                Verdict::Blocked => "blocked",
             };
             let _ = write!(
                 out,
@@ -363,18 +365,18 @@ impl Report {
             let _ = write!(out, "</properties>");
             let details = xml(&r.details.join("\n"));
             match r.outcome {
-                Outcome::Pass => {}
-                Outcome::Skipped => {
+                Verdict::Pass => {}
+                Verdict::Skipped => {
                     let _ = write!(out, "<skipped message=\"{}\"/>", xml(r.details.first().map_or("", String::as_str)));
                 }
-                Outcome::Blocked => {
+                Verdict::Blocked => {
                     let _ = write!(
                         out,
                         "<skipped message=\"{}\"/><system-out>{details}</system-out>",
                         xml(&format!("BLOCKED by {}", r.blocked_by.join(", ")))
                     );
                 }
-                Outcome::Failure => {
+                Verdict::Failure => {
                     let _ = write!(
                         out,
                         "<failure message=\"{} {}\" type=\"{}\">{details}</failure>",
@@ -383,8 +385,8 @@ impl Report {
                         r.status.as_str()
                     );
                 }
-                Outcome::Warning | Outcome::Info => {
-                    let label = if r.outcome == Outcome::Warning { "WARNING" } else { "INFO" };
+                Verdict::Warning | Verdict::Info => {
+                    let label = if r.outcome == Verdict::Warning { "WARNING" } else { "INFO" };
                     let _ = write!(
                         out,
                         "<system-out>{label}: {} {}: {details}</system-out><system-err>{label}: {} {} {}</system-err>",
@@ -499,7 +501,7 @@ fn xml(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn result(id: &str, level: Level, status: Status, outcome: Outcome, detail: &str) -> RequirementResult {
+    fn result(id: &str, level: Level, status: Status, outcome: Verdict, detail: &str) -> RequirementResult {
         RequirementResult {
             id: id.to_owned(),
             title: format!("title of {id}"),
@@ -539,7 +541,7 @@ mod tests {
     #[test]
     fn markdown_shows_an_implementations_markup_as_text() {
         let hostile = "[http] x FAIL: HTTP 500 text/html \"<script>alert(1)</script><img src=x onerror=y>|col\"";
-        let md = report(vec![result("LDP-X-001", Level::Must, Status::Fail, Outcome::Failure, hostile)])
+        let md = report(vec![result("LDP-X-001", Level::Must, Status::Fail, Verdict::Failure, hostile)])
             .render(Format::Markdown);
         assert!(!md.contains("<script>") && !md.contains("<img"), "{md}");
         assert!(md.contains("&lt;script&gt;"), "{md}");
@@ -548,11 +550,11 @@ mod tests {
 
     #[test]
     fn junit_makes_warnings_and_blocked_requirements_visible() {
-        let mut blocked = result("LDP-B-001", Level::Must, Status::Blocked, Outcome::Blocked, "blocked by LDP-A-001");
+        let mut blocked = result("LDP-B-001", Level::Must, Status::Blocked, Verdict::Blocked, "blocked by LDP-A-001");
         blocked.blocked_by = vec!["LDP-A-001".into()];
         let rep = report(vec![
-            result("LDP-A-001", Level::Must, Status::Fail, Outcome::Failure, "no session"),
-            result("LDP-W-001", Level::Should, Status::Fail, Outcome::Warning, "ids are not UUIDs"),
+            result("LDP-A-001", Level::Must, Status::Fail, Verdict::Failure, "no session"),
+            result("LDP-W-001", Level::Should, Status::Fail, Verdict::Warning, "ids are not UUIDs"),
             blocked,
         ]);
         assert_eq!((rep.summary.failures, rep.summary.warnings, rep.summary.blocked), (1, 1, 1));

@@ -14,7 +14,7 @@ use crate::checks::CHECKS;
 use crate::ctx::{Claims, Ctx, Finding, Status, Validators};
 use crate::probe::{Exchange, Probe, TransportKind};
 use crate::profiles;
-use crate::report::{CheckRun, Evidence, Implementation, Outcome, Report, RequirementResult, Summary};
+use crate::report::{CheckRun, Evidence, Implementation, Report, RequirementResult, Summary, Verdict};
 
 /// The TTL the kit proposes for the expiry check when the operator gives no `--ttl-hint`.
 pub const DEFAULT_TTL_PROBE_SECS: u64 = 2;
@@ -28,6 +28,7 @@ pub const DEFAULT_OVERSIZE_BYTES: usize = 8 * 1024 * 1024;
 /// Which requirements to run and report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum LevelFilter {
     /// MUST and EXTENSION requirements (those whose failure fails the run).
     Must,
@@ -445,9 +446,9 @@ pub(crate) fn aggregate(
             blocked_by.clear();
         }
         let outcome = match status {
-            Status::Pass => Outcome::Pass,
-            Status::Skipped => Outcome::Skipped,
-            Status::Blocked => Outcome::Blocked,
+            Status::Pass => Verdict::Pass,
+            Status::Skipped => Verdict::Skipped,
+            Status::Blocked => Verdict::Blocked,
             Status::Fail | Status::NotTestable => failure_at(req.level),
         };
         out.push(RequirementResult {
@@ -470,22 +471,22 @@ pub(crate) fn aggregate(
 }
 
 /// How a requirement that failed or was not testable counts at `level`.
-fn failure_at(level: Level) -> Outcome {
+fn failure_at(level: Level) -> Verdict {
     match level {
-        Level::Must | Level::Extension => Outcome::Failure,
-        Level::Should => Outcome::Warning,
-        Level::May => Outcome::Info,
+        Level::Must | Level::Extension => Verdict::Failure,
+        Level::Should => Verdict::Warning,
+        Level::May => Verdict::Info,
     }
 }
 
 /// How much an outcome weighs: a blocked requirement is only excused by a cause that weighs at least as much as
 /// its own failure would (a failed SHOULD cannot excuse an untested MUST, or the run would pass without it).
-fn weight(outcome: Outcome) -> u8 {
+fn weight(outcome: Verdict) -> u8 {
     match outcome {
-        Outcome::Failure => 3,
-        Outcome::Warning => 2,
-        Outcome::Info => 1,
-        Outcome::Pass | Outcome::Skipped | Outcome::Blocked => 0,
+        Verdict::Failure => 3,
+        Verdict::Warning => 2,
+        Verdict::Info => 1,
+        Verdict::Pass | Verdict::Skipped | Verdict::Blocked => 0,
     }
 }
 
@@ -544,9 +545,9 @@ mod tests {
         ];
         let results = aggregate(&runs, &[TransportKind::Http], &Claims::default(), LevelFilter::All);
         let get = |id: &str| results.iter().find(|r| r.id == id).unwrap();
-        assert_eq!(get("LDP-SESS-001").outcome, Outcome::Failure);
+        assert_eq!(get("LDP-SESS-001").outcome, Verdict::Failure);
         let closed = get("LDP-SESS-003");
-        assert_eq!((closed.status, closed.outcome), (Status::Blocked, Outcome::Blocked));
+        assert_eq!((closed.status, closed.outcome), (Status::Blocked, Verdict::Blocked));
         assert_eq!(closed.blocked_by, vec!["LDP-SESS-001".to_owned()]);
         assert_eq!(Summary::of(&results).blocked, 1);
     }
@@ -560,7 +561,7 @@ mod tests {
         ];
         let results = aggregate(&runs, &[TransportKind::Http], &Claims::default(), LevelFilter::All);
         let closed = results.iter().find(|r| r.id == "LDP-SESS-003").unwrap();
-        assert_eq!((closed.status, closed.outcome), (Status::NotTestable, Outcome::Failure));
+        assert_eq!((closed.status, closed.outcome), (Status::NotTestable, Verdict::Failure));
         assert!(closed.blocked_by.is_empty());
         assert!(closed.details[0].contains("did not fail"), "{:?}", closed.details);
         // A failed SHOULD cannot excuse an untested MUST.
@@ -570,7 +571,7 @@ mod tests {
         ];
         let results = aggregate(&runs, &[TransportKind::Http], &Claims::default(), LevelFilter::All);
         let closed = results.iter().find(|r| r.id == "LDP-SESS-003").unwrap();
-        assert_eq!(closed.outcome, Outcome::Failure);
+        assert_eq!(closed.outcome, Verdict::Failure);
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Break, Setup, config, explain, start};
-use ldp_conformance::{Format, Outcome, Report, Status, TransportKind};
+use ldp_conformance::{Format, Report, Status, TransportKind, Verdict};
 use ldp_types::signing::SignatureAlgorithm;
 
 async fn run(setup: Setup) -> Report {
@@ -24,7 +24,7 @@ fn assert_fails_only(report: &Report, id: &str, also: &[&str]) {
     for other in &report.requirements {
         if other.id != id && !also.contains(&other.id.as_str()) {
             assert!(
-                matches!(other.outcome, Outcome::Pass | Outcome::Skipped),
+                matches!(other.outcome, Verdict::Pass | Verdict::Skipped),
                 "only {id} should fail, but {} is {}: {:?}",
                 other.id,
                 other.status.as_str(),
@@ -56,7 +56,7 @@ async fn every_signing_algorithm_passes_the_signature_probes() {
     for alg in SignatureAlgorithm::ALL {
         let report = run(Setup { signing: Some(alg), ..Setup::good() }).await;
         let bad: Vec<_> =
-            report.requirements.iter().filter(|r| !matches!(r.outcome, Outcome::Pass | Outcome::Skipped)).collect();
+            report.requirements.iter().filter(|r| !matches!(r.outcome, Verdict::Pass | Verdict::Skipped)).collect();
         assert!(bad.is_empty(), "{alg}:\n{}", explain(&report));
         for id in ["LDP-SEC-002", "LDP-SEC-003", "LDP-SEC-004"] {
             let r = report.requirement(id).unwrap();
@@ -115,7 +115,7 @@ async fn a_reply_reusing_the_request_message_id_is_caught() {
 async fn a_session_accept_naming_two_sessions_is_caught() {
     let report = run(Setup::broken(Break::AcceptSessionMismatch)).await;
     assert_fails_only(&report, "LDP-CORR-003", &[]);
-    assert_eq!(report.requirement("LDP-CORR-003").unwrap().outcome, Outcome::Warning);
+    assert_eq!(report.requirement("LDP-CORR-003").unwrap().outcome, Verdict::Warning);
 }
 
 // ---- class 4: negotiation --------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ async fn a_false_payload_mode_used_is_a_must_failure() {
     let report = run(Setup::broken(Break::FalseModeUsed)).await;
     // A frame task that fell back transparently is also judged by its mode: LDP-FALLBACK-001 sees the false mode.
     assert_fails_only(&report, "LDP-PROV-005", &["LDP-FALLBACK-001", "LDP-NEG-003"]);
-    assert_eq!(report.requirement("LDP-PROV-005").unwrap().outcome, Outcome::Failure);
+    assert_eq!(report.requirement("LDP-PROV-005").unwrap().outcome, Verdict::Failure);
     assert!(!report.passed());
 }
 
@@ -203,7 +203,7 @@ async fn rfc_valid_variants_pass_without_a_warning() {
     let server = start(Setup::broken(Break::RfcValidVariants)).await;
     let report = ldp_conformance::run(config(&server, &[TransportKind::Http, TransportKind::Ws])).await.unwrap();
     let bad: Vec<_> =
-        report.requirements.iter().filter(|r| !matches!(r.outcome, Outcome::Pass | Outcome::Skipped)).collect();
+        report.requirements.iter().filter(|r| !matches!(r.outcome, Verdict::Pass | Verdict::Skipped)).collect();
     assert!(bad.is_empty(), "RFC-valid variants must pass:\n{}", explain(&report));
     let stream = report.requirement("LDP-HTTP-002").unwrap();
     assert_eq!(stream.status, Status::Pass, "{:?}", stream.details);
@@ -217,7 +217,7 @@ async fn a_failed_session_establishment_blocks_instead_of_cascading() {
     assert_eq!(report.requirement("LDP-SESS-001").unwrap().status, Status::Fail, "{}", explain(&report));
     for id in ["LDP-SESS-003", "LDP-MSG-004", "LDP-MSG-006", "LDP-PROV-001", "LDP-SESS-005"] {
         let r = report.requirement(id).unwrap();
-        assert_eq!((r.status, r.outcome), (Status::Blocked, Outcome::Blocked), "{id}: {:?}", r.details);
+        assert_eq!((r.status, r.outcome), (Status::Blocked, Verdict::Blocked), "{id}: {:?}", r.details);
         assert_eq!(r.blocked_by, vec!["LDP-SESS-001".to_owned()], "{id}");
     }
     assert!(report.summary.blocked >= 5, "{:?}", report.summary);

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 
 use common::{DOMAIN, TOKEN, UNTRUSTED_TOKEN, card, explain, key};
 use ldp_conformance::{
-    ClientTls, Config, KIT_DELEGATE_ID, LevelFilter, Outcome, Report, RunError, Status, TransportKind, UNTRUSTED_DOMAIN,
+    ClientTls, Config, KIT_DELEGATE_ID, LevelFilter, Report, RunError, Status, TransportKind, UNTRUSTED_DOMAIN, Verdict,
 };
 use ldp_session::runtime::{Delegate, DelegateRuntime, EchoDelegate, TaskContext};
 use ldp_session::{AuthenticatedPeer, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TrustPolicy};
@@ -102,7 +102,7 @@ fn config(server: &Server, signing: Option<SignatureAlgorithm>) -> Config {
 
 fn assert_all_pass(report: &Report) {
     let bad: Vec<_> =
-        report.requirements.iter().filter(|r| !matches!(r.outcome, Outcome::Pass | Outcome::Skipped)).collect();
+        report.requirements.iter().filter(|r| !matches!(r.outcome, Verdict::Pass | Verdict::Skipped)).collect();
     assert!(bad.is_empty(), "our server must pass every MUST and SHOULD it claims:\n{}", explain(report));
     assert!(report.passed());
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Break, Setup, config, explain, start};
-use ldp_conformance::{Outcome, Report, Status, TransportKind};
+use ldp_conformance::{Report, Status, TransportKind, Verdict};
 use ldp_types::signing::SignatureAlgorithm;
 
 async fn run(setup: Setup, transports: &[TransportKind]) -> Report {
@@ -15,7 +15,7 @@ async fn run(setup: Setup, transports: &[TransportKind]) -> Report {
 
 fn assert_clean(report: &Report) {
     let bad: Vec<_> =
-        report.requirements.iter().filter(|r| !matches!(r.outcome, Outcome::Pass | Outcome::Skipped)).collect();
+        report.requirements.iter().filter(|r| !matches!(r.outcome, Verdict::Pass | Verdict::Skipped)).collect();
     assert!(bad.is_empty(), "expected every requirement to pass:\n{}", explain(report));
 }
 
@@ -134,7 +134,7 @@ async fn claimed_signing_without_a_secret_is_not_testable() {
     let report = ldp_conformance::run(cfg).await.unwrap();
     let sec = report.requirement("LDP-SEC-001").unwrap();
     assert_eq!(sec.status, Status::NotTestable, "{:?}", sec.details);
-    assert_eq!(sec.outcome, Outcome::Failure);
+    assert_eq!(sec.outcome, Verdict::Failure);
     assert!(!report.passed());
 }
 

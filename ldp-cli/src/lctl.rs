@@ -348,6 +348,7 @@ fn describe_group(group: &ParallelGroup) -> String {
             }
         }
         None => text.push_str("; never merged"),
+        Some(_) => text.push_str("; merged"),
     }
     text
 }

@@ -83,7 +83,7 @@ enum Command {
     /// Reproduce the provenance-paradox routing experiment of the paper.
     Paradox(paradox::ParadoxArgs),
     /// Serve an echo delegate over HTTP (RFC 8), WebSocket (`/ldp/ws`) and optionally TLS.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP or WebSocket.
     Demo(demo::DemoArgs),
     /// Run the conformance kit against an LDP implementation.
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
         Command::Llmx(cmd) => llmx::run(cmd),
         Command::Lctl(cmd) => lctl::run(cmd),
         Command::Paradox(args) => paradox::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Demo(args) => demo::run(args),
         Command::Conformance(args) => conformance::run(args),
         Command::Attest(cmd) => attest::run(cmd),

@@ -287,6 +287,7 @@ fn security(sign: Option<&str>, secret: Option<&str>) -> Result<(SecurityConfig,
                 SecurityConfig { signing_key: Some(key), replay: Some(ReplayConfig::default()), ..Default::default() };
             Ok((cfg, true))
         }
+        other => Err(format!("--sign: {other} is not supported by ldp serve")),
     }
 }
 

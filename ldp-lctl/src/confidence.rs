@@ -57,6 +57,7 @@ impl fmt::Display for Confidence {
 /// The table lists two-decimal ranges (0.80-0.94, 0.95-1.0); scores between them (0.945)
 /// belong to the lower row, so each band is "at least its lower bound".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum ConfidenceBand {
     /// Below 0.40.
     Uncertain,
@@ -112,6 +113,7 @@ impl ConfidenceBand {
 
 /// What a receiving agent should do with a fact, by band.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum PropagationAdvice {
     /// 0.95-1.0: can propagate as-is.
     PropagateAsIs,

@@ -40,6 +40,7 @@ impl fmt::Display for FactId {
 
 /// The document's `purpose`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Purpose {
     /// `observability`: a live handoff.
     Observability,
@@ -70,6 +71,7 @@ impl Purpose {
 
 /// `chain.status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ChainStatus {
     /// `FAILED`.
     Failed,
@@ -105,6 +107,7 @@ impl ChainStatus {
 
 /// Which spelling the sender used for the hop's endpoints; kept so a rewrite looks like the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum EndpointKeys {
     /// `source:` / `target:` (the full format).
     #[default]
@@ -309,6 +312,7 @@ pub struct Analysis {
 
 /// `lctl_ack.status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AckStatus {
     /// `received`.
     Received,

@@ -11,6 +11,7 @@ use crate::rules::{MergePoint, parallel_groups};
 
 /// Output formats of [`render`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RenderFormat {
     /// A Mermaid `flowchart`.
     Mermaid,

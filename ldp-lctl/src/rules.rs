@@ -16,6 +16,7 @@ use crate::{Analysis, ConfidenceBand, Value};
 
 /// How much a finding matters. Only [`Severity::Error`] makes a check fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Severity {
     /// Advice from the confidence table; the document is fine.
     Note,
@@ -184,6 +185,7 @@ pub struct ParallelBranch {
 
 /// Where parallel branches come back together.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MergePoint {
     /// A later trace step collected the branches.
     TraceStep {

@@ -12,6 +12,10 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 
 /// A YAML/JSON value with mapping order preserved.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[allow(
+    clippy::exhaustive_enums,
+    reason = "the YAML data model: null, scalars, sequences and mappings; nothing else exists"
+)]
 pub enum Value {
     /// `null` / `~` / an empty value.
     #[default]

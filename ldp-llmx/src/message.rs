@@ -215,6 +215,7 @@ pub struct PlanStep {
 /// A PLAN step id: the spec allows a number or a string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
+#[allow(clippy::exhaustive_enums, reason = "the grammar's two id forms, a number or a name")]
 pub enum StepId {
     /// A numeric id.
     Num(u64),
@@ -233,6 +234,7 @@ impl fmt::Display for StepId {
 
 /// A PLAN step status (`P|I|C|X`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum StepStatus {
     /// `P`: not started.
     #[serde(rename = "P")]
@@ -291,6 +293,7 @@ pub struct Act {
 /// An ACT operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Operation {
     /// Read a file or resource.
     Read,
@@ -356,6 +359,7 @@ pub struct Obs {
 
 /// OBS status (`OK|ERR`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum ObsStatus {
     /// `OK`.
     #[serde(rename = "OK")]
@@ -465,6 +469,7 @@ impl Res {
 
 /// The body of a block this crate has no type for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum BlockBody {
     /// `{...}`.
     #[serde(rename = "object")]

@@ -9,6 +9,7 @@ use crate::error::LlmxError;
 
 /// An operation shortcut (section 4.2), written as a prefix of a target: `+p:src/new.ts`, `@p:docs/api.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OpShortcut {
     /// `+`: add or create.
     Add,
@@ -71,6 +72,7 @@ impl OpShortcut {
 
 /// A line (`#L42`) or line range (`#L10-25`) reference (section 4.1). Lines count from 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Lines {
     /// `#L42`.
     Line(u32),
@@ -164,6 +166,7 @@ impl<'a> PathRef<'a> {
 
 /// What a target names once its shortcut prefixes are removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Resource<'a> {
     /// A path reference (`p:...` or `^...`).
     Path(PathRef<'a>),

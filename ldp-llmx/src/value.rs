@@ -177,6 +177,10 @@ impl<K: Into<String>, V: Into<Value>> FromIterator<(K, V)> for Object {
 /// Bare identifiers (`f:Claude`, `s:C`) are strings written without quotes, so they parse to [`Value::Str`]; the
 /// writer leaves a string bare whenever that reads back the same.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(
+    clippy::exhaustive_enums,
+    reason = "an LLMX value is one of the grammar's value forms (LLMX v1.0 section 3); a new form is a new format version"
+)]
 pub enum Value {
     /// A quoted string or a bare identifier.
     Str(String),

@@ -5,7 +5,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ldp_router::{
-    Candidate, ClaimType, Exploration, LearnerConfig, Outcome, Quality, QualityClaim, Router, RouterConfig,
+    Candidate, ClaimType, Exploration, LearnerConfig, Observation, Quality, QualityClaim, Router, RouterConfig,
     SelectionRequest, SkillOffer, Strategy, VerificationSource,
 };
 use time::macros::datetime;
@@ -36,7 +36,7 @@ fn pool(config: RouterConfig) -> Router {
         router.upsert(&candidate).unwrap();
         if i % 3 == 2 {
             for _ in 0..5 {
-                let outcome = Outcome {
+                let outcome = Observation {
                     delegate_id: id.clone(),
                     skill: "reasoning".into(),
                     score: quality,

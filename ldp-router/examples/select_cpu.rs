@@ -7,8 +7,8 @@
 use std::time::Instant;
 
 use ldp_router::{
-    Candidate, ClaimType, Outcome, Quality, QualityClaim, Router, RouterConfig, SelectionRequest, SkillOffer, Strategy,
-    VerificationSource,
+    Candidate, ClaimType, Observation, Quality, QualityClaim, Router, RouterConfig, SelectionRequest, SkillOffer,
+    Strategy, VerificationSource,
 };
 use time::macros::datetime;
 
@@ -30,7 +30,7 @@ fn main() {
         }
         router.upsert(&candidate).unwrap();
         if i % 3 == 2 {
-            let outcome = Outcome {
+            let outcome = Observation {
                 delegate_id: id,
                 skill: "reasoning".into(),
                 score: quality,

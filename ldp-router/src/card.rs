@@ -76,6 +76,8 @@ impl CardMapping {
             CostTier::Low => self.low_cost_usd,
             CostTier::Medium => self.medium_cost_usd,
             CostTier::High => self.high_cost_usd,
+            // A tier added to the wire model later is priced as the dearest until it has a price here.
+            _ => self.high_cost_usd,
         }
     }
 

@@ -1,7 +1,6 @@
 //! Quality claims: who says how good a delegate is at a skill, and since when.
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -48,59 +47,9 @@ impl fmt::Display for Quality {
     }
 }
 
-/// How a quality claim was established (the paper's `claim_type`, section 3.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClaimType {
-    /// Reported by the delegate itself; nothing checks it.
-    SelfClaimed,
-    /// Measured from real invocations, aggregated with recency weighting.
-    RuntimeObserved,
-    /// Verified by a named third party at a known time.
-    IssuerAttested,
-    /// Measured by an external benchmarking service on a standard task suite.
-    ExternallyBenchmarked,
-}
-
-impl ClaimType {
-    /// All claim types, least trusted first.
-    pub const ALL: [ClaimType; 4] = [
-        ClaimType::SelfClaimed,
-        ClaimType::RuntimeObserved,
-        ClaimType::IssuerAttested,
-        ClaimType::ExternallyBenchmarked,
-    ];
-
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClaimType::SelfClaimed => "self_claimed",
-            ClaimType::RuntimeObserved => "runtime_observed",
-            ClaimType::IssuerAttested => "issuer_attested",
-            ClaimType::ExternallyBenchmarked => "externally_benchmarked",
-        }
-    }
-
-    /// Whether someone other than the delegate stands behind the claim; such claims need issuer and recency
-    /// metadata, or a delegate could simply label its own boast `issuer_attested`.
-    pub fn is_attested(self) -> bool {
-        !matches!(self, ClaimType::SelfClaimed)
-    }
-}
-
-impl fmt::Display for ClaimType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ClaimType {
-    type Err = RouterError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ClaimType::ALL.into_iter().find(|t| t.as_str() == s).ok_or(RouterError::InvalidConfig("unknown claim_type"))
-    }
-}
+/// How a quality claim was established: the wire model's type (paper section 3.2), so a card's claim and the
+/// router's are one type.
+pub use ldp_types::ClaimType;
 
 /// One statement that a delegate achieves `value` on `skill`.
 ///

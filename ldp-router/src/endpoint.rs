@@ -23,6 +23,7 @@ use std::fmt;
 
 /// One of LDP's transport bindings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Binding {
     /// The HTTP binding (RFC 8.1): `/.well-known/ldp-identity`, `/ldp/messages`, `/ldp/stream`.
     Http,

@@ -11,6 +11,7 @@
 //! | `quality`    | accept the result with a warning        | —                             |
 //! | `policy`     | escalate to the caller                  | —                             |
 //! | `identity`   | escalate to the caller                  | —                             |
+//! | `security`   | escalate to the caller                  | —                             |
 //!
 //! A retry of the same delegate needs the error's `retryable` flag not to be `false` and the delegate to have had
 //! fewer than `max_attempts_per_delegate` attempts; otherwise a retryable category is rerouted instead.
@@ -24,41 +25,23 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::RouterError;
+use ldp_types::ErrorCategory;
 
-/// The category of an `LdpError`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureCategory {
-    /// The delegate failed while running the task.
-    Runtime,
-    /// The message did not get through.
-    Transport,
-    /// A contract or policy was violated.
-    Policy,
-    /// The delegate cannot do this task.
-    Capability,
-    /// The result is below the expected quality.
-    Quality,
-    /// Authentication or identity verification failed.
-    Identity,
-    /// The session broke or expired.
-    Session,
-}
+use crate::RouterError;
 
 /// A failure as reported: its category and the error's own `retryable` flag, which can veto a retry of the same
 /// delegate (a transport failure the delegate marks non-retryable is rerouted instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
-    /// The category.
-    pub category: FailureCategory,
+    /// The category, as the error carries it (`security` is decided like `identity`).
+    pub category: ErrorCategory,
     /// The error's `retryable` flag, when it carries one.
     pub retryable: Option<bool>,
 }
 
 impl Failure {
     /// A failure of `category` without an explicit `retryable` flag.
-    pub fn new(category: FailureCategory) -> Self {
+    pub fn new(category: ErrorCategory) -> Self {
         Failure { category, retryable: None }
     }
 }
@@ -122,6 +105,7 @@ impl AttemptState {
 /// Why a task is handed back instead of tried again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum GiveUpReason {
     /// The category is never retried automatically (`policy`, `identity`): the caller must decide.
     NotRecoverable,
@@ -136,6 +120,7 @@ pub enum GiveUpReason {
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "action")]
+#[non_exhaustive]
 pub enum FailoverAction {
     /// Try the same delegate again after `after`; `new_session` asks to re-establish the session first.
     Retry {
@@ -175,7 +160,7 @@ impl FailoverPolicy {
 
     /// Decides what follows `failure` in `state` at `now`.
     pub fn decide(&self, failure: Failure, state: &AttemptState, now: OffsetDateTime) -> FailoverAction {
-        use FailureCategory as C;
+        use ErrorCategory as C;
         let same_allowed =
             failure.retryable != Some(false) && state.attempts_on_delegate < self.max_attempts_per_delegate;
         let backoff = self.backoff(state.attempts);
@@ -186,6 +171,9 @@ impl FailoverPolicy {
             C::Runtime | C::Transport if same_allowed => FailoverAction::Retry { after: backoff, new_session: false },
             C::Session if same_allowed => FailoverAction::Retry { after: backoff, new_session: true },
             C::Runtime | C::Transport | C::Session => FailoverAction::Reroute { after: backoff },
+            // `security` (a signature, replay or timestamp failure) is an identity failure to the router; a category
+            // added later is not retried until a rule for it is written here.
+            _ => return FailoverAction::Escalate { reason: GiveUpReason::NotRecoverable },
         };
         let after = match &wanted {
             FailoverAction::Retry { after, .. } | FailoverAction::Reroute { after } => *after,
@@ -218,14 +206,14 @@ mod tests {
 
     const NOW: OffsetDateTime = datetime!(2026-03-15 12:00 UTC);
 
-    fn decide(category: FailureCategory, state: &AttemptState) -> FailoverAction {
+    fn decide(category: ErrorCategory, state: &AttemptState) -> FailoverAction {
         FailoverPolicy::default().decide(Failure::new(category), state, NOW)
     }
 
     #[test]
     fn decision_table_on_a_first_failure() {
+        use ErrorCategory as C;
         use FailoverAction::*;
-        use FailureCategory as C;
         let first = AttemptState::first();
         let backoff = Duration::from_millis(200);
         assert_eq!(decide(C::Transport, &first), Retry { after: backoff, new_session: false });
@@ -235,23 +223,24 @@ mod tests {
         assert_eq!(decide(C::Quality, &first), AcceptWithWarning);
         assert_eq!(decide(C::Policy, &first), Escalate { reason: GiveUpReason::NotRecoverable });
         assert_eq!(decide(C::Identity, &first), Escalate { reason: GiveUpReason::NotRecoverable });
+        assert_eq!(decide(C::Security, &first), Escalate { reason: GiveUpReason::NotRecoverable });
     }
 
     #[test]
     fn retryable_failures_reroute_once_the_delegate_has_had_its_attempts() {
         let state = AttemptState { attempts: 2, attempts_on_delegate: 2, ..AttemptState::first() };
         let after = Duration::from_millis(400);
-        assert_eq!(decide(FailureCategory::Transport, &state), FailoverAction::Reroute { after });
-        assert_eq!(decide(FailureCategory::Session, &state), FailoverAction::Reroute { after });
-        assert_eq!(decide(FailureCategory::Runtime, &state), FailoverAction::Reroute { after });
-        let permanent = Failure { category: FailureCategory::Runtime, retryable: Some(false) };
+        assert_eq!(decide(ErrorCategory::Transport, &state), FailoverAction::Reroute { after });
+        assert_eq!(decide(ErrorCategory::Session, &state), FailoverAction::Reroute { after });
+        assert_eq!(decide(ErrorCategory::Runtime, &state), FailoverAction::Reroute { after });
+        let permanent = Failure { category: ErrorCategory::Runtime, retryable: Some(false) };
         let action = FailoverPolicy::default().decide(permanent, &AttemptState::first(), NOW);
         assert_eq!(action, FailoverAction::Reroute { after: Duration::from_millis(200) });
     }
 
     #[test]
     fn an_explicit_non_retryable_flag_reroutes_instead_of_retrying() {
-        let failure = Failure { category: FailureCategory::Transport, retryable: Some(false) };
+        let failure = Failure { category: ErrorCategory::Transport, retryable: Some(false) };
         let action = FailoverPolicy::default().decide(failure, &AttemptState::first(), NOW);
         assert_eq!(action, FailoverAction::Reroute { after: Duration::from_millis(200) });
     }
@@ -268,7 +257,7 @@ mod tests {
     fn attempt_limit_escalates() {
         let state = AttemptState { attempts: 4, attempts_on_delegate: 1, ..AttemptState::first() };
         assert_eq!(
-            decide(FailureCategory::Runtime, &state),
+            decide(ErrorCategory::Runtime, &state),
             FailoverAction::Escalate { reason: GiveUpReason::AttemptsExhausted }
         );
     }
@@ -278,14 +267,14 @@ mod tests {
         let state = AttemptState { deadline: Some(NOW + time::Duration::milliseconds(100)), ..AttemptState::first() };
         // The 200 ms backoff would end after the deadline...
         assert_eq!(
-            decide(FailureCategory::Transport, &state),
+            decide(ErrorCategory::Transport, &state),
             FailoverAction::Escalate { reason: GiveUpReason::DeadlineExhausted }
         );
         // ...but a capability reroute needs no backoff.
-        assert_eq!(decide(FailureCategory::Capability, &state), FailoverAction::Reroute { after: Duration::ZERO });
+        assert_eq!(decide(ErrorCategory::Capability, &state), FailoverAction::Reroute { after: Duration::ZERO });
         let passed = AttemptState { deadline: Some(NOW - time::Duration::seconds(1)), ..AttemptState::first() };
         assert_eq!(
-            decide(FailureCategory::Capability, &passed),
+            decide(ErrorCategory::Capability, &passed),
             FailoverAction::Escalate { reason: GiveUpReason::DeadlineExhausted }
         );
     }
@@ -299,18 +288,18 @@ mod tests {
             ..AttemptState::first()
         };
         assert_eq!(
-            decide(FailureCategory::Runtime, &state),
+            decide(ErrorCategory::Runtime, &state),
             FailoverAction::Escalate { reason: GiveUpReason::BudgetExhausted }
         );
         let cheaper = AttemptState { next_attempt_cost_usd: 0.01, ..state };
-        assert!(matches!(decide(FailureCategory::Runtime, &cheaper), FailoverAction::Retry { .. }));
+        assert!(matches!(decide(ErrorCategory::Runtime, &cheaper), FailoverAction::Retry { .. }));
     }
 
     #[test]
     fn non_recoverable_categories_escalate_even_with_budget_left() {
         let state = AttemptState { budget_usd: Some(10.0), ..AttemptState::first() };
         assert_eq!(
-            decide(FailureCategory::Policy, &state),
+            decide(ErrorCategory::Policy, &state),
             FailoverAction::Escalate { reason: GiveUpReason::NotRecoverable }
         );
     }

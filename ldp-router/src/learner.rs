@@ -10,6 +10,7 @@ use crate::{Quality, RouterError};
 /// How the router trades exploiting the best-looking delegate against learning about the others.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Exploration {
     /// Thompson sampling: score each delegate by a draw from `N(mean, outcome_sd² / strength)`. The default: an
     /// uncertain delegate sometimes wins, a well-known poor one almost never does.
@@ -129,6 +130,7 @@ impl ArmStats {
 /// Who scored an outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "name")]
+#[non_exhaustive]
 pub enum VerificationSource {
     /// A rule-based validator (schema, length, required fields), by name.
     Validator(String),
@@ -138,9 +140,10 @@ pub enum VerificationSource {
     Caller,
 }
 
-/// A verified outcome of one task, fed back with [`crate::Router::record_outcome`].
+/// A verified observation of one task's quality (its outcome as judged), fed back with
+/// [`crate::Router::record_outcome`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Outcome {
+pub struct Observation {
     /// The delegate that did the task.
     pub delegate_id: String,
     /// The skill the task asked for.

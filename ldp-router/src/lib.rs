@@ -27,7 +27,7 @@
 //!
 //! ```
 //! use ldp_router::{
-//!     Candidate, ClaimType, Outcome, Quality, QualityClaim, Router, RouterConfig, SelectionRequest, SkillOffer,
+//!     Candidate, ClaimType, Observation, Quality, QualityClaim, Router, RouterConfig, SelectionRequest, SkillOffer,
 //!     Strategy, VerificationSource,
 //! };
 //! use time::macros::datetime;
@@ -61,7 +61,7 @@
 //! // The verifier scores the boaster's work poorly a few times; its self-claim stops counting.
 //! for _ in 0..5 {
 //!     router.record_outcome(
-//!         &Outcome {
+//!         &Observation {
 //!             delegate_id: "ldp:delegate:boaster".into(),
 //!             skill: "reasoning".into(),
 //!             score: Quality::new(0.4)?,
@@ -91,6 +91,7 @@
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+#![warn(clippy::exhaustive_enums)]
 // The overview links the `runtime` feature's items, which do not exist without it.
 #![cfg_attr(not(feature = "runtime"), allow(rustdoc::broken_intra_doc_links))]
 
@@ -135,8 +136,8 @@ pub use route::{
 pub use candidate::{Candidate, ClaimNote, SkillOffer};
 pub use claim::{ClaimType, Quality, QualityClaim};
 pub use error::RouterError;
-pub use failover::{AttemptState, FailoverAction, FailoverPolicy, Failure, FailureCategory, GiveUpReason};
-pub use learner::{Exploration, LearnerConfig, ObservedQuality, Outcome, VerificationSource, Verifier};
+pub use failover::{AttemptState, FailoverAction, FailoverPolicy, Failure, GiveUpReason};
+pub use learner::{Exploration, LearnerConfig, Observation, ObservedQuality, VerificationSource, Verifier};
 pub use policy::{Assessment, ClaimPolicy, ClaimWeights, SelfClaimedRule};
 pub use router::{Router, RouterConfig};
 pub use select::{

@@ -61,7 +61,7 @@ pub use figure4::{FIGURE4_FRACTIONS, Figure4Report, Figure4Row, run_figure4};
 pub use sensitivity::{DISHONEST_FRACTIONS, POOL_SIZES, SensitivityReport, SensitivityRow, run_sensitivity};
 
 use crate::{
-    Candidate, ClaimPolicy, ClaimType, ExplainDepth, Exploration, LearnerConfig, Outcome, Quality, QualityClaim,
+    Candidate, ClaimPolicy, ClaimType, ExplainDepth, Exploration, LearnerConfig, Observation, Quality, QualityClaim,
     Router, RouterConfig, RouterError, SelectionRequest, SelfClaimedRule, SkillOffer, Strategy, VerificationSource,
 };
 
@@ -71,6 +71,7 @@ const START: OffsetDateTime = datetime!(2026-03-15 00:00 UTC);
 /// How inflators' claims relate to the honest ones; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum InflatorClaims {
     /// Inflators are the lowest delegates of an even grid and claim `min(true + δ, 1)`.
     Additive,
@@ -81,6 +82,7 @@ pub enum InflatorClaims {
 /// Inflation ranges of the sensitivity analysis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum InflationLevel {
     /// δ in `[0.10, 0.15]`.
     Low,
@@ -248,6 +250,7 @@ pub fn generate_pool(scenario: &Scenario, rng: &mut impl Rng) -> Result<Vec<SimD
 /// A routing condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Condition {
     /// Uniformly random.
     Blind,
@@ -535,7 +538,7 @@ pub fn run_experiment(scenario: &Scenario, base_seed: u64, seeds: u64) -> Result
                 if condition == Condition::Ours
                     && let Some(router) = router.as_mut()
                 {
-                    let outcome = Outcome {
+                    let outcome = Observation {
                         delegate_id: delegate.id.clone(),
                         skill: SKILL.to_owned(),
                         score: Quality::saturating(quality),

@@ -35,6 +35,8 @@ impl ClaimWeights {
             ClaimType::RuntimeObserved => self.runtime_observed,
             ClaimType::IssuerAttested => self.issuer_attested,
             ClaimType::ExternallyBenchmarked => self.externally_benchmarked,
+            // A claim type added to the wire model later counts as no more than a self-claim until weighed here.
+            _ => self.self_claimed,
         }
     }
 }
@@ -48,6 +50,7 @@ impl Default for ClaimWeights {
 /// What to do with `self_claimed` scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SelfClaimedRule {
     /// Per delegate as [`SelfClaimedRule::IgnoreWhenBetterExists`], and in addition: once an eligible candidate of
     /// the selection rests on third-party evidence (a verified `issuer_attested` or `externally_benchmarked` claim),

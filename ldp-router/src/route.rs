@@ -26,8 +26,8 @@ use serde_json::Value;
 
 use crate::registry::Registry;
 use crate::{
-    AttemptState, Decision, FailoverAction, Failure, FailureCategory, GiveUpReason, Outcome, Quality, RouterError,
-    SelectionRequest, VerificationSource,
+    AttemptState, Decision, FailoverAction, Failure, GiveUpReason, Observation, Quality, RouterError, SelectionRequest,
+    VerificationSource,
 };
 
 /// One task to route: the selection request (skill, strategy, filters), the input and the contract.
@@ -231,18 +231,9 @@ pub enum RouteErrorKind {
     InvalidContract(String),
 }
 
-/// The failover category of a typed failure; `security` failures count as `identity`.
+/// The failover input of a typed failure: its category and retry advice.
 pub fn failure_of(error: &LdpError) -> Failure {
-    let category = match error.category {
-        ErrorCategory::Identity | ErrorCategory::Security => FailureCategory::Identity,
-        ErrorCategory::Capability => FailureCategory::Capability,
-        ErrorCategory::Policy => FailureCategory::Policy,
-        ErrorCategory::Runtime => FailureCategory::Runtime,
-        ErrorCategory::Quality => FailureCategory::Quality,
-        ErrorCategory::Session => FailureCategory::Session,
-        ErrorCategory::Transport => FailureCategory::Transport,
-    };
-    Failure { category, retryable: Some(error.retryable) }
+    Failure { category: error.category, retryable: Some(error.retryable) }
 }
 
 impl Registry {
@@ -323,13 +314,13 @@ impl Registry {
             let failure = failure_of(&error);
             tracing::info!(delegate = %delegate, %error, category = ?failure.category, "attempt failed");
             match failure.category {
-                FailureCategory::Capability => self.learn(
+                ErrorCategory::Capability => self.learn(
                     &delegate,
                     &skill,
                     Quality::MIN,
                     VerificationSource::Validator("capability_failure".into()),
                 ),
-                FailureCategory::Identity => {
+                ErrorCategory::Identity | ErrorCategory::Security => {
                     self.record_identity_failure(&delegate, &error);
                 }
                 _ => {}
@@ -410,7 +401,7 @@ impl Registry {
     }
 
     fn learn(&self, delegate: &str, skill: &str, score: Quality, source: VerificationSource) {
-        let outcome = Outcome { delegate_id: delegate.to_owned(), skill: skill.to_owned(), score, source };
+        let outcome = Observation { delegate_id: delegate.to_owned(), skill: skill.to_owned(), score, source };
         let now = self.now();
         if let Err(error) = self.with_router(|r| r.record_outcome(&outcome, now)) {
             // The delegate was removed while its task ran.

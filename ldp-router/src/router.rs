@@ -12,7 +12,7 @@ use crate::learner::{ArmStats, ObservedQuality};
 use crate::policy::{CompiledClaim, PolicyClock, unix_seconds};
 use crate::select::{BalancedWeights, ExplainDepth};
 use crate::{
-    Assessment, Candidate, ClaimNote, ClaimPolicy, ClaimType, Decision, Explanation, LearnerConfig, Outcome,
+    Assessment, Candidate, ClaimNote, ClaimPolicy, ClaimType, Decision, Explanation, LearnerConfig, Observation,
     Rejections, RouterError, ScoredCandidate, SelectionRequest, SelfClaimedRule, Strategy,
 };
 
@@ -50,7 +50,7 @@ struct SkillTable {
     claims: Vec<CompiledClaim>,
     /// Claims of removed entries not yet compacted away.
     dead_claims: usize,
-    /// Outcome statistics per delegate, indexed by `Entry::arm`; kept when a delegate leaves, in case it returns.
+    /// Observation statistics per delegate, indexed by `Entry::arm`; kept when a delegate leaves, in case it returns.
     arms: Vec<ArmStats>,
     arm_last_at: Vec<Option<OffsetDateTime>>,
     /// Memoised assessments per arm; an assessment changes only with an outcome, a re-registration, an expiry or
@@ -322,7 +322,11 @@ impl Router {
     }
 
     /// Feeds back a verified outcome; returns the updated runtime-observed estimate.
-    pub fn record_outcome(&mut self, outcome: &Outcome, now: OffsetDateTime) -> Result<ObservedQuality, RouterError> {
+    pub fn record_outcome(
+        &mut self,
+        outcome: &Observation,
+        now: OffsetDateTime,
+    ) -> Result<ObservedQuality, RouterError> {
         let unknown =
             || RouterError::UnknownDelegate { delegate_id: outcome.delegate_id.clone(), skill: outcome.skill.clone() };
         let delegate = self.delegates.get(&outcome.delegate_id).ok_or_else(unknown)?;

@@ -28,6 +28,7 @@ impl Default for BalancedWeights {
 /// What "best" means for a selection.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Strategy {
     /// Highest quality (with exploration).
     Quality,
@@ -58,6 +59,7 @@ impl Strategy {
 /// How much of the ranking a decision keeps for its explanation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ExplainDepth {
     /// The best `n` eligible candidates (the winner first).
     Top(usize),

@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ldp_router::{
-    Candidate, ClaimType, LearnerConfig, Outcome, Quality, QualityClaim, Router, RouterConfig, SelectionRequest,
+    Candidate, ClaimType, LearnerConfig, Observation, Quality, QualityClaim, Router, RouterConfig, SelectionRequest,
     SkillOffer, Strategy, VerificationSource, Verifier,
 };
 use rand::SeedableRng;
@@ -37,7 +37,7 @@ fn run(router: &mut Router, truth: &dyn Fn(&str) -> f64, tasks: usize, seed: u64
             let chosen = router.select(&request, now).unwrap().delegate_id;
             let output = truth(&chosen) + noise.sample(&mut rng);
             let score = verifier.verify(&output).unwrap();
-            let outcome = Outcome {
+            let outcome = Observation {
                 delegate_id: chosen.clone(),
                 skill: "reasoning".into(),
                 score,
@@ -101,7 +101,7 @@ fn recency_weighting_follows_a_delegate_that_degrades() {
     let mut router = router(7);
     router.upsert(&self_claiming("drifter", 0.9)).unwrap();
     let record = |router: &mut Router, score: f64| {
-        let outcome = Outcome {
+        let outcome = Observation {
             delegate_id: "drifter".into(),
             skill: "reasoning".into(),
             score: Quality::new(score).unwrap(),
@@ -139,7 +139,7 @@ fn the_same_seed_gives_the_same_decisions() {
 fn outcomes_for_unknown_delegates_are_rejected() {
     let mut router = router(0);
     router.upsert(&self_claiming("a", 0.7)).unwrap();
-    let outcome = |id: &str, skill: &str| Outcome {
+    let outcome = |id: &str, skill: &str| Observation {
         delegate_id: id.into(),
         skill: skill.into(),
         score: Quality::MAX,
@@ -154,7 +154,7 @@ fn outcomes_for_unknown_delegates_are_rejected() {
 fn observations_survive_re_registration() {
     let mut router = router(0);
     router.upsert(&self_claiming("a", 0.99)).unwrap();
-    let outcome = Outcome {
+    let outcome = Observation {
         delegate_id: "a".into(),
         skill: "reasoning".into(),
         score: Quality::MIN,

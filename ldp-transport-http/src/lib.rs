@@ -135,6 +135,7 @@
 //! [`AuthenticatedPeer`]: ldp_session::AuthenticatedPeer
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+#![warn(clippy::exhaustive_enums)]
 
 mod auth;
 mod client;

@@ -25,6 +25,7 @@ use crate::Error;
 
 /// What an issued certificate is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CertPurpose {
     /// A server certificate (extended key usage `serverAuth`); it also names 127.0.0.1.
     Server,

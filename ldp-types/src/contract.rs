@@ -14,6 +14,7 @@ use crate::{Code, Error, LdpError};
 /// What happens when a result violates its contract.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailurePolicy {
     /// Reject: the result becomes a `policy` / `CONTRACT_VIOLATED` error with the output as `partial_output`.
     FailClosed,
@@ -137,6 +138,7 @@ impl DelegationContract {
 
 /// One way a result broke its contract.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ContractViolation {
     /// The result arrived after the deadline.
     DeadlineExceeded,
@@ -266,6 +268,7 @@ impl ContractLimits {
 
 /// What a receiver does with a checked result under the contract's failure policy.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums, reason = "a checked result either stands or is rejected; there is no third answer")]
 pub enum ContractOutcome {
     /// The result stands; provenance records whether the contract was satisfied and any violations.
     Accepted(Provenance),

@@ -13,6 +13,7 @@ use serde_json::Value;
 /// reference SDK does the same).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ErrorCategory {
     /// Authentication or identity mismatch.
     Identity,
@@ -35,6 +36,10 @@ pub enum ErrorCategory {
 /// How serious a failure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[allow(
+    clippy::exhaustive_enums,
+    reason = "an ordered scale whose ends are fixed: warning, error, fatal (paper section 3.3)"
+)]
 pub enum ErrorSeverity {
     /// The operation may still be usable.
     Warning,
@@ -523,6 +528,9 @@ pub enum Error {
     /// A payload-mode wire name is unknown.
     #[error("unknown payload mode {0:?}")]
     UnknownPayloadMode(String),
+    /// A claim-type wire name is unknown.
+    #[error("unknown claim type {0:?}")]
+    UnknownClaimType(String),
     /// A semantic frame lacks a required field.
     #[error("semantic frame invalid: {0}")]
     InvalidSemanticFrame(&'static str),
@@ -580,6 +588,7 @@ impl From<&Error> for LdpError {
             | Error::InvalidMessage(_)
             | Error::DuplicateMember(_)
             | Error::InvalidDelegateId(_)
+            | Error::UnknownClaimType(_)
             | Error::ScoreOutOfRange(_) => {
                 LdpError::runtime(Code::MalformedMessage, err.to_string()).with_retryable(false)
             }

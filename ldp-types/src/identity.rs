@@ -170,6 +170,7 @@ impl<'de> Deserialize<'de> for TrustDomain {
 
 /// Why a session was refused by the RFC 7.2 trust check.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TrustViolation {
     /// The initiator required a domain other than the responder's.
     RequiredDomainMismatch {
@@ -215,6 +216,7 @@ impl From<&TrustViolation> for LdpError {
 /// How a quality claim was established (paper section 3.2).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ClaimType {
     /// Reported by the delegate itself.
     #[default]
@@ -241,11 +243,26 @@ impl ClaimType {
             Self::ExternallyBenchmarked => "externally_benchmarked",
         }
     }
+
+    /// Whether someone other than the delegate stands behind the claim; such claims need issuer and recency
+    /// metadata, or a delegate could simply label its own boast `issuer_attested`.
+    pub const fn is_attested(self) -> bool {
+        !matches!(self, Self::SelfClaimed)
+    }
 }
 
 impl fmt::Display for ClaimType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ClaimType {
+    type Err = Error;
+
+    /// The claim type with this wire name.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s).ok_or_else(|| Error::UnknownClaimType(s.to_owned()))
     }
 }
 
@@ -292,6 +309,7 @@ pub struct QualityMetrics {
 /// Cost tier of the RFC's capability shape and of `cost_profile`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CostTier {
     /// Cheap.
     Low,

@@ -52,6 +52,7 @@
 //! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+#![warn(clippy::exhaustive_enums)]
 
 mod check;
 mod contract;

@@ -16,6 +16,7 @@ use crate::raw::RawJson;
 
 /// The wire names of the twelve message types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[allow(clippy::exhaustive_enums, reason = "the twelve message types of RFC 3.2; Body::Unknown carries any other")]
 pub enum MessageType {
     /// `HELLO`
     Hello,

@@ -11,6 +11,7 @@ use crate::raw::RawJson;
 
 /// A payload encoding, numbered 0-5 as in the RFC's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum PayloadMode {
     /// Mode 0, `text`: required of every delegate.
     Text,

@@ -11,6 +11,7 @@ use crate::score::Score;
 /// How a result was verified (paper 3.4).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum VerificationStatus {
     /// Not verified.
     #[default]

@@ -29,6 +29,7 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// A signature algorithm, by its wire name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SignatureAlgorithm {
     /// `hmac-sha256` (reference-SDK compatible; does not cover the body's content).
     HmacSha256,
@@ -67,6 +68,7 @@ impl FromStr for SignatureAlgorithm {
 
 /// A key that signs.
 #[derive(Clone)]
+#[non_exhaustive]
 pub enum SigningKey {
     /// Shared secret for `hmac-sha256`.
     HmacSha256(Vec<u8>),
@@ -129,6 +131,7 @@ impl SigningKey {
 
 /// A key that verifies.
 #[derive(Clone)]
+#[non_exhaustive]
 pub enum VerifyingKey {
     /// Shared secret for `hmac-sha256`.
     HmacSha256(Vec<u8>),

@@ -236,7 +236,7 @@ pub fn config(server: &Server, transports: &[TransportKind]) -> Config {
 pub fn explain(report: &Report) -> String {
     let mut out = String::new();
     for r in &report.requirements {
-        if !matches!(r.outcome, ldp_conformance::Outcome::Pass | ldp_conformance::Outcome::Skipped) {
+        if !matches!(r.outcome, ldp_conformance::Verdict::Pass | ldp_conformance::Verdict::Skipped) {
             out.push_str(&format!("{} {} {:?}\n", r.id, r.status.as_str(), r.details));
         }
     }
