@@ -1,4 +1,4 @@
-//! `ldp_router::stats` against SciPy (installed by `scripts/scipy.sh` under target/; never skipped): the
+//! `ldp_router::stats` against SciPy (installed by `scripts/py-tools.sh` under target/; never skipped): the
 //! Mann–Whitney U statistic and two-sided p-value of `scipy.stats.mannwhitneyu(a, b, method="asymptotic")` on
 //! random samples with and without ties, of the sizes the paradox experiment uses and smaller ones.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -24,8 +24,8 @@ print(json.dumps(out))
 
 fn scipy(cases: &Value) -> Vec<(f64, f64)> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let py = Command::new("bash").arg(repo.join("scripts/scipy.sh")).stderr(Stdio::inherit()).output().unwrap();
-    assert!(py.status.success(), "scripts/scipy.sh could not install SciPy (see stderr)");
+    let py = Command::new("bash").arg(repo.join("scripts/py-tools.sh")).stderr(Stdio::inherit()).output().unwrap();
+    assert!(py.status.success(), "scripts/py-tools.sh could not install SciPy (see stderr)");
     let py = String::from_utf8(py.stdout).unwrap().trim().to_owned();
     let mut child = Command::new(py).args(["-c", SCIPY]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     serde_json::to_writer(child.stdin.take().unwrap(), cases).unwrap();

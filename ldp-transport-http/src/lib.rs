@@ -142,6 +142,7 @@ mod client;
 mod client_tls;
 mod conn;
 mod error;
+mod metrics;
 mod rate;
 mod server;
 pub mod sse;
@@ -155,10 +156,11 @@ pub use client::{DEFAULT_MAX_RESPONSE_BYTES, HttpTransport, HttpTransportBuilder
 pub use client_tls::ClientTls;
 pub use conn::{ConnectionLimits, ConnectionStats};
 pub use error::{Error, HttpError, status_for};
+pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE};
 pub use rate::{InvalidRate, RateLimit};
 pub use server::{
-    CAPABILITIES, HttpServerConfig, HttpState, IDENTITY, MESSAGES, STREAM, ServerHandle, WELL_KNOWN_IDENTITY, router,
-    router_with, serve, serve_router, serve_router_with_limits, spawn,
+    CAPABILITIES, HEALTHZ, HttpServerConfig, HttpState, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, ServerHandle,
+    WELL_KNOWN_IDENTITY, router, router_with, serve, serve_router, serve_router_with_limits, spawn,
 };
 #[cfg(feature = "tls")]
 pub use tls::{

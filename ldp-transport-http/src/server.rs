@@ -30,6 +30,7 @@ use tracing::field::Empty;
 use crate::auth::{BearerAuth, require_bearer};
 use crate::conn::{ConnectionLimits, ConnectionStats, Establish, Plain, body_too_slow, serve_connections};
 use crate::error::{HttpError, error_body, json_response};
+use crate::metrics::{HttpMetrics, METRICS_CONTENT_TYPE};
 use crate::rate::{Limiter, RateLimit};
 
 /// Path of the RFC 2.3 identity card.
@@ -42,6 +43,12 @@ pub const CAPABILITIES: &str = "/ldp/capabilities";
 pub const MESSAGES: &str = "/ldp/messages";
 /// Path of the streaming binding (RFC 8.1).
 pub const STREAM: &str = "/ldp/stream";
+/// Liveness: 200 while the process answers.
+pub const HEALTHZ: &str = "/healthz";
+/// Readiness: 200 while the session machine answers, else 503.
+pub const READYZ: &str = "/readyz";
+/// Metrics in the Prometheus (OpenMetrics) text format ([`crate::HttpMetrics`]).
+pub const METRICS: &str = "/metrics";
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -80,6 +87,7 @@ pub struct HttpState {
     auth: BearerAuth,
     card: Bytes,
     capabilities: Bytes,
+    metrics: HttpMetrics,
 }
 
 impl std::fmt::Debug for HttpState {
@@ -99,7 +107,13 @@ impl HttpState {
             runtime,
             config: Arc::new(config),
             auth,
+            metrics: HttpMetrics::new(),
         }
+    }
+
+    /// The metrics `/metrics` serves.
+    pub fn metrics(&self) -> &HttpMetrics {
+        &self.metrics
     }
 
     /// The runtime behind the server.
@@ -169,6 +183,9 @@ pub fn router_with(state: HttpState, extra: Router<HttpState>) -> Router {
         .merge(extra)
         .route_layer(axum::middleware::from_fn_with_state(state.auth.clone(), require_bearer));
     let app = Router::new()
+        .route(HEALTHZ, get(healthz))
+        .route(READYZ, get(readyz))
+        .route(METRICS, get(metrics))
         .route(WELL_KNOWN_IDENTITY, get(identity))
         .route(IDENTITY, get(identity))
         .route(CAPABILITIES, get(capabilities))
@@ -409,22 +426,70 @@ async fn messages(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let started = std::time::Instant::now();
     let span = message_span(MESSAGES);
+    let mut reply = None;
     let result = async {
         let bytes = accept_body(&state, &headers, body)?;
         let peer = peer.map(|Extension(p)| p).unwrap_or_default();
-        answer(state.dispatch(peer, bytes, None).await?)
+        let resp = state.dispatch(peer, bytes, None).await?;
+        reply = reply_type(&resp);
+        answer(resp)
     }
     .instrument(span.clone())
     .await;
+    let mut refused = None;
     let resp = result.unwrap_or_else(|e| {
         let code = e.to_ldp_error().code;
         let resp = e.into_response();
         record(&span, resp.status(), None, Some(code.as_str()));
+        refused = Some(code);
         resp
     });
     span.record("status", resp.status().as_u16());
+    state.metrics.observe(MESSAGES, reply, resp.status().as_u16(), refused.as_ref(), started.elapsed());
     resp
+}
+
+/// The message type of the answer, as a metrics label.
+fn reply_type(resp: &RuntimeResponse) -> Option<&'static str> {
+    let env = match resp {
+        RuntimeResponse::Reply(env) => Some(env),
+        RuntimeResponse::Refused(refusal) => refusal.reply.as_ref(),
+        _ => None,
+    };
+    env.map(|env| crate::metrics::reply_label(Some(env.body.type_name())))
+}
+
+/// `GET /healthz`: the process answers.
+async fn healthz() -> Response {
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+/// How long `/readyz` waits for the session machine.
+const READY_WITHIN: Duration = Duration::from_secs(2);
+
+/// `GET /readyz`: the session machine answers within [`READY_WITHIN`] (a wedged or poisoned lock is not ready).
+async fn readyz(State(state): State<HttpState>) -> Response {
+    let runtime = state.runtime.clone();
+    let probe = tokio::task::spawn_blocking(move || runtime.with_responder(|r| r.session_count()));
+    match tokio::time::timeout(READY_WITHIN, probe).await {
+        Ok(Ok(_)) => (StatusCode::OK, "ready\n").into_response(),
+        _ => (StatusCode::SERVICE_UNAVAILABLE, "not ready: the session machine does not answer\n").into_response(),
+    }
+}
+
+/// `GET /metrics`: the Prometheus / OpenMetrics text ([`crate::metrics`]).
+async fn metrics(State(state): State<HttpState>) -> Response {
+    let runtime = state.runtime.clone();
+    let gauges =
+        tokio::task::spawn_blocking(move || runtime.with_responder(|r| (r.session_count(), r.running_tasks())));
+    let (sessions, running) = match tokio::time::timeout(READY_WITHIN, gauges).await {
+        Ok(Ok(gauges)) => gauges,
+        _ => return (StatusCode::SERVICE_UNAVAILABLE, "the session machine does not answer\n").into_response(),
+    };
+    let text = state.metrics.encode(sessions, running);
+    ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response()
 }
 
 type EventStream = std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>>;

@@ -1,0 +1,173 @@
+//! Health and metrics for operators: `GET /healthz` (the process answers), `GET /readyz` (the session machine
+//! answers within a bound) and `GET /metrics` (the Prometheus / OpenMetrics text format, written by the Prometheus
+//! project's `prometheus-client`).
+//!
+//! What `/metrics` holds:
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | `ldp_messages_total` | counter | `path` (`/ldp/messages`, `/ldp/stream`), `reply` (the reply's message type, or `none`), `status` (HTTP) |
+//! | `ldp_refusals_total` | counter | `code` (the typed `LdpError` code of every refusal answered) |
+//! | `ldp_tasks_total` | counter | `status` (`completed`, `failed`): TASK_RESULT and TASK_FAILED answered over HTTP |
+//! | `ldp_message_duration_seconds` | histogram | `path`, `reply` |
+//! | `ldp_active_sessions` | gauge | sessions the responder holds (read at scrape time) |
+//! | `ldp_running_tasks` | gauge | tasks running now (read at scrape time) |
+//!
+//! The label values come from a closed set (paths, message types, status codes, error codes of the catalogue or a
+//! peer's own, truncated), so a peer cannot grow the label space beyond a bound: codes outside the catalogue are
+//! counted as `other`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use ldp_types::Code;
+
+/// The media type of `/metrics` (OpenMetrics text, which Prometheus scrapes natively).
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MessageLabels {
+    path: &'static str,
+    reply: &'static str,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    path: &'static str,
+    reply: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    status: &'static str,
+}
+
+/// The server's metrics: cheap to clone (shared), updated by the handlers, encoded by `/metrics`.
+#[derive(Clone)]
+pub struct HttpMetrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    messages: Family<MessageLabels, Counter>,
+    refusals: Family<CodeLabels, Counter>,
+    tasks: Family<StatusLabels, Counter>,
+    latency: Family<LatencyLabels, Histogram>,
+    active_sessions: Gauge,
+    running_tasks: Gauge,
+}
+
+impl std::fmt::Debug for HttpMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpMetrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for HttpMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Message types as `'static` label values (the twelve of RFC 3.2, and `other` for anything else).
+pub(crate) fn reply_label(reply: Option<&str>) -> &'static str {
+    const TYPES: [&str; 12] = [
+        "HELLO",
+        "CAPABILITY_MANIFEST",
+        "SESSION_PROPOSE",
+        "SESSION_ACCEPT",
+        "SESSION_REJECT",
+        "SESSION_CLOSE",
+        "TASK_SUBMIT",
+        "TASK_UPDATE",
+        "TASK_RESULT",
+        "TASK_FAILED",
+        "TASK_CANCEL",
+        "ATTESTATION",
+    ];
+    match reply {
+        None => "none",
+        Some(name) => TYPES.iter().find(|t| **t == name).copied().unwrap_or("other"),
+    }
+}
+
+impl HttpMetrics {
+    /// Empty metrics, registered under their names.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let messages = Family::<MessageLabels, Counter>::default();
+        let refusals = Family::<CodeLabels, Counter>::default();
+        let tasks = Family::<StatusLabels, Counter>::default();
+        // 0.5 ms to about 16 s.
+        let latency = Family::<LatencyLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_5, 2.0, 16))
+        });
+        let (active_sessions, running_tasks) = (Gauge::default(), Gauge::default());
+        registry.register("ldp_messages", "LDP messages answered over HTTP", messages.clone());
+        registry.register("ldp_refusals", "Refusals answered, by LdpError code", refusals.clone());
+        registry.register("ldp_tasks", "Tasks answered over HTTP, by outcome", tasks.clone());
+        registry.register("ldp_message_duration_seconds", "Time to answer one message", latency.clone());
+        registry.register("ldp_active_sessions", "Sessions the responder holds", active_sessions.clone());
+        registry.register("ldp_running_tasks", "Tasks running now", running_tasks.clone());
+        HttpMetrics {
+            inner: Arc::new(Inner { registry, messages, refusals, tasks, latency, active_sessions, running_tasks }),
+        }
+    }
+
+    /// Records one answered message.
+    pub(crate) fn observe(
+        &self,
+        path: &'static str,
+        reply: Option<&str>,
+        status: u16,
+        code: Option<&Code>,
+        elapsed: Duration,
+    ) {
+        let reply = reply_label(reply);
+        let inner = &self.inner;
+        inner.messages.get_or_create(&MessageLabels { path, reply, status }).inc();
+        inner.latency.get_or_create(&LatencyLabels { path, reply }).observe(elapsed.as_secs_f64());
+        match reply {
+            "TASK_RESULT" => {
+                inner.tasks.get_or_create(&StatusLabels { status: "completed" }).inc();
+            }
+            "TASK_FAILED" => {
+                inner.tasks.get_or_create(&StatusLabels { status: "failed" }).inc();
+            }
+            _ => {}
+        }
+        if let Some(code) = code {
+            inner.refusals.get_or_create(&CodeLabels { code: code_label(code) }).inc();
+        }
+    }
+
+    /// The text of `/metrics`, with the gauges read now.
+    pub(crate) fn encode(&self, sessions: usize, running: usize) -> String {
+        let inner = &self.inner;
+        inner.active_sessions.set(i64::try_from(sessions).unwrap_or(i64::MAX));
+        inner.running_tasks.set(i64::try_from(running).unwrap_or(i64::MAX));
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &inner.registry);
+        text
+    }
+}
+
+/// An error code as a `'static` label: the catalogue's codes by name, anything else (a peer's own code) `other`.
+fn code_label(code: &Code) -> &'static str {
+    Code::KNOWN.iter().find(|known| *known == code).map_or("other", Code::as_str)
+}
