@@ -68,8 +68,8 @@ pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, Respon
 pub use error::{Refusal, SessionError};
 pub use initiator::{Initiator, InitiatorEvent, fit_payload};
 pub use responder::{
-    AuthenticatedPeer, Checked, Delivery, HistoryItem, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent,
-    TaskOutput, TaskRequest, TaskStatus,
+    Aborted, AuthenticatedPeer, Checked, Delivery, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
+    ResponderEvent, TaskOutput, TaskRequest, TaskStatus,
 };
 pub use security::{ReplayConfig, ReplayGuard, SecurityConfig, SignaturePolicy};
 

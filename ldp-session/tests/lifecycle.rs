@@ -105,7 +105,10 @@ fn establishment_walks_proposed_active_closed_on_both_sides() {
     assert!(matches!(&reply.body, Body::SessionClose(_)));
     assert_eq!(sim.responder.session_state(&sid), None);
     assert_eq!(sim.responder.session_count(), 0);
-    assert_eq!(sim.responder_events(), vec![ResponderEvent::SessionClosed { session_id: sid.clone() }]);
+    assert_eq!(
+        sim.responder_events(),
+        vec![ResponderEvent::SessionClosed { session_id: sid.clone(), aborted: vec![] }]
+    );
     assert!(sim.initiator_events().contains(&InitiatorEvent::SessionClosed { session_id: sid.clone() }));
 
     // A closed session takes no tasks: typed, not retryable.
@@ -149,7 +152,17 @@ fn the_responder_can_close_a_session_and_the_initiator_fails_its_pending_tasks()
     assert_eq!(cancelled, vec![task.key.clone()]);
     assert_eq!(sim.responder.running_tasks(), 0);
     assert_eq!(sim.responder.session_state(&sid), None);
-    assert_eq!(sim.responder_events(), vec![ResponderEvent::SessionClosed { session_id: sid.clone() }]);
+    assert_eq!(
+        sim.responder_events(),
+        vec![ResponderEvent::SessionClosed { session_id: sid.clone(), aborted: vec![task.key.clone()] }]
+    );
+    // The task's submitter gets a definite answer, built by the machine, and nothing else is left to abort.
+    let aborted = sim.responder.poll_aborted().unwrap();
+    assert_eq!(aborted.key, task.key);
+    assert_eq!(aborted.reply.to, INITIATOR);
+    assert!(matches!(&aborted.reply.body, Body::TaskFailed(f) if f.task_id == task.key.task_id
+        && f.error.code == codes::CANCELLED && f.error.message.contains("closed")));
+    assert_eq!(sim.responder.poll_aborted(), None);
     assert!(matches!(&close.body, Body::SessionClose(c) if c.reason.as_deref() == Some("shutting down")));
     assert_eq!(close.to, INITIATOR);
     sim.send_initiator(&close).unwrap();

@@ -328,7 +328,7 @@ fn apply(sim: &mut Sim, model: &mut Model, action: &Action) {
         Action::Suspend => sim.responder.suspend_connection(1),
         Action::Timeout => {
             let now = sim.now();
-            sim.responder.handle_timeout(now);
+            let _reaped = sim.responder.handle_timeout(now);
         }
         Action::ToInitiator(m) => {
             let session = model.session(&m.session);
@@ -375,8 +375,15 @@ fn apply(sim: &mut Sim, model: &mut Model, action: &Action) {
             ResponderEvent::SessionEstablished { session_id, .. } => {
                 assert!(model.live.insert(session_id));
             }
-            ResponderEvent::SessionClosed { session_id } | ResponderEvent::SessionExpired { session_id } => {
+            ResponderEvent::SessionClosed { session_id, aborted }
+            | ResponderEvent::SessionExpired { session_id, aborted } => {
                 assert!(model.live.remove(&session_id), "ended a session that was not live");
+                // The session's running tasks are all handed back for their work to be stopped (a SESSION_CLOSE's
+                // were taken off the model already, from its `Outcome::Cancel`).
+                for k in model.running.iter().filter(|k| k.session_id == session_id) {
+                    assert!(aborted.contains(k), "{k:?} ended with its session but was not aborted");
+                }
+                assert!(aborted.iter().all(|k| k.session_id == session_id));
                 model.running.retain(|k| k.session_id != session_id);
             }
             _ => {}
@@ -425,7 +432,7 @@ proptest! {
         // Everything still drains: time runs out for every session, and nothing is left behind.
         sim.advance(Duration::from_secs(3600));
         let now = sim.now();
-        sim.responder.handle_timeout(now);
+        let _reaped = sim.responder.handle_timeout(now);
         apply(&mut sim, &mut model, &Action::Timeout);
         prop_assert_eq!(sim.responder.session_count(), 0);
         prop_assert_eq!(sim.responder.running_tasks(), 0);
