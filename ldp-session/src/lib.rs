@@ -1,5 +1,6 @@
 //! The LDP session layer: a transport-agnostic, sans-IO state machine for both sides of a session, and (with the
-//! `runtime` feature, on by default) the async glue that joins it to a delegate and a transport.
+//! opt-in `runtime` feature) the async glue that joins it to a delegate and a transport. Without `runtime` the crate
+//! depends on no async runtime or IO crate (`scripts/check-sans-io` enforces it in CI).
 //!
 //! ```text
 //!   transport (HTTP, WebSocket, in-memory)          application
