@@ -19,7 +19,7 @@ use crate::clock::{IdSource, WallClock};
 use crate::config::InitiatorConfig;
 use crate::error::SessionError;
 use crate::responder::TaskRequest;
-use crate::security::{ReplayGuard, sign_outbound, verify_inbound};
+use crate::security::{Received, ReplayGuard, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
 
 /// Something the initiator learned from its peer.
@@ -277,17 +277,21 @@ impl Initiator {
         Ok(self.envelope(session_id, SessionClose::new(reason), PayloadMode::Text))
     }
 
-    /// Handles one reply as raw bytes.
+    /// Handles one reply as raw bytes: decoded by [`Envelope::from_slice`], the decoder the responder uses, and its
+    /// signature (for the JCS algorithms) verified over the bytes as received.
     pub fn handle(&mut self, bytes: &[u8]) -> Result<(), SessionError> {
-        let raw: Value =
-            serde_json::from_slice(bytes).map_err(|e| SessionError::Protocol(format!("reply is not JSON: {e}")))?;
-        let env = Envelope::from_value_ref(&raw).map_err(|e| SessionError::Protocol(e.to_string()))?;
-        self.handle_envelope(env, Some(&raw))
+        let env = Envelope::from_slice(bytes).map_err(|e| SessionError::Protocol(format!("undecodable reply: {e}")))?;
+        let received = if self.cfg.security.needs_raw_json() { Received::Bytes(bytes) } else { Received::Decoded };
+        self.handle_received(env, received)
     }
 
     /// Handles one decoded reply; `raw` is the JSON as received when available (JCS signatures need it).
     pub fn handle_envelope(&mut self, env: Envelope, raw: Option<&Value>) -> Result<(), SessionError> {
-        verify_inbound(&self.cfg.security, &env, raw.into()).map_err(SessionError::Peer)?;
+        self.handle_received(env, raw.into())
+    }
+
+    fn handle_received(&mut self, env: Envelope, raw: Received<'_>) -> Result<(), SessionError> {
+        verify_inbound(&self.cfg.security, &env, raw).map_err(SessionError::Peer)?;
         if let Some(replay) = self.cfg.security.replay {
             self.replay.check(&replay, &env, self.wall.now_utc()).map_err(SessionError::Peer)?;
         }

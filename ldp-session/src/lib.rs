@@ -42,7 +42,7 @@
 //! let submit = initiator.submit(&session_id, "echo", serde_json::json!("hi"), None, None).unwrap();
 //! let Ok(Outcome::Execute(task)) = responder.handle_envelope(now, &peer, submit, None) else { panic!() };
 //! let output = TaskOutput::new(serde_json::json!({ "echo": task.input }));
-//! let Ok(Delivery::Send(result)) = responder.complete_task(&task.key, output) else { panic!() };
+//! let Ok(Delivery::Send(result)) = responder.complete_task(now, &task.key, output) else { panic!() };
 //! initiator.handle_envelope(result, None).unwrap();
 //! let Some(InitiatorEvent::TaskCompleted { provenance, .. }) = initiator.poll_event() else { panic!() };
 //! assert_eq!(provenance.produced_by, "ldp:delegate:echo");

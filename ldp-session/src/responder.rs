@@ -2,8 +2,9 @@
 //!
 //! Calling order: feed each inbound message to [`Responder::handle`] (or `handle_envelope`), act on the returned
 //! [`Outcome`], report task progress and completion with [`Responder::progress`], [`Responder::complete_task`] and
-//! [`Responder::fail_task`], drain [`Responder::poll_event`], and call [`Responder::handle_timeout`] when
-//! [`Responder::poll_timeout`] says so (it reaps expired sessions and returns their memory).
+//! [`Responder::fail_task`], drain [`Responder::poll_event`] and [`Responder::poll_aborted`] (tasks whose work must
+//! stop), and call [`Responder::handle_timeout`] when [`Responder::poll_timeout`] says so (it reaps expired sessions
+//! and returns their memory). Every call that depends on time takes the monotonic `now`.
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -1074,13 +1075,16 @@ impl Responder {
         }
     }
 
-    /// A TASK_UPDATE for a running task.
+    /// A TASK_UPDATE for a running task. A task whose session's TTL has run out by `now` is not running: its
+    /// session is reaped (and the task queued for [`Responder::poll_aborted`]) as [`Responder::handle`] would.
     pub fn progress(
         &mut self,
+        now: Instant,
         key: &TaskKey,
         progress: Option<f64>,
         message: Option<String>,
     ) -> Result<Envelope, SessionError> {
+        let _reaped = self.handle_timeout(now);
         let mode = self.running(key)?.mode;
         let peer = self.peer_of(&key.session_id)?;
         let progress = progress.map(|p| p.clamp(0.0, 1.0));
@@ -1095,8 +1099,11 @@ impl Responder {
     }
 
     /// Completes a task: builds the TASK_RESULT with full provenance (RFC 10.1.3), records usage against the
-    /// session budget, and appends lineage entries for results obtained by re-delegating.
-    pub fn complete_task(&mut self, key: &TaskKey, out: TaskOutput) -> Result<Delivery, SessionError> {
+    /// session budget, and appends lineage entries for results obtained by re-delegating. A task whose session's TTL
+    /// has run out by `now` cannot complete: the session is reaped first, as [`Responder::handle`] would, and the
+    /// task is queued for [`Responder::poll_aborted`].
+    pub fn complete_task(&mut self, now: Instant, key: &TaskKey, out: TaskOutput) -> Result<Delivery, SessionError> {
+        let _reaped = self.handle_timeout(now);
         // One lookup of the session (and one of the task) for all the bookkeeping: this runs for every task.
         let history_len = self.cfg.limits.history_len;
         let s = self
@@ -1137,8 +1144,9 @@ impl Responder {
         Ok(if suspended { self.deliver(&key.session_id, env) } else { Delivery::Send(env) })
     }
 
-    /// Fails a task with a typed error.
-    pub fn fail_task(&mut self, key: &TaskKey, error: LdpError) -> Result<Delivery, SessionError> {
+    /// Fails a task with a typed error (with the expiry rule of [`Responder::complete_task`]).
+    pub fn fail_task(&mut self, now: Instant, key: &TaskKey, error: LdpError) -> Result<Delivery, SessionError> {
+        let _reaped = self.handle_timeout(now);
         let mode = self.running(key)?.mode;
         let peer = self.peer_of(&key.session_id)?;
         if error.code == codes::PAYLOAD_MODE_FAILED {

@@ -105,6 +105,17 @@ struct RuntimeInner {
     /// them out, so that an abort the machine decides later always finds its task.
     running: Mutex<HashMap<TaskKey, Running>>,
     events: broadcast::Sender<ResponderEvent>,
+    /// The one source of monotonic time for the machine ([`DelegateRuntime::with_time`]).
+    now: TimeSource,
+}
+
+/// Where a runtime or driver reads monotonic time: the one hook, so that tests can simulate time.
+pub type TimeSource = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// Tokio's clock: the system's monotonic time, or virtual time in a test runtime whose time is paused
+/// (`tokio::time::pause`, `#[tokio::test(start_paused = true)]`), where sleeping advances it.
+pub fn tokio_time() -> TimeSource {
+    Arc::new(|| tokio::time::Instant::now().into_std())
 }
 
 /// A responder joined to a delegate: the server side of any transport.
@@ -157,8 +168,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl DelegateRuntime {
-    /// Joins `responder` and `delegate`.
+    /// Joins `responder` and `delegate`, with time from [`tokio_time`].
     pub fn new(responder: Responder, delegate: Arc<dyn Delegate>) -> Self {
+        Self::with_time(responder, delegate, tokio_time())
+    }
+
+    /// Joins `responder` and `delegate`, reading monotonic time only from `now` (every `now` the machine is given,
+    /// and the reaper's deadlines).
+    pub fn with_time(responder: Responder, delegate: Arc<dyn Delegate>, now: TimeSource) -> Self {
         let (events, _) = broadcast::channel(1024);
         Self {
             inner: Arc::new(RuntimeInner {
@@ -167,8 +184,14 @@ impl DelegateRuntime {
                 delegate,
                 running: Mutex::new(HashMap::new()),
                 events,
+                now,
             }),
         }
+    }
+
+    /// The current monotonic time, from the runtime's [`TimeSource`].
+    pub fn now(&self) -> Instant {
+        (self.inner.now)()
     }
 
     /// The identity card served.
@@ -219,10 +242,13 @@ impl DelegateRuntime {
         tokio::spawn(async move {
             loop {
                 let next = rt.with_responder(|r| r.poll_timeout());
-                let sleep_until = next.unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(1));
-                tokio::time::sleep_until(tokio::time::Instant::from_std(sleep_until)).await;
+                let now = rt.now();
+                let wait = next.map_or(std::time::Duration::from_secs(1), |t| t.saturating_duration_since(now));
+                // A relative sleep: the time source need not be tokio's.
+                tokio::time::sleep(wait).await;
                 // The reaped sessions' tasks are queued for `poll_aborted` too, which `with_responder` drains.
-                rt.with_responder(|r| r.handle_timeout(Instant::now()));
+                let now = rt.now();
+                rt.with_responder(|r| r.handle_timeout(now));
             }
         })
     }
@@ -262,8 +288,9 @@ impl DelegateRuntime {
             Ok(checked) => checked,
             Err(refusal) => return Response::Refused(refusal),
         };
+        let now = self.now();
         let outcome = self.with_responder(|r| {
-            let outcome = r.handle_checked(Instant::now(), peer, checked);
+            let outcome = r.handle_checked(now, peer, checked);
             // Registered before the machine's lock is released: any abort the machine decides later finds it.
             let stop = match &outcome {
                 Ok(Outcome::Execute(task)) => {
@@ -331,7 +358,8 @@ impl DelegateRuntime {
             async move {
                 while let Some(p) = progress_rx.recv().await {
                     let Some(tx) = &updates else { continue };
-                    if let Ok(env) = rt.with_responder(|r| r.progress(&key, p.progress, p.message)) {
+                    let now = rt.now();
+                    if let Ok(env) = rt.with_responder(|r| r.progress(now, &key, p.progress, p.message)) {
                         // A slow or gone reader must not stall the task; updates are best-effort.
                         let _ = tx.try_send(env);
                     }
@@ -339,13 +367,14 @@ impl DelegateRuntime {
             }
         };
         let (finished, ()) = tokio::join!(run, forward);
+        let now = self.now();
         let delivery = match finished {
             Finished::Aborted(reply) => return Response::Reply(reply),
-            Finished::Done(Ok(output)) => self.with_responder(|r| r.complete_task(&key, output)),
-            Finished::Done(Err(error)) => self.with_responder(|r| r.fail_task(&key, error)),
+            Finished::Done(Ok(output)) => self.with_responder(|r| r.complete_task(now, &key, output)),
+            Finished::Done(Err(error)) => self.with_responder(|r| r.fail_task(now, &key, error)),
             Finished::Panicked => {
                 let error = LdpError::runtime(codes::EXECUTION_FAILED, "the delegate panicked");
-                self.with_responder(|r| r.fail_task(&key, error))
+                self.with_responder(|r| r.fail_task(now, &key, error))
             }
         };
         match delivery {

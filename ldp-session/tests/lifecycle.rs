@@ -175,7 +175,7 @@ fn the_responder_can_close_a_session_and_the_initiator_fails_its_pending_tasks()
         "the pending task must end definitely: {events:?}"
     );
     // The delegate's late completion is a caller error, not a message.
-    assert!(sim.responder.complete_task(&task.key, TaskOutput::new(json!(1))).is_err());
+    assert!(sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!(1))).is_err());
     assert!(sim.responder.close_session(&sid, None).is_err());
 }
 
@@ -384,10 +384,12 @@ fn a_suspended_session_holds_results_and_resumes_on_the_peers_next_message() {
     assert_eq!(sim.responder.session_state(&other), Some(SessionState::Active));
     assert_eq!(sim.responder_events(), vec![ResponderEvent::SessionSuspended { session_id: sid.clone() }]);
 
-    let held = sim.responder.complete_task(&task.key, TaskOutput::new(json!("one"))).unwrap();
+    let held = sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!("one"))).unwrap();
     assert_eq!(held, ldp_session::Delivery::Held);
-    let held =
-        sim.responder.fail_task(&second.key, ldp_types::LdpError::runtime(codes::EXECUTION_FAILED, "x")).unwrap();
+    let held = sim
+        .responder
+        .fail_task(sim.now(), &second.key, ldp_types::LdpError::runtime(codes::EXECUTION_FAILED, "x"))
+        .unwrap();
     assert_eq!(held, ldp_session::Delivery::Held);
 
     // The peer comes back on a new connection with a status query: the session resumes.

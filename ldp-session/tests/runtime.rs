@@ -447,3 +447,27 @@ impl runtime::Transport for InPlaceTransportOrMemory {
         }
     }
 }
+
+/// The runtime reads time from one hook (tokio's clock by default), so a test simulates it: with tokio's time
+/// paused, a minute passes at once, the reaper expires the session and the delegate's work stops.
+#[tokio::test(start_paused = true)]
+async fn the_reaper_expires_sessions_on_simulated_time() {
+    use std::sync::atomic::Ordering;
+    let steps = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rt = runtime(Arc::new(Spinner { steps: steps.clone(), stopped: stopped.clone() }));
+    let reaper = rt.spawn_reaper();
+    let c = Arc::new(client(&rt).await);
+    let s = c.propose(SessionConfig { ttl_secs: Some(60), ..Default::default() }).await.unwrap();
+    let (c2, sid) = (c.clone(), s.session_id.clone());
+    let submitter = tokio::spawn(async move { c2.submit(&sid, "echo", json!("spin"), None).await });
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert!(steps.load(Ordering::SeqCst) > 0 && !stopped.load(Ordering::SeqCst), "still working before the TTL");
+    assert_eq!(rt.with_responder(|r| r.running_tasks()), 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let SessionError::Peer(e) = submitter.await.unwrap().unwrap_err() else { panic!() };
+    assert_eq!(e.code, codes::CANCELLED);
+    assert!(stopped.load(Ordering::SeqCst), "the expired session's work was not stopped");
+    assert_eq!(rt.with_responder(|r| r.session_count()), 0);
+    reaper.abort();
+}

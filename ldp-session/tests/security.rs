@@ -268,7 +268,7 @@ fn the_initiator_verifies_replies_and_refuses_replays() {
         let sid = sim.session();
         let task = sim.submit(&sid, "echo", frame("x")).task();
         let ldp_session::Delivery::Send(result) =
-            sim.responder.complete_task(&task.key, TaskOutput::new(json!("genuine"))).unwrap()
+            sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!("genuine"))).unwrap()
         else {
             panic!()
         };
@@ -311,7 +311,7 @@ fn task_result_fills_the_envelope_provenance_too() {
         let sid = sim.session();
         let task = sim.submit(&sid, "echo", frame("x")).task();
         let ldp_session::Delivery::Send(result) =
-            sim.responder.complete_task(&task.key, TaskOutput::new(json!("genuine"))).unwrap()
+            sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!("genuine"))).unwrap()
         else {
             panic!()
         };

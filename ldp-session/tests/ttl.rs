@@ -101,7 +101,7 @@ fn expiry_drops_running_tasks_and_their_slots() {
     sim.advance(Duration::from_secs(5));
     let _reaped = sim.responder.handle_timeout(sim.now());
     assert_eq!(sim.responder.running_tasks(), 0);
-    assert!(sim.responder.complete_task(&task.key, TaskOutput::new(json!(1))).is_err());
+    assert!(sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!(1))).is_err());
     // The slot is free for another session.
     let other = sim.session();
     sim.submit(&other, "echo", frame("next")).task();

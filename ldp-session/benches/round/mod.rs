@@ -77,7 +77,7 @@ impl Server {
             panic!("submit refused")
         };
         let out = TaskOutput::new(json!({ "analysis": "monolith first" }));
-        match self.responder.complete_task(&task.key, out) {
+        match self.responder.complete_task(self.now, &task.key, out) {
             Ok(Delivery::Send(env)) => env,
             other => panic!("{other:?}"),
         }
