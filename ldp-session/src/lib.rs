@@ -50,6 +50,7 @@
 //! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+#![warn(clippy::exhaustive_enums)]
 // Envelopes are large (a TASK_RESULT carries its provenance inline) and are moved once per message; boxing them
 // would add an allocation per message for no measurable gain.
 #![allow(clippy::result_large_err, clippy::large_enum_variant)]
@@ -66,7 +67,7 @@ pub mod runtime;
 
 pub use clock::{IdSource, ManualClock, SeededIds, SystemClock, WallClock};
 pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, ResponderConfig, TrustPolicy};
-pub use error::{Refusal, SessionError};
+pub use error::{Misuse, PeerMisbehaved, Refusal, SessionError};
 pub use initiator::{Initiator, InitiatorEvent, fit_payload};
 pub use responder::{
     Aborted, AuthenticatedPeer, Checked, Delivery, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
@@ -76,6 +77,7 @@ pub use security::{ReplayConfig, ReplayGuard, SecurityConfig, SignaturePolicy};
 
 /// The RFC 5.1 session lifecycle states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(clippy::exhaustive_enums)] // Closed by definition: the RFC 5.1 lifecycle states.
 pub enum SessionState {
     /// HELLO sent, nothing proposed yet.
     Initiating,

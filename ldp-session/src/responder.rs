@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::clock::{IdSource, WallClock};
 use crate::config::{DeclaredDomains, FallbackStyle, ResponderConfig};
-use crate::error::{Refusal, SessionError};
+use crate::error::{Misuse, Refusal, SessionError};
 use crate::security::{Received, ReplayGuard, SecurityConfig, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
 
@@ -107,6 +107,7 @@ impl TaskOutput {
 
 /// What to do with an inbound message that was accepted.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums)] // Closed on purpose: a driver must act on every outcome, so a new one breaks its build.
 pub enum Outcome {
     /// Send this reply.
     Reply(Envelope),
@@ -126,6 +127,7 @@ pub enum Outcome {
 
 /// Whether a finished task's reply can go out now.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums)] // Closed on purpose: a reply is sent or held; a driver must handle both.
 pub enum Delivery {
     /// Send it.
     Send(Envelope),
@@ -145,6 +147,7 @@ pub struct Aborted {
 
 /// Something that happened, for the application to observe.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ResponderEvent {
     /// A session became active.
     SessionEstablished {
@@ -210,6 +213,7 @@ pub enum ResponderEvent {
 
 /// How a task ended, as recorded in the session history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::exhaustive_enums)] // Closed by definition: the three ways a task ends (RFC 3.2: result, failure, cancel).
 pub enum TaskStatus {
     /// It produced a TASK_RESULT.
     Completed,
@@ -1058,11 +1062,9 @@ impl Responder {
     }
 
     fn running(&self, key: &TaskKey) -> Result<&RunningTask, SessionError> {
-        let s = self
-            .sessions
-            .get(key.session_id.as_str())
-            .ok_or_else(|| SessionError::UnknownSession(key.session_id.clone()))?;
-        s.running.get(key.task_id.as_str()).ok_or_else(|| SessionError::TaskEnded(key.task_id.clone()))
+        let s =
+            self.sessions.get(key.session_id.as_str()).ok_or_else(|| Misuse::UnknownSession(key.session_id.clone()))?;
+        s.running.get(key.task_id.as_str()).ok_or_else(|| Misuse::TaskEnded(key.task_id.clone()).into())
     }
 
     fn deliver(&mut self, session_id: &str, env: Envelope) -> Delivery {
@@ -1095,7 +1097,7 @@ impl Responder {
         self.sessions
             .get(session_id)
             .map(|s| s.peer.to_string())
-            .ok_or_else(|| SessionError::UnknownSession(session_id.to_owned()))
+            .ok_or_else(|| Misuse::UnknownSession(session_id.to_owned()).into())
     }
 
     /// Completes a task: builds the TASK_RESULT with full provenance (RFC 10.1.3), records usage against the
@@ -1109,9 +1111,8 @@ impl Responder {
         let s = self
             .sessions
             .get_mut(key.session_id.as_str())
-            .ok_or_else(|| SessionError::UnknownSession(key.session_id.clone()))?;
-        let task =
-            s.running.remove(key.task_id.as_str()).ok_or_else(|| SessionError::TaskEnded(key.task_id.clone()))?;
+            .ok_or_else(|| Misuse::UnknownSession(key.session_id.clone()))?;
+        let task = s.running.remove(key.task_id.as_str()).ok_or_else(|| Misuse::TaskEnded(key.task_id.clone()))?;
         s.tokens_used = s.tokens_used.saturating_add(out.tokens_used.unwrap_or(0));
         s.cost_usd += out.cost_usd.unwrap_or(0.0);
         s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);

@@ -25,7 +25,7 @@ use tokio::task::AbortHandle;
 use crate::TaskKey;
 use crate::clock::{IdSource, WallClock};
 use crate::config::InitiatorConfig;
-use crate::error::{Refusal, SessionError};
+use crate::error::{PeerMisbehaved, Refusal, SessionError};
 use crate::initiator::{Initiator, InitiatorEvent};
 use crate::responder::{
     Aborted, Delivery, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
@@ -87,6 +87,7 @@ impl Delegate for EchoDelegate {
 
 /// The answer to one inbound message.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums)] // Closed on purpose: a transport must answer every response, so a new one breaks its build.
 pub enum Response {
     /// Send this envelope.
     Reply(Envelope),
@@ -525,10 +526,14 @@ impl<T: Transport> Client<T> {
     pub async fn propose(&self, config: SessionConfig) -> Result<SessionInfo, SessionError> {
         let env = lock(&self.initiator).propose(config);
         let raw = self.transport.exchange(&env, None).await.map_err(classify)?;
-        let raw = raw.ok_or_else(|| SessionError::Protocol("no answer to SESSION_PROPOSE".into()))?;
+        let raw = raw.ok_or(PeerMisbehaved::NoAnswer { request: "SESSION_PROPOSE" })?;
         let mut init = lock(&self.initiator);
         handle_reply(&mut init, raw)?;
-        let mut result = Err(SessionError::Protocol("SESSION_PROPOSE was not answered with ACCEPT or REJECT".into()));
+        let mut result = Err(PeerMisbehaved::WrongAnswer {
+            request: "SESSION_PROPOSE",
+            expected: "SESSION_ACCEPT or SESSION_REJECT",
+        }
+        .into());
         while let Some(e) = init.poll_event() {
             match e {
                 InitiatorEvent::SessionEstablished { session_id, mode, fallback_chain } => {
@@ -570,7 +575,7 @@ impl<T: Transport> Client<T> {
         loop {
             let updates = progress.clone().map(|p| forward_updates(p, key.clone()));
             let raw = self.transport.exchange(&env, updates).await.map_err(classify)?;
-            let raw = raw.ok_or_else(|| SessionError::Protocol("no answer to TASK_SUBMIT".into()))?;
+            let raw = raw.ok_or(PeerMisbehaved::NoAnswer { request: "TASK_SUBMIT" })?;
             let mut init = lock(&self.initiator);
             handle_reply(&mut init, raw)?;
             let mut done = None;
@@ -594,7 +599,13 @@ impl<T: Transport> Client<T> {
             }
             match init.poll_outbound() {
                 Some(next) => env = next,
-                None => return Err(SessionError::Protocol("TASK_SUBMIT was not answered with a result".into())),
+                None => {
+                    return Err(PeerMisbehaved::WrongAnswer {
+                        request: "TASK_SUBMIT",
+                        expected: "TASK_RESULT or TASK_FAILED",
+                    }
+                    .into());
+                }
             }
         }
     }
@@ -619,7 +630,7 @@ fn classify(e: LdpError) -> SessionError {
 }
 
 fn handle_reply(init: &mut Initiator, raw: Value) -> Result<(), SessionError> {
-    let env = Envelope::from_value_ref(&raw).map_err(|e| SessionError::Protocol(e.to_string()))?;
+    let env = Envelope::from_value_ref(&raw).map_err(PeerMisbehaved::UndecodableReply)?;
     init.handle_envelope(env, Some(&raw))
 }
 

@@ -142,7 +142,10 @@ fn action() -> impl Strategy<Value = Action> {
 /// A running task's completion, failure or progress was refused: only because its session's TTL had run out (the
 /// call reaped it).
 fn expired_under(sim: &Sim, k: &TaskKey, e: &ldp_session::SessionError) {
-    assert!(matches!(e, ldp_session::SessionError::UnknownSession(_)), "a running task was refused: {e}");
+    assert!(
+        matches!(e, ldp_session::SessionError::Misuse(ldp_session::Misuse::UnknownSession(_))),
+        "a running task was refused: {e}"
+    );
     assert_eq!(sim.responder.session_state(&k.session_id), None, "{e} but the session is live");
 }
 

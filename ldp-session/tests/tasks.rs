@@ -4,7 +4,9 @@
 
 mod support;
 
-use ldp_session::{Delivery, HistoryItem, InitiatorEvent, Limits, Outcome, SessionError, TaskOutput, TaskStatus};
+use ldp_session::{
+    Delivery, HistoryItem, InitiatorEvent, Limits, Misuse, Outcome, SessionError, TaskOutput, TaskStatus,
+};
 use ldp_types::{
     Body, Budget, ErrorCategory, EvidenceRef, LdpError, LineageEntry, PayloadMode, Provenance, Score, TaskSubmit,
     TaskUpdate, VerificationStatus, codes,
@@ -206,7 +208,10 @@ fn progress_flows_to_the_initiator() {
         );
     }
     sim.complete(&task.key, TaskOutput::new(json!("done")));
-    assert!(matches!(sim.responder.progress(sim.now(), &task.key, Some(0.5), None), Err(SessionError::TaskEnded(_))));
+    assert!(matches!(
+        sim.responder.progress(sim.now(), &task.key, Some(0.5), None),
+        Err(SessionError::Misuse(Misuse::TaskEnded(_)))
+    ));
 }
 
 #[test]
@@ -244,11 +249,11 @@ fn cancel_reaches_the_running_task_and_ends_it_definitely() {
     // The delegate finishing afterwards is an error, not a second answer.
     assert!(matches!(
         sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!(1))),
-        Err(SessionError::TaskEnded(_))
+        Err(SessionError::Misuse(Misuse::TaskEnded(_)))
     ));
     assert!(matches!(
         sim.responder.fail_task(sim.now(), &task.key, LdpError::runtime("X", "y")),
-        Err(SessionError::TaskEnded(_))
+        Err(SessionError::Misuse(Misuse::TaskEnded(_)))
     ));
     assert_eq!(status(&mut sim, &task.key.task_id), "cancelled");
     // Cancelling again finds nothing running.
