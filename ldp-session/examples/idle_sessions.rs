@@ -80,6 +80,6 @@ fn main() {
         if projected <= gib { "met" } else { "missed" }
     );
     // Reaping returns the sessions.
-    responder.handle_timeout(now + std::time::Duration::from_secs(3600));
+    let _reaped = responder.handle_timeout(now + std::time::Duration::from_secs(3600));
     assert_eq!(responder.session_count(), 0);
 }

@@ -8,6 +8,7 @@ use crate::security::SecurityConfig;
 
 /// Where a responder takes the initiator's trust domain from when the transport has not authenticated one.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeclaredDomains {
     /// Believe the `trust_domain` a peer declares in SESSION_PROPOSE (the reference SDKs' behaviour; for
     /// development only).
@@ -100,6 +101,7 @@ impl Default for Limits {
 /// How a responder handles a TASK_SUBMIT whose input is invalid in its payload mode while a lower fallback mode
 /// remains (RFC 4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum FallbackStyle {
     /// Run the task in the first lower mode that accepts the input and move the session there; the result's
     /// `payload_mode_used` says which mode was used. Serves initiators that never resubmit (the reference SDKs).

@@ -17,13 +17,14 @@ use serde_json::Value;
 
 use crate::clock::{IdSource, WallClock};
 use crate::config::InitiatorConfig;
-use crate::error::SessionError;
+use crate::error::{Misuse, PeerMisbehaved, SessionError};
 use crate::responder::TaskRequest;
-use crate::security::{ReplayGuard, sign_outbound, verify_inbound};
+use crate::security::{Received, ReplayGuard, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
 
 /// Something the initiator learned from its peer.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum InitiatorEvent {
     /// The peer's CAPABILITY_MANIFEST.
     Manifest(Manifest),
@@ -213,9 +214,9 @@ impl Initiator {
     }
 
     fn active(&self, session_id: &str) -> Result<&InitiatorSession, SessionError> {
-        let s = self.sessions.get(session_id).ok_or_else(|| SessionError::UnknownSession(session_id.to_owned()))?;
+        let s = self.sessions.get(session_id).ok_or_else(|| Misuse::UnknownSession(session_id.to_owned()))?;
         if s.state != SessionState::Active {
-            return Err(SessionError::NotActive { session_id: session_id.to_owned(), state: s.state });
+            return Err(Misuse::NotActive { session_id: session_id.to_owned(), state: s.state }.into());
         }
         Ok(s)
     }
@@ -249,12 +250,12 @@ impl Initiator {
                 break;
             }
         }
-        let input = fitted.map_err(SessionError::Payload)?;
+        let input = fitted.map_err(Misuse::Payload)?;
         let limits = contract
             .as_ref()
             .map(|c| c.limits().map(|l| (c.clone(), l)))
             .transpose()
-            .map_err(SessionError::InvalidContract)?;
+            .map_err(Misuse::InvalidContract)?;
         let task_id = self.ids.uuid();
         let key = TaskKey { session_id: session_id.to_owned(), task_id: task_id.clone() };
         let body = TaskSubmit::new(task_id, skill.to_owned(), input.clone(), contract);
@@ -265,29 +266,33 @@ impl Initiator {
 
     /// TASK_CANCEL.
     pub fn cancel(&mut self, key: &TaskKey) -> Result<Envelope, SessionError> {
-        let mode = self.tasks.get(key).map(|t| t.mode).ok_or_else(|| SessionError::UnknownTask(key.task_id.clone()))?;
+        let mode = self.tasks.get(key).map(|t| t.mode).ok_or_else(|| Misuse::UnknownTask(key.task_id.clone()))?;
         Ok(self.envelope(&key.session_id, TaskCancel::new(key.task_id.clone()), mode))
     }
 
     /// SESSION_CLOSE. The session is closed locally at once.
     pub fn close(&mut self, session_id: &str, reason: Option<String>) -> Result<Envelope, SessionError> {
-        let s = self.sessions.get_mut(session_id).ok_or_else(|| SessionError::UnknownSession(session_id.to_owned()))?;
+        let s = self.sessions.get_mut(session_id).ok_or_else(|| Misuse::UnknownSession(session_id.to_owned()))?;
         s.state = SessionState::Closed;
         self.tasks.retain(|k, _| k.session_id != session_id);
         Ok(self.envelope(session_id, SessionClose::new(reason), PayloadMode::Text))
     }
 
-    /// Handles one reply as raw bytes.
+    /// Handles one reply as raw bytes: decoded by [`Envelope::from_slice`], the decoder the responder uses, and its
+    /// signature (for the JCS algorithms) verified over the bytes as received.
     pub fn handle(&mut self, bytes: &[u8]) -> Result<(), SessionError> {
-        let raw: Value =
-            serde_json::from_slice(bytes).map_err(|e| SessionError::Protocol(format!("reply is not JSON: {e}")))?;
-        let env = Envelope::from_value_ref(&raw).map_err(|e| SessionError::Protocol(e.to_string()))?;
-        self.handle_envelope(env, Some(&raw))
+        let env = Envelope::from_slice(bytes).map_err(PeerMisbehaved::UndecodableReply)?;
+        let received = if self.cfg.security.needs_raw_json() { Received::Bytes(bytes) } else { Received::Decoded };
+        self.handle_received(env, received)
     }
 
     /// Handles one decoded reply; `raw` is the JSON as received when available (JCS signatures need it).
     pub fn handle_envelope(&mut self, env: Envelope, raw: Option<&Value>) -> Result<(), SessionError> {
-        verify_inbound(&self.cfg.security, &env, raw.into()).map_err(SessionError::Peer)?;
+        self.handle_received(env, raw.into())
+    }
+
+    fn handle_received(&mut self, env: Envelope, raw: Received<'_>) -> Result<(), SessionError> {
+        verify_inbound(&self.cfg.security, &env, raw).map_err(SessionError::Peer)?;
         if let Some(replay) = self.cfg.security.replay {
             self.replay.check(&replay, &env, self.wall.now_utc()).map_err(SessionError::Peer)?;
         }
@@ -305,10 +310,7 @@ impl Initiator {
                     None => self.proposals.pop_front(),
                 };
                 let Some(proposed) = matched else {
-                    return Err(SessionError::Protocol(format!(
-                        "SESSION_ACCEPT for {:?} answers no pending proposal",
-                        a.session_id
-                    )));
+                    return Err(PeerMisbehaved::UnsolicitedAccept { session_id: a.session_id }.into());
                 };
                 if proposed != a.session_id {
                     self.sessions.remove(&proposed);
@@ -348,7 +350,7 @@ impl Initiator {
                 // A result for no task of ours (never submitted, already finished, or of a closed session) is not
                 // reported: it would escape the contract check of the task it claims to finish.
                 let Some(pending) = self.tasks.remove(&key) else {
-                    return Err(SessionError::Protocol(format!("TASK_RESULT for unknown task {:?}", key.task_id)));
+                    return Err(PeerMisbehaved::UnknownTaskResult { task_id: key.task_id }.into());
                 };
                 let event = match pending.contract {
                     Some((contract, limits)) => {
@@ -402,10 +404,7 @@ impl Initiator {
             | Body::TaskSubmit(_)
             | Body::TaskCancel(_)
             | Body::Unknown(_)) => {
-                return Err(SessionError::Protocol(format!(
-                    "{} is not a reply an initiator accepts",
-                    other.type_name()
-                )));
+                return Err(PeerMisbehaved::NotAReply { message_type: other.type_name().to_owned() }.into());
             }
         }
         Ok(())
@@ -440,7 +439,7 @@ impl Initiator {
             session.mode = next;
         }
         let Some(task) = self.tasks.get_mut(key) else { return Ok(false) };
-        task.input = fit_payload(&task.input, next).map_err(SessionError::Payload)?;
+        task.input = fit_payload(&task.input, next).map_err(Misuse::Payload)?;
         task.mode = next;
         let body = TaskSubmit::new(
             key.task_id.clone(),
@@ -464,7 +463,7 @@ fn inherit_depth(
         return Ok(contract);
     };
     if parent_max == 0 {
-        return Err(SessionError::DelegationDepthExceeded { depth: 1, max: 0 });
+        return Err(Misuse::DelegationDepthExceeded { depth: 1, max: 0 }.into());
     }
     let remaining = parent_max - 1;
     let mut c = match (contract, parent.and_then(|p| p.contract.clone())) {

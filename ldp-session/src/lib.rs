@@ -1,5 +1,6 @@
 //! The LDP session layer: a transport-agnostic, sans-IO state machine for both sides of a session, and (with the
-//! `runtime` feature, on by default) the async glue that joins it to a delegate and a transport.
+//! opt-in `runtime` feature) the async glue that joins it to a delegate and a transport. Without `runtime` the crate
+//! depends on no async runtime or IO crate (`scripts/check-sans-io` enforces it in CI).
 //!
 //! ```text
 //!   transport (HTTP, WebSocket, in-memory)          application
@@ -41,7 +42,7 @@
 //! let submit = initiator.submit(&session_id, "echo", serde_json::json!("hi"), None, None).unwrap();
 //! let Ok(Outcome::Execute(task)) = responder.handle_envelope(now, &peer, submit, None) else { panic!() };
 //! let output = TaskOutput::new(serde_json::json!({ "echo": task.input }));
-//! let Ok(Delivery::Send(result)) = responder.complete_task(&task.key, output) else { panic!() };
+//! let Ok(Delivery::Send(result)) = responder.complete_task(now, &task.key, output) else { panic!() };
 //! initiator.handle_envelope(result, None).unwrap();
 //! let Some(InitiatorEvent::TaskCompleted { provenance, .. }) = initiator.poll_event() else { panic!() };
 //! assert_eq!(provenance.produced_by, "ldp:delegate:echo");
@@ -49,6 +50,7 @@
 //! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+#![warn(clippy::exhaustive_enums)]
 // Envelopes are large (a TASK_RESULT carries its provenance inline) and are moved once per message; boxing them
 // would add an allocation per message for no measurable gain.
 #![allow(clippy::result_large_err, clippy::large_enum_variant)]
@@ -65,16 +67,17 @@ pub mod runtime;
 
 pub use clock::{IdSource, ManualClock, SeededIds, SystemClock, WallClock};
 pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, ResponderConfig, TrustPolicy};
-pub use error::{Refusal, SessionError};
+pub use error::{Misuse, PeerMisbehaved, Refusal, SessionError};
 pub use initiator::{Initiator, InitiatorEvent, fit_payload};
 pub use responder::{
-    AuthenticatedPeer, Checked, Delivery, HistoryItem, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent,
-    TaskOutput, TaskRequest, TaskStatus,
+    Aborted, AuthenticatedPeer, Checked, Delivery, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
+    ResponderEvent, TaskOutput, TaskRequest, TaskStatus,
 };
 pub use security::{ReplayConfig, ReplayGuard, SecurityConfig, SignaturePolicy};
 
 /// The RFC 5.1 session lifecycle states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(clippy::exhaustive_enums)] // Closed by definition: the RFC 5.1 lifecycle states.
 pub enum SessionState {
     /// HELLO sent, nothing proposed yet.
     Initiating,

@@ -2,8 +2,9 @@
 //!
 //! Calling order: feed each inbound message to [`Responder::handle`] (or `handle_envelope`), act on the returned
 //! [`Outcome`], report task progress and completion with [`Responder::progress`], [`Responder::complete_task`] and
-//! [`Responder::fail_task`], drain [`Responder::poll_event`], and call [`Responder::handle_timeout`] when
-//! [`Responder::poll_timeout`] says so (it reaps expired sessions and returns their memory).
+//! [`Responder::fail_task`], drain [`Responder::poll_event`] and [`Responder::poll_aborted`] (tasks whose work must
+//! stop), and call [`Responder::handle_timeout`] when [`Responder::poll_timeout`] says so (it reaps expired sessions
+//! and returns their memory). Every call that depends on time takes the monotonic `now`.
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -20,7 +21,7 @@ use serde_json::Value;
 
 use crate::clock::{IdSource, WallClock};
 use crate::config::{DeclaredDomains, FallbackStyle, ResponderConfig};
-use crate::error::{Refusal, SessionError};
+use crate::error::{Misuse, Refusal, SessionError};
 use crate::security::{Received, ReplayGuard, SecurityConfig, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
 
@@ -106,12 +107,14 @@ impl TaskOutput {
 
 /// What to do with an inbound message that was accepted.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums)] // Closed on purpose: a driver must act on every outcome, so a new one breaks its build.
 pub enum Outcome {
     /// Send this reply.
     Reply(Envelope),
     /// Run this task, then report with `complete_task` or `fail_task`.
     Execute(TaskRequest),
-    /// Stop these running tasks and send the reply (TASK_CANCEL, SESSION_CLOSE).
+    /// Stop these running tasks and send the reply (TASK_CANCEL, SESSION_CLOSE). The same tasks are queued for
+    /// [`Responder::poll_aborted`], with the definite answer for each one's submitter.
     Cancel {
         /// The reply to send.
         reply: Envelope,
@@ -124,6 +127,7 @@ pub enum Outcome {
 
 /// Whether a finished task's reply can go out now.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums)] // Closed on purpose: a reply is sent or held; a driver must handle both.
 pub enum Delivery {
     /// Send it.
     Send(Envelope),
@@ -131,8 +135,19 @@ pub enum Delivery {
     Held,
 }
 
+/// A running task the machine ended on its own account (TASK_CANCEL, SESSION_CLOSE from either side, session
+/// expiry): the driver must stop the delegate's work for `key` and answer whoever awaits its result with `reply`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aborted {
+    /// The task.
+    pub key: TaskKey,
+    /// The definite TASK_FAILED (`CANCELLED`, saying why) for the task's submitter, built and signed by the machine.
+    pub reply: Envelope,
+}
+
 /// Something that happened, for the application to observe.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ResponderEvent {
     /// A session became active.
     SessionEstablished {
@@ -156,11 +171,15 @@ pub enum ResponderEvent {
     SessionClosed {
         /// The session.
         session_id: String,
+        /// Its tasks that were still running and were aborted (also queued for [`Responder::poll_aborted`]).
+        aborted: Vec<TaskKey>,
     },
     /// A session expired through inactivity and was reaped.
     SessionExpired {
         /// The session.
         session_id: String,
+        /// Its tasks that were still running and were aborted (also queued for [`Responder::poll_aborted`]).
+        aborted: Vec<TaskKey>,
     },
     /// A session was suspended (its connection dropped).
     SessionSuspended {
@@ -194,6 +213,7 @@ pub enum ResponderEvent {
 
 /// How a task ended, as recorded in the session history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::exhaustive_enums)] // Closed by definition: the three ways a task ends (RFC 3.2: result, failure, cancel).
 pub enum TaskStatus {
     /// It produced a TASK_RESULT.
     Completed,
@@ -297,6 +317,8 @@ pub struct Responder {
     sessions_per_principal: HashMap<Box<str>, usize>,
     running_total: usize,
     events: VecDeque<ResponderEvent>,
+    /// Tasks ended by the machine whose delegate work the driver must stop ([`Responder::poll_aborted`]).
+    aborted: VecDeque<Aborted>,
     manifest: Value,
 }
 
@@ -333,6 +355,7 @@ impl Responder {
             dedupe: Dedupe::default(),
             running_total: 0,
             events: VecDeque::new(),
+            aborted: VecDeque::new(),
             manifest,
         }
     }
@@ -391,8 +414,18 @@ impl Responder {
         self.expiry.peek().map(|Reverse((t, _))| *t)
     }
 
-    /// Reaps sessions whose TTL has run out.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    /// The next task the machine ended while it was running: its delegate's work must be stopped and `reply` sent
+    /// to its submitter. Drivers drain this after every call into the machine (a message can end a session that
+    /// expired meanwhile; TASK_CANCEL and SESSION_CLOSE end tasks; so does [`Responder::handle_timeout`]).
+    pub fn poll_aborted(&mut self) -> Option<Aborted> {
+        self.aborted.pop_front()
+    }
+
+    /// Reaps sessions whose TTL has run out. Returns the tasks of theirs that were still running (their work must be
+    /// stopped); each is also queued, with its submitter's answer, for [`Responder::poll_aborted`].
+    #[must_use = "the delegates' work of the returned tasks must be stopped (or drain `poll_aborted`)"]
+    pub fn handle_timeout(&mut self, now: Instant) -> Vec<TaskKey> {
+        let mut aborted = Vec::new();
         while let Some(Reverse((deadline, _))) = self.expiry.peek() {
             if *deadline > now {
                 break;
@@ -405,12 +438,13 @@ impl Responder {
                 self.expiry.push(Reverse((real, id)));
                 continue;
             }
-            self.end_session(&id, Ended::Expired);
+            aborted.extend(self.end_session(&id, Ended::Expired));
         }
         // Without replay protection the table stays empty: no need to read the clock.
         if !self.replay.is_empty() {
             self.replay.prune(self.wall.now_utc());
         }
+        aborted
     }
 
     fn end_session(&mut self, id: &str, how: Ended) -> Vec<TaskKey> {
@@ -423,8 +457,19 @@ impl Responder {
             }
         }
         self.running_total = self.running_total.saturating_sub(session.running.len());
-        let cancelled =
-            session.running.keys().map(|t| TaskKey { session_id: id.to_owned(), task_id: t.to_string() }).collect();
+        let mut running: Vec<(Box<str>, PayloadMode)> = session.running.into_iter().map(|(t, r)| (t, r.mode)).collect();
+        // Hash order is not an order: keep aborts (and their ids drawn from the id source) deterministic.
+        running.sort_unstable();
+        let why = match how {
+            Ended::Expired => "because the session expired",
+            Ended::Closed => "because the session was closed",
+        };
+        let mut cancelled = Vec::with_capacity(running.len());
+        for (task_id, mode) in running {
+            let key = TaskKey { session_id: id.to_owned(), task_id: task_id.into() };
+            self.abort(&session.peer, mode, key.clone(), why);
+            cancelled.push(key);
+        }
         if self.cfg.limits.tombstones > 0 {
             if self.ended_order.len() >= self.cfg.limits.tombstones
                 && let Some(old) = self.ended_order.pop_front()
@@ -435,10 +480,17 @@ impl Responder {
             self.ended_order.push_back(id.into());
         }
         self.events.push_back(match how {
-            Ended::Expired => ResponderEvent::SessionExpired { session_id: id.to_owned() },
-            Ended::Closed => ResponderEvent::SessionClosed { session_id: id.to_owned() },
+            Ended::Expired => ResponderEvent::SessionExpired { session_id: id.to_owned(), aborted: cancelled.clone() },
+            Ended::Closed => ResponderEvent::SessionClosed { session_id: id.to_owned(), aborted: cancelled.clone() },
         });
         cancelled
+    }
+
+    /// Queues the abort of a running task with the definite answer for its submitter.
+    fn abort(&mut self, peer: &str, mode: PayloadMode, key: TaskKey, why: &str) {
+        let error = LdpError::runtime(codes::CANCELLED, format!("cancelled {why}")).with_retryable(false);
+        let reply = self.envelope(&key.session_id, peer, TaskFailed::new(key.task_id.clone(), error), mode);
+        self.aborted.push_back(Aborted { key, reply });
     }
 
     /// Suspends every active session last used over `connection` (the connection dropped). Their TTL keeps
@@ -536,7 +588,8 @@ impl Responder {
     ) -> Result<Outcome, Refusal> {
         // Before anything is stored or echoed (reaping is safe: it only frees).
         check_identifiers(&env, self.cfg.limits.max_identifier_len).map_err(|error| Refusal { error, reply: None })?;
-        self.handle_timeout(now);
+        // Tasks of sessions reaped here are queued for `poll_aborted`, which the driver drains.
+        let _reaped = self.handle_timeout(now);
         if let Body::Unknown(u) = &env.body {
             let error =
                 LdpError::capability(codes::UNKNOWN_MESSAGE_TYPE, format!("unknown message type {:?}", u.type_name));
@@ -611,12 +664,6 @@ impl Responder {
                 Err(self.refuse(&env, error))
             }
         }
-    }
-
-    /// Builds, stamps and signs an outbound envelope from this delegate (for transports that must answer outside
-    /// the machine's own replies, e.g. a definite TASK_FAILED to a submitter whose task was cancelled).
-    pub fn make_envelope(&mut self, session_id: &str, to: &str, body: impl Into<Body>, mode: PayloadMode) -> Envelope {
-        self.envelope(session_id, to, body, mode)
     }
 
     /// Builds, stamps and signs an outbound envelope.
@@ -957,11 +1004,12 @@ impl Responder {
         self.with_session(now, peer, &env)?;
         let task_id = env.body.task_id().unwrap_or_default().to_owned();
         let key = TaskKey { session_id: env.session_id.clone(), task_id: task_id.clone() };
-        if !self.end_task(&key, TaskStatus::Cancelled) {
+        let Some(mode) = self.end_task(&key, TaskStatus::Cancelled) else {
             let error =
                 session_error(codes::TASK_NOT_FOUND, format!("task {task_id:?} is not running")).with_retryable(false);
             return Err(self.refuse(&env, error));
-        }
+        };
+        self.abort(&env.from, mode, key.clone(), "by the initiator");
         let error = LdpError::runtime(codes::CANCELLED, "cancelled by the initiator").with_retryable(false);
         let reply = self.envelope(&env.session_id, &env.from, TaskFailed::new(task_id, error), env.payload_mode);
         Ok(Outcome::Cancel { reply, cancelled: vec![key] })
@@ -1002,22 +1050,21 @@ impl Responder {
         Ok(Outcome::Cancel { reply, cancelled })
     }
 
-    /// Removes a running task and records it in the history. Returns false if it was not running.
-    fn end_task(&mut self, key: &TaskKey, status: TaskStatus) -> bool {
+    /// Removes a running task and records it in the history. Returns the mode it ran in, `None` if it was not
+    /// running.
+    fn end_task(&mut self, key: &TaskKey, status: TaskStatus) -> Option<PayloadMode> {
         let history_len = self.cfg.limits.history_len;
-        let Some(s) = self.sessions.get_mut(key.session_id.as_str()) else { return false };
-        let Some(task) = s.running.remove(key.task_id.as_str()) else { return false };
+        let s = self.sessions.get_mut(key.session_id.as_str())?;
+        let task = s.running.remove(key.task_id.as_str())?;
         self.running_total = self.running_total.saturating_sub(1);
         s.record_history(&key.task_id, task.skill, status, history_len);
-        true
+        Some(task.mode)
     }
 
     fn running(&self, key: &TaskKey) -> Result<&RunningTask, SessionError> {
-        let s = self
-            .sessions
-            .get(key.session_id.as_str())
-            .ok_or_else(|| SessionError::UnknownSession(key.session_id.clone()))?;
-        s.running.get(key.task_id.as_str()).ok_or_else(|| SessionError::TaskEnded(key.task_id.clone()))
+        let s =
+            self.sessions.get(key.session_id.as_str()).ok_or_else(|| Misuse::UnknownSession(key.session_id.clone()))?;
+        s.running.get(key.task_id.as_str()).ok_or_else(|| Misuse::TaskEnded(key.task_id.clone()).into())
     }
 
     fn deliver(&mut self, session_id: &str, env: Envelope) -> Delivery {
@@ -1030,13 +1077,16 @@ impl Responder {
         }
     }
 
-    /// A TASK_UPDATE for a running task.
+    /// A TASK_UPDATE for a running task. A task whose session's TTL has run out by `now` is not running: its
+    /// session is reaped (and the task queued for [`Responder::poll_aborted`]) as [`Responder::handle`] would.
     pub fn progress(
         &mut self,
+        now: Instant,
         key: &TaskKey,
         progress: Option<f64>,
         message: Option<String>,
     ) -> Result<Envelope, SessionError> {
+        let _reaped = self.handle_timeout(now);
         let mode = self.running(key)?.mode;
         let peer = self.peer_of(&key.session_id)?;
         let progress = progress.map(|p| p.clamp(0.0, 1.0));
@@ -1047,20 +1097,22 @@ impl Responder {
         self.sessions
             .get(session_id)
             .map(|s| s.peer.to_string())
-            .ok_or_else(|| SessionError::UnknownSession(session_id.to_owned()))
+            .ok_or_else(|| Misuse::UnknownSession(session_id.to_owned()).into())
     }
 
     /// Completes a task: builds the TASK_RESULT with full provenance (RFC 10.1.3), records usage against the
-    /// session budget, and appends lineage entries for results obtained by re-delegating.
-    pub fn complete_task(&mut self, key: &TaskKey, out: TaskOutput) -> Result<Delivery, SessionError> {
+    /// session budget, and appends lineage entries for results obtained by re-delegating. A task whose session's TTL
+    /// has run out by `now` cannot complete: the session is reaped first, as [`Responder::handle`] would, and the
+    /// task is queued for [`Responder::poll_aborted`].
+    pub fn complete_task(&mut self, now: Instant, key: &TaskKey, out: TaskOutput) -> Result<Delivery, SessionError> {
+        let _reaped = self.handle_timeout(now);
         // One lookup of the session (and one of the task) for all the bookkeeping: this runs for every task.
         let history_len = self.cfg.limits.history_len;
         let s = self
             .sessions
             .get_mut(key.session_id.as_str())
-            .ok_or_else(|| SessionError::UnknownSession(key.session_id.clone()))?;
-        let task =
-            s.running.remove(key.task_id.as_str()).ok_or_else(|| SessionError::TaskEnded(key.task_id.clone()))?;
+            .ok_or_else(|| Misuse::UnknownSession(key.session_id.clone()))?;
+        let task = s.running.remove(key.task_id.as_str()).ok_or_else(|| Misuse::TaskEnded(key.task_id.clone()))?;
         s.tokens_used = s.tokens_used.saturating_add(out.tokens_used.unwrap_or(0));
         s.cost_usd += out.cost_usd.unwrap_or(0.0);
         s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);
@@ -1093,8 +1145,9 @@ impl Responder {
         Ok(if suspended { self.deliver(&key.session_id, env) } else { Delivery::Send(env) })
     }
 
-    /// Fails a task with a typed error.
-    pub fn fail_task(&mut self, key: &TaskKey, error: LdpError) -> Result<Delivery, SessionError> {
+    /// Fails a task with a typed error (with the expiry rule of [`Responder::complete_task`]).
+    pub fn fail_task(&mut self, now: Instant, key: &TaskKey, error: LdpError) -> Result<Delivery, SessionError> {
+        let _reaped = self.handle_timeout(now);
         let mode = self.running(key)?.mode;
         let peer = self.peer_of(&key.session_id)?;
         if error.code == codes::PAYLOAD_MODE_FAILED {

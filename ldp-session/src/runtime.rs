@@ -16,19 +16,19 @@ use std::time::Instant;
 use async_trait::async_trait;
 use ldp_types::{
     DelegationContract, Envelope, IdentityCard, LdpError, Manifest, PayloadMode, Provenance, RawJson, SessionConfig,
-    TaskFailed, codes,
+    codes,
 };
 use serde_json::Value;
-use tokio::sync::{Notify, broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::TaskKey;
 use crate::clock::{IdSource, WallClock};
 use crate::config::InitiatorConfig;
-use crate::error::{Refusal, SessionError};
+use crate::error::{PeerMisbehaved, Refusal, SessionError};
 use crate::initiator::{Initiator, InitiatorEvent};
 use crate::responder::{
-    Delivery, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
+    Aborted, Delivery, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
 };
 
 /// A progress report from a running task.
@@ -87,6 +87,7 @@ impl Delegate for EchoDelegate {
 
 /// The answer to one inbound message.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums)] // Closed on purpose: a transport must answer every response, so a new one breaks its build.
 pub enum Response {
     /// Send this envelope.
     Reply(Envelope),
@@ -101,8 +102,21 @@ struct RuntimeInner {
     check: InboundCheck,
     responder: Mutex<Responder>,
     delegate: Arc<dyn Delegate>,
-    running: Mutex<HashMap<TaskKey, CancelHandle>>,
+    /// The tasks the machine told the runtime to run, registered under the responder's lock as the machine hands
+    /// them out, so that an abort the machine decides later always finds its task.
+    running: Mutex<HashMap<TaskKey, Running>>,
     events: broadcast::Sender<ResponderEvent>,
+    /// The one source of monotonic time for the machine ([`DelegateRuntime::with_time`]).
+    now: TimeSource,
+}
+
+/// Where a runtime or driver reads monotonic time: the one hook, so that tests can simulate time.
+pub type TimeSource = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// Tokio's clock: the system's monotonic time, or virtual time in a test runtime whose time is paused
+/// (`tokio::time::pause`, `#[tokio::test(start_paused = true)]`), where sleeping advances it.
+pub fn tokio_time() -> TimeSource {
+    Arc::new(|| tokio::time::Instant::now().into_std())
 }
 
 /// A responder joined to a delegate: the server side of any transport.
@@ -117,28 +131,19 @@ impl std::fmt::Debug for DelegateRuntime {
     }
 }
 
-/// Stops a running task's delegate.
-enum CancelHandle {
-    /// The delegate runs on a task of its own.
-    Spawned(AbortHandle),
-    /// The delegate runs within the caller's future (see [`DelegateRuntime::handle_in_place`]).
-    InPlace(Arc<Notify>),
-}
-
-impl CancelHandle {
-    fn cancel(&self) {
-        match self {
-            Self::Spawned(handle) => handle.abort(),
-            // A permit is stored when the delegate is not waiting at this instant, so the cancel is not lost.
-            Self::InPlace(notify) => notify.notify_one(),
-        }
-    }
+/// How to stop a running task's delegate and answer its submitter.
+struct Running {
+    /// Hands the machine's definite answer to the future awaiting the task, which then stops waiting.
+    stop: oneshot::Sender<Envelope>,
+    /// The delegate's own task, when it runs on one (it outlives the awaiting future, so it is aborted directly).
+    spawned: Option<AbortHandle>,
 }
 
 /// How a delegate's run ended.
 enum Finished {
     Done(Result<TaskOutput, LdpError>),
-    Cancelled,
+    /// The machine aborted the task; its answer for the submitter.
+    Aborted(Envelope),
     Panicked,
 }
 
@@ -164,8 +169,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl DelegateRuntime {
-    /// Joins `responder` and `delegate`.
+    /// Joins `responder` and `delegate`, with time from [`tokio_time`].
     pub fn new(responder: Responder, delegate: Arc<dyn Delegate>) -> Self {
+        Self::with_time(responder, delegate, tokio_time())
+    }
+
+    /// Joins `responder` and `delegate`, reading monotonic time only from `now` (every `now` the machine is given,
+    /// and the reaper's deadlines).
+    pub fn with_time(responder: Responder, delegate: Arc<dyn Delegate>, now: TimeSource) -> Self {
         let (events, _) = broadcast::channel(1024);
         Self {
             inner: Arc::new(RuntimeInner {
@@ -174,8 +185,14 @@ impl DelegateRuntime {
                 delegate,
                 running: Mutex::new(HashMap::new()),
                 events,
+                now,
             }),
         }
+    }
+
+    /// The current monotonic time, from the runtime's [`TimeSource`].
+    pub fn now(&self) -> Instant {
+        (self.inner.now)()
     }
 
     /// The identity card served.
@@ -188,26 +205,51 @@ impl DelegateRuntime {
         self.inner.events.subscribe()
     }
 
-    /// Runs `f` on the machine, then forwards its events.
+    /// Runs `f` on the machine, then forwards its events and stops the delegates' work of every task the machine
+    /// aborted meanwhile ([`Responder::poll_aborted`]; do not drain that from `f`).
     pub fn with_responder<R>(&self, f: impl FnOnce(&mut Responder) -> R) -> R {
-        let mut r = lock(&self.inner.responder);
-        let out = f(&mut r);
-        while let Some(e) = r.poll_event() {
-            // No subscribers is fine: events are for observers.
-            let _ = self.inner.events.send(e);
+        let (out, aborted) = {
+            let mut r = lock(&self.inner.responder);
+            let out = f(&mut r);
+            while let Some(e) = r.poll_event() {
+                // No subscribers is fine: events are for observers.
+                let _ = self.inner.events.send(e);
+            }
+            let mut aborted = Vec::new();
+            while let Some(a) = r.poll_aborted() {
+                aborted.push(a);
+            }
+            (out, aborted)
+        };
+        if !aborted.is_empty() {
+            let mut running = lock(&self.inner.running);
+            for Aborted { key, reply } in aborted {
+                if let Some(task) = running.remove(&key) {
+                    if let Some(handle) = task.spawned {
+                        handle.abort();
+                    }
+                    // The awaiting future may be gone (a dropped request); the work is stopped all the same.
+                    let _ = task.stop.send(reply);
+                }
+            }
         }
         out
     }
 
-    /// Reaps expired sessions until the returned task is aborted. Servers spawn it once.
+    /// Reaps expired sessions (aborting their tasks' work) until the returned task is aborted. Servers spawn it
+    /// once.
     pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
         let rt = self.clone();
         tokio::spawn(async move {
             loop {
                 let next = rt.with_responder(|r| r.poll_timeout());
-                let sleep_until = next.unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(1));
-                tokio::time::sleep_until(tokio::time::Instant::from_std(sleep_until)).await;
-                rt.with_responder(|r| r.handle_timeout(Instant::now()));
+                let now = rt.now();
+                let wait = next.map_or(std::time::Duration::from_secs(1), |t| t.saturating_duration_since(now));
+                // A relative sleep: the time source need not be tokio's.
+                tokio::time::sleep(wait).await;
+                // The reaped sessions' tasks are queued for `poll_aborted` too, which `with_responder` drains.
+                let now = rt.now();
+                rt.with_responder(|r| r.handle_timeout(now));
             }
         })
     }
@@ -215,7 +257,8 @@ impl DelegateRuntime {
     /// Handles one inbound message. For a TASK_SUBMIT this runs the task to completion; TASK_UPDATEs it emits are
     /// sent to `updates` when given (streaming transports), and dropped otherwise.
     ///
-    /// The delegate runs on a task of its own, so it keeps running when this future is dropped or not polled.
+    /// The delegate runs on a task of its own, so it keeps running when this future is dropped or not polled (until
+    /// the machine aborts it: TASK_CANCEL, SESSION_CLOSE, session expiry).
     pub async fn handle(&self, peer: &PeerContext, bytes: &[u8], updates: Option<mpsc::Sender<Envelope>>) -> Response {
         self.handle_with(peer, bytes, updates, false).await
     }
@@ -246,47 +289,66 @@ impl DelegateRuntime {
             Ok(checked) => checked,
             Err(refusal) => return Response::Refused(refusal),
         };
-        let outcome = self.with_responder(|r| r.handle_checked(Instant::now(), peer, checked));
-        match outcome {
-            Err(refusal) => Response::Refused(refusal),
-            Ok(Outcome::Reply(env)) => Response::Reply(env),
-            Ok(Outcome::Accepted) => Response::Accepted,
-            Ok(Outcome::Cancel { reply, cancelled }) => {
-                let running = lock(&self.inner.running);
-                for key in &cancelled {
-                    if let Some(handle) = running.get(key) {
-                        handle.cancel();
-                    }
+        let now = self.now();
+        let outcome = self.with_responder(|r| {
+            let outcome = r.handle_checked(now, peer, checked);
+            // Registered before the machine's lock is released: any abort the machine decides later finds it.
+            let stop = match &outcome {
+                Ok(Outcome::Execute(task)) => {
+                    let (tx, rx) = oneshot::channel();
+                    lock(&self.inner.running).insert(task.key.clone(), Running { stop: tx, spawned: None });
+                    Some(rx)
                 }
-                Response::Reply(reply)
-            }
-            Ok(Outcome::Execute(task)) => self.execute(task, updates, in_place).await,
+                _ => None,
+            };
+            (outcome, stop)
+        });
+        match outcome {
+            (Err(refusal), _) => Response::Refused(refusal),
+            (Ok(Outcome::Reply(env) | Outcome::Cancel { reply: env, .. }), _) => Response::Reply(env),
+            (Ok(Outcome::Accepted), _) => Response::Accepted,
+            (Ok(Outcome::Execute(task)), Some(stop)) => self.execute(task, stop, updates, in_place).await,
+            // Registration above always yields a receiver for `Execute`.
+            (Ok(Outcome::Execute(_)), None) => Response::Accepted,
         }
     }
 
-    async fn execute(&self, task: TaskRequest, updates: Option<mpsc::Sender<Envelope>>, in_place: bool) -> Response {
+    async fn execute(
+        &self,
+        task: TaskRequest,
+        mut stop: oneshot::Receiver<Envelope>,
+        updates: Option<mpsc::Sender<Envelope>>,
+        in_place: bool,
+    ) -> Response {
         let key = task.key.clone();
-        let peer = task.peer.clone();
-        let mode = task.payload_mode;
         let (progress_tx, mut progress_rx) = mpsc::unbounded_channel::<Progress>();
         let delegate = self.inner.delegate.clone();
         let ctx = TaskContext { progress: progress_tx };
-        let run = async {
+        let stop_ref = &mut stop;
+        let run_key = key.clone();
+        let run = async move {
             if in_place {
-                let cancel = Arc::new(Notify::new());
-                lock(&self.inner.running).insert(key.clone(), CancelHandle::InPlace(cancel.clone()));
                 tokio::select! {
                     biased;
-                    () = cancel.notified() => Finished::Cancelled,
+                    reply = stop_ref => reply.map_or(Finished::Panicked, Finished::Aborted),
                     out = CatchPanic(delegate.execute(task, ctx)) => out.map_or(Finished::Panicked, Finished::Done),
                 }
             } else {
-                let join = tokio::spawn(async move { delegate.execute(task, ctx).await });
-                lock(&self.inner.running).insert(key.clone(), CancelHandle::Spawned(join.abort_handle()));
-                match join.await {
-                    Ok(out) => Finished::Done(out),
-                    Err(e) if e.is_cancelled() => Finished::Cancelled,
-                    Err(_) => Finished::Panicked,
+                let mut join = tokio::spawn(async move { delegate.execute(task, ctx).await });
+                match lock(&self.inner.running).get_mut(&run_key) {
+                    Some(running) => running.spawned = Some(join.abort_handle()),
+                    // Aborted between the machine's answer and this spawn.
+                    None => join.abort(),
+                }
+                tokio::select! {
+                    biased;
+                    reply = stop_ref => {
+                        join.abort();
+                        reply.map_or(Finished::Panicked, Finished::Aborted)
+                    }
+                    // A cancelled join is one this runtime aborted for the machine, which then fails to finish the
+                    // task and waits for its answer like any other abort.
+                    out = &mut join => out.map_or(Finished::Panicked, Finished::Done),
                 }
             }
         };
@@ -297,7 +359,8 @@ impl DelegateRuntime {
             async move {
                 while let Some(p) = progress_rx.recv().await {
                     let Some(tx) = &updates else { continue };
-                    if let Ok(env) = rt.with_responder(|r| r.progress(&key, p.progress, p.message)) {
+                    let now = rt.now();
+                    if let Ok(env) = rt.with_responder(|r| r.progress(now, &key, p.progress, p.message)) {
                         // A slow or gone reader must not stall the task; updates are best-effort.
                         let _ = tx.try_send(env);
                     }
@@ -305,33 +368,27 @@ impl DelegateRuntime {
             }
         };
         let (finished, ()) = tokio::join!(run, forward);
-        lock(&self.inner.running).remove(&key);
+        let now = self.now();
         let delivery = match finished {
-            Finished::Done(Ok(output)) => self.with_responder(|r| r.complete_task(&key, output)),
-            Finished::Done(Err(error)) => self.with_responder(|r| r.fail_task(&key, error)),
-            Finished::Cancelled => {
-                let error = LdpError::runtime(codes::CANCELLED, "cancelled by the initiator").with_retryable(false);
-                let env = self.with_responder(|r| {
-                    r.make_envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode)
-                });
-                return Response::Reply(env);
-            }
+            Finished::Aborted(reply) => return Response::Reply(reply),
+            Finished::Done(Ok(output)) => self.with_responder(|r| r.complete_task(now, &key, output)),
+            Finished::Done(Err(error)) => self.with_responder(|r| r.fail_task(now, &key, error)),
             Finished::Panicked => {
                 let error = LdpError::runtime(codes::EXECUTION_FAILED, "the delegate panicked");
-                self.with_responder(|r| r.fail_task(&key, error))
+                self.with_responder(|r| r.fail_task(now, &key, error))
             }
         };
         match delivery {
-            Ok(Delivery::Send(env)) => Response::Reply(env),
-            Ok(Delivery::Held) => Response::Accepted,
-            Err(e) => {
-                // The task ended while running (its session closed or expired): say so definitely.
-                let error = e.to_ldp_error();
-                let env = self.with_responder(|r| {
-                    r.make_envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode)
-                });
-                Response::Reply(env)
+            Ok(delivery) => {
+                lock(&self.inner.running).remove(&key);
+                match delivery {
+                    Delivery::Send(env) => Response::Reply(env),
+                    Delivery::Held => Response::Accepted,
+                }
             }
+            // The machine ended the task while it ran (cancelled, its session closed or expired) and queued its
+            // answer, which `with_responder` hands to `stop` (the registration is still there to receive it).
+            Err(_) => stop.await.map_or(Response::Accepted, Response::Reply),
         }
     }
 }
@@ -469,10 +526,14 @@ impl<T: Transport> Client<T> {
     pub async fn propose(&self, config: SessionConfig) -> Result<SessionInfo, SessionError> {
         let env = lock(&self.initiator).propose(config);
         let raw = self.transport.exchange(&env, None).await.map_err(classify)?;
-        let raw = raw.ok_or_else(|| SessionError::Protocol("no answer to SESSION_PROPOSE".into()))?;
+        let raw = raw.ok_or(PeerMisbehaved::NoAnswer { request: "SESSION_PROPOSE" })?;
         let mut init = lock(&self.initiator);
         handle_reply(&mut init, raw)?;
-        let mut result = Err(SessionError::Protocol("SESSION_PROPOSE was not answered with ACCEPT or REJECT".into()));
+        let mut result = Err(PeerMisbehaved::WrongAnswer {
+            request: "SESSION_PROPOSE",
+            expected: "SESSION_ACCEPT or SESSION_REJECT",
+        }
+        .into());
         while let Some(e) = init.poll_event() {
             match e {
                 InitiatorEvent::SessionEstablished { session_id, mode, fallback_chain } => {
@@ -514,7 +575,7 @@ impl<T: Transport> Client<T> {
         loop {
             let updates = progress.clone().map(|p| forward_updates(p, key.clone()));
             let raw = self.transport.exchange(&env, updates).await.map_err(classify)?;
-            let raw = raw.ok_or_else(|| SessionError::Protocol("no answer to TASK_SUBMIT".into()))?;
+            let raw = raw.ok_or(PeerMisbehaved::NoAnswer { request: "TASK_SUBMIT" })?;
             let mut init = lock(&self.initiator);
             handle_reply(&mut init, raw)?;
             let mut done = None;
@@ -538,7 +599,13 @@ impl<T: Transport> Client<T> {
             }
             match init.poll_outbound() {
                 Some(next) => env = next,
-                None => return Err(SessionError::Protocol("TASK_SUBMIT was not answered with a result".into())),
+                None => {
+                    return Err(PeerMisbehaved::WrongAnswer {
+                        request: "TASK_SUBMIT",
+                        expected: "TASK_RESULT or TASK_FAILED",
+                    }
+                    .into());
+                }
             }
         }
     }
@@ -563,7 +630,7 @@ fn classify(e: LdpError) -> SessionError {
 }
 
 fn handle_reply(init: &mut Initiator, raw: Value) -> Result<(), SessionError> {
-    let env = Envelope::from_value_ref(&raw).map_err(|e| SessionError::Protocol(e.to_string()))?;
+    let env = Envelope::from_value_ref(&raw).map_err(PeerMisbehaved::UndecodableReply)?;
     init.handle_envelope(env, Some(&raw))
 }
 

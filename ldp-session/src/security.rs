@@ -16,6 +16,7 @@ use time::OffsetDateTime;
 
 /// What a receiver requires of one peer's signatures.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub enum SignaturePolicy {
     /// Signatures are neither required nor checked.
     #[default]

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use ldp_session::{InitiatorEvent, SessionError, TaskOutput, TaskRequest};
+use ldp_session::{InitiatorEvent, Misuse, PeerMisbehaved, SessionError, TaskOutput, TaskRequest};
 use ldp_types::{
     Budget, DelegationContract, ErrorCategory, FailurePolicy, LineageEntry, PayloadMode, Provenance, TaskResult,
     TaskSubmit, VerificationStatus, codes,
@@ -127,11 +127,17 @@ fn a_result_for_no_pending_task_does_not_escape_the_contract() {
         INITIATOR,
         TaskResult::new(task.key.task_id.clone(), json!("x"), prov.clone()),
     );
-    assert!(matches!(sim.send_initiator(&again), Err(SessionError::Protocol(_))));
+    assert!(matches!(
+        sim.send_initiator(&again),
+        Err(SessionError::PeerMisbehaved(PeerMisbehaved::UnknownTaskResult { .. }))
+    ));
     // So is a result for a task that was never submitted.
     let mut stray = again.clone();
     stray.body = TaskResult::new("never-submitted".into(), json!("x"), prov).into();
-    assert!(matches!(sim.send_initiator(&stray), Err(SessionError::Protocol(_))));
+    assert!(matches!(
+        sim.send_initiator(&stray),
+        Err(SessionError::PeerMisbehaved(PeerMisbehaved::UnknownTaskResult { .. }))
+    ));
     assert!(sim.initiator_events().is_empty());
 }
 
@@ -153,7 +159,7 @@ fn max_delegation_depth_passes_down_and_stops_re_delegation() {
     }
     // Depth 0 forbids re-delegation.
     let err = sim.initiator.submit(&sid, "echo", frame("too deep"), None, Some(&parent)).unwrap_err();
-    assert!(matches!(err, SessionError::DelegationDepthExceeded { depth: 1, max: 0 }), "{err:?}");
+    assert!(matches!(err, SessionError::Misuse(Misuse::DelegationDepthExceeded { depth: 1, max: 0 })), "{err:?}");
     assert_eq!(err.to_ldp_error().code, codes::DELEGATION_DEPTH_EXCEEDED);
     assert_eq!(err.to_ldp_error().category, ErrorCategory::Policy);
 }
@@ -219,7 +225,7 @@ fn contracts_the_initiator_cannot_check_are_refused_before_sending() {
     let sid = sim.session();
     let bad = DelegationContract::new("c", "o").with_deadline("tomorrow");
     let err = sim.initiator.submit(&sid, "echo", frame("x"), Some(bad.clone()), None).unwrap_err();
-    assert!(matches!(err, SessionError::InvalidContract(_)), "{err:?}");
+    assert!(matches!(err, SessionError::Misuse(Misuse::InvalidContract(_))), "{err:?}");
     // A peer that sends one anyway is answered with a typed policy failure.
     let env =
         sim.forge(&sid, TaskSubmit::new("t".into(), "echo".into(), frame("x"), Some(bad)), PayloadMode::SemanticFrame);

@@ -230,7 +230,7 @@ fn sessions_are_capped_per_principal_and_globally_and_counts_drop_when_they_end(
     // Expiry frees them too.
     sim.advance(std::time::Duration::from_secs(2 * 3600));
     let now = sim.now();
-    sim.responder.handle_timeout(now);
+    let _reaped = sim.responder.handle_timeout(now);
     assert_eq!(sim.responder.session_count(), 0);
     for _ in 0..2 {
         let env = proposal_from(&mut sim, "ldp:delegate:a");

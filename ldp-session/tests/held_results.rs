@@ -17,7 +17,7 @@ fn a_result_not_kept_is_a_typed_task_failed_the_initiator_accepts() {
     let task = sim.submit(&sid, "echo", frame("one")).task();
     sim.responder.suspend_connection(1);
     assert_eq!(sim.responder.session_state(&sid), Some(SessionState::Suspended));
-    sim.responder.complete_task(&task.key, TaskOutput::new(json!("one"))).unwrap();
+    sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!("one"))).unwrap();
     // The binding dropped the held result; the client is told which task, with a clear code.
     drop(sim.responder.take_held(&sid));
     let env = sim.responder.result_not_kept(&sid, &task.key.task_id, "held-result limit").unwrap();

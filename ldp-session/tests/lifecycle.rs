@@ -105,7 +105,10 @@ fn establishment_walks_proposed_active_closed_on_both_sides() {
     assert!(matches!(&reply.body, Body::SessionClose(_)));
     assert_eq!(sim.responder.session_state(&sid), None);
     assert_eq!(sim.responder.session_count(), 0);
-    assert_eq!(sim.responder_events(), vec![ResponderEvent::SessionClosed { session_id: sid.clone() }]);
+    assert_eq!(
+        sim.responder_events(),
+        vec![ResponderEvent::SessionClosed { session_id: sid.clone(), aborted: vec![] }]
+    );
     assert!(sim.initiator_events().contains(&InitiatorEvent::SessionClosed { session_id: sid.clone() }));
 
     // A closed session takes no tasks: typed, not retryable.
@@ -149,7 +152,17 @@ fn the_responder_can_close_a_session_and_the_initiator_fails_its_pending_tasks()
     assert_eq!(cancelled, vec![task.key.clone()]);
     assert_eq!(sim.responder.running_tasks(), 0);
     assert_eq!(sim.responder.session_state(&sid), None);
-    assert_eq!(sim.responder_events(), vec![ResponderEvent::SessionClosed { session_id: sid.clone() }]);
+    assert_eq!(
+        sim.responder_events(),
+        vec![ResponderEvent::SessionClosed { session_id: sid.clone(), aborted: vec![task.key.clone()] }]
+    );
+    // The task's submitter gets a definite answer, built by the machine, and nothing else is left to abort.
+    let aborted = sim.responder.poll_aborted().unwrap();
+    assert_eq!(aborted.key, task.key);
+    assert_eq!(aborted.reply.to, INITIATOR);
+    assert!(matches!(&aborted.reply.body, Body::TaskFailed(f) if f.task_id == task.key.task_id
+        && f.error.code == codes::CANCELLED && f.error.message.contains("closed")));
+    assert_eq!(sim.responder.poll_aborted(), None);
     assert!(matches!(&close.body, Body::SessionClose(c) if c.reason.as_deref() == Some("shutting down")));
     assert_eq!(close.to, INITIATOR);
     sim.send_initiator(&close).unwrap();
@@ -162,7 +175,7 @@ fn the_responder_can_close_a_session_and_the_initiator_fails_its_pending_tasks()
         "the pending task must end definitely: {events:?}"
     );
     // The delegate's late completion is a caller error, not a message.
-    assert!(sim.responder.complete_task(&task.key, TaskOutput::new(json!(1))).is_err());
+    assert!(sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!(1))).is_err());
     assert!(sim.responder.close_session(&sid, None).is_err());
 }
 
@@ -371,10 +384,12 @@ fn a_suspended_session_holds_results_and_resumes_on_the_peers_next_message() {
     assert_eq!(sim.responder.session_state(&other), Some(SessionState::Active));
     assert_eq!(sim.responder_events(), vec![ResponderEvent::SessionSuspended { session_id: sid.clone() }]);
 
-    let held = sim.responder.complete_task(&task.key, TaskOutput::new(json!("one"))).unwrap();
+    let held = sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!("one"))).unwrap();
     assert_eq!(held, ldp_session::Delivery::Held);
-    let held =
-        sim.responder.fail_task(&second.key, ldp_types::LdpError::runtime(codes::EXECUTION_FAILED, "x")).unwrap();
+    let held = sim
+        .responder
+        .fail_task(sim.now(), &second.key, ldp_types::LdpError::runtime(codes::EXECUTION_FAILED, "x"))
+        .unwrap();
     assert_eq!(held, ldp_session::Delivery::Held);
 
     // The peer comes back on a new connection with a status query: the session resumes.

@@ -139,6 +139,16 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
+/// A running task's completion, failure or progress was refused: only because its session's TTL had run out (the
+/// call reaped it).
+fn expired_under(sim: &Sim, k: &TaskKey, e: &ldp_session::SessionError) {
+    assert!(
+        matches!(e, ldp_session::SessionError::Misuse(ldp_session::Misuse::UnknownSession(_))),
+        "a running task was refused: {e}"
+    );
+    assert_eq!(sim.responder.session_state(&k.session_id), None, "{e} but the session is live");
+}
+
 /// The test's model of what the responder holds.
 #[derive(Default)]
 struct Model {
@@ -300,35 +310,49 @@ fn apply(sim: &mut Sim, model: &mut Model, action: &Action) {
         Action::Complete(i, tokens) => {
             if let Some(k) = model.pick(*i) {
                 let out = TaskOutput { tokens_used: Some(*tokens), ..TaskOutput::new(json!("done")) };
-                let delivery = sim.responder.complete_task(&k, out).expect("a running task completes");
-                if let ldp_session::Delivery::Send(env) = delivery {
-                    assert!(matches!(env.body, Body::TaskResult(_)));
-                    let _ = sim.send_initiator(&env);
+                // A task whose session's TTL ran out by `now` is reaped instead (its events below take it off the
+                // model); any other running task completes.
+                match sim.responder.complete_task(sim.now(), &k, out) {
+                    Ok(delivery) => {
+                        if let ldp_session::Delivery::Send(env) = delivery {
+                            assert!(matches!(env.body, Body::TaskResult(_)));
+                            let _ = sim.send_initiator(&env);
+                        }
+                        model.running.retain(|r| *r != k);
+                    }
+                    Err(e) => expired_under(sim, &k, &e),
                 }
-                model.running.retain(|r| *r != k);
             }
         }
         Action::Fail(i, payload) => {
             if let Some(k) = model.pick(*i) {
                 let code = if *payload { codes::PAYLOAD_MODE_FAILED } else { codes::EXECUTION_FAILED };
-                let delivery = sim.responder.fail_task(&k, LdpError::runtime(code, "x")).expect("a running task fails");
-                if let ldp_session::Delivery::Send(env) = delivery {
-                    let _ = sim.send_initiator(&env);
+                match sim.responder.fail_task(sim.now(), &k, LdpError::runtime(code, "x")) {
+                    Ok(delivery) => {
+                        if let ldp_session::Delivery::Send(env) = delivery {
+                            let _ = sim.send_initiator(&env);
+                        }
+                        model.running.retain(|r| *r != k);
+                    }
+                    Err(e) => expired_under(sim, &k, &e),
                 }
-                model.running.retain(|r| *r != k);
             }
         }
         Action::Progress(i, p) => {
             if let Some(k) = model.pick(*i) {
-                let env = sim.responder.progress(&k, Some(*p), None).expect("a running task reports progress");
-                let _ = sim.send_initiator(&env);
+                match sim.responder.progress(sim.now(), &k, Some(*p), None) {
+                    Ok(env) => {
+                        let _ = sim.send_initiator(&env);
+                    }
+                    Err(e) => expired_under(sim, &k, &e),
+                }
             }
         }
         Action::Advance(secs) => sim.advance(Duration::from_secs(*secs)),
         Action::Suspend => sim.responder.suspend_connection(1),
         Action::Timeout => {
             let now = sim.now();
-            sim.responder.handle_timeout(now);
+            let _reaped = sim.responder.handle_timeout(now);
         }
         Action::ToInitiator(m) => {
             let session = model.session(&m.session);
@@ -375,8 +399,15 @@ fn apply(sim: &mut Sim, model: &mut Model, action: &Action) {
             ResponderEvent::SessionEstablished { session_id, .. } => {
                 assert!(model.live.insert(session_id));
             }
-            ResponderEvent::SessionClosed { session_id } | ResponderEvent::SessionExpired { session_id } => {
+            ResponderEvent::SessionClosed { session_id, aborted }
+            | ResponderEvent::SessionExpired { session_id, aborted } => {
                 assert!(model.live.remove(&session_id), "ended a session that was not live");
+                // The session's running tasks are all handed back for their work to be stopped (a SESSION_CLOSE's
+                // were taken off the model already, from its `Outcome::Cancel`).
+                for k in model.running.iter().filter(|k| k.session_id == session_id) {
+                    assert!(aborted.contains(k), "{k:?} ended with its session but was not aborted");
+                }
+                assert!(aborted.iter().all(|k| k.session_id == session_id));
                 model.running.retain(|k| k.session_id != session_id);
             }
             _ => {}
@@ -425,7 +456,7 @@ proptest! {
         // Everything still drains: time runs out for every session, and nothing is left behind.
         sim.advance(Duration::from_secs(3600));
         let now = sim.now();
-        sim.responder.handle_timeout(now);
+        let _reaped = sim.responder.handle_timeout(now);
         apply(&mut sim, &mut model, &Action::Timeout);
         prop_assert_eq!(sim.responder.session_count(), 0);
         prop_assert_eq!(sim.responder.running_tasks(), 0);

@@ -310,3 +310,164 @@ async fn the_echo_delegate_never_panics_on_hostile_input() {
     }
     assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
 }
+
+/// Works until stopped: counts its steps, and records that its future was dropped (the runtime stopped it).
+struct Spinner {
+    steps: Arc<std::sync::atomic::AtomicU64>,
+    stopped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Sets its flag when dropped: the delegate's future was dropped (aborted), not finished.
+struct DropGuard(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl Delegate for Spinner {
+    async fn execute(&self, _task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        let _guard = DropGuard(self.stopped.clone());
+        loop {
+            self.steps.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// How the test ends the session under the spinning task.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    /// Its TTL runs out and the machine reaps it (`handle_timeout`, as the reaper calls it).
+    Expiry,
+    /// The server closes it (`Responder::close_session`).
+    ServerClose,
+    /// The initiator closes it (SESSION_CLOSE).
+    PeerClose,
+}
+
+/// Expiry and close stop the delegate's work (its future is dropped and it makes no more steps), answer its
+/// submitter with a definite CANCELLED, and free the slot; on a spawned delegate and one run in place alike.
+#[tokio::test]
+async fn expiry_and_close_stop_the_delegates_work() {
+    use std::sync::atomic::Ordering;
+    for in_place in [false, true] {
+        for end in [End::Expiry, End::ServerClose, End::PeerClose] {
+            let steps = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let rt = runtime(Arc::new(Spinner { steps: steps.clone(), stopped: stopped.clone() }));
+            let c = Arc::new(if in_place {
+                Client::connect(
+                    InPlaceTransportOrMemory::InPlace(InPlaceTransport { runtime: rt.clone() }),
+                    InitiatorConfig::new("ldp:delegate:client"),
+                    Arc::new(SystemClock),
+                    Box::new(SeededIds::new(8)),
+                )
+                .await
+                .unwrap()
+            } else {
+                Client::connect(
+                    InPlaceTransportOrMemory::Memory(MemoryTransport::new(rt.clone(), PeerContext::default())),
+                    InitiatorConfig::new("ldp:delegate:client"),
+                    Arc::new(SystemClock),
+                    Box::new(SeededIds::new(8)),
+                )
+                .await
+                .unwrap()
+            });
+            let config = SessionConfig { ttl_secs: Some(60), ..Default::default() };
+            let s = c.propose(config).await.unwrap();
+            let (c2, sid) = (c.clone(), s.session_id.clone());
+            let submitter = tokio::spawn(async move { c2.submit(&sid, "echo", json!("spin"), None).await });
+            for _ in 0..400 {
+                if steps.load(Ordering::SeqCst) > 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(steps.load(Ordering::SeqCst) > 2, "{end:?}: the delegate never ran");
+            match end {
+                End::Expiry => {
+                    let later = std::time::Instant::now() + Duration::from_secs(61);
+                    let reaped = rt.with_responder(|r| r.handle_timeout(later));
+                    assert_eq!(reaped.len(), 1, "{end:?}: the expired session's task is handed back");
+                }
+                End::ServerClose => {
+                    let (_, aborted) = rt.with_responder(|r| r.close_session(&s.session_id, None)).unwrap();
+                    assert_eq!(aborted.len(), 1);
+                }
+                End::PeerClose => c.close(&s.session_id).await.unwrap(),
+            }
+            assert_eq!(rt.with_responder(|r| r.running_tasks()), 0, "{end:?}: the slot is freed");
+            let answer = tokio::time::timeout(Duration::from_secs(5), submitter).await.unwrap().unwrap();
+            let SessionError::Peer(e) = answer.unwrap_err() else { panic!("{end:?}") };
+            assert_eq!(e.code, codes::CANCELLED, "{end:?}: {e}");
+            for _ in 0..400 {
+                if stopped.load(Ordering::SeqCst) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(
+                stopped.load(Ordering::SeqCst),
+                "{end:?} (in place: {in_place}): the delegate's work was not stopped"
+            );
+            let after = steps.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            assert_eq!(steps.load(Ordering::SeqCst), after, "{end:?}: the delegate keeps working");
+        }
+    }
+}
+
+/// Either transport, so one test drives both ways of running a delegate.
+enum InPlaceTransportOrMemory {
+    InPlace(InPlaceTransport),
+    Memory(MemoryTransport),
+}
+
+#[async_trait]
+impl runtime::Transport for InPlaceTransportOrMemory {
+    async fn identity(&self) -> Result<IdentityCard, LdpError> {
+        match self {
+            Self::InPlace(t) => t.identity().await,
+            Self::Memory(t) => t.identity().await,
+        }
+    }
+
+    async fn exchange(
+        &self,
+        envelope: &Envelope,
+        updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
+    ) -> Result<Option<serde_json::Value>, LdpError> {
+        match self {
+            Self::InPlace(t) => t.exchange(envelope, updates).await,
+            Self::Memory(t) => t.exchange(envelope, updates).await,
+        }
+    }
+}
+
+/// The runtime reads time from one hook (tokio's clock by default), so a test simulates it: with tokio's time
+/// paused, a minute passes at once, the reaper expires the session and the delegate's work stops.
+#[tokio::test(start_paused = true)]
+async fn the_reaper_expires_sessions_on_simulated_time() {
+    use std::sync::atomic::Ordering;
+    let steps = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rt = runtime(Arc::new(Spinner { steps: steps.clone(), stopped: stopped.clone() }));
+    let reaper = rt.spawn_reaper();
+    let c = Arc::new(client(&rt).await);
+    let s = c.propose(SessionConfig { ttl_secs: Some(60), ..Default::default() }).await.unwrap();
+    let (c2, sid) = (c.clone(), s.session_id.clone());
+    let submitter = tokio::spawn(async move { c2.submit(&sid, "echo", json!("spin"), None).await });
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert!(steps.load(Ordering::SeqCst) > 0 && !stopped.load(Ordering::SeqCst), "still working before the TTL");
+    assert_eq!(rt.with_responder(|r| r.running_tasks()), 1);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let SessionError::Peer(e) = submitter.await.unwrap().unwrap_err() else { panic!() };
+    assert_eq!(e.code, codes::CANCELLED);
+    assert!(stopped.load(Ordering::SeqCst), "the expired session's work was not stopped");
+    assert_eq!(rt.with_responder(|r| r.session_count()), 0);
+    reaper.abort();
+}

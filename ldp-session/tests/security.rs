@@ -255,7 +255,7 @@ fn flooding_with_fresh_nonces_never_evicts_a_remembered_message() {
     assert_eq!(security_code(sim.send_responder(&victim)), codes::REPLAY_DETECTED);
     // Once the window has passed the table empties, and the victim is refused for its age.
     sim.advance(Duration::from_secs(61));
-    sim.responder.handle_timeout(sim.now());
+    let _reaped = sim.responder.handle_timeout(sim.now());
     let fresh = hello(&mut sim, "fresh");
     assert!(sim.send_responder(&fresh).is_ok());
     assert_eq!(security_code(sim.send_responder(&victim)), codes::TIMESTAMP_OUT_OF_WINDOW);
@@ -268,7 +268,7 @@ fn the_initiator_verifies_replies_and_refuses_replays() {
         let sid = sim.session();
         let task = sim.submit(&sid, "echo", frame("x")).task();
         let ldp_session::Delivery::Send(result) =
-            sim.responder.complete_task(&task.key, TaskOutput::new(json!("genuine"))).unwrap()
+            sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!("genuine"))).unwrap()
         else {
             panic!()
         };
@@ -311,7 +311,7 @@ fn task_result_fills_the_envelope_provenance_too() {
         let sid = sim.session();
         let task = sim.submit(&sid, "echo", frame("x")).task();
         let ldp_session::Delivery::Send(result) =
-            sim.responder.complete_task(&task.key, TaskOutput::new(json!("genuine"))).unwrap()
+            sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!("genuine"))).unwrap()
         else {
             panic!()
         };

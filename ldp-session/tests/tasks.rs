@@ -4,7 +4,9 @@
 
 mod support;
 
-use ldp_session::{Delivery, HistoryItem, InitiatorEvent, Limits, Outcome, SessionError, TaskOutput, TaskStatus};
+use ldp_session::{
+    Delivery, HistoryItem, InitiatorEvent, Limits, Misuse, Outcome, SessionError, TaskOutput, TaskStatus,
+};
 use ldp_types::{
     Body, Budget, ErrorCategory, EvidenceRef, LdpError, LineageEntry, PayloadMode, Provenance, Score, TaskSubmit,
     TaskUpdate, VerificationStatus, codes,
@@ -192,7 +194,7 @@ fn progress_flows_to_the_initiator() {
     let task = sim.submit(&sid, "echo", frame("long")).task();
     // (progress sent, progress received)
     for (sent, got) in [(Some(0.25), Some(0.25)), (Some(1.7), Some(1.0)), (Some(-3.0), Some(0.0)), (None, None)] {
-        let update = sim.responder.progress(&task.key, sent, Some("working".into())).unwrap();
+        let update = sim.responder.progress(sim.now(), &task.key, sent, Some("working".into())).unwrap();
         assert!(matches!(&update.body, Body::TaskUpdate(_)));
         assert_eq!((update.to.as_str(), update.payload_mode), (INITIATOR, task.payload_mode));
         sim.send_initiator(&update).unwrap();
@@ -206,7 +208,10 @@ fn progress_flows_to_the_initiator() {
         );
     }
     sim.complete(&task.key, TaskOutput::new(json!("done")));
-    assert!(matches!(sim.responder.progress(&task.key, Some(0.5), None), Err(SessionError::TaskEnded(_))));
+    assert!(matches!(
+        sim.responder.progress(sim.now(), &task.key, Some(0.5), None),
+        Err(SessionError::Misuse(Misuse::TaskEnded(_)))
+    ));
 }
 
 #[test]
@@ -243,10 +248,13 @@ fn cancel_reaches_the_running_task_and_ends_it_definitely() {
 
     // The delegate finishing afterwards is an error, not a second answer.
     assert!(matches!(
-        sim.responder.complete_task(&task.key, TaskOutput::new(json!(1))),
-        Err(SessionError::TaskEnded(_))
+        sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!(1))),
+        Err(SessionError::Misuse(Misuse::TaskEnded(_)))
     ));
-    assert!(matches!(sim.responder.fail_task(&task.key, LdpError::runtime("X", "y")), Err(SessionError::TaskEnded(_))));
+    assert!(matches!(
+        sim.responder.fail_task(sim.now(), &task.key, LdpError::runtime("X", "y")),
+        Err(SessionError::Misuse(Misuse::TaskEnded(_)))
+    ));
     assert_eq!(status(&mut sim, &task.key.task_id), "cancelled");
     // Cancelling again finds nothing running.
     let again = sim.forge(&sid, ldp_types::TaskCancel::new(task.key.task_id.clone()), PayloadMode::Text);

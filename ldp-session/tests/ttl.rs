@@ -5,8 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use ldp_session::{InitiatorEvent, Limits, ResponderEvent, SessionState, TaskOutput};
-use ldp_types::{ErrorCategory, PayloadMode, SessionConfig, SessionPropose, TaskUpdate, codes};
+use ldp_session::{InitiatorEvent, Limits, ResponderEvent, SessionState, TaskKey, TaskOutput};
+use ldp_types::{Body, ErrorCategory, PayloadMode, SessionConfig, SessionPropose, TaskUpdate, codes};
 use serde_json::json;
 use support::*;
 
@@ -26,7 +26,10 @@ fn an_idle_session_expires_and_late_messages_get_session_expired() {
     assert_eq!((err.category, err.code.as_str()), (ErrorCategory::Session, codes::SESSION_EXPIRED));
     assert!(err.retryable, "establishing a new session and retrying is the remedy");
     assert_eq!(sim.responder.session_count(), 0);
-    assert_eq!(sim.responder_events(), vec![ResponderEvent::SessionExpired { session_id: sid.clone() }]);
+    assert_eq!(
+        sim.responder_events(),
+        vec![ResponderEvent::SessionExpired { session_id: sid.clone(), aborted: vec![] }]
+    );
     // The initiator learns the session is gone.
     assert!(sim.initiator_events().iter().any(|e| matches!(e, InitiatorEvent::TaskFailed { error, .. }
         if error.code == codes::SESSION_EXPIRED)));
@@ -46,7 +49,7 @@ fn activity_extends_the_deadline() {
     // 295 s after establishment, far beyond the TTL, and still alive.
     assert_eq!(sim.responder.session_state(&sid), Some(SessionState::Active));
     // A timer armed at the first deadline finds the session alive and re-arms at the real one.
-    sim.responder.handle_timeout(first_deadline);
+    let _reaped = sim.responder.handle_timeout(first_deadline);
     assert_eq!(sim.responder.session_count(), 1);
     let last_activity = sim.now();
     let real = last_activity + Duration::from_secs(60);
@@ -54,15 +57,15 @@ fn activity_extends_the_deadline() {
     // the real deadline without reaping the session early.
     let mut wakeups = 0;
     while let Some(t) = sim.responder.poll_timeout().filter(|t| *t < real) {
-        sim.responder.handle_timeout(t);
+        let _reaped = sim.responder.handle_timeout(t);
         assert_eq!(sim.responder.session_count(), 1);
         wakeups += 1;
         assert!(wakeups < 10, "the timer never reaches the real deadline");
     }
     assert_eq!(sim.responder.poll_timeout(), Some(real));
-    sim.responder.handle_timeout(last_activity + Duration::from_secs(59));
+    let _reaped = sim.responder.handle_timeout(last_activity + Duration::from_secs(59));
     assert_eq!(sim.responder.session_count(), 1);
-    sim.responder.handle_timeout(last_activity + Duration::from_secs(60));
+    let _reaped = sim.responder.handle_timeout(last_activity + Duration::from_secs(60));
     assert_eq!(sim.responder.session_count(), 0);
 }
 
@@ -73,12 +76,15 @@ fn handle_timeout_reaps_expired_sessions_in_deadline_order() {
     let ids: Vec<String> = [30, 10, 20].into_iter().map(|s| sim.establish(ttl(s))).collect();
     assert_eq!(sim.responder.session_count(), 3);
     assert_eq!(sim.responder.poll_timeout(), Some(start + Duration::from_secs(10)));
-    sim.responder.handle_timeout(start + Duration::from_secs(15));
+    let _reaped = sim.responder.handle_timeout(start + Duration::from_secs(15));
     assert_eq!(sim.responder.session_count(), 2);
     assert_eq!(sim.responder.session_state(&ids[1]), None);
-    assert_eq!(sim.responder_events(), vec![ResponderEvent::SessionExpired { session_id: ids[1].clone() }]);
+    assert_eq!(
+        sim.responder_events(),
+        vec![ResponderEvent::SessionExpired { session_id: ids[1].clone(), aborted: vec![] }]
+    );
     assert_eq!(sim.responder.poll_timeout(), Some(start + Duration::from_secs(20)));
-    sim.responder.handle_timeout(start + Duration::from_secs(3600));
+    let _reaped = sim.responder.handle_timeout(start + Duration::from_secs(3600));
     assert_eq!(sim.responder.session_count(), 0);
     assert_eq!(sim.responder.poll_timeout(), None);
     assert_eq!(sim.responder_events().len(), 2);
@@ -93,9 +99,9 @@ fn expiry_drops_running_tasks_and_their_slots() {
     let task = sim.submit(&sid, "echo", frame("slow")).task();
     assert_eq!(sim.responder.running_tasks(), 1);
     sim.advance(Duration::from_secs(5));
-    sim.responder.handle_timeout(sim.now());
+    let _reaped = sim.responder.handle_timeout(sim.now());
     assert_eq!(sim.responder.running_tasks(), 0);
-    assert!(sim.responder.complete_task(&task.key, TaskOutput::new(json!(1))).is_err());
+    assert!(sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!(1))).is_err());
     // The slot is free for another session.
     let other = sim.session();
     sim.submit(&other, "echo", frame("next")).task();
@@ -108,7 +114,7 @@ fn a_suspended_session_keeps_its_ttl() {
     sim.responder.suspend_connection(1);
     assert_eq!(sim.responder.session_state(&sid), Some(SessionState::Suspended));
     sim.advance(Duration::from_secs(31));
-    sim.responder.handle_timeout(sim.now());
+    let _reaped = sim.responder.handle_timeout(sim.now());
     assert_eq!(sim.responder.session_state(&sid), None);
     let query = sim.forge(&sid, TaskUpdate::new("t".into(), None, None), PayloadMode::Text);
     assert_eq!(sim.step(query).error().code, codes::SESSION_EXPIRED);
@@ -145,7 +151,7 @@ fn an_unbounded_max_ttl_and_a_huge_proposed_ttl_do_not_overflow() {
     let mut sim = Sim::with(cfg, initiator_config());
     let sid = sim.establish(ttl(u64::MAX));
     sim.advance(Duration::from_secs(10 * 365 * 24 * 3600));
-    sim.responder.handle_timeout(sim.now());
+    let _reaped = sim.responder.handle_timeout(sim.now());
     assert_eq!(sim.responder.session_state(&sid), Some(SessionState::Active));
     sim.submit(&sid, "echo", frame("still here")).task();
 }
@@ -158,7 +164,7 @@ fn forgotten_sessions_answer_not_found_once_their_tombstone_is_evicted() {
     let a = sim.establish(ttl(1));
     let b = sim.establish(ttl(1));
     sim.advance(Duration::from_secs(2));
-    sim.responder.handle_timeout(sim.now());
+    let _reaped = sim.responder.handle_timeout(sim.now());
     let codes: Vec<String> = [&a, &b]
         .into_iter()
         .map(|sid| {
@@ -170,4 +176,37 @@ fn forgotten_sessions_answer_not_found_once_their_tombstone_is_evicted() {
     let mut sorted = codes.clone();
     sorted.sort();
     assert_eq!(sorted, vec![codes::SESSION_EXPIRED.to_owned(), codes::SESSION_NOT_FOUND.to_owned()], "{codes:?}");
+}
+
+/// Expiry hands back the running tasks of the reaped session (their work must stop), with the definite answer for
+/// each one's submitter; a session that expires while a message is handled queues them the same way.
+#[test]
+fn expiry_hands_back_the_running_tasks_with_their_answers() {
+    let mut sim = Sim::new();
+    let sid = sim.establish(ttl(60));
+    let task = sim.submit(&sid, "echo", frame("long")).task();
+    let other = sim.establish(ttl(60));
+    let other_task = sim.submit(&other, "echo", frame("long too")).task();
+    sim.responder_events();
+    sim.advance(Duration::from_secs(59));
+    // Activity keeps `other` alive; `sid` expires at its deadline.
+    sim.submit(&other, "echo", frame("keep alive")).task();
+    sim.advance(Duration::from_secs(1));
+    let reaped = sim.responder.handle_timeout(sim.now());
+    assert_eq!(reaped, vec![task.key.clone()]);
+    assert_eq!(sim.responder.running_tasks(), 2);
+    let aborted = sim.responder.poll_aborted().unwrap();
+    assert_eq!(aborted.key, task.key);
+    assert!(matches!(&aborted.reply.body, Body::TaskFailed(f) if f.task_id == task.key.task_id
+        && f.error.code == codes::CANCELLED && f.error.message.contains("expired")));
+    assert_eq!(sim.responder.poll_aborted(), None);
+    // Found expired while handling a message rather than by `handle_timeout`: queued all the same.
+    sim.advance(Duration::from_secs(60));
+    let step = sim.submit(&other, "echo", frame("late"));
+    assert_eq!(step.error().code, codes::SESSION_EXPIRED);
+    let mut keys: Vec<TaskKey> = std::iter::from_fn(|| sim.responder.poll_aborted()).map(|a| a.key).collect();
+    keys.sort();
+    assert_eq!(keys.len(), 2);
+    assert!(keys.contains(&other_task.key));
+    assert_eq!(sim.responder.running_tasks(), 0);
 }

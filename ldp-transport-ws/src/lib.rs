@@ -104,6 +104,7 @@
 //! [`Responder::take_held`]: ldp_session::Responder::take_held
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+#![warn(clippy::exhaustive_enums)]
 
 mod client;
 mod error;

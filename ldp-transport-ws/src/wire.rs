@@ -53,6 +53,7 @@ impl CloseFrame {
 /// One WebSocket message, independent of the WebSocket library: the connection loops are written against this type,
 /// so they run over axum, tokio-tungstenite or plain channels (in tests) alike.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::exhaustive_enums)] // Closed by definition: the RFC 6455 frame kinds an application sees.
 pub enum Message {
     /// A text frame: one LDP envelope (or a control frame) as JSON.
     Text(String),

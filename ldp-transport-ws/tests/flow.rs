@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ldp_session::runtime::{Client, Transport};
-use ldp_session::{InitiatorConfig, SeededIds, SessionError, SystemClock};
+use ldp_session::{InitiatorConfig, Misuse, SeededIds, SessionError, SystemClock};
 use ldp_transport_http::HttpTransport;
 use ldp_transport_ws::{WsOptions, WsServerConfig, WsTransport};
 use ldp_types::{PayloadMode, SemanticFrame, SessionConfig, codes};
@@ -92,7 +92,12 @@ async fn flow<T: Transport + 'static>(
     c.close(&s.session_id).await.unwrap();
     let err = c.submit(&s.session_id, "echo", json!("x"), None).await.unwrap_err();
     assert!(
-        matches!(err, SessionError::Peer(_) | SessionError::NotActive { .. } | SessionError::UnknownSession(_)),
+        matches!(
+            err,
+            SessionError::Peer(_)
+                | SessionError::Misuse(Misuse::NotActive { .. })
+                | SessionError::Misuse(Misuse::UnknownSession(_))
+        ),
         "{err:?}"
     );
 }

@@ -73,11 +73,12 @@ pub struct Server {
 impl Server {
     /// Handles one submit and completes its task at once; returns the TASK_RESULT to send.
     pub fn round(&mut self, bytes: &[u8]) -> Envelope {
-        let Ok(Outcome::Execute(task)) = self.responder.handle(self.now, &self.peer, bytes) else {
-            panic!("submit refused")
+        let task = match self.responder.handle(self.now, &self.peer, bytes) {
+            Ok(Outcome::Execute(task)) => task,
+            other => panic!("submit refused: {other:?}"),
         };
         let out = TaskOutput::new(json!({ "analysis": "monolith first" }));
-        match self.responder.complete_task(&task.key, out) {
+        match self.responder.complete_task(self.now, &task.key, out) {
             Ok(Delivery::Send(env)) => env,
             other => panic!("{other:?}"),
         }

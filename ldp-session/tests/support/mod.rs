@@ -246,7 +246,7 @@ impl Sim {
     /// Completes a task at the responder and delivers the result to the initiator when it can go out.
     pub fn complete(&mut self, key: &TaskKey, out: TaskOutput) -> Delivery {
         self.tasks.retain(|t| t.key != *key);
-        let delivery = self.responder.complete_task(key, out).unwrap();
+        let delivery = self.responder.complete_task(self.now(), key, out).unwrap();
         if let Delivery::Send(env) = &delivery {
             self.send_initiator(env).unwrap();
         }
@@ -256,7 +256,7 @@ impl Sim {
     /// Fails a task at the responder and delivers the failure.
     pub fn fail(&mut self, key: &TaskKey, error: LdpError) -> Delivery {
         self.tasks.retain(|t| t.key != *key);
-        let delivery = self.responder.fail_task(key, error).unwrap();
+        let delivery = self.responder.fail_task(self.now(), key, error).unwrap();
         if let Delivery::Send(env) = &delivery {
             self.send_initiator(env).unwrap();
         }
