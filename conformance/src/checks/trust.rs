@@ -2,10 +2,108 @@
 //! (`ends_with`, `starts_with`, `contains`, case-folded, empty as "any") would confuse with the real one. RFC 7.2
 //! says the domain "MUST match"; a name that merely resembles it does not.
 
-use ldp_types::PayloadMode;
+#[allow(clippy::wildcard_imports, reason = "a family of the parent's checks, moved out of it as they were")]
+use super::*;
 
-use super::{SESSION_TTL, blocked, judge_rejection, session_from, tidy, untestable};
-use crate::ctx::Ctx;
+/// Judges a proposal that must be rejected; returns whether it was.
+pub(super) fn judge_rejection(ctx: &mut Ctx, req: &str, what: &str, answer: &Answer) -> bool {
+    if answer.is_type("SESSION_ACCEPT") {
+        ctx.fail(req, format!("{what} was accepted"));
+        return false;
+    }
+    let refused = answer.is_refusal() || answer.close_code().is_some();
+    if !refused {
+        ctx.fail(req, format!("{what} → {}", answer.describe()));
+        return false;
+    }
+    ctx.pass(req, format!("{what} → {}", answer.describe()));
+    match answer.typed_refusal() {
+        Ok(e)
+            if category_in(&e, &[ErrorCategory::Policy, ErrorCategory::Identity, ErrorCategory::Security])
+                || e.code.starts_with("websocket") =>
+        {
+            ctx.pass("LDP-TRUST-003", format!("{what}: {}", e.describe()));
+            ctx.pass("LDP-ERR-002", format!("trust refusal is {}", e.category));
+        }
+        Ok(e) => {
+            ctx.pass("LDP-TRUST-003", format!("{what}: {}", e.describe()));
+            ctx.fail("LDP-ERR-002", format!("trust refusal has category {}, not policy or identity", e.category));
+        }
+        Err(e) => {
+            ctx.fail("LDP-TRUST-003", format!("{what}: {e}"));
+        }
+    }
+    true
+}
+
+pub(super) async fn trust_required_domain(ctx: &mut Ctx) {
+    let reqs = ["LDP-TRUST-001", "LDP-TRUST-003", "LDP-ERR-002"];
+    let Some(own) = ctx.card_domain() else {
+        blocked(ctx, &reqs, "LDP-IDENT-001", "the server's trust domain is unknown (no identity card)");
+        return;
+    };
+    if own == UNTRUSTED_DOMAIN {
+        untestable(ctx, &reqs, "the server's own domain is the kit's foreign domain");
+        return;
+    }
+    // Control: requiring the server's own domain is accepted.
+    let hello = ctx.hello().await;
+    let mut config = ctx.session_config(&[PayloadMode::Text], SESSION_TTL);
+    config.required_trust_domain = Some(own.clone());
+    let control = ctx.propose(config.clone()).await;
+    match session_from(&control) {
+        Ok(s) => tidy(ctx, &s).await,
+        Err(e) => {
+            let _ = hello;
+            ctx.fail("LDP-TRUST-001", format!("requiring the server's own domain {own:?}: {e}"));
+        }
+    }
+    config.required_trust_domain = Some(UNTRUSTED_DOMAIN.to_owned());
+    let answer = ctx.propose(config).await;
+    let what = format!("a proposal with required_trust_domain {UNTRUSTED_DOMAIN:?} (server: {own:?})");
+    if !judge_rejection(ctx, "LDP-TRUST-001", &what, &answer)
+        && let Ok(s) = session_from(&answer)
+    {
+        tidy(ctx, &s).await;
+    }
+}
+
+pub(super) async fn trust_foreign_domain(ctx: &mut Ctx) {
+    let reqs = ["LDP-TRUST-002", "LDP-TRUST-003", "LDP-ERR-002"];
+    if let Some(card) = &ctx.card
+        && card.trust_domain.allow_cross_domain
+        && card.trust_domain.trusted_peers.iter().any(|p| p == UNTRUSTED_DOMAIN)
+    {
+        untestable(ctx, &reqs, "the server's card trusts the kit's foreign domain");
+        return;
+    }
+    // Control: the kit's normal proposal is accepted, so a rejection means something.
+    match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
+        Ok(s) => tidy(ctx, &s).await,
+        Err(e) => {
+            blocked(ctx, &reqs, NO_SESSION, &format!("no session can be established at all: {e}"));
+            return;
+        }
+    }
+    let mut config = ctx.session_config(&[PayloadMode::Text], SESSION_TTL);
+    config.trust_domain = Some(UNTRUSTED_DOMAIN.to_owned());
+    let answer = ctx.propose(config).await;
+    let what = format!("a proposal declaring trust_domain {UNTRUSTED_DOMAIN:?}");
+    let mut all_rejected = judge_rejection(ctx, "LDP-TRUST-002", &what, &answer);
+    if !all_rejected && let Ok(s) = session_from(&answer) {
+        tidy(ctx, &s).await;
+    }
+    if let Some(token) = ctx.cfg.untrusted_token.clone() {
+        let config = ctx.session_config(&[PayloadMode::Text], SESSION_TTL);
+        let env = ctx.envelope("", ldp_types::SessionPropose::new(config), PayloadMode::Text);
+        let mut out = Outgoing::json(env.to_vec().unwrap_or_default());
+        out.token = Some(Some(token));
+        let answer = ctx.send(out, Some(&env)).await;
+        all_rejected &=
+            judge_rejection(ctx, "LDP-TRUST-002", "a proposal authenticated with --untrusted-token", &answer);
+    }
+    let _ = all_rejected;
+}
 
 /// Names resembling `own` that are other domains: suffix, prefix, substring, case and empty variants.
 pub(crate) fn look_alikes(own: &str) -> Vec<(&'static str, String)> {
