@@ -37,11 +37,12 @@ enum Command {
     /// Reproduce the provenance-paradox routing experiment of the paper.
     Paradox(paradox::ParadoxArgs),
     /// Serve an echo delegate over HTTP (RFC 8), WebSocket (`/ldp/ws`) and optionally TLS.
-    Serve(serve::ServeArgs),
+    // Boxed, like `Conformance`: their many flags make them several times larger than the other commands.
+    Serve(Box<serve::ServeArgs>),
     /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP or WebSocket.
     Demo(demo::DemoArgs),
     /// Run the conformance kit against an LDP implementation.
-    Conformance(conformance::ConformanceArgs),
+    Conformance(Box<conformance::ConformanceArgs>),
 }
 
 fn main() -> ExitCode {
@@ -50,8 +51,8 @@ fn main() -> ExitCode {
         Command::Llmx(cmd) => llmx::run(cmd),
         Command::Lctl(cmd) => lctl::run(cmd),
         Command::Paradox(args) => paradox::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Demo(args) => demo::run(args),
-        Command::Conformance(args) => conformance::run(args),
+        Command::Conformance(args) => conformance::run(*args),
     }
 }
