@@ -83,11 +83,12 @@ enum Command {
     /// Reproduce the provenance-paradox routing experiment of the paper.
     Paradox(paradox::ParadoxArgs),
     /// Serve an echo delegate over HTTP (RFC 8), WebSocket (`/ldp/ws`) and optionally TLS.
+    // Boxed, like `Conformance`: their many flags make them several times larger than the other commands.
     Serve(Box<serve::ServeArgs>),
     /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP or WebSocket.
     Demo(demo::DemoArgs),
     /// Run the conformance kit against an LDP implementation.
-    Conformance(conformance::ConformanceArgs),
+    Conformance(Box<conformance::ConformanceArgs>),
     /// Issue, publish, revoke and verify signed quality attestations (keys and revocations served at
     /// /.well-known/ldp-issuer-keys and /.well-known/ldp-issuer-revocations).
     #[command(subcommand)]
@@ -107,7 +108,7 @@ fn main() -> ExitCode {
         Command::Paradox(args) => paradox::run(args),
         Command::Serve(args) => serve::run(*args),
         Command::Demo(args) => demo::run(args),
-        Command::Conformance(args) => conformance::run(args),
+        Command::Conformance(args) => conformance::run(*args),
         Command::Attest(cmd) => attest::run(cmd),
         Command::Card(args) => client::run_card(args),
         Command::Call(args) => client::run_call(args),

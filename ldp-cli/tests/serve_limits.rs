@@ -79,7 +79,8 @@ fn the_limit_flags_bound_rate_connections_idle_sockets_and_origins() {
     assert_eq!(status(&exchange(&addr, &upgrade("http://app.example"), Duration::from_secs(2)).0), 101);
     std::thread::sleep(Duration::from_millis(1100));
 
-    // Three requests in progress (bodies that never come) take every slot: the fourth connection gets 503.
+    // Three requests whose bodies never come take every slot. No handler has them yet, so the fourth connection
+    // closes one to make room and is let in (and then meets the rate limit the three heads used up), not 503.
     let post = "POST /ldp/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n";
     let busy: Vec<TcpStream> = (0..3)
         .map(|_| {
@@ -89,8 +90,8 @@ fn the_limit_flags_bound_rate_connections_idle_sockets_and_origins() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let (refused, _) = exchange(&addr, get, Duration::from_secs(2));
-    assert_eq!(status(&refused), 503, "{refused}");
+    let (admitted, _) = exchange(&addr, get, Duration::from_secs(2));
+    assert!([200, 429].contains(&status(&admitted)), "{admitted}");
     drop(busy);
     std::thread::sleep(Duration::from_millis(1100));
 
