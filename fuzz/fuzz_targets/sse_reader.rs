@@ -33,6 +33,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(chunked, whole, "events depend on where the stream was cut ({lengths:?})");
 
     let mut parser = SseParser::default();
-    let bytewise: Vec<SseEvent> = stream.iter().flat_map(|b| parser.push(std::slice::from_ref(b)).expect("within the default limit")).collect();
+    let bytewise: Vec<SseEvent> =
+        stream.iter().flat_map(|b| parser.push(std::slice::from_ref(b)).expect("within the default limit")).collect();
     assert_eq!(bytewise, whole, "events differ when read one byte at a time");
 });
