@@ -11,7 +11,7 @@
 //! * [`RevocationList`] at [`REVOCATIONS_PATH`]: the attestations (by their signature) and keys (by id) the issuer
 //!   revokes, with `issued_at` and `next_update`, signed by one of its keys.
 //!
-//! Trust starts from a key the operator pins ([`TrustedIssuers::trust`]); a key set is accepted only when a key the
+//! Trust starts from a key the operator pins ([`TrustedIssuers::trust`](crate::TrustedIssuers::trust)); a key set is accepted only when a key the
 //! router already trusts for that issuer, valid now, signed it, so rotation is a chain: publish a set with the old
 //! and the new key (overlapping windows), signed by the old; once routers have it, the old key may expire. An
 //! attestation names the key that signed it (`key_id`, a signed member); the key must have been valid when the
@@ -19,7 +19,7 @@
 //! unrevoked key keep counting until their own `expires_at`.
 //!
 //! Revocations need freshness to mean anything (a router cut off from the issuer would otherwise trust forever):
-//! once [`TrustedIssuers::require_revocations`] is set for an issuer, its attestations count only while the router
+//! once [`TrustedIssuers::require_revocations`](crate::TrustedIssuers::require_revocations) is set for an issuer, its attestations count only while the router
 //! holds a revocation list from it that is younger than the bound and not past its `next_update`.
 
 use std::collections::BTreeMap;
