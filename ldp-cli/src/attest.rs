@@ -13,20 +13,27 @@ use time::OffsetDateTime;
 
 use crate::exit;
 
+/// Who signs: the issuer, its key's id and seed (the key set lists the seed's public key under that id).
+#[derive(Debug, clap::Args)]
+pub struct Signer {
+    /// The signing key's Ed25519 seed (64 hex digits).
+    #[arg(long, env = "LDP_ISSUER_SEED", hide_env_values = true)]
+    seed: String,
+    /// The issuer's id.
+    #[arg(long)]
+    issuer: String,
+    /// The id of the signing key, as published in the issuer's key set.
+    #[arg(long)]
+    key_id: String,
+}
+
 /// `ldp attest` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum AttestCommand {
     /// Sign an attestation: the issuer vouches that SUBJECT reaches SCORE on SKILL.
     Issue {
-        /// The issuer's Ed25519 seed (64 hex digits).
-        #[arg(long, env = "LDP_ISSUER_SEED", hide_env_values = true)]
-        seed: String,
-        /// The issuer's id.
-        #[arg(long)]
-        issuer: String,
-        /// The id of the signing key, as published in the issuer's key set.
-        #[arg(long)]
-        key_id: String,
+        #[command(flatten)]
+        signer: Signer,
         /// The delegate attested.
         #[arg(long)]
         subject: String,
@@ -45,15 +52,8 @@ pub enum AttestCommand {
     },
     /// Print the issuer's key set (to serve at /.well-known/ldp-issuer-keys), signed by the key of --seed.
     Keys {
-        /// The seed of the signing key (64 hex digits); its public key is listed under --key-id.
-        #[arg(long, env = "LDP_ISSUER_SEED", hide_env_values = true)]
-        seed: String,
-        /// The issuer's id.
-        #[arg(long)]
-        issuer: String,
-        /// The id of the signing key.
-        #[arg(long)]
-        key_id: String,
+        #[command(flatten)]
+        signer: Signer,
         /// Until when the signing key may sign (RFC 3339); omitted: until further notice.
         #[arg(long)]
         valid_until: Option<String>,
@@ -63,15 +63,8 @@ pub enum AttestCommand {
     },
     /// Print a signed revocation list (to serve at /.well-known/ldp-issuer-revocations).
     Revoke {
-        /// The seed of the signing key (64 hex digits).
-        #[arg(long, env = "LDP_ISSUER_SEED", hide_env_values = true)]
-        seed: String,
-        /// The issuer's id.
-        #[arg(long)]
-        issuer: String,
-        /// The id of the signing key.
-        #[arg(long)]
-        key_id: String,
+        #[command(flatten)]
+        signer: Signer,
         /// An attestation file to revoke (repeatable).
         #[arg(long = "attestation", value_name = "FILE")]
         attestations: Vec<PathBuf>,
@@ -152,7 +145,7 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, Failure> {
 
 fn execute(cmd: AttestCommand) -> Result<String, Failure> {
     match cmd {
-        AttestCommand::Issue { seed, issuer, key_id, subject, skill, score, expires, evidence } => {
+        AttestCommand::Issue { signer: Signer { seed, issuer, key_id }, subject, skill, score, expires, evidence } => {
             let key = seed_key(&seed)?;
             let score = Quality::new(score).map_err(|e| usage(format!("--score: {e}")))?;
             let mut claim = AttestationClaim::new(subject, skill, score, issuer, now());
@@ -165,7 +158,7 @@ fn execute(cmd: AttestCommand) -> Result<String, Failure> {
             let signed = sign_attestation(with_key_id(claim, key_id), &key).map_err(usage)?;
             to_json(&signed)
         }
-        AttestCommand::Keys { seed, issuer, key_id, valid_until, keys } => {
+        AttestCommand::Keys { signer: Signer { seed, issuer, key_id }, valid_until, keys } => {
             let signer = seed_key(&seed)?;
             let mut own = PublishedKey::new(&key_id, &signer.verifying_key(), now()).map_err(usage)?;
             if let Some(until) = valid_until {
@@ -177,7 +170,13 @@ fn execute(cmd: AttestCommand) -> Result<String, Failure> {
             }
             to_json(&IssuerKeySet::signed(issuer, now(), listed, key_id, &signer).map_err(usage)?)
         }
-        AttestCommand::Revoke { seed, issuer, key_id, attestations, revoked_keys, previous, valid_for } => {
+        AttestCommand::Revoke {
+            signer: Signer { seed, issuer, key_id },
+            attestations,
+            revoked_keys,
+            previous,
+            valid_for,
+        } => {
             let signer = seed_key(&seed)?;
             let (mut revoked, mut keys) = (Vec::new(), revoked_keys);
             if let Some(previous) = previous {

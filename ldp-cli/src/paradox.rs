@@ -33,38 +33,20 @@ pub struct ParadoxArgs {
 /// Runs the experiment and prints it as a table, JSON or CSV.
 pub fn run(args: ParadoxArgs) -> ExitCode {
     let output = if args.figure4 {
-        run_figure4(args.seed, args.seeds, args.tasks).map(|report| {
-            if args.json {
-                to_json(serde_json::to_string_pretty(&report))
-            } else if args.csv {
-                report.to_csv()
-            } else {
-                format!("{report}\n")
-            }
-        })
+        run_figure4(args.seed, args.seeds, args.tasks)
+            .map(|report| render(&args, &report, report.to_csv(), || format!("{report}\n")))
     } else if args.sensitivity {
-        run_sensitivity(args.seed, args.seeds, args.tasks).map(|report| {
-            if args.json {
-                to_json(serde_json::to_string_pretty(&report))
-            } else if args.csv {
-                report.to_csv()
-            } else {
-                format!("{report}\n")
-            }
-        })
+        run_sensitivity(args.seed, args.seeds, args.tasks)
+            .map(|report| render(&args, &report, report.to_csv(), || format!("{report}\n")))
     } else {
         run_experiment(&Scenario::table2(args.tasks), args.seed, args.seeds).map(|report| {
-            if args.json {
-                to_json(serde_json::to_string_pretty(&report))
-            } else if args.csv {
-                report.to_csv()
-            } else {
+            render(&args, &report, report.to_csv(), || {
                 format!(
                     "provenance paradox, Table 2 setting\n{report}\n\
                      paper (Table 2): blind 0.68 ± 0.17, self-claimed 0.55 ± 0.04 (d -0.98, p < 0.001), attested \
                      0.95 ± 0.04 (d 9.51, p < 0.001)\n"
                 )
-            }
+            })
         })
     };
     match output {
@@ -76,6 +58,17 @@ pub fn run(args: ParadoxArgs) -> ExitCode {
             eprintln!("ldp paradox: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The report in the format the flags ask for: JSON, CSV or the table.
+fn render(args: &ParadoxArgs, report: &impl serde::Serialize, csv: String, table: impl FnOnce() -> String) -> String {
+    if args.json {
+        to_json(serde_json::to_string_pretty(report))
+    } else if args.csv {
+        csv
+    } else {
+        table()
     }
 }
 
