@@ -246,6 +246,9 @@ struct RunningTask {
     skill: Box<str>,
     mode: PayloadMode,
     contract_id: Option<Box<str>>,
+    /// The contract's `check:` predicates and failure policy, when it has any: the responder checks its own output
+    /// against them before answering (boxed: most tasks have none, and a running task should stay small).
+    checks: Option<Box<(ldp_types::criteria::CheckableCriteria, ldp_types::FailurePolicy)>>,
 }
 
 /// Per-session state. Kept small: an idle session is a few hundred bytes.
@@ -962,6 +965,14 @@ impl Responder {
                 skill: skill.as_str().into(),
                 mode: payload_mode,
                 contract_id: contract.as_ref().map(|c| c.contract_id.as_str().into()),
+                // Parsed before admission (`limits()` refuses a contract whose predicates do not parse), so this
+                // cannot fail here; a contract with only free-form entries keeps nothing.
+                checks: contract.as_ref().and_then(|c| {
+                    c.checkable_criteria()
+                        .ok()
+                        .filter(|criteria| !criteria.is_empty())
+                        .map(|criteria| Box::new((criteria, c.policy.failure_policy)))
+                }),
             },
         );
         self.running_total += 1;
@@ -1113,6 +1124,30 @@ impl Responder {
             .get_mut(key.session_id.as_str())
             .ok_or_else(|| Misuse::UnknownSession(key.session_id.clone()))?;
         let task = s.running.remove(key.task_id.as_str()).ok_or_else(|| Misuse::TaskEnded(key.task_id.clone()))?;
+        // The contract's machine-checkable predicates, checked by the responder on its own output (paper 7): under
+        // `fail_closed` a violation is answered TASK_FAILED `CONTRACT_VIOLATED` naming each failed predicate, with the
+        // output as `partial_output`; under `fail_open` the result goes out with the violations in its provenance.
+        let violations =
+            task.checks.as_deref().map(|(criteria, policy)| (ldp_types::check_output(criteria, &out.output), *policy));
+        if let Some((violations, ldp_types::FailurePolicy::FailClosed)) = &violations
+            && !violations.is_empty()
+        {
+            let details: Vec<String> = violations.iter().map(ToString::to_string).collect();
+            let mut error = LdpError::policy(
+                codes::CONTRACT_VIOLATED,
+                format!(
+                    "contract {} violated: {}",
+                    task.contract_id.as_deref().unwrap_or_default(),
+                    details.join("; ")
+                ),
+            );
+            if let Ok(partial) = out.output.to_value() {
+                error = error.with_partial_output(partial);
+            }
+            // Put the task back so that `fail_task` ends it through the one path that answers failures.
+            s.running.insert(key.task_id.as_str().into(), task);
+            return self.fail_task(now, key, error);
+        }
         s.tokens_used = s.tokens_used.saturating_add(out.tokens_used.unwrap_or(0));
         s.cost_usd += out.cost_usd.unwrap_or(0.0);
         s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);
@@ -1130,6 +1165,10 @@ impl Responder {
         provenance.tokens_used = out.tokens_used;
         provenance.cost_usd = out.cost_usd;
         provenance.contract_id = task.contract_id.map(String::from);
+        if let Some((violations, _)) = &violations {
+            provenance.contract_satisfied = Some(violations.is_empty());
+            provenance.contract_violations = violations.iter().map(|v| v.code().to_owned()).collect();
+        }
         for sub in out.delegated {
             provenance.lineage.push(LineageEntry {
                 delegate_id: sub.produced_by.clone(),

@@ -233,3 +233,55 @@ fn contracts_the_initiator_cannot_check_are_refused_before_sending() {
     assert_eq!((err.category, err.code.as_str()), (ErrorCategory::Policy, codes::CONTRACT_VIOLATED));
     assert_eq!(sim.responder.running_tasks(), 0);
 }
+
+/// The responder checks its own output against the contract's `check:` predicates (paper 7) before answering.
+#[test]
+fn the_responder_checks_machine_checkable_criteria_on_its_own_output() {
+    let with_checks = |policy| {
+        let mut c = contract(policy);
+        c.success_criteria = vec!["state the revenue".into(), "check: has revenue".into()];
+        c.policy.safety_constraints = vec!["check: not matches /(?i)guaranteed/".into()];
+        c
+    };
+    let bad = || TaskOutput::new(json!({ "summary": "guaranteed growth" }));
+
+    // fail_closed: TASK_FAILED CONTRACT_VIOLATED naming both predicates, the output kept as partial_output.
+    let mut sim = Sim::new();
+    let sid = sim.session();
+    let env = sim
+        .initiator
+        .submit(&sid, "summarize", frame("summarise"), Some(with_checks(FailurePolicy::FailClosed)), None)
+        .unwrap();
+    let task = sim.step(env).task();
+    let ldp_session::Delivery::Send(answer) = sim.complete(&task.key, bad()) else { panic!("not sent") };
+    let ldp_types::Body::TaskFailed(failed) = &answer.body else { panic!("expected TASK_FAILED, got {answer:?}") };
+    assert_eq!(failed.error.code, codes::CONTRACT_VIOLATED);
+    assert!(failed.error.message.contains("check: has revenue"), "{}", failed.error.message);
+    assert!(failed.error.message.contains("guaranteed"), "{}", failed.error.message);
+    assert_eq!(failed.error.partial_output, Some(json!({ "summary": "guaranteed growth" })));
+    assert_eq!(sim.responder.running_tasks(), 0);
+
+    // fail_open: the result goes out, its provenance saying which predicates failed.
+    let mut sim = Sim::new();
+    let sid = sim.session();
+    let env = sim
+        .initiator
+        .submit(&sid, "summarize", frame("summarise"), Some(with_checks(FailurePolicy::FailOpen)), None)
+        .unwrap();
+    let task = sim.step(env).task();
+    let ldp_session::Delivery::Send(answer) = sim.complete(&task.key, bad()) else { panic!("not sent") };
+    let ldp_types::Body::TaskResult(result) = &answer.body else { panic!("expected TASK_RESULT, got {answer:?}") };
+    assert_eq!(result.provenance.contract_satisfied, Some(false));
+    assert_eq!(result.provenance.contract_violations, ["SUCCESS_CRITERION_FAILED", "SAFETY_CONSTRAINT_VIOLATED"]);
+
+    // An output that meets them: satisfied.
+    let env = sim
+        .initiator
+        .submit(&sid, "summarize", frame("summarise"), Some(with_checks(FailurePolicy::FailClosed)), None)
+        .unwrap();
+    let task = sim.step(env).task();
+    let good = TaskOutput::new(json!({ "revenue": 12, "summary": "revenue grew" }));
+    let ldp_session::Delivery::Send(answer) = sim.complete(&task.key, good) else { panic!("not sent") };
+    let ldp_types::Body::TaskResult(result) = &answer.body else { panic!("expected TASK_RESULT, got {answer:?}") };
+    assert_eq!(result.provenance.contract_satisfied, Some(true));
+}
