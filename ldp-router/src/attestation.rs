@@ -213,17 +213,8 @@ impl AttestationClaim {
 }
 
 /// Signs `claim` with an Ed25519 key (`ed25519-jcs`), replacing any earlier signature.
-pub fn sign_attestation(mut claim: AttestationClaim, key: &SigningKey) -> Result<AttestationClaim, ldp_types::Error> {
-    if key.algorithm() != SignatureAlgorithm::Ed25519Jcs {
-        return Err(ldp_types::Error::InvalidKey("attestations are signed with an ed25519 key"));
-    }
-    claim.signature = None;
-    claim.signature_algorithm = None;
-    let mut value = claim.to_value()?;
-    signing::sign_value(&mut value, key)?;
-    claim.signature = value.get("signature").and_then(Value::as_str).map(str::to_owned);
-    claim.signature_algorithm = Some(SignatureAlgorithm::Ed25519Jcs.as_str().to_owned());
-    Ok(claim)
+pub fn sign_attestation(claim: AttestationClaim, key: &SigningKey) -> Result<AttestationClaim, ldp_types::Error> {
+    crate::issuer::sign_document(&claim, key)
 }
 
 /// The issuers whose attestations the operator accepts: the keys pinned for each (with [`TrustedIssuers::trust`]

@@ -163,8 +163,9 @@ pub(crate) struct IssuerState {
     keys_issued_at: Option<OffsetDateTime>,
 }
 
-/// Signs a key set or revocation list in place with `key`, recorded as `signed_by = key_id`.
-fn sign_document<T: Serialize + serde::de::DeserializeOwned>(
+/// Signs an issuer document (an attestation, a key set, a revocation list) with `key`: `ed25519-jcs` over the object
+/// without its `signature` and `signature_algorithm` members, which the returned copy carries.
+pub(crate) fn sign_document<T: Serialize + serde::de::DeserializeOwned>(
     document: &T,
     key: &SigningKey,
 ) -> Result<T, ldp_types::Error> {

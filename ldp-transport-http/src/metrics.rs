@@ -27,7 +27,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use ldp_types::Code;
+use ldp_types::{Code, MessageType};
 
 /// The media type of `/metrics` (OpenMetrics text, which Prometheus scrapes natively).
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -85,23 +85,9 @@ impl Default for HttpMetrics {
 
 /// Message types as `'static` label values (the twelve of RFC 3.2, and `other` for anything else).
 pub(crate) fn reply_label(reply: Option<&str>) -> &'static str {
-    const TYPES: [&str; 12] = [
-        "HELLO",
-        "CAPABILITY_MANIFEST",
-        "SESSION_PROPOSE",
-        "SESSION_ACCEPT",
-        "SESSION_REJECT",
-        "SESSION_CLOSE",
-        "TASK_SUBMIT",
-        "TASK_UPDATE",
-        "TASK_RESULT",
-        "TASK_FAILED",
-        "TASK_CANCEL",
-        "ATTESTATION",
-    ];
     match reply {
         None => "none",
-        Some(name) => TYPES.iter().find(|t| **t == name).copied().unwrap_or("other"),
+        Some(name) => MessageType::ALL.iter().map(|t| t.as_str()).find(|t| *t == name).unwrap_or("other"),
     }
 }
 
