@@ -422,9 +422,12 @@ impl WsServer {
         lock(&hub.routes).conns.insert(conn, outbound.clone());
         hub.open.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(conn, "websocket connection opened");
+        // Task answers handed to the socket but not yet flushed: if the connection ends before the flush, they may
+        // never have left this process, so they are held for the resume like the ones still queued.
+        let mut unflushed = Vec::new();
         let end = {
             let reader = read_loop(hub.clone(), peer, conn, &budget_key, stream, outbound);
-            let writer = write_loop(&hub.config, sink, &mut out_rx);
+            let writer = write_loop(&hub.config, sink, &mut out_rx, &mut unflushed);
             tokio::pin!(reader, writer);
             tokio::select! {
                 () = stalled.notified() => ConnectionEnd::WriteTimeout,
@@ -439,14 +442,15 @@ impl WsServer {
             }
         };
         tracing::debug!(conn, ?end, "websocket connection ended");
-        hub.disconnect(conn, out_rx);
+        hub.disconnect(conn, out_rx, unflushed);
         end
     }
 }
 
 impl Hub {
-    /// Forgets the connection, saves its unwritten task answers, and suspends its sessions.
-    fn disconnect(&self, conn: u64, mut out_rx: mpsc::Receiver<Out>) {
+    /// Forgets the connection, saves its unwritten task answers (those never flushed to the socket and those still
+    /// queued), and suspends its sessions.
+    fn disconnect(&self, conn: u64, mut out_rx: mpsc::Receiver<Out>, unflushed: Vec<(String, Reroute)>) {
         {
             let mut routes = lock(&self.routes);
             if let Some(outbound) = routes.conns.remove(&conn) {
@@ -457,6 +461,9 @@ impl Hub {
             routes.held.expire(&self.config.held, self.config.held_ttl);
         }
         out_rx.close();
+        for (text, reroute) in unflushed {
+            self.reroute(reroute, text, conn);
+        }
         while let Ok(item) = out_rx.try_recv() {
             if let Out::Text { text, reroute: Some(reroute), .. } = item {
                 self.reroute(reroute, text, conn);
@@ -673,7 +680,16 @@ where
     }
 }
 
-async fn write_loop<Si>(cfg: &WsServerConfig, mut sink: Si, out: &mut mpsc::Receiver<Out>) -> ConnectionEnd
+/// Writes the connection's queue to `sink`. Each task answer fed to the sink stays in `unflushed` (a copy) until a
+/// flush succeeds: a write that stalls or fails then leaves in `unflushed` what may not have left this process, and
+/// the caller holds it for the resume. A client may so receive an answer twice (once before the failure, once on
+/// resume), never zero times; it deduplicates by task id.
+async fn write_loop<Si>(
+    cfg: &WsServerConfig,
+    mut sink: Si,
+    out: &mut mpsc::Receiver<Out>,
+    unflushed: &mut Vec<(String, Reroute)>,
+) -> ConnectionEnd
 where
     Si: Sink<Message> + Unpin + Send,
     Si::Error: Display,
@@ -701,7 +717,12 @@ where
         let mut fed = 0;
         while let Some(next) = item.take() {
             let (message, last) = match next {
-                Out::Text { text, .. } => (Message::Text(text), false),
+                Out::Text { text, reroute, .. } => {
+                    if let Some(reroute) = reroute {
+                        unflushed.push((text.clone(), reroute));
+                    }
+                    (Message::Text(text), false)
+                }
                 Out::Close(frame) => (Message::Close(Some(frame)), true),
             };
             match tokio::time::timeout(write_timeout, sink.feed(message)).await {
@@ -710,7 +731,9 @@ where
                 Err(_) => return stalled(),
             }
             if last {
-                let _ = tokio::time::timeout(write_timeout, sink.flush()).await;
+                if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.flush()).await {
+                    unflushed.clear();
+                }
                 return ConnectionEnd::PeerClosed(None);
             }
             fed += 1;
@@ -719,7 +742,7 @@ where
             }
         }
         match tokio::time::timeout(write_timeout, sink.flush()).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => unflushed.clear(),
             Ok(Err(e)) => return ConnectionEnd::Failed(WireError::Io(e.to_string())),
             Err(_) => return stalled(),
         }
@@ -1003,6 +1026,7 @@ pub async fn spawn_ws(
 mod tests {
     //! The connection loop over plain channels: no sockets, no WebSocket library.
     use std::sync::Arc;
+    use std::task::Poll;
 
     use futures::channel::mpsc as fmpsc;
     use ldp_session::runtime::EchoDelegate;
@@ -1192,6 +1216,95 @@ mod tests {
         assert!(check_origin(&headers(Some("https://app.example"), "127.0.0.1:8090"), &allowed).is_ok());
         assert!(check_origin(&headers(Some("https://app.example.evil"), "127.0.0.1:8090"), &allowed).is_err());
         assert!(check_origin(&headers(Some("http://anything"), "h"), &["*".to_owned()]).is_ok());
+    }
+
+    /// A sink that delivers the frames of its first `flushes` flushes and then never completes a flush: a socket
+    /// whose peer stopped reading after the bytes left the process's buffer.
+    struct StallingSink {
+        flushes: usize,
+        buffered: Vec<Message>,
+        delivered: Arc<std::sync::Mutex<Vec<Message>>>,
+    }
+
+    impl Sink<Message> for StallingSink {
+        type Error = std::convert::Infallible;
+
+        fn poll_ready(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn start_send(mut self: std::pin::Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
+            self.buffered.push(item);
+            Ok(())
+        }
+
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> Poll<Result<(), Self::Error>> {
+            if self.flushes == 0 {
+                return Poll::Pending;
+            }
+            self.flushes -= 1;
+            let frames = std::mem::take(&mut self.buffered);
+            self.delivered.lock().unwrap().extend(frames);
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_close(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> Poll<Result<(), Self::Error>> {
+            self.poll_flush(cx)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_fed_to_the_socket_but_never_flushed_is_held_for_the_resume() {
+        let config = WsServerConfig {
+            write_timeout: Duration::from_secs(1),
+            ping_interval: Duration::from_secs(3600),
+            idle_timeout: Duration::from_secs(3600),
+            ..Default::default()
+        };
+        let server = WsServer::new(runtime(), config);
+        let delivered = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = StallingSink { flushes: 1, buffered: Vec::new(), delivered: Arc::clone(&delivered) };
+        let (mut to_server, inbound) = fmpsc::channel(4);
+        let done = {
+            let server = server.clone();
+            tokio::spawn(async move { server.serve_connection(PeerContext::default(), sink, inbound).await })
+        };
+        let propose = envelope("p1", "", json!({"type": "SESSION_PROPOSE", "config": {}}));
+        to_server.send(Ok(Message::Text(propose))).await.unwrap();
+        while delivered.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let accept: Value = match &delivered.lock().unwrap()[0] {
+            Message::Text(t) => serde_json::from_str(t).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        let session = accept["body"]["session_id"].as_str().unwrap().to_owned();
+        let submit = |id: &str, task: &str| {
+            envelope(id, &session, json!({"type": "TASK_SUBMIT", "task_id": task, "skill": "echo", "input": task}))
+        };
+        // The result is handed to the sink, whose flush never completes: the write times out, the connection ends.
+        to_server.send(Ok(Message::Text(submit("m1", "t1")))).await.unwrap();
+        assert_eq!(done.await.unwrap(), ConnectionEnd::WriteTimeout);
+        assert_eq!(delivered.lock().unwrap().len(), 1, "only the accept left the process");
+        assert_eq!(server.held_stats().results, 1, "the unflushed result was dropped");
+
+        // The resume delivers it before the answer to the message that resumed the session.
+        let mut peer = Peer::start(&server, 16);
+        peer.send(Message::Text(submit("m2", "probe"))).await;
+        let held = peer.next_json().await;
+        assert_eq!(
+            (held["body"]["type"].as_str(), held["body"]["task_id"].as_str()),
+            (Some("TASK_RESULT"), Some("t1"))
+        );
+        let probe = peer.next_json().await;
+        assert_eq!(probe["body"]["task_id"], "probe");
+        assert_eq!(server.held_stats().results, 0);
     }
 
     #[tokio::test]
