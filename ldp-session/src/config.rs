@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use ldp_types::{Budget, IMPLEMENTED_MODES, IdentityCard, PayloadMode};
 
+use ldp_types::signing::SigningKey;
+
 use crate::security::SecurityConfig;
 
 /// Where a responder takes the initiator's trust domain from when the transport has not authenticated one.
@@ -132,6 +134,10 @@ pub struct ResponderConfig {
     pub hmac_sha256_nonce: bool,
     /// Transparent or explicit payload fallback.
     pub fallback: FallbackStyle,
+    /// The delegate's Ed25519 identity key: when set, every TASK_RESULT's provenance carries a usage receipt signed
+    /// with it ([`ldp_types::receipt`]). Set it with [`ResponderConfig::set_receipt_key`], which also publishes the
+    /// public half in the card.
+    pub receipt_key: Option<SigningKey>,
 }
 
 impl ResponderConfig {
@@ -146,7 +152,19 @@ impl ResponderConfig {
             implemented_modes: IMPLEMENTED_MODES.to_vec(),
             hmac_sha256_nonce: true,
             fallback: FallbackStyle::default(),
+            receipt_key: None,
         }
+    }
+
+    /// Signs a usage receipt into every result's provenance with `key` and publishes its public half in the card
+    /// (as [`ldp_types::receipt::RECEIPT_KEY_MEMBER`]), so that clients can check what the delegate reports it
+    /// consumed. Only an Ed25519 key can sign receipts: another key is refused with [`ldp_types::Error::InvalidKey`].
+    pub fn set_receipt_key(&mut self, key: SigningKey) -> Result<(), ldp_types::Error> {
+        if !ldp_types::receipt::publish_receipt_key(&mut self.card, &key) {
+            return Err(ldp_types::Error::InvalidKey("usage receipts are signed with an ed25519 key"));
+        }
+        self.receipt_key = Some(key);
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ldp_types::{
     Body, CapabilityManifest, DelegationContract, Envelope, EvidenceRef, LdpError, LineageEntry, Manifest, PayloadMode,
     Provenance, RawJson, Score, SessionAccept, SessionClose, SessionReject, TaskFailed, TaskResult, TaskSubmit,
-    TaskUpdate, VerificationStatus, codes, negotiate, validate_payload,
+    TaskUpdate, UsageReceipt, VerificationStatus, codes, negotiate, validate_payload,
 };
 use serde_json::Value;
 
@@ -96,6 +96,13 @@ pub struct TaskOutput {
     pub evidence: Vec<EvidenceRef>,
     /// Provenance of results obtained by re-delegating; they become lineage entries.
     pub delegated: Vec<Provenance>,
+    /// Prompt (input) tokens, for the usage receipt ([`ResponderConfig::receipt_key`](crate::ResponderConfig)).
+    pub tokens_in: Option<u64>,
+    /// Completion (output) tokens, for the usage receipt.
+    pub tokens_out: Option<u64>,
+    /// The model that produced the output as its provider named it, for the usage receipt (the card's
+    /// `model_version` when unset).
+    pub model: Option<String>,
 }
 
 impl TaskOutput {
@@ -246,6 +253,8 @@ struct RunningTask {
     skill: Box<str>,
     mode: PayloadMode,
     contract_id: Option<Box<str>>,
+    /// When the machine admitted it: the start of the wall time its usage receipt reports.
+    admitted: Instant,
     /// The contract's `check:` predicates and failure policy, when it has any: the responder checks its own output
     /// against them before answering (boxed: most tasks have none, and a running task should stay small).
     checks: Option<Box<(ldp_types::criteria::CheckableCriteria, ldp_types::FailurePolicy)>>,
@@ -965,6 +974,7 @@ impl Responder {
                 skill: skill.as_str().into(),
                 mode: payload_mode,
                 contract_id: contract.as_ref().map(|c| c.contract_id.as_str().into()),
+                admitted: now,
                 // Parsed before admission (`limits()` refuses a contract whose predicates do not parse), so this
                 // cannot fail here; a contract with only free-form entries keeps nothing.
                 checks: contract.as_ref().and_then(|c| {
@@ -1168,6 +1178,24 @@ impl Responder {
         if let Some((violations, _)) = &violations {
             provenance.contract_satisfied = Some(violations.is_empty());
             provenance.contract_violations = violations.iter().map(|v| v.code().to_owned()).collect();
+        }
+        if let Some(signing_key) = &self.cfg.receipt_key {
+            // Signed over what the provenance reports, so a client can check the figures against the key.
+            let mut receipt = UsageReceipt::new(
+                provenance.produced_by.as_str(),
+                key.session_id.as_str(),
+                key.task_id.as_str(),
+                provenance.timestamp.clone().unwrap_or_default(),
+            );
+            receipt.model = Some(out.model.unwrap_or_else(|| provenance.model_version.clone()));
+            receipt.tokens_in = out.tokens_in;
+            receipt.tokens_out = out.tokens_out;
+            receipt.tokens_total = provenance.tokens_used;
+            receipt.cost_usd = provenance.cost_usd;
+            receipt.wall_time_ms = u64::try_from(now.saturating_duration_since(task.admitted).as_millis()).ok();
+            // Only an Ed25519 key is kept in the configuration ([`ResponderConfig::set_receipt_key`]), so signing
+            // cannot fail; a result without a receipt is still a result.
+            provenance.usage_receipt = receipt.sign(signing_key).ok().map(Box::new);
         }
         for sub in out.delegated {
             provenance.lineage.push(LineageEntry {

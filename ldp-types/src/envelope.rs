@@ -592,6 +592,19 @@ fn provenance_estimate(p: &Provenance) -> usize {
         + p.contract_satisfied.map_or(0, |_| const { member_len("contract_satisfied") + "false".len() })
         + list(const { member_len("contract_violations") }, p.contract_violations.len())
         + p.contract_violations.iter().map(|v| v.len() + 3).sum::<usize>()
+        + p.usage_receipt.as_deref().map_or(0, receipt_len)
+}
+
+/// The encoded length of a usage receipt whose strings need no escapes (members of later versions estimated).
+fn receipt_len(r: &crate::UsageReceipt) -> usize {
+    // Member names, quotes and punctuation of every known member, and the longest numbers they can hold.
+    const FIXED: usize = member_len("usage_receipt") + 220 + 6 * NUMBER;
+    let strings = [&r.delegate_id, &r.session_id, &r.task_id, &r.issued_at]
+        .into_iter()
+        .chain([&r.model, &r.signature_algorithm, &r.signature].into_iter().flatten())
+        .map(String::len)
+        .sum::<usize>();
+    FIXED + strings + r.extra.keys().map(|k| k.len() + 64).sum::<usize>()
 }
 
 /// The LDP envelope that wraps every message.
@@ -912,6 +925,10 @@ fn write_provenance(w: &mut Writer<'_, Compact>, p: &Provenance) -> Result<(), J
     if !p.contract_violations.is_empty() {
         w.out.extend_from_slice(b",\"contract_violations\":");
         write_strings(w, &p.contract_violations);
+    }
+    if let Some(receipt) = &p.usage_receipt {
+        w.out.extend_from_slice(b",\"usage_receipt\":");
+        receipt.serialize(&mut *w)?;
     }
     w.out.push(b'}');
     Ok(())

@@ -557,6 +557,13 @@ pub enum Error {
     /// JSON serialisation failed (only non-JSON-representable values, e.g. non-finite floats in `Value`, can cause it).
     #[error("serialisation failed: {0}")]
     Serialize(#[source] serde_json::Error),
+    /// A usage receipt's signature verifies but it does not belong to the result it came with: another session or
+    /// task, another producer, or token and cost figures other than the provenance reports ([`crate::receipt`]).
+    #[error("usage receipt does not match the result: {member} differs")]
+    ReceiptMismatch {
+        /// The member that differs.
+        member: &'static str,
+    },
     /// A `check:` entry of a contract's success criteria or safety constraints does not parse or exceeds a bound
     /// ([`crate::criteria`]).
     #[error("invalid criterion {criterion:?}: {reason}")]
@@ -600,7 +607,8 @@ impl From<&Error> for LdpError {
             Error::UnknownSignatureAlgorithm(_)
             | Error::SignatureAlgorithmMismatch { .. }
             | Error::BadSignature
-            | Error::InvalidKey(_) => LdpError::security(Code::SignatureInvalid, err.to_string()),
+            | Error::InvalidKey(_)
+            | Error::ReceiptMismatch { .. } => LdpError::security(Code::SignatureInvalid, err.to_string()),
             Error::Serialize(_) => LdpError::runtime(Code::ExecutionFailed, err.to_string()),
             Error::InvalidCriterion { .. } => {
                 LdpError::policy(Code::ContractViolated, err.to_string()).with_retryable(false)

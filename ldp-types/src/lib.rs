@@ -66,6 +66,7 @@ mod messages;
 mod payload;
 mod provenance;
 mod raw;
+pub mod receipt;
 pub mod schema;
 mod score;
 pub mod signing;
@@ -90,6 +91,7 @@ pub use messages::{
 pub use payload::{IMPLEMENTED_MODES, Negotiated, PayloadMode, SemanticFrame, negotiate, validate_payload};
 pub use provenance::{EvidenceRef, LineageEntry, Provenance, VerificationStatus};
 pub use raw::RawJson;
+pub use receipt::UsageReceipt;
 pub use score::Score;
 
 /// The LDP RFC version this crate implements.

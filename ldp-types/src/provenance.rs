@@ -1,6 +1,7 @@
 //! Provenance (RFC section 6 plus the paper's section 3.4): who produced a result, how it was verified, and which
 //! delegates handled it on the way.
 
+use crate::receipt::UsageReceipt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -134,6 +135,9 @@ pub struct Provenance {
     /// Violation codes found by validation.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub contract_violations: Vec<String>,
+    /// What the task consumed, signed by the delegate's identity key ([`crate::receipt`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_receipt: Option<Box<UsageReceipt>>,
 }
 
 impl Provenance {
@@ -159,6 +163,7 @@ impl Provenance {
             contract_id: None,
             contract_satisfied: None,
             contract_violations: Vec::new(),
+            usage_receipt: None,
         }
     }
 
@@ -218,6 +223,8 @@ pub(crate) struct ProvenanceWire {
     #[serde(default, deserialize_with = "null_as_default")]
     #[schemars(with = "Option<Vec<String>>")]
     pub(crate) contract_violations: Vec<String>,
+    #[serde(default)]
+    pub(crate) usage_receipt: Option<Box<UsageReceipt>>,
 }
 
 impl<'de> Deserialize<'de> for Provenance {
@@ -244,6 +251,7 @@ impl<'de> Deserialize<'de> for Provenance {
             contract_id: w.contract_id,
             contract_satisfied: w.contract_satisfied,
             contract_violations: w.contract_violations,
+            usage_receipt: w.usage_receipt,
         })
     }
 }

@@ -534,6 +534,10 @@ impl<'a> Scan<'a> {
                     Self::first_time(&mut seen, 1 << 14)?;
                     p.contract_violations = scan.strings_or_null()?;
                 }
+                "usage_receipt" => {
+                    Self::first_time(&mut seen, 1 << 15)?;
+                    p.usage_receipt = scan.value()?;
+                }
                 _ => scan.skip_unknown(&mut unknown, name)?,
             }
             Some(())
