@@ -109,6 +109,7 @@ pub mod issuer;
 mod learner;
 pub mod paradox;
 mod policy;
+pub mod receipts;
 #[cfg(feature = "runtime")]
 mod registry;
 pub mod route;
@@ -139,6 +140,7 @@ pub use error::RouterError;
 pub use failover::{AttemptState, FailoverAction, FailoverPolicy, Failure, GiveUpReason};
 pub use learner::{Exploration, LearnerConfig, Observation, ObservedQuality, VerificationSource, Verifier};
 pub use policy::{Assessment, ClaimPolicy, ClaimWeights, SelfClaimedRule};
+pub use receipts::{ReceiptPreference, ReceiptRecord, ReceiptVerdict};
 pub use router::{Router, RouterConfig};
 pub use select::{
     BalancedWeights, Decision, ExplainDepth, Explanation, Rejections, ScoredCandidate, SelectionRequest, Strategy,

@@ -9,6 +9,10 @@
 //! later tasks reuse both. A session failure drops the cached session (the next attempt proposes a new one), an
 //! identity failure drops the connection, and re-registering or refreshing a delegate's card keeps them.
 
+use crate::receipts::{ReceiptPreference, ReceiptRecord, ReceiptVerdict, check_receipt};
+use ldp_session::TaskKey;
+use ldp_types::Provenance;
+use ldp_types::receipt::receipt_key;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,6 +99,8 @@ struct Entry {
     attestations: Vec<AttestationClaim>,
     identity_failures: u32,
     connection: Option<Arc<Connection>>,
+    /// Verdicts on its usage receipts so far (kept across card refreshes).
+    receipts: ReceiptRecord,
 }
 
 /// A connected client and its current session.
@@ -197,6 +203,44 @@ impl Registry {
         lock(&self.entries).get(delegate_id).map(|e| e.card.clone())
     }
 
+    /// What a registered delegate's usage receipts have shown so far ([`crate::receipts`]).
+    pub fn receipt_record(&self, delegate_id: &str) -> Option<ReceiptRecord> {
+        lock(&self.entries)
+            .get(delegate_id)
+            .map(|e| ReceiptRecord { published: receipt_key(&e.card).is_some(), ..e.receipts })
+    }
+
+    /// Checks and records the receipt of a result `delegate_id` produced for `key`.
+    pub(crate) fn record_receipt(&self, delegate_id: &str, provenance: &Provenance, key: &TaskKey) -> ReceiptVerdict {
+        let mut entries = lock(&self.entries);
+        let Some(entry) = entries.get_mut(delegate_id) else { return ReceiptVerdict::NotPublished };
+        let verdict = check_receipt(&entry.card, provenance, &key.session_id, &key.task_id);
+        entry.receipts.record(&verdict);
+        if let ReceiptVerdict::Invalid(why) = &verdict {
+            tracing::warn!(delegate = %delegate_id, %why, "usage receipt refused");
+        }
+        verdict
+    }
+
+    /// Adds to `request.exclude` the delegates `preference` sets aside: those not [`ReceiptRecord::trustworthy`]
+    /// (for `Prefer`, only while at least one registered delegate offering the skill is).
+    pub(crate) fn exclude_by_receipts(&self, preference: ReceiptPreference, request: &mut SelectionRequest) {
+        if preference == ReceiptPreference::Any {
+            return;
+        }
+        let entries = lock(&self.entries);
+        let offering = entries.iter().filter(|(id, e)| {
+            !request.exclude.contains(id) && e.card.capabilities.iter().any(|c| c.name == request.skill)
+        });
+        let (good, bad): (Vec<_>, Vec<_>) = offering.partition(|(_, e)| {
+            ReceiptRecord { published: receipt_key(&e.card).is_some(), ..e.receipts }.trustworthy()
+        });
+        if preference == ReceiptPreference::Prefer && good.is_empty() {
+            return;
+        }
+        request.exclude.extend(bad.into_iter().map(|(id, _)| id.clone()));
+    }
+
     /// A registered delegate's consecutive identity failures.
     pub fn identity_failures(&self, delegate_id: &str) -> Option<u32> {
         lock(&self.entries).get(delegate_id).map(|e| e.identity_failures)
@@ -262,7 +306,15 @@ impl Registry {
                 let (url, transport) = reach.unwrap_or((None, None));
                 entries.insert(
                     id.clone(),
-                    Entry { url, transport, card, attestations, identity_failures: 0, connection: None },
+                    Entry {
+                        url,
+                        transport,
+                        card,
+                        attestations,
+                        identity_failures: 0,
+                        connection: None,
+                        receipts: ReceiptRecord::default(),
+                    },
                 );
             }
         }

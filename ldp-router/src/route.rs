@@ -18,6 +18,8 @@
 //! towards the registry's removal threshold. Each attempt is charged the chosen offer's `cost_usd` against the
 //! budget (an estimate: LDP has no receipts).
 
+use crate::receipts::{ReceiptPreference, ReceiptVerdict, predicate_score};
+use ldp_session::TaskKey;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -39,12 +41,25 @@ pub struct RouteTask {
     pub input: RawJson,
     /// The delegation contract: sent with every attempt, and its budget and deadline bound the whole routing.
     pub contract: Option<DelegationContract>,
+    /// Whether delegates are chosen by their usage receipts ([`crate::receipts`]).
+    pub receipts: ReceiptPreference,
 }
 
 impl RouteTask {
     /// A task for `skill` with the default (balanced) selection and no contract.
     pub fn new(skill: impl Into<String>, input: impl Into<RawJson>) -> Self {
-        RouteTask { request: SelectionRequest::new(skill), input: input.into(), contract: None }
+        RouteTask {
+            request: SelectionRequest::new(skill),
+            input: input.into(),
+            contract: None,
+            receipts: ReceiptPreference::Any,
+        }
+    }
+
+    /// Chooses delegates by their usage receipts.
+    pub fn with_receipts(mut self, preference: ReceiptPreference) -> Self {
+        self.receipts = preference;
+        self
     }
 
     /// Selects with `request` (its skill becomes the task's skill).
@@ -151,7 +166,7 @@ impl OutcomeScorer for JudgeScorer {
             output: &'a RawJson,
         }
         let input = RawJson::from_serializable(&Judged { skill: task.skill(), input: &task.input, output }).ok()?;
-        let judged = RouteTask { request: self.request.clone(), input, contract: None };
+        let judged = RouteTask::new(task.skill(), input).with_request(self.request.clone());
         let routed = match self.registry.route_and_submit(&judged, &NoScore).await {
             Ok(routed) => routed,
             Err(error) => {
@@ -197,6 +212,9 @@ pub struct Routed {
     pub verdict: Option<Verdict>,
     /// Set when the result was accepted despite a `quality` failure.
     pub quality_warning: Option<LdpError>,
+    /// What the result's usage receipt showed ([`crate::receipts`]); `Missing` for a result accepted with a quality
+    /// warning, which comes without provenance.
+    pub receipt: ReceiptVerdict,
 }
 
 /// Why a task could not be completed, with what was tried.
@@ -271,6 +289,7 @@ impl Registry {
                 None => {
                     let mut request = task.request.clone();
                     request.exclude.clone_from(&excluded);
+                    self.exclude_by_receipts(task.receipts, &mut request);
                     if let Some(budget) = budget {
                         let left = (budget - spent_usd).max(0.0);
                         request.max_cost_usd = Some(request.max_cost_usd.map_or(left, |c| c.min(left)));
@@ -290,7 +309,8 @@ impl Registry {
             spent_usd += cost;
 
             let error = match self.attempt(&delegate, task, deadline).await {
-                Ok((output, provenance)) => {
+                Ok((output, provenance, key)) => {
+                    let receipt = self.after_result(&delegate, task, &output, &provenance, &key);
                     let verdict = scorer.score(task, &output, &provenance).await;
                     if let Some(verdict) = &verdict {
                         self.learn(&delegate, &skill, verdict.score, verdict.source.clone());
@@ -305,6 +325,7 @@ impl Registry {
                         attempts,
                         verdict,
                         quality_warning: None,
+                        receipt,
                     };
                     return Ok(routed);
                 }
@@ -362,6 +383,7 @@ impl Registry {
                             attempts,
                             verdict: None,
                             quality_warning: Some(error),
+                            receipt: ReceiptVerdict::Missing,
                         };
                         return Ok(routed);
                     }
@@ -383,7 +405,7 @@ impl Registry {
         delegate: &str,
         task: &RouteTask,
         deadline: Option<time::OffsetDateTime>,
-    ) -> Result<(RawJson, Provenance), LdpError> {
+    ) -> Result<(RawJson, Provenance, TaskKey), LdpError> {
         let work = async {
             let connection = self.connection(delegate).await?;
             let session = self.session(&connection).await?;
@@ -392,12 +414,31 @@ impl Registry {
                 .submit(&session, task.skill(), task.input.clone(), task.contract.clone())
                 .await
                 .map_err(|e| e.to_ldp_error())?;
-            Ok((outcome.output, outcome.provenance))
+            Ok((outcome.output, outcome.provenance, outcome.key))
         };
         let Some(deadline) = deadline else { return work.await };
         let timed_out = || LdpError::transport(Code::Timeout, "the contract's deadline passed").with_retryable(false);
         let left = Duration::try_from(deadline - self.now()).map_err(|_| timed_out())?;
         tokio::time::timeout(left, work).await.unwrap_or_else(|_| Err(timed_out()))
+    }
+
+    /// What the router learns from a result besides the scorer's verdict: the receipt's verdict (recorded per
+    /// delegate) and, when the contract has `check:` predicates, the fraction that held on the output, as a runtime
+    /// observation of the delegate's quality.
+    fn after_result(
+        &self,
+        delegate: &str,
+        task: &RouteTask,
+        output: &RawJson,
+        provenance: &Provenance,
+        key: &TaskKey,
+    ) -> ReceiptVerdict {
+        let receipt = self.record_receipt(delegate, provenance, key);
+        if let Some(score) = predicate_score(task.contract.as_ref(), output) {
+            let source = VerificationSource::Validator("contract_check".into());
+            self.learn(delegate, task.skill(), Quality::saturating(score), source);
+        }
+        receipt
     }
 
     fn learn(&self, delegate: &str, skill: &str, score: Quality, source: VerificationSource) {
