@@ -4,6 +4,7 @@
 //! is what a router would see. With `--json` each prints JSON only on stdout (progress as JSON lines before the
 //! result when `--stream` is given), for scripts; without it, a human summary.
 
+use ldp_types::receipt::{ReceiptVerdict, check_receipt};
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -228,7 +229,18 @@ async fn call_over<T: Transport>(
     // A failed close leaves the session to expire on its TTL; the task's outcome is what the caller asked for.
     let _ = client.close(&session.session_id).await;
     let outcome = outcome.map_err(session_failure)?;
-    print_outcome(&outcome, conn.json)
+    let receipt = check_receipt(client.card(), &outcome.provenance, &outcome.key.session_id, &outcome.key.task_id);
+    print_outcome(&outcome, &receipt, conn.json)
+}
+
+/// How a receipt verdict reads in `ldp call`'s output.
+fn receipt_text(verdict: &ReceiptVerdict) -> String {
+    match verdict {
+        ReceiptVerdict::Verified => "verified".into(),
+        ReceiptVerdict::Missing => "missing (the card publishes a receipt key)".into(),
+        ReceiptVerdict::Invalid(why) => format!("INVALID: {why}"),
+        _ => "none (figures self-reported)".into(),
+    }
 }
 
 async fn print_progress(mut updates: mpsc::Receiver<Progress>, json: bool) {
@@ -242,11 +254,17 @@ async fn print_progress(mut updates: mpsc::Receiver<Progress>, json: bool) {
     }
 }
 
-fn print_outcome(outcome: &TaskOutcome, json: bool) -> Result<(), Failure> {
+fn print_outcome(outcome: &TaskOutcome, receipt: &ReceiptVerdict, json: bool) -> Result<(), Failure> {
     let output = outcome.output.to_value().map_err(Failure::failed)?;
     let provenance = serde_json::to_value(&outcome.provenance).map_err(Failure::failed)?;
     if json {
-        println!("{}", json!({ "output": output, "provenance": provenance }));
+        let receipt = match receipt {
+            ReceiptVerdict::Verified => json!("verified"),
+            ReceiptVerdict::Missing => json!("missing"),
+            ReceiptVerdict::Invalid(why) => json!({ "invalid": why }),
+            _ => Value::Null,
+        };
+        println!("{}", json!({ "output": output, "provenance": provenance, "receipt": receipt }));
         return Ok(());
     }
     match &output {
@@ -257,10 +275,11 @@ fn print_outcome(outcome: &TaskOutcome, json: bool) -> Result<(), Failure> {
     let confidence = p.confidence.map(|c| format!(", confidence {}", c.get())).unwrap_or_default();
     let tokens = p.tokens_used.map(|t| format!(", {t} tokens")).unwrap_or_default();
     eprintln!(
-        "produced by {} ({}) in {} mode{confidence}{tokens}",
+        "produced by {} ({}) in {} mode{confidence}{tokens}; usage receipt: {}",
         p.produced_by,
         p.model_version,
-        p.payload_mode_used.as_str()
+        p.payload_mode_used.as_str(),
+        receipt_text(receipt)
     );
     Ok(())
 }

@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// The shared secret (hmac-*) or the 64-hex-digit Ed25519 seed (ed25519-jcs).
     #[arg(long, value_name = "S", requires = "sign", env = "LDP_SECRET", hide_env_values = true)]
     pub secret: Option<String>,
+    /// The delegate's Ed25519 identity key (64 hex digits of seed): every result's provenance then carries a usage
+    /// receipt signed with it, and the card publishes its public half as `receipt_public_key` (docs/receipts.md).
+    #[arg(long, value_name = "SEED_HEX", env = "LDP_RECEIPT_KEY", hide_env_values = true)]
+    pub receipt_key: Option<String>,
     /// Longest session TTL granted, in seconds (proposals asking for more get this).
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub ttl: u64,
@@ -368,6 +372,10 @@ pub(crate) fn build(args: &ServeArgs) -> Result<(ResponderConfig, HttpServerConf
     cfg.security = security;
     cfg.hmac_sha256_nonce = hmac_sha256_nonce;
     cfg.limits.max_ttl = Duration::from_secs(args.ttl.max(1));
+    if let Some(seed) = &args.receipt_key {
+        let key = SigningKey::ed25519_from_hex(seed).map_err(|e| format!("--receipt-key: {e}"))?;
+        cfg.set_receipt_key(key).map_err(|e| format!("--receipt-key: {e}"))?;
+    }
     args.protocol_limits.apply(&mut cfg);
     let http = HttpServerConfig {
         max_body: args.max_body,

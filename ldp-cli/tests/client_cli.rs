@@ -117,6 +117,32 @@ fn call_with_a_bearer_token_from_the_flag_or_the_environment() {
     }
 }
 
+#[test]
+fn call_checks_the_usage_receipt_of_a_server_with_a_receipt_key() {
+    let seed = "07".repeat(32);
+    let (_server, url) = serve(&["--receipt-key", &seed], Stdio::null());
+    let card = stdout_json(&ldp(&["card", &url, "--json"], &[]));
+    let public = ldp_types::signing::SigningKey::ed25519_from_hex(&seed).unwrap().verifying_key().public_hex();
+    assert_eq!(card["receipt_public_key"].as_str(), public.as_deref(), "{card:#}");
+    let out = ldp(&["call", &url, "echo", "hi", "--json"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let result = stdout_json(&out);
+    assert_eq!(result["receipt"], "verified", "{result:#}");
+    let receipt = &result["provenance"]["usage_receipt"];
+    assert_eq!(receipt["signature_algorithm"], "ed25519-jcs");
+    assert_eq!(receipt["session_id"], result["provenance"]["session_id"]);
+    let out = ldp(&["call", &url, "echo", "hi"], &[]);
+    assert!(stderr(&out).contains("usage receipt: verified"), "{}", stderr(&out));
+
+    // From the environment too; a server without a key sends none, and a bad key is a usage error.
+    let (_server, url) = serve_with_env(&[("LDP_RECEIPT_KEY", &seed)]);
+    assert_eq!(stdout_json(&ldp(&["call", &url, "echo", "hi", "--json"], &[]))["receipt"], "verified");
+    let (_plain, url) = serve(&[], Stdio::null());
+    assert_eq!(stdout_json(&ldp(&["call", &url, "echo", "hi", "--json"], &[]))["receipt"], Value::Null);
+    let out = Command::new(env!("CARGO_BIN_EXE_ldp")).args(["serve", "--receipt-key", "not-hex"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
 /// `ldp serve` with extra environment variables, as `support::serve` starts it.
 fn serve_with_env(env: &[(&str, &str)]) -> (support::Guard, String) {
     use std::io::{BufRead, BufReader};

@@ -10,8 +10,8 @@
 //!   itself (it does not take the delegate's word in the provenance) and learns the fraction that held as a
 //!   runtime observation of the delegate's quality for the skill, with the source `contract_check`.
 
-use ldp_types::receipt::receipt_key;
-use ldp_types::{DelegationContract, IdentityCard, Provenance, RawJson};
+pub use ldp_types::receipt::{ReceiptVerdict, check_receipt};
+use ldp_types::{DelegationContract, RawJson};
 
 /// How a task's routing treats delegates by their usage receipts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -24,20 +24,6 @@ pub enum ReceiptPreference {
     Prefer,
     /// Route only to delegates that publish a receipt key and whose receipts have always verified.
     Require,
-}
-
-/// What the registry found in one result's provenance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ReceiptVerdict {
-    /// The delegate publishes no receipt key: its figures are self-reported.
-    NotPublished,
-    /// Signed by the published key, about this task, and the provenance's figures agree with it.
-    Verified,
-    /// The delegate publishes a key but the result carries no receipt.
-    Missing,
-    /// The receipt does not verify, is about another task, or disagrees with the provenance.
-    Invalid(String),
 }
 
 /// Receipt verdicts of one delegate so far.
@@ -58,26 +44,17 @@ impl ReceiptRecord {
     /// Counts one verdict.
     pub(crate) fn record(&mut self, verdict: &ReceiptVerdict) {
         match verdict {
-            ReceiptVerdict::NotPublished => {}
             ReceiptVerdict::Verified => self.verified += 1,
             ReceiptVerdict::Missing => self.missing += 1,
             ReceiptVerdict::Invalid(_) => self.invalid += 1,
+            // Nothing to count: the figures are self-reported (or a verdict of a later version).
+            _ => {}
         }
     }
 
     /// Whether the delegate publishes a key and no receipt of it ever failed.
     pub fn trustworthy(&self) -> bool {
         self.published && self.missing == 0 && self.invalid == 0
-    }
-}
-
-/// Checks the receipt of a result that the delegate of `card` produced for `task_id` in `session_id`.
-pub fn check_receipt(card: &IdentityCard, provenance: &Provenance, session_id: &str, task_id: &str) -> ReceiptVerdict {
-    let Some(key) = receipt_key(card) else { return ReceiptVerdict::NotPublished };
-    let Some(receipt) = provenance.usage_receipt.as_deref() else { return ReceiptVerdict::Missing };
-    match receipt.verify_for(&key, session_id, task_id).and_then(|()| receipt.matches(provenance)) {
-        Ok(()) => ReceiptVerdict::Verified,
-        Err(e) => ReceiptVerdict::Invalid(e.to_string()),
     }
 }
 

@@ -33,8 +33,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::Error;
 use crate::signing::{self, SignatureAlgorithm, SigningKey, VerifyingKey};
+use crate::{Error, IdentityCard, Provenance};
 
 /// The identity-card member (in the card's extra members) holding the delegate's receipt key: the lowercase hex of
 /// its 32-byte Ed25519 public key.
@@ -145,7 +145,7 @@ impl UsageReceipt {
     /// Checks that the self-reported figures of a provenance record agree with this receipt: `tokens_used` with
     /// `tokens_total` and `cost_usd` with `cost_usd`, and the producer with the signer. Call it after
     /// [`verify_for`](Self::verify_for).
-    pub fn matches(&self, provenance: &crate::Provenance) -> Result<(), Error> {
+    pub fn matches(&self, provenance: &Provenance) -> Result<(), Error> {
         if provenance.produced_by != self.delegate_id {
             return Err(Error::ReceiptMismatch { member: "delegate_id" });
         }
@@ -160,14 +160,14 @@ impl UsageReceipt {
 }
 
 /// The receipt key a delegate publishes in its identity card ([`RECEIPT_KEY_MEMBER`]), if any and well formed.
-pub fn receipt_key(card: &crate::IdentityCard) -> Option<VerifyingKey> {
+pub fn receipt_key(card: &IdentityCard) -> Option<VerifyingKey> {
     let hex = card.extra.get(RECEIPT_KEY_MEMBER)?.as_str()?;
     VerifyingKey::ed25519_from_hex(hex).ok()
 }
 
 /// Publishes `key`'s public half in `card` as its receipt key. Returns false for a key that has no public half
 /// (a shared secret), which cannot sign receipts.
-pub fn publish_receipt_key(card: &mut crate::IdentityCard, key: &SigningKey) -> bool {
+pub fn publish_receipt_key(card: &mut IdentityCard, key: &SigningKey) -> bool {
     match key.verifying_key().public_hex() {
         Some(public) if key.algorithm() == SignatureAlgorithm::Ed25519Jcs => {
             card.extra.insert(RECEIPT_KEY_MEMBER.to_owned(), Value::String(public));
@@ -177,10 +177,34 @@ pub fn publish_receipt_key(card: &mut crate::IdentityCard, key: &SigningKey) -> 
     }
 }
 
+/// What a client finds in one result's provenance ([`check_receipt`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReceiptVerdict {
+    /// The delegate publishes no receipt key: its figures are self-reported.
+    NotPublished,
+    /// Signed by the published key, about this task, and the provenance's figures agree with it.
+    Verified,
+    /// The delegate publishes a key but the result carries no receipt.
+    Missing,
+    /// The receipt does not verify, is about another task, or disagrees with the provenance.
+    Invalid(String),
+}
+
+/// Checks the receipt of a result that the delegate of `card` produced for `task_id` in `session_id`.
+pub fn check_receipt(card: &IdentityCard, provenance: &Provenance, session_id: &str, task_id: &str) -> ReceiptVerdict {
+    let Some(key) = receipt_key(card) else { return ReceiptVerdict::NotPublished };
+    let Some(receipt) = provenance.usage_receipt.as_deref() else { return ReceiptVerdict::Missing };
+    match receipt.verify_for(&key, session_id, task_id).and_then(|()| receipt.matches(provenance)) {
+        Ok(()) => ReceiptVerdict::Verified,
+        Err(e) => ReceiptVerdict::Invalid(e.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{PayloadMode, Provenance};
+    use crate::PayloadMode;
 
     fn key() -> SigningKey {
         SigningKey::ed25519_from_seed(&[3; 32])
