@@ -255,10 +255,32 @@ struct RunningTask {
     contract_id: Option<Box<str>>,
     /// When the machine admitted it: the start of the wall time its usage receipt reports.
     admitted: Instant,
+    /// When a `fail_closed` contract's deadline passes: the machine ends the task then (see `task_deadlines`).
+    deadline: Option<Instant>,
     /// The contract's `check:` predicates and failure policy, when it has any: the responder checks its own output
     /// against them before answering (boxed: most tasks have none, and a running task should stay small).
     checks: Option<Box<(ldp_types::criteria::CheckableCriteria, ldp_types::FailurePolicy)>>,
 }
+
+/// When a `fail_closed` contract's deadline falls on the machine's monotonic clock (`now` read at `wall_now`); a
+/// deadline already past falls on `now`. `None` without a deadline or under `fail_open` (whose violation is recorded
+/// in the provenance instead).
+fn fail_closed_deadline(
+    contract: Option<&ldp_types::DelegationContract>,
+    now: Instant,
+    wall_now: time::OffsetDateTime,
+) -> Option<Instant> {
+    let limits = contract?.limits().ok()?;
+    if limits.failure_policy != ldp_types::FailurePolicy::FailClosed {
+        return None;
+    }
+    let left = std::time::Duration::try_from(limits.deadline? - wall_now).unwrap_or_default();
+    // A deadline beyond the monotonic clock's range never comes.
+    now.checked_add(left)
+}
+
+/// A running task's contract deadline: (when, session id, task id).
+type TaskDeadline = (Instant, Box<str>, Box<str>);
 
 /// Per-session state. Kept small: an idle session is a few hundred bytes.
 #[derive(Debug)]
@@ -320,6 +342,9 @@ pub struct Responder {
     ids: Box<dyn IdSource>,
     sessions: HashMap<Box<str>, ResponderSession>,
     expiry: BinaryHeap<Reverse<(Instant, Box<str>)>>,
+    /// Deadlines of running tasks under `fail_closed` contracts, (when, session id, task id); an entry whose task
+    /// has ended meanwhile is skipped when it comes due.
+    task_deadlines: BinaryHeap<Reverse<TaskDeadline>>,
     ended: HashMap<Box<str>, Ended>,
     ended_order: VecDeque<Box<str>>,
     replay: ReplayGuard,
@@ -360,6 +385,7 @@ impl Responder {
             ids,
             sessions: HashMap::new(),
             expiry: BinaryHeap::new(),
+            task_deadlines: BinaryHeap::new(),
             ended: HashMap::new(),
             ended_order: VecDeque::new(),
             replay: ReplayGuard::default(),
@@ -423,7 +449,12 @@ impl Responder {
 
     /// When [`Responder::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.expiry.peek().map(|Reverse((t, _))| *t)
+        let session = self.expiry.peek().map(|Reverse((t, _))| *t);
+        let task = self.task_deadlines.peek().map(|Reverse((t, _, _))| *t);
+        match (session, task) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next task the machine ended while it was running: its delegate's work must be stopped and `reply` sent
@@ -452,11 +483,42 @@ impl Responder {
             }
             aborted.extend(self.end_session(&id, Ended::Expired));
         }
+        while let Some(Reverse((deadline, _, _))) = self.task_deadlines.peek() {
+            if *deadline > now {
+                break;
+            }
+            let Some(Reverse((deadline, session_id, task_id))) = self.task_deadlines.pop() else { break };
+            aborted.extend(self.end_past_deadline(deadline, &session_id, &task_id));
+        }
         // Without replay protection the table stays empty: no need to read the clock.
         if !self.replay.is_empty() {
             self.replay.prune(self.wall.now_utc());
         }
         aborted
+    }
+
+    /// Ends a task whose `fail_closed` contract's deadline passed while it ran (paper 7: the responder enforces the
+    /// time budget, not only reports it): its work is aborted and its submitter told `CONTRACT_VIOLATED`.
+    fn end_past_deadline(&mut self, deadline: Instant, session_id: &str, task_id: &str) -> Option<TaskKey> {
+        let session = self.sessions.get_mut(session_id)?;
+        if session.running.get(task_id)?.deadline != Some(deadline) {
+            return None;
+        }
+        let task = session.running.remove(task_id)?;
+        let peer = session.peer.to_string();
+        let history_len = self.cfg.limits.history_len;
+        session.record_history(task_id, task.skill, TaskStatus::Failed, history_len);
+        self.running_total = self.running_total.saturating_sub(1);
+        let contract = task.contract_id.as_deref().unwrap_or_default();
+        let error = LdpError::policy(
+            codes::CONTRACT_VIOLATED,
+            format!("contract {contract}: DEADLINE_EXCEEDED, the deadline passed while the task ran (fail_closed)"),
+        )
+        .with_retryable(false);
+        let key = TaskKey { session_id: session_id.to_owned(), task_id: task_id.to_owned() };
+        let reply = self.envelope(session_id, &peer, TaskFailed::new(task_id.to_owned(), error), task.mode);
+        self.aborted.push_back(Aborted { key: key.clone(), reply });
+        Some(key)
     }
 
     fn end_session(&mut self, id: &str, how: Ended) -> Vec<TaskKey> {
@@ -958,6 +1020,10 @@ impl Responder {
         if let Some(lower) = transparent_mode {
             self.fall_back_to(&env.session_id, env.payload_mode, lower);
         }
+        let deadline = match &env.body {
+            Body::TaskSubmit(submit) => fail_closed_deadline(submit.contract.as_deref(), now, self.wall.now_utc()),
+            _ => None,
+        };
         let Some(session) = self.sessions.get_mut(env.session_id.as_str()) else {
             return Err(self.refuse(&env, internal()));
         };
@@ -975,6 +1041,7 @@ impl Responder {
                 mode: payload_mode,
                 contract_id: contract.as_ref().map(|c| c.contract_id.as_str().into()),
                 admitted: now,
+                deadline,
                 // Parsed before admission (`limits()` refuses a contract whose predicates do not parse), so this
                 // cannot fail here; a contract with only free-form entries keeps nothing.
                 checks: contract.as_ref().and_then(|c| {
@@ -986,6 +1053,9 @@ impl Responder {
             },
         );
         self.running_total += 1;
+        if let Some(deadline) = deadline {
+            self.task_deadlines.push(Reverse((deadline, session_id.as_str().into(), task_id.as_str().into())));
+        }
         Ok(Outcome::Execute(TaskRequest {
             key: TaskKey { session_id, task_id },
             skill,

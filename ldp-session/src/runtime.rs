@@ -108,6 +108,9 @@ struct RuntimeInner {
     events: broadcast::Sender<ResponderEvent>,
     /// The one source of monotonic time for the machine ([`DelegateRuntime::with_time`]).
     now: TimeSource,
+    /// Wakes the reaper when an admitted task may have brought the machine's next timeout forward (a contract
+    /// deadline sooner than any session's expiry).
+    timers: tokio::sync::Notify,
 }
 
 /// Where a runtime or driver reads monotonic time: the one hook, so that tests can simulate time.
@@ -186,6 +189,7 @@ impl DelegateRuntime {
                 running: Mutex::new(HashMap::new()),
                 events,
                 now,
+                timers: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -246,7 +250,10 @@ impl DelegateRuntime {
                 let now = rt.now();
                 let wait = next.map_or(std::time::Duration::from_secs(1), |t| t.saturating_duration_since(now));
                 // A relative sleep: the time source need not be tokio's.
-                tokio::time::sleep(wait).await;
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = rt.inner.timers.notified() => continue,
+                }
                 // The reaped sessions' tasks are queued for `poll_aborted` too, which `with_responder` drains.
                 let now = rt.now();
                 rt.with_responder(|r| r.handle_timeout(now));
@@ -297,6 +304,10 @@ impl DelegateRuntime {
                 Ok(Outcome::Execute(task)) => {
                     let (tx, rx) = oneshot::channel();
                     lock(&self.inner.running).insert(task.key.clone(), Running { stop: tx, spawned: None });
+                    if task.contract.as_ref().is_some_and(|c| c.deadline.is_some()) {
+                        // The machine may now time out sooner than the reaper is sleeping for.
+                        self.inner.timers.notify_one();
+                    }
                     Some(rx)
                 }
                 _ => None,

@@ -62,13 +62,6 @@ fn contract_outcomes_per_failure_policy() {
             vec![],
         ),
         (
-            "after the deadline",
-            contract(FailurePolicy::FailClosed).with_deadline(&deadline),
-            with_tokens(1),
-            61,
-            vec!["DEADLINE_EXCEEDED"],
-        ),
-        (
             "fail_open: late and over budget",
             contract(FailurePolicy::FailOpen).with_deadline(&deadline).with_budget(budget),
             with_tokens(9000),
@@ -107,6 +100,40 @@ fn contract_outcomes_per_failure_policy() {
             other => panic!("{what}: {other:?}"),
         }
     }
+}
+
+/// Past a `fail_closed` contract's deadline the responder does not wait for the delegate (issue 22): its next
+/// timeout is the deadline, and `handle_timeout` then ends the task, hands its key back for the work to be stopped
+/// and answers the submitter `CONTRACT_VIOLATED` (`DEADLINE_EXCEEDED`). A result that comes later is refused.
+#[test]
+fn a_fail_closed_deadline_is_enforced_by_the_responder_while_the_task_runs() {
+    let deadline = ldp_types::time::format_timestamp(START + Duration::from_secs(60));
+    let mut sim = Sim::new();
+    let sid = sim.session();
+    let contract = contract(FailurePolicy::FailClosed).with_deadline(&deadline);
+    let env = sim.initiator.submit(&sid, "summarize", frame("summarise"), Some(contract), None).unwrap();
+    let task = sim.step(env).task();
+    assert_eq!(sim.responder.poll_timeout(), Some(sim.now() + Duration::from_secs(60)), "the deadline is armed");
+    sim.advance(Duration::from_secs(59));
+    assert!(sim.responder.handle_timeout(sim.now()).is_empty(), "not before the deadline");
+    sim.advance(Duration::from_secs(2));
+    assert_eq!(sim.responder.handle_timeout(sim.now()), vec![task.key.clone()]);
+    let aborted = sim.responder.poll_aborted().expect("the submitter's answer");
+    assert_eq!(aborted.key, task.key);
+    sim.send_initiator(&aborted.reply).unwrap();
+    match sim.initiator_events().as_slice() {
+        [InitiatorEvent::TaskFailed { key, error }] => {
+            assert_eq!(*key, task.key);
+            assert_eq!((error.category, error.code.as_str()), (ErrorCategory::Policy, codes::CONTRACT_VIOLATED));
+            assert!(error.message.contains("DEADLINE_EXCEEDED") && !error.retryable, "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(sim.responder.running_tasks(), 0);
+    let late = sim.responder.complete_task(sim.now(), &task.key, with_tokens(1));
+    assert!(matches!(late, Err(SessionError::Misuse(Misuse::TaskEnded(_)))), "{late:?}");
+    // The ended task's deadline is no timeout any more.
+    assert!(sim.responder.poll_timeout().is_none_or(|t| t > sim.now()), "a past deadline is still armed");
 }
 
 #[test]

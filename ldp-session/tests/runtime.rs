@@ -471,3 +471,45 @@ async fn the_reaper_expires_sessions_on_simulated_time() {
     assert_eq!(rt.with_responder(|r| r.session_count()), 0);
     reaper.abort();
 }
+
+/// A `fail_closed` contract's deadline is enforced while the task runs (issue 22): when it passes, the machine ends
+/// the task, its submitter gets `CONTRACT_VIOLATED` at once (not the result, late), and the delegate's work stops.
+/// Under `fail_open` the task runs on. On simulated time: the reaper wakes for the deadline although the session's
+/// expiry is far later.
+#[tokio::test(start_paused = true)]
+async fn a_fail_closed_deadline_stops_the_work_when_it_passes() {
+    use std::sync::atomic::Ordering;
+    for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
+        let steps = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rt = runtime(Arc::new(Spinner { steps: steps.clone(), stopped: stopped.clone() }));
+        let reaper = rt.spawn_reaper();
+        let c = Arc::new(client(&rt).await);
+        let s = c.propose(SessionConfig { ttl_secs: Some(3600), ..Default::default() }).await.unwrap();
+        let deadline = ldp_types::time::format_timestamp(::time::OffsetDateTime::now_utc() + Duration::from_secs(5));
+        let contract = DelegationContract::new("c-deadline", "spin for a while")
+            .with_deadline(deadline)
+            .with_failure_policy(policy);
+        let (c2, sid) = (c.clone(), s.session_id.clone());
+        let submitter = tokio::spawn(async move { c2.submit(&sid, "echo", json!("spin"), Some(contract)).await });
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(!stopped.load(Ordering::SeqCst) && !submitter.is_finished(), "{policy:?}: stopped before the deadline");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        match policy {
+            FailurePolicy::FailClosed => {
+                assert!(submitter.is_finished(), "the submitter still waits after the deadline");
+                let SessionError::Peer(e) = submitter.await.unwrap().unwrap_err() else { panic!() };
+                assert_eq!(e.code, codes::CONTRACT_VIOLATED, "{e}");
+                assert!(e.message.contains("DEADLINE_EXCEEDED") && !e.retryable, "{e}");
+                assert!(stopped.load(Ordering::SeqCst), "the work was not stopped at the deadline");
+                assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+            }
+            _ => {
+                assert!(!stopped.load(Ordering::SeqCst), "fail_open: the work goes on past the deadline");
+                assert_eq!(rt.with_responder(|r| r.running_tasks()), 1);
+                submitter.abort();
+            }
+        }
+        reaper.abort();
+    }
+}
