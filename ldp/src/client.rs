@@ -1,0 +1,173 @@
+//! Calling: one connection to a delegate, one session opened on first use and reused.
+
+use std::sync::Arc;
+
+use ldp_session::runtime::{Client, Progress, TaskOutcome};
+use ldp_session::{InitiatorConfig, SeededIds, SessionError, SystemClock};
+use ldp_transport_http::HttpTransport;
+use ldp_types::{IdentityCard, Provenance, RawJson, SessionConfig, codes};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinHandle;
+
+use crate::Error;
+
+/// The delegate id a [`connect`]ed client sends as.
+pub const CLIENT_ID: &str = "ldp:delegate:client";
+
+/// Discovers the delegate at `url` (its identity card) and greets it (HELLO); the session is opened by the first
+/// call. Over HTTP, with SSE for [`Connection::stream`].
+pub async fn connect(url: impl Into<String>) -> Result<Connection, Error> {
+    let transport = HttpTransport::new(url)?;
+    let client = Client::connect(
+        transport,
+        InitiatorConfig::new(CLIENT_ID),
+        Arc::new(SystemClock),
+        Box::new(SeededIds::from_entropy()),
+    )
+    .await?;
+    Ok(Connection { client: Arc::new(client), session: Mutex::new(None) })
+}
+
+/// A connection to one delegate ([`connect`]).
+#[derive(Debug)]
+pub struct Connection {
+    client: Arc<Client<HttpTransport>>,
+    /// The session, once opened.
+    session: Mutex<Option<String>>,
+}
+
+/// A task's output, read into `O`, with its provenance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer<O> {
+    /// The output.
+    pub output: O,
+    /// Who produced it, with what, at what cost (RFC 6).
+    pub provenance: Provenance,
+}
+
+/// What a streamed task reports, in order: partial output and progress while it runs, then its answer.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The next chunk of the output.
+    Partial(RawJson),
+    /// Progress.
+    Progress {
+        /// Fraction done, 0.0-1.0.
+        progress: Option<f64>,
+        /// A status message.
+        message: Option<String>,
+    },
+    /// The task's whole output and provenance; the last event (boxed: it is by far the largest, and comes once).
+    Done(Box<Answer<RawJson>>),
+}
+
+impl Connection {
+    /// The delegate's identity card.
+    pub fn card(&self) -> &IdentityCard {
+        self.client.card()
+    }
+
+    /// The session-layer client underneath, for what this API does not cover (contracts, cancel, other sessions).
+    pub fn client(&self) -> &Client<HttpTransport> {
+        &self.client
+    }
+
+    /// The session id, opening the session on first use.
+    pub async fn session(&self) -> Result<String, Error> {
+        let mut session = self.session.lock().await;
+        if let Some(id) = session.as_ref() {
+            return Ok(id.clone());
+        }
+        let info = self.client.propose(SessionConfig::default()).await?;
+        *session = Some(info.session_id.clone());
+        Ok(info.session_id)
+    }
+
+    /// Runs `skill` on `input` and reads the output into `O` (`serde_json::Value` takes any).
+    pub async fn call<O: DeserializeOwned>(&self, skill: &str, input: impl Serialize) -> Result<Answer<O>, Error> {
+        let input = encode(&input)?;
+        let outcome = self.submit(skill, input).await?;
+        typed(outcome)
+    }
+
+    /// Runs `skill` on `input`, yielding its partial output and progress as they come, then its answer.
+    pub async fn stream(&self, skill: &str, input: impl Serialize) -> Result<Stream, Error> {
+        let input = encode(&input)?;
+        let session = self.session().await?;
+        let (tx, rx) = mpsc::channel(64);
+        let client = self.client.clone();
+        let skill = skill.to_owned();
+        let done = tokio::spawn(async move { client.submit_with(&session, &skill, input, None, None, Some(tx)).await });
+        Ok(Stream { updates: rx, done: Some(done) })
+    }
+
+    /// Closes the session, if one is open (the next call opens another).
+    pub async fn close(&self) -> Result<(), Error> {
+        let session = self.session.lock().await.take();
+        if let Some(id) = session {
+            self.client.close(&id).await?;
+        }
+        Ok(())
+    }
+
+    /// Submits in the session; a session the delegate no longer has (expired, closed, forgotten) is replaced once.
+    async fn submit(&self, skill: &str, input: RawJson) -> Result<TaskOutcome, Error> {
+        let session = self.session().await?;
+        let first = self.client.submit(&session, skill, input.clone(), None).await;
+        match first {
+            Err(SessionError::Peer(e))
+                if [codes::SESSION_EXPIRED, codes::SESSION_CLOSED, codes::SESSION_NOT_FOUND]
+                    .contains(&e.code.as_str()) =>
+            {
+                {
+                    let mut current = self.session.lock().await;
+                    if current.as_deref() == Some(session.as_str()) {
+                        *current = None;
+                    }
+                }
+                let session = self.session().await?;
+                Ok(self.client.submit(&session, skill, input, None).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+}
+
+fn encode(input: &impl Serialize) -> Result<RawJson, Error> {
+    let json = serde_json::to_string(input).map_err(Error::Input)?;
+    RawJson::from_json(json).map_err(|e| Error::Input(serde_json::Error::io(std::io::Error::other(e))))
+}
+
+fn typed<O: DeserializeOwned>(outcome: TaskOutcome) -> Result<Answer<O>, Error> {
+    let output = serde_json::from_str(outcome.output.json()).map_err(Error::Output)?;
+    Ok(Answer { output, provenance: outcome.provenance })
+}
+
+/// A streamed task ([`Connection::stream`]).
+#[derive(Debug)]
+pub struct Stream {
+    updates: mpsc::Receiver<Progress>,
+    done: Option<JoinHandle<Result<TaskOutcome, SessionError>>>,
+}
+
+impl Stream {
+    /// The next event; `None` after [`Event::Done`] or an error.
+    pub async fn next(&mut self) -> Option<Result<Event, Error>> {
+        if let Some(p) = self.updates.recv().await {
+            return Some(Ok(match p.partial {
+                Some(chunk) => Event::Partial(chunk),
+                None => Event::Progress { progress: p.progress, message: p.message },
+            }));
+        }
+        // Every update is in: the task has answered.
+        let done = self.done.take()?;
+        Some(match done.await {
+            Ok(Ok(outcome)) => Ok(Event::Done(Box::new(Answer { output: outcome.output, provenance: outcome.provenance }))),
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(Error::Io(std::io::Error::other(e))),
+        })
+    }
+}

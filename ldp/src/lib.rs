@@ -1,0 +1,87 @@
+//! The LDP front door: serve a delegate from typed skill closures, and call one in a line.
+//!
+//! ```text
+//!   Delegate::builder(id).skill(name, |input: I, cx| async { Ok(output) })   connect(url).call(skill, input)
+//!        │ card (skills + JSON Schemas), input read into I, output from O          │ discovery, lazy session,
+//!        ▼                                                                         ▼ typed output + provenance
+//!   ldp-session DelegateRuntime ◄── ldp-transport-http (HTTP + SSE) + ldp-transport-ws (/ldp/ws) ──► Client
+//! ```
+//!
+//! Each skill is declared once: its name, input schema and output schema go on the identity card, and tasks for it
+//! run its closure with the input read into the closure's `Deserialize` type (an [`INVALID_INPUT`] `capability` error
+//! when it does not fit) and a [`TaskContext`]: the session's earlier turns ([`TaskContext::history`], RFC 5.3),
+//! partial output ([`TaskContext::partial`], streamed as TASK_UPDATEs), and the cancellation signal
+//! ([`TaskContext::cancelled`]). The output is any `Serialize` value, or an [`Output`] with usage figures.
+//! Every protocol rule stays in the layers underneath, re-exported here for what the front door does not cover:
+//! [`types`] (wire types), [`session`] (the sans-IO machines and runtime), [`http`] and [`ws`] (the bindings).
+//!
+//! A delegate and a client, on loopback:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ldp::Error> {
+//! let server = ldp::Delegate::builder("ldp:delegate:upper")
+//!     .skill("upper", |input: String, cx: ldp::TaskContext| async move {
+//!         let turns = cx.history().len(); // earlier tasks of this session
+//!         Ok(format!("{} (turn {})", input.to_uppercase(), turns + 1))
+//!     })
+//!     .spawn("127.0.0.1:0")
+//!     .await?;
+//!
+//! let upper = ldp::connect(server.url()).await?;
+//! let answer: ldp::Answer<String> = upper.call("upper", "hi").await?;
+//! assert_eq!(answer.output, "HI (turn 1)");
+//! assert_eq!(answer.provenance.produced_by, "ldp:delegate:upper");
+//! let again: ldp::Answer<String> = upper.call("upper", "again").await?; // same session, no context re-sent
+//! assert_eq!(again.output, "AGAIN (turn 2)");
+//! server.shutdown().await?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod client;
+mod server;
+
+pub use client::{Answer, CLIENT_ID, Connection, Event, Stream, connect};
+pub use ldp_session::runtime::TaskContext;
+pub use ldp_session::{History, Limits, TaskOutput, Turn};
+pub use ldp_types::{LdpError, Provenance, RawJson};
+pub use server::{Delegate, DelegateBuilder, INVALID_INPUT, IntoOutput, Output, Server};
+
+/// The session layer: sans-IO machines and the async runtime (`ldp-session`).
+pub use ldp_session as session;
+/// The HTTP/SSE binding (`ldp-transport-http`).
+pub use ldp_transport_http as http;
+/// The WebSocket binding (`ldp-transport-ws`).
+pub use ldp_transport_ws as ws;
+/// The wire types (`ldp-types`).
+pub use ldp_types as types;
+
+/// What can go wrong in the front door; a delegate's own refusals arrive as [`Error::Session`] with its
+/// [`LdpError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The delegate id is not `ldp:delegate:<name>`.
+    #[error("invalid delegate id {0:?}: expected ldp:delegate:<name>")]
+    InvalidDelegateId(String),
+    /// A skill was declared twice.
+    #[error("skill {0:?} is declared twice")]
+    DuplicateSkill(String),
+    /// Binding or serving failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// The HTTP client could not be built (a bad URL).
+    #[error("http: {0}")]
+    Http(#[from] ldp_transport_http::Error),
+    /// The session layer or the delegate refused or failed (the delegate's typed error is inside).
+    #[error(transparent)]
+    Session(#[from] ldp_session::SessionError),
+    /// The input could not be encoded as JSON.
+    #[error("input not encodable: {0}")]
+    Input(serde_json::Error),
+    /// The output did not fit the type asked for.
+    #[error("output does not fit the expected type: {0}")]
+    Output(serde_json::Error),
+}

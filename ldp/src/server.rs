@@ -1,0 +1,350 @@
+//! Serving: a delegate built from typed skill closures.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ldp_session::runtime::{Delegate as RunDelegate, DelegateRuntime, TaskContext};
+use ldp_session::{Limits, Responder, ResponderConfig, SeededIds, SystemClock, TaskOutput, TaskRequest};
+use ldp_transport_http::{HttpServerConfig, HttpState};
+use ldp_transport_ws::{WsServer, WsServerConfig};
+use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, PayloadMode, RawJson, Score, TrustDomain};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::Error;
+
+/// The error code of an input that does not fit the skill's input type (category `capability`, not retryable).
+pub const INVALID_INPUT: &str = "INVALID_INPUT";
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<TaskOutput, LdpError>> + Send>>;
+type Handler = Arc<dyn Fn(TaskRequest, TaskContext) -> BoxFuture + Send + Sync>;
+
+/// What a skill handler returns: any `Serialize` value (its JSON Schema becomes the capability's output schema), or
+/// an [`Output`] with usage figures.
+pub trait IntoOutput: Send + 'static {
+    /// The task's output.
+    fn into_output(self) -> Result<TaskOutput, LdpError>;
+    /// The JSON Schema of the output, when the type gives one.
+    fn schema() -> Option<Value>;
+}
+
+impl<T: Serialize + JsonSchema + Send + 'static> IntoOutput for T {
+    fn into_output(self) -> Result<TaskOutput, LdpError> {
+        let json = serde_json::to_string(&self)
+            .map_err(|e| LdpError::runtime(ldp_types::codes::EXECUTION_FAILED, format!("output not encodable: {e}")))?;
+        let raw = RawJson::from_json(json)
+            .map_err(|e| LdpError::runtime(ldp_types::codes::EXECUTION_FAILED, format!("output not encodable: {e}")))?;
+        Ok(TaskOutput::new(raw))
+    }
+
+    fn schema() -> Option<Value> {
+        Some(schemars::schema_for!(T).to_value())
+    }
+}
+
+/// A full output: the value and what the delegate reports about it (usage, confidence), which goes into the result's
+/// provenance.
+#[derive(Debug, Clone, Default)]
+pub struct Output(TaskOutput);
+
+impl Output {
+    /// An output with no usage figures; `value` may be a `serde_json::Value`, a [`RawJson`] or a `&str`.
+    pub fn new(value: impl Into<RawJson>) -> Self {
+        Self(TaskOutput::new(value))
+    }
+
+    /// Tokens the work used.
+    #[must_use]
+    pub fn tokens(mut self, tokens: u64) -> Self {
+        self.0.tokens_used = Some(tokens);
+        self
+    }
+
+    /// What the work cost, in USD.
+    #[must_use]
+    pub fn cost_usd(mut self, usd: f64) -> Self {
+        self.0.cost_usd = Some(usd);
+        self
+    }
+
+    /// Self-reported confidence in 0.0-1.0 (out of range: left unset).
+    #[must_use]
+    pub fn confidence(mut self, confidence: f64) -> Self {
+        self.0.confidence = Score::new(confidence).ok();
+        self
+    }
+}
+
+impl From<TaskOutput> for Output {
+    fn from(out: TaskOutput) -> Self {
+        Self(out)
+    }
+}
+
+impl IntoOutput for Output {
+    fn into_output(self) -> Result<TaskOutput, LdpError> {
+        Ok(self.0)
+    }
+
+    fn schema() -> Option<Value> {
+        None
+    }
+}
+
+/// Reads a task's input into the handler's type. Text mode carries a string: it is tried as the type itself, then
+/// (when it is JSON) as JSON. A semantic frame is tried as the type, then its `instruction` as the type.
+fn extract<I: DeserializeOwned>(task: &TaskRequest) -> Result<I, LdpError> {
+    let value: Value = task.input.parse().map_err(|e| invalid(task, &e))?;
+    let first = match serde_json::from_value::<I>(value.clone()) {
+        Ok(input) => return Ok(input),
+        Err(e) => e,
+    };
+    let second = match (&value, task.payload_mode) {
+        (Value::String(text), PayloadMode::Text) => serde_json::from_str::<I>(text).ok(),
+        (Value::Object(frame), PayloadMode::SemanticFrame) => {
+            frame.get("instruction").and_then(|i| serde_json::from_value::<I>(i.clone()).ok())
+        }
+        _ => None,
+    };
+    second.ok_or_else(|| invalid(task, &first))
+}
+
+fn invalid(task: &TaskRequest, e: &dyn std::fmt::Display) -> LdpError {
+    LdpError::capability(
+        INVALID_INPUT,
+        format!("the input does not fit skill {:?} ({} mode): {e}", task.skill, task.payload_mode),
+    )
+    .with_retryable(false)
+}
+
+/// The skills, dispatched by name.
+struct Skills(HashMap<String, Handler>);
+
+#[async_trait]
+impl RunDelegate for Skills {
+    async fn execute(&self, task: TaskRequest, ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        // The machine admits only skills on the card, which lists exactly these.
+        let handler = self.0.get(&task.skill).cloned().ok_or_else(|| {
+            LdpError::capability(ldp_types::codes::SKILL_NOT_FOUND, format!("no skill {:?}", task.skill))
+        })?;
+        handler(task, ctx).await
+    }
+}
+
+/// A delegate being declared: its identity and its skills. Start with [`Delegate::builder`].
+pub struct DelegateBuilder {
+    id: String,
+    name: Option<String>,
+    model: (String, String),
+    trust_domain: Option<String>,
+    limits: Limits,
+    cancel_grace: Option<Duration>,
+    skills: Vec<(Capability, Handler)>,
+    duplicate: Option<String>,
+}
+
+impl std::fmt::Debug for DelegateBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let skills: Vec<&str> = self.skills.iter().map(|(c, _)| c.name.as_str()).collect();
+        f.debug_struct("DelegateBuilder").field("id", &self.id).field("skills", &skills).finish_non_exhaustive()
+    }
+}
+
+/// The entry point for serving: `Delegate::builder("ldp:delegate:upper")`.
+#[derive(Debug, Clone, Copy)]
+pub struct Delegate;
+
+impl Delegate {
+    /// Starts declaring the delegate `id` (`ldp:delegate:<name>`). Defaults: the name part as display name, model
+    /// `none`/`1`, trust domain `default` with permissive trust (the reference SDKs' development behaviour),
+    /// the session layer's default limits.
+    pub fn builder(id: impl Into<String>) -> DelegateBuilder {
+        DelegateBuilder {
+            id: id.into(),
+            name: None,
+            model: ("none".to_owned(), "1".to_owned()),
+            trust_domain: None,
+            limits: Limits::default(),
+            cancel_grace: None,
+            skills: Vec::new(),
+            duplicate: None,
+        }
+    }
+}
+
+impl DelegateBuilder {
+    /// Declares a skill: its name goes on the card (with the JSON Schemas of `I` and of the output), and tasks for it
+    /// run `handler` with the input read into `I` ([`INVALID_INPUT`] when it does not fit) and the task's context
+    /// (history, partial output, cancellation).
+    #[must_use]
+    pub fn skill<I, O, F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        I: DeserializeOwned + JsonSchema + Send + 'static,
+        O: IntoOutput,
+        F: Fn(I, TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, LdpError>> + Send + 'static,
+    {
+        let name = name.into();
+        if self.skills.iter().any(|(c, _)| c.name == name) {
+            self.duplicate.get_or_insert(name.clone());
+        }
+        let mut capability = Capability::new(name);
+        capability.input_schema = Some(schemars::schema_for!(I).to_value());
+        capability.output_schema = O::schema();
+        let handler = Arc::new(handler);
+        let run: Handler = Arc::new(move |task: TaskRequest, ctx: TaskContext| {
+            let handler = handler.clone();
+            Box::pin(async move {
+                let input = extract::<I>(&task)?;
+                handler(input, ctx).await?.into_output()
+            }) as BoxFuture
+        });
+        self.skills.push((capability, run));
+        self
+    }
+
+    /// The display name on the card.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The model family and version on the card (and in every result's provenance).
+    #[must_use]
+    pub fn model(mut self, family: impl Into<String>, version: impl Into<String>) -> Self {
+        self.model = (family.into(), version.into());
+        self
+    }
+
+    /// The trust domain on the card.
+    #[must_use]
+    pub fn trust_domain(mut self, domain: impl Into<String>) -> Self {
+        self.trust_domain = Some(domain.into());
+        self
+    }
+
+    /// The session layer's limits (sessions, tasks, context kept per session, ...).
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// How long a cancelled task's handler may run on after its cancellation signal.
+    #[must_use]
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.cancel_grace = Some(grace);
+        self
+    }
+
+    /// The identity card and the runtime serving it (for a transport of your own).
+    pub fn runtime(self) -> Result<DelegateRuntime, Error> {
+        if let Some(name) = self.duplicate {
+            return Err(Error::DuplicateSkill(name));
+        }
+        let id = DelegateId::new(self.id.as_str()).map_err(|_| Error::InvalidDelegateId(self.id.clone()))?;
+        let display = self.name.unwrap_or_else(|| self.id.trim_start_matches(DelegateId::PREFIX).to_owned());
+        let mut card = IdentityCard::new(id, display, self.model.0, self.model.1);
+        if let Some(domain) = self.trust_domain {
+            card.trust_domain = TrustDomain::new(domain);
+        }
+        let mut skills = HashMap::new();
+        for (capability, handler) in self.skills {
+            skills.insert(capability.name.clone(), handler);
+            card.capabilities.push(capability);
+        }
+        let mut cfg = ResponderConfig::new(card);
+        cfg.limits = self.limits;
+        let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
+        let runtime = DelegateRuntime::new(responder, Arc::new(Skills(skills)));
+        if let Some(grace) = self.cancel_grace {
+            runtime.set_cancel_grace(grace);
+        }
+        Ok(runtime)
+    }
+
+    /// An axum app answering LDP over HTTP (RFC 8: identity, messages, SSE stream) and WebSocket (`/ldp/ws`), to
+    /// mount in an existing app. Call it within a tokio runtime: it starts the task that reaps expired sessions
+    /// there (without one, sessions expire when next touched).
+    pub fn router(self) -> Result<axum::Router, Error> {
+        let runtime = self.runtime()?;
+        let (app, _ws) = app(&runtime);
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Detached: it runs as long as the runtime, which is as long as the app can be served.
+            drop(runtime.spawn_reaper());
+        }
+        Ok(app)
+    }
+
+    /// Binds `addr` (`127.0.0.1:0` for a free port) and serves HTTP and WebSocket there on a background task.
+    pub async fn spawn(self, addr: impl tokio::net::ToSocketAddrs) -> Result<Server, Error> {
+        let runtime = self.runtime()?;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (app, ws) = app(&runtime);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let limits = HttpServerConfig::default().limits;
+        let join =
+            tokio::spawn(ldp_transport_http::serve_router_with_limits(listener, runtime, app, limits, async move {
+                let _ = stopped.await;
+                ws.shutdown();
+            }));
+        Ok(Server { addr, stop: Some(stop), join })
+    }
+
+    /// Serves HTTP and WebSocket on `addr` until Ctrl-C.
+    pub async fn serve(self, addr: impl tokio::net::ToSocketAddrs) -> Result<(), Error> {
+        let server = self.spawn(addr).await?;
+        tokio::signal::ctrl_c().await?;
+        server.shutdown().await
+    }
+}
+
+fn app(runtime: &DelegateRuntime) -> (axum::Router, WsServer) {
+    let ws = WsServer::new(runtime.clone(), WsServerConfig::default());
+    let app =
+        ldp_transport_http::router(HttpState::new(runtime.clone(), HttpServerConfig::default())).merge(ws.router());
+    (app, ws)
+}
+
+/// A running delegate ([`DelegateBuilder::spawn`]).
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    join: JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`, for [`connect`](crate::connect) (WebSocket clients use the same URL).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, drains in-flight requests and waits for the server to end.
+    pub async fn shutdown(mut self) -> Result<(), Error> {
+        if let Some(stop) = self.stop.take() {
+            // The server may have ended already; then nobody listens.
+            let _ = stop.send(());
+        }
+        match (&mut self.join).await {
+            Ok(served) => Ok(served?),
+            Err(e) => Err(Error::Io(std::io::Error::other(e))),
+        }
+    }
+}

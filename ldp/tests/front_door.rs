@@ -1,0 +1,143 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The front door end to end over real sockets: typed skills, the derived card, input extraction, streaming, the
+//! WebSocket binding on the same port.
+
+use std::sync::Arc;
+
+use ldp::{Answer, Delegate, Error, Event, LdpError, Output, TaskContext};
+use ldp_session::runtime::Client;
+use ldp_session::{InitiatorConfig, SeededIds, SystemClock};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Sum {
+    a: i64,
+    b: i64,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+struct Total {
+    total: i64,
+}
+
+async fn server() -> ldp::Server {
+    Delegate::builder("ldp:delegate:calc")
+        .model("arith", "2")
+        .skill("add", |input: Sum, _cx: TaskContext| async move { Ok(Total { total: input.a + input.b }) })
+        .skill("upper", |input: String, _cx: TaskContext| async move { Ok(input.to_uppercase()) })
+        .skill("count", |input: String, cx: TaskContext| async move {
+            for word in input.split(' ') {
+                cx.partial(word);
+            }
+            Ok(Output::new(json!(input.split(' ').count())).tokens(7).confidence(0.5))
+        })
+        .spawn("127.0.0.1:0")
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_card_is_derived_from_the_skills() {
+    let server = server().await;
+    let calc = ldp::connect(server.url()).await.unwrap();
+    let card = calc.card();
+    let names: Vec<&str> = card.capabilities.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["add", "upper", "count"]);
+    let add = &card.capabilities[0];
+    let input = add.input_schema.as_ref().unwrap();
+    assert_eq!(input["properties"]["a"]["type"], "integer", "{input}");
+    assert_eq!(add.output_schema.as_ref().unwrap()["properties"]["total"]["type"], "integer");
+    assert_eq!(card.capabilities[1].input_schema.as_ref().unwrap()["type"], "string");
+    assert_eq!(card.capabilities[2].output_schema, None, "a full Output gives no schema");
+    assert_eq!((card.model_family.as_str(), card.model_version.as_str()), ("arith", "2"));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn calls_are_typed_both_ways_and_reuse_one_session() {
+    let server = server().await;
+    let calc = ldp::connect(server.url()).await.unwrap();
+    let sum: Answer<Total> = calc.call("add", json!({ "a": 2, "b": 40 })).await.unwrap();
+    assert_eq!(sum.output, Total { total: 42 });
+    assert_eq!(sum.provenance.model_version, "2");
+    let session = calc.session().await.unwrap();
+    assert_eq!(sum.provenance.session_id.as_deref(), Some(session.as_str()));
+    let up: Answer<String> = calc.call("upper", "hi").await.unwrap();
+    assert_eq!(up.output, "HI");
+    assert_eq!(up.provenance.session_id.as_deref(), Some(session.as_str()), "the session is reused");
+    // An input that does not fit the skill's type: a typed capability error.
+    let err = calc.call::<Total>("add", json!({ "a": "two" })).await.unwrap_err();
+    let Error::Session(ldp_session::SessionError::Peer(e)) = err else { panic!("{err:?}") };
+    assert_eq!((e.code.as_str(), e.category), (ldp::INVALID_INPUT, ldp_types::ErrorCategory::Capability));
+    // An output that does not fit the type asked for.
+    assert!(matches!(calc.call::<Total>("upper", "x").await, Err(Error::Output(_))));
+    // After a close the next call opens a new session.
+    calc.close().await.unwrap();
+    let up: Answer<String> = calc.call("upper", "again").await.unwrap();
+    assert_ne!(up.provenance.session_id.as_deref(), Some(session.as_str()));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stream_yields_partial_output_then_the_answer() {
+    let server = server().await;
+    let calc = ldp::connect(server.url()).await.unwrap();
+    let mut stream = calc.stream("count", "one two three").await.unwrap();
+    let mut chunks = Vec::new();
+    let done = loop {
+        match stream.next().await.unwrap().unwrap() {
+            Event::Partial(chunk) => chunks.push(chunk.parse::<String>().unwrap()),
+            Event::Done(answer) => break answer,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(chunks, ["one", "two", "three"]);
+    assert_eq!(done.output, json!(3));
+    assert_eq!(done.provenance.tokens_used, Some(7));
+    assert!(stream.next().await.is_none());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn websocket_is_served_on_the_same_port() {
+    let server = server().await;
+    let transport = ldp_transport_ws::WsTransport::connect(server.url(), Default::default()).await.unwrap();
+    let client = Client::connect(
+        transport,
+        InitiatorConfig::new("ldp:delegate:ws"),
+        Arc::new(SystemClock),
+        Box::new(SeededIds::new(1)),
+    )
+    .await
+    .unwrap();
+    let s = client.propose(Default::default()).await.unwrap();
+    let out = client.submit(&s.session_id, "upper", json!("ws"), None).await.unwrap();
+    assert_eq!(out.output, json!("WS"));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn declaring_a_skill_twice_or_a_bad_id_is_refused() {
+    let twice = Delegate::builder("ldp:delegate:x")
+        .skill("a", |i: String, _cx: TaskContext| async move { Ok::<_, LdpError>(i) })
+        .skill("a", |i: String, _cx: TaskContext| async move { Ok::<_, LdpError>(i) });
+    assert!(matches!(twice.runtime(), Err(Error::DuplicateSkill(name)) if name == "a"));
+    assert!(matches!(Delegate::builder("upper").runtime(), Err(Error::InvalidDelegateId(_))));
+}
+
+#[tokio::test]
+async fn the_router_mounts_in_an_app_of_ones_own() {
+    let app = Delegate::builder("ldp:delegate:mounted")
+        .skill("upper", |i: String, _cx: TaskContext| async move { Ok(i.to_uppercase()) })
+        .router()
+        .unwrap()
+        .route("/hello", axum::routing::get(|| async { "mine" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let serving = tokio::spawn(async move { axum::serve(listener, app).await });
+    let up: Answer<String> = ldp::connect(url).await.unwrap().call("upper", "mounted").await.unwrap();
+    assert_eq!(up.output, "MOUNTED");
+    serving.abort();
+}
