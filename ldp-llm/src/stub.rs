@@ -68,12 +68,21 @@ pub struct StubConfig {
     pub token_delay: Duration,
     /// The API key required, if any (a wrong one gets 401, with a message quoting it as OpenAI's does).
     pub api_key: Option<String>,
+    /// Delay before answering (a model's time to first token).
+    pub latency: Duration,
 }
 
 impl StubConfig {
     /// An echoing stub of `flavor`, model `stub-model-1`, no delay, no key.
     pub fn new(flavor: Flavor) -> Self {
-        Self { flavor, model: "stub-model-1".into(), reply: None, token_delay: Duration::ZERO, api_key: None }
+        Self {
+            flavor,
+            model: "stub-model-1".into(),
+            reply: None,
+            token_delay: Duration::ZERO,
+            api_key: None,
+            latency: Duration::ZERO,
+        }
     }
     /// Answers `reply` to everything.
     #[must_use]
@@ -85,6 +94,12 @@ impl StubConfig {
     #[must_use]
     pub fn with_token_delay(mut self, delay: Duration) -> Self {
         self.token_delay = delay;
+        self
+    }
+    /// Waits `latency` before answering.
+    #[must_use]
+    pub fn with_latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
         self
     }
     /// Requires `key`.
@@ -284,6 +299,9 @@ async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
         }
         Behavior::MalformedAnswer => return (StatusCode::OK, axum::Json(json!({"unexpected": true}))).into_response(),
         _ => {}
+    }
+    if !cfg.latency.is_zero() {
+        tokio::time::sleep(cfg.latency).await;
     }
     // The conversation: every message's text, and the last user message.
     let messages = request.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
