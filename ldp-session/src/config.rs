@@ -56,8 +56,17 @@ pub struct Limits {
     pub max_sessions_per_principal: usize,
     /// Most tasks running at once across all sessions (advertised as `max_concurrent_tasks`).
     pub max_concurrent_tasks: usize,
-    /// Finished tasks remembered per session (the bounded conversation history).
+    /// Finished tasks remembered per session by id and status (for status queries and duplicate task ids).
     pub history_len: usize,
+    /// Most earlier tasks a session keeps as its context (RFC 5.3: "no need to re-send prior context"): each one's
+    /// skill, input and output, handed to later tasks as [`TaskRequest::history`](crate::TaskRequest::history), and
+    /// answered to a status query for a finished task (its output and provenance). Oldest dropped first; 0 keeps
+    /// none (default 32).
+    pub context_turns: usize,
+    /// Most bytes of context a session keeps (inputs, outputs, ids and provenance, approximately; default 256 KiB).
+    /// Oldest turns are dropped first; one turn larger than this empties the context, so that what is kept is always
+    /// the session's latest turns without gaps. Across sessions the context holds at most `max_sessions` times this.
+    pub context_bytes: usize,
     /// Upper bound on a proposed TTL.
     pub max_ttl: Duration,
     /// Per-session budget across all its tasks (tokens and USD, from provenance).
@@ -87,6 +96,8 @@ impl Default for Limits {
             max_sessions_per_principal: 100,
             max_concurrent_tasks: 64,
             history_len: 32,
+            context_turns: 32,
+            context_bytes: 256 * 1024,
             max_ttl: Duration::from_secs(24 * 3600),
             session_budget: Budget::default(),
             max_tasks_per_session: None,

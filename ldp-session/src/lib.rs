@@ -70,8 +70,8 @@ pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, Respon
 pub use error::{Misuse, PeerMisbehaved, Refusal, SessionError};
 pub use initiator::{Initiator, InitiatorEvent, fit_payload};
 pub use responder::{
-    Aborted, AuthenticatedPeer, Checked, Delivery, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
-    ResponderEvent, TaskOutput, TaskRequest, TaskStatus,
+    Aborted, AuthenticatedPeer, Checked, Delivery, History, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
+    ResponderEvent, TaskOutput, TaskRequest, TaskStatus, Turn,
 };
 pub use security::{ReplayConfig, ReplayGuard, SecurityConfig, SignaturePolicy};
 

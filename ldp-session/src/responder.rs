@@ -77,6 +77,139 @@ pub struct TaskRequest {
     pub contract: Option<DelegationContract>,
     /// The initiator's id.
     pub peer: String,
+    /// The session's earlier tasks, oldest first (RFC 5.3 session context), as they stood when this task was
+    /// accepted; bounded by [`Limits::context_turns`](crate::Limits::context_turns) and
+    /// [`Limits::context_bytes`](crate::Limits::context_bytes).
+    pub history: History,
+}
+
+/// One earlier task of a session: what was asked and what was answered.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Turn {
+    /// The task.
+    pub task_id: String,
+    /// Its skill.
+    pub skill: String,
+    /// Its input, as received (in the mode it ran in).
+    pub input: RawJson,
+    /// Its output; `None` for a task that failed or was cancelled.
+    pub output: Option<RawJson>,
+}
+
+impl Turn {
+    /// A turn (for tests of delegates; the responder records the real ones).
+    pub fn new(
+        task_id: impl Into<String>,
+        skill: impl Into<String>,
+        input: impl Into<RawJson>,
+        output: Option<RawJson>,
+    ) -> Self {
+        Self { task_id: task_id.into(), skill: skill.into(), input: input.into(), output }
+    }
+
+    /// The bytes this turn is counted for against `context_bytes` (its provenance is counted by the caller).
+    fn size(&self) -> usize {
+        TURN_OVERHEAD
+            + self.task_id.len()
+            + self.skill.len()
+            + self.input.json().len()
+            + self.output.as_ref().map_or(0, |o| o.json().len())
+    }
+}
+
+/// What a turn costs besides its strings (the allocations and their headers), so that many empty turns still count.
+const TURN_OVERHEAD: usize = 64;
+
+/// A session's earlier turns, oldest first: a snapshot shared with the responder, so handing it to each task costs
+/// no copy of the inputs and outputs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct History(Arc<[Arc<Turn>]>);
+
+impl History {
+    /// A history of these turns, oldest first (for tests of delegates).
+    pub fn from_turns(turns: impl IntoIterator<Item = Turn>) -> Self {
+        Self(turns.into_iter().map(Arc::new).collect())
+    }
+
+    /// The turns, oldest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Turn> + ExactSizeIterator {
+        self.0.iter().map(|t| &**t)
+    }
+
+    /// How many turns.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none (the session's first task, or context turned off).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The latest turn.
+    pub fn last(&self) -> Option<&Turn> {
+        self.0.last().map(|t| &**t)
+    }
+}
+
+impl<'a> IntoIterator for &'a History {
+    type Item = &'a Turn;
+    type IntoIter = std::iter::Map<std::slice::Iter<'a, Arc<Turn>>, fn(&'a Arc<Turn>) -> &'a Turn>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|t| &**t)
+    }
+}
+
+/// A finished task kept as session context, with its result's provenance when it completed (for status queries).
+#[derive(Debug)]
+struct Kept {
+    turn: Arc<Turn>,
+    provenance: Option<Box<Provenance>>,
+    bytes: usize,
+}
+
+/// A session's context: its latest turns within the configured count and bytes.
+#[derive(Debug, Default)]
+struct Context {
+    kept: VecDeque<Kept>,
+    bytes: usize,
+    /// The snapshot handed to tasks, rebuilt after the context changed (once, however many tasks follow).
+    snapshot: Option<History>,
+}
+
+impl Context {
+    fn push(&mut self, turn: Turn, provenance: Option<Box<Provenance>>, max_turns: usize, max_bytes: usize) {
+        if max_turns == 0 {
+            return;
+        }
+        // Provenance is small and delegate-made; count its variable parts roughly.
+        let bytes =
+            turn.size() + provenance.as_ref().map_or(0, |p| 256 + p.lineage.len() * 128 + p.evidence.len() * 128);
+        self.snapshot = None;
+        if bytes > max_bytes {
+            self.kept.clear();
+            self.bytes = 0;
+            return;
+        }
+        while self.kept.len() >= max_turns || self.bytes + bytes > max_bytes {
+            let Some(old) = self.kept.pop_front() else { break };
+            self.bytes -= old.bytes;
+        }
+        self.bytes += bytes;
+        self.kept.push_back(Kept { turn: Arc::new(turn), provenance, bytes });
+    }
+
+    fn snapshot(&mut self) -> History {
+        self.snapshot.get_or_insert_with(|| History(self.kept.iter().map(|k| k.turn.clone()).collect())).clone()
+    }
+
+    fn result(&self, task_id: &str) -> Option<(&RawJson, &Provenance)> {
+        self.kept.iter().rev().find(|k| k.turn.task_id == task_id).and_then(|k| {
+            let output = k.turn.output.as_ref()?;
+            Some((output, k.provenance.as_deref()?))
+        })
+    }
 }
 
 /// What a delegate produced.
@@ -249,6 +382,8 @@ struct RunningTask {
     /// The contract's `check:` predicates and failure policy, when it has any: the responder checks its own output
     /// against them before answering (boxed: most tasks have none, and a running task should stay small).
     checks: Option<Box<(ldp_types::criteria::CheckableCriteria, ldp_types::FailurePolicy)>>,
+    /// The input, for the session's context once the task ends (`None` when context is turned off).
+    input: Option<RawJson>,
 }
 
 /// Per-session state. Kept small: an idle session is a few hundred bytes.
@@ -267,6 +402,8 @@ struct ResponderSession {
     connection: Option<u64>,
     running: HashMap<Box<str>, RunningTask>,
     history: VecDeque<HistoryEntry>,
+    /// Earlier tasks' inputs and outputs (RFC 5.3).
+    context: Context,
     tasks_submitted: u64,
     tokens_used: u64,
     cost_usd: f64,
@@ -800,6 +937,7 @@ impl Responder {
             connection: peer.connection,
             running: HashMap::new(),
             history: VecDeque::new(),
+            context: Context::default(),
             tasks_submitted: 0,
             tokens_used: 0,
             cost_usd: 0.0,
@@ -959,6 +1097,8 @@ impl Responder {
             return Err(Refusal { error: internal(), reply: None });
         };
         session.tasks_submitted += 1;
+        let history = session.context.snapshot();
+        let keep_input = self.cfg.limits.context_turns > 0;
         session.running.insert(
             task_id.as_str().into(),
             RunningTask {
@@ -973,6 +1113,7 @@ impl Responder {
                         .filter(|criteria| !criteria.is_empty())
                         .map(|criteria| Box::new((criteria, c.policy.failure_policy)))
                 }),
+                input: keep_input.then(|| input.clone()),
             },
         );
         self.running_total += 1;
@@ -983,6 +1124,7 @@ impl Responder {
             payload_mode,
             contract: contract.map(|c| *c),
             peer: from,
+            history,
         }))
     }
 
@@ -1030,6 +1172,17 @@ impl Responder {
     fn on_status_query(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
         self.with_session(now, peer, &env)?;
         let task_id = env.body.task_id().unwrap_or_default();
+        // A long task over HTTP outlives its request: once it has finished, the query fetches its result, for as long
+        // as the session keeps it as context.
+        let kept = self.sessions.get(env.session_id.as_str()).and_then(|s| {
+            let (output, provenance) = s.context.result(task_id)?;
+            Some((output.clone(), provenance.clone()))
+        });
+        if let Some((output, provenance)) = kept {
+            let mode = provenance.payload_mode_used;
+            let body = TaskResult::new(task_id.to_owned(), output, provenance);
+            return Ok(Outcome::Reply(self.envelope(&env.session_id, &env.from, body, mode)));
+        }
         let status = self.sessions.get(env.session_id.as_str()).and_then(|s| {
             if s.running.contains_key(task_id) {
                 return Some("running");
@@ -1064,11 +1217,15 @@ impl Responder {
     /// Removes a running task and records it in the history. Returns the mode it ran in, `None` if it was not
     /// running.
     fn end_task(&mut self, key: &TaskKey, status: TaskStatus) -> Option<PayloadMode> {
-        let history_len = self.cfg.limits.history_len;
+        let limits = &self.cfg.limits;
         let s = self.sessions.get_mut(key.session_id.as_str())?;
         let task = s.running.remove(key.task_id.as_str())?;
         self.running_total = self.running_total.saturating_sub(1);
-        s.record_history(&key.task_id, task.skill, status, history_len);
+        if let Some(input) = task.input {
+            let turn = Turn { task_id: key.task_id.clone(), skill: task.skill.to_string(), input, output: None };
+            s.context.push(turn, None, limits.context_turns, limits.context_bytes);
+        }
+        s.record_history(&key.task_id, task.skill, status, limits.history_len);
         Some(task.mode)
     }
 
@@ -1097,11 +1254,22 @@ impl Responder {
         progress: Option<f64>,
         message: Option<String>,
     ) -> Result<Envelope, SessionError> {
+        let progress = progress.map(|p| p.clamp(0.0, 1.0));
+        self.update(now, key, TaskUpdate::new(key.task_id.clone(), progress, message))
+    }
+
+    /// A TASK_UPDATE carrying the next chunk of a running task's output (`partial_output`, docs/interop.md), with
+    /// the expiry rule of [`Responder::progress`]. The chunk is the delegate's: text or JSON as its payload mode
+    /// allows; it is not checked against the contract (the final output is).
+    pub fn partial_output(&mut self, now: Instant, key: &TaskKey, chunk: RawJson) -> Result<Envelope, SessionError> {
+        self.update(now, key, TaskUpdate::new(key.task_id.clone(), None, None).with_partial_output(chunk))
+    }
+
+    fn update(&mut self, now: Instant, key: &TaskKey, body: TaskUpdate) -> Result<Envelope, SessionError> {
         let _reaped = self.handle_timeout(now);
         let mode = self.running(key)?.mode;
         let peer = self.peer_of(&key.session_id)?;
-        let progress = progress.map(|p| p.clamp(0.0, 1.0));
-        Ok(self.envelope(&key.session_id, &peer, TaskUpdate::new(key.task_id.clone(), progress, message), mode))
+        Ok(self.envelope(&key.session_id, &peer, body, mode))
     }
 
     fn peer_of(&self, session_id: &str) -> Result<String, SessionError> {
@@ -1150,6 +1318,7 @@ impl Responder {
         }
         s.tokens_used = s.tokens_used.saturating_add(out.tokens_used.unwrap_or(0));
         s.cost_usd += out.cost_usd.unwrap_or(0.0);
+        let skill = (task.input.is_some()).then(|| task.skill.to_string());
         s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);
         let peer = s.peer.to_string();
         let suspended = s.state == SessionState::Suspended;
@@ -1178,6 +1347,13 @@ impl Responder {
                 verification_status: sub.verification_status(),
             });
             provenance.lineage.extend(sub.lineage);
+        }
+        if let (Some(input), Some(skill)) = (task.input, skill)
+            && let Some(s) = self.sessions.get_mut(key.session_id.as_str())
+        {
+            let turn = Turn { task_id: key.task_id.clone(), skill, input, output: Some(out.output.clone()) };
+            let limits = &self.cfg.limits;
+            s.context.push(turn, Some(Box::new(provenance.clone())), limits.context_turns, limits.context_bytes);
         }
         let env =
             self.envelope(&key.session_id, &peer, TaskResult::new(key.task_id.clone(), out.output, provenance), mode);

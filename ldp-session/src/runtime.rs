@@ -9,9 +9,10 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ldp_types::{
@@ -19,7 +20,7 @@ use ldp_types::{
     codes,
 };
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 
 use crate::TaskKey;
@@ -28,33 +29,96 @@ use crate::config::InitiatorConfig;
 use crate::error::{PeerMisbehaved, Refusal, SessionError};
 use crate::initiator::{Initiator, InitiatorEvent};
 use crate::responder::{
-    Aborted, Delivery, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
+    Aborted, Delivery, History, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
 };
 
-/// A progress report from a running task.
+/// A TASK_UPDATE from a running task: progress, or a chunk of its output.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Progress {
     /// Fraction done, 0.0-1.0.
     pub progress: Option<f64>,
     /// A status message.
     pub message: Option<String>,
+    /// The next chunk of the task's output ([`TaskContext::partial`]).
+    pub partial: Option<RawJson>,
 }
 
-/// What a running task can do besides computing: report progress.
+/// What a running task can see and do besides computing: its session's earlier turns, progress and partial output
+/// reports, and the signal that it was cancelled.
 #[derive(Debug, Clone)]
 pub struct TaskContext {
-    progress: mpsc::UnboundedSender<Progress>,
+    updates: mpsc::UnboundedSender<Progress>,
+    cancel: watch::Receiver<bool>,
+    history: History,
 }
 
 impl TaskContext {
     /// Reports progress; it reaches the initiator as TASK_UPDATE when the transport can push it.
     pub fn progress(&self, progress: Option<f64>, message: impl Into<Option<String>>) {
         // The receiver is gone only after the task ended; a late report has nowhere to go.
-        let _ = self.progress.send(Progress { progress, message: message.into() });
+        let _ = self.updates.send(Progress { progress, message: message.into(), partial: None });
+    }
+
+    /// Sends the next chunk of the output (text as a `&str` or `String`, or JSON as a `serde_json::Value` or
+    /// [`RawJson`]); it reaches the initiator as a TASK_UPDATE with `partial_output` when the transport can push it
+    /// (SSE on `/ldp/stream`, WebSocket), and is dropped otherwise. The task's result still carries its whole output.
+    pub fn partial(&self, chunk: impl Into<RawJson>) {
+        let _ = self.updates.send(Progress { progress: None, message: None, partial: Some(chunk.into()) });
+    }
+
+    /// The session's earlier turns, oldest first (RFC 5.3: the initiator need not re-send them).
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Whether the task was cancelled (TASK_CANCEL, its session closed or expired). Its answer has then already gone
+    /// to the submitter; whatever the delegate returns is discarded.
+    pub fn is_cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Resolves when the task is cancelled, and never if it is not: select on it next to slow work (a provider
+    /// request) to stop that work. The runtime drops a cancelled delegate's future after its cancel grace
+    /// ([`DelegateRuntime::set_cancel_grace`]) in any case.
+    pub async fn cancelled(&self) {
+        let mut rx = self.cancel.clone();
+        if rx.wait_for(|c| *c).await.is_err() {
+            // The task ended without being cancelled: it never will be.
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// A context outside any runtime, for testing a delegate on its own: the handle receives what the task reports
+    /// and can cancel it.
+    pub fn detached(history: History) -> (Self, TaskHandle) {
+        let (updates, rx) = mpsc::unbounded_channel();
+        let (cancel_tx, cancel) = watch::channel(false);
+        (Self { updates, cancel, history }, TaskHandle { updates: rx, cancel: cancel_tx })
     }
 }
 
-/// Executes tasks. Cancellation drops the future, so long-running work should await regularly.
+/// The other end of a [`TaskContext::detached`] context.
+#[derive(Debug)]
+pub struct TaskHandle {
+    updates: mpsc::UnboundedReceiver<Progress>,
+    cancel: watch::Sender<bool>,
+}
+
+impl TaskHandle {
+    /// Raises the task's cancellation signal.
+    pub fn cancel(&self) {
+        self.cancel.send_replace(true);
+    }
+
+    /// The next report, `None` once every copy of the context is dropped.
+    pub async fn next(&mut self) -> Option<Progress> {
+        self.updates.recv().await
+    }
+}
+
+/// Executes tasks. A cancelled task's context signals it ([`TaskContext::cancelled`]), and its future is dropped
+/// after the runtime's cancel grace, so long-running work should await regularly.
 #[async_trait]
 pub trait Delegate: Send + Sync + 'static {
     /// Runs one task.
@@ -108,7 +172,12 @@ struct RuntimeInner {
     events: broadcast::Sender<ResponderEvent>,
     /// The one source of monotonic time for the machine ([`DelegateRuntime::with_time`]).
     now: TimeSource,
+    /// How long a cancelled delegate may run on after its cancellation signal, in milliseconds.
+    cancel_grace_ms: AtomicU64,
 }
+
+/// The default of [`DelegateRuntime::set_cancel_grace`].
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(1);
 
 /// Where a runtime or driver reads monotonic time: the one hook, so that tests can simulate time.
 pub type TimeSource = Arc<dyn Fn() -> Instant + Send + Sync>;
@@ -137,6 +206,16 @@ struct Running {
     stop: oneshot::Sender<Envelope>,
     /// The delegate's own task, when it runs on one (it outlives the awaiting future, so it is aborted directly).
     spawned: Option<AbortHandle>,
+    /// The delegate's cancellation signal ([`TaskContext::cancelled`]).
+    cancel: watch::Sender<bool>,
+}
+
+/// A cancelled delegate's work, left to run for the cancel grace.
+enum WindDown {
+    /// On its own task.
+    Spawned(AbortHandle),
+    /// Its future, taken from the request that ran it.
+    InPlace(CatchPanic<'static, Result<TaskOutput, LdpError>>),
 }
 
 /// How a delegate's run ended.
@@ -186,7 +265,43 @@ impl DelegateRuntime {
                 running: Mutex::new(HashMap::new()),
                 events,
                 now,
+                cancel_grace_ms: AtomicU64::new(DEFAULT_CANCEL_GRACE.as_millis() as u64),
             }),
+        }
+    }
+
+    /// How long a cancelled task's delegate may run on after its cancellation signal (TASK_CANCEL, session close
+    /// or expiry) before its future is dropped (default [`DEFAULT_CANCEL_GRACE`]; zero drops it at once, as a
+    /// delegate that never looks at the signal needs). The submitter's TASK_FAILED `CANCELLED` goes out at once
+    /// either way, and the task's slot is free at once; a delegate uses the grace to stop its own work cleanly.
+    pub fn set_cancel_grace(&self, grace: Duration) {
+        let ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+        self.inner.cancel_grace_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn cancel_grace(&self) -> Duration {
+        Duration::from_millis(self.inner.cancel_grace_ms.load(Ordering::Relaxed))
+    }
+
+    /// Lets a cancelled delegate's work run for the grace, then drops it. Outside a tokio runtime (or with no grace)
+    /// it is dropped at once.
+    fn wind_down(&self, work: WindDown) {
+        let grace = self.cancel_grace();
+        let handle = tokio::runtime::Handle::try_current().ok().filter(|_| !grace.is_zero());
+        match (work, handle) {
+            (WindDown::Spawned(abort), Some(rt)) => {
+                rt.spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    abort.abort();
+                });
+            }
+            (WindDown::Spawned(abort), None) => abort.abort(),
+            (WindDown::InPlace(fut), Some(rt)) => {
+                rt.spawn(async move {
+                    let _ = tokio::time::timeout(grace, fut).await;
+                });
+            }
+            (WindDown::InPlace(fut), None) => drop(fut),
         }
     }
 
@@ -225,8 +340,10 @@ impl DelegateRuntime {
             let mut running = lock(&self.inner.running);
             for Aborted { key, reply } in aborted {
                 if let Some(task) = running.remove(&key) {
+                    // The signal first, so that the delegate sees it before its work is dropped.
+                    task.cancel.send_replace(true);
                     if let Some(handle) = task.spawned {
-                        handle.abort();
+                        self.wind_down(WindDown::Spawned(handle));
                     }
                     // The awaiting future may be gone (a dropped request); the work is stopped all the same.
                     let _ = task.stop.send(reply);
@@ -296,8 +413,9 @@ impl DelegateRuntime {
             let stop = match &outcome {
                 Ok(Outcome::Execute(task)) => {
                     let (tx, rx) = oneshot::channel();
-                    lock(&self.inner.running).insert(task.key.clone(), Running { stop: tx, spawned: None });
-                    Some(rx)
+                    let (cancel, cancelled) = watch::channel(false);
+                    lock(&self.inner.running).insert(task.key.clone(), Running { stop: tx, spawned: None, cancel });
+                    Some((rx, cancelled))
                 }
                 _ => None,
             };
@@ -307,7 +425,9 @@ impl DelegateRuntime {
             (Err(refusal), _) => Response::Refused(refusal),
             (Ok(Outcome::Reply(env) | Outcome::Cancel { reply: env, .. }), _) => Response::Reply(env),
             (Ok(Outcome::Accepted), _) => Response::Accepted,
-            (Ok(Outcome::Execute(task)), Some(stop)) => self.execute(task, stop, updates, in_place).await,
+            (Ok(Outcome::Execute(task)), Some((stop, cancelled))) => {
+                self.execute(task, stop, cancelled, updates, in_place).await
+            }
             // Registration above always yields a receiver for `Execute`.
             (Ok(Outcome::Execute(_)), None) => Response::Accepted,
         }
@@ -317,57 +437,80 @@ impl DelegateRuntime {
         &self,
         task: TaskRequest,
         mut stop: oneshot::Receiver<Envelope>,
+        cancelled: watch::Receiver<bool>,
         updates: Option<mpsc::Sender<Envelope>>,
         in_place: bool,
     ) -> Response {
         let key = task.key.clone();
         let (progress_tx, mut progress_rx) = mpsc::unbounded_channel::<Progress>();
         let delegate = self.inner.delegate.clone();
-        let ctx = TaskContext { progress: progress_tx };
+        let ctx = TaskContext { updates: progress_tx, cancel: cancelled, history: task.history.clone() };
         let stop_ref = &mut stop;
         let run_key = key.clone();
         let run = async move {
             if in_place {
-                tokio::select! {
+                // Owned by this future ('static), so that a cancelled delegate can wind down after it returns.
+                let mut work: CatchPanic<'static, _> =
+                    CatchPanic(Box::pin(async move { delegate.execute(task, ctx).await }));
+                let stopped = tokio::select! {
                     biased;
-                    reply = stop_ref => reply.map_or(Finished::Panicked, Finished::Aborted),
-                    out = CatchPanic(delegate.execute(task, ctx)) => out.map_or(Finished::Panicked, Finished::Done),
+                    reply = stop_ref => Err(reply),
+                    out = &mut work => Ok(out),
+                };
+                match stopped {
+                    Ok(out) => out.map_or(Finished::Panicked, Finished::Done),
+                    Err(reply) => {
+                        self.wind_down(WindDown::InPlace(work));
+                        reply.map_or(Finished::Panicked, Finished::Aborted)
+                    }
                 }
             } else {
                 let mut join = tokio::spawn(async move { delegate.execute(task, ctx).await });
                 match lock(&self.inner.running).get_mut(&run_key) {
                     Some(running) => running.spawned = Some(join.abort_handle()),
-                    // Aborted between the machine's answer and this spawn.
+                    // Aborted between the machine's answer and this spawn (its signal already raised).
                     None => join.abort(),
                 }
                 tokio::select! {
                     biased;
-                    reply = stop_ref => {
+                    // The abort already signalled the delegate and scheduled the end of its work (`wind_down`).
+                    reply = stop_ref => reply.map_or_else(|_| {
                         join.abort();
-                        reply.map_or(Finished::Panicked, Finished::Aborted)
-                    }
+                        Finished::Panicked
+                    }, Finished::Aborted),
                     // A cancelled join is one this runtime aborted for the machine, which then fails to finish the
                     // task and waits for its answer like any other abort.
                     out = &mut join => out.map_or(Finished::Panicked, Finished::Done),
                 }
             }
         };
-        // Forward progress while the task runs; the loop ends when the task drops its context.
-        let forward = {
-            let rt = self.clone();
-            let key = key.clone();
-            async move {
-                while let Some(p) = progress_rx.recv().await {
-                    let Some(tx) = &updates else { continue };
-                    let now = rt.now();
-                    if let Ok(env) = rt.with_responder(|r| r.progress(now, &key, p.progress, p.message)) {
-                        // A slow or gone reader must not stall the task; updates are best-effort.
-                        let _ = tx.try_send(env);
-                    }
+        // Forward updates while the task runs, and those sent before it ended; later ones (from a delegate winding
+        // down, or a copy of its context it kept) have nowhere to go.
+        let forward = |p: Progress| {
+            let Some(tx) = &updates else { return };
+            let now = self.now();
+            let env = self.with_responder(|r| match p.partial {
+                Some(chunk) => r.partial_output(now, &key, chunk),
+                None => r.progress(now, &key, p.progress, p.message),
+            });
+            if let Ok(env) = env {
+                // A slow or gone reader must not stall the task; updates are best-effort.
+                let _ = tx.try_send(env);
+            }
+        };
+        let finished = {
+            let mut run = std::pin::pin!(run);
+            loop {
+                tokio::select! {
+                    biased;
+                    Some(p) = progress_rx.recv() => forward(p),
+                    finished = &mut run => break finished,
                 }
             }
         };
-        let (finished, ()) = tokio::join!(run, forward);
+        while let Ok(p) = progress_rx.try_recv() {
+            forward(p);
+        }
         let now = self.now();
         let delivery = match finished {
             Finished::Aborted(reply) => return Response::Reply(reply),
@@ -641,7 +784,8 @@ fn forward_updates(progress: mpsc::Sender<Progress>, key: TaskKey) -> mpsc::Send
             if let ldp_types::Body::TaskUpdate(u) = env.body
                 && u.task_id == key.task_id
             {
-                let _ = progress.send(Progress { progress: u.progress, message: u.message }).await;
+                let update = Progress { progress: u.progress, message: u.message, partial: u.partial_output };
+                let _ = progress.send(update).await;
             }
         }
     });

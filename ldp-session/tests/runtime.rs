@@ -467,6 +467,8 @@ async fn the_reaper_expires_sessions_on_simulated_time() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let SessionError::Peer(e) = submitter.await.unwrap().unwrap_err() else { panic!() };
     assert_eq!(e.code, codes::CANCELLED);
+    // The delegate's work is dropped once its cancel grace has passed.
+    tokio::time::sleep(runtime::DEFAULT_CANCEL_GRACE).await;
     assert!(stopped.load(Ordering::SeqCst), "the expired session's work was not stopped");
     assert_eq!(rt.with_responder(|r| r.session_count()), 0);
     reaper.abort();

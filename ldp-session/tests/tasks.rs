@@ -226,6 +226,8 @@ fn cancel_reaches_the_running_task_and_ends_it_definitely() {
         match sim.send_responder(&q) {
             Ok(Outcome::Reply(r)) => match r.body {
                 Body::TaskUpdate(u) => u.message.unwrap(),
+                // A finished task's result, kept as session context, answers the query.
+                Body::TaskResult(r) => format!("result {}", r.output.json()),
                 other => panic!("{other:?}"),
             },
             other => panic!("{other:?}"),
@@ -267,7 +269,7 @@ fn cancel_reaches_the_running_task_and_ends_it_definitely() {
     );
     assert_eq!(sim.send_responder(&dup).unwrap_err().error.code, codes::DUPLICATE_TASK);
     sim.complete(&other.key, TaskOutput::new(json!(2)));
-    assert_eq!(status(&mut sim, &other.key.task_id), "completed");
+    assert_eq!(status(&mut sim, &other.key.task_id), "result 2");
 }
 
 #[test]

@@ -56,7 +56,8 @@
 //! task's session (RFC 3.2 TASK_UPDATE sent to a responder is answered as a status query). That message resumes the
 //! session (SUSPENDED -> ACTIVE), and the server writes the session's held results *before* the status answer, each
 //! exactly once (the machine hands each out once; the client drops anything it no longer waits for). The answer
-//! then settles the rest: `running` (the result will come), `completed`/`failed`/`cancelled` without a result (it was
+//! then settles the rest: `running` (the result will come), the task's TASK_RESULT (a completed task still kept in
+//! its session's context: that is its answer), `completed`/`failed`/`cancelled` without a result (it was
 //! lost in transit with the old connection: the task fails with a `transport` error after `resume_grace`), or
 //! `TASK_NOT_FOUND` (the server never received the task: the client submits it again). Requests other than
 //! TASK_SUBMIT left unanswered by the dropped connection fail with a non-retryable `transport` error, since they

@@ -256,6 +256,7 @@ member_keys!(BodyKey {
     Contract = "contract",
     Progress = "progress",
     Message = "message",
+    PartialOutput = "partial_output",
     Output = "output",
     Provenance = "provenance",
     Claim = "claim",
@@ -321,6 +322,7 @@ struct BodySlots {
     contract: Option<Box<DelegationContract>>,
     progress: Option<f64>,
     message: Option<String>,
+    partial_output: Option<RawJson>,
     output: Option<RawJson>,
     provenance: Option<Box<Provenance>>,
     claim: Option<Value>,
@@ -403,6 +405,7 @@ impl BodySlots {
                 task_id: required(self.task_id.take(), "task_id")?,
                 progress: self.progress.take(),
                 message: self.message.take(),
+                partial_output: self.partial_output.take().filter(|p| !p.is_null()),
                 extra: Map::new(),
             }),
             Some(MessageType::TaskResult) => Body::TaskResult(TaskResult {
@@ -445,6 +448,7 @@ impl BodySlots {
         keep(&mut extra, "contract", self.contract.take());
         keep(&mut extra, "progress", self.progress.take());
         keep(&mut extra, "message", self.message.take());
+        keep(&mut extra, "partial_output", self.partial_output.take());
         keep(&mut extra, "output", self.output.take());
         keep(&mut extra, "provenance", self.provenance.take());
         keep(&mut extra, "claim", self.claim.take());
@@ -508,6 +512,7 @@ impl<'de> Deserialize<'de> for Body {
                         }
                         BodyKey::Progress => s.progress = map.next_value()?,
                         BodyKey::Message => s.message = map.next_value()?,
+                        BodyKey::PartialOutput => s.partial_output = map.next_value()?,
                         BodyKey::Output => s.output = map.next_value()?,
                         BodyKey::Provenance => s.provenance = map.next_value()?,
                         BodyKey::Claim => s.claim = map.next_value::<Option<Value>>()?,
@@ -756,6 +761,8 @@ impl Envelope {
                 b.task_id.len() + b.skill.len() + b.input.json().len() + contract
             }
             Body::TaskResult(b) => b.task_id.len() + b.output.json().len() + provenance_estimate(&b.provenance),
+            // A streamed chunk can be large; the rest of an update fits the default.
+            Body::TaskUpdate(b) => 256 + b.partial_output.as_ref().map_or(0, |p| p.json().len()),
             _ => 256,
         };
         ENCODE_OVERHEAD + strings + body + self.provenance.as_deref().map_or(0, provenance_estimate)

@@ -295,6 +295,12 @@ pub struct TaskUpdate {
     /// A status message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// A chunk of the task's output produced so far (an extension member, named like `LdpError`'s
+    /// `partial_output`; docs/interop.md): text or JSON in the task's payload mode, kept as sent. Each update carries
+    /// the next chunk, not the output so far. Absent (or `null`, read as absent) in plain progress updates, so peers
+    /// that do not know it ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_output: Option<RawJson>,
     /// Fields this implementation does not define, kept as received.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -389,7 +395,6 @@ extra_constructors! {
     SessionPropose { config: SessionConfig },
     SessionAccept { session_id: String, negotiated_mode: PayloadMode, fallback_chain: Option<Vec<PayloadMode>> },
     SessionReject { reason: String, error: Option<LdpError> },
-    TaskUpdate { task_id: String, progress: Option<f64>, message: Option<String> },
     TaskFailed { task_id: String, error: LdpError },
     TaskCancel { task_id: String },
     Attestation { claim: Value, evidence: Value },
@@ -406,6 +411,21 @@ impl TaskSubmit {
         contract: Option<DelegationContract>,
     ) -> Self {
         Self { task_id, skill, input: input.into(), contract: contract.map(Box::new), extra: Map::new() }
+    }
+}
+
+impl TaskUpdate {
+    /// Builds the body with no partial output and no extra fields.
+    pub fn new(task_id: String, progress: Option<f64>, message: Option<String>) -> Self {
+        Self { task_id, progress, message, partial_output: None, extra: Map::new() }
+    }
+
+    /// The same update carrying a chunk of partial output; `chunk` may be a `serde_json::Value`, a [`RawJson`] or a
+    /// `&str`.
+    #[must_use]
+    pub fn with_partial_output(mut self, chunk: impl Into<RawJson>) -> Self {
+        self.partial_output = Some(chunk.into());
+        self
     }
 }
 

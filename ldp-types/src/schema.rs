@@ -146,13 +146,13 @@ fn slot_schema(g: &mut SchemaGenerator, name: &str) -> Option<Schema> {
         "contract" => g.subschema_for::<DelegationContract>(),
         "progress" => json_schema!({ "type": "number" }),
         "provenance" => g.subschema_for::<Provenance>(),
-        // capabilities, input, output, claim, evidence
+        // capabilities, input, partial_output, output, claim, evidence
         _ => return None,
     })
 }
 
 /// Every member name with a typed slot in the body decoder.
-const SLOTS: [&str; 19] = [
+const SLOTS: [&str; 20] = [
     "delegate_id",
     "supported_modes",
     "capabilities",
@@ -168,6 +168,7 @@ const SLOTS: [&str; 19] = [
     "contract",
     "progress",
     "message",
+    "partial_output",
     "output",
     "provenance",
     "claim",

@@ -203,8 +203,16 @@ fn body() -> impl Strategy<Value = Body> {
         (text(), text(), raw_json(), option::of(contract()), extra()).prop_map(|(t, s, i, c, x)| Body::TaskSubmit(
             TaskSubmit { task_id: t, skill: s, input: i, contract: c.map(Box::new), extra: x }
         )),
-        (text(), option::of(exact_f64()), option::of(text()), extra())
-            .prop_map(|(t, p, m, x)| Body::TaskUpdate(TaskUpdate { task_id: t, progress: p, message: m, extra: x })),
+        (text(), option::of(exact_f64()), option::of(text()), option::of(raw_json()), extra()).prop_map(
+            |(t, p, m, c, x)| Body::TaskUpdate(TaskUpdate {
+                task_id: t,
+                progress: p,
+                message: m,
+                // A `null` chunk reads back as no chunk.
+                partial_output: c.filter(|c| !c.is_null()),
+                extra: x
+            })
+        ),
         (text(), raw_json(), provenance(), extra()).prop_map(|(t, o, p, x)| Body::TaskResult(TaskResult {
             task_id: t,
             output: o,

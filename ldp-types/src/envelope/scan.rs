@@ -314,6 +314,7 @@ impl<'a> Scan<'a> {
                 Some(BodyKey::Contract) => s.contract = scan.contract()?,
                 Some(BodyKey::Progress) => s.progress = scan.value()?,
                 Some(BodyKey::Output) => s.output = scan.raw()?,
+                Some(BodyKey::PartialOutput) => s.partial_output = scan.raw()?,
                 Some(BodyKey::Provenance) => s.provenance = scan.opt_provenance()?,
                 Some(BodyKey::Claim) => s.claim = scan.value()?,
                 Some(BodyKey::Evidence) => s.evidence = scan.value()?,
