@@ -42,7 +42,9 @@ impl PromptTemplate {
 }
 
 /// A delegate that answers each task with a model: the task input (through the skill's [`PromptTemplate`]) is the
-/// user message, after the system prompt and the session's earlier turns; the output is the model's text.
+/// user message, after the system prompt and the session's earlier turns (RFC 5.3 session context, from the task
+/// context's history); the output is the model's text, streamed to the initiator as partial output (TASK_UPDATE)
+/// while it is generated. A cancelled task stops the provider's request.
 ///
 /// Provenance comes from the provider's answer: `tokens_used` from its usage (input plus output), `cost_usd` from
 /// the [`PriceTable`] for the model that answered; confidence stays unset. A contract's `budget.max_tokens`
@@ -168,13 +170,13 @@ impl LlmDelegate {
             return Ok((answer, exceeded));
         }
         let mut exceeded = false;
-        let mut on_delta = |_piece: &str, usage: &Usage| {
-            // Streamed pieces are not forwarded yet: the task context offers progress, not partial output.
-            let _ = ctx;
+        let mut on_delta = |piece: &str, usage: &Usage| {
             if over(None, usage) {
                 exceeded = true;
                 StreamControl::Stop
             } else {
+                // Each piece within budget reaches the initiator as partial output (TASK_UPDATE) as it arrives.
+                ctx.partial(piece);
                 StreamControl::Continue
             }
         };
@@ -212,9 +214,28 @@ impl Delegate for LlmDelegate {
         let budget = task.contract.as_ref().and_then(|c| c.policy.budget.as_ref());
         let policy = task.contract.as_ref().map_or(FailurePolicy::default(), |c| c.policy.failure_policy);
         let input = Self::input_text(&task);
-        let history: Vec<(&str, &str)> = Vec::new();
+        // The session's earlier turns become the chat history: each input as the user message its skill made of
+        // it, each output as the assistant's; failed or cancelled turns (no output) are left out.
+        let turns: Vec<(String, String)> = ctx
+            .history()
+            .iter()
+            .filter_map(|turn| {
+                let output = turn.output.as_ref()?;
+                let output = output.as_string().map_or_else(|| output.json().to_owned(), std::borrow::Cow::into_owned);
+                let input =
+                    turn.input.as_string().map_or_else(|| turn.input.json().to_owned(), std::borrow::Cow::into_owned);
+                let user = self.skills.get(&turn.skill).map_or_else(|| input.clone(), |t| t.render(&input));
+                Some((user, output))
+            })
+            .collect();
+        let history = turns.iter().map(|(u, a)| (u.as_str(), a.as_str()));
         let request = self.request(template, history, &input, budget.and_then(|b| b.max_tokens));
-        let (answer, exceeded) = self.call(&request, budget, &ctx).await?;
+        // A cancelled task (TASK_CANCEL, session close or expiry) stops the provider request at once: dropping the
+        // call drops the request, which closes the provider's stream.
+        let (answer, exceeded) = tokio::select! {
+            out = self.call(&request, budget, &ctx) => out?,
+            () = ctx.cancelled() => return Err(LdpError::runtime(codes::CANCELLED, "cancelled")),
+        };
         // An answer the budget's max_tokens cut short ran out of budget too.
         let cut = budget.is_some_and(|b| b.max_tokens.is_some()) && answer.finish == FinishReason::Length;
         if (exceeded || cut) && policy == FailurePolicy::FailClosed {

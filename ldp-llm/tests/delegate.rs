@@ -196,7 +196,68 @@ async fn system_prompt_and_skill_templates_shape_the_request() {
     assert_eq!(sent[0]["messages"][0], serde_json::json!({"role": "system", "content": "You are terse."}));
     assert_eq!(sent[0]["messages"][1]["content"], "Summarize this text:\nthe text\nEnd.");
     assert_eq!(sent[0]["max_tokens"], 64);
-    assert_eq!(sent[1]["messages"][1]["content"], "Translate to French:\ngood morning");
+    // (after the first turn, which is now history)
+    let last = sent[1]["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["content"], "Translate to French:\ngood morning");
     // The configured cap wins over a larger budget.
     assert_eq!(sent[1]["max_tokens"], 64);
+}
+
+#[tokio::test]
+async fn the_sessions_history_becomes_the_chat_history() {
+    for flavor in FLAVORS {
+        let stub = Stub::start(StubConfig::new(flavor)).await.unwrap();
+        let delegate = LlmDelegate::new(backend(&stub, flavor)).with_system_prompt("sys").with_skills([
+            ("chat".to_owned(), PromptTemplate::identity()),
+            ("shout".to_owned(), PromptTemplate::new("Shout: {{input}}")),
+        ]);
+        let (client, sid) = client(delegate).await;
+        let first = client.submit(&sid, "chat", "my name is Ada", None).await.unwrap();
+        client.submit(&sid, "shout", "hello", None).await.unwrap();
+        let third = client.submit(&sid, "chat", "what is my name", None).await.unwrap();
+        let sent = stub.recorded();
+        let messages = |v: &serde_json::Value| {
+            let all = v["messages"].as_array().unwrap().clone();
+            // OpenAI carries the system prompt as the first message; Anthropic as a field.
+            all.into_iter().filter(|m| m["role"] != "system").collect::<Vec<_>>()
+        };
+        assert_eq!(
+            messages(&sent[2]),
+            [
+                serde_json::json!({"role": "user", "content": "my name is Ada"}),
+                serde_json::json!({"role": "assistant", "content": "my name is Ada"}),
+                serde_json::json!({"role": "user", "content": "Shout: hello"}),
+                serde_json::json!({"role": "assistant", "content": "Shout: hello"}),
+                serde_json::json!({"role": "user", "content": "what is my name"}),
+            ],
+            "{flavor:?}"
+        );
+        // The provider counted the history as input: the third turn's tokens include the first two.
+        assert!(third.provenance.tokens_used.unwrap() > first.provenance.tokens_used.unwrap() + 4);
+        // A new session starts with no history.
+        let session = client.propose(SessionConfig::default()).await.unwrap();
+        client.submit(&session.session_id, "chat", "fresh", None).await.unwrap();
+        assert_eq!(messages(&stub.recorded()[3]).len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn streamed_pieces_reach_the_initiator_as_partial_output() {
+    for flavor in FLAVORS {
+        let stub = Stub::start(StubConfig::new(flavor).with_reply("one two three four")).await.unwrap();
+        let (client, sid) = client(LlmDelegate::new(backend(&stub, flavor))).await;
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let out = client.submit_with(&sid, "chat", "go", None, None, Some(tx)).await.unwrap();
+        assert_eq!(out.output.as_string().unwrap(), "one two three four");
+        let mut pieces = Vec::new();
+        while let Ok(Some(p)) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await {
+            if let Some(partial) = p.partial {
+                pieces.push(partial.as_string().unwrap().into_owned());
+            }
+            if pieces.len() == 4 {
+                break;
+            }
+        }
+        assert_eq!(pieces, ["one", " two", " three", " four"], "{flavor:?}");
+    }
 }
