@@ -420,9 +420,35 @@ async fn run_llm_tour(url: &str, skill: &str, kind: TransportKind) -> Result<(),
     println!("  answer 1: {}", out1.output.as_string().unwrap_or_default().trim());
     print_provenance(&out1.provenance);
     let second = "What is my favourite colour?";
-    let out2 = client.submit(&session.session_id, skill, second, None).await.map_err(|e| e.to_string())?;
-    println!("  answer 2: {}", out2.output.as_string().unwrap_or_default().trim());
+    // The second answer is streamed: its pieces arrive as TASK_UPDATEs with partial output before the result.
+    let (tx, mut rx) = mpsc::channel::<ldp_session::runtime::Progress>(256);
+    let printer = tokio::spawn(async move {
+        let mut pieces = 0usize;
+        print!("  streamed:");
+        while let Some(p) = rx.recv().await {
+            if let Some(chunk) = p.partial {
+                pieces += 1;
+                print!("{}", chunk.as_string().unwrap_or_default());
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+            }
+        }
+        println!();
+        pieces
+    });
+    let out2 = client
+        .submit_with(&session.session_id, skill, second, None, None, Some(tx))
+        .await
+        .map_err(|e| e.to_string())?;
+    let pieces = printer.await.map_err(|e| e.to_string())?;
+    println!("  answer 2: {} ({pieces} streamed pieces)", out2.output.as_string().unwrap_or_default().trim());
     print_provenance(&out2.provenance);
+    // The delegate sent the first turn (question and answer) with the second question: the provider counted it.
+    match (out1.provenance.tokens_used, out2.provenance.tokens_used) {
+        (Some(t1), Some(t2)) if t2 > t1 => {
+            println!("  ✔ turn 2 used {t2} tokens > turn 1's {t1}: the first turn was in its context (not re-sent)");
+        }
+        (t1, t2) => return Err(format!("turn 2 did not carry turn 1 as context (tokens {t1:?}, then {t2:?})")),
+    }
 
     section(3, "A fail_closed contract with a budget of 8 tokens");
     let contract = DelegationContract::new("contract-llm-1", "Answer within 8 tokens")
