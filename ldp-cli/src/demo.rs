@@ -30,6 +30,13 @@ pub struct DemoArgs {
     /// The transport the client uses; the delegates serve both on one port.
     #[arg(long, value_enum, default_value = "http")]
     pub transport: TransportKind,
+    /// Instead of the in-process tour, tour the LLM delegate at this URL (e.g. `ldp serve --backend ...`): a
+    /// conversation of two turns, provenance from the model, and a fail_closed token budget that stops it.
+    #[arg(long, value_name = "URL")]
+    pub llm: Option<String>,
+    /// With --llm: the skill to call.
+    #[arg(long, value_name = "NAME", default_value = "chat", requires = "llm")]
+    pub llm_skill: String,
 }
 
 /// The client's transport.
@@ -384,6 +391,86 @@ async fn run_demo(kind: TransportKind) -> Result<(), String> {
     Ok(())
 }
 
+fn print_provenance(p: &ldp_types::Provenance) {
+    println!(
+        "    provenance: model_version {}, tokens_used {}, cost_usd {}, confidence {}",
+        p.model_version,
+        p.tokens_used.map_or("-".into(), |t| t.to_string()),
+        p.cost_usd.map_or("-".into(), |c| format!("{c:.6}")),
+        p.confidence.map_or("unset".into(), |c| format!("{:.2}", c.get()))
+    );
+}
+
+/// The tour of an LLM delegate: discovery, a two-turn conversation, provenance, a budget stop, close.
+async fn run_llm_tour(url: &str, skill: &str, kind: TransportKind) -> Result<(), String> {
+    println!("LDP demo: the LLM delegate at {url}.");
+    section(1, "Discovery and handshake");
+    let mut cfg = InitiatorConfig::new(ROUTER);
+    cfg.trust_domain = Some("default".into());
+    let client = connect(url, cfg, kind).await?;
+    if !client.card().capabilities.iter().any(|c| c.name == skill) {
+        return Err(format!("the delegate has no skill {skill:?} (try --llm-skill)"));
+    }
+    let session = client.propose(SessionConfig::default()).await.map_err(|e| format!("propose: {e}"))?;
+    println!("  ✔ session active, mode {}", session.mode);
+
+    section(2, "A conversation: the second turn needs the first");
+    let first = "My name is Ada and my favourite colour is green. Say hello to me.";
+    let out1 = client.submit(&session.session_id, skill, first, None).await.map_err(|e| e.to_string())?;
+    println!("  answer 1: {}", out1.output.as_string().unwrap_or_default().trim());
+    print_provenance(&out1.provenance);
+    let second = "What is my favourite colour?";
+    // The second answer is streamed: its pieces arrive as TASK_UPDATEs with partial output before the result.
+    let (tx, mut rx) = mpsc::channel::<ldp_session::runtime::Progress>(256);
+    let printer = tokio::spawn(async move {
+        let mut pieces = 0usize;
+        print!("  streamed:");
+        while let Some(p) = rx.recv().await {
+            if let Some(chunk) = p.partial {
+                pieces += 1;
+                print!("{}", chunk.as_string().unwrap_or_default());
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+            }
+        }
+        println!();
+        pieces
+    });
+    let out2 = client
+        .submit_with(&session.session_id, skill, second, None, None, Some(tx))
+        .await
+        .map_err(|e| e.to_string())?;
+    let pieces = printer.await.map_err(|e| e.to_string())?;
+    println!("  answer 2: {} ({pieces} streamed pieces)", out2.output.as_string().unwrap_or_default().trim());
+    print_provenance(&out2.provenance);
+    // The delegate sent the first turn (question and answer) with the second question: the provider counted it.
+    match (out1.provenance.tokens_used, out2.provenance.tokens_used) {
+        (Some(t1), Some(t2)) if t2 > t1 => {
+            println!("  ✔ turn 2 used {t2} tokens > turn 1's {t1}: the first turn was in its context (not re-sent)");
+        }
+        (t1, t2) => return Err(format!("turn 2 did not carry turn 1 as context (tokens {t1:?}, then {t2:?})")),
+    }
+
+    section(3, "A fail_closed contract with a budget of 8 tokens");
+    let contract = DelegationContract::new("contract-llm-1", "Answer within 8 tokens")
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_budget(Budget { max_tokens: Some(8), max_cost_usd: None });
+    let task = "Count from one to one hundred in words.";
+    match client.submit(&session.session_id, skill, task, Some(contract)).await {
+        Err(SessionError::Peer(e)) if e.code == codes::CONTRACT_VIOLATED => {
+            println!("  ✔ generation stopped: {} ({}): {}", e.code, e.category, e.message);
+            if let Some(partial) = &e.partial_output {
+                println!("    partial_output: {partial}");
+            }
+        }
+        other => return Err(format!("expected CONTRACT_VIOLATED, got {other:?}")),
+    }
+
+    section(4, "Closing the session");
+    client.close(&session.session_id).await.map_err(|e| e.to_string())?;
+    println!("\n✔ LLM tour complete.");
+    Ok(())
+}
+
 /// Runs the demo.
 pub fn run(args: DemoArgs) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
@@ -393,7 +480,13 @@ pub fn run(args: DemoArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run_demo(args.transport)) {
+    let tour = async {
+        match &args.llm {
+            Some(url) => run_llm_tour(url, &args.llm_skill, args.transport).await,
+            None => run_demo(args.transport).await,
+        }
+    };
+    match rt.block_on(tour) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ldp demo: ✘ {e}");

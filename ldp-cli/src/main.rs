@@ -16,6 +16,7 @@ mod demo;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod lctl;
+mod llm;
 mod llmx;
 mod paradox;
 mod serve;
@@ -82,7 +83,8 @@ enum Command {
     Lctl(lctl::LctlCommand),
     /// Reproduce the provenance-paradox routing experiment of the paper.
     Paradox(paradox::ParadoxArgs),
-    /// Serve an echo delegate over HTTP (RFC 8), WebSocket (`/ldp/ws`) and optionally TLS.
+    /// Serve an echo delegate, or a language model (--backend), over HTTP (RFC 8), WebSocket (`/ldp/ws`) and
+    /// optionally TLS.
     // Boxed, like `Conformance`: their many flags make them several times larger than the other commands.
     Serve(Box<serve::ServeArgs>),
     /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP or WebSocket.

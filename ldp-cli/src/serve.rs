@@ -24,9 +24,9 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:8090")]
     pub bind: String,
-    /// The delegate id of the echo delegate (ignored with --card).
-    #[arg(long, default_value = "ldp:delegate:echo")]
-    pub delegate_id: String,
+    /// The delegate id (ignored with --card) [default: `ldp:delegate:echo`, with --backend `ldp:delegate:llm`].
+    #[arg(long, value_name = "ID")]
+    pub delegate_id: Option<String>,
     /// The delegate's trust domain [default: `default`, as in the reference SDKs; with --card, the card's].
     #[arg(long, value_name = "NAME")]
     pub trust_domain: Option<String>,
@@ -79,6 +79,12 @@ pub struct ServeArgs {
     /// Connection limits, timeouts and rate limiting.
     #[command(flatten, next_help_heading = "Connections and limits")]
     pub limits: LimitArgs,
+    /// A language model behind the delegate.
+    #[command(
+        flatten,
+        next_help_heading = "LLM backend (the task input is the user message, the output the model's text)"
+    )]
+    pub llm: crate::llm::LlmArgs,
 }
 
 /// The connection, timeout and rate flags of `ldp serve` (every one bounds what a peer can hold).
@@ -347,13 +353,28 @@ fn authenticates(args: &ServeArgs) -> bool {
 }
 
 /// Everything `ldp serve` needs, checked before anything is bound.
-pub(crate) fn build(args: &ServeArgs) -> Result<(ResponderConfig, HttpServerConfig), String> {
+pub(crate) fn build(
+    args: &ServeArgs,
+    delegate: Option<&ldp_llm::LlmDelegate>,
+) -> Result<(ResponderConfig, HttpServerConfig), String> {
     let mut card = match &args.card {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("--card {}: {e}", path.display()))?;
             IdentityCard::from_json(&text).map_err(|e| format!("--card {}: {e}", path.display()))?
         }
-        None => echo_card(&args.delegate_id, args.trust_domain.as_deref().unwrap_or("default"))?,
+        None => {
+            let domain = args.trust_domain.as_deref().unwrap_or("default");
+            match delegate {
+                Some(delegate) => {
+                    let id = args.delegate_id.as_deref().unwrap_or("ldp:delegate:llm");
+                    let mut card =
+                        delegate.card(DelegateId::new(id).map_err(|e| e.to_string())?, args.llm.context_window());
+                    card.trust_domain = TrustDomain::new(domain);
+                    card
+                }
+                None => echo_card(args.delegate_id.as_deref().unwrap_or("ldp:delegate:echo"), domain)?,
+            }
+        }
     };
     if let Some(domain) = &args.trust_domain {
         card.trust_domain.name.clone_from(domain);
@@ -419,7 +440,8 @@ fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let (mut cfg, http) = build(&args)?;
+    let llm = args.llm.delegate()?;
+    let (mut cfg, http) = build(&args, llm.as_ref())?;
     #[cfg(feature = "tls")]
     let tls = tls_config(&args.tls)?
         .map(|tls| tls.with_handshake_timeout(Duration::from_secs(args.limits.header_timeout.max(1))));
@@ -447,7 +469,15 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         None => auth,
     };
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
-    let runtime = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
+    let delegate: Arc<dyn ldp_session::runtime::Delegate> = match llm {
+        Some(llm) => {
+            let info = llm.backend().info();
+            println!("ldp serve: backend {} model {}", info.provider, info.model);
+            Arc::new(llm)
+        }
+        None => Arc::new(EchoDelegate),
+    };
+    let runtime = DelegateRuntime::new(responder, delegate);
     // The WebSocket binding on the same port, with the same tokens and message limit.
     let ws_config = args.limits.ws_config(&http);
     let limits = http.limits.clone();
@@ -538,7 +568,7 @@ mod limit_tests {
 
     #[test]
     fn protocol_limit_flags_reach_the_responder() {
-        let cfg = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve).unwrap().0;
+        let cfg = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None).unwrap().0;
         let defaults = cfg(&["serve", "--sign", "hmac-sha256-jcs", "--secret", "s"]);
         assert_eq!(defaults.limits.max_sessions, 10_000);
         assert_eq!(defaults.limits.max_sessions_per_principal, 100);

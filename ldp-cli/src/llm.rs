@@ -1,0 +1,138 @@
+//! The LLM backend flags of `ldp serve`: which provider, where, which model, and the prompts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ldp_llm::{
+    AnthropicBackend, ApiKey, EchoBackend, HttpOptions, LlmBackend, LlmDelegate, OpenAiBackend, PriceTable,
+    PromptTemplate,
+};
+
+/// The provider API a backend speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// OpenAI-compatible Chat Completions (OpenAI, vLLM, llama.cpp's server, Ollama's /v1, LM Studio).
+    Openai,
+    /// The Anthropic Messages API.
+    Anthropic,
+    /// No provider: answers with the user's message (for trying the LLM path without a model).
+    Echo,
+}
+
+/// The LLM flags of `ldp serve`. Without --backend, `ldp serve` serves the echo delegate of the reference SDKs.
+#[derive(Debug, clap::Args)]
+pub struct LlmArgs {
+    /// Serve a language model through this provider API.
+    #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model")])]
+    pub backend: Option<BackendKind>,
+    /// The provider's base URL [default: https://api.openai.com/v1 (openai: with the API version, as OpenAI's
+    /// SDKs take it), https://api.anthropic.com (anthropic)].
+    #[arg(long, value_name = "URL", requires = "backend")]
+    pub base_url: Option<String>,
+    /// The model name sent to the provider; it is the card's model_version.
+    #[arg(long, value_name = "NAME", requires = "backend")]
+    pub model: Option<String>,
+    /// The environment variable holding the API key (never printed) [default: OPENAI_API_KEY or ANTHROPIC_API_KEY
+    /// when set; none for a local server].
+    #[arg(long, value_name = "VAR", requires = "backend")]
+    pub api_key_env: Option<String>,
+    /// A file whose text is the system prompt.
+    #[arg(long, value_name = "FILE", requires = "backend")]
+    pub system_prompt: Option<PathBuf>,
+    /// A skill (repeatable) [default: `chat`]: NAME passes the input as it is; NAME=FILE uses FILE as a prompt
+    /// template where `{{input}}` stands for the input.
+    #[arg(long = "skill", value_name = "NAME[=TEMPLATE_FILE]", requires = "backend")]
+    pub skills: Vec<String>,
+    /// The model's context window, in tokens, for the identity card [default: 8192 openai, 200000 anthropic,
+    /// 4096 echo].
+    #[arg(long, value_name = "TOKENS", requires = "backend")]
+    pub context_window: Option<u64>,
+    /// The most tokens an answer may have (a contract's budget may lower it); anthropic requires one [default:
+    /// none for openai, 1024 for anthropic].
+    #[arg(long, value_name = "TOKENS", requires = "backend")]
+    pub max_tokens: Option<u64>,
+    /// Ask for whole answers instead of streams (budgets are then checked after the answer, not during it).
+    #[arg(long, requires = "backend")]
+    pub no_stream: bool,
+    /// A JSON price table, `{"model": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}`, that gives `cost_usd`.
+    #[arg(long, value_name = "FILE", requires = "backend")]
+    pub prices: Option<PathBuf>,
+    /// Longest wait for the provider (to a whole answer, or to a stream's first byte, and between its pieces).
+    #[arg(long, value_name = "SECS", default_value_t = 120, requires = "backend")]
+    pub llm_timeout: u64,
+    /// Retries after a provider 5xx, timeout or connection failure.
+    #[arg(long, value_name = "N", default_value_t = 2, requires = "backend")]
+    pub llm_retries: u32,
+}
+
+impl LlmArgs {
+    /// The context window for the card.
+    pub fn context_window(&self) -> u64 {
+        self.context_window.unwrap_or(match self.backend {
+            Some(BackendKind::Anthropic) => 200_000,
+            Some(BackendKind::Echo) | None => 4096,
+            Some(BackendKind::Openai) => 8192,
+        })
+    }
+
+    fn key(&self, default_var: &str) -> Result<Option<ApiKey>, String> {
+        match &self.api_key_env {
+            Some(var) => ApiKey::from_env(var).map(Some).map_err(|e| format!("--api-key-env: {e}")),
+            None => Ok(ApiKey::from_env(default_var).ok()),
+        }
+    }
+
+    /// The delegate the flags describe, if --backend is given.
+    pub fn delegate(&self) -> Result<Option<LlmDelegate>, String> {
+        let Some(kind) = self.backend else { return Ok(None) };
+        let mut opts = HttpOptions::default();
+        opts.request_timeout = Duration::from_secs(self.llm_timeout.max(1));
+        opts.idle_timeout = opts.request_timeout;
+        opts.max_retries = self.llm_retries;
+        let model = self.model.clone().unwrap_or_default();
+        let backend: Arc<dyn LlmBackend> = match kind {
+            BackendKind::Openai => {
+                let url = self.base_url.as_deref().unwrap_or("https://api.openai.com/v1");
+                Arc::new(OpenAiBackend::new(url, model, self.key("OPENAI_API_KEY")?, opts).map_err(|e| e.to_string())?)
+            }
+            BackendKind::Anthropic => {
+                let url = self.base_url.as_deref().unwrap_or("https://api.anthropic.com");
+                let max = self.max_tokens.unwrap_or(1024);
+                let key = self.key("ANTHROPIC_API_KEY")?;
+                Arc::new(AnthropicBackend::new(url, model, key, max, opts).map_err(|e| e.to_string())?)
+            }
+            BackendKind::Echo => Arc::new(EchoBackend),
+        };
+        let mut delegate = LlmDelegate::new(backend).with_streaming(!self.no_stream);
+        if let Some(path) = &self.system_prompt {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("--system-prompt {}: {e}", path.display()))?;
+            delegate = delegate.with_system_prompt(text.trim_end());
+        }
+        if !self.skills.is_empty() {
+            let mut skills = Vec::new();
+            for arg in &self.skills {
+                let (name, template) = match arg.split_once('=') {
+                    Some((name, file)) => {
+                        let text = std::fs::read_to_string(file).map_err(|e| format!("--skill {name}: {file}: {e}"))?;
+                        (name, PromptTemplate::new(text))
+                    }
+                    None => (arg.as_str(), PromptTemplate::identity()),
+                };
+                if name.is_empty() || name.chars().any(char::is_whitespace) {
+                    return Err(format!("--skill {arg:?}: a skill name is one word"));
+                }
+                skills.push((name.to_owned(), template));
+            }
+            delegate = delegate.with_skills(skills);
+        }
+        if let Some(max) = self.max_tokens {
+            delegate = delegate.with_max_tokens(max);
+        }
+        if let Some(path) = &self.prices {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("--prices {}: {e}", path.display()))?;
+            delegate = delegate.with_prices(PriceTable::from_json(&text).map_err(|e| format!("--prices: {e}"))?);
+        }
+        Ok(Some(delegate))
+    }
+}

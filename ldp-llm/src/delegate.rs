@@ -1,0 +1,256 @@
+//! [`LlmDelegate`]: an LDP delegate whose skills are prompts to a model.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ldp_session::runtime::{Delegate, TaskContext};
+use ldp_session::{TaskOutput, TaskRequest};
+use ldp_types::{Capability, DelegateId, FailurePolicy, IdentityCard, LdpError, PayloadMode, codes};
+use serde_json::Value;
+
+use crate::backend::{ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmBackend, StreamControl, Usage};
+use crate::price::PriceTable;
+
+/// A skill's prompt: text in which `{{input}}` stands for the task's input. A template without the placeholder
+/// gets the input after it, on a line of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PromptTemplate(Option<String>);
+
+impl PromptTemplate {
+    /// The placeholder replaced by the task's input.
+    pub const PLACEHOLDER: &'static str = "{{input}}";
+
+    /// The input as it is, with no template.
+    pub fn identity() -> Self {
+        Self(None)
+    }
+
+    /// A template from its text.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self(Some(text.into()))
+    }
+
+    /// The user message for `input`.
+    pub fn render(&self, input: &str) -> String {
+        match &self.0 {
+            None => input.to_owned(),
+            Some(t) if t.contains(Self::PLACEHOLDER) => t.replace(Self::PLACEHOLDER, input),
+            Some(t) => format!("{}\n{input}", t.trim_end()),
+        }
+    }
+}
+
+/// A delegate that answers each task with a model: the task input (through the skill's [`PromptTemplate`]) is the
+/// user message, after the system prompt and the session's earlier turns (RFC 5.3 session context, from the task
+/// context's history); the output is the model's text, streamed to the initiator as partial output (TASK_UPDATE)
+/// while it is generated. A cancelled task stops the provider's request.
+///
+/// Provenance comes from the provider's answer: `tokens_used` from its usage (input plus output), `cost_usd` from
+/// the [`PriceTable`] for the model that answered; confidence stays unset. A contract's `budget.max_tokens`
+/// becomes the provider's `max_tokens`; while a streamed answer arrives its usage is checked against the budget
+/// (tokens, and cost when the model has a price), and a budget that runs out stops the generation. Under
+/// `fail_closed` a budget exceeded (or an answer the budget cut short) fails the task `CONTRACT_VIOLATED` with the
+/// text so far as `partial_output`, through the responder's one failure path; under `fail_open` the cut answer is
+/// the result.
+#[derive(Clone)]
+pub struct LlmDelegate {
+    backend: Arc<dyn LlmBackend>,
+    system: Option<String>,
+    skills: BTreeMap<String, PromptTemplate>,
+    prices: PriceTable,
+    stream: bool,
+    max_tokens: Option<u64>,
+}
+
+impl std::fmt::Debug for LlmDelegate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmDelegate")
+            .field("backend", &self.backend.info())
+            .field("skills", &self.skills.keys().collect::<Vec<_>>())
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LlmDelegate {
+    /// A delegate over `backend` with one skill, `chat`, that passes the input as it is; answers are streamed.
+    pub fn new(backend: Arc<dyn LlmBackend>) -> Self {
+        let skills = BTreeMap::from([("chat".to_owned(), PromptTemplate::identity())]);
+        Self { backend, system: None, skills, prices: PriceTable::new(), stream: true, max_tokens: None }
+    }
+
+    /// Sets the system prompt.
+    #[must_use]
+    pub fn with_system_prompt(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Replaces the skills with `skills` (name and template each).
+    #[must_use]
+    pub fn with_skills(mut self, skills: impl IntoIterator<Item = (String, PromptTemplate)>) -> Self {
+        self.skills = skills.into_iter().collect();
+        self
+    }
+
+    /// Sets the price table that gives `cost_usd`.
+    #[must_use]
+    pub fn with_prices(mut self, prices: PriceTable) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// Streams answers (`true`, the default: budgets are checked while the model generates) or asks for them
+    /// whole.
+    #[must_use]
+    pub fn with_streaming(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// The most tokens any answer may have, whatever the contract; a contract's budget may lower it.
+    #[must_use]
+    pub fn with_max_tokens(mut self, max_tokens: u64) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// The skills served, for the identity card.
+    pub fn skills(&self) -> impl Iterator<Item = &str> {
+        self.skills.keys().map(String::as_str)
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LlmBackend> {
+        &self.backend
+    }
+
+    /// The request for `input` on `skill` after `history` (earlier inputs and outputs, oldest first).
+    pub fn request<'a>(
+        &self,
+        template: &PromptTemplate,
+        history: impl IntoIterator<Item = (&'a str, &'a str)>,
+        input: &str,
+        budget_tokens: Option<u64>,
+    ) -> ChatRequest {
+        let mut messages = Vec::new();
+        for (user, assistant) in history {
+            messages.push(ChatMessage::user(user));
+            messages.push(ChatMessage::assistant(assistant));
+        }
+        messages.push(ChatMessage::user(template.render(input)));
+        let max_tokens = match (self.max_tokens, budget_tokens) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        ChatRequest { system: self.system.clone(), messages, max_tokens }
+    }
+
+    /// Calls the model for `request`, checking `budget` as the answer streams in. Returns the answer and whether
+    /// the budget ran out.
+    async fn call(
+        &self,
+        request: &ChatRequest,
+        budget: Option<&ldp_types::Budget>,
+        ctx: &TaskContext,
+    ) -> Result<(ChatResponse, bool), LdpError> {
+        let configured = self.backend.info().model;
+        let over = |model: Option<&str>, usage: &Usage| -> bool {
+            let Some(budget) = budget else { return false };
+            let tokens = budget.max_tokens.is_some_and(|max| usage.total().unwrap_or(0) > max);
+            let cost = budget
+                .max_cost_usd
+                .is_some_and(|max| self.prices.cost(model.unwrap_or(&configured), usage).is_some_and(|c| c > max));
+            tokens || cost
+        };
+        if !self.stream {
+            let answer = self.backend.complete(request).await?;
+            let exceeded = over(answer.model.as_deref(), &answer.usage);
+            return Ok((answer, exceeded));
+        }
+        let mut exceeded = false;
+        let mut on_delta = |piece: &str, usage: &Usage| {
+            if over(None, usage) {
+                exceeded = true;
+                StreamControl::Stop
+            } else {
+                // Each piece within budget reaches the initiator as partial output (TASK_UPDATE) as it arrives.
+                ctx.partial(piece);
+                StreamControl::Continue
+            }
+        };
+        let answer = self.backend.stream(request, &mut on_delta).await?;
+        let exceeded = exceeded || over(answer.model.as_deref(), &answer.usage);
+        Ok((answer, exceeded))
+    }
+
+    /// The task's input as the user's text: a text-mode string as it is, anything else as its JSON text.
+    fn input_text(task: &TaskRequest) -> String {
+        task.input.as_string().map_or_else(|| task.input.json().to_owned(), std::borrow::Cow::into_owned)
+    }
+
+    /// An identity card for this delegate: the backend's provider as model family and its model as version, the
+    /// given context window, one capability per skill, text payloads.
+    pub fn card(&self, delegate_id: DelegateId, context_window: u64) -> IdentityCard {
+        let info = self.backend.info();
+        let mut card = IdentityCard::new(delegate_id, format!("LLM ({})", info.model), info.provider, info.model);
+        card.description = Some("Answers each task with a language model; the input is the user message".into());
+        card.context_window = context_window;
+        for skill in self.skills.keys() {
+            card.capabilities.push(Capability::new(skill.clone()).with_description("A prompt to the model"));
+        }
+        card.supported_payload_modes = vec![PayloadMode::Text];
+        card
+    }
+}
+
+#[async_trait]
+impl Delegate for LlmDelegate {
+    async fn execute(&self, task: TaskRequest, ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        let Some(template) = self.skills.get(&task.skill) else {
+            return Err(LdpError::capability(codes::SKILL_NOT_FOUND, format!("no skill {:?}", task.skill)));
+        };
+        let budget = task.contract.as_ref().and_then(|c| c.policy.budget.as_ref());
+        let policy = task.contract.as_ref().map_or(FailurePolicy::default(), |c| c.policy.failure_policy);
+        let input = Self::input_text(&task);
+        // The session's earlier turns become the chat history: each input as the user message its skill made of
+        // it, each output as the assistant's; failed or cancelled turns (no output) are left out.
+        let turns: Vec<(String, String)> = ctx
+            .history()
+            .iter()
+            .filter_map(|turn| {
+                let output = turn.output.as_ref()?;
+                let output = output.as_string().map_or_else(|| output.json().to_owned(), std::borrow::Cow::into_owned);
+                let input =
+                    turn.input.as_string().map_or_else(|| turn.input.json().to_owned(), std::borrow::Cow::into_owned);
+                let user = self.skills.get(&turn.skill).map_or_else(|| input.clone(), |t| t.render(&input));
+                Some((user, output))
+            })
+            .collect();
+        let history = turns.iter().map(|(u, a)| (u.as_str(), a.as_str()));
+        let request = self.request(template, history, &input, budget.and_then(|b| b.max_tokens));
+        // A cancelled task (TASK_CANCEL, session close or expiry) stops the provider request at once: dropping the
+        // call drops the request, which closes the provider's stream.
+        let (answer, exceeded) = tokio::select! {
+            out = self.call(&request, budget, &ctx) => out?,
+            () = ctx.cancelled() => return Err(LdpError::runtime(codes::CANCELLED, "cancelled")),
+        };
+        // An answer the budget's max_tokens cut short ran out of budget too.
+        let cut = budget.is_some_and(|b| b.max_tokens.is_some()) && answer.finish == FinishReason::Length;
+        if (exceeded || cut) && policy == FailurePolicy::FailClosed {
+            let used = answer.usage.total().map_or_else(|| "unknown".to_owned(), |t| t.to_string());
+            let contract = task.contract.as_ref().map_or("", |c| c.contract_id.as_str());
+            return Err(LdpError::policy(
+                codes::CONTRACT_VIOLATED,
+                format!("contract {contract} violated: the budget ran out ({used} tokens used); generation stopped"),
+            )
+            .with_partial_output(Value::String(answer.text)));
+        }
+        let model = answer.model.clone().unwrap_or_else(|| self.backend.info().model);
+        let mut out = TaskOutput::new(answer.text.as_str());
+        out.tokens_used = answer.usage.total();
+        out.cost_usd = self.prices.cost(&model, &answer.usage);
+        Ok(out)
+    }
+}

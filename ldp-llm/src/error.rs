@@ -1,0 +1,117 @@
+//! The crate's one error type, and how each failure reaches an LDP peer.
+
+use std::time::Duration;
+
+use ldp_types::{LdpError, codes};
+
+/// The code of a provider that refused the delegate's credentials (category `security`).
+pub const PROVIDER_AUTH_FAILED: &str = "PROVIDER_AUTH_FAILED";
+/// The code of a provider answer that does not follow the provider's wire format.
+pub const PROVIDER_MALFORMED: &str = "PROVIDER_MALFORMED";
+/// The code of a request the provider refused as invalid (HTTP 4xx other than 401, 403, 429).
+pub const PROVIDER_REJECTED: &str = "PROVIDER_REJECTED";
+
+/// Why a provider call failed. Provider messages quoted here are cut to a bounded length and scrubbed of the API
+/// key.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum LlmError {
+    /// The provider refused the credentials (HTTP 401 or 403).
+    #[error("the provider refused the credentials (HTTP {status}): {message}")]
+    Unauthorized {
+        /// The HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider is rate limiting (HTTP 429, or a `rate_limit_error` event).
+    #[error("the provider is rate limiting{}: {message}", retry_after.map(|d| format!(" (retry after {} s)", d.as_secs())).unwrap_or_default())]
+    RateLimited {
+        /// The provider's `Retry-After`, when it sent one.
+        retry_after: Option<Duration>,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider failed (HTTP 5xx, or an overloaded/api error event) on every attempt.
+    #[error("the provider failed (HTTP {status}) after {attempts} attempt(s): {message}")]
+    Unavailable {
+        /// The last HTTP status (529 for an `overloaded_error` event, 500 for another server error event).
+        status: u16,
+        /// Attempts made.
+        attempts: u32,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider did not answer, or stopped sending, within the time allowed.
+    #[error("the provider did not answer within {} ms ({attempts} attempt(s))", after.as_millis())]
+    Timeout {
+        /// The timeout that ran out.
+        after: Duration,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The provider could not be reached.
+    #[error("cannot reach the provider ({attempts} attempt(s)): {message}")]
+    Transport {
+        /// Attempts made.
+        attempts: u32,
+        /// What failed.
+        message: String,
+    },
+    /// The provider refused the request as invalid (another HTTP 4xx).
+    #[error("the provider refused the request (HTTP {status}): {message}")]
+    Rejected {
+        /// The HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider's answer does not follow its wire format.
+    #[error("the provider's answer is malformed: {0}")]
+    Malformed(String),
+    /// The provider's answer is larger than the bound.
+    #[error("the provider's answer exceeds {limit} bytes")]
+    TooLarge {
+        /// The bound, in bytes.
+        limit: usize,
+    },
+    /// The backend is misconfigured.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl LlmError {
+    /// The provider's `Retry-After`, for a rate-limited call.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The typed LDP error a peer receives: 401/403 `security` (not retryable), 429 `CAPACITY_EXCEEDED`
+    /// (retryable, the `Retry-After` in the message), 5xx `TRANSPORT_ERROR` and timeouts `TIMEOUT` (transient,
+    /// retryable, after this delegate's own bounded retries), a malformed or oversized answer `PROVIDER_MALFORMED`.
+    pub fn to_ldp(&self) -> LdpError {
+        let message = format!("LLM provider: {self}");
+        match self {
+            Self::Unauthorized { .. } => LdpError::security(PROVIDER_AUTH_FAILED, message).with_retryable(false),
+            Self::RateLimited { .. } => LdpError::runtime(codes::CAPACITY_EXCEEDED, message).with_retryable(true),
+            Self::Unavailable { .. } | Self::Transport { .. } => {
+                LdpError::transport(codes::TRANSPORT_ERROR, message).with_retryable(true)
+            }
+            Self::Timeout { .. } => LdpError::transport(codes::TIMEOUT, message).with_retryable(true),
+            Self::Rejected { .. } => LdpError::capability(PROVIDER_REJECTED, message).with_retryable(false),
+            Self::Malformed(_) | Self::TooLarge { .. } => {
+                LdpError::runtime(PROVIDER_MALFORMED, message).with_retryable(false)
+            }
+            Self::Config(_) => LdpError::runtime(codes::EXECUTION_FAILED, message).with_retryable(false),
+        }
+    }
+}
+
+impl From<LlmError> for LdpError {
+    fn from(e: LlmError) -> Self {
+        e.to_ldp()
+    }
+}
