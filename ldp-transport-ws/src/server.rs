@@ -7,7 +7,7 @@
 //! reader stops reading: a slow reader costs bounded memory. When the connection ends, its sessions are suspended
 //! in the session machine; results that could not be written are kept for the session's next connection.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Display;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -141,6 +141,51 @@ pub enum ConnectionEnd {
     Shutdown,
     /// Reading or writing failed.
     Failed(WireError),
+}
+
+/// Task answers written on a connection that may not have reached the peer: those fed to the socket but not yet
+/// flushed, and the most recent flushed ones (up to the connection's outbound budget in bytes), because a flush only
+/// hands bytes to the kernel: when the server closes a connection whose peer stopped reading (and may still be
+/// sending), the kernel answers with a reset and drops what the peer had not read yet. When the server ends the
+/// connection on such a peer (write or idle timeout, oversize message) all of them are held for the resume (a
+/// failed read or write is most often the peer's own reset: it left), so an answer
+/// can arrive twice (the client deduplicates by task id) but is not lost; otherwise only the unflushed ones.
+struct Unconfirmed {
+    unflushed: Vec<(String, Reroute)>,
+    flushed: VecDeque<(String, Reroute)>,
+    flushed_bytes: usize,
+    limit: usize,
+}
+
+impl Unconfirmed {
+    fn new(limit: usize) -> Self {
+        Unconfirmed { unflushed: Vec::new(), flushed: VecDeque::new(), flushed_bytes: 0, limit }
+    }
+
+    fn fed(&mut self, text: &str, reroute: Reroute) {
+        self.unflushed.push((text.to_owned(), reroute));
+    }
+
+    fn flushed(&mut self) {
+        for (text, reroute) in self.unflushed.drain(..) {
+            self.flushed_bytes += text.len();
+            self.flushed.push_back((text, reroute));
+        }
+        while self.flushed_bytes > self.limit {
+            let Some((text, _)) = self.flushed.pop_front() else { break };
+            self.flushed_bytes -= text.len();
+        }
+    }
+
+    /// What to hold for the resume after the connection ended with `end`.
+    fn into_held(self, end: &ConnectionEnd) -> impl Iterator<Item = (String, Reroute)> {
+        // Only where this server closes on a peer that may have stopped reading: a peer that closes the connection
+        // itself has read what it wanted (and one that resumes after a drop is not sent its last answers twice).
+        let server_closed =
+            matches!(end, ConnectionEnd::WriteTimeout | ConnectionEnd::IdleTimeout | ConnectionEnd::TooLarge);
+        let flushed = if server_closed { self.flushed } else { VecDeque::new() };
+        flushed.into_iter().chain(self.unflushed)
+    }
 }
 
 /// A task's final answer, which must not be lost if its connection dies before writing it.
@@ -422,12 +467,11 @@ impl WsServer {
         lock(&hub.routes).conns.insert(conn, outbound.clone());
         hub.open.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(conn, "websocket connection opened");
-        // Task answers handed to the socket but not yet flushed: if the connection ends before the flush, they may
-        // never have left this process, so they are held for the resume like the ones still queued.
-        let mut unflushed = Vec::new();
+        // Task answers handed to the socket that may not have reached the peer (see `Unconfirmed`).
+        let mut unconfirmed = Unconfirmed::new(hub.config.max_outbound_bytes);
         let end = {
             let reader = read_loop(hub.clone(), peer, conn, &budget_key, stream, outbound);
-            let writer = write_loop(&hub.config, sink, &mut out_rx, &mut unflushed);
+            let writer = write_loop(&hub.config, sink, &mut out_rx, &mut unconfirmed);
             tokio::pin!(reader, writer);
             tokio::select! {
                 () = stalled.notified() => ConnectionEnd::WriteTimeout,
@@ -442,15 +486,20 @@ impl WsServer {
             }
         };
         tracing::debug!(conn, ?end, "websocket connection ended");
-        hub.disconnect(conn, out_rx, unflushed);
+        hub.disconnect(conn, out_rx, unconfirmed.into_held(&end));
         end
     }
 }
 
 impl Hub {
-    /// Forgets the connection, saves its unwritten task answers (those never flushed to the socket and those still
-    /// queued), and suspends its sessions.
-    fn disconnect(&self, conn: u64, mut out_rx: mpsc::Receiver<Out>, unflushed: Vec<(String, Reroute)>) {
+    /// Forgets the connection, saves its task answers that may not have reached the peer (`unconfirmed`) and those
+    /// still queued, and suspends its sessions.
+    fn disconnect(
+        &self,
+        conn: u64,
+        mut out_rx: mpsc::Receiver<Out>,
+        unconfirmed: impl Iterator<Item = (String, Reroute)>,
+    ) {
         {
             let mut routes = lock(&self.routes);
             if let Some(outbound) = routes.conns.remove(&conn) {
@@ -461,7 +510,7 @@ impl Hub {
             routes.held.expire(&self.config.held, self.config.held_ttl);
         }
         out_rx.close();
-        for (text, reroute) in unflushed {
+        for (text, reroute) in unconfirmed {
             self.reroute(reroute, text, conn);
         }
         while let Ok(item) = out_rx.try_recv() {
@@ -680,15 +729,13 @@ where
     }
 }
 
-/// Writes the connection's queue to `sink`. Each task answer fed to the sink stays in `unflushed` (a copy) until a
-/// flush succeeds: a write that stalls or fails then leaves in `unflushed` what may not have left this process, and
-/// the caller holds it for the resume. A client may so receive an answer twice (once before the failure, once on
-/// resume), never zero times; it deduplicates by task id.
+/// Writes the connection's queue to `sink`, keeping a copy of each task answer in `unconfirmed` (which the caller
+/// holds for the resume when the connection ends).
 async fn write_loop<Si>(
     cfg: &WsServerConfig,
     mut sink: Si,
     out: &mut mpsc::Receiver<Out>,
-    unflushed: &mut Vec<(String, Reroute)>,
+    unconfirmed: &mut Unconfirmed,
 ) -> ConnectionEnd
 where
     Si: Sink<Message> + Unpin + Send,
@@ -719,7 +766,7 @@ where
             let (message, last) = match next {
                 Out::Text { text, reroute, .. } => {
                     if let Some(reroute) = reroute {
-                        unflushed.push((text.clone(), reroute));
+                        unconfirmed.fed(&text, reroute);
                     }
                     (Message::Text(text), false)
                 }
@@ -732,7 +779,7 @@ where
             }
             if last {
                 if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.flush()).await {
-                    unflushed.clear();
+                    unconfirmed.flushed();
                 }
                 return ConnectionEnd::PeerClosed(None);
             }
@@ -742,7 +789,7 @@ where
             }
         }
         match tokio::time::timeout(write_timeout, sink.flush()).await {
-            Ok(Ok(())) => unflushed.clear(),
+            Ok(Ok(())) => unconfirmed.flushed(),
             Ok(Err(e)) => return ConnectionEnd::Failed(WireError::Io(e.to_string())),
             Err(_) => return stalled(),
         }
@@ -1259,8 +1306,10 @@ mod tests {
         }
     }
 
+    /// A write timeout ends the connection: the answer fed but never flushed, and the one flushed just before (which
+    /// the kernel may drop with the connection's reset), are both held for the resume.
     #[tokio::test(start_paused = true)]
-    async fn a_result_fed_to_the_socket_but_never_flushed_is_held_for_the_resume() {
+    async fn answers_the_peer_may_not_have_read_when_its_writes_stall_are_held_for_the_resume() {
         let config = WsServerConfig {
             write_timeout: Duration::from_secs(1),
             ping_interval: Duration::from_secs(3600),
@@ -1269,17 +1318,23 @@ mod tests {
         };
         let server = WsServer::new(runtime(), config);
         let delivered = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = StallingSink { flushes: 1, buffered: Vec::new(), delivered: Arc::clone(&delivered) };
+        let sink = StallingSink { flushes: 2, buffered: Vec::new(), delivered: Arc::clone(&delivered) };
         let (mut to_server, inbound) = fmpsc::channel(4);
         let done = {
             let server = server.clone();
             tokio::spawn(async move { server.serve_connection(PeerContext::default(), sink, inbound).await })
         };
+        let delivered_after = |n: usize| {
+            let delivered = Arc::clone(&delivered);
+            async move {
+                while delivered.lock().unwrap().len() < n {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        };
         let propose = envelope("p1", "", json!({"type": "SESSION_PROPOSE", "config": {}}));
         to_server.send(Ok(Message::Text(propose))).await.unwrap();
-        while delivered.lock().unwrap().is_empty() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        delivered_after(1).await;
         let accept: Value = match &delivered.lock().unwrap()[0] {
             Message::Text(t) => serde_json::from_str(t).unwrap(),
             other => panic!("{other:?}"),
@@ -1288,22 +1343,26 @@ mod tests {
         let submit = |id: &str, task: &str| {
             envelope(id, &session, json!({"type": "TASK_SUBMIT", "task_id": task, "skill": "echo", "input": task}))
         };
-        // The result is handed to the sink, whose flush never completes: the write times out, the connection ends.
+        // t1's result is flushed (handed to the kernel); t2's is fed, and its flush never completes.
         to_server.send(Ok(Message::Text(submit("m1", "t1")))).await.unwrap();
+        delivered_after(2).await;
+        to_server.send(Ok(Message::Text(submit("m2", "t2")))).await.unwrap();
         assert_eq!(done.await.unwrap(), ConnectionEnd::WriteTimeout);
-        assert_eq!(delivered.lock().unwrap().len(), 1, "only the accept left the process");
-        assert_eq!(server.held_stats().results, 1, "the unflushed result was dropped");
+        assert_eq!(delivered.lock().unwrap().len(), 2, "t2's result never left the process");
+        assert_eq!(server.held_stats().results, 2, "both answers the peer may not have read are held");
 
-        // The resume delivers it before the answer to the message that resumed the session.
+        // The resume delivers them before the answer to the message that resumed the session.
         let mut peer = Peer::start(&server, 16);
-        peer.send(Message::Text(submit("m2", "probe"))).await;
-        let held = peer.next_json().await;
-        assert_eq!(
-            (held["body"]["type"].as_str(), held["body"]["task_id"].as_str()),
-            (Some("TASK_RESULT"), Some("t1"))
-        );
-        let probe = peer.next_json().await;
-        assert_eq!(probe["body"]["task_id"], "probe");
+        peer.send(Message::Text(submit("m3", "probe"))).await;
+        let mut resumed = Vec::new();
+        for _ in 0..2 {
+            let v = peer.next_json().await;
+            assert_eq!(v["body"]["type"], "TASK_RESULT", "{v}");
+            resumed.push(v["body"]["task_id"].as_str().unwrap().to_owned());
+        }
+        resumed.sort();
+        assert_eq!(resumed, ["t1", "t2"]);
+        assert_eq!(peer.next_json().await["body"]["task_id"], "probe");
         assert_eq!(server.held_stats().results, 0);
     }
 
