@@ -143,6 +143,8 @@ mod client_tls;
 mod conn;
 mod error;
 mod metrics;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 mod rate;
 mod server;
 pub mod sse;
@@ -150,6 +152,7 @@ pub mod sse;
 pub mod test_pki;
 #[cfg(feature = "tls")]
 mod tls;
+pub mod trace_context;
 
 pub use auth::{BearerAuth, require_bearer};
 pub use client::{DEFAULT_MAX_RESPONSE_BYTES, HttpTransport, HttpTransportBuilder, RetryPolicy};

@@ -30,6 +30,7 @@ use ldp_types::{Envelope, LdpError, codes};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::held::{HeldLimits, HeldStats, HeldStore};
 use crate::inbound::InboundBudget;
@@ -727,15 +728,42 @@ where
 }
 
 /// Handles one envelope on a task of its own, so a long task does not hold up the connection's other sessions.
+///
+/// Its span is a root of its own whose parent is the caller's span when the frame names one in its `traceparent`
+/// member (absent or malformed: a fresh trace).
 async fn handle_text(
     hub: Arc<Hub>,
     peer: PeerContext,
     conn: u64,
     out: Outbound,
     text: String,
-    _permits: InFlightPermits,
+    permits: InFlightPermits,
 ) {
     let head = Head::peek(&text).unwrap_or_default();
+    let span = tracing::info_span!(
+        parent: None,
+        "ldp.message",
+        otel.name = format!("WS {WS_PATH}"),
+        otel.kind = "server",
+        path = WS_PATH,
+    );
+    ldp_transport_http::trace_context::adopt_remote_parent(
+        &span,
+        head.traceparent.as_deref(),
+        head.tracestate.as_deref(),
+    );
+    handle_head(hub, peer, conn, out, text, head, permits).instrument(span).await;
+}
+
+async fn handle_head(
+    hub: Arc<Hub>,
+    peer: PeerContext,
+    conn: u64,
+    out: Outbound,
+    text: String,
+    head: Head,
+    _permits: InFlightPermits,
+) {
     let id = head.message_id.as_str();
     let is_submit = head.kind == "TASK_SUBMIT";
     let response = if is_submit {
