@@ -159,7 +159,7 @@ pub use client::{DEFAULT_MAX_RESPONSE_BYTES, HttpTransport, HttpTransportBuilder
 pub use client_tls::ClientTls;
 pub use conn::{ConnectionLimits, ConnectionStats};
 pub use error::{Error, HttpError, status_for};
-pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE};
+pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures, TransportSource};
 pub use rate::{InvalidRate, RateLimit};
 pub use server::{
     CAPABILITIES, HEALTHZ, HttpServerConfig, HttpState, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, ServerHandle,

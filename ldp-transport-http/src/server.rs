@@ -144,7 +144,12 @@ impl HttpState {
         // This task is polled to completion, so the delegate can run within it rather than on one more task.
         let job = tokio::spawn(async move { rt.handle_in_place(&peer, &bytes, updates).await }.in_current_span());
         match tokio::time::timeout(self.config.request_timeout, job).await {
-            Ok(Ok(resp)) => Ok(resp),
+            Ok(Ok(resp)) => {
+                if let RuntimeResponse::Reply(env) = &resp {
+                    self.metrics.record_answer(env);
+                }
+                Ok(resp)
+            }
             Ok(Err(e)) => Err(HttpError::Internal(format!("message handler failed: {e}"))),
             Err(_) => Err(HttpError::Timeout(self.config.request_timeout)),
         }

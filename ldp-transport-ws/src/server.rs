@@ -25,7 +25,7 @@ use axum::{Extension, Router};
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use ldp_session::runtime::{DelegateRuntime, Response as RuntimeResponse};
 use ldp_session::{AuthenticatedPeer, PeerContext, Refusal};
-use ldp_transport_http::{BearerAuth, IDENTITY, WELL_KNOWN_IDENTITY};
+use ldp_transport_http::{BearerAuth, HttpMetrics, IDENTITY, TransportFigures, TransportSource, WELL_KNOWN_IDENTITY};
 use ldp_types::{Envelope, LdpError, codes};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
@@ -253,6 +253,29 @@ struct Hub {
     in_flight_bytes: Arc<Semaphore>,
     /// Inbound bytes per second per principal (`max_inbound_rate`).
     inbound: InboundBudget,
+    /// Text frames read and written since the server started (for `/metrics`).
+    received: AtomicU64,
+    sent: AtomicU64,
+    /// The HTTP server's metrics, when this server reports there ([`WsServer::report_to`]).
+    metrics: std::sync::OnceLock<HttpMetrics>,
+}
+
+/// The WebSocket figures `/metrics` reads at scrape time; holds the server weakly, so a dropped server reports zeros.
+struct Figures(std::sync::Weak<Hub>);
+
+impl TransportSource for Figures {
+    fn figures(&self) -> TransportFigures {
+        let Some(hub) = self.0.upgrade() else { return TransportFigures::default() };
+        let held = lock(&hub.routes).held.stats();
+        let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        TransportFigures::new(
+            n(hub.open.load(Ordering::Relaxed)),
+            hub.received.load(Ordering::Relaxed),
+            hub.sent.load(Ordering::Relaxed),
+            n(held.results),
+            n(held.bytes),
+        )
+    }
 }
 
 /// What one message in handling holds of its connection's and the server's budgets, released when it is done.
@@ -312,7 +335,18 @@ impl WsServer {
                 open: AtomicUsize::new(0),
                 in_flight_bytes,
                 inbound,
+                received: AtomicU64::new(0),
+                sent: AtomicU64::new(0),
+                metrics: std::sync::OnceLock::new(),
             }),
+        }
+    }
+
+    /// Reports this server's connections, frames and held answers, and the usage of the results it answers, in the
+    /// HTTP server's `/metrics` (`ldp_ws_*`, `ldp_held_*`, `ldp_backend_*`). Only the first call counts.
+    pub fn report_to(&self, metrics: &HttpMetrics) {
+        if self.hub.metrics.set(metrics.clone()).is_ok() {
+            metrics.add_source(Arc::new(Figures(Arc::downgrade(&self.hub))));
         }
     }
 
@@ -425,7 +459,7 @@ impl WsServer {
         tracing::debug!(conn, "websocket connection opened");
         let end = {
             let reader = read_loop(hub.clone(), peer, conn, &budget_key, stream, outbound);
-            let writer = write_loop(&hub.config, sink, &mut out_rx);
+            let writer = write_loop(&hub.config, sink, &mut out_rx, &hub.sent);
             tokio::pin!(reader, writer);
             tokio::select! {
                 () = stalled.notified() => ConnectionEnd::WriteTimeout,
@@ -636,6 +670,7 @@ where
                 return ConnectionEnd::TooLarge;
             }
             Message::Text(text) => {
+                hub.received.fetch_add(1, Ordering::Relaxed);
                 // Backpressure by bytes: wait (not reading further) until this connection's and the server's
                 // messages in handling leave room for this one.
                 let own = bytes.clone().acquire_many_owned(byte_cost(text.len(), byte_budget));
@@ -674,7 +709,12 @@ where
     }
 }
 
-async fn write_loop<Si>(cfg: &WsServerConfig, mut sink: Si, out: &mut mpsc::Receiver<Out>) -> ConnectionEnd
+async fn write_loop<Si>(
+    cfg: &WsServerConfig,
+    mut sink: Si,
+    out: &mut mpsc::Receiver<Out>,
+    sent: &AtomicU64,
+) -> ConnectionEnd
 where
     Si: Sink<Message> + Unpin + Send,
     Si::Error: Display,
@@ -702,7 +742,10 @@ where
         let mut fed = 0;
         while let Some(next) = item.take() {
             let (message, last) = match next {
-                Out::Text { text, .. } => (Message::Text(text), false),
+                Out::Text { text, .. } => {
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    (Message::Text(text), false)
+                }
                 Out::Close(frame) => (Message::Close(Some(frame)), true),
             };
             match tokio::time::timeout(write_timeout, sink.feed(message)).await {
@@ -819,6 +862,9 @@ async fn handle_head(
         }
     }
     let Some(reply) = reply else { return };
+    if let (Some(metrics), Ok(env)) = (hub.metrics.get(), &reply) {
+        metrics.record_answer(env);
+    }
     let text = match reply {
         Ok(env) => match envelope_frame(env, Some(id)) {
             Ok(text) => text,
