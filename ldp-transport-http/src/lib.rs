@@ -87,6 +87,10 @@
 //! conformance kit take too, so one value configures every client of a process. The `test-pki` feature adds
 //! `test_pki`: a throwaway CA for tests of such set-ups.
 //!
+//! Tracing: every message gets a server span whose parent is the request's W3C `traceparent` (absent or malformed:
+//! a fresh trace), and the client sends the context of its span for each message ([`trace_context`]). The `otlp`
+//! feature adds `otlp::OtlpExport`, which exports those spans over OTLP/HTTP (protobuf).
+//!
 //! ```no_run
 //! # #[cfg(feature = "tls")]
 //! # async fn tls(state: ldp_transport_http::HttpState) -> Result<(), Box<dyn std::error::Error>> {
