@@ -19,6 +19,7 @@ use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{IdentityCard, PayloadMode, RawJson, SessionConfig};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::exit;
 
@@ -134,7 +135,9 @@ pub fn run_card(args: CardArgs) -> ExitCode {
 /// Runs `ldp call`.
 pub fn run_call(args: CallArgs) -> ExitCode {
     let json = args.connection.json;
-    finish("call", json, run_async(async move { call(&args).await }))
+    // One span around the whole call, so its HELLO, session and task are one trace.
+    let span = tracing::info_span!("ldp.call", ldp.skill = args.skill.as_str());
+    finish("call", json, run_async(async move { call(&args).await }.instrument(span)))
 }
 
 fn run_async<F: Future<Output = Result<(), Failure>>>(f: F) -> Result<(), Failure> {

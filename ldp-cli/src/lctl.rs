@@ -50,6 +50,17 @@ pub enum LctlCommand {
         #[arg(long)]
         agent: Option<String>,
     },
+    /// Send a chain to an OpenTelemetry collector as one trace: a span for the chain, one per step (agent, action,
+    /// confidence, duration, facts with their text and confidence as attributes). Several files are the hops of one
+    /// chain, in order.
+    Export {
+        /// The collector's OTLP/HTTP base URL (`/v1/traces` is appended), e.g. http://localhost:4318.
+        #[arg(long, value_name = "URL")]
+        otlp: String,
+        /// LCTL YAML files (`-` reads standard input).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 /// Rendering formats on the command line.
@@ -93,6 +104,18 @@ pub fn run(cmd: LctlCommand) -> ExitCode {
         },
         LctlCommand::Fmt { file, check } => fmt(&file, check),
         LctlCommand::Ack { file, agent } => ack(&file, agent.as_deref()),
+        LctlCommand::Export { otlp, files } => crate::lctl_export::run(&otlp, &files),
+    }
+}
+
+/// Loads a document (not a standalone `lctl_ack` block), reporting why not on stderr.
+pub(crate) fn load_document(file: &Path) -> Result<LctlDocument, ExitCode> {
+    match load(file)? {
+        Loaded::Document(doc) => Ok(*doc),
+        Loaded::Ack(_) => {
+            eprintln!("{}: error: an lctl_ack block has no trace", file.display());
+            Err(ExitCode::from(EXIT_RULES_BROKEN))
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use ldp_transport_http::otlp::OtlpExport;
 
 mod attest;
 mod client;
@@ -17,6 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod lctl;
 mod llm;
+mod lctl_export;
 mod llmx;
 mod paradox;
 mod serve;
@@ -47,6 +49,10 @@ struct Cli {
     /// Log format on stderr: text (coloured only on a terminal, never with NO_COLOR set) or JSON lines.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Export OpenTelemetry spans (every LDP message handled and sent) over OTLP/HTTP to this collector base URL
+    /// (`/v1/traces` is appended); the service is named by OTEL_SERVICE_NAME, else `ldp`.
+    #[arg(long, global = true, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,17 +66,32 @@ enum LogFormat {
     Json,
 }
 
-/// Installs the log subscriber: `RUST_LOG` filters (default `warn`), stderr only, so stdout stays the command's
-/// output.
-fn init_logging(format: LogFormat) {
+/// Installs the subscriber: logs on stderr filtered by `RUST_LOG` (default `warn`), so stdout stays the command's
+/// output; and, with an OTLP endpoint, the spans (level `info` and above, whatever `RUST_LOG` says) for the exporter,
+/// which is returned so `main` can flush it before exiting.
+fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Option<OtlpExport>, String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    // A second initialisation (tests calling `run` twice) keeps the first subscriber.
-    let _ = match format {
-        LogFormat::Text => builder.with_ansi(client::colour_wanted()).try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Text => logs.with_ansi(client::colour_wanted()).boxed(),
+        LogFormat::Json => logs.json().with_ansi(false).boxed(),
     };
+    let export = match otlp_endpoint.filter(|e| !e.trim().is_empty()) {
+        Some(endpoint) => {
+            let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "ldp".to_owned());
+            Some(OtlpExport::new(endpoint, &service).map_err(|e| format!("--otlp-endpoint {endpoint:?}: {e}"))?)
+        }
+        None => None,
+    };
+    let spans = export.as_ref().map(|e| e.layer().with_filter(tracing_subscriber::filter::LevelFilter::INFO));
+    // A second initialisation (tests calling `run` twice) keeps the first subscriber.
+    let _ = tracing_subscriber::registry().with(logs.with_filter(filter)).with(spans).try_init();
+    Ok(export)
 }
 
 #[derive(Debug, Subcommand)]
@@ -103,8 +124,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
-    match cli.command {
+    let export = match init_logging(cli.log_format, cli.otlp_endpoint.as_deref()) {
+        Ok(export) => export,
+        Err(message) => {
+            eprintln!("ldp: {message}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let status = match cli.command {
         Command::Llmx(cmd) => llmx::run(cmd),
         Command::Lctl(cmd) => lctl::run(cmd),
         Command::Paradox(args) => paradox::run(args),
@@ -114,5 +141,12 @@ fn main() -> ExitCode {
         Command::Attest(cmd) => attest::run(cmd),
         Command::Card(args) => client::run_card(args),
         Command::Call(args) => client::run_call(args),
+    };
+    if let Some(export) = export
+        && let Err(e) = export.shutdown()
+    {
+        // The command's own outcome stands; the lost spans are worth a line on stderr.
+        eprintln!("ldp: exporting spans: {e}");
     }
+    status
 }

@@ -482,7 +482,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let ws_config = args.limits.ws_config(&http);
     let limits = http.limits.clone();
     let ws = WsServer::new(runtime.clone(), ws_config);
-    let app = ldp_transport_http::router(HttpState::new(runtime.clone(), http)).merge(ws.router());
+    let state = HttpState::new(runtime.clone(), http);
+    // One /metrics for both bindings.
+    ws.report_to(state.metrics());
+    let app = ldp_transport_http::router(state).merge(ws.router());
     let signal = shutdown_signal();
     {
         let mut out = std::io::stdout().lock();

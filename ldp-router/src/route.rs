@@ -25,6 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_types::{Code, DelegationContract, ErrorCategory, LdpError, Provenance, RawJson};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::registry::Registry;
 use crate::{
@@ -257,7 +258,33 @@ pub fn failure_of(error: &LdpError) -> Failure {
 impl Registry {
     /// Routes `task` to a delegate over the session layer and returns the output, its provenance, the routing
     /// explanation and the attempts made; see the [module documentation](self) for the steps and failover rules.
+    ///
+    /// Runs in an `ldp.route` span (skill, chosen delegate, attempts): the messages it sends are its children, so the
+    /// transports carry the caller's trace on to the delegates.
     pub async fn route_and_submit(&self, task: &RouteTask, scorer: &dyn OutcomeScorer) -> Result<Routed, RouteError> {
+        let span = tracing::info_span!(
+            "ldp.route",
+            otel.name = format!("ldp.route {}", task.skill()),
+            otel.status_code = tracing::field::Empty,
+            ldp.skill = task.skill(),
+            ldp.delegate = tracing::field::Empty,
+            ldp.attempts = tracing::field::Empty,
+        );
+        let routed = self.route_in_span(task, scorer).instrument(span.clone()).await;
+        match &routed {
+            Ok(routed) => {
+                span.record("ldp.delegate", routed.delegate_id.as_str());
+                span.record("ldp.attempts", routed.attempts.len());
+            }
+            Err(error) => {
+                span.record("ldp.attempts", error.attempts.len());
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+        routed
+    }
+
+    async fn route_in_span(&self, task: &RouteTask, scorer: &dyn OutcomeScorer) -> Result<Routed, RouteError> {
         let mut decisions: Vec<Decision> = Vec::new();
         let mut attempts: Vec<Attempt> = Vec::new();
         let fail = |kind, decisions: Vec<Decision>, attempts: Vec<Attempt>| RouteError { kind, decisions, attempts };

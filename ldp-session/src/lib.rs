@@ -61,6 +61,7 @@ mod error;
 mod initiator;
 mod responder;
 mod security;
+pub mod spans;
 
 #[cfg(feature = "runtime")]
 pub mod runtime;

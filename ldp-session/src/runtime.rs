@@ -22,6 +22,7 @@ use ldp_types::{
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
+use tracing::Instrument;
 
 use crate::TaskKey;
 use crate::clock::{IdSource, WallClock};
@@ -413,6 +414,23 @@ impl DelegateRuntime {
             Ok(checked) => checked,
             Err(refusal) => return Response::Refused(refusal),
         };
+        let span = crate::spans::handle_span(checked.envelope());
+        let response = self.handle_checked(peer, checked, updates, in_place).instrument(span.clone()).await;
+        match &response {
+            Response::Reply(env) => crate::spans::record_answer(&span, env),
+            Response::Refused(refusal) => crate::spans::record_error(&span, refusal.error.code.as_str()),
+            Response::Accepted => {}
+        }
+        response
+    }
+
+    async fn handle_checked(
+        &self,
+        peer: &PeerContext,
+        checked: crate::Checked,
+        updates: Option<mpsc::Sender<Envelope>>,
+        in_place: bool,
+    ) -> Response {
         let now = self.now();
         let outcome = self.with_responder(|r| {
             let outcome = r.handle_checked(now, peer, checked);
@@ -476,7 +494,8 @@ impl DelegateRuntime {
                     }
                 }
             } else {
-                let mut join = tokio::spawn(async move { delegate.execute(task, ctx).await });
+                // In the message's span, so the delegate's own calls (re-delegation) continue its trace.
+                let mut join = tokio::spawn(async move { delegate.execute(task, ctx).await }.in_current_span());
                 match lock(&self.inner.running).get_mut(&run_key) {
                     Some(running) => running.spawned = Some(join.abort_handle()),
                     // Aborted between the machine's answer and this spawn (its signal already raised).

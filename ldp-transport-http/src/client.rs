@@ -17,6 +17,7 @@ use tracing::Instrument;
 use crate::client_tls::ClientTls;
 use crate::error::Error;
 use crate::server::{IDENTITY, MESSAGES, STREAM, WELL_KNOWN_IDENTITY};
+use crate::trace_context::TraceHeaders;
 
 /// When and how often to retry. Only failures that are `transport` errors marked retryable are retried: the
 /// connection could not be made, or the server answered 503/429 before handling the message. A timeout after a
@@ -244,9 +245,17 @@ impl HttpTransport {
         }
     }
 
-    async fn post_messages(&self, body: &[u8]) -> Result<Option<Value>, LdpError> {
+    /// Adds the trace context headers, when there is a trace.
+    fn traced(request: RequestBuilder, trace: Option<&TraceHeaders>) -> RequestBuilder {
+        match trace {
+            Some(trace) => trace.apply(request),
+            None => request,
+        }
+    }
+
+    async fn post_messages(&self, body: &[u8], trace: Option<&TraceHeaders>) -> Result<Option<Value>, LdpError> {
         let make = || {
-            self.authorize(self.client.post(&self.messages))
+            Self::traced(self.authorize(self.client.post(&self.messages)), trace)
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(body.to_vec())
         };
@@ -261,9 +270,10 @@ impl HttpTransport {
         &self,
         body: &[u8],
         updates: &mpsc::Sender<Envelope>,
+        trace: Option<&TraceHeaders>,
     ) -> Option<Result<Option<Value>, LdpError>> {
         let make = || {
-            self.authorize(self.client.post(&self.stream))
+            Self::traced(self.authorize(self.client.post(&self.stream)), trace)
                 .header(header::CONTENT_TYPE, "application/json")
                 .header(header::ACCEPT, "text/event-stream")
                 .body(body.to_vec())
@@ -467,18 +477,22 @@ impl Transport for HttpTransport {
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<Option<Value>, LdpError> {
         let body = envelope.to_vec().map_err(|e| LdpError::from(&e))?;
-        let span = tracing::debug_span!("ldp.exchange", r#type = envelope.body.type_name(), url = %self.url);
-        async {
+        let span = ldp_session::spans::send_span(envelope);
+        // The request carries this span's context, so the server's spans for it are its children.
+        let trace = TraceHeaders::of(&span);
+        let result = async {
             if let Some(tx) = &updates
                 && !self.stream_unsupported.load(Ordering::Relaxed)
-                && let Some(result) = self.post_stream(&body, tx).await
+                && let Some(result) = self.post_stream(&body, tx, trace.as_ref()).await
             {
                 return result;
             }
-            self.post_messages(&body).await
+            self.post_messages(&body, trace.as_ref()).await
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        crate::trace_context::record_exchange(&span, &result);
+        result
     }
 }
 

@@ -26,6 +26,9 @@ pub enum Error {
     /// The TLS configuration is unusable (bad certificate or key).
     #[error("tls: {0}")]
     Tls(String),
+    /// The OTLP span exporter could not be built or could not deliver (feature `otlp`).
+    #[error("otlp: {0}")]
+    Otlp(String),
 }
 
 impl From<Refusal> for HttpError {

@@ -87,6 +87,10 @@
 //! conformance kit take too, so one value configures every client of a process. The `test-pki` feature adds
 //! `test_pki`: a throwaway CA for tests of such set-ups.
 //!
+//! Tracing: every message gets a server span whose parent is the request's W3C `traceparent` (absent or malformed:
+//! a fresh trace), and the client sends the context of its span for each message ([`trace_context`]). The `otlp`
+//! feature adds `otlp::OtlpExport`, which exports those spans over OTLP/HTTP (protobuf).
+//!
 //! ```no_run
 //! # #[cfg(feature = "tls")]
 //! # async fn tls(state: ldp_transport_http::HttpState) -> Result<(), Box<dyn std::error::Error>> {
@@ -143,6 +147,8 @@ mod client_tls;
 mod conn;
 mod error;
 mod metrics;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 mod rate;
 mod server;
 pub mod sse;
@@ -150,13 +156,14 @@ pub mod sse;
 pub mod test_pki;
 #[cfg(feature = "tls")]
 mod tls;
+pub mod trace_context;
 
 pub use auth::{BearerAuth, require_bearer};
 pub use client::{DEFAULT_MAX_RESPONSE_BYTES, HttpTransport, HttpTransportBuilder, RetryPolicy};
 pub use client_tls::ClientTls;
 pub use conn::{ConnectionLimits, ConnectionStats};
 pub use error::{Error, HttpError, status_for};
-pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE};
+pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures, TransportSource};
 pub use rate::{InvalidRate, RateLimit};
 pub use server::{
     CAPABILITIES, HEALTHZ, HttpServerConfig, HttpState, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, ServerHandle,

@@ -12,13 +12,24 @@
 //! | `ldp_message_duration_seconds` | histogram | `path`, `reply` |
 //! | `ldp_active_sessions` | gauge | sessions the responder holds (read at scrape time) |
 //! | `ldp_running_tasks` | gauge | tasks running now (read at scrape time) |
+//! | `ldp_backend_tokens_total` | counter | `tokens_used` of every TASK_RESULT's provenance answered (HTTP, and WebSocket when it reports here) |
+//! | `ldp_backend_cost_usd_total` | counter | `cost_usd` of the same results |
+//! | `ldp_ws_connections` | gauge | WebSocket connections open (from each [`TransportSource`], read at scrape time) |
+//! | `ldp_ws_messages_received_total`, `ldp_ws_messages_sent_total` | counter | WebSocket text frames read and written |
+//! | `ldp_held_results`, `ldp_held_result_bytes` | gauge | task answers held for suspended sessions to resume, and their bytes |
 //!
 //! The label values come from a closed set (paths, message types, status codes, error codes of the catalogue or a
 //! peer's own, truncated), so a peer cannot grow the label space beyond a bound: codes outside the catalogue are
 //! counted as `other`.
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -69,6 +80,87 @@ struct Inner {
     latency: Family<LatencyLabels, Histogram>,
     active_sessions: Gauge,
     running_tasks: Gauge,
+    tokens: Counter,
+    cost_usd: Counter<f64, AtomicU64>,
+    sources: Arc<Mutex<Vec<Arc<dyn TransportSource>>>>,
+}
+
+/// What another transport serving the same runtime (the WebSocket binding) reports at scrape time. Totals are
+/// counted since the transport started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransportFigures {
+    /// Connections open now.
+    pub connections: u64,
+    /// Messages (text frames) read so far.
+    pub messages_received: u64,
+    /// Messages (text frames) written so far.
+    pub messages_sent: u64,
+    /// Task answers held now for sessions to resume.
+    pub held_results: u64,
+    /// Bytes of those answers.
+    pub held_bytes: u64,
+}
+
+impl TransportFigures {
+    /// Figures with every value given (the struct is non-exhaustive).
+    pub fn new(
+        connections: u64,
+        messages_received: u64,
+        messages_sent: u64,
+        held_results: u64,
+        held_bytes: u64,
+    ) -> Self {
+        Self { connections, messages_received, messages_sent, held_results, held_bytes }
+    }
+}
+
+/// A transport whose figures `/metrics` reads at each scrape ([`HttpMetrics::add_source`]).
+pub trait TransportSource: Send + Sync + 'static {
+    /// The figures now.
+    fn figures(&self) -> TransportFigures;
+}
+
+/// Sums the sources at scrape time.
+struct Sources(Arc<Mutex<Vec<Arc<dyn TransportSource>>>>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources").finish_non_exhaustive()
+    }
+}
+
+impl Collector for Sources {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let sources: Vec<Arc<dyn TransportSource>> =
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let mut sum = TransportFigures::default();
+        for source in sources {
+            let f = source.figures();
+            sum.connections += f.connections;
+            sum.messages_received += f.messages_received;
+            sum.messages_sent += f.messages_sent;
+            sum.held_results += f.held_results;
+            sum.held_bytes += f.held_bytes;
+        }
+        let gauge = |v: u64| ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
+        for (name, help, value) in [
+            ("ldp_ws_connections", "WebSocket connections open", sum.connections),
+            ("ldp_held_results", "Task answers held for suspended sessions to resume", sum.held_results),
+            ("ldp_held_result_bytes", "Bytes of the task answers held for resume", sum.held_bytes),
+        ] {
+            let metric = gauge(value);
+            metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)?;
+        }
+        for (name, help, value) in [
+            ("ldp_ws_messages_received", "WebSocket text frames read", sum.messages_received),
+            ("ldp_ws_messages_sent", "WebSocket text frames written", sum.messages_sent),
+        ] {
+            let metric = ConstCounter::new(value);
+            metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)?;
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for HttpMetrics {
@@ -109,8 +201,52 @@ impl HttpMetrics {
         registry.register("ldp_message_duration_seconds", "Time to answer one message", latency.clone());
         registry.register("ldp_active_sessions", "Sessions the responder holds", active_sessions.clone());
         registry.register("ldp_running_tasks", "Tasks running now", running_tasks.clone());
+        let tokens = Counter::default();
+        let cost_usd = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "ldp_backend_tokens",
+            "Tokens the delegate reported in its results' provenance",
+            tokens.clone(),
+        );
+        registry.register(
+            "ldp_backend_cost_usd",
+            "Cost in USD the delegate reported in its results' provenance",
+            cost_usd.clone(),
+        );
+        let sources = Arc::new(Mutex::new(Vec::new()));
+        registry.register_collector(Box::new(Sources(sources.clone())));
         HttpMetrics {
-            inner: Arc::new(Inner { registry, messages, refusals, tasks, latency, active_sessions, running_tasks }),
+            inner: Arc::new(Inner {
+                registry,
+                messages,
+                refusals,
+                tasks,
+                latency,
+                active_sessions,
+                running_tasks,
+                tokens,
+                cost_usd,
+                sources,
+            }),
+        }
+    }
+
+    /// Reads `source` at every scrape from now on (a WebSocket server sharing this server's runtime).
+    pub fn add_source(&self, source: Arc<dyn TransportSource>) {
+        self.inner.sources.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(source);
+    }
+
+    /// Counts the usage a result reports: a TASK_RESULT's provenance `tokens_used` and `cost_usd` (what a model
+    /// backend fills in), whichever transport answered it. Other messages count nothing.
+    pub fn record_answer(&self, answer: &ldp_types::Envelope) {
+        if let ldp_types::Body::TaskResult(result) = &answer.body {
+            if let Some(tokens) = result.provenance.tokens_used {
+                self.inner.tokens.inc_by(tokens);
+            }
+            // A negative or non-finite cost is the delegate's error; a counter only grows.
+            if let Some(cost) = result.provenance.cost_usd.filter(|c| c.is_finite() && *c > 0.0) {
+                self.inner.cost_usd.inc_by(cost);
+            }
         }
     }
 

@@ -32,6 +32,7 @@ use crate::conn::{ConnectionLimits, ConnectionStats, Establish, Plain, body_too_
 use crate::error::{HttpError, error_body, json_response};
 use crate::metrics::{HttpMetrics, METRICS_CONTENT_TYPE};
 use crate::rate::{Limiter, RateLimit};
+use crate::trace_context;
 
 /// Path of the RFC 2.3 identity card.
 pub const WELL_KNOWN_IDENTITY: &str = "/.well-known/ldp-identity";
@@ -143,7 +144,12 @@ impl HttpState {
         // This task is polled to completion, so the delegate can run within it rather than on one more task.
         let job = tokio::spawn(async move { rt.handle_in_place(&peer, &bytes, updates).await }.in_current_span());
         match tokio::time::timeout(self.config.request_timeout, job).await {
-            Ok(Ok(resp)) => Ok(resp),
+            Ok(Ok(resp)) => {
+                if let RuntimeResponse::Reply(env) = &resp {
+                    self.metrics.record_answer(env);
+                }
+                Ok(resp)
+            }
             Ok(Err(e)) => Err(HttpError::Internal(format!("message handler failed: {e}"))),
             Err(_) => Err(HttpError::Timeout(self.config.request_timeout)),
         }
@@ -394,8 +400,22 @@ fn accept_body(
     })
 }
 
-fn message_span(path: &'static str) -> tracing::Span {
-    tracing::info_span!("ldp.message", path, status = Empty, reply = Empty, code = Empty)
+/// The server span of one request: a root of its own (never the child of whatever span the connection runs in),
+/// whose parent is the caller's span when the request names one in `traceparent`.
+fn message_span(path: &'static str, headers: &HeaderMap) -> tracing::Span {
+    let span = tracing::info_span!(
+        parent: None,
+        "ldp.message",
+        otel.name = format!("POST {path}"),
+        otel.kind = "server",
+        otel.status_code = Empty,
+        path,
+        status = Empty,
+        reply = Empty,
+        code = Empty
+    );
+    trace_context::adopt_from_headers(&span, headers);
+    span
 }
 
 fn record(span: &tracing::Span, status: StatusCode, reply: Option<&Envelope>, code: Option<&str>) {
@@ -405,6 +425,7 @@ fn record(span: &tracing::Span, status: StatusCode, reply: Option<&Envelope>, co
     }
     if let Some(code) = code {
         span.record("code", code);
+        span.record("otel.status_code", "ERROR");
     }
 }
 
@@ -427,7 +448,7 @@ async fn messages(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = std::time::Instant::now();
-    let span = message_span(MESSAGES);
+    let span = message_span(MESSAGES, &headers);
     let mut reply = None;
     let result = async {
         let bytes = accept_body(&state, &headers, body)?;
@@ -512,7 +533,7 @@ async fn stream(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let span = message_span(STREAM);
+    let span = message_span(STREAM, &headers);
     match start_stream(state, peer, headers, body).instrument(span.clone()).await {
         Ok(events) => {
             record(&span, StatusCode::OK, None, None);

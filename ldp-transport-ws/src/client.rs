@@ -13,13 +13,16 @@ use async_trait::async_trait;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use ldp_session::runtime::Transport;
 use ldp_session::{IdSource, SeededIds, SystemClock, WallClock};
+use ldp_transport_http::trace_context::TraceHeaders;
 use ldp_transport_http::{ClientTls, Error as HttpError};
 use ldp_types::signing::SigningKey;
+use ldp_types::trace_context::{TRACEPARENT, TRACESTATE};
 use ldp_types::{Body, Envelope, ErrorCategory, IdentityCard, LdpError, PayloadMode, TaskSubmit, TaskUpdate, codes};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tracing::Instrument;
 
 use crate::error::Error;
 use crate::server::WS_PATH;
@@ -750,7 +753,39 @@ impl Transport for WsTransport {
         if let Some(error) = self.inner.fatal() {
             return Err(error);
         }
-        let text: Arc<str> = envelope.to_json().map_err(|e| LdpError::from(&e))?.into();
+        let span = ldp_session::spans::send_span(envelope);
+        let text: Arc<str> = traced_frame(envelope, &span).map_err(|e| LdpError::from(&e))?.into();
+        let result = self.send_frame(envelope, text, updates).instrument(span.clone()).await;
+        ldp_transport_http::trace_context::record_exchange(&span, &result);
+        result
+    }
+}
+
+/// The frame for `envelope`, with the `traceparent`/`tracestate` members of `span`'s context when adding them cannot
+/// break its signature: an unsigned envelope, or one under the legacy `hmac-sha256`, which does not cover them. A
+/// signature over the whole envelope (the JCS algorithms) would no longer verify, so such a request goes without them
+/// (its sender may put them in before signing, then they are signed like any member).
+fn traced_frame(envelope: &Envelope, span: &tracing::Span) -> Result<String, ldp_types::Error> {
+    let unsigned_members =
+        envelope.signature.is_none() || envelope.signature_algorithm.as_deref() == Some("hmac-sha256");
+    let trace =
+        if unsigned_members && !envelope.extensions.contains_key(TRACEPARENT) { TraceHeaders::of(span) } else { None };
+    let Some(trace) = trace else { return envelope.to_json() };
+    let mut env = envelope.clone();
+    env.extensions.insert(TRACEPARENT.to_owned(), Value::String(trace.traceparent));
+    if let Some(state) = trace.tracestate {
+        env.extensions.insert(TRACESTATE.to_owned(), Value::String(state));
+    }
+    env.to_json()
+}
+
+impl WsTransport {
+    async fn send_frame(
+        &self,
+        envelope: &Envelope,
+        text: Arc<str>,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Result<Option<Value>, LdpError> {
         let id = envelope.message_id.clone();
         let (tx, rx) = oneshot::channel();
         let kind = match &envelope.body {

@@ -25,11 +25,12 @@ use axum::{Extension, Router};
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use ldp_session::runtime::{DelegateRuntime, Response as RuntimeResponse};
 use ldp_session::{AuthenticatedPeer, PeerContext, Refusal};
-use ldp_transport_http::{BearerAuth, IDENTITY, WELL_KNOWN_IDENTITY};
+use ldp_transport_http::{BearerAuth, HttpMetrics, IDENTITY, TransportFigures, TransportSource, WELL_KNOWN_IDENTITY};
 use ldp_types::{Envelope, LdpError, codes};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::held::{HeldLimits, HeldStats, HeldStore};
 use crate::inbound::InboundBudget;
@@ -297,6 +298,29 @@ struct Hub {
     in_flight_bytes: Arc<Semaphore>,
     /// Inbound bytes per second per principal (`max_inbound_rate`).
     inbound: InboundBudget,
+    /// Text frames read and written since the server started (for `/metrics`).
+    received: AtomicU64,
+    sent: AtomicU64,
+    /// The HTTP server's metrics, when this server reports there ([`WsServer::report_to`]).
+    metrics: std::sync::OnceLock<HttpMetrics>,
+}
+
+/// The WebSocket figures `/metrics` reads at scrape time; holds the server weakly, so a dropped server reports zeros.
+struct Figures(std::sync::Weak<Hub>);
+
+impl TransportSource for Figures {
+    fn figures(&self) -> TransportFigures {
+        let Some(hub) = self.0.upgrade() else { return TransportFigures::default() };
+        let held = lock(&hub.routes).held.stats();
+        let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        TransportFigures::new(
+            n(hub.open.load(Ordering::Relaxed)),
+            hub.received.load(Ordering::Relaxed),
+            hub.sent.load(Ordering::Relaxed),
+            n(held.results),
+            n(held.bytes),
+        )
+    }
 }
 
 /// What one message in handling holds of its connection's and the server's budgets, released when it is done.
@@ -356,7 +380,18 @@ impl WsServer {
                 open: AtomicUsize::new(0),
                 in_flight_bytes,
                 inbound,
+                received: AtomicU64::new(0),
+                sent: AtomicU64::new(0),
+                metrics: std::sync::OnceLock::new(),
             }),
+        }
+    }
+
+    /// Reports this server's connections, frames and held answers, and the usage of the results it answers, in the
+    /// HTTP server's `/metrics` (`ldp_ws_*`, `ldp_held_*`, `ldp_backend_*`). Only the first call counts.
+    pub fn report_to(&self, metrics: &HttpMetrics) {
+        if self.hub.metrics.set(metrics.clone()).is_ok() {
+            metrics.add_source(Arc::new(Figures(Arc::downgrade(&self.hub))));
         }
     }
 
@@ -471,7 +506,7 @@ impl WsServer {
         let mut unconfirmed = Unconfirmed::new(hub.config.max_outbound_bytes);
         let end = {
             let reader = read_loop(hub.clone(), peer, conn, &budget_key, stream, outbound);
-            let writer = write_loop(&hub.config, sink, &mut out_rx, &mut unconfirmed);
+            let writer = write_loop(&hub.config, sink, &mut out_rx, &mut unconfirmed, &hub.sent);
             tokio::pin!(reader, writer);
             tokio::select! {
                 () = stalled.notified() => ConnectionEnd::WriteTimeout,
@@ -691,6 +726,7 @@ where
                 return ConnectionEnd::TooLarge;
             }
             Message::Text(text) => {
+                hub.received.fetch_add(1, Ordering::Relaxed);
                 // Backpressure by bytes: wait (not reading further) until this connection's and the server's
                 // messages in handling leave room for this one.
                 let own = bytes.clone().acquire_many_owned(byte_cost(text.len(), byte_budget));
@@ -730,12 +766,13 @@ where
 }
 
 /// Writes the connection's queue to `sink`, keeping a copy of each task answer in `unconfirmed` (which the caller
-/// holds for the resume when the connection ends).
+/// holds for the resume when the connection ends) and counting the frames in `sent`.
 async fn write_loop<Si>(
     cfg: &WsServerConfig,
     mut sink: Si,
     out: &mut mpsc::Receiver<Out>,
     unconfirmed: &mut Unconfirmed,
+    sent: &AtomicU64,
 ) -> ConnectionEnd
 where
     Si: Sink<Message> + Unpin + Send,
@@ -765,6 +802,7 @@ where
         while let Some(next) = item.take() {
             let (message, last) = match next {
                 Out::Text { text, reroute, .. } => {
+                    sent.fetch_add(1, Ordering::Relaxed);
                     if let Some(reroute) = reroute {
                         unconfirmed.fed(&text, reroute);
                     }
@@ -797,15 +835,42 @@ where
 }
 
 /// Handles one envelope on a task of its own, so a long task does not hold up the connection's other sessions.
+///
+/// Its span is a root of its own whose parent is the caller's span when the frame names one in its `traceparent`
+/// member (absent or malformed: a fresh trace).
 async fn handle_text(
     hub: Arc<Hub>,
     peer: PeerContext,
     conn: u64,
     out: Outbound,
     text: String,
-    _permits: InFlightPermits,
+    permits: InFlightPermits,
 ) {
     let head = Head::peek(&text).unwrap_or_default();
+    let span = tracing::info_span!(
+        parent: None,
+        "ldp.message",
+        otel.name = format!("WS {WS_PATH}"),
+        otel.kind = "server",
+        path = WS_PATH,
+    );
+    ldp_transport_http::trace_context::adopt_remote_parent(
+        &span,
+        head.traceparent.as_deref(),
+        head.tracestate.as_deref(),
+    );
+    handle_head(hub, peer, conn, out, text, head, permits).instrument(span).await;
+}
+
+async fn handle_head(
+    hub: Arc<Hub>,
+    peer: PeerContext,
+    conn: u64,
+    out: Outbound,
+    text: String,
+    head: Head,
+    _permits: InFlightPermits,
+) {
     let id = head.message_id.as_str();
     let is_submit = head.kind == "TASK_SUBMIT";
     let response = if is_submit {
@@ -861,6 +926,9 @@ async fn handle_text(
         }
     }
     let Some(reply) = reply else { return };
+    if let (Some(metrics), Ok(env)) = (hub.metrics.get(), &reply) {
+        metrics.record_answer(env);
+    }
     let text = match reply {
         Ok(env) => match envelope_frame(env, Some(id)) {
             Ok(text) => text,

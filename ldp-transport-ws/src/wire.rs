@@ -94,6 +94,10 @@ pub(crate) struct Head {
     /// Control frame `{"accepted": true}`.
     pub is_accepted: bool,
     pub in_reply_to: Option<String>,
+    /// The W3C `traceparent` envelope member (the caller's span), unchecked.
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` envelope member, unchecked.
+    pub tracestate: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -106,6 +110,10 @@ struct RawHead<'a> {
     body: Option<RawBody<'a>>,
     #[serde(borrow, default)]
     in_reply_to: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    traceparent: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tracestate: Option<Cow<'a, str>>,
     #[serde(default)]
     error: Option<serde::de::IgnoredAny>,
     #[serde(default)]
@@ -137,6 +145,8 @@ impl Head {
             is_error: raw.error.is_some(),
             is_accepted: raw.accepted == Some(true),
             in_reply_to: raw.in_reply_to.map(Cow::into_owned),
+            traceparent: raw.traceparent.map(Cow::into_owned),
+            tracestate: raw.tracestate.map(Cow::into_owned),
         })
     }
 }

@@ -71,6 +71,7 @@ pub mod schema;
 mod score;
 pub mod signing;
 pub mod time;
+pub mod trace_context;
 
 pub use contract::{
     Budget, ContractCheck, ContractLimits, ContractOutcome, ContractPolicy, ContractViolation, DelegationContract,

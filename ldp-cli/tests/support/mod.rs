@@ -18,13 +18,14 @@ impl Drop for Guard {
 
 /// Starts `ldp serve --bind 127.0.0.1:0 ARGS` and returns it with the URL it printed on its `listening on` line.
 pub fn serve(args: &[&str], stderr: Stdio) -> (Guard, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ldp"))
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ldp"));
+    command.args(["serve", "--bind", "127.0.0.1:0"]).args(args).stdout(Stdio::piped()).stderr(stderr);
+    serve_command(command)
+}
+
+/// Starts an `ldp serve` command built by the caller (stdout piped) and returns it with the URL it printed.
+pub fn serve_command(mut command: Command) -> (Guard, String) {
+    let mut child = command.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let guard = Guard(child);
     let (tx, rx) = std::sync::mpsc::channel();
