@@ -165,7 +165,9 @@ impl Stream {
         // Every update is in: the task has answered.
         let done = self.done.take()?;
         Some(match done.await {
-            Ok(Ok(outcome)) => Ok(Event::Done(Box::new(Answer { output: outcome.output, provenance: outcome.provenance }))),
+            Ok(Ok(outcome)) => {
+                Ok(Event::Done(Box::new(Answer { output: outcome.output, provenance: outcome.provenance })))
+            }
             Ok(Err(e)) => Err(e.into()),
             Err(e) => Err(Error::Io(std::io::Error::other(e))),
         })
