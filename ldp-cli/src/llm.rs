@@ -26,8 +26,8 @@ pub struct LlmArgs {
     /// Serve a language model through this provider API.
     #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model")])]
     pub backend: Option<BackendKind>,
-    /// The provider's base URL [default: https://api.openai.com/v1 (openai: with the API version, as OpenAI's
-    /// SDKs take it), https://api.anthropic.com (anthropic)].
+    /// The provider's base URL [default: `https://api.openai.com/v1` (openai: with the API version, as OpenAI's
+    /// SDKs take it), `https://api.anthropic.com` (anthropic)].
     #[arg(long, value_name = "URL", requires = "backend")]
     pub base_url: Option<String>,
     /// The model name sent to the provider; it is the card's model_version.
