@@ -17,8 +17,8 @@ mod demo;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod lctl;
-mod llm;
 mod lctl_export;
+mod llm;
 mod llmx;
 mod paradox;
 mod serve;
