@@ -49,6 +49,16 @@ const MAX_QUOTED: usize = 400;
 /// Largest error body read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
+/// A provider's base URL without its trailing slashes; only `http://` and `https://` are accepted.
+pub(crate) fn base_url(url: String) -> Result<String, LlmError> {
+    let url = url.trim_end_matches('/').to_owned();
+    if url.starts_with("http://") || url.starts_with("https://") {
+        Ok(url)
+    } else {
+        Err(LlmError::Config(format!("the base URL {url:?} is not http:// or https://")))
+    }
+}
+
 /// A reqwest client for these options.
 pub(crate) fn client(opts: &HttpOptions) -> Result<reqwest::Client, LlmError> {
     reqwest::Client::builder()

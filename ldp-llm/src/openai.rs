@@ -36,10 +36,7 @@ impl OpenAiBackend {
         opts: HttpOptions,
     ) -> Result<Self, LlmError> {
         let client = http::client(&opts)?;
-        let base_url = base_url.into().trim_end_matches('/').to_owned();
-        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(LlmError::Config(format!("the base URL {base_url:?} is not http:// or https://")));
-        }
+        let base_url = http::base_url(base_url.into())?;
         Ok(Self { base_url, model: model.into(), key, opts, client })
     }
 

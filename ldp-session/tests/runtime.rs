@@ -475,7 +475,8 @@ async fn the_reaper_expires_sessions_on_simulated_time() {
 }
 
 /// A `fail_closed` contract's deadline is enforced while the task runs (issue 22): when it passes, the machine ends
-/// the task, its submitter gets `CONTRACT_VIOLATED` at once (not the result, late), and the delegate's work stops.
+/// the task, its submitter gets `CONTRACT_VIOLATED` at once (not the result, late), and the delegate's work stops
+/// (after the cancellation grace, which a delegate that watches `TaskContext::cancelled` does not need).
 /// Under `fail_open` the task runs on. On simulated time: the reaper wakes for the deadline although the session's
 /// expiry is far later.
 #[tokio::test(start_paused = true)]
@@ -503,7 +504,9 @@ async fn a_fail_closed_deadline_stops_the_work_when_it_passes() {
                 let SessionError::Peer(e) = submitter.await.unwrap().unwrap_err() else { panic!() };
                 assert_eq!(e.code, codes::CONTRACT_VIOLATED, "{e}");
                 assert!(e.message.contains("DEADLINE_EXCEEDED") && !e.retryable, "{e}");
-                assert!(stopped.load(Ordering::SeqCst), "the work was not stopped at the deadline");
+                // The delegate is signalled at once and its work dropped after the cancellation grace.
+                tokio::time::sleep(runtime::DEFAULT_CANCEL_GRACE + Duration::from_millis(100)).await;
+                assert!(stopped.load(Ordering::SeqCst), "the work was not stopped after the deadline and grace");
                 assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
             }
             _ => {
