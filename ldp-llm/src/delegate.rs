@@ -251,6 +251,10 @@ impl Delegate for LlmDelegate {
         let mut out = TaskOutput::new(answer.text.as_str());
         out.tokens_used = answer.usage.total();
         out.cost_usd = self.prices.cost(&model, &answer.usage);
+        out.tokens_in = answer.usage.input_tokens;
+        out.tokens_out = answer.usage.output_tokens;
+        // The provenance's model_version (and a usage receipt's model) name the model that answered.
+        out.model = Some(model);
         Ok(out)
     }
 }

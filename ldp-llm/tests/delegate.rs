@@ -74,6 +74,8 @@ async fn provenance_comes_from_the_providers_answer() {
             assert_eq!(out.provenance.tokens_used, Some(8), "{flavor:?} stream={stream}");
             assert_eq!(out.provenance.cost_usd, Some(4.0 + 8.0));
             assert_eq!(out.provenance.confidence, None);
+            // The model that answered (the stub's dated name), not the configured "stub-model" of the card.
+            assert_eq!(out.provenance.model_version, "stub-model-2025", "{flavor:?} stream={stream}");
         }
     }
 }

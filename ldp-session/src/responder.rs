@@ -233,8 +233,8 @@ pub struct TaskOutput {
     pub tokens_in: Option<u64>,
     /// Completion (output) tokens, for the usage receipt.
     pub tokens_out: Option<u64>,
-    /// The model that produced the output as its provider named it, for the usage receipt (the card's
-    /// `model_version` when unset).
+    /// The model that produced the output as its provider named it: the provenance's `model_version` and the usage
+    /// receipt's `model` (the card's `model_version` when unset).
     pub model: Option<String>,
 }
 
@@ -1413,6 +1413,10 @@ impl Responder {
         provenance.evidence = out.evidence;
         provenance.tokens_used = out.tokens_used;
         provenance.cost_usd = out.cost_usd;
+        if let Some(model) = &out.model {
+            // The model that actually answered (a provider's dated name), not only the one the card advertises.
+            provenance.model_version.clone_from(model);
+        }
         provenance.contract_id = task.contract_id.map(String::from);
         if let Some((violations, _)) = &violations {
             provenance.contract_satisfied = Some(violations.is_empty());

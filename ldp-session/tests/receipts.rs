@@ -48,6 +48,8 @@ fn every_result_carries_a_receipt_that_verifies_with_the_published_key() {
     assert_eq!(receipt.wall_time_ms, Some(1500), "measured by the machine from admission to completion");
     assert_eq!((receipt.tokens_in, receipt.tokens_out, receipt.tokens_total), (Some(10), Some(5), Some(15)));
     assert_eq!(receipt.model.as_deref(), Some("smollm2-135m-instruct"));
+    assert_eq!(provenance.model_version, "smollm2-135m-instruct", "the model that answered, not the card's");
+    assert_ne!(card.model_version, provenance.model_version);
     assert_eq!(receipt.delegate_id, card.delegate_id.as_str());
 
     // Replayed onto another task of the session, or with its figures changed, it does not verify.
