@@ -18,54 +18,44 @@ use ldp_types::{Body, Envelope};
 use tracing::Span;
 use tracing::field::Empty;
 
+/// A span named `$name` of OpenTelemetry kind `$kind` with every field of the schema above, those the envelope
+/// gives filled in: one field list for handled and sent messages alike.
+macro_rules! message_span {
+    ($name:literal, $kind:literal, $env:expr) => {{
+        let env: &Envelope = $env;
+        let span = tracing::info_span!(
+            $name,
+            otel.name = format!("{} {}", $name, env.body.type_name()),
+            otel.kind = $kind,
+            otel.status_code = Empty,
+            ldp.message_type = env.body.type_name(),
+            ldp.message_id = env.message_id.as_str(),
+            ldp.session_id = Empty,
+            ldp.task_id = Empty,
+            ldp.skill = Empty,
+            ldp.payload_mode = env.payload_mode.as_str(),
+            ldp.from = env.from.as_str(),
+            ldp.to = env.to.as_str(),
+            ldp.reply_type = Empty,
+            ldp.error_code = Empty,
+            ldp.tokens = Empty,
+            ldp.cost_usd = Empty,
+        );
+        record_request(&span, env);
+        span
+    }};
+}
+
 /// The span of a message this process handles (internal to the transport's server span, which carries the remote
 /// parent).
 pub fn handle_span(env: &Envelope) -> Span {
-    let span = tracing::info_span!(
-        "ldp.handle",
-        otel.name = format!("ldp.handle {}", env.body.type_name()),
-        otel.kind = "internal",
-        otel.status_code = Empty,
-        ldp.message_type = env.body.type_name(),
-        ldp.message_id = env.message_id.as_str(),
-        ldp.session_id = Empty,
-        ldp.task_id = Empty,
-        ldp.skill = Empty,
-        ldp.payload_mode = env.payload_mode.as_str(),
-        ldp.from = env.from.as_str(),
-        ldp.to = env.to.as_str(),
-        ldp.reply_type = Empty,
-        ldp.error_code = Empty,
-        ldp.tokens = Empty,
-        ldp.cost_usd = Empty,
-    );
-    record_request(&span, env);
-    span
+    message_span!("ldp.handle", "internal", env)
 }
 
 /// The span of a message this process sends and waits on (an OpenTelemetry client span: its context is what the
 /// transport puts in the request's `traceparent`).
 pub fn send_span(env: &Envelope) -> Span {
-    let span = tracing::info_span!(
-        "ldp.send",
-        otel.name = format!("ldp.send {}", env.body.type_name()),
-        otel.kind = "client",
-        otel.status_code = Empty,
-        ldp.message_type = env.body.type_name(),
-        ldp.message_id = env.message_id.as_str(),
-        ldp.session_id = Empty,
-        ldp.task_id = Empty,
-        ldp.skill = Empty,
-        ldp.payload_mode = env.payload_mode.as_str(),
-        ldp.from = env.from.as_str(),
-        ldp.to = env.to.as_str(),
-        ldp.reply_type = Empty,
-        ldp.error_code = Empty,
-        ldp.tokens = Empty,
-        ldp.cost_usd = Empty,
-    );
-    record_request(&span, env);
-    span
+    message_span!("ldp.send", "client", env)
 }
 
 fn record_request(span: &Span, env: &Envelope) {
