@@ -415,11 +415,11 @@ async fn run_llm_tour(url: &str, skill: &str, kind: TransportKind) -> Result<(),
     println!("  ✔ session active, mode {}", session.mode);
 
     section(2, "A conversation: the second turn needs the first");
-    let first = "My name is Ada and my favourite colour is green. Say hello to me.";
+    let first = "The secret word is banana.";
     let out1 = client.submit(&session.session_id, skill, first, None).await.map_err(|e| e.to_string())?;
     println!("  answer 1: {}", out1.output.as_string().unwrap_or_default().trim());
     print_provenance(&out1.provenance);
-    let second = "What is my favourite colour?";
+    let second = "What is the secret word?";
     // The second answer is streamed: its pieces arrive as TASK_UPDATEs with partial output before the result.
     let (tx, mut rx) = mpsc::channel::<ldp_session::runtime::Progress>(256);
     let printer = tokio::spawn(async move {

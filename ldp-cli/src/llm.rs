@@ -8,6 +8,7 @@ use ldp_llm::{
     AnthropicBackend, ApiKey, EchoBackend, HttpOptions, LlmBackend, LlmDelegate, OpenAiBackend, PriceTable,
     PromptTemplate,
 };
+use ldp_llm_local::{LocalBackend, LocalOptions, Precision, Sampling};
 
 /// The provider API a backend speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -18,20 +19,40 @@ pub enum BackendKind {
     Anthropic,
     /// No provider: answers with the user's message (for trying the LLM path without a model).
     Echo,
+    /// A GGUF model run in this process on the CPU (`--model FILE.gguf`): no server, no network.
+    Local,
+}
+
+/// How `--backend local` widens the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrecisionArg {
+    /// Weights widened to f32 at load: exact products, 4 bytes per parameter.
+    F32,
+    /// Weights as the file stores them, with candle's quantized kernels: least memory.
+    Quantized,
+}
+
+/// The delegate `ldp serve --backend` builds, and the context window its card announces.
+pub struct ServedModel {
+    /// The delegate.
+    pub delegate: LlmDelegate,
+    /// The model's context window, in tokens.
+    pub context_window: u64,
 }
 
 /// The LLM flags of `ldp serve`. Without --backend, `ldp serve` serves the echo delegate of the reference SDKs.
 #[derive(Debug, clap::Args)]
 pub struct LlmArgs {
     /// Serve a language model through this provider API.
-    #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model")])]
+    #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model"), ("local", "model")])]
     pub backend: Option<BackendKind>,
     /// The provider's base URL [default: `https://api.openai.com/v1` (openai: with the API version, as OpenAI's
     /// SDKs take it), `https://api.anthropic.com` (anthropic)].
     #[arg(long, value_name = "URL", requires = "backend")]
     pub base_url: Option<String>,
-    /// The model name sent to the provider; it is the card's model_version.
-    #[arg(long, value_name = "NAME", requires = "backend")]
+    /// The model name sent to the provider; it is the card's model_version. With `--backend local`, the GGUF
+    /// file to run.
+    #[arg(long, value_name = "NAME|FILE", requires = "backend")]
     pub model: Option<String>,
     /// The environment variable holding the API key (never printed) [default: OPENAI_API_KEY or ANTHROPIC_API_KEY
     /// when set; none for a local server].
@@ -64,16 +85,51 @@ pub struct LlmArgs {
     /// Retries after a provider 5xx, timeout or connection failure.
     #[arg(long, value_name = "N", default_value_t = 2, requires = "backend")]
     pub llm_retries: u32,
+    /// `--backend local`: sample at this temperature instead of always taking the most likely token.
+    #[arg(long, value_name = "T", requires = "backend")]
+    pub temperature: Option<f64>,
+    /// `--backend local`: nucleus sampling cut-off in (0, 1] (with --temperature).
+    #[arg(long, value_name = "P", requires = "temperature")]
+    pub top_p: Option<f64>,
+    /// `--backend local`: the sampling seed (with --temperature): the same seed, the same answers.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "backend")]
+    pub seed: u64,
+    /// `--backend local`: divide the probability of tokens already in the answer (1.0: off).
+    #[arg(long, value_name = "X", default_value_t = 1.0, requires = "backend")]
+    pub repeat_penalty: f32,
+    /// `--backend local`: answers generated at once; more tasks wait their turn.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "backend")]
+    pub max_concurrent: usize,
+    /// `--backend local`: the arithmetic of the model's matrix products.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32, requires = "backend")]
+    pub precision: PrecisionArg,
 }
 
 impl LlmArgs {
-    /// The context window for the card.
-    pub fn context_window(&self) -> u64 {
+    /// The context window for the card of a provider backend.
+    fn provider_context_window(&self) -> u64 {
         self.context_window.unwrap_or(match self.backend {
             Some(BackendKind::Anthropic) => 200_000,
-            Some(BackendKind::Echo) | None => 4096,
+            Some(BackendKind::Echo | BackendKind::Local) | None => 4096,
             Some(BackendKind::Openai) => 8192,
         })
+    }
+
+    fn local(&self) -> Result<LocalBackend, String> {
+        let path = self.model.as_deref().unwrap_or_default();
+        let mut options = LocalOptions::default();
+        options.context_window = self.context_window.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        options.default_max_tokens = self.max_tokens.map_or(512, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        if let Some(temperature) = self.temperature {
+            options.sampling = Sampling::Temperature { temperature, top_p: self.top_p, seed: self.seed };
+        }
+        options.repeat_penalty = self.repeat_penalty;
+        options.max_concurrent = self.max_concurrent;
+        options.precision = match self.precision {
+            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::Quantized => Precision::Quantized,
+        };
+        LocalBackend::load(path, options).map_err(|e| format!("--model {path}: {e}"))
     }
 
     fn key(&self, default_var: &str) -> Result<Option<ApiKey>, String> {
@@ -83,9 +139,10 @@ impl LlmArgs {
         }
     }
 
-    /// The delegate the flags describe, if --backend is given.
-    pub fn delegate(&self) -> Result<Option<LlmDelegate>, String> {
+    /// The delegate the flags describe, if --backend is given (a local model is loaded here: seconds).
+    pub fn delegate(&self) -> Result<Option<ServedModel>, String> {
         let Some(kind) = self.backend else { return Ok(None) };
+        let mut context_window = self.provider_context_window();
         let mut opts = HttpOptions::default();
         opts.request_timeout = Duration::from_secs(self.llm_timeout.max(1));
         opts.idle_timeout = opts.request_timeout;
@@ -103,6 +160,11 @@ impl LlmArgs {
                 Arc::new(AnthropicBackend::new(url, model, key, max, opts).map_err(|e| e.to_string())?)
             }
             BackendKind::Echo => Arc::new(EchoBackend),
+            BackendKind::Local => {
+                let local = self.local()?;
+                context_window = local.context_window() as u64;
+                Arc::new(local)
+            }
         };
         let mut delegate = LlmDelegate::new(backend).with_streaming(!self.no_stream);
         if let Some(path) = &self.system_prompt {
@@ -133,6 +195,6 @@ impl LlmArgs {
             let text = std::fs::read_to_string(path).map_err(|e| format!("--prices {}: {e}", path.display()))?;
             delegate = delegate.with_prices(PriceTable::from_json(&text).map_err(|e| format!("--prices: {e}"))?);
         }
-        Ok(Some(delegate))
+        Ok(Some(ServedModel { delegate, context_window }))
     }
 }

@@ -21,6 +21,7 @@ mod lctl_export;
 mod llm;
 mod llmx;
 mod paradox;
+mod paradox_real;
 mod serve;
 
 /// Exit statuses, the same for every subcommand (listed in `ldp --help`).

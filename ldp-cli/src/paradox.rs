@@ -10,9 +10,9 @@ pub struct ParadoxArgs {
     /// Number of seeds per configuration.
     #[arg(long, default_value_t = 10)]
     pub seeds: u64,
-    /// Tasks per condition and seed.
-    #[arg(long, default_value_t = 100)]
-    pub tasks: usize,
+    /// Tasks per condition and seed [default: 100; with --real 12].
+    #[arg(long)]
+    pub tasks: Option<usize>,
     /// First seed; run `i` uses `BASE + i`.
     #[arg(long = "seed", value_name = "BASE", default_value_t = 0)]
     pub seed: u64,
@@ -22,6 +22,16 @@ pub struct ParadoxArgs {
     /// Run the Figure 4 slice (pool 10, medium inflation, dishonest fraction 10% to 90%) instead.
     #[arg(long)]
     pub figure4: bool,
+    /// Route real delegates instead of simulated ones: the GGUF model given by --model, served honestly and as two
+    /// degraded variants that inflate their self-claims, on tasks scored by contract predicates (docs/paradox.md).
+    #[arg(long, requires = "model", conflicts_with_all = ["sensitivity", "figure4", "csv"])]
+    pub real: bool,
+    /// With --real: the GGUF model file (e.g. SmolLM2-135M-Instruct; `scripts/smollm2 --setup` downloads it).
+    #[arg(long, value_name = "FILE", requires = "real")]
+    pub model: Option<std::path::PathBuf>,
+    /// With --real: the issuer's benchmark tasks per delegate, whose pass rate is its attested quality.
+    #[arg(long, value_name = "N", default_value_t = 6, requires = "real")]
+    pub calibration: usize,
     /// Print JSON.
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
@@ -32,14 +42,22 @@ pub struct ParadoxArgs {
 
 /// Runs the experiment and prints it as a table, JSON or CSV.
 pub fn run(args: ParadoxArgs) -> ExitCode {
-    let output = if args.figure4 {
-        run_figure4(args.seed, args.seeds, args.tasks)
+    let output = if let (true, Some(model)) = (args.real, &args.model) {
+        match crate::paradox_real::run(model, args.tasks.unwrap_or(12), args.calibration, args.seed) {
+            Ok(report) => Ok(render(&args, &report, String::new(), || format!("{report}"))),
+            Err(error) => {
+                eprintln!("ldp paradox --real: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else if args.figure4 {
+        run_figure4(args.seed, args.seeds, args.tasks.unwrap_or(100))
             .map(|report| render(&args, &report, report.to_csv(), || format!("{report}\n")))
     } else if args.sensitivity {
-        run_sensitivity(args.seed, args.seeds, args.tasks)
+        run_sensitivity(args.seed, args.seeds, args.tasks.unwrap_or(100))
             .map(|report| render(&args, &report, report.to_csv(), || format!("{report}\n")))
     } else {
-        run_experiment(&Scenario::table2(args.tasks), args.seed, args.seeds).map(|report| {
+        run_experiment(&Scenario::table2(args.tasks.unwrap_or(100)), args.seed, args.seeds).map(|report| {
             render(&args, &report, report.to_csv(), || {
                 format!(
                     "provenance paradox, Table 2 setting\n{report}\n\

@@ -355,7 +355,7 @@ fn authenticates(args: &ServeArgs) -> bool {
 /// Everything `ldp serve` needs, checked before anything is bound.
 pub(crate) fn build(
     args: &ServeArgs,
-    delegate: Option<&ldp_llm::LlmDelegate>,
+    delegate: Option<&crate::llm::ServedModel>,
 ) -> Result<(ResponderConfig, HttpServerConfig), String> {
     let mut card = match &args.card {
         Some(path) => {
@@ -365,10 +365,10 @@ pub(crate) fn build(
         None => {
             let domain = args.trust_domain.as_deref().unwrap_or("default");
             match delegate {
-                Some(delegate) => {
+                Some(served) => {
                     let id = args.delegate_id.as_deref().unwrap_or("ldp:delegate:llm");
                     let mut card =
-                        delegate.card(DelegateId::new(id).map_err(|e| e.to_string())?, args.llm.context_window());
+                        served.delegate.card(DelegateId::new(id).map_err(|e| e.to_string())?, served.context_window);
                     card.trust_domain = TrustDomain::new(domain);
                     card
                 }
@@ -470,10 +470,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
     let delegate: Arc<dyn ldp_session::runtime::Delegate> = match llm {
-        Some(llm) => {
-            let info = llm.backend().info();
+        Some(served) => {
+            let info = served.delegate.backend().info();
             println!("ldp serve: backend {} model {}", info.provider, info.model);
-            Arc::new(llm)
+            Arc::new(served.delegate)
         }
         None => Arc::new(EchoDelegate),
     };

@@ -94,6 +94,29 @@ async fn ldp_serve_fronts_each_provider() {
     }
 }
 
+/// `--backend local`: a GGUF model run in process (a fixture model whose answer is known: the byte `a` until
+/// `max_tokens`), toured like a provider: card, two turns with the history counted, the budget stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ldp_serve_runs_a_local_gguf_model() {
+    use ldp_llm_local::fixture::{self, Behaviour, Fixture};
+    let dir = TempDir::new("serve-local");
+    let model = dir.path("fixture.gguf");
+    let mut spec = Fixture::new(Behaviour::Repeat(b'a'));
+    spec.context_length = 512;
+    fixture::write(&model, &spec).unwrap();
+    let log = dir.path("local.log");
+    let (guard, url) = serve_llm(&["--backend", "local", "--model", &model, "--max-tokens", "12"], &log);
+    let card: serde_json::Value =
+        reqwest::get(format!("{url}/.well-known/ldp-identity")).await.unwrap().json().await.unwrap();
+    assert_eq!((&card["model_family"], &card["model_version"]), (&"local".into(), &"fixture".into()));
+    assert_eq!(card["context_window"], 512, "the model's own context window");
+    let (ok, out) = demo(&url).await;
+    assert!(ok, "{out}");
+    assert!(out.contains(&format!("answer 1: {}", "a".repeat(12))), "{out}");
+    assert!(out.contains("CONTRACT_VIOLATED"), "{out}");
+    drop(guard);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_never_shows() {
     let dir = TempDir::new("serve-llm-key");
@@ -126,6 +149,9 @@ fn llm_flags_are_checked() {
         (&["--backend", "openai", "--model", "m", "--base-url", "ftp://x"][..], "not http"),
         (&["--backend", "openai", "--model", "m", "--api-key-env", "LDP_TEST_UNSET_VAR_X"][..], "LDP_TEST_UNSET_VAR_X"),
         (&["--backend", "echo", "--skill", "a=/nonexistent/template"][..], "/nonexistent/template"),
+        (&["--backend", "local"][..], "--model"),
+        (&["--backend", "local", "--model", "/nonexistent/model.gguf"][..], "/nonexistent/model.gguf"),
+        (&["--backend", "local", "--model", "m.gguf", "--top-p", "0.5"][..], "--temperature"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_ldp")).arg("serve").args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

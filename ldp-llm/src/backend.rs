@@ -123,6 +123,13 @@ pub struct ChatResponse {
     pub finish: FinishReason,
 }
 
+impl ChatResponse {
+    /// An answer of `text` from `model`, with its `usage`, ended for `finish` (for backends outside this crate).
+    pub fn new(text: impl Into<String>, model: Option<String>, usage: Usage, finish: FinishReason) -> Self {
+        Self { text: text.into(), model, usage, finish }
+    }
+}
+
 /// What a streamed answer's consumer wants after each piece of text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(clippy::exhaustive_enums)] // Go on or stop: there is no third way.
@@ -141,6 +148,13 @@ pub struct BackendInfo {
     pub provider: String,
     /// The configured model name.
     pub model: String,
+}
+
+impl BackendInfo {
+    /// A backend of the `provider` API family serving `model`.
+    pub fn new(provider: impl Into<String>, model: impl Into<String>) -> Self {
+        Self { provider: provider.into(), model: model.into() }
+    }
 }
 
 /// The sink a streamed call hands each piece of text to, with the usage known so far; its answer can stop the

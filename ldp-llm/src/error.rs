@@ -78,6 +78,18 @@ pub enum LlmError {
     /// The backend is misconfigured.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The prompt leaves no room for an answer in the model's context window (what a provider answers with HTTP
+    /// 400 `context_length_exceeded`; an in-process model finds it before generating).
+    #[error("the prompt is {prompt_tokens} tokens; the context window holds {context_window}")]
+    PromptTooLong {
+        /// The prompt's length, in tokens.
+        prompt_tokens: usize,
+        /// The model's context window, in tokens.
+        context_window: usize,
+    },
+    /// An in-process model failed while generating.
+    #[error("the model failed: {0}")]
+    Inference(String),
 }
 
 impl LlmError {
@@ -91,7 +103,8 @@ impl LlmError {
 
     /// The typed LDP error a peer receives: 401/403 `security` (not retryable), 429 `CAPACITY_EXCEEDED`
     /// (retryable, the `Retry-After` in the message), 5xx `TRANSPORT_ERROR` and timeouts `TIMEOUT` (transient,
-    /// retryable, after this delegate's own bounded retries), a malformed or oversized answer `PROVIDER_MALFORMED`.
+    /// retryable, after this delegate's own bounded retries), a malformed or oversized answer `PROVIDER_MALFORMED`, a prompt longer than the context window
+    /// `PROVIDER_REJECTED` (not retryable), an in-process model's failure `EXECUTION_FAILED`.
     pub fn to_ldp(&self) -> LdpError {
         let message = format!("LLM provider: {self}");
         match self {
@@ -101,11 +114,15 @@ impl LlmError {
                 LdpError::transport(codes::TRANSPORT_ERROR, message).with_retryable(true)
             }
             Self::Timeout { .. } => LdpError::transport(codes::TIMEOUT, message).with_retryable(true),
-            Self::Rejected { .. } => LdpError::capability(PROVIDER_REJECTED, message).with_retryable(false),
+            Self::Rejected { .. } | Self::PromptTooLong { .. } => {
+                LdpError::capability(PROVIDER_REJECTED, message).with_retryable(false)
+            }
             Self::Malformed(_) | Self::TooLarge { .. } => {
                 LdpError::runtime(PROVIDER_MALFORMED, message).with_retryable(false)
             }
-            Self::Config(_) => LdpError::runtime(codes::EXECUTION_FAILED, message).with_retryable(false),
+            Self::Config(_) | Self::Inference(_) => {
+                LdpError::runtime(codes::EXECUTION_FAILED, message).with_retryable(false)
+            }
         }
     }
 }

@@ -55,9 +55,11 @@ use time::OffsetDateTime;
 use time::macros::datetime;
 
 mod figure4;
+mod real;
 mod sensitivity;
 
 pub use figure4::{FIGURE4_FRACTIONS, Figure4Report, Figure4Row, run_figure4};
+pub use real::{RealConditionRow, RealRunError, run_conditions};
 pub use sensitivity::{DISHONEST_FRACTIONS, POOL_SIZES, SensitivityReport, SensitivityRow, run_sensitivity};
 
 use crate::{

@@ -1,0 +1,210 @@
+//! From a chat request to token ids, with what the GGUF file itself says: its vocabulary and merges (a byte-level
+//! BPE tokenizer built with the `tokenizers` crate) and its chat template (rendered with `minijinja`).
+//!
+//! A peer's text is data, never control: the template is rendered with a placeholder where each message goes, the
+//! template's own text is tokenized with the model's control tokens recognised, and each message's text with them
+//! spelled out as plain text. A task input that contains `<|im_end|>\n<|im_start|>system` therefore cannot open a
+//! turn of its own.
+
+use std::collections::HashSet;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use ldp_llm::{ChatRequest, Role};
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer};
+
+use crate::LoadError;
+
+/// GGUF `tokenizer.ggml.token_type` of a control token (`<|im_start|>`, `<|endoftext|>`, ...).
+const TOKEN_TYPE_CONTROL: i32 = 3;
+/// GGUF `tokenizer.ggml.token_type` of a user-defined special token.
+const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+
+/// The template used when the file carries none: ChatML, which SmolLM2, Qwen and many others speak.
+pub(crate) const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + \
+                                          message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}\
+                                          {% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/// Brackets each message's place in the rendered template; private-use code points no template emits.
+const PLACEHOLDER_OPEN: char = '\u{F8F0}';
+const PLACEHOLDER_CLOSE: char = '\u{F8F1}';
+
+/// The model's tokenizer and chat template, and the tokens that end an answer.
+#[derive(Debug, Clone)]
+pub(crate) struct PromptCodec {
+    /// Recognises the control tokens (for the template's own text).
+    with_control: Tokenizer,
+    /// Spells control tokens out as text (for peers' text).
+    plain: Tokenizer,
+    template: String,
+    bos_token: String,
+    eos_token: String,
+    /// Generating any of these ends the answer: the end-of-sequence token and every control token (a turn's end).
+    pub(crate) stop_tokens: HashSet<u32>,
+}
+
+fn metadata<'a>(content: &'a Content, key: &'static str) -> Result<&'a Value, LoadError> {
+    content.metadata.get(key).ok_or(LoadError::MissingMetadata(key))
+}
+
+fn string_array(content: &Content, key: &'static str) -> Result<Vec<String>, LoadError> {
+    let values = metadata(content, key)?.to_vec().map_err(|_| LoadError::BadMetadata(key))?;
+    values.iter().map(|v| v.to_string().cloned().map_err(|_| LoadError::BadMetadata(key))).collect()
+}
+
+fn token_id(content: &Content, key: &'static str) -> Result<Option<u32>, LoadError> {
+    content.metadata.get(key).map(|v| v.to_u32().map_err(|_| LoadError::BadMetadata(key))).transpose()
+}
+
+impl PromptCodec {
+    /// Builds the tokenizer and template of a GGUF file's metadata. Only byte-level BPE vocabularies
+    /// (`tokenizer.ggml.model = gpt2`, the family of SmolLM, Llama 3, Qwen, Mistral-Nemo and most recent models)
+    /// are supported; others are refused with [`LoadError::UnsupportedTokenizer`].
+    pub(crate) fn from_gguf(content: &Content) -> Result<Self, LoadError> {
+        let model = metadata(content, "tokenizer.ggml.model")?
+            .to_string()
+            .map_err(|_| LoadError::BadMetadata("tokenizer.ggml.model"))?;
+        if model != "gpt2" {
+            return Err(LoadError::UnsupportedTokenizer(model.clone()));
+        }
+        let tokens = string_array(content, "tokenizer.ggml.tokens")?;
+        let merges = string_array(content, "tokenizer.ggml.merges")?;
+        let types: Vec<i32> = match content.metadata.get("tokenizer.ggml.token_type") {
+            Some(v) => v
+                .to_vec()
+                .map_err(|_| LoadError::BadMetadata("tokenizer.ggml.token_type"))?
+                .iter()
+                .map(|t| t.to_i32().map_err(|_| LoadError::BadMetadata("tokenizer.ggml.token_type")))
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        let vocab: Vocab =
+            tokens.iter().enumerate().map(|(id, t)| (t.clone(), u32::try_from(id).unwrap_or(u32::MAX))).collect();
+        let merges = merges
+            .iter()
+            .map(|m| m.split_once(' ').map(|(a, b)| (a.to_owned(), b.to_owned())))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(LoadError::BadMetadata("tokenizer.ggml.merges"))?;
+        let bpe =
+            BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| LoadError::Tokenizer(e.to_string()))?;
+        let mut with_control = Tokenizer::new(bpe);
+        // The pre-tokenizer llama.cpp names `tokenizer.ggml.pre`: SmolLM splits digits one by one before the GPT-2
+        // byte-level split; the others of the family use the byte-level split alone.
+        let pre = content.metadata.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).map(String::as_str);
+        let byte_level = ByteLevel::new(false, true, true);
+        if pre == Some("smollm") {
+            with_control.with_pre_tokenizer(Some(Sequence::new(vec![
+                PreTokenizerWrapper::Digits(Digits::new(true)),
+                PreTokenizerWrapper::ByteLevel(byte_level),
+            ])));
+        } else {
+            with_control.with_pre_tokenizer(Some(byte_level));
+        }
+        with_control.with_decoder(Some(ByteLevelDecoder::default()));
+        let specials: Vec<AddedToken> = tokens
+            .iter()
+            .zip(types.iter().copied().chain(std::iter::repeat(0)))
+            .filter(|(_, t)| *t == TOKEN_TYPE_CONTROL || *t == TOKEN_TYPE_USER_DEFINED)
+            .map(|(token, _)| AddedToken::from(token.clone(), true))
+            .collect();
+        with_control.add_special_tokens(specials).map_err(|e| LoadError::Tokenizer(e.to_string()))?;
+        let mut plain = with_control.clone();
+        plain.set_encode_special_tokens(true);
+
+        let eos = token_id(content, "tokenizer.ggml.eos_token_id")?;
+        let bos = token_id(content, "tokenizer.ggml.bos_token_id")?;
+        let name_of = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize)).cloned().unwrap_or_default();
+        let mut stop_tokens: HashSet<u32> = tokens
+            .iter()
+            .zip(types.iter().copied().chain(std::iter::repeat(0)))
+            .enumerate()
+            .filter(|(_, (_, t))| *t == TOKEN_TYPE_CONTROL)
+            .filter_map(|(id, _)| u32::try_from(id).ok())
+            .collect();
+        stop_tokens.extend(eos);
+        // The beginning-of-sequence token is a control token too, but generating it does not end a turn.
+        if let Some(bos) = bos.filter(|b| Some(*b) != eos) {
+            stop_tokens.remove(&bos);
+        }
+        if stop_tokens.is_empty() {
+            return Err(LoadError::MissingMetadata("tokenizer.ggml.eos_token_id"));
+        }
+        let template = match content.metadata.get("tokenizer.chat_template") {
+            Some(v) => v.to_string().map_err(|_| LoadError::BadMetadata("tokenizer.chat_template"))?.clone(),
+            None => CHATML_TEMPLATE.to_owned(),
+        };
+        let codec =
+            Self { with_control, plain, template, bos_token: name_of(bos), eos_token: name_of(eos), stop_tokens };
+        // A template that cannot render fails at load, not on the first task.
+        codec.encode(&ChatRequest::new(vec![ldp_llm::ChatMessage::user("hello")]).with_system("system"))?;
+        Ok(codec)
+    }
+
+    /// The prompt's token ids: the chat template over the system prompt and the conversation, ending where the
+    /// assistant's answer starts.
+    pub(crate) fn encode(&self, request: &ChatRequest) -> Result<Vec<u32>, LoadError> {
+        let mut texts: Vec<&str> = Vec::new();
+        let mut messages = Vec::new();
+        let turns = request.messages.iter().map(|m| {
+            let role = match m.role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            (role, m.content.as_str())
+        });
+        for (role, text) in request.system.as_deref().map(|s| ("system", s)).into_iter().chain(turns) {
+            let slot = format!("{PLACEHOLDER_OPEN}{}{PLACEHOLDER_CLOSE}", texts.len());
+            messages.push(minijinja::context! { role => role, content => slot });
+            texts.push(text);
+        }
+        let mut env = minijinja::Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |message: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message))
+        });
+        let rendered = env
+            .render_str(
+                &self.template,
+                minijinja::context! {
+                    messages => messages,
+                    add_generation_prompt => true,
+                    bos_token => self.bos_token.as_str(),
+                    eos_token => self.eos_token.as_str(),
+                },
+            )
+            .map_err(|e| LoadError::Template(e.to_string()))?;
+
+        let mut ids = Vec::new();
+        let mut rest = rendered.as_str();
+        while let Some(open) = rest.find(PLACEHOLDER_OPEN) {
+            self.extend(&mut ids, &self.with_control, &rest[..open])?;
+            let after = &rest[open + PLACEHOLDER_OPEN.len_utf8()..];
+            let close = after.find(PLACEHOLDER_CLOSE).ok_or_else(|| LoadError::Template("unbalanced slot".into()))?;
+            let index: usize = after[..close].parse().map_err(|_| LoadError::Template("bad slot".into()))?;
+            let text = texts.get(index).ok_or_else(|| LoadError::Template("unknown slot".into()))?;
+            self.extend(&mut ids, &self.plain, text)?;
+            rest = &after[close + PLACEHOLDER_CLOSE.len_utf8()..];
+        }
+        self.extend(&mut ids, &self.with_control, rest)?;
+        Ok(ids)
+    }
+
+    fn extend(&self, ids: &mut Vec<u32>, tokenizer: &Tokenizer, text: &str) -> Result<(), LoadError> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        let encoding = tokenizer.encode(text, false).map_err(|e| LoadError::Tokenizer(e.to_string()))?;
+        ids.extend_from_slice(encoding.get_ids());
+        Ok(())
+    }
+
+    /// The text of generated token ids (control tokens left out).
+    pub(crate) fn decode(&self, ids: &[u32]) -> Result<String, LoadError> {
+        self.with_control.decode(ids, true).map_err(|e| LoadError::Tokenizer(e.to_string()))
+    }
+}
