@@ -168,7 +168,10 @@ impl IssuerFetcher {
             // A redirect may move the documents, but not forever.
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
-            .map_err(|e| Error::IssuerFetch { url: String::new(), reason: e.to_string() })?;
+            .map_err(|e| Error::IssuerFetch {
+                url: "(no request: building the client)".to_owned(),
+                reason: e.to_string(),
+            })?;
         Ok(IssuerFetcher { client, limits })
     }
 
