@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
+use ldp::issuers::{FetchLimits, IssuerFetcher, IssuerSource, apply_documents};
 use ldp_router::issuer::{IssuerKeySet, PublishedKey, RevocationList, describe_keys, with_key_id};
 use ldp_router::{AttestationClaim, Quality, TrustedIssuers, sign_attestation, verify_attestation};
 use ldp_types::signing::{SigningKey, VerifyingKey};
@@ -78,7 +79,8 @@ pub enum AttestCommand {
         #[arg(long, value_name = "SECS", default_value_t = 86_400)]
         valid_for: u64,
     },
-    /// Verify an attestation as a router would: against the issuer's pinned key, its key set and revocations.
+    /// Verify an attestation as a router would: against the issuer's pinned key, its key set and revocations
+    /// (from files, or fetched from the issuer's well-known paths with --issuer-url).
     Verify {
         /// The attestation (JSON file, `-` for stdin).
         file: PathBuf,
@@ -86,11 +88,18 @@ pub enum AttestCommand {
         #[arg(long, value_name = "KEY_ID=PUBLIC_HEX")]
         pin: String,
         /// The issuer's key set (a file).
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "issuer_url")]
         keys: Option<PathBuf>,
         /// The issuer's revocation list (a file); with it, revocations are required fresh.
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "issuer_url")]
         revocations: Option<PathBuf>,
+        /// The issuer's base URL: fetch its key set and revocation list from /.well-known/ldp-issuer-keys and
+        /// /.well-known/ldp-issuer-revocations under it (revocations are then required fresh).
+        #[arg(long, value_name = "URL")]
+        issuer_url: Option<String>,
+        /// With --issuer-url: how long each document may take, in seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 10, requires = "issuer_url")]
+        fetch_timeout: u64,
         /// How old the revocation list may be, in seconds.
         #[arg(long, value_name = "SECS", default_value_t = 86_400)]
         max_revocation_age: u64,
@@ -198,7 +207,7 @@ fn execute(cmd: AttestCommand) -> Result<String, Failure> {
                     .map_err(usage)?;
             to_json(&list)
         }
-        AttestCommand::Verify { file, pin, keys, revocations, max_revocation_age } => {
+        AttestCommand::Verify { file, pin, keys, revocations, issuer_url, fetch_timeout, max_revocation_age } => {
             let claim: AttestationClaim = read_json(&file)?;
             let (pin_id, pin_hex) = pin.split_once('=').ok_or_else(|| usage("--pin: expected KEY_ID=PUBLIC_HEX"))?;
             let pinned = VerifyingKey::ed25519_from_hex(pin_hex).map_err(|e| usage(format!("--pin: {e}")))?;
@@ -207,6 +216,10 @@ fn execute(cmd: AttestCommand) -> Result<String, Failure> {
                 .map_err(|e| usage(format!("--pin: {e}")))?;
             let now = now();
             let mut summary = Vec::new();
+            if let Some(url) = issuer_url {
+                let max_age = Duration::from_secs(max_revocation_age);
+                summary.push(fetch_documents(&mut trusted, &claim.issuer_id, &url, fetch_timeout, max_age, now)?);
+            }
             if let Some(path) = keys {
                 let set: IssuerKeySet = read_json(&path)?;
                 trusted
@@ -235,6 +248,33 @@ fn execute(cmd: AttestCommand) -> Result<String, Failure> {
             Ok(summary.join("\n"))
         }
     }
+}
+
+/// Fetches the issuer's documents from `url` and feeds them to `trusted` (`--issuer-url`); returns a summary line.
+fn fetch_documents(
+    trusted: &mut TrustedIssuers,
+    issuer_id: &str,
+    url: &str,
+    timeout: u64,
+    max_age: Duration,
+    now: OffsetDateTime,
+) -> Result<String, Failure> {
+    let source = IssuerSource::new(issuer_id, url).map_err(|e| usage(format!("--issuer-url: {e}")))?;
+    let limits = FetchLimits::new(Duration::from_secs(timeout), FetchLimits::default().max_bytes);
+    let fetcher = IssuerFetcher::new(limits).map_err(|e| Failure(exit::FAILED, e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(exit::FAILED, format!("starting the runtime: {e}")))?;
+    let documents = runtime.block_on(fetcher.fetch(&source)).map_err(|e| Failure(exit::FAILED, e.to_string()))?;
+    apply_documents(trusted, &source, &documents, max_age, now).map_err(|e| Failure(exit::FAILED, e.to_string()))?;
+    Ok(format!(
+        "fetched from {url}: key set accepted: {:?}; revocation list of {} accepted ({} attestations, {} keys revoked)",
+        describe_keys(&documents.keys),
+        documents.revocations.issued_at,
+        documents.revocations.revoked_attestations.len(),
+        documents.revocations.revoked_keys.len()
+    ))
 }
 
 /// `KEY_ID=PUBLIC_HEX[@FROM[/UNTIL]]`.

@@ -4,7 +4,9 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
 
 use ldp_types::signing::SigningKey;
 use support::TempDir;
@@ -117,4 +119,74 @@ fn issue_rotate_revoke_verify() {
     ] {
         assert_eq!(ldp(&args).status.code(), Some(2), "{args:?}");
     }
+}
+
+/// Files served at their paths by an axum server on a thread of its own (an issuer's static web server).
+fn static_server() -> (String, Arc<Mutex<HashMap<String, String>>>) {
+    let files: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let served = files.clone();
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let body = served.lock().unwrap().get(uri.path()).cloned();
+        async move {
+            match body {
+                Some(body) => (axum::http::StatusCode::OK, body),
+                None => (axum::http::StatusCode::NOT_FOUND, String::new()),
+            }
+        }
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    (format!("http://{}", rx.recv().unwrap()), files)
+}
+
+#[test]
+fn verify_fetches_the_issuer_documents_from_its_well_known_paths() {
+    let (base, files) = static_server();
+    let seed = "03".repeat(32);
+    let public = SigningKey::ed25519_from_hex(&seed).unwrap().verifying_key().public_hex().unwrap();
+    let pin = format!("k1={public}");
+    let signer = ["--seed", seed.as_str(), "--issuer", ISSUER, "--key-id", "k1"];
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&signer);
+        ok(ldp(&all))
+    };
+    let dir = TempDir::new("attest-url");
+    let publish = |path: &str, body: String| files.lock().unwrap().insert(format!("/evals{path}"), body);
+    // The key set first: `attest keys` publishes the signing key valid from now, and the attestation must be
+    // made within the key's window.
+    publish("/.well-known/ldp-issuer-keys", run(&["attest", "keys"]));
+    publish("/.well-known/ldp-issuer-revocations", run(&["attest", "revoke"]));
+    let attestation =
+        run(&["attest", "issue", "--subject", "ldp:delegate:solid", "--skill", "reasoning", "--score", "0.8"]);
+    let a = dir.write("a.json", &attestation);
+    let url = format!("{base}/evals");
+    let verify = || ldp(&["attest", "verify", &a, "--pin", &pin, "--issuer-url", &url]);
+    let out = ok(verify());
+    assert!(out.contains("fetched from"), "{out}");
+    assert!(out.contains("valid: ldp:issuer:evals attests ldp:delegate:solid at 0.8"), "{out}");
+
+    // The issuer revokes it: the next verify fetches the new list and refuses.
+    std::thread::sleep(std::time::Duration::from_millis(1100)); // a newer issued_at than the list held
+    publish("/.well-known/ldp-issuer-revocations", run(&["attest", "revoke", "--attestation", &a]));
+    let out = verify();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("revoked"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // No documents there: exit 1 with the HTTP status; a URL that is not http(s): usage error.
+    let out = ldp(&["attest", "verify", &a, "--pin", &pin, "--issuer-url", &base]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("404"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = ldp(&["attest", "verify", &a, "--pin", &pin, "--issuer-url", "ftp://evals.example"]);
+    assert_eq!(out.status.code(), Some(2));
+    // Files and a URL at once: usage error.
+    let out = ldp(&["attest", "verify", &a, "--pin", &pin, "--issuer-url", &url, "--keys", &a]);
+    assert_eq!(out.status.code(), Some(2));
 }

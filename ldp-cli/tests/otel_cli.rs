@@ -1,5 +1,5 @@
-//! The `ldp` binary's OpenTelemetry export, received by a real OTLP/HTTP receiver (an axum route at `/v1/traces`
-//! decoding `ExportTraceServiceRequest` with `opentelemetry-proto`'s prost types): `ldp lctl export --otlp`, and
+//! The `ldp` binary's OpenTelemetry export, received by a real OTLP/HTTP receiver (`ldp-otlp-receiver`: an axum
+//! route at `/v1/traces` decoding `ExportTraceServiceRequest` with `opentelemetry-proto`'s prost types): `ldp lctl export --otlp`, and
 //! `ldp serve` / `ldp call` with `OTEL_EXPORTER_OTLP_ENDPOINT` / `--otlp-endpoint` joining one trace across two
 //! processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -8,103 +8,14 @@ mod support;
 
 use std::collections::HashMap;
 use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
 use ldp_lctl::LctlDocument;
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
-use opentelemetry_proto::tonic::common::v1::any_value;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
-use prost::Message as _;
+use ldp_otlp_receiver::{Receiver, Span, SpanStatus, f64_attr, str_attr};
 
-/// Spans received, each with its resource's `service.name`; and the count of undecodable requests.
-#[derive(Default)]
-struct Received {
-    spans: Vec<(String, Span)>,
-    undecodable: usize,
-}
-
-type Store = Arc<Mutex<Received>>;
-
-async fn receive(State(store): State<Store>, body: Bytes) -> axum::response::Response {
-    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
-        store.lock().unwrap().undecodable += 1;
-        return StatusCode::BAD_REQUEST.into_response();
-    };
-    let mut received = store.lock().unwrap();
-    for resource in request.resource_spans {
-        let service = resource
-            .resource
-            .iter()
-            .flat_map(|r| &r.attributes)
-            .find(|kv| kv.key == "service.name")
-            .and_then(|kv| kv.value.as_ref())
-            .and_then(|v| match &v.value {
-                Some(any_value::Value::StringValue(s)) => Some(s.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
-        for scope in resource.scope_spans {
-            received.spans.extend(scope.spans.into_iter().map(|s| (service.clone(), s)));
-        }
-    }
-    ([(header::CONTENT_TYPE, "application/x-protobuf")], ExportTraceServiceResponse::default().encode_to_vec())
-        .into_response()
-}
-
-/// Starts a receiver on a thread of its own; returns its base URL and what it receives.
-fn receiver() -> (String, Store) {
-    let store = Store::default();
-    let app = axum::Router::new().route("/v1/traces", axum::routing::post(receive)).with_state(store.clone());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    (format!("http://{}", rx.recv().unwrap()), store)
-}
-
-/// Waits until `done` holds for the received spans (at most 30 s), then returns them.
-fn wait_for(store: &Store, done: impl Fn(&[(String, Span)]) -> bool) -> Vec<(String, Span)> {
-    let started = Instant::now();
-    loop {
-        {
-            let received = store.lock().unwrap();
-            assert_eq!(received.undecodable, 0, "every export decodes as ExportTraceServiceRequest");
-            if done(&received.spans) {
-                return received.spans.clone();
-            }
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "the spans did not arrive within 30 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn attr<'a>(span: &'a Span, key: &str) -> Option<&'a any_value::Value> {
-    span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()).and_then(|v| v.value.as_ref())
-}
-
-fn f64_attr(span: &Span, key: &str) -> Option<f64> {
-    match attr(span, key) {
-        Some(any_value::Value::DoubleValue(v)) => Some(*v),
-        _ => None,
-    }
-}
-
-fn str_attr<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
-    match attr(span, key) {
-        Some(any_value::Value::StringValue(s)) => Some(s),
-        _ => None,
-    }
+/// A receiver (on a thread of its own) for one test; its base URL and the receiver.
+fn receiver() -> (String, Receiver) {
+    let receiver = Receiver::start();
+    (receiver.url().to_owned(), receiver)
 }
 
 fn fixture(name: &str) -> String {
@@ -127,7 +38,7 @@ fn lctl_export_sends_a_chain_as_one_trace_of_steps_with_facts_and_confidence() {
     let out = ldp(&["lctl", "export", "--otlp", &url, &files[0], &files[1]], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     // The exporter flushed before the process exited: everything is there already.
-    let spans: Vec<Span> = store.lock().unwrap().spans.iter().map(|(_, s)| s.clone()).collect();
+    let spans: Vec<Span> = store.spans();
     let last = LctlDocument::from_yaml(&std::fs::read_to_string(&files[1]).unwrap()).unwrap();
     let chain_id = &last.chain.as_ref().unwrap().id;
     let root = spans.iter().find(|s| s.name == format!("lctl.chain {chain_id}")).expect("the chain's span");
@@ -159,7 +70,7 @@ fn lctl_export_marks_a_failed_chain_and_its_failed_step() {
     let out = ldp(&["lctl", "export", "--otlp", &url, &file], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let doc = LctlDocument::from_yaml(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    let spans: Vec<Span> = store.lock().unwrap().spans.iter().map(|(_, s)| s.clone()).collect();
+    let spans: Vec<Span> = store.spans();
     let is_error = |s: &Span| s.status.as_ref().is_some_and(|st| st.code == SpanStatus::Error as i32);
     let root = spans.iter().find(|s| s.parent_span_id.is_empty()).unwrap();
     assert!(is_error(root), "the failed chain's span is an error");
@@ -191,7 +102,7 @@ fn serve_and_call_export_one_trace_across_two_processes() {
         &[("OTEL_SERVICE_NAME", "ldp-call-test")],
     );
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let spans = wait_for(&store, |spans| {
+    let spans = store.wait_for(|spans| {
         spans.iter().any(|(service, s)| service == "ldp-serve-test" && s.name == "ldp.handle TASK_SUBMIT")
     });
     let by_id: HashMap<&[u8], &(String, Span)> = spans.iter().map(|e| (e.1.span_id.as_slice(), e)).collect();

@@ -64,6 +64,8 @@ mod confidence;
 mod error;
 pub mod ldp;
 mod model;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod receive;
 mod render;
 mod rules;

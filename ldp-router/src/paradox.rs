@@ -207,7 +207,7 @@ pub fn generate_pool(scenario: &Scenario, rng: &mut impl Rng) -> Result<Vec<SimD
     let k = scenario.inflators();
     let (lo, hi) = scenario.inflation;
     let grid = |i: usize, len: usize| if len < 2 { 0.95 } else { 0.45 + 0.5 * i as f64 / (len - 1) as f64 };
-    let honest_claim = |q: f64, rng: &mut dyn rand::RngCore| (q + rng.gen_range(-0.015..=0.015)).clamp(0.0, 1.0);
+    let honest_claim = |q: f64, rng: &mut dyn rand::RngCore| (q + rng.random_range(-0.015..=0.015)).clamp(0.0, 1.0);
     let mut pool = Vec::with_capacity(n);
     match scenario.inflator_claims {
         InflatorClaims::Additive => {
@@ -215,7 +215,7 @@ pub fn generate_pool(scenario: &Scenario, rng: &mut impl Rng) -> Result<Vec<SimD
                 let true_quality = grid(i, n);
                 let inflating = i < k;
                 let claimed = if inflating {
-                    (true_quality + rng.gen_range(lo..=hi)).min(1.0)
+                    (true_quality + rng.random_range(lo..=hi)).min(1.0)
                 } else {
                     honest_claim(true_quality, rng)
                 };
@@ -230,8 +230,8 @@ pub fn generate_pool(scenario: &Scenario, rng: &mut impl Rng) -> Result<Vec<SimD
             let top = pool.iter().map(|d| d.1).fold(0.0, f64::max);
             let floor = (top + 0.005).min(1.0);
             for _ in 0..k {
-                let claimed = rng.gen_range(floor..=1.0);
-                let true_quality = (claimed - rng.gen_range(lo..=hi)).clamp(0.0, 1.0);
+                let claimed = rng.random_range(floor..=1.0);
+                let true_quality = (claimed - rng.random_range(lo..=hi)).clamp(0.0, 1.0);
                 pool.push((true_quality, claimed, true));
             }
         }
@@ -529,7 +529,7 @@ pub fn run_experiment(scenario: &Scenario, base_seed: u64, seeds: u64) -> Result
             for task in 0..scenario.tasks {
                 let now = START + time::Duration::minutes(task as i64);
                 let index = match router.as_mut() {
-                    None => rng.gen_range(0..pool.len()),
+                    None => rng.random_range(0..pool.len()),
                     Some(router) => {
                         let decision = router.select(&request, now)?;
                         pool.iter().position(|d| d.id == decision.delegate_id).unwrap_or(0)

@@ -38,7 +38,8 @@ pub struct RegistryConfig {
     pub router: RouterConfig,
     /// How cards become candidates.
     pub mapping: CardMapping,
-    /// Attestation issuers the operator trusts.
+    /// Attestation issuers the operator trusts at the start; [`Registry::update_trusted_issuers`] changes them
+    /// later (an issuer's new key set or revocation list).
     pub trusted_issuers: TrustedIssuers,
     /// Consecutive identity failures (card unavailable or naming another delegate, identity-category errors)
     /// after which a delegate is removed. At least 1; default 3.
@@ -135,6 +136,9 @@ pub struct Registry {
     pub(crate) clock: Arc<dyn WallClock>,
     router: Mutex<Router>,
     entries: Mutex<HashMap<String, Entry>>,
+    /// The trusted issuers now: `config.trusted_issuers`, with the documents accepted since. Lock order: `entries`,
+    /// then this, then `router`; never held across another lock's acquisition otherwise.
+    trusted: Mutex<TrustedIssuers>,
     clients_made: AtomicU64,
 }
 
@@ -162,6 +166,7 @@ impl Registry {
         }
         Ok(Registry {
             router: Mutex::new(Router::new(config.router.clone())?),
+            trusted: Mutex::new(config.trusted_issuers.clone()),
             config,
             factory,
             clock,
@@ -173,6 +178,28 @@ impl Registry {
     /// The configuration.
     pub fn config(&self) -> &RegistryConfig {
         &self.config
+    }
+
+    /// The trusted issuers now: the configured ones with the key sets and revocation lists accepted since.
+    pub fn trusted_issuers(&self) -> TrustedIssuers {
+        lock(&self.trusted).clone()
+    }
+
+    /// Changes the trusted issuers (`f` applies an issuer's key set or revocation list, pins a key, requires fresh
+    /// revocations), then re-verifies every registered delegate's attestations at the clock's time, so that a
+    /// revocation, or an issuer's list gone stale, changes the next selection rather than the next card refresh.
+    /// Returns what `f` returns; a delegate whose re-registration the router refuses keeps its previous candidate.
+    pub fn update_trusted_issuers<R>(&self, f: impl FnOnce(&mut TrustedIssuers) -> R) -> R {
+        let result = f(&mut lock(&self.trusted));
+        self.reverify_attestations();
+        result
+    }
+
+    /// Re-verifies every registered delegate's attestations at the clock's time, against its held card (nothing is
+    /// fetched), and returns the registrations (each with the attestations that no longer count).
+    pub fn reverify_attestations(&self) -> Vec<Registration> {
+        let cards: Vec<IdentityCard> = lock(&self.entries).values().map(|e| e.card.clone()).collect();
+        cards.into_iter().filter_map(|card| self.map_and_store(card, None, false).ok()).collect()
     }
 
     /// The injected clock's time.
@@ -285,17 +312,30 @@ impl Registry {
         card: IdentityCard,
         reach: Option<(Option<String>, Option<SharedTransport>)>,
     ) -> Result<Registration, DiscoveryError> {
+        self.map_and_store(card, reach, true)
+    }
+
+    /// [`Registry::install`]; `identity_seen` says the card was just obtained (which clears the identity failure
+    /// count), as opposed to re-verified from the copy held.
+    fn map_and_store(
+        &self,
+        card: IdentityCard,
+        reach: Option<(Option<String>, Option<SharedTransport>)>,
+        identity_seen: bool,
+    ) -> Result<Registration, DiscoveryError> {
         let now = self.now();
         let id = card.delegate_id.as_str().to_owned();
         let mut entries = lock(&self.entries);
         let attestations = entries.get(&id).map(|e| e.attestations.clone()).unwrap_or_default();
-        let mapped = self.config.mapping.map(&card, &attestations, &self.config.trusted_issuers, now);
+        let mapped = self.config.mapping.map(&card, &attestations, &lock(&self.trusted), now);
         lock(&self.router).upsert(&mapped.candidate)?;
         let skills = mapped.candidate.skills.iter().map(|o| o.skill.clone()).collect();
         match entries.get_mut(&id) {
             Some(entry) => {
                 entry.card = card;
-                entry.identity_failures = 0;
+                if identity_seen {
+                    entry.identity_failures = 0;
+                }
                 if let Some((url, transport)) = reach {
                     entry.url = url;
                     entry.transport = transport;

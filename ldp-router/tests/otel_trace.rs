@@ -1,6 +1,6 @@
-//! OpenTelemetry across delegates, received by a real OTLP/HTTP receiver: an axum route at `/v1/traces` decoding
-//! the collector protocol's protobuf (`opentelemetry-proto`'s prost types), fed by the `otlp` exporter of
-//! `ldp-transport-http`.
+//! OpenTelemetry across delegates, received by a real OTLP/HTTP receiver (`ldp-otlp-receiver`: an axum route at
+//! `/v1/traces` decoding the collector protocol's protobuf with `opentelemetry-proto`'s prost types), fed by the
+//! `otlp` exporter of `ldp-transport-http`.
 //!
 //! A client calls a router delegate that re-delegates with `route_and_submit` to two delegates, every hop over real
 //! HTTP sockets; the spans of all four parties must form one trace with the parent/child links of the call chain.
@@ -10,13 +10,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use ldp_otlp_receiver::{Receiver, Span, SpanKind, any_value, attr, f64_in, str_attr, str_in};
 use ldp_router::{
     DiscoveryError, Endpoint, Exploration, LdpAdapter, LearnerConfig, Quality, Registry, RegistryConfig, RouteTask,
     RouterConfig, SchemeDispatcher, ScoreFn, SharedTransport,
@@ -28,48 +25,16 @@ use ldp_session::{
 use ldp_transport_http::otlp::OtlpExport;
 use ldp_transport_http::{HttpServerConfig, HttpState, HttpTransport, RetryPolicy, ServerHandle};
 use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, SessionConfig};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
-use opentelemetry_proto::tonic::common::v1::any_value;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use prost::Message as _;
+use reqwest::header;
 use serde_json::{Value, json};
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// What the receiver got: decoded spans, and any request it could not decode.
-#[derive(Default)]
-struct Received {
-    spans: Vec<Span>,
-    undecodable: usize,
-}
-
-type Store = Arc<Mutex<Received>>;
-
-async fn receive(State(store): State<Store>, body: Bytes) -> axum::response::Response {
-    match ExportTraceServiceRequest::decode(body) {
-        Ok(request) => {
-            let mut received = store.lock().unwrap();
-            for resource in request.resource_spans {
-                for scope in resource.scope_spans {
-                    received.spans.extend(scope.spans);
-                }
-            }
-            let answer = ExportTraceServiceResponse::default().encode_to_vec();
-            ([(header::CONTENT_TYPE, "application/x-protobuf")], answer).into_response()
-        }
-        Err(_) => {
-            store.lock().unwrap().undecodable += 1;
-            StatusCode::BAD_REQUEST.into_response()
-        }
-    }
-}
-
-/// The receiver (on a thread and runtime of its own, shared by the tests of this binary) and the exporter sending
-/// to it, installed as the process's subscriber.
+/// The receiver (shared by the tests of this binary) and the exporter sending to it, installed as the process's
+/// subscriber.
 struct Collector {
-    store: Store,
+    receiver: Receiver,
     export: OtlpExport,
 }
 
@@ -77,22 +42,11 @@ static COLLECTOR: OnceLock<Collector> = OnceLock::new();
 
 fn collector() -> &'static Collector {
     COLLECTOR.get_or_init(|| {
-        let store = Store::default();
-        let app = axum::Router::new().route("/v1/traces", axum::routing::post(receive)).with_state(store.clone());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                axum::serve(listener, app).await.unwrap();
-            });
-        });
-        let addr = rx.recv().unwrap();
+        let receiver = Receiver::start();
         // The base URL, as OTEL_EXPORTER_OTLP_ENDPOINT would give it: the exporter appends /v1/traces.
-        let export = OtlpExport::new(&format!("http://{addr}"), "ldp-otel-test").unwrap();
+        let export = OtlpExport::new(receiver.url(), "ldp-otel-test").unwrap();
         tracing_subscriber::registry().with(export.layer()).init();
-        Collector { store, export }
+        Collector { receiver, export }
     })
 }
 
@@ -101,20 +55,7 @@ impl Collector {
     async fn spans(&self) -> Vec<Span> {
         let export = self.export.clone();
         tokio::task::spawn_blocking(move || export.flush()).await.unwrap().unwrap();
-        let received = self.store.lock().unwrap();
-        assert_eq!(received.undecodable, 0, "every export decodes as ExportTraceServiceRequest");
-        received.spans.clone()
-    }
-}
-
-fn attr<'a>(span: &'a Span, key: &str) -> Option<&'a any_value::Value> {
-    span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()).and_then(|v| v.value.as_ref())
-}
-
-fn str_attr<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
-    match attr(span, key) {
-        Some(any_value::Value::StringValue(s)) => Some(s),
-        _ => None,
+        self.receiver.spans()
     }
 }
 
@@ -374,5 +315,85 @@ async fn over_websocket_the_frame_member_carries_the_trace() {
         .expect("the delegate's handling is in the client's trace");
     assert_eq!(ancestry(handled, &by_id), ["WS /ldp/ws", "ldp.send TASK_SUBMIT", "test.ws-client"]);
     assert_eq!(attr(handled, "ldp.tokens"), Some(&any_value::Value::IntValue(42)));
+    server.shutdown().await.unwrap();
+}
+
+/// A delegate that keeps an LCTL trace of its task (here, the spec's two-hop example) and attaches it to the task's
+/// span.
+struct Chronicler {
+    chain: Vec<ldp_lctl::LctlDocument>,
+}
+
+#[async_trait]
+impl Delegate for Chronicler {
+    async fn execute(&self, _task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        // Inside `execute`, the current span is the task's `ldp.handle TASK_SUBMIT` span.
+        let events = ldp_lctl::otel::attach(&tracing::Span::current(), &self.chain);
+        Ok(TaskOutput::new(json!({ "steps": events })))
+    }
+}
+
+fn lctl_fixture(name: &str) -> ldp_lctl::LctlDocument {
+    let path = format!("{}/../ldp-lctl/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    ldp_lctl::LctlDocument::from_yaml(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegate_attaches_the_lctl_trace_of_its_task_to_the_task_span() {
+    let collector = collector();
+    let chain = vec![lctl_fixture("spec-example1-step1.yaml"), lctl_fixture("spec-example1-step2.yaml")];
+    let last = chain.last().unwrap().clone();
+    let server = serve(card("chronicler", "research"), Arc::new(Chronicler { chain })).await;
+    let root = tracing::info_span!("test.lctl-client");
+    async {
+        let transport = HttpTransport::builder(server.url()).retry(RetryPolicy::none()).build().unwrap();
+        let client = Client::connect(
+            transport,
+            InitiatorConfig::new("ldp:delegate:client"),
+            Arc::new(SystemClock),
+            Box::new(SeededIds::from_entropy()),
+        )
+        .await
+        .unwrap();
+        let session = client.propose(SessionConfig::default()).await.unwrap();
+        client.submit(&session.session_id, "research", json!("otters"), None).await.unwrap();
+    }
+    .instrument(root)
+    .await;
+    let spans = collector.spans().await;
+    let client_root = spans.iter().find(|s| s.name == "test.lctl-client").expect("the client's span was exported");
+    let handled = spans
+        .iter()
+        .find(|s| {
+            s.trace_id == client_root.trace_id
+                && s.name == "ldp.handle TASK_SUBMIT"
+                && str_attr(s, "ldp.skill") == Some("research")
+        })
+        .expect("the task's span, in the client's trace");
+
+    // The chain's attributes on the task's span, as `ldp lctl export` puts them on its chain span.
+    let chain_id = &last.chain.as_ref().unwrap().id;
+    assert_eq!(str_attr(handled, "lctl.chain.id"), Some(chain_id.as_str()));
+    assert_eq!(attr(handled, "lctl.documents"), Some(&any_value::Value::IntValue(2)));
+    assert_eq!(
+        attr(handled, "lctl.steps"),
+        Some(&any_value::Value::IntValue(i64::try_from(last.trace.len()).unwrap()))
+    );
+    // One event per step, with the step's agent, confidence and the facts it produced.
+    assert_eq!(handled.events.len(), last.trace.len(), "{:?}", handled.events);
+    for step in &last.trace {
+        let event = handled
+            .events
+            .iter()
+            .find(|e| e.name == format!("lctl.step {} {}", step.step, step.agent))
+            .unwrap_or_else(|| panic!("step {}'s event", step.step));
+        assert_eq!(str_in(&event.attributes, "lctl.agent"), Some(step.agent.as_str()));
+        assert_eq!(f64_in(&event.attributes, "lctl.confidence"), step.confidence.map(|c| c.value()));
+        for (id, fact) in last.facts.iter().filter(|(_, f)| f.step == Some(step.step)) {
+            let key = format!("lctl.fact.{}.text", id.as_str());
+            assert_eq!(str_in(&event.attributes, &key), Some(fact.text.as_str()), "{key}");
+        }
+    }
+    assert_eq!(str_attr(handled, "ldp.reply_type"), Some("TASK_RESULT"), "the task's own fields are still there");
     server.shutdown().await.unwrap();
 }

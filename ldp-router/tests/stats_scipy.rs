@@ -41,17 +41,17 @@ fn mann_whitney_matches_scipy() {
     let mut cases = Vec::new();
     for case in 0..60 {
         let (n1, n2) = match case % 3 {
-            0 => (rng.gen_range(1..12), rng.gen_range(1..12)),
-            1 => (rng.gen_range(20..200), rng.gen_range(20..200)),
+            0 => (rng.random_range(1..12), rng.random_range(1..12)),
+            1 => (rng.random_range(20..200), rng.random_range(20..200)),
             _ => (1000, 1000),
         };
-        let shift = rng.gen_range(-0.2..0.2);
+        let shift = rng.random_range(-0.2..0.2);
         // Every other case rounds to two decimals, so that ties are common (as clamped qualities at 0 and 1 are).
         let ties = case % 2 == 0;
         let draw = |rng: &mut ChaCha8Rng, n: usize, shift: f64| -> Vec<f64> {
             (0..n)
                 .map(|_| {
-                    let x: f64 = (rng.gen_range(0.0..1.0) + shift).clamp(0.0, 1.0);
+                    let x: f64 = (rng.random_range(0.0..1.0) + shift).clamp(0.0, 1.0);
                     if ties { (x * 100.0).round() / 100.0 } else { x }
                 })
                 .collect()

@@ -82,7 +82,7 @@ impl SeededIds {
 
     /// A source seeded from the operating system.
     pub fn from_entropy() -> Self {
-        Self { rng: ChaCha20Rng::from_entropy() }
+        Self { rng: ChaCha20Rng::from_os_rng() }
     }
 }
 

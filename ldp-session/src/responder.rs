@@ -550,6 +550,12 @@ impl Responder {
         self.running_total
     }
 
+    /// Messages the replay window remembers now (0 when replay protection is off), and the most it may hold: the
+    /// size an operator watches, since a full table refuses signed traffic with `CAPACITY_EXCEEDED`.
+    pub fn replay_window(&self) -> (usize, usize) {
+        (self.replay.len(), self.cfg.security.replay.map_or(0, |r| r.max_entries))
+    }
+
     /// The state of a session, if it is live.
     pub fn session_state(&self, session_id: &str) -> Option<SessionState> {
         self.sessions.get(session_id).map(|s| s.state)

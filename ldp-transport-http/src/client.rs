@@ -52,7 +52,7 @@ impl RetryPolicy {
         let capped = exp.min(self.max_backoff);
         let half = capped / 2;
         let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        let jitter = if jitter_ns == 0 { 0 } else { rand::thread_rng().gen_range(0..=jitter_ns) };
+        let jitter = if jitter_ns == 0 { 0 } else { rand::rng().random_range(0..=jitter_ns) };
         half + Duration::from_nanos(jitter)
     }
 }

@@ -12,6 +12,7 @@
 //! | `ldp_message_duration_seconds` | histogram | `path`, `reply` |
 //! | `ldp_active_sessions` | gauge | sessions the responder holds (read at scrape time) |
 //! | `ldp_running_tasks` | gauge | tasks running now (read at scrape time) |
+//! | `ldp_replay_window_entries`, `ldp_replay_window_capacity` | gauge | messages the responder's replay window remembers now, and the most it may (0 with replay protection off); read at scrape time, so they cover every transport serving the runtime (HTTP and WebSocket) |
 //! | `ldp_backend_tokens_total` | counter | `tokens_used` of every TASK_RESULT's provenance answered (HTTP, and WebSocket when it reports here) |
 //! | `ldp_backend_cost_usd_total` | counter | `cost_usd` of the same results |
 //! | `ldp_ws_connections` | gauge | WebSocket connections open (from each [`TransportSource`], read at scrape time) |
@@ -66,6 +67,16 @@ struct StatusLabels {
     status: &'static str,
 }
 
+/// What `/metrics` reads from the session machine at scrape time.
+pub(crate) struct ResponderGauges {
+    /// Live sessions.
+    pub(crate) sessions: usize,
+    /// Tasks running.
+    pub(crate) running: usize,
+    /// The replay window's entries and capacity ([`ldp_session::Responder::replay_window`]).
+    pub(crate) replay_window: (usize, usize),
+}
+
 /// The server's metrics: cheap to clone (shared), updated by the handlers, encoded by `/metrics`.
 #[derive(Clone)]
 pub struct HttpMetrics {
@@ -80,6 +91,8 @@ struct Inner {
     latency: Family<LatencyLabels, Histogram>,
     active_sessions: Gauge,
     running_tasks: Gauge,
+    replay_entries: Gauge,
+    replay_capacity: Gauge,
     tokens: Counter,
     cost_usd: Counter<f64, AtomicU64>,
     sources: Arc<Mutex<Vec<Arc<dyn TransportSource>>>>,
@@ -201,6 +214,17 @@ impl HttpMetrics {
         registry.register("ldp_message_duration_seconds", "Time to answer one message", latency.clone());
         registry.register("ldp_active_sessions", "Sessions the responder holds", active_sessions.clone());
         registry.register("ldp_running_tasks", "Tasks running now", running_tasks.clone());
+        let (replay_entries, replay_capacity) = (Gauge::default(), Gauge::default());
+        registry.register(
+            "ldp_replay_window_entries",
+            "Messages the replay window remembers now",
+            replay_entries.clone(),
+        );
+        registry.register(
+            "ldp_replay_window_capacity",
+            "Most messages the replay window may remember (0: replay protection off)",
+            replay_capacity.clone(),
+        );
         let tokens = Counter::default();
         let cost_usd = Counter::<f64, AtomicU64>::default();
         registry.register(
@@ -224,6 +248,8 @@ impl HttpMetrics {
                 latency,
                 active_sessions,
                 running_tasks,
+                replay_entries,
+                replay_capacity,
                 tokens,
                 cost_usd,
                 sources,
@@ -278,10 +304,15 @@ impl HttpMetrics {
     }
 
     /// The text of `/metrics`, with the gauges read now.
-    pub(crate) fn encode(&self, sessions: usize, running: usize) -> String {
+    pub(crate) fn encode(&self, gauges: &ResponderGauges) -> String {
         let inner = &self.inner;
-        inner.active_sessions.set(i64::try_from(sessions).unwrap_or(i64::MAX));
-        inner.running_tasks.set(i64::try_from(running).unwrap_or(i64::MAX));
+        let set = |gauge: &Gauge, value: usize| {
+            gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        };
+        set(&inner.active_sessions, gauges.sessions);
+        set(&inner.running_tasks, gauges.running);
+        set(&inner.replay_entries, gauges.replay_window.0);
+        set(&inner.replay_capacity, gauges.replay_window.1);
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &inner.registry);

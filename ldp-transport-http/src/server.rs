@@ -30,7 +30,7 @@ use tracing::field::Empty;
 use crate::auth::{BearerAuth, require_bearer};
 use crate::conn::{ConnectionLimits, ConnectionStats, Establish, Plain, body_too_slow, serve_connections};
 use crate::error::{HttpError, error_body, json_response};
-use crate::metrics::{HttpMetrics, METRICS_CONTENT_TYPE};
+use crate::metrics::{HttpMetrics, METRICS_CONTENT_TYPE, ResponderGauges};
 use crate::rate::{Limiter, RateLimit};
 use crate::trace_context;
 
@@ -503,13 +503,18 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 /// `GET /metrics`: the Prometheus / OpenMetrics text ([`crate::metrics`]).
 async fn metrics(State(state): State<HttpState>) -> Response {
     let runtime = state.runtime.clone();
-    let gauges =
-        tokio::task::spawn_blocking(move || runtime.with_responder(|r| (r.session_count(), r.running_tasks())));
-    let (sessions, running) = match tokio::time::timeout(READY_WITHIN, gauges).await {
+    let gauges = tokio::task::spawn_blocking(move || {
+        runtime.with_responder(|r| ResponderGauges {
+            sessions: r.session_count(),
+            running: r.running_tasks(),
+            replay_window: r.replay_window(),
+        })
+    });
+    let gauges = match tokio::time::timeout(READY_WITHIN, gauges).await {
         Ok(Ok(gauges)) => gauges,
         _ => return (StatusCode::SERVICE_UNAVAILABLE, "the session machine does not answer\n").into_response(),
     };
-    let text = state.metrics.encode(sessions, running);
+    let text = state.metrics.encode(&gauges);
     ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response()
 }
 

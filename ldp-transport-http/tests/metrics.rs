@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ldp_session::runtime::{Client, DelegateRuntime, EchoDelegate};
-use ldp_session::{InitiatorConfig, Responder, ResponderConfig, SeededIds, SystemClock};
+use ldp_session::{InitiatorConfig, ReplayConfig, Responder, ResponderConfig, SeededIds, SystemClock};
 use ldp_transport_http::{HttpServerConfig, HttpState, HttpTransport, METRICS_CONTENT_TYPE, spawn};
 use ldp_types::{Capability, DelegateId, IdentityCard, PayloadMode, SessionConfig};
 use serde_json::json;
@@ -89,5 +89,41 @@ async fn health_readiness_and_metrics_that_move_with_the_traffic() {
     client.close(&session.session_id).await.unwrap();
     let closed = scrape(&url).await;
     assert_eq!(get(&closed, "ldp_active_sessions{}"), 0.0);
+    server.shutdown().await.unwrap();
+}
+
+/// The replay window's size is scraped: it grows by one per message the responder admits with replay protection on,
+/// and its capacity is the configured bound (0 with protection off, as in the test above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replay_window_size_is_scraped_and_grows_with_each_admitted_message() {
+    let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:guarded").unwrap(), "Guarded", "echo", "1");
+    card.capabilities.push(Capability::new("echo"));
+    card.supported_payload_modes = vec![PayloadMode::Text];
+    let mut config = ResponderConfig::new(card);
+    let replay = ReplayConfig { max_entries: 4_321, ..ReplayConfig::default() };
+    config.security.replay = Some(replay);
+    let responder = Responder::new(config, Arc::new(SystemClock), Box::new(SeededIds::new(5)));
+    let state = HttpState::new(DelegateRuntime::new(responder, Arc::new(EchoDelegate)), HttpServerConfig::default());
+    let server = spawn("127.0.0.1:0", state).await.unwrap();
+    let url = server.url().to_owned();
+
+    let before = scrape(&url).await;
+    assert_eq!(get(&before, "ldp_replay_window_entries{}"), 0.0);
+    assert_eq!(get(&before, "ldp_replay_window_capacity{}"), replay.max_entries as f64);
+
+    let mut cfg = InitiatorConfig::new("ldp:delegate:scraper");
+    cfg.trust_domain = Some("default".into());
+    let client =
+        Client::connect(HttpTransport::new(&url).unwrap(), cfg, Arc::new(SystemClock), Box::new(SeededIds::new(11)))
+            .await
+            .unwrap();
+    let session = client.propose(SessionConfig::default()).await.unwrap();
+    let tasks = 3;
+    for i in 0..tasks {
+        client.submit(&session.session_id, "echo", json!({ "n": i }), None).await.unwrap();
+    }
+    let after = scrape(&url).await;
+    // HELLO, SESSION_PROPOSE and one TASK_SUBMIT per task, each remembered for the window.
+    assert_eq!(get(&after, "ldp_replay_window_entries{}"), f64::from(2 + tasks));
     server.shutdown().await.unwrap();
 }

@@ -13,7 +13,8 @@
 //! partial output ([`TaskContext::partial`], streamed as TASK_UPDATEs), and the cancellation signal
 //! ([`TaskContext::cancelled`]). The output is any `Serialize` value, or an [`Output`] with usage figures.
 //! Every protocol rule stays in the layers underneath, re-exported here for what the front door does not cover:
-//! [`types`] (wire types), [`session`] (the sans-IO machines and runtime), [`http`] and [`ws`] (the bindings).
+//! [`types`] (wire types), [`session`] (the sans-IO machines and runtime), [`http`] and [`ws`] (the bindings),
+//! [`router`] (selection, attestations); [`issuers`] fetches attestation issuers' documents for the router.
 //!
 //! A delegate and a client, on loopback:
 //!
@@ -41,6 +42,7 @@
 #![forbid(unsafe_code)]
 
 mod client;
+pub mod issuers;
 mod server;
 
 pub use client::{Answer, CLIENT_ID, Connection, Event, Stream, connect};
@@ -49,6 +51,8 @@ pub use ldp_session::{History, Limits, TaskOutput, Turn};
 pub use ldp_types::{LdpError, Provenance, RawJson};
 pub use server::{Delegate, DelegateBuilder, INVALID_INPUT, IntoOutput, Output, Server};
 
+/// Routing by verified quality, attestations and their issuers (`ldp-router`).
+pub use ldp_router as router;
 /// The session layer: sans-IO machines and the async runtime (`ldp-session`).
 pub use ldp_session as session;
 /// The HTTP/SSE binding (`ldp-transport-http`).
@@ -84,4 +88,75 @@ pub enum Error {
     /// The output did not fit the type asked for.
     #[error("output does not fit the expected type: {0}")]
     Output(serde_json::Error),
+    /// An issuer's base URL is not an `http://` or `https://` URL ([`issuers::IssuerSource::new`]).
+    #[error("issuer URL {url:?}: {reason}")]
+    IssuerUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An issuer document could not be fetched: connection, TLS or HTTP failure.
+    #[error("GET {url}: {reason}")]
+    IssuerFetch {
+        /// The document's URL.
+        url: String,
+        /// The client's error.
+        reason: String,
+    },
+    /// An issuer document did not arrive within [`issuers::FetchLimits::timeout`].
+    #[error("GET {url}: no complete answer within {after:?}")]
+    IssuerTimeout {
+        /// The document's URL.
+        url: String,
+        /// The bound.
+        after: std::time::Duration,
+    },
+    /// The issuer's server answered with an HTTP status other than success.
+    #[error("GET {url}: HTTP status {status}")]
+    IssuerStatus {
+        /// The document's URL.
+        url: String,
+        /// The status.
+        status: u16,
+    },
+    /// An issuer document is larger than [`issuers::FetchLimits::max_bytes`] (not read beyond the bound).
+    #[error("GET {url}: the document exceeds {limit} bytes")]
+    IssuerTooLarge {
+        /// The document's URL.
+        url: String,
+        /// The bound.
+        limit: usize,
+    },
+    /// An issuer document is not the JSON object it should be.
+    #[error("GET {url}: not a {document}: {reason}")]
+    IssuerMalformed {
+        /// The document's URL.
+        url: String,
+        /// Which document.
+        document: issuers::IssuerDocument,
+        /// The decoder's error.
+        reason: String,
+    },
+    /// An issuer document names another issuer than the one it was fetched for.
+    #[error("{url} is a document of issuer {actual:?}, not of {expected:?}")]
+    IssuerMismatch {
+        /// The document's URL.
+        url: String,
+        /// The issuer it was fetched for.
+        expected: String,
+        /// The issuer it names.
+        actual: String,
+    },
+    /// The router refused an issuer document (signer not trusted, bad signature, older than the one held, too
+    /// many entries): the documents held before stay in force.
+    #[error("{url}: {document} refused: {error}")]
+    IssuerRefused {
+        /// The document's URL.
+        url: String,
+        /// Which document.
+        document: issuers::IssuerDocument,
+        /// The router's reason.
+        error: ldp_router::issuer::IssuerDocumentError,
+    },
 }

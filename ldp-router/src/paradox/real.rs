@@ -54,7 +54,7 @@ pub fn run_conditions<E>(
         for task in 0..tasks {
             let now = START + time::Duration::minutes(task as i64);
             let index = match router.as_mut() {
-                None => rng.gen_range(0..pool.len()),
+                None => rng.random_range(0..pool.len()),
                 Some(router) => {
                     let decision = router.select(&request, now).map_err(RealRunError::Router)?;
                     pool.iter().position(|d| d.id == decision.delegate_id).unwrap_or(0)

@@ -153,7 +153,7 @@ fn now_rfc3339() -> String {
 }
 
 fn random_id() -> String {
-    let n: u128 = rand::thread_rng().r#gen();
+    let n: u128 = rand::rng().random();
     let h = format!("{n:032x}");
     format!("{}-{}-4{}-a{}-{}", &h[0..8], &h[8..12], &h[13..16], &h[17..20], &h[20..32])
 }
