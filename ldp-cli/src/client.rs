@@ -35,7 +35,7 @@ pub struct Connection {
     #[arg(long, env = "LDP_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Seconds to wait for the delegate (connection and each answer).
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout: u64,
     /// Print JSON only (for scripts).
     #[arg(long)]

@@ -59,9 +59,10 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
     pub max_body: usize,
-    /// Longest time one request may take, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    pub timeout: u64,
+    /// Longest time one request may take, in seconds [default: 60; with --backend, long enough for the model's
+    /// every attempt: --llm-timeout × (--llm-retries + 1) + 10].
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
     /// Serve this identity card (JSON) instead of the echo card; its capabilities are the accepted skills, all
     /// answered by echoing.
     #[arg(long, value_name = "FILE")]
@@ -352,6 +353,16 @@ fn authenticates(args: &ServeArgs) -> bool {
     !args.tokens.is_empty() || certs
 }
 
+/// The request timeout in force: a request that waits on a model must not be cut before the model's own timeout
+/// (and retries) could answer it, or the peer is told TIMEOUT for a task that then completes unseen.
+fn request_timeout(args: &ServeArgs) -> u64 {
+    match (args.timeout, args.llm.backend) {
+        (Some(secs), _) => secs,
+        (None, None) => 60,
+        (None, Some(_)) => args.llm.llm_timeout.saturating_mul(u64::from(args.llm.llm_retries) + 1).saturating_add(10),
+    }
+}
+
 /// Everything `ldp serve` needs, checked before anything is bound.
 pub(crate) fn build(
     args: &ServeArgs,
@@ -400,7 +411,7 @@ pub(crate) fn build(
     args.protocol_limits.apply(&mut cfg);
     let http = HttpServerConfig {
         max_body: args.max_body,
-        request_timeout: Duration::from_secs(args.timeout.max(1)),
+        request_timeout: Duration::from_secs(request_timeout(args).max(1)),
         tokens,
         limits: args.limits.connection_limits(),
         rate_limit: args.limits.rate_limit,
@@ -567,6 +578,18 @@ mod limit_tests {
     struct Cli {
         #[command(flatten)]
         serve: ServeArgs,
+    }
+
+    #[test]
+    fn a_model_backend_gets_a_request_timeout_its_attempts_fit_in() {
+        let http = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None).unwrap().1;
+        assert_eq!(http(&["serve"]).request_timeout, Duration::from_secs(60));
+        assert_eq!(http(&["serve", "--timeout", "5"]).request_timeout, Duration::from_secs(5));
+        // 120 s per attempt, 3 attempts, 10 s of slack.
+        assert_eq!(http(&["serve", "--backend", "echo"]).request_timeout, Duration::from_secs(370));
+        let tight = http(&["serve", "--backend", "echo", "--llm-timeout", "20", "--llm-retries", "0"]);
+        assert_eq!(tight.request_timeout, Duration::from_secs(30));
+        assert_eq!(http(&["serve", "--backend", "echo", "--timeout", "9"]).request_timeout, Duration::from_secs(9));
     }
 
     #[test]
