@@ -234,10 +234,10 @@ impl LocalBackend {
     }
 }
 
-/// What the generating thread hands the caller.
-enum Event {
-    Delta { text: String, usage: Usage },
-    Done(Result<ChatResponse, LlmError>),
+/// A piece of a streamed answer, with the usage so far.
+struct Delta {
+    text: String,
+    usage: Usage,
 }
 
 /// Sets the flag when the caller goes away, so the generating thread stops at its next token.
@@ -255,7 +255,7 @@ impl Inner {
     fn generate(
         &self,
         request: &ChatRequest,
-        events: Option<&mpsc::Sender<Event>>,
+        events: Option<&mpsc::Sender<Delta>>,
         cancel: &AtomicBool,
     ) -> Result<ChatResponse, LlmError> {
         let inference = |e: candle_core::Error| LlmError::Inference(e.to_string());
@@ -313,7 +313,7 @@ impl Inner {
                 text = decoded;
                 if let Some(events) = events {
                     let usage = Usage::new(input_tokens, answer.len() as u64);
-                    if events.blocking_send(Event::Delta { text: piece, usage }).is_err() {
+                    if events.blocking_send(Delta { text: piece, usage }).is_err() {
                         break FinishReason::Stopped;
                     }
                 }
@@ -324,12 +324,41 @@ impl Inner {
             // The tail that never decoded cleanly (a cut character) still belongs to the answer.
             if let Some(events) = events {
                 let usage = Usage::new(input_tokens, answer.len() as u64);
-                let _ = events.blocking_send(Event::Delta { text: decoded[text.len()..].to_owned(), usage });
+                let _ = events.blocking_send(Delta { text: decoded[text.len()..].to_owned(), usage });
             }
             text = decoded;
         }
         Ok(ChatResponse::new(text, Some(self.name.clone()), Usage::new(input_tokens, answer.len() as u64), finish))
     }
+}
+
+impl LocalBackend {
+    /// Waits for a generation slot, then generates `request` on a blocking thread that holds the slot until it
+    /// ends, handing its pieces to `events` when given. The thread stops at its next token once the returned guard
+    /// is dropped or set.
+    async fn start(
+        &self,
+        request: &ChatRequest,
+        events: Option<mpsc::Sender<Delta>>,
+    ) -> Result<(tokio::task::JoinHandle<Result<ChatResponse, LlmError>>, CancelOnDrop), LlmError> {
+        let permit = Arc::clone(&self.inner.permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| LlmError::Inference("the backend is shut down".into()))?;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let guard = CancelOnDrop(Arc::clone(&cancel));
+        let inner = Arc::clone(&self.inner);
+        let request = request.clone();
+        let handle = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            inner.generate(&request, events.as_ref(), &cancel)
+        });
+        Ok((handle, guard))
+    }
+}
+
+fn joined(result: Result<Result<ChatResponse, LlmError>, tokio::task::JoinError>) -> Result<ChatResponse, LlmError> {
+    result.map_err(|e| LlmError::Inference(format!("the generating thread failed: {e}")))?
 }
 
 #[async_trait]
@@ -339,57 +368,23 @@ impl LlmBackend for LocalBackend {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        let permit = Arc::clone(&self.inner.permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| LlmError::Inference("the backend is shut down".into()))?;
-        let cancel = Arc::new(AtomicBool::new(false));
-        let _guard = CancelOnDrop(Arc::clone(&cancel));
-        let inner = Arc::clone(&self.inner);
-        let request = request.clone();
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            inner.generate(&request, None, &cancel)
-        })
-        .await
-        .map_err(|e| LlmError::Inference(format!("the generating thread failed: {e}")))?
+        let (handle, _guard) = self.start(request, None).await?;
+        joined(handle.await)
     }
 
     async fn stream(&self, request: &ChatRequest, on_delta: &mut OnDelta<'_>) -> Result<ChatResponse, LlmError> {
-        let permit = Arc::clone(&self.inner.permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| LlmError::Inference("the backend is shut down".into()))?;
-        let cancel = Arc::new(AtomicBool::new(false));
-        let _guard = CancelOnDrop(Arc::clone(&cancel));
         // A few pieces of slack: the model never runs far ahead of a slow consumer.
         let (tx, mut rx) = mpsc::channel(8);
-        let inner = Arc::clone(&self.inner);
-        let request = request.clone();
-        let thread_cancel = Arc::clone(&cancel);
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            let result = inner.generate(&request, Some(&tx), &thread_cancel);
-            let _ = tx.blocking_send(Event::Done(result));
-        });
+        let (handle, guard) = self.start(request, Some(tx)).await?;
         let mut text = String::new();
-        while let Some(event) = rx.recv().await {
-            match event {
-                Event::Delta { text: piece, usage } => {
-                    text.push_str(&piece);
-                    if on_delta(&piece, &usage) == StreamControl::Stop {
-                        cancel.store(true, Ordering::Relaxed);
-                        return Ok(ChatResponse::new(
-                            text,
-                            Some(self.inner.name.clone()),
-                            usage,
-                            FinishReason::Stopped,
-                        ));
-                    }
-                }
-                Event::Done(result) => return result,
+        // The thread drops its sender when it ends, which ends this loop.
+        while let Some(Delta { text: piece, usage }) = rx.recv().await {
+            text.push_str(&piece);
+            if on_delta(&piece, &usage) == StreamControl::Stop {
+                guard.0.store(true, Ordering::Relaxed);
+                return Ok(ChatResponse::new(text, Some(self.inner.name.clone()), usage, FinishReason::Stopped));
             }
         }
-        Err(LlmError::Inference("the generating thread ended without an answer".into()))
+        joined(handle.await)
     }
 }

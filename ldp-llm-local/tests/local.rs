@@ -99,6 +99,15 @@ async fn a_streamed_answer_arrives_piece_by_piece_with_running_usage() {
     assert_eq!(counts, vec![Some(1), Some(2), Some(3), Some(4)]);
 }
 
+/// With one generation slot, a request is answered only if the previous generation released it.
+async fn next_request_is_answered(model: &LocalBackend) {
+    let next = tokio::time::timeout(std::time::Duration::from_secs(30), model.complete(&ask("hi").with_max_tokens(2)))
+        .await
+        .expect("the slot was released")
+        .expect("answer");
+    assert_eq!(next.text, "aa");
+}
+
 #[tokio::test]
 async fn a_consumer_that_says_stop_stops_the_generation_and_frees_the_model() {
     let mut options = LocalOptions::default();
@@ -116,11 +125,7 @@ async fn a_consumer_that_says_stop_stops_the_generation_and_frees_the_model() {
     assert_eq!(answer.text, "aaa");
     assert_eq!(answer.usage.output_tokens, Some(3));
     // The only generation slot is free again: the next request is answered.
-    let next = tokio::time::timeout(std::time::Duration::from_secs(30), model.complete(&ask("hi").with_max_tokens(2)))
-        .await
-        .expect("the slot was released")
-        .expect("answer");
-    assert_eq!(next.text, "aa");
+    next_request_is_answered(&model).await;
 }
 
 #[tokio::test]
@@ -142,11 +147,7 @@ async fn a_dropped_call_releases_its_generation_slot() {
         _ = streaming => {}
         _ = got_first => {}
     }
-    let next = tokio::time::timeout(std::time::Duration::from_secs(30), model.complete(&ask("hi").with_max_tokens(2)))
-        .await
-        .expect("the slot was released")
-        .expect("answer");
-    assert_eq!(next.text, "aa");
+    next_request_is_answered(&model).await;
 }
 
 #[tokio::test]
