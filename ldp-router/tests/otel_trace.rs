@@ -152,16 +152,7 @@ async fn a_client_a_router_delegate_and_two_delegates_are_one_trace() {
     let root = tracing::info_span!("test.client");
     let output = async {
         let transport = HttpTransport::builder(planner.url()).retry(RetryPolicy::none()).build().unwrap();
-        let client = Client::connect(
-            transport,
-            InitiatorConfig::new("ldp:delegate:client"),
-            Arc::new(SystemClock),
-            Box::new(SeededIds::from_entropy()),
-        )
-        .await
-        .unwrap();
-        let session = client.propose(SessionConfig::default()).await.unwrap();
-        client.submit(&session.session_id, "research", json!("otters"), None).await.unwrap().output
+        submit_one(transport, "research", json!("otters")).await
     }
     .instrument(root)
     .await;
@@ -289,16 +280,7 @@ async fn over_websocket_the_frame_member_carries_the_trace() {
     async {
         let transport =
             ldp_transport_ws::WsTransport::connect(server.url(), ldp_transport_ws::WsOptions::default()).await.unwrap();
-        let client = Client::connect(
-            transport,
-            InitiatorConfig::new("ldp:delegate:client"),
-            Arc::new(SystemClock),
-            Box::new(SeededIds::from_entropy()),
-        )
-        .await
-        .unwrap();
-        let session = client.propose(SessionConfig::default()).await.unwrap();
-        client.submit(&session.session_id, "lookup", json!("seals"), None).await.unwrap();
+        submit_one(transport, "lookup", json!("seals")).await;
     }
     .instrument(root)
     .await;
@@ -316,6 +298,20 @@ async fn over_websocket_the_frame_member_carries_the_trace() {
     assert_eq!(ancestry(handled, &by_id), ["WS /ldp/ws", "ldp.send TASK_SUBMIT", "test.ws-client"]);
     assert_eq!(attr(handled, "ldp.tokens"), Some(&any_value::Value::IntValue(42)));
     server.shutdown().await.unwrap();
+}
+
+/// Connects a client over `transport`, opens a session and submits one task; returns its output.
+async fn submit_one<T: ldp_session::runtime::Transport>(transport: T, skill: &str, input: Value) -> ldp_types::RawJson {
+    let client = Client::connect(
+        transport,
+        InitiatorConfig::new("ldp:delegate:client"),
+        Arc::new(SystemClock),
+        Box::new(SeededIds::from_entropy()),
+    )
+    .await
+    .unwrap();
+    let session = client.propose(SessionConfig::default()).await.unwrap();
+    client.submit(&session.session_id, skill, input, None).await.unwrap().output
 }
 
 /// A delegate that keeps an LCTL trace of its task (here, the spec's two-hop example) and attaches it to the task's
@@ -347,16 +343,7 @@ async fn a_delegate_attaches_the_lctl_trace_of_its_task_to_the_task_span() {
     let root = tracing::info_span!("test.lctl-client");
     async {
         let transport = HttpTransport::builder(server.url()).retry(RetryPolicy::none()).build().unwrap();
-        let client = Client::connect(
-            transport,
-            InitiatorConfig::new("ldp:delegate:client"),
-            Arc::new(SystemClock),
-            Box::new(SeededIds::from_entropy()),
-        )
-        .await
-        .unwrap();
-        let session = client.propose(SessionConfig::default()).await.unwrap();
-        client.submit(&session.session_id, "research", json!("otters"), None).await.unwrap();
+        submit_one(transport, "research", json!("otters")).await;
     }
     .instrument(root)
     .await;
