@@ -77,6 +77,7 @@ pub use contract::{
     Budget, ContractCheck, ContractLimits, ContractOutcome, ContractPolicy, ContractViolation, DelegationContract,
     FailurePolicy, apply_contract, check_output,
 };
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use envelope::{_scanner_decodes, _serde_decodes};
 pub use envelope::{Body, Envelope};
