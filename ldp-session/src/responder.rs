@@ -22,6 +22,7 @@ use serde_json::Value;
 use crate::clock::{IdSource, WallClock};
 use crate::config::{DeclaredDomains, FallbackStyle, ResponderConfig};
 use crate::error::{Misuse, Refusal, SessionError};
+use crate::held::{HeldAnswer, HeldLimits, HeldStats, HeldStore};
 use crate::security::{Received, ReplayGuard, SecurityConfig, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
 
@@ -271,7 +272,8 @@ pub enum Outcome {
 pub enum Delivery {
     /// Send it.
     Send(Envelope),
-    /// The session is suspended; the reply is held and returned by [`Responder::take_held`] after resume.
+    /// The session is suspended; the reply is held (within [`Limits::held`](crate::Limits::held)) and returned by
+    /// [`Responder::take_held`] after resume.
     Held,
 }
 
@@ -438,7 +440,6 @@ struct ResponderSession {
     tasks_submitted: u64,
     tokens_used: u64,
     cost_usd: f64,
-    held: Vec<Envelope>,
 }
 
 impl ResponderSession {
@@ -493,6 +494,10 @@ pub struct Responder {
     events: VecDeque<ResponderEvent>,
     /// Tasks ended by the machine whose delegate work the driver must stop ([`Responder::poll_aborted`]).
     aborted: VecDeque<Aborted>,
+    /// Answers kept for suspended sessions' resume, bounded by [`Limits::held`](crate::Limits::held).
+    held: HeldStore,
+    /// When [`Responder::handle_timeout`] next drops held answers older than their TTL.
+    held_sweep: Option<Instant>,
     manifest: Value,
 }
 
@@ -531,6 +536,8 @@ impl Responder {
             running_total: 0,
             events: VecDeque::new(),
             aborted: VecDeque::new(),
+            held: HeldStore::default(),
+            held_sweep: None,
             manifest,
         }
     }
@@ -633,6 +640,11 @@ impl Responder {
             let Some(Reverse((deadline, session_id, task_id))) = self.task_deadlines.pop() else { break };
             aborted.extend(self.end_past_deadline(deadline, &session_id, &task_id));
         }
+        if !self.held.is_empty() && self.held_sweep.is_none_or(|at| at <= now) {
+            self.held.expire(now, &self.cfg.limits.held);
+            // Swept at most once a second (or once per TTL, if shorter): an answer may outlive its TTL by that much.
+            self.held_sweep = now.checked_add(self.cfg.limits.held.ttl.min(HELD_SWEEP));
+        }
         // Without replay protection the table stays empty: no need to read the clock.
         if !self.replay.is_empty() {
             self.replay.prune(self.wall.now_utc());
@@ -666,6 +678,8 @@ impl Responder {
 
     fn end_session(&mut self, id: &str, how: Ended) -> Vec<TaskKey> {
         let Some(session) = self.sessions.remove(id) else { return Vec::new() };
+        // Nobody can resume it any more.
+        self.held.forget(id);
         let key = principal_key(session.owner.as_deref(), &session.peer);
         if let Some(n) = self.sessions_per_principal.get_mut(key.as_str()) {
             *n = n.saturating_sub(1);
@@ -711,7 +725,7 @@ impl Responder {
     }
 
     /// Suspends every active session last used over `connection` (the connection dropped). Their TTL keeps
-    /// running; results finished meanwhile are held for [`Responder::take_held`].
+    /// running; results finished meanwhile are held (bounded) for [`Responder::take_held`].
     pub fn suspend_connection(&mut self, connection: u64) {
         for (id, s) in &mut self.sessions {
             if s.connection == Some(connection) && s.state == SessionState::Active {
@@ -721,9 +735,48 @@ impl Responder {
         }
     }
 
-    /// Replies held while the session was suspended, each returned exactly once.
-    pub fn take_held(&mut self, session_id: &str) -> Vec<Envelope> {
-        self.sessions.get_mut(session_id).map(|s| std::mem::take(&mut s.held)).unwrap_or_default()
+    /// The answers held for `session_id` while it was away, each handed out exactly once, for the transport to
+    /// write before anything else on the session's connection: first a TASK_FAILED `RESULT_NOT_KEPT` for every task
+    /// whose answer was dropped over [`Limits::held`](crate::Limits::held), then the answers kept, oldest first.
+    pub fn take_held(&mut self, session_id: &str) -> Vec<HeldAnswer> {
+        let taken = self.held.take(session_id);
+        let mut answers = Vec::with_capacity(taken.dropped.len() + taken.results.len());
+        let why = "the server's limit on results held for a disconnected session was reached";
+        for task_id in taken.dropped {
+            let Some(env) = self.result_not_kept(session_id, &task_id, why) else { continue };
+            match env.to_json() {
+                Ok(json) => answers.push(HeldAnswer::new(task_id, json)),
+                Err(e) => tracing::error!(error = %e, "cannot encode a RESULT_NOT_KEPT"),
+            }
+        }
+        answers.extend(taken.results.into_iter().map(|(task_id, json)| HeldAnswer::new(task_id, json)));
+        answers
+    }
+
+    /// Keeps a final answer to `task_id` that a transport could not deliver (its connection ended before the
+    /// message was written), encoded as it would have been written, for the session's resume. Bounded with the
+    /// machine's own held answers ([`Limits::held`](crate::Limits::held)); ignored when the session has ended.
+    pub fn hold(&mut self, now: Instant, session_id: &str, task_id: &str, json: String) {
+        if self.sessions.contains_key(session_id) {
+            self.held.push(now, &self.cfg.limits.held, session_id, task_id, json);
+        }
+    }
+
+    /// The connection that carries `session_id` now: the one its peer last used, while the session is active.
+    /// `None` when it is suspended or gone (its answers are then held for the resume).
+    pub fn connection_of(&self, session_id: &str) -> Option<u64> {
+        self.sessions.get(session_id).filter(|s| s.state == SessionState::Active).and_then(|s| s.connection)
+    }
+
+    /// What the held-answers store holds now, and what it dropped.
+    pub fn held_stats(&self) -> HeldStats {
+        self.held.stats()
+    }
+
+    /// Replaces the bounds on held answers (a binding's configuration, e.g. the WebSocket server's); answers held
+    /// already stay until the next answer or sweep enforces the new bounds.
+    pub fn set_held_limits(&mut self, limits: HeldLimits) {
+        self.cfg.limits.held = limits;
     }
 
     /// A TASK_FAILED with [`codes::RESULT_NOT_KEPT`] for `task_id`, addressed (and signed, when the session signs)
@@ -1018,7 +1071,6 @@ impl Responder {
             tasks_submitted: 0,
             tokens_used: 0,
             cost_usd: 0.0,
-            held: Vec::new(),
         };
         self.expiry.push(Reverse((session.deadline(), session_id.as_str().into())));
         self.sessions.insert(session_id.as_str().into(), session);
@@ -1321,14 +1373,19 @@ impl Responder {
         s.running.get(key.task_id.as_str()).ok_or_else(|| Misuse::TaskEnded(key.task_id.clone()).into())
     }
 
-    fn deliver(&mut self, session_id: &str, env: Envelope) -> Delivery {
-        match self.sessions.get_mut(session_id) {
-            Some(s) if s.state == SessionState::Suspended => {
-                s.held.push(env);
-                Delivery::Held
-            }
-            _ => Delivery::Send(env),
+    /// Sends a task's final answer, or holds it (bounded) while its session is suspended.
+    fn deliver(&mut self, now: Instant, key: &TaskKey, env: Envelope) -> Delivery {
+        let suspended = self.sessions.get(key.session_id.as_str()).is_some_and(|s| s.state == SessionState::Suspended);
+        if !suspended {
+            return Delivery::Send(env);
         }
+        let limits = &self.cfg.limits.held;
+        match env.to_json() {
+            Ok(json) => self.held.push(now, limits, &key.session_id, &key.task_id, json),
+            // Not kept, and reported as such on resume rather than lost silently.
+            Err(_) => self.held.bury_one(now, limits, &key.session_id, &key.task_id),
+        }
+        Delivery::Held
     }
 
     /// A TASK_UPDATE for a running task. A task whose session's TTL has run out by `now` is not running: its
@@ -1407,7 +1464,6 @@ impl Responder {
         let skill = (task.input.is_some()).then(|| task.skill.to_string());
         s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);
         let peer = s.peer.to_string();
-        let suspended = s.state == SessionState::Suspended;
         self.running_total = self.running_total.saturating_sub(1);
         let mode = task.mode;
         let mut provenance =
@@ -1465,7 +1521,7 @@ impl Responder {
         }
         let env =
             self.envelope(&key.session_id, &peer, TaskResult::new(key.task_id.clone(), out.output, provenance), mode);
-        Ok(if suspended { self.deliver(&key.session_id, env) } else { Delivery::Send(env) })
+        Ok(self.deliver(now, key, env))
     }
 
     /// Fails a task with a typed error (with the expiry rule of [`Responder::complete_task`]).
@@ -1478,7 +1534,7 @@ impl Responder {
         }
         self.end_task(key, TaskStatus::Failed);
         let env = self.envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode);
-        Ok(self.deliver(&key.session_id, env))
+        Ok(self.deliver(now, key, env))
     }
 }
 
@@ -1622,6 +1678,9 @@ fn reference_category(error: &LdpError) -> LdpError {
     }
     on_wire
 }
+
+/// How often, at most, [`Responder::handle_timeout`] sweeps held answers for their TTL.
+const HELD_SWEEP: Duration = Duration::from_secs(1);
 
 /// The longest TTL a session can have, whatever the configuration says.
 const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);

@@ -32,11 +32,11 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch}
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::held::{HeldLimits, HeldStats, HeldStore};
 use crate::inbound::InboundBudget;
 use crate::wire::{
     CloseFrame, Head, Message, WireError, accepted_frame, close_code, envelope_frame, error_frame, is_task_end,
 };
+use ldp_session::{HeldLimits, HeldStats};
 
 /// The path of the WebSocket binding.
 pub const WS_PATH: &str = "/ldp/ws";
@@ -86,10 +86,13 @@ pub struct WsServerConfig {
     /// With `outbound_queue` it bounds what a client that does not read costs before the write timeout closes it.
     pub max_outbound_bytes: usize,
     /// How long task answers completed for a disconnected session are kept for its resume (default 1 h, the RFC's
-    /// default session TTL).
+    /// default session TTL). With `held`, set on the runtime's responder when the server is built: the session
+    /// machine keeps the answers ([`Responder::take_held`](ldp_session::Responder::take_held)).
     pub held_ttl: Duration,
     /// How many answers, and how many bytes, are kept for resume per session and in total. What does not fit is
     /// dropped oldest first, and the resuming client gets a TASK_FAILED `RESULT_NOT_KEPT` for each dropped task.
+    /// Set on the runtime's responder when the server is built ([`Limits::held`](ldp_session::Limits::held); its
+    /// `ttl` is `held_ttl`), replacing what its configuration said.
     pub held: HeldLimits,
     /// Origins (`scheme://host[:port]`, or `*`) whose web pages may open a WebSocket. An upgrade with an `Origin`
     /// header that is neither listed nor the server's own (matching `Host`) is refused with 403: otherwise any page
@@ -279,19 +282,16 @@ impl Outbound {
     }
 }
 
-/// Where each live session's answers go, and answers waiting for their session to come back.
-#[derive(Default)]
-struct Routes {
-    conns: HashMap<u64, Outbound>,
-    sessions: HashMap<Box<str>, u64>,
-    held: HeldStore,
-}
+/// The outbound queue of each open connection, by the connection id the session machine knows it by
+/// ([`PeerContext::connection`]; which connection carries which session is the machine's:
+/// [`Responder::connection_of`](ldp_session::Responder::connection_of)).
+type Conns = HashMap<u64, Outbound>;
 
 struct Hub {
     runtime: DelegateRuntime,
     config: WsServerConfig,
     auth: BearerAuth,
-    routes: Mutex<Routes>,
+    conns: Mutex<Conns>,
     shutdown: watch::Sender<bool>,
     open: AtomicUsize,
     /// Bytes of messages in handling across every connection (`max_in_flight_bytes_total`).
@@ -311,7 +311,7 @@ struct Figures(std::sync::Weak<Hub>);
 impl TransportSource for Figures {
     fn figures(&self) -> TransportFigures {
         let Some(hub) = self.0.upgrade() else { return TransportFigures::default() };
-        let held = lock(&hub.routes).held.stats();
+        let held = hub.runtime.with_responder(|r| r.held_stats());
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         TransportFigures::new(
             n(hub.open.load(Ordering::Relaxed)),
@@ -338,8 +338,8 @@ fn byte_cost(len: usize, budget: usize) -> u32 {
 /// Connection ids are unique in the process, so that several servers can share one runtime.
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
-fn lock(m: &Mutex<Routes>) -> MutexGuard<'_, Routes> {
-    // Every mutation of the routes completes before anything that could panic; recover from poisoning.
+fn lock(m: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
+    // Every mutation of the map completes before anything that could panic; recover from poisoning.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -370,12 +370,14 @@ impl WsServer {
         let burst =
             config.max_inbound_rate.max(u64::try_from(config.max_message).unwrap_or(u64::MAX).saturating_mul(2));
         let inbound = InboundBudget::new(config.max_inbound_rate, burst);
+        let held = HeldLimits { ttl: config.held_ttl, ..config.held };
+        runtime.with_responder(|r| r.set_held_limits(held));
         Self {
             hub: Arc::new(Hub {
                 runtime,
                 config,
                 auth,
-                routes: Mutex::new(Routes::default()),
+                conns: Mutex::new(Conns::new()),
                 shutdown,
                 open: AtomicUsize::new(0),
                 in_flight_bytes,
@@ -410,9 +412,10 @@ impl WsServer {
         self.hub.open.load(Ordering::Relaxed)
     }
 
-    /// The task answers kept for resume: how many, how many bytes, and how many were dropped.
+    /// The task answers kept for resume (by the runtime's responder, for every binding that serves it): how many,
+    /// how many bytes, and how many were dropped.
     pub fn held_stats(&self) -> HeldStats {
-        lock(&self.hub.routes).held.stats()
+        self.hub.runtime.with_responder(|r| r.held_stats())
     }
 
     /// Bytes of inbound messages in handling across every connection now (bounded by
@@ -499,7 +502,7 @@ impl WsServer {
         let peer = PeerContext { connection: Some(conn), ..peer };
         let (outbound, mut out_rx) = Outbound::new(&hub.config);
         let stalled = Arc::clone(&outbound.stalled);
-        lock(&hub.routes).conns.insert(conn, outbound.clone());
+        lock(&hub.conns).insert(conn, outbound.clone());
         hub.open.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(conn, "websocket connection opened");
         // Task answers handed to the socket that may not have reached the peer (see `Unconfirmed`).
@@ -527,24 +530,21 @@ impl WsServer {
 }
 
 impl Hub {
-    /// Forgets the connection, saves its task answers that may not have reached the peer (`unconfirmed`) and those
-    /// still queued, and suspends its sessions.
+    /// Forgets the connection, suspends its sessions, and hands its task answers that may not have reached the peer
+    /// (`unconfirmed`) and those still queued to their sessions' new connections or to the machine to hold.
     fn disconnect(
         &self,
         conn: u64,
         mut out_rx: mpsc::Receiver<Out>,
         unconfirmed: impl Iterator<Item = (String, Reroute)>,
     ) {
-        {
-            let mut routes = lock(&self.routes);
-            if let Some(outbound) = routes.conns.remove(&conn) {
-                // Handlers waiting for room give up at once and keep their answers for the resume.
-                outbound.budget.close();
-            }
-            routes.sessions.retain(|_, c| *c != conn);
-            routes.held.expire(&self.config.held, self.config.held_ttl);
+        if let Some(outbound) = lock(&self.conns).remove(&conn) {
+            // Handlers waiting for room give up at once and keep their answers for the resume.
+            outbound.budget.close();
         }
         out_rx.close();
+        // Suspended first, so that only a session that has moved to another connection is written there.
+        self.runtime.with_responder(|r| r.suspend_connection(conn));
         for (text, reroute) in unconfirmed {
             self.reroute(reroute, text, conn);
         }
@@ -553,93 +553,34 @@ impl Hub {
                 self.reroute(reroute, text, conn);
             }
         }
-        self.runtime.with_responder(|r| r.suspend_connection(conn));
         self.open.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// A task's final answer whose connection is gone: to the session's current connection if it has room, else
-    /// kept (within the held limits) until the session resumes.
+    /// A task's final answer that could not be written on connection `from`: to the connection that carries its
+    /// session now if that has room, else to the session machine, which holds it (bounded) until the session
+    /// resumes.
     fn reroute(&self, reroute: Reroute, text: String, from: u64) {
-        let mut routes = lock(&self.routes);
-        let (text, reroute) = match routes.sessions.get(&reroute.session) {
-            Some(&c) if c != from => match routes.conns.get(&c) {
-                Some(outbound) => match outbound.try_text(text, reroute) {
-                    Ok(()) => return,
-                    Err(back) => back,
-                },
-                None => (text, reroute),
+        let target = self.runtime.with_responder(|r| r.connection_of(&reroute.session)).filter(|c| *c != from);
+        let outbound = target.and_then(|c| lock(&self.conns).get(&c).cloned());
+        let (text, reroute) = match outbound {
+            Some(outbound) => match outbound.try_text(text, reroute) {
+                Ok(()) => return,
+                Err(back) => back,
             },
-            _ => (text, reroute),
+            None => (text, reroute),
         };
-        routes.held.push(&self.config.held, &reroute.session, &reroute.task_id, text);
+        let now = self.runtime.now();
+        self.runtime.with_responder(|r| r.hold(now, &reroute.session, &reroute.task_id, text));
     }
 
-    /// Moves the answers the session machine held for a suspended `session` into this binding's bounded store
-    /// (or to the session's new connection), so that what a disconnected client costs is bounded here.
-    fn adopt_held(&self, session: &str, conn: u64) {
-        let held = self.runtime.with_responder(|r| r.take_held(session));
-        for env in held {
-            let task_id: Box<str> = env.body.task_id().unwrap_or_default().into();
-            match envelope_frame(env, None) {
-                Ok(text) => self.reroute(Reroute { session: session.into(), task_id }, text, conn),
-                Err(e) => tracing::error!(error = %e, "cannot encode a held result"),
-            }
-        }
-    }
-
-    /// Records that `session` now lives on `conn`; true when it lived elsewhere before (a resume). A connection
-    /// that has ended (a long task finishing after its connection dropped) takes nothing back.
-    fn note_session(&self, session: &str, conn: u64) -> bool {
-        let mut routes = lock(&self.routes);
-        if !routes.conns.contains_key(&conn) {
-            return false;
-        }
-        match routes.sessions.get_mut(session) {
-            Some(c) if *c == conn => false,
-            Some(c) => {
-                *c = conn;
-                true
-            }
-            None => {
-                routes.sessions.insert(session.into(), conn);
-                true
-            }
-        }
-    }
-
-    fn forget_session(&self, session: &str) {
-        let mut routes = lock(&self.routes);
-        routes.sessions.remove(session);
-        routes.held.forget(session);
-    }
-
-    /// Sends the session's held answers to `out`, each once: a TASK_FAILED `RESULT_NOT_KEPT` for every task whose
-    /// answer was dropped, then the answers kept (by this binding, and any the machine still holds).
+    /// Writes the answers the session machine held for `session` while it was away to `out`, each once (a
+    /// TASK_FAILED `RESULT_NOT_KEPT` for every task whose answer was dropped, then the answers kept), before the
+    /// answer to the message that brought the session back.
     async fn flush(&self, session: &str, conn: u64, out: &Outbound) {
-        let taken = lock(&self.routes).held.take(session);
-        let mut frames: Vec<(String, Reroute)> = Vec::new();
-        let why = "the server's limit on results held for a disconnected session was reached";
-        for task_id in taken.dropped {
-            let Some(env) = self.runtime.with_responder(|r| r.result_not_kept(session, &task_id, why)) else {
-                continue;
-            };
-            match envelope_frame(env, None) {
-                Ok(text) => frames.push((text, Reroute { session: session.into(), task_id })),
-                Err(e) => tracing::error!(error = %e, "cannot encode a RESULT_NOT_KEPT"),
-            }
-        }
-        frames.extend(
-            taken.results.into_iter().map(|(task_id, text)| (text, Reroute { session: session.into(), task_id })),
-        );
-        for env in self.runtime.with_responder(|r| r.take_held(session)) {
-            let task_id: Box<str> = env.body.task_id().unwrap_or_default().into();
-            match envelope_frame(env, None) {
-                Ok(text) => frames.push((text, Reroute { session: session.into(), task_id })),
-                Err(e) => tracing::error!(error = %e, "cannot encode a held result"),
-            }
-        }
-        for (text, reroute) in frames {
-            if let Err((text, Some(reroute))) = out.text(text, Some(reroute)).await {
+        let held = self.runtime.with_responder(|r| r.take_held(session));
+        for answer in held {
+            let reroute = Reroute { session: session.into(), task_id: answer.task_id().into() };
+            if let Err((text, Some(reroute))) = out.text(answer.into_json(), Some(reroute)).await {
                 self.reroute(reroute, text, conn);
             }
         }
@@ -891,7 +832,8 @@ async fn handle_head(
     } else {
         hub.runtime.handle(&peer, text.as_bytes(), None).await
     };
-    if !lock(&hub.routes).conns.contains_key(&conn) {
+    let open = lock(&hub.conns).contains_key(&conn);
+    if !open {
         // The connection ended while this message was being handled, and handling it may have made its session
         // live on that connection again: suspend it, so later results are held for the resume.
         hub.runtime.with_responder(|r| r.suspend_connection(conn));
@@ -899,11 +841,7 @@ async fn handle_head(
     let (accepted, reply) = match response {
         RuntimeResponse::Reply(env) => (true, Some(Ok(env))),
         // A TASK_SUBMIT whose result the machine holds: its session was suspended meanwhile; resume delivers it.
-        RuntimeResponse::Accepted if is_submit => {
-            // Held in the machine: move it into the bounded store now (the connection is gone).
-            hub.adopt_held(&head.session_id, conn);
-            (true, None)
-        }
+        RuntimeResponse::Accepted if is_submit => (true, None),
         RuntimeResponse::Accepted => (true, Some(Err(accepted_frame(id)))),
         RuntimeResponse::Refused(Refusal { reply: Some(env), .. }) => (false, Some(Ok(env))),
         RuntimeResponse::Refused(Refusal { error, reply: None }) => (false, Some(Err(error_frame(&error, Some(id))))),
@@ -916,14 +854,10 @@ async fn handle_head(
         Some(Ok(env)) => (env.body.type_name().to_owned(), env.body.task_id().unwrap_or_default().to_owned()),
         _ => (String::new(), String::new()),
     };
-    if accepted && !session.is_empty() && !(is_submit && reply.is_none()) {
-        if reply_kind == "SESSION_CLOSE" {
-            hub.forget_session(&session);
-        } else if hub.note_session(&session, conn) || head.kind == "TASK_UPDATE" {
-            // The session came back on this connection (or the peer asks about a task): results held while it was
-            // away go first, so they precede the answer to the message that resumed it.
-            hub.flush(&session, conn, &out).await;
-        }
+    if open && accepted && !session.is_empty() && !(is_submit && reply.is_none()) && reply_kind != "SESSION_CLOSE" {
+        // The session is live on this connection: answers the machine held while it was away go first, so they
+        // precede the answer to the message that resumed it (a closed session's were forgotten with it).
+        hub.flush(&session, conn, &out).await;
     }
     let Some(reply) = reply else { return };
     if let (Some(metrics), Ok(env)) = (hub.metrics.get(), &reply) {
