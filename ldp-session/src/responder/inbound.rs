@@ -96,13 +96,15 @@ pub(super) fn check_identifiers(env: &Envelope, max: usize) -> Result<(), LdpErr
     }
 }
 
-/// Decodes a message as [`Responder::handle`] does: malformed input is refused without a reply.
+/// Decodes a message as [`Responder::handle`](crate::Responder::handle) does: malformed input is refused without a
+/// reply.
 pub(super) fn decode(bytes: &[u8]) -> Result<Envelope, Refusal> {
     Envelope::from_slice(bytes).map_err(|e| Refusal { error: LdpError::from(&e), reply: None })
 }
 
-/// Decoding and signature verification of inbound messages, separated from the machine so that they can run
-/// without exclusive access to it (see [`Responder::inbound_check`] and [`Responder::handle_checked`]).
+/// Decoding and signature verification of inbound messages, separated from the machine so that they can run without
+/// exclusive access to it (see [`Responder::inbound_check`](crate::Responder::inbound_check) and
+/// [`Responder::handle_checked`](crate::Responder::handle_checked)).
 #[derive(Debug, Clone)]
 pub struct InboundCheck {
     pub(super) security: Arc<SecurityConfig>,
@@ -111,8 +113,8 @@ pub struct InboundCheck {
 
 impl InboundCheck {
     /// Decodes `bytes` and checks the signature under the sender's policy. A message that does not decode is refused
-    /// here exactly as [`Responder::handle`] refuses it; a signature failure is kept in the result, for the machine
-    /// to answer in protocol (after its own earlier checks).
+    /// here exactly as [`Responder::handle`](crate::Responder::handle) refuses it; a signature failure is kept in the
+    /// result, for the machine to answer in protocol (after its own earlier checks).
     pub fn check(&self, bytes: &[u8]) -> Result<Checked, Refusal> {
         let env = decode(bytes)?;
         check_identifiers(&env, self.max_identifier_len).map_err(|error| Refusal { error, reply: None })?;
@@ -123,7 +125,8 @@ impl InboundCheck {
     }
 }
 
-/// A decoded message and the verdict on its signature, for [`Responder::handle_checked`].
+/// A decoded message and the verdict on its signature, for
+/// [`Responder::handle_checked`](crate::Responder::handle_checked).
 #[derive(Debug)]
 pub struct Checked {
     pub(super) env: Envelope,

@@ -112,7 +112,7 @@ pub enum Outcome {
     /// Run this task, then report with `complete_task` or `fail_task`.
     Execute(TaskRequest),
     /// Stop these running tasks and send the reply (TASK_CANCEL, SESSION_CLOSE). The same tasks are queued for
-    /// [`Responder::poll_aborted`], with the definite answer for each one's submitter.
+    /// [`Responder::poll_aborted`](crate::Responder::poll_aborted), with the definite answer for each one's submitter.
     Cancel {
         /// The reply to send.
         reply: Envelope,
@@ -130,7 +130,7 @@ pub enum Delivery {
     /// Send it.
     Send(Envelope),
     /// The session is suspended; the reply is held (within [`Limits::held`](crate::Limits::held)) and returned by
-    /// [`Responder::take_held`] after resume.
+    /// [`Responder::take_held`](crate::Responder::take_held) after resume.
     Held,
 }
 
@@ -170,14 +170,16 @@ pub enum ResponderEvent {
     SessionClosed {
         /// The session.
         session_id: String,
-        /// Its tasks that were still running and were aborted (also queued for [`Responder::poll_aborted`]).
+        /// Its tasks that were still running and were aborted (also queued for
+        /// [`Responder::poll_aborted`](crate::Responder::poll_aborted)).
         aborted: Vec<TaskKey>,
     },
     /// A session expired through inactivity and was reaped.
     SessionExpired {
         /// The session.
         session_id: String,
-        /// Its tasks that were still running and were aborted (also queued for [`Responder::poll_aborted`]).
+        /// Its tasks that were still running and were aborted (also queued for
+        /// [`Responder::poll_aborted`](crate::Responder::poll_aborted)).
         aborted: Vec<TaskKey>,
     },
     /// A session was suspended (its connection dropped).
