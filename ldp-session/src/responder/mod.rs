@@ -12,8 +12,9 @@
 //! | --- | --- |
 //! | `mod.rs` | [`Responder`]: the state, the calling order, [`Responder::handle_timeout`], the checks every message passes in order (`handle_verified`: identifiers, signature, replay or dedupe, authenticated sender) and the dispatch per body; building and signing every outbound message (`envelope`, `refuse`) |
 //! | `inbound.rs` | checks that need no session state: decoding, identifier sizes, [`InboundCheck`], unsigned dedupe, the category a refusal is sent with |
-//! | `sessions.rs` | establishment (`on_propose`: trust domain, caps, TTL), the one in-session check (`with_session`, which touches and resumes), close and expiry (`end_session`, aborting running tasks) |
-//! | `tasks.rs` | admission of a TASK_SUBMIT (`admit`: each check in order, then the accept), cancel, status queries, results and failures, contract deadlines |
+//! | `sessions.rs` | establishment (`on_propose`: trust domain, caps, TTL), the one in-session check (`with_session`; `ResponderSession::touch` restarts the TTL, moves the session to its connection and resumes it), close and expiry (`end_session`, aborting running tasks) |
+//! | `admit.rs` | admission of a TASK_SUBMIT: `admit`, each rule a small function, checked in order (the first broken one is the refusal) |
+//! | `tasks.rs` | `on_submit` (admit, then accept), cancel, status queries, results and failures, contract deadlines, aborts |
 //! | `resume.rs` | suspend/resume: which connection carries a session ([`Responder::connection_of`]), held answers ([`Responder::take_held`], [`Responder::hold`]) |
 //! | `context.rs` | a session's context (RFC 5.3): [`History`], [`Turn`] |
 //! | `types.rs` | the public vocabulary: [`PeerContext`], [`Outcome`], [`Delivery`], [`Aborted`], [`ResponderEvent`], ... |
@@ -35,6 +36,7 @@ use crate::held::HeldStore;
 use crate::security::{Received, ReplayGuard, SecurityConfig, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
 
+mod admit;
 mod context;
 mod inbound;
 mod resume;

@@ -48,6 +48,21 @@ impl ResponderSession {
             && self.owner.as_deref() == principal
     }
 
+    /// A message from the session's peer arrived on `connection` (when the transport has connections): the TTL
+    /// restarts, the session's answers go to that connection, and a suspended session resumes. Returns whether it
+    /// resumed.
+    pub(super) fn touch(&mut self, now: Instant, connection: Option<u64>) -> bool {
+        self.last_activity = now;
+        if connection.is_some() {
+            self.connection = connection;
+        }
+        let resumed = self.state == SessionState::Suspended;
+        if resumed {
+            self.state = SessionState::Active;
+        }
+        resumed
+    }
+
     pub(super) fn deadline(&self) -> Instant {
         self.last_activity + self.ttl
     }
@@ -196,61 +211,40 @@ impl Responder {
     /// resumes on its peer's first message.
     pub(super) fn with_session(&mut self, now: Instant, peer: &PeerContext, env: &Envelope) -> Result<(), Refusal> {
         let id = env.session_id.as_str();
-        let authenticated = peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref());
-        // Another credential may not use the session, even under the same `from` and trust domain.
-        let principal = peer.principal();
         // The common case, a live session, with one lookup.
         if let Some(session) = self.sessions.get_mut(id)
             && session.deadline() > now
         {
-            let wrong_sender = !session.is_peer(&env.from, authenticated, principal.as_deref());
-            if !wrong_sender {
-                session.last_activity = now;
-                if peer.connection.is_some() {
-                    session.connection = peer.connection;
-                }
-                if session.state == SessionState::Suspended {
-                    session.state = SessionState::Active;
-                    self.events.push_back(ResponderEvent::SessionResumed { session_id: id.to_owned() });
-                }
-                return Ok(());
+            let authenticated = peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref());
+            // Another credential may not use the session, even under the same `from` and trust domain.
+            if !session.is_peer(&env.from, authenticated, peer.principal().as_deref()) {
+                let error =
+                    session_error(codes::NOT_SESSION_PEER, format!("{:?} is not the peer of session {id:?}", env.from))
+                        .with_retryable(false);
+                return Err(self.refuse(env, error));
             }
+            if session.touch(now, peer.connection) {
+                self.events.push_back(ResponderEvent::SessionResumed { session_id: id.to_owned() });
+            }
+            return Ok(());
         }
-        let expired = self.sessions.get(id).is_some_and(|s| s.deadline() <= now);
-        if expired {
+        // Not live: reap it if it expired meanwhile, and say why it is gone.
+        if self.sessions.contains_key(id) {
             self.end_session(id, Ended::Expired);
         }
-        let Some(session) = self.sessions.get_mut(id) else {
-            let error = match self.ended.get(id) {
-                Some(Ended::Expired) => {
-                    session_error(codes::SESSION_EXPIRED, format!("session {id:?} expired; establish a new one"))
-                }
-                Some(Ended::Closed) => {
-                    session_error(codes::SESSION_CLOSED, format!("session {id:?} is closed")).with_retryable(false)
-                }
-                None if id.is_empty() => {
-                    session_error(codes::SESSION_NOT_FOUND, "no session: establish one with SESSION_PROPOSE first")
-                }
-                None => session_error(codes::SESSION_NOT_FOUND, format!("unknown session {id:?}")),
-            };
-            return Err(self.refuse(env, error));
+        let error = match self.ended.get(id) {
+            Some(Ended::Expired) => {
+                session_error(codes::SESSION_EXPIRED, format!("session {id:?} expired; establish a new one"))
+            }
+            Some(Ended::Closed) => {
+                session_error(codes::SESSION_CLOSED, format!("session {id:?} is closed")).with_retryable(false)
+            }
+            None if id.is_empty() => {
+                session_error(codes::SESSION_NOT_FOUND, "no session: establish one with SESSION_PROPOSE first")
+            }
+            None => session_error(codes::SESSION_NOT_FOUND, format!("unknown session {id:?}")),
         };
-        let wrong_sender = !session.is_peer(&env.from, authenticated, principal.as_deref());
-        if wrong_sender {
-            let error =
-                session_error(codes::NOT_SESSION_PEER, format!("{:?} is not the peer of session {id:?}", env.from))
-                    .with_retryable(false);
-            return Err(self.refuse(env, error));
-        }
-        session.last_activity = now;
-        if peer.connection.is_some() {
-            session.connection = peer.connection;
-        }
-        if session.state == SessionState::Suspended {
-            session.state = SessionState::Active;
-            self.events.push_back(ResponderEvent::SessionResumed { session_id: id.to_owned() });
-        }
-        Ok(())
+        Err(self.refuse(env, error))
     }
 
     pub(super) fn on_close(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {

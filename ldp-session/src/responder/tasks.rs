@@ -6,13 +6,13 @@ use std::time::Instant;
 
 use ldp_types::{
     Body, Envelope, LdpError, LineageEntry, PayloadMode, Provenance, RawJson, TaskFailed, TaskResult, TaskSubmit,
-    TaskUpdate, UsageReceipt, codes, validate_payload,
+    TaskUpdate, UsageReceipt, codes,
 };
 
 use crate::TaskKey;
-use crate::config::FallbackStyle;
 use crate::error::{Misuse, Refusal, SessionError};
 
+use super::admit::Admission;
 use super::context::Turn;
 use super::types::{Aborted, Delivery, Outcome, PeerContext, ResponderEvent, TaskOutput, TaskRequest, TaskStatus};
 use super::{Responder, internal, session_error};
@@ -56,74 +56,26 @@ pub(super) type TaskDeadline = (Instant, Box<str>, Box<str>);
 impl Responder {
     pub(super) fn on_submit(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
         self.with_session(now, peer, &env)?;
-        let Body::TaskSubmit(TaskSubmit { task_id, skill, input, contract, .. }) = &env.body else {
+        let (Body::TaskSubmit(submit), Some(session)) = (&env.body, self.sessions.get(env.session_id.as_str())) else {
             return Err(self.refuse(&env, internal()));
         };
-        let Some(session) = self.sessions.get(env.session_id.as_str()) else {
-            return Err(self.refuse(&env, internal()));
-        };
-        let mut transparent_mode: Option<PayloadMode> = None;
-        let error = if task_id.is_empty() {
-            Some(LdpError::runtime(codes::MALFORMED_MESSAGE, "task_id must not be empty").with_retryable(false))
-        } else if session.running.contains_key(task_id.as_str())
-            // A failed task may be resubmitted under its id (payload fallback, retries); a finished one may not.
-            || session.history.iter().any(|h| *h.task_id == **task_id && h.status != TaskStatus::Failed)
-        {
-            Some(session_error(codes::DUPLICATE_TASK, format!("task {task_id:?} already exists")).with_retryable(false))
-        } else if self.cfg.card.capability(skill).is_none() {
-            Some(LdpError::capability(
-                codes::SKILL_NOT_FOUND,
-                format!("skill {skill:?} is not declared by this delegate"),
-            ))
-        } else if env.payload_mode != session.mode && !session.fallback.contains(&env.payload_mode) {
-            Some(LdpError::capability(
-                codes::PAYLOAD_MODE_FAILED,
-                format!("payload mode {} was not negotiated (session mode {})", env.payload_mode, session.mode),
-            ))
-        } else if self.running_total >= self.cfg.limits.max_concurrent_tasks {
-            Some(LdpError::runtime(
-                codes::CAPACITY_EXCEEDED,
-                format!("all {} task slots are busy; retry later", self.cfg.limits.max_concurrent_tasks),
-            ))
-        } else if self.cfg.limits.max_tasks_per_session.is_some_and(|max| session.tasks_submitted >= max) {
-            Some(LdpError::policy(codes::BUDGET_EXCEEDED, "the session's task limit is reached"))
-        } else if self.cfg.limits.session_budget.max_tokens.is_some_and(|max| session.tokens_used >= max)
-            || self.cfg.limits.session_budget.max_cost_usd.is_some_and(|max| session.cost_usd >= max)
-        {
-            Some(LdpError::policy(codes::BUDGET_EXCEEDED, "the session's budget is exhausted"))
-        } else if let Err(e) = contract.as_ref().map(|c| c.limits()).transpose() {
-            Some(LdpError::policy(codes::CONTRACT_VIOLATED, format!("contract cannot be honoured: {e}")))
-        } else if let Err(e) = validate_payload(env.payload_mode, input) {
-            // RFC 4.3: fallback is automatic and transparent. Under `Transparent`, run the task in the first lower
-            // mode of the chain that accepts the input (clients such as the Python SDK send raw input in
-            // semantic_frame mode); under `Explicit`, answer TASK_FAILED as the RFC's sequence diagram shows.
-            transparent_mode = match self.cfg.fallback {
-                FallbackStyle::Transparent => session
-                    .fallback
-                    .iter()
-                    .copied()
-                    .find(|m| m.number() < env.payload_mode.number() && validate_payload(*m, input).is_ok()),
-                FallbackStyle::Explicit => None,
-            };
-            match transparent_mode {
-                Some(_) => None,
-                None => Some(LdpError::capability(
-                    codes::PAYLOAD_MODE_FAILED,
-                    format!("{} validation failed: {e}", env.payload_mode),
-                )),
+        let admission = match self.admit(session, env.payload_mode, submit) {
+            Ok(admission) => admission,
+            Err(error) => {
+                if error.code == codes::PAYLOAD_MODE_FAILED {
+                    self.fall_back(&env.session_id, env.payload_mode);
+                }
+                return Err(self.refuse(&env, error));
             }
-        } else {
-            None
         };
-        if let Some(error) = error {
-            if error.code == codes::PAYLOAD_MODE_FAILED {
-                self.fall_back(&env.session_id, env.payload_mode);
-            }
-            return Err(self.refuse(&env, error));
+        if admission.mode != env.payload_mode {
+            self.fall_back_to(&env.session_id, env.payload_mode, admission.mode);
         }
-        if let Some(lower) = transparent_mode {
-            self.fall_back_to(&env.session_id, env.payload_mode, lower);
-        }
+        self.accept(now, env, admission)
+    }
+
+    /// Starts an admitted task: it becomes a running task of its session, in the mode admission chose.
+    fn accept(&mut self, now: Instant, env: Envelope, admission: Admission) -> Result<Outcome, Refusal> {
         let deadline = match &env.body {
             Body::TaskSubmit(submit) => fail_closed_deadline(submit.contract.as_deref(), now, self.wall.now_utc()),
             _ => None,
@@ -132,8 +84,8 @@ impl Responder {
             return Err(self.refuse(&env, internal()));
         };
         // Accepted: take the task out of the message instead of copying it.
-        let Envelope { session_id, from, payload_mode, body, .. } = env;
-        let payload_mode = transparent_mode.unwrap_or(payload_mode);
+        let Envelope { session_id, from, body, .. } = env;
+        let payload_mode = admission.mode;
         let Body::TaskSubmit(TaskSubmit { task_id, skill, input, contract, .. }) = body else {
             return Err(Refusal { error: internal(), reply: None });
         };
