@@ -1,6 +1,5 @@
 //! The router: a registry of candidates, the claim policy, the learner and the selection loop, with no IO.
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 
 use rand::SeedableRng;
@@ -8,12 +7,13 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+mod rank;
+
 use crate::learner::{ArmStats, ObservedQuality};
 use crate::policy::{CompiledClaim, PolicyClock, unix_seconds};
-use crate::select::{BalancedWeights, ExplainDepth};
 use crate::{
     Assessment, Candidate, ClaimNote, ClaimPolicy, ClaimType, Decision, Explanation, LearnerConfig, Observation,
-    Rejections, RouterError, ScoredCandidate, SelectionRequest, SelfClaimedRule, Strategy,
+    Rejections, RouterError, ScoredCandidate, SelectionRequest,
 };
 
 /// Everything that shapes the router's decisions, including the seed of its randomness.
@@ -367,134 +367,41 @@ impl Router {
     /// Balanced scores normalise cost and latency by the largest among all registered offers of the skill, so a
     /// candidate's score does not depend on which others the filters removed.
     pub fn select(&mut self, request: &SelectionRequest, now: OffsetDateTime) -> Result<Decision, RouterError> {
-        let skill_id = self.skills.get(&request.skill);
-        let Some(table) = skill_id.and_then(|s| self.tables.get_mut(s as usize)).filter(|t| !t.entries.is_empty())
-        else {
+        let table = self
+            .skills
+            .get(&request.skill)
+            .map(|s| s as usize)
+            .filter(|&s| self.tables.get(s).is_some_and(|t| !t.entries.is_empty()))
+            .ok_or_else(|| RouterError::UnknownSkill(request.skill.clone()))?;
+        let filter = self.filter(request);
+        let clock = self.config.policy.clock(unix_seconds(now));
+        let Router { config, rng, tables, .. } = self;
+        let Some(skill_table) = tables.get_mut(table) else {
             return Err(RouterError::UnknownSkill(request.skill.clone()));
         };
-        let filter = Filter {
-            // Names the router has never seen cannot match anything, so they drop out of the filter sets.
+        let ranked = rank::rank(config, rng, skill_table, request, &filter, &clock);
+        self.explain(request, table, ranked)
+    }
+
+    /// The filter step: the request's filters resolved to interned ids. Names the router has never seen cannot
+    /// match anything, so they drop out of the filter sets.
+    fn filter(&self, request: &SelectionRequest) -> Filter {
+        Filter {
             domains: request.trust_domains.as_ref().map(|d| ids(&self.domains, d)),
             jurisdictions: request.jurisdictions.as_ref().map(|j| ids(&self.jurisdictions, j)),
             excluded: ids(&self.delegates, &request.exclude),
             ceiling: request.max_cost_usd.unwrap_or(f64::INFINITY),
-        };
-        let floor = request.min_quality.unwrap_or(f64::NEG_INFINITY);
-        let clock = self.config.policy.clock(unix_seconds(now));
-
-        let weights = match request.strategy {
-            Strategy::Balanced => BalancedWeights::default(),
-            Strategy::Weighted(w) => w,
-            Strategy::Quality | Strategy::Cost | Strategy::Latency => {
-                BalancedWeights { quality: 1.0, cost: 0.0, latency: 0.0 }
-            }
-        };
-        if table.scale_dirty {
-            table.max_cost = table.entries.iter().map(|e| e.cost_usd).fold(0.0, f64::max);
-            table.max_latency = table.entries.iter().map(|e| e.latency_ms).max().unwrap_or(0);
-            table.scale_dirty = false;
         }
-        let cost_scale = if table.max_cost > 0.0 { weights.cost / table.max_cost } else { 0.0 };
-        let latency_scale = if table.max_latency > 0 { weights.latency / table.max_latency as f64 } else { 0.0 };
-        let unfiltered = filter.is_empty();
-        let SkillTable { entries, claims, arms, memo, memo_detail, .. } = table;
-        let (entries, claims, arms) = (&*entries, &*claims, &*arms);
-        let keep = match request.explain {
-            ExplainDepth::Top(n) => n.max(1),
-            ExplainDepth::All => usize::MAX,
-        };
+    }
 
-        // Pass 1 (pool-wide self-claim rule only): assess the eligible candidates and see whether any rests on
-        // third-party evidence (attested or benchmarked); if so, self-claim-only candidates are judged by the prior
-        // below. Runtime observations alone do not trigger it: honest self-claims still guide exploration until
-        // outcomes replace them, which the paradox experiment shows to be the better trade.
+    /// The explain step: the kept ranking as candidates with their assessments and notes, and the decision (the
+    /// first of them), or why no candidate was eligible.
+    fn explain(&self, request: &SelectionRequest, table: usize, ranked: rank::Ranked) -> Result<Decision, RouterError> {
+        let rank::Ranked { top, eligible, rejected, pool_has_better } = ranked;
+        let Some(SkillTable { entries, memo_detail, .. }) = self.tables.get(table) else {
+            return Err(RouterError::UnknownSkill(request.skill.clone()));
+        };
         let policy = &self.config.policy;
-        let mut pool_has_better = false;
-        // Cheap gate first: without a live third-party claim in the skill's table there is nothing to find.
-        let third_party = |c: &CompiledClaim| {
-            matches!(c.kind, ClaimType::IssuerAttested | ClaimType::ExternallyBenchmarked) && c.expires_s > clock.now_s
-        };
-        if policy.self_claimed == SelfClaimedRule::IgnoreWhenPoolHasBetter && claims.iter().any(third_party) {
-            for entry in entries {
-                if !unfiltered && filter.check(entry).is_err() {
-                    continue;
-                }
-                refresh_memo(policy, &clock, entry, claims, arms, memo, memo_detail);
-                let basis = memo_detail.get(entry.arm as usize).and_then(|a| a.basis);
-                if basis.is_some_and(|b| matches!(b, ClaimType::IssuerAttested | ClaimType::ExternallyBenchmarked)) {
-                    pool_has_better = true;
-                    break;
-                }
-            }
-        }
-        let prior = Memo {
-            mean: policy.prior_mean,
-            unit_sd: 1.0 / policy.prior_strength.max(f64::MIN_POSITIVE).sqrt(),
-            from_s: 0.0,
-            until_s: 0.0,
-        };
-        let self_only = |detail: Option<&Assessment>| detail.is_some_and(|a| a.basis == Some(ClaimType::SelfClaimed));
-
-        // Pass 2: assess, draw and rank, keeping only the best `keep`.
-        let learner = &self.config.learner;
-        let mut rejected = Rejections::default();
-        let mut eligible = 0;
-        let mut top: Vec<Row> = Vec::with_capacity(keep.min(entries.len()).min(SHORT_LIST) + 1);
-        for (index, entry) in entries.iter().enumerate() {
-            if !unfiltered && let Err(reason) = filter.check(entry) {
-                *reason.counter(&mut rejected) += 1;
-                continue;
-            }
-            let Some(&slot) = refresh_memo(policy, &clock, entry, claims, arms, memo, memo_detail) else { continue };
-            let Memo { mean, unit_sd, .. } =
-                if pool_has_better && self_only(memo_detail.get(entry.arm as usize)) { prior } else { slot };
-            if mean < floor {
-                rejected.min_quality += 1;
-                continue;
-            }
-            eligible += 1;
-            let (primary, uses_draw_in_primary) = match request.strategy {
-                Strategy::Cost => (-entry.cost_usd, false),
-                Strategy::Latency => (-(entry.latency_ms as f64), false),
-                Strategy::Quality | Strategy::Balanced | Strategy::Weighted(_) => {
-                    (-(cost_scale * entry.cost_usd) - latency_scale * entry.latency_ms as f64, true)
-                }
-            };
-            // Skip the random draw of a candidate that cannot enter the kept ranking even at its most optimistic.
-            if top.len() >= keep
-                && let Some(last) = top.last()
-            {
-                let best_case = learner.upper(mean, unit_sd);
-                let hopeless = if uses_draw_in_primary {
-                    primary + weights.quality * best_case < last.score
-                } else {
-                    primary < last.score
-                };
-                if hopeless {
-                    continue;
-                }
-            }
-            let drawn = learner.draw(mean, unit_sd, &mut self.rng);
-            let row = if uses_draw_in_primary {
-                Row { entry: index, drawn, score: primary + weights.quality * drawn, tiebreak: 0.0 }
-            } else {
-                Row { entry: index, drawn, score: primary, tiebreak: drawn }
-            };
-            if keep == usize::MAX {
-                top.push(row);
-            } else {
-                // Strictly better only, so equal scores keep registration order and decisions are reproducible.
-                let position = top.iter().position(|r| row.beats(r)).unwrap_or(top.len());
-                if position < keep {
-                    top.insert(position, row);
-                    top.truncate(keep);
-                }
-            }
-        }
-        if keep == usize::MAX {
-            top.sort_by(|a, b| (b.score, b.tiebreak).partial_cmp(&(a.score, a.tiebreak)).unwrap_or(Ordering::Equal));
-        }
-
         let ranking: Vec<ScoredCandidate> = top
             .iter()
             .filter_map(|row| {
@@ -516,17 +423,7 @@ impl Router {
                     },
                     cost_usd: entry.cost_usd,
                     latency_ms: entry.latency_ms,
-                    notes: self
-                        .delegate_notes
-                        .get(entry.delegate as usize)
-                        .map(|notes| {
-                            notes
-                                .iter()
-                                .filter(|n| n.skill.as_deref().is_none_or(|s| s == request.skill))
-                                .cloned()
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    notes: self.notes(entry.delegate, &request.skill),
                 })
             })
             .collect();
@@ -541,6 +438,14 @@ impl Router {
             chosen,
             explanation: Explanation { considered: entries.len(), eligible, rejected, ranking },
         })
+    }
+
+    /// A delegate's explanation notes that apply to `skill`.
+    fn notes(&self, delegate: u32, skill: &str) -> Vec<ClaimNote> {
+        self.delegate_notes
+            .get(delegate as usize)
+            .map(|notes| notes.iter().filter(|n| n.skill.as_deref().is_none_or(|s| s == skill)).cloned().collect())
+            .unwrap_or_default()
     }
 }
 

@@ -6,6 +6,7 @@ use ldp_types::{Budget, IMPLEMENTED_MODES, IdentityCard, PayloadMode};
 
 use ldp_types::signing::SigningKey;
 
+use crate::held::HeldLimits;
 use crate::security::SecurityConfig;
 
 /// Where a responder takes the initiator's trust domain from when the transport has not authenticated one.
@@ -89,6 +90,10 @@ pub struct Limits {
     /// Most message ids remembered for that (default 100,000, a 16-byte digest each); beyond it the oldest is
     /// forgotten, never a message refused. 0 turns the deduplication off.
     pub unsigned_dedupe_entries: usize,
+    /// Task answers kept for suspended sessions' resume, per session and in total, by count and bytes, and for how
+    /// long ([`Responder::take_held`](crate::Responder::take_held)). What does not fit is dropped oldest first, and
+    /// the resuming peer gets a TASK_FAILED `RESULT_NOT_KEPT` for each dropped task.
+    pub held: HeldLimits,
 }
 
 impl Default for Limits {
@@ -107,6 +112,7 @@ impl Default for Limits {
             max_identifier_len: 256,
             unsigned_dedupe_window: Duration::from_secs(300),
             unsigned_dedupe_entries: 100_000,
+            held: HeldLimits::default(),
         }
     }
 }

@@ -58,6 +58,7 @@
 mod clock;
 mod config;
 mod error;
+mod held;
 mod initiator;
 mod responder;
 mod security;
@@ -69,6 +70,7 @@ pub mod runtime;
 pub use clock::{IdSource, ManualClock, SeededIds, SystemClock, WallClock};
 pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, ResponderConfig, TrustPolicy};
 pub use error::{Misuse, PeerMisbehaved, Refusal, SessionError};
+pub use held::{HeldAnswer, HeldLimits, HeldStats};
 pub use initiator::{Initiator, InitiatorEvent, fit_payload};
 pub use responder::{
     Aborted, AuthenticatedPeer, Checked, Delivery, History, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,

@@ -404,7 +404,7 @@ fn a_suspended_session_holds_results_and_resumes_on_the_peers_next_message() {
     );
     assert_eq!(sim.responder.session_state(&sid), Some(SessionState::Active));
     assert_eq!(sim.responder_events(), vec![ResponderEvent::SessionResumed { session_id: sid.clone() }]);
-    let held = sim.responder.take_held(&sid);
+    let held: Vec<ldp_types::Envelope> = sim.responder.take_held(&sid).iter().map(|h| h.envelope().unwrap()).collect();
     assert_eq!(held.len(), 2);
     assert!(matches!(&held[0].body, Body::TaskResult(r) if r.task_id == task.key.task_id));
     assert!(matches!(&held[1].body, Body::TaskFailed(f) if f.task_id == second.key.task_id));

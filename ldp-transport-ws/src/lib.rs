@@ -50,11 +50,13 @@
 //! # Disconnect and resume
 //!
 //! When a connection ends, the server suspends its sessions in the session machine
-//! ([`Responder::suspend_connection`]); tasks keep running, and results that complete meanwhile are held
-//! ([`Responder::take_held`]), as are results that were queued but not yet written. The client reconnects with
+//! ([`Responder::suspend_connection`]); tasks keep running, and results that complete meanwhile are held by the
+//! machine ([`Responder::take_held`]), as are results that were queued but not yet written (handed to it with
+//! [`Responder::hold`]). Which connection carries a session is the machine's too ([`Responder::connection_of`]):
+//! the server only keeps each open connection's outbound queue. The client reconnects with
 //! backoff ([`Reconnect`]) and, for every task it is still waiting for, sends a **TASK_UPDATE status query** in the
 //! task's session (RFC 3.2 TASK_UPDATE sent to a responder is answered as a status query). That message resumes the
-//! session (SUSPENDED -> ACTIVE), and the server writes the session's held results *before* the status answer, each
+//! session (SUSPENDED -> ACTIVE), and the server writes the session's held results *before* the answer, each
 //! exactly once (the machine hands each out once; the client drops anything it no longer waits for). The answer
 //! then settles the rest: `running` (the result will come), the task's TASK_RESULT (a completed task still kept in
 //! its session's context: that is its answer), `completed`/`failed`/`cancelled` without a result (it was
@@ -63,7 +65,8 @@
 //! TASK_SUBMIT left unanswered by the dropped connection fail with a non-retryable `transport` error, since they
 //! may have been processed.
 //!
-//! Results kept for resume are bounded ([`HeldLimits`]: per session and in total, by count and bytes). Beyond the
+//! Results kept for resume are bounded by the machine ([`HeldLimits`]: per session and in total, by count and bytes;
+//! [`WsServerConfig::held`] sets them). Beyond the
 //! limits the oldest are dropped, and the resuming client receives, for each dropped task, a TASK_FAILED with code
 //! `RESULT_NOT_KEPT` (not retryable: the task ran) in place of its result, so no task is left waiting silently.
 //! [`WsServer::held_stats`] reports what is held and what was dropped.
@@ -103,20 +106,22 @@
 //! [`Transport`]: ldp_session::runtime::Transport
 //! [`Responder::suspend_connection`]: ldp_session::Responder::suspend_connection
 //! [`Responder::take_held`]: ldp_session::Responder::take_held
+//! [`Responder::hold`]: ldp_session::Responder::hold
+//! [`Responder::connection_of`]: ldp_session::Responder::connection_of
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(clippy::exhaustive_enums)]
 
 mod client;
 mod error;
-mod held;
 mod inbound;
 mod server;
 mod wire;
 
 pub use client::{Reconnect, WsOptions, WsStats, WsTransport, rustls_client_config};
 pub use error::Error;
-pub use held::{HeldLimits, HeldStats};
+/// The bounds on task answers held for resume, and what is held (the session machine's: [`ldp_session::Limits::held`]).
+pub use ldp_session::{HeldLimits, HeldStats};
 /// The TLS settings [`WsOptions::tls`] takes (re-exported from `ldp-transport-http`, which uses the same type).
 pub use ldp_transport_http::ClientTls;
 pub use server::{ConnectionEnd, WS_PATH, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};

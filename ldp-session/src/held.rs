@@ -1,6 +1,11 @@
 //! Task answers kept for sessions whose connection is gone, bounded per session and in total, by count and by
 //! bytes. What does not fit is dropped oldest first, and its task id is remembered (a tombstone) so that the
 //! resuming client is told, task by task, which results were not kept: nothing is lost silently.
+//!
+//! The store is the responder's ([`Responder::take_held`](crate::Responder::take_held)): answers the machine
+//! finished for a suspended session and answers a transport could not deliver
+//! ([`Responder::hold`](crate::Responder::hold)) share one bound, whichever binding carries the session. It holds
+//! encoded messages, so that its byte bound counts what a resume will write.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -19,6 +24,9 @@ pub struct HeldLimits {
     /// Task ids of dropped answers remembered per session (default 1,024) and in total (default 65,536, 64 times
     /// that); beyond, the oldest are forgotten and counted in [`HeldStats::tombstones_lost`].
     pub per_session_tombstones: usize,
+    /// How long an answer is kept (default 1 h, the RFC's default session TTL); older ones are dropped to
+    /// tombstones, and tombstones older than this are forgotten. A session's answers also go when it ends.
+    pub ttl: Duration,
 }
 
 impl Default for HeldLimits {
@@ -29,6 +37,7 @@ impl Default for HeldLimits {
             total_results: 4096,
             total_bytes: 128 * 1024 * 1024,
             per_session_tombstones: 1024,
+            ttl: Duration::from_secs(3600),
         }
     }
 }
@@ -48,10 +57,45 @@ pub struct HeldStats {
     pub bytes: usize,
     /// Task ids of dropped answers waiting to be reported.
     pub tombstones: usize,
-    /// Answers dropped (over a limit, or expired) since the server started.
+    /// Answers dropped (over a limit, or expired) since the responder started.
     pub dropped: u64,
     /// Tombstones forgotten because there were too many (their clients are not told).
     pub tombstones_lost: u64,
+}
+
+/// One answer handed out for a resumed session ([`Responder::take_held`](crate::Responder::take_held)): its task
+/// and the encoded message, a TASK_RESULT or TASK_FAILED, or the TASK_FAILED `RESULT_NOT_KEPT` that replaces an
+/// answer that was not kept. Each is handed out once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldAnswer {
+    task_id: Box<str>,
+    json: String,
+}
+
+impl HeldAnswer {
+    pub(crate) fn new(task_id: Box<str>, json: String) -> Self {
+        Self { task_id, json }
+    }
+
+    /// The task answered.
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// The message as JSON text, as it is written to the peer.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The message as JSON text, without a copy.
+    pub fn into_json(self) -> String {
+        self.json
+    }
+
+    /// The message decoded.
+    pub fn envelope(&self) -> Result<ldp_types::Envelope, ldp_types::Error> {
+        ldp_types::Envelope::from_slice(self.json.as_bytes())
+    }
 }
 
 #[derive(Debug)]
@@ -69,7 +113,7 @@ struct SessionHeld {
     tombstones: VecDeque<(Instant, Box<str>)>,
 }
 
-/// What a resuming session gets back.
+/// What a resuming session gets back from the store.
 #[derive(Debug, Default)]
 pub(crate) struct Taken {
     /// Task ids and their encoded answers, oldest first.
@@ -78,7 +122,7 @@ pub(crate) struct Taken {
     pub dropped: Vec<Box<str>>,
 }
 
-/// The store. Not synchronised: the caller holds it under its lock.
+/// The store. Sans-IO: every call that depends on time takes `now`.
 #[derive(Debug, Default)]
 pub(crate) struct HeldStore {
     sessions: HashMap<Box<str>, SessionHeld>,
@@ -93,9 +137,13 @@ impl HeldStore {
         self.stats
     }
 
+    /// Whether nothing is held (no answers, no tombstones).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
     /// Keeps `text`, the answer to `task_id`, for `session`; drops the oldest answers over the limits.
-    pub(crate) fn push(&mut self, limits: &HeldLimits, session: &str, task_id: &str, text: String) {
-        let now = Instant::now();
+    pub(crate) fn push(&mut self, now: Instant, limits: &HeldLimits, session: &str, task_id: &str, text: String) {
         let entry = self.sessions.entry(session.into()).or_default();
         if text.len() > limits.per_session_bytes.min(limits.total_bytes)
             || limits.per_session_results == 0
@@ -142,15 +190,23 @@ impl HeldStore {
         }
     }
 
-    /// Forgets `session` entirely (it was closed).
+    /// Records that the answer to `task_id` could not be kept at all (it could not be encoded): the resume reports it.
+    pub(crate) fn bury_one(&mut self, now: Instant, limits: &HeldLimits, session: &str, task_id: &str) {
+        let entry = self.sessions.entry(session.into()).or_default();
+        self.stats.dropped += 1;
+        Self::bury(&mut self.stats, limits, entry, now, task_id.into());
+        self.enforce_total_tombstones(limits);
+    }
+
+    /// Forgets `session` entirely (it ended).
     pub(crate) fn forget(&mut self, session: &str) {
         drop(self.take(session));
     }
 
     /// Drops answers older than `ttl` (their tombstones stay, for a client that still resumes) and tombstones
     /// older than `ttl` (their session has outlived any resume).
-    pub(crate) fn expire(&mut self, limits: &HeldLimits, ttl: Duration) {
-        let now = Instant::now();
+    pub(crate) fn expire(&mut self, now: Instant, limits: &HeldLimits) {
+        let ttl = limits.ttl;
         let mut stats = self.stats;
         self.sessions.retain(|_, entry| {
             while entry.results.front().is_some_and(|h| now.duration_since(h.at) >= ttl) {
@@ -215,6 +271,10 @@ impl HeldStore {
 mod tests {
     use super::*;
 
+    fn t0() -> Instant {
+        Instant::now()
+    }
+
     fn limits() -> HeldLimits {
         HeldLimits {
             per_session_results: 3,
@@ -222,6 +282,7 @@ mod tests {
             total_results: 5,
             total_bytes: 1000,
             per_session_tombstones: 4,
+            ttl: Duration::from_secs(60),
         }
     }
 
@@ -230,13 +291,13 @@ mod tests {
         let mut store = HeldStore::default();
         let l = limits();
         for i in 0..5 {
-            store.push(&l, "a", &format!("t{i}"), "x".repeat(10));
+            store.push(t0(), &l, "a", &format!("t{i}"), "x".repeat(10));
         }
         assert_eq!((store.stats().results, store.stats().bytes, store.stats().tombstones), (3, 30, 2));
         // Bytes: one answer of 90 bytes pushes out two of 10 (3 kept would be 110 > 100).
-        store.push(&l, "a", "big", "y".repeat(90));
+        store.push(t0(), &l, "a", "big", "y".repeat(90));
         for i in 0..4 {
-            store.push(&l, "b", &format!("u{i}"), "z".repeat(10));
+            store.push(t0(), &l, "b", &format!("u{i}"), "z".repeat(10));
         }
         // Total of 5: b's three plus a's ... the oldest overall went first.
         assert!(store.stats().results <= 5);
@@ -253,10 +314,10 @@ mod tests {
     fn an_answer_larger_than_the_limit_is_a_tombstone_at_once_and_tombstones_are_bounded() {
         let mut store = HeldStore::default();
         let l = limits();
-        store.push(&l, "a", "huge", "x".repeat(101));
+        store.push(t0(), &l, "a", "huge", "x".repeat(101));
         assert_eq!((store.stats().results, store.stats().tombstones), (0, 1));
         for i in 0..10 {
-            store.push(&l, "a", &format!("h{i}"), "x".repeat(200));
+            store.push(t0(), &l, "a", &format!("h{i}"), "x".repeat(200));
         }
         assert_eq!(store.stats().tombstones, 4);
         assert_eq!(store.stats().tombstones_lost, 7);
@@ -268,9 +329,9 @@ mod tests {
     fn the_order_index_stays_proportional_when_answers_are_taken() {
         let mut store = HeldStore::default();
         let l = HeldLimits { per_session_results: 1000, total_results: 1000, ..limits() };
-        store.push(&l, "old", "o", "x".to_owned());
+        store.push(t0(), &l, "old", "o", "x".to_owned());
         for i in 0..10_000 {
-            store.push(&l, "s", &format!("t{i}"), "x".to_owned());
+            store.push(t0(), &l, "s", &format!("t{i}"), "x".to_owned());
             drop(store.take("s"));
         }
         assert!(store.order.len() <= 2 * store.stats().results + 65, "{}", store.order.len());

@@ -1,0 +1,153 @@
+//! Checks of an inbound message that need no session state: decoding, identifier sizes, signatures (outside the
+//! machine's lock, [`InboundCheck`]), deduplication of unsigned messages, and the category a refusal is sent with.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ldp_types::{Body, Envelope, LdpError, codes};
+
+use crate::error::Refusal;
+use crate::security::{Received, SecurityConfig, verify_inbound};
+
+/// Recently seen `(session_id, message_id)` pairs, as digests, oldest first; bounded in time and count.
+#[derive(Debug, Default)]
+pub(super) struct Dedupe {
+    pub(super) seen: HashSet<[u8; 16]>,
+    pub(super) order: VecDeque<(Instant, [u8; 16])>,
+}
+
+impl Dedupe {
+    /// Records the message and says whether it is new. Entries older than `window` are forgotten, and the oldest
+    /// when `max` are held: a flood can make the table forget, never refuse a new message.
+    pub(super) fn admit(
+        &mut self,
+        now: Instant,
+        window: Duration,
+        max: usize,
+        session_id: &str,
+        message_id: &str,
+    ) -> bool {
+        if max == 0 {
+            return true;
+        }
+        while let Some((at, key)) = self.order.front() {
+            if now.saturating_duration_since(*at) < window && self.order.len() < max {
+                break;
+            }
+            self.seen.remove(key);
+            self.order.pop_front();
+        }
+        let key = dedupe_key(session_id, message_id);
+        if !self.seen.insert(key) {
+            return false;
+        }
+        self.order.push_back((now, key));
+        true
+    }
+}
+
+/// A digest of the pair, length-prefixed so that no two pairs share an encoding.
+pub(super) fn dedupe_key(session_id: &str, message_id: &str) -> [u8; 16] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update((session_id.len() as u64).to_be_bytes());
+    h.update(session_id.as_bytes());
+    h.update(message_id.as_bytes());
+    let digest = h.finalize();
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&digest[..16]);
+    key
+}
+
+/// Refuses a message with an identifier longer than `max` bytes: every one of them may be kept (in a session, the
+/// replay table, an event), so a peer must not choose their size. Refused without a reply, which would echo them.
+pub(super) fn check_identifiers(env: &Envelope, max: usize) -> Result<(), LdpError> {
+    let mut fields: [(&str, Option<&str>); 10] = [
+        ("from", Some(&env.from)),
+        ("to", Some(&env.to)),
+        ("message_id", Some(&env.message_id)),
+        ("session_id", Some(&env.session_id)),
+        ("nonce", env.nonce.as_deref()),
+        ("signature_algorithm", env.signature_algorithm.as_deref()),
+        ("task_id", env.body.task_id()),
+        ("skill", None),
+        ("contract_id", None),
+        ("trust_domain", None),
+    ];
+    match &env.body {
+        Body::TaskSubmit(t) => {
+            fields[7].1 = Some(&t.skill);
+            fields[8].1 = t.contract.as_ref().map(|c| c.contract_id.as_str());
+        }
+        Body::SessionPropose(p) => {
+            fields[8].1 = p.config.required_trust_domain.as_deref();
+            fields[9].1 = p.config.trust_domain.as_deref();
+        }
+        _ => {}
+    }
+    match fields.iter().find(|(_, v)| v.is_some_and(|v| v.len() > max)) {
+        None => Ok(()),
+        Some((name, v)) => Err(LdpError::runtime(
+            codes::MALFORMED_MESSAGE,
+            format!("{name} is {} bytes long; at most {max} are accepted", v.map_or(0, str::len)),
+        )
+        .with_retryable(false)),
+    }
+}
+
+/// Decodes a message as [`Responder::handle`](crate::Responder::handle) does: malformed input is refused without a
+/// reply.
+pub(super) fn decode(bytes: &[u8]) -> Result<Envelope, Refusal> {
+    Envelope::from_slice(bytes).map_err(|e| Refusal { error: LdpError::from(&e), reply: None })
+}
+
+/// Decoding and signature verification of inbound messages, separated from the machine so that they can run without
+/// exclusive access to it (see [`Responder::inbound_check`](crate::Responder::inbound_check) and
+/// [`Responder::handle_checked`](crate::Responder::handle_checked)).
+#[derive(Debug, Clone)]
+pub struct InboundCheck {
+    pub(super) security: Arc<SecurityConfig>,
+    pub(super) max_identifier_len: usize,
+}
+
+impl InboundCheck {
+    /// Decodes `bytes` and checks the signature under the sender's policy. A message that does not decode is refused
+    /// here exactly as [`Responder::handle`](crate::Responder::handle) refuses it; a signature failure is kept in the
+    /// result, for the machine to answer in protocol (after its own earlier checks).
+    pub fn check(&self, bytes: &[u8]) -> Result<Checked, Refusal> {
+        let env = decode(bytes)?;
+        check_identifiers(&env, self.max_identifier_len).map_err(|error| Refusal { error, reply: None })?;
+        // The JCS algorithms verify the bytes as received (nulls and unknown members included).
+        let received = if self.security.needs_raw_json() { Received::Bytes(bytes) } else { Received::Decoded };
+        let signature = verify_inbound(&self.security, &env, received);
+        Ok(Checked { env, signature })
+    }
+}
+
+/// A decoded message and the verdict on its signature, for
+/// [`Responder::handle_checked`](crate::Responder::handle_checked).
+#[derive(Debug)]
+pub struct Checked {
+    pub(super) env: Envelope,
+    pub(super) signature: Result<(), LdpError>,
+}
+
+impl Checked {
+    /// The decoded message.
+    pub fn envelope(&self) -> &Envelope {
+        &self.env
+    }
+}
+
+/// The error as a refusal sends it: a `security` failure (signature, replay, timestamp window) goes out with the
+/// paper's `identity` category ("authentication or identity mismatch"), keeping its code, message, severity and
+/// retryability, because the Python reference SDK accepts only the paper's seven categories and fails to read the
+/// whole reply otherwise (docs/interop.md). The typed refusal and the responder's events keep `security`.
+pub(super) fn reference_category(error: &LdpError) -> LdpError {
+    let mut on_wire = error.clone();
+    if on_wire.category == ldp_types::ErrorCategory::Security {
+        on_wire.category = ldp_types::ErrorCategory::Identity;
+    }
+    on_wire
+}

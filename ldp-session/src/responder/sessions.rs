@@ -1,0 +1,322 @@
+//! Sessions: establishment (trust domain, caps, TTL), the one check every in-session message passes (live, from
+//! its peer; touching and resuming it), and their end (close, expiry).
+
+use std::cmp::Reverse;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use ldp_types::{Body, Envelope, LdpError, PayloadMode, SessionAccept, SessionClose, codes, negotiate};
+
+use crate::config::DeclaredDomains;
+use crate::error::{Misuse, Refusal, SessionError};
+use crate::{SessionState, TaskKey};
+
+use super::context::Context;
+use super::tasks::RunningTask;
+use super::types::{Outcome, PeerContext, ResponderEvent, TaskStatus};
+use super::{MAX_TTL, Responder, internal, session_error};
+
+/// Per-session state. Kept small: an idle session is a few hundred bytes.
+#[derive(Debug)]
+pub(super) struct ResponderSession {
+    pub(super) peer: Box<str>,
+    /// The authenticated principal that opened the session ([`PeerContext::principal`]); only it may use it.
+    pub(super) owner: Option<Box<str>>,
+    pub(super) peer_delegate: Option<Box<str>>,
+    pub(super) peer_domain: Box<str>,
+    pub(super) state: SessionState,
+    pub(super) mode: PayloadMode,
+    pub(super) fallback: Box<[PayloadMode]>,
+    pub(super) ttl: Duration,
+    pub(super) last_activity: Instant,
+    pub(super) connection: Option<u64>,
+    pub(super) running: HashMap<Box<str>, RunningTask>,
+    pub(super) history: VecDeque<HistoryEntry>,
+    /// Earlier tasks' inputs and outputs (RFC 5.3).
+    pub(super) context: Context,
+    pub(super) tasks_submitted: u64,
+    pub(super) tokens_used: u64,
+    pub(super) cost_usd: f64,
+}
+
+impl ResponderSession {
+    /// Whether a message from `from`, authenticated as `delegate` by the credential `principal`, comes from the
+    /// peer that opened the session.
+    pub(super) fn is_peer(&self, from: &str, delegate: Option<&str>, principal: Option<&str>) -> bool {
+        *self.peer == *from
+            && (self.peer_delegate.is_none() || self.peer_delegate.as_deref() == delegate)
+            && self.owner.as_deref() == principal
+    }
+
+    /// A message from the session's peer arrived on `connection` (when the transport has connections): the TTL
+    /// restarts, the session's answers go to that connection, and a suspended session resumes. Returns whether it
+    /// resumed.
+    pub(super) fn touch(&mut self, now: Instant, connection: Option<u64>) -> bool {
+        self.last_activity = now;
+        if connection.is_some() {
+            self.connection = connection;
+        }
+        let resumed = self.state == SessionState::Suspended;
+        if resumed {
+            self.state = SessionState::Active;
+        }
+        resumed
+    }
+
+    pub(super) fn deadline(&self) -> Instant {
+        self.last_activity + self.ttl
+    }
+
+    /// Records a task that left `running`, keeping at most `history_len` entries.
+    pub(super) fn record_history(&mut self, task_id: &str, skill: Box<str>, status: TaskStatus, history_len: usize) {
+        if history_len > 0 {
+            if self.history.len() >= history_len {
+                self.history.pop_front();
+            }
+            self.history.push_back(HistoryEntry { task_id: task_id.into(), skill, status });
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct HistoryEntry {
+    pub(super) task_id: Box<str>,
+    pub(super) skill: Box<str>,
+    pub(super) status: TaskStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    Expired,
+    Closed,
+}
+
+/// The key a session counts against in `max_sessions_per_principal`: the authenticated principal, else the
+/// declared sender.
+pub(super) fn principal_key(owner: Option<&str>, from: &str) -> String {
+    match owner {
+        Some(p) => format!("auth:{p}"),
+        None => format!("from:{from}"),
+    }
+}
+
+impl Responder {
+    pub(super) fn initiator_domain(&self, peer: &PeerContext, declared: Option<&str>) -> Result<String, LdpError> {
+        if let Some(auth) = &peer.authenticated {
+            if let Some(d) = declared
+                && d != auth.trust_domain
+            {
+                return Err(LdpError::policy(
+                    codes::TRUST_VIOLATION,
+                    format!("declared trust domain {d:?} contradicts the authenticated domain {:?}", auth.trust_domain),
+                ));
+            }
+            return Ok(auth.trust_domain.clone());
+        }
+        let believed = declared.filter(|d| match &self.cfg.trust.declared_domains {
+            DeclaredDomains::TakeAtWord => true,
+            DeclaredDomains::Allow(list) => list.iter().any(|a| a == d),
+            DeclaredDomains::Ignore => false,
+        });
+        match (believed, &self.cfg.trust.unidentified_domain) {
+            (Some(d), _) => Ok(d.to_owned()),
+            // A declaration the policy does not believe is no identification: the peer is unidentified.
+            (None, Some(assumed)) => Ok(assumed.clone()),
+            (None, _) => Err(LdpError::policy(
+                codes::TRUST_VIOLATION,
+                match declared {
+                    Some(d) => format!("declared trust domain {d:?} is not accepted without authentication"),
+                    None => "the initiator's trust domain is unknown (not authenticated)".to_owned(),
+                },
+            )),
+        }
+    }
+
+    pub(super) fn on_propose(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
+        let Body::SessionPropose(p) = &env.body else { return Err(self.refuse(&env, internal())) };
+        let config = p.config.clone();
+        let domain = match self.initiator_domain(peer, config.trust_domain.as_deref()) {
+            Ok(d) => d,
+            Err(e) => return Err(self.refuse(&env, e)),
+        };
+        if let Err(v) = self.cfg.card.trust_domain.check_session(&domain, config.required_trust_domain.as_deref()) {
+            return Err(self.refuse(&env, LdpError::from(&v)));
+        }
+        if self.sessions.len() >= self.cfg.limits.max_sessions {
+            let error = session_error(codes::CAPACITY_EXCEEDED, "too many sessions; retry later").with_retryable(true);
+            return Err(self.refuse(&env, error));
+        }
+        let owner = peer.principal();
+        let key = principal_key(owner.as_deref(), &env.from);
+        let held = self.sessions_per_principal.get(key.as_str()).copied().unwrap_or(0);
+        if held >= self.cfg.limits.max_sessions_per_principal {
+            let error = session_error(
+                codes::CAPACITY_EXCEEDED,
+                format!("this peer holds {held} sessions, the most allowed; close one or retry later"),
+            )
+            .with_retryable(true);
+            return Err(self.refuse(&env, error));
+        }
+        let negotiated =
+            negotiate(&config.preferences(), &self.cfg.card.supported_payload_modes, &self.cfg.implemented_modes);
+        let ttl_secs = match config.ttl_secs() {
+            0 => ldp_types::SessionConfig::DEFAULT_TTL_SECS,
+            n => n,
+        };
+        // A century bounds the TTL even when `max_ttl` does not, so that `last_activity + ttl` cannot overflow.
+        let ttl = Duration::from_secs(ttl_secs).min(self.cfg.limits.max_ttl).min(MAX_TTL);
+        // Keep the initiator's id when it is fresh and unused (the Rust SDK relies on it); assign one otherwise.
+        let proposed = env.session_id.as_str();
+        let session_id = if !proposed.is_empty()
+            && proposed.len() <= 128
+            && !self.sessions.contains_key(proposed)
+            && !self.ended.contains_key(proposed)
+        {
+            proposed.to_owned()
+        } else {
+            self.ids.uuid()
+        };
+        let session = ResponderSession {
+            peer: env.from.as_str().into(),
+            owner: owner.map(Into::into),
+            peer_delegate: peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref()).map(Into::into),
+            peer_domain: domain.as_str().into(),
+            state: SessionState::Active,
+            mode: negotiated.mode,
+            fallback: negotiated.fallback_chain.clone().into_boxed_slice(),
+            ttl,
+            last_activity: now,
+            connection: peer.connection,
+            running: HashMap::new(),
+            history: VecDeque::new(),
+            context: Context::default(),
+            tasks_submitted: 0,
+            tokens_used: 0,
+            cost_usd: 0.0,
+        };
+        self.expiry.push(Reverse((session.deadline(), session_id.as_str().into())));
+        self.sessions.insert(session_id.as_str().into(), session);
+        *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;
+        self.events.push_back(ResponderEvent::SessionEstablished {
+            session_id: session_id.clone(),
+            peer: env.from.clone(),
+            peer_domain: domain,
+            mode: negotiated.mode,
+        });
+        let body = SessionAccept::new(session_id.clone(), negotiated.mode, Some(negotiated.fallback_chain));
+        Ok(Outcome::Reply(self.envelope(&session_id, &env.from, body, PayloadMode::Text)))
+    }
+
+    /// Finds the message's session and checks that it is live and that the sender is its peer. A suspended session
+    /// resumes on its peer's first message.
+    pub(super) fn with_session(&mut self, now: Instant, peer: &PeerContext, env: &Envelope) -> Result<(), Refusal> {
+        let id = env.session_id.as_str();
+        // The common case, a live session, with one lookup.
+        if let Some(session) = self.sessions.get_mut(id)
+            && session.deadline() > now
+        {
+            let authenticated = peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref());
+            // Another credential may not use the session, even under the same `from` and trust domain.
+            if !session.is_peer(&env.from, authenticated, peer.principal().as_deref()) {
+                let error =
+                    session_error(codes::NOT_SESSION_PEER, format!("{:?} is not the peer of session {id:?}", env.from))
+                        .with_retryable(false);
+                return Err(self.refuse(env, error));
+            }
+            if session.touch(now, peer.connection) {
+                self.events.push_back(ResponderEvent::SessionResumed { session_id: id.to_owned() });
+            }
+            return Ok(());
+        }
+        // Not live: reap it if it expired meanwhile, and say why it is gone.
+        if self.sessions.contains_key(id) {
+            self.end_session(id, Ended::Expired);
+        }
+        let error = match self.ended.get(id) {
+            Some(Ended::Expired) => {
+                session_error(codes::SESSION_EXPIRED, format!("session {id:?} expired; establish a new one"))
+            }
+            Some(Ended::Closed) => {
+                session_error(codes::SESSION_CLOSED, format!("session {id:?} is closed")).with_retryable(false)
+            }
+            None if id.is_empty() => {
+                session_error(codes::SESSION_NOT_FOUND, "no session: establish one with SESSION_PROPOSE first")
+            }
+            None => session_error(codes::SESSION_NOT_FOUND, format!("unknown session {id:?}")),
+        };
+        Err(self.refuse(env, error))
+    }
+
+    pub(super) fn on_close(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
+        self.with_session(now, peer, &env)?;
+        let cancelled = self.end_session(&env.session_id, Ended::Closed);
+        let reply = self.envelope(
+            &env.session_id,
+            &env.from,
+            SessionClose::new(Some("acknowledged".into())),
+            PayloadMode::Text,
+        );
+        Ok(Outcome::Cancel { reply, cancelled })
+    }
+
+    /// Closes a session from the responder's side (RFC 3.2: SESSION_CLOSE goes either way): forgets it, and returns
+    /// the SESSION_CLOSE to send to the initiator and the running tasks to abort.
+    pub fn close_session(
+        &mut self,
+        session_id: &str,
+        reason: Option<String>,
+    ) -> Result<(Envelope, Vec<TaskKey>), SessionError> {
+        let peer = self.peer_of(session_id)?;
+        let cancelled = self.end_session(session_id, Ended::Closed);
+        let env = self.envelope(session_id, &peer, SessionClose::new(reason), PayloadMode::Text);
+        Ok((env, cancelled))
+    }
+
+    pub(super) fn end_session(&mut self, id: &str, how: Ended) -> Vec<TaskKey> {
+        let Some(session) = self.sessions.remove(id) else { return Vec::new() };
+        // Nobody can resume it any more.
+        self.held.forget(id);
+        let key = principal_key(session.owner.as_deref(), &session.peer);
+        if let Some(n) = self.sessions_per_principal.get_mut(key.as_str()) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.sessions_per_principal.remove(key.as_str());
+            }
+        }
+        self.running_total = self.running_total.saturating_sub(session.running.len());
+        let mut running: Vec<(Box<str>, PayloadMode)> = session.running.into_iter().map(|(t, r)| (t, r.mode)).collect();
+        // Hash order is not an order: keep aborts (and their ids drawn from the id source) deterministic.
+        running.sort_unstable();
+        let why = match how {
+            Ended::Expired => "because the session expired",
+            Ended::Closed => "because the session was closed",
+        };
+        let mut cancelled = Vec::with_capacity(running.len());
+        for (task_id, mode) in running {
+            let key = TaskKey { session_id: id.to_owned(), task_id: task_id.into() };
+            self.abort(&session.peer, mode, key.clone(), why);
+            cancelled.push(key);
+        }
+        if self.cfg.limits.tombstones > 0 {
+            if self.ended_order.len() >= self.cfg.limits.tombstones
+                && let Some(old) = self.ended_order.pop_front()
+            {
+                self.ended.remove(&old);
+            }
+            self.ended.insert(id.into(), how);
+            self.ended_order.push_back(id.into());
+        }
+        self.events.push_back(match how {
+            Ended::Expired => ResponderEvent::SessionExpired { session_id: id.to_owned(), aborted: cancelled.clone() },
+            Ended::Closed => ResponderEvent::SessionClosed { session_id: id.to_owned(), aborted: cancelled.clone() },
+        });
+        cancelled
+    }
+
+    pub(super) fn peer_of(&self, session_id: &str) -> Result<String, SessionError> {
+        self.sessions
+            .get(session_id)
+            .map(|s| s.peer.to_string())
+            .ok_or_else(|| Misuse::UnknownSession(session_id.to_owned()).into())
+    }
+}

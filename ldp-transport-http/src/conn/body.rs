@@ -1,0 +1,199 @@
+//! Per request: the service that times a request's body and bounds its rate, and the refusals with `Retry-After`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use http_body::Frame;
+use http_body_util::BodyExt;
+use ldp_session::PeerContext;
+use ldp_types::LdpError;
+use tokio::time::Instant;
+use tower::Service;
+
+use crate::error::{HttpError, error_body};
+
+use super::activity::{InFlight, RateWindow, Watched, body_read};
+use super::{BoxError, ConnectionLimits, EstablishedPeer};
+
+/// The router, with each request's extensions holding the connection's `ConnectInfo<SocketAddr>` (and, for a
+/// certificate-authenticated connection, its [`PeerContext`]), its body under the body deadline and minimum rate,
+/// and its response tracked until sent.
+#[derive(Clone)]
+pub(super) struct PerRequest {
+    pub(super) app: Router,
+    pub(super) remote: SocketAddr,
+    pub(super) peer: Option<EstablishedPeer>,
+    pub(super) activity: Arc<Watched>,
+    pub(super) limits: Arc<ConnectionLimits>,
+}
+
+impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        <Router as Service<Request>>::poll_ready(&mut self.app, cx)
+    }
+
+    fn call(&mut self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        let in_flight = InFlight::start(&self.activity, !http_body::Body::is_end_stream(req.body()));
+        let (limits, activity) = (Arc::clone(&self.limits), Arc::clone(&self.activity));
+        let mut req = req.map(|body| Body::new(LimitedBody::new(body, limits, activity)));
+        req.extensions_mut().insert(ConnectInfo(self.remote));
+        if let Some((peer, principal)) = &self.peer {
+            req.extensions_mut().insert(PeerContext {
+                authenticated: Some(peer.clone()),
+                connection: None,
+                principal: Some(principal.clone()),
+            });
+        }
+        let future = self.app.call(req);
+        Box::pin(async move {
+            let Ok(resp) = future.await;
+            // A handler that answered without reading its whole body has the request all the same.
+            body_read(&in_flight.0);
+            // The request counts as in progress until its body (an SSE stream, say) has been sent.
+            Ok(resp.map(|body| {
+                Body::new(body.map_frame(move |frame| {
+                    let _in_flight = &in_flight;
+                    frame
+                }))
+            }))
+        })
+    }
+}
+
+/// Why a request body was cut off.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyTooSlow {
+    /// It did not arrive within [`ConnectionLimits::body_timeout`].
+    #[error("the request body did not arrive within {0:?}")]
+    Deadline(Duration),
+    /// A window of [`ConnectionLimits::min_rate_window`] brought less than [`ConnectionLimits::min_body_rate`].
+    #[error("the request body arrived slower than {min_rate} bytes/s (over {window:?})")]
+    Rate {
+        /// The minimum rate, bytes per second.
+        min_rate: u64,
+        /// The window it was measured over.
+        window: Duration,
+    },
+}
+
+impl From<&BodyTooSlow> for HttpError {
+    fn from(slow: &BodyTooSlow) -> Self {
+        match *slow {
+            BodyTooSlow::Deadline(timeout) => Self::BodyTimeout(timeout),
+            BodyTooSlow::Rate { min_rate, window } => Self::BodyTooSlow { min_rate, window },
+        }
+    }
+}
+
+/// A request body that fails with [`BodyTooSlow`] once its deadline passes or a rate window brings too little, and
+/// marks the connection as no longer closable once it has been read.
+pub(super) struct LimitedBody {
+    pub(super) inner: hyper::body::Incoming,
+    pub(super) limits: Arc<ConnectionLimits>,
+    pub(super) activity: Arc<Watched>,
+    pub(super) deadline: Instant,
+    /// `None` when the minimum rate is off.
+    pub(super) window: Option<RateWindow>,
+    pub(super) timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl LimitedBody {
+    pub(super) fn new(inner: hyper::body::Incoming, limits: Arc<ConnectionLimits>, activity: Arc<Watched>) -> Self {
+        let now = Instant::now();
+        let deadline = now + limits.body_timeout;
+        let window = (limits.min_body_rate > 0).then(|| RateWindow::new(now, limits.min_rate_window));
+        let next = window.map_or(deadline, |w| w.ends.min(deadline));
+        Self { inner, limits, activity, deadline, window, timer: Box::pin(tokio::time::sleep_until(next)) }
+    }
+
+    pub(super) fn fail(&self, slow: BodyTooSlow) -> Poll<Option<Result<Frame<axum::body::Bytes>, BoxError>>> {
+        body_read(&self.activity);
+        Poll::Ready(Some(Err(Box::new(slow))))
+    }
+}
+
+impl http_body::Body for LimitedBody {
+    type Data = axum::body::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            match &frame {
+                Some(Ok(f)) => {
+                    if let (Some(window), Some(data)) = (&mut this.window, f.data_ref()) {
+                        window.bytes = window.bytes.saturating_add(data.len() as u64);
+                    }
+                    if this.inner.is_end_stream() {
+                        body_read(&this.activity);
+                    }
+                }
+                Some(Err(_)) | None => body_read(&this.activity),
+            }
+            return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
+        }
+        // Nothing arrived: judge whatever came due, then sleep until the next check.
+        while this.timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            if now >= this.deadline {
+                return this.fail(BodyTooSlow::Deadline(this.limits.body_timeout));
+            }
+            if let Some(window) = &mut this.window
+                && now >= window.ends
+                && !window.roll(this.limits.min_body_rate, this.limits.min_rate_window, now)
+            {
+                let (min_rate, window) = (this.limits.min_body_rate, this.limits.min_rate_window);
+                return this.fail(BodyTooSlow::Rate { min_rate, window });
+            }
+            let next = this.window.map_or(this.deadline, |w| w.ends.min(this.deadline));
+            this.timer.as_mut().reset(next);
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The [`BodyTooSlow`] somewhere down the causes of `error` (a body-reading failure, as axum reports it), if any.
+pub(crate) fn body_too_slow<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTooSlow> {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(slow) = e.downcast_ref::<BodyTooSlow>() {
+            return Some(slow);
+        }
+        cause = e.source();
+    }
+    None
+}
+
+/// The `Retry-After` header value for `secs` seconds (at least one).
+pub(crate) fn retry_after(secs: u64) -> HeaderValue {
+    HeaderValue::from(secs.max(1))
+}
+
+/// A JSON error answer with `Retry-After`.
+pub(crate) fn refusal_with_retry(status: StatusCode, error: &LdpError, secs: u64) -> Response {
+    let mut resp = crate::error::json_response(status, error_body(error));
+    resp.headers_mut().insert(header::RETRY_AFTER, retry_after(secs));
+    resp
+}
