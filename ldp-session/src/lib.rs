@@ -69,7 +69,7 @@ pub mod runtime;
 pub use clock::{IdSource, ManualClock, SeededIds, SystemClock, WallClock};
 pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, ResponderConfig, TrustPolicy};
 pub use error::{Misuse, PeerMisbehaved, Refusal, SessionError};
-pub use initiator::{Initiator, InitiatorEvent, fit_payload};
+pub use initiator::{DEFAULT_RESUME_GRACE, Expired, Initiator, InitiatorEvent, ResumeVerdict, Transmit, fit_payload};
 pub use responder::{
     Aborted, AuthenticatedPeer, Checked, Delivery, History, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
     ResponderEvent, TaskOutput, TaskRequest, TaskStatus, Turn,

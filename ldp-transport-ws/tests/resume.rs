@@ -193,7 +193,8 @@ async fn a_session_that_requires_signatures_resumes_with_signed_status_queries()
     let proxy = Proxy::start(server.addr).await;
     let transport = WsTransport::connect(
         proxy.ws_url(),
-        options().identity_url(format!("{}/.well-known/ldp-identity", server.http_url())).signing_key(key.clone()),
+        // No key for the transport: the initiator builds and signs the status queries, like all its messages.
+        options().identity_url(format!("{}/.well-known/ldp-identity", server.http_url())),
     )
     .await
     .unwrap();
