@@ -94,7 +94,7 @@ fn a_result_held_while_disconnected_arrives_once_and_the_status_answer_adds_noth
         Ok(Outcome::Execute(t)) => t,
         other => panic!("{other:?}"),
     };
-    drop_connection(&mut sim, &[task.key.clone()]);
+    drop_connection(&mut sim, std::slice::from_ref(&task.key));
     // The task ends while the connection is down: the responder holds its result.
     let delivery = sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(json!("one"))).unwrap();
     assert!(matches!(delivery, Delivery::Held), "{delivery:?}");
