@@ -226,3 +226,34 @@ async fn a_session_that_requires_signatures_resumes_with_signed_status_queries()
     assert_eq!(rt.with_responder(|r| r.session_state(&sid)), Some(SessionState::Active));
     assert_eq!(c.transport().stats().resumed, 1);
 }
+
+#[tokio::test]
+async fn a_task_lost_on_the_way_is_submitted_again_after_the_resume_and_runs_once() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate.clone());
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let c = Arc::new(client(proxy.ws_url()).await);
+    let s = c.propose(text_only()).await.unwrap();
+    let sid = s.session_id.clone();
+    // The client writes the submit, the network swallows it, then the connection drops.
+    proxy.set_blackhole(true);
+    let running = {
+        let c = c.clone();
+        let sid = sid.clone();
+        tokio::spawn(async move { c.submit(&sid, "echo", json!("lost"), None).await })
+    };
+    eventually("the submit to be written", || c.transport().outstanding() == 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(delegate.started.lock().unwrap().is_empty(), "the server never saw it");
+    proxy.set_blackhole(false);
+    proxy.cut();
+    // The status query finds no such task: the initiator submits it again, and its result is the answer.
+    let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    assert_eq!(out.output, json!({ "echo": "lost" }));
+    assert_eq!(delegate.started.lock().unwrap().len(), 1, "run once");
+    let stats = c.transport().stats();
+    assert_eq!(stats.resumed, 1, "{stats:?}");
+    assert_eq!(stats.unmatched, 0, "{stats:?}");
+    assert_eq!(c.transport().outstanding(), 0);
+}
