@@ -339,7 +339,7 @@ fn unanswered_proposals_and_submits_time_out_only_under_an_answer_timeout() {
     // Without an answer timeout nothing expires, however long it takes.
     let slow = sim.initiator.submit(&sid, "echo", json!("slow"), None, None).unwrap();
     let now = sim.now();
-    sim.initiator.handle_sent(now, &slow);
+    assert!(!sim.initiator.handle_sent(now, &slow), "no deadline kept");
     assert_eq!(sim.initiator.poll_timeout(), None);
 
     let limit = Duration::from_secs(30);
@@ -349,8 +349,10 @@ fn unanswered_proposals_and_submits_time_out_only_under_an_answer_timeout() {
     let answered = sim.initiator.submit(&sid, "echo", json!("y"), None, None).unwrap();
     let now = sim.now();
     for env in [&propose, &submit, &answered] {
-        sim.initiator.handle_sent(now, env);
+        assert!(sim.initiator.handle_sent(now, env));
     }
+    let hello = sim.initiator.hello();
+    assert!(!sim.initiator.handle_sent(now, &hello), "only proposals and tasks have deadlines");
     assert_eq!(sim.initiator.poll_timeout(), Some(now + limit));
     // One is answered in time.
     let Ok(Outcome::Execute(task)) = sim.send_responder(&answered) else { panic!() };

@@ -257,3 +257,35 @@ async fn a_task_lost_on_the_way_is_submitted_again_after_the_resume_and_runs_onc
     assert_eq!(stats.unmatched, 0, "{stats:?}");
     assert_eq!(c.transport().outstanding(), 0);
 }
+
+#[tokio::test]
+async fn a_task_unanswered_within_the_request_timeout_fails_with_a_typed_timeout() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate.clone());
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
+    let limit = Duration::from_millis(200);
+    let transport = WsTransport::connect(server.ws_url(), options().request_timeout(limit)).await.unwrap();
+    let c = Client::connect(
+        transport,
+        InitiatorConfig::new("ldp:delegate:client"),
+        Arc::new(SystemClock),
+        Box::new(SeededIds::from_entropy()),
+    )
+    .await
+    .unwrap();
+    let s = c.propose(text_only()).await.unwrap();
+    let started = std::time::Instant::now();
+    let Err(ldp_session::SessionError::Transport(e)) = c.submit(&s.session_id, "wait", json!("never"), None).await
+    else {
+        panic!("expected a transport timeout")
+    };
+    let took = started.elapsed();
+    assert!(took >= limit && took < limit * 25, "{took:?}");
+    assert_eq!(e.code, ldp_types::codes::TIMEOUT);
+    assert!(!e.retryable, "the task may run on");
+    assert_eq!(e.message, format!("no answer within {limit:?}"));
+    assert_eq!(c.transport().outstanding(), 0);
+    // The connection and the session keep working.
+    let next = c.submit(&s.session_id, "echo", json!("after"), None).await.unwrap();
+    assert_eq!(next.output, json!({ "echo": "after" }));
+}

@@ -317,9 +317,11 @@ impl Initiator {
         }
     }
 
-    /// The driver wrote `env` at `now`: under an answer timeout, its answer is due by `now` plus the timeout.
-    pub fn handle_sent(&mut self, now: Instant, env: &Envelope) {
-        let Some(timeout) = self.answer_timeout else { return };
+    /// The driver sent `env` at `now`: under an answer timeout, its answer is due by `now` plus the timeout. True
+    /// when the initiator now keeps that deadline (a proposal or task of its own, under an answer timeout): the
+    /// driver then leaves the timeout to [`Initiator::handle_timeout`].
+    pub fn handle_sent(&mut self, now: Instant, env: &Envelope) -> bool {
+        let Some(timeout) = self.answer_timeout else { return false };
         let awaited = match &env.body {
             Body::SessionPropose(_) if self.proposals.contains(&env.session_id) => {
                 Awaited::Proposal(env.session_id.clone())
@@ -327,23 +329,22 @@ impl Initiator {
             Body::TaskSubmit(t) => {
                 let key = TaskKey { session_id: env.session_id.clone(), task_id: t.task_id.clone() };
                 if !self.tasks.contains_key(&key) {
-                    return;
+                    return false;
                 }
                 Awaited::Task(key)
             }
-            _ => return,
+            _ => return false,
         };
         // A resubmission keeps the first deadline: the caller has waited since then.
         self.deadlines.entry(awaited).or_insert(now + timeout);
+        true
     }
 
     /// Ends one overdue request; `None` when it was answered meanwhile.
     fn expire(&mut self, awaited: Awaited) -> Option<Expired> {
         let timeout = self.answer_timeout.unwrap_or_default();
-        let error = |what: &str| {
-            LdpError::transport(codes::TIMEOUT, format!("no answer to the {what} within {timeout:?}"))
-                .with_retryable(false)
-        };
+        // Not retryable: the request may have been handled (the task may run on).
+        let error = LdpError::transport(codes::TIMEOUT, format!("no answer within {timeout:?}")).with_retryable(false);
         match awaited {
             Awaited::Proposal(session_id) => {
                 let i = self.proposals.iter().position(|p| *p == session_id)?;
@@ -351,11 +352,11 @@ impl Initiator {
                 if let Some(s) = self.sessions.get_mut(&session_id) {
                     s.state = SessionState::Failed;
                 }
-                Some(Expired::ProposalUnanswered { session_id, error: error("SESSION_PROPOSE") })
+                Some(Expired::ProposalUnanswered { session_id, error })
             }
             Awaited::Task(key) => {
                 self.tasks.remove(&key)?;
-                Some(Expired::TaskUnanswered { key, error: error("TASK_SUBMIT") })
+                Some(Expired::TaskUnanswered { key, error })
             }
         }
     }

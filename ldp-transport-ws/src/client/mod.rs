@@ -126,6 +126,7 @@ impl WsTransport {
             unmatched: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
             resume_grace: options.resume_grace,
+            request_timeout: options.request_timeout,
         });
         let (outbound, rx) = mpsc::channel(options.send_queue.max(1));
         tokio::spawn(drive(inner.clone(), target, sink, stream, rx));
@@ -244,6 +245,7 @@ impl WsTransport {
             Body::TaskSubmit(TaskSubmit { task_id, .. }) => {
                 Kind::Submit { session: envelope.session_id.clone(), task: task_id.clone() }
             }
+            Body::SessionPropose(_) => Kind::Propose { session: envelope.session_id.clone() },
             _ => Kind::Other,
         };
         {
@@ -265,7 +267,10 @@ impl WsTransport {
         }
         let _forget = Forget { inner: &self.inner, id: &id };
         self.outbound.send(Outgoing { id: id.clone(), text }).await.map_err(|_| closed(&self.inner))?;
-        let answer = match self.request_timeout {
+        // A proposal or task of an attached initiator waits under the initiator's deadline (the same timeout);
+        // other messages under this transport's own timer.
+        let timer = if self.inner.track(envelope) { None } else { self.request_timeout };
+        let answer = match timer {
             Some(limit) => match tokio::time::timeout(limit, rx).await {
                 Ok(a) => a,
                 Err(_) => {

@@ -32,6 +32,10 @@ pub(super) enum Kind {
         machine: Weak<Mutex<Initiator>>,
         query: bool,
     },
+    /// A SESSION_PROPOSE: its initiator may time it out by session id.
+    Propose {
+        session: String,
+    },
     Other,
 }
 
@@ -89,6 +93,8 @@ pub(super) struct Inner {
     pub(super) unmatched: AtomicU64,
     pub(super) resumed: AtomicU64,
     pub(super) resume_grace: Duration,
+    /// The machines' answer timeout (`WsOptions::request_timeout`).
+    pub(super) request_timeout: Option<Duration>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -113,7 +119,11 @@ impl Inner {
     }
 
     pub(super) fn attach(&self, machine: &SharedInitiator) {
-        lock(machine).set_resume_grace(self.resume_grace);
+        {
+            let mut m = lock(machine);
+            m.set_resume_grace(self.resume_grace);
+            m.set_answer_timeout(self.request_timeout);
+        }
         let mut machines = lock(&self.machines);
         machines.retain(|m| m.strong_count() > 0);
         machines.push(Arc::downgrade(machine));
@@ -163,7 +173,7 @@ impl Inner {
                 }
                 // The machine asks again on this connection.
                 Kind::Machine { .. } => drop(pending.remove(&id)),
-                Kind::Other => drop(pending.complete(&id, Err(lost(why)))),
+                Kind::Propose { .. } | Kind::Other => drop(pending.complete(&id, Err(lost(why)))),
             }
         }
         let mut frames = Vec::new();
@@ -282,7 +292,7 @@ impl Inner {
                 forward_update(entry, value);
                 Vec::new()
             }
-            Kind::Submit { .. } | Kind::Other => {
+            Kind::Submit { .. } | Kind::Propose { .. } | Kind::Other => {
                 pending.complete(&target, Ok(Some(value)));
                 Vec::new()
             }
@@ -345,6 +355,22 @@ impl Inner {
         frames
     }
 
+    /// Tells the machines that `env` goes out now; true when one of them keeps its answer deadline.
+    pub(super) fn track(self: &Arc<Self>, env: &Envelope) -> bool {
+        let now = now();
+        let mut tracked = false;
+        for machine in self.machines() {
+            let mut m = lock(&machine);
+            if m.handle_sent(now, env) {
+                tracked = true;
+                if let Some(at) = m.poll_timeout() {
+                    self.wake_at(at);
+                }
+            }
+        }
+        tracked
+    }
+
     /// Runs the machines' timeouts at `at`.
     fn wake_at(self: &Arc<Self>, at: Instant) {
         let inner = Arc::downgrade(self);
@@ -363,10 +389,22 @@ impl Inner {
             let expired = lock(&machine).handle_timeout(now);
             let mut pending = lock(&self.pending);
             for e in expired {
-                if let Expired::ResultLost { key, error } | Expired::TaskUnanswered { key, error } = e
-                    && let Some(submit) = pending.submit_of(&key)
-                {
-                    pending.complete(&submit, Err(error));
+                let (id, error) = match e {
+                    Expired::ResultLost { key, error } | Expired::TaskUnanswered { key, error } => {
+                        (pending.submit_of(&key), error)
+                    }
+                    Expired::ProposalUnanswered { session_id, error } => {
+                        let id = pending.by_id.iter().find_map(|(id, e)| match &e.kind {
+                            Kind::Propose { session } if *session == session_id => Some(id.clone()),
+                            _ => None,
+                        });
+                        (id, error)
+                    }
+                    // A deadline a newer machine knows: its caller waits for the transport's own failures.
+                    _ => continue,
+                };
+                if let Some(id) = id {
+                    pending.complete(&id, Err(error));
                 }
             }
         }
