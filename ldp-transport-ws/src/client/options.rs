@@ -46,7 +46,7 @@ impl Reconnect {
     }
 }
 
-/// Client settings of [`WsTransport`].
+/// Client settings of [`WsTransport`](super::WsTransport).
 #[derive(Debug, Clone)]
 pub struct WsOptions {
     pub(super) token: Option<String>,
@@ -154,7 +154,7 @@ impl WsOptions {
 
     /// Trusts the CA certificates in `pem` (one or more `CERTIFICATE` blocks) for `wss://` URLs and the identity
     /// request over `https://`, in addition to the built-in web PKI roots: e.g. a private CA, or a self-signed server
-    /// certificate in tests. Repeatable. A bad PEM makes [`WsTransport::connect`] fail with [`Error::Tls`].
+    /// certificate in tests. Repeatable. A bad PEM makes [`WsTransport::connect`](super::WsTransport::connect) fail with [`Error::Tls`].
     pub fn tls_root_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls = self.tls.with_root_certificate_pem(pem);
         self
@@ -162,7 +162,7 @@ impl WsOptions {
 
     /// Presents this client certificate for mutual TLS (on the WebSocket and the identity request): `cert_chain`
     /// holds the certificate first, then any intermediates; `key` its private key (PKCS#8, PKCS#1 or SEC1), all PEM.
-    /// A bad PEM makes [`WsTransport::connect`] fail with [`Error::Tls`].
+    /// A bad PEM makes [`WsTransport::connect`](super::WsTransport::connect) fail with [`Error::Tls`].
     pub fn tls_client_identity_pem(mut self, cert_chain: &[u8], key: &[u8]) -> Self {
         self.tls = self.tls.with_client_identity_pem(cert_chain, key);
         self
