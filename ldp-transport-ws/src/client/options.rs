@@ -182,7 +182,7 @@ fn tls_error(what: &str, e: impl std::fmt::Display) -> Error {
 /// The rustls client configuration for `wss://` from `tls`: the web PKI roots plus its roots, and its client
 /// identity. The `ring` provider is chosen explicitly so no process-wide default is needed. For clients that dial
 /// `wss://` themselves (e.g. with `tokio_tungstenite::connect_async_tls_with_config`) and should trust exactly what
-/// [`WsTransport`] trusts. Fails with [`Error::Tls`] on a bad PEM text.
+/// [`WsTransport`](super::WsTransport) trusts. Fails with [`Error::Tls`] on a bad PEM text.
 pub fn rustls_client_config(tls: &ClientTls) -> Result<Arc<rustls::ClientConfig>, Error> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
