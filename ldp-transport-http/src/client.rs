@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use ldp_session::Backoff;
 use ldp_session::runtime::Transport;
 use ldp_types::{Envelope, ErrorCategory, IdentityCard, LdpError, codes};
 use rand::Rng;
@@ -47,13 +48,9 @@ impl RetryPolicy {
 
     /// The wait before retry number `attempt` (0-based): exponential, capped, with "equal jitter" (half fixed,
     /// half uniformly random) so that many clients failing together do not retry in lockstep.
+    /// The rule is [`ldp_session::Backoff`], shared with the WebSocket client's reconnects.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self.initial_backoff.saturating_mul(2u32.saturating_pow(attempt.min(31)));
-        let capped = exp.min(self.max_backoff);
-        let half = capped / 2;
-        let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        let jitter = if jitter_ns == 0 { 0 } else { rand::rng().random_range(0..=jitter_ns) };
-        half + Duration::from_nanos(jitter)
+        Backoff::new(self.initial_backoff, self.max_backoff).delay(attempt, rand::rng().random())
     }
 }
 

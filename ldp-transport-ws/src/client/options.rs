@@ -1,10 +1,10 @@
 //! The client's settings: [`WsOptions`], the [`Reconnect`] policy, and the TLS configuration shared by the
 //! WebSocket and the identity request.
 
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ldp_session::Backoff;
 use ldp_transport_http::{ClientTls, Error as HttpError};
 use ldp_types::signing::SigningKey;
 use ldp_types::{LdpError, codes};
@@ -34,15 +34,10 @@ impl Reconnect {
         Self { max_attempts: 0, ..Self::default() }
     }
 
-    /// The wait before attempt `attempt` (0-based): exponential, capped, half of it random.
+    /// The wait before attempt `attempt` (0-based): exponential, capped, half of it random ([`Backoff`], the rule
+    /// the HTTP client's retries follow too).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self.initial_backoff.saturating_mul(2u32.saturating_pow(attempt.min(31)));
-        let capped = exp.min(self.max_backoff);
-        let half = capped / 2;
-        let half_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        // A randomly keyed hash of the clock is random enough to keep clients from retrying in lockstep.
-        let noise = std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now());
-        half + Duration::from_nanos(noise.checked_rem(half_ns.saturating_add(1)).unwrap_or(0))
+        Backoff::new(self.initial_backoff, self.max_backoff).delay(attempt, rand::random())
     }
 }
 
