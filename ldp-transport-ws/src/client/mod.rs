@@ -19,6 +19,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_session::runtime::{SharedInitiator, Transport};
 use ldp_transport_http::trace_context::TraceHeaders;
+use ldp_transport_http::{RetryPolicy, fetch_identity, identity_urls};
 use ldp_types::trace_context::{TRACEPARENT, TRACESTATE};
 use ldp_types::{Body, Envelope, IdentityCard, LdpError, TaskSubmit, codes};
 use serde_json::Value;
@@ -61,8 +62,13 @@ pub struct WsTransport {
     http: reqwest::Client,
     token: Option<String>,
     request_timeout: Option<Duration>,
+    /// The bound on the identity card's body too.
+    max_message: usize,
     url: String,
 }
+
+/// The timeout of one identity request.
+const IDENTITY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Removes a request's entry when its caller stops waiting, so an abandoned request leaves nothing behind.
 struct Forget<'a> {
@@ -107,10 +113,7 @@ impl WsTransport {
         let (ws_url, http_base) = normalise(url.as_ref())?;
         let identity_urls = match &options.identity_url {
             Some(u) => vec![u.clone()],
-            None => vec![
-                format!("{http_base}{}", ldp_transport_http::WELL_KNOWN_IDENTITY),
-                format!("{http_base}{}", ldp_transport_http::IDENTITY),
-            ],
+            None => identity_urls(&http_base),
         };
         // Built for every scheme, so a bad PEM is reported whatever the URL.
         let tls = rustls_client_config(&options.tls)?;
@@ -137,6 +140,7 @@ impl WsTransport {
             http,
             token: options.token,
             request_timeout: options.request_timeout,
+            max_message: options.max_message,
             url: ws_url,
         })
     }
@@ -163,34 +167,19 @@ impl WsTransport {
 
 #[async_trait]
 impl Transport for WsTransport {
-    /// `GET /.well-known/ldp-identity` on the server's HTTP side (RFC 2.3), falling back to `/ldp/identity`.
+    /// `GET /.well-known/ldp-identity` on the server's HTTP side (RFC 2.3), falling back to `/ldp/identity` when it
+    /// is missing: the HTTP client's fetch ([`ldp_transport_http::fetch_identity`]), with its default retries.
     async fn identity(&self) -> Result<IdentityCard, LdpError> {
-        let mut last = LdpError::transport(codes::TRANSPORT_ERROR, "no identity card");
-        for url in &self.identity_urls {
-            let mut req = self.http.get(url).timeout(Duration::from_secs(30));
-            if let Some(t) = &self.token {
-                req = req.bearer_auth(t);
-            }
-            let resp = req
-                .send()
-                .await
-                .map_err(|e| LdpError::transport(codes::TRANSPORT_ERROR, format!("identity request failed: {e}")))?;
-            let status = resp.status();
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|e| LdpError::transport(codes::TRANSPORT_ERROR, format!("identity request failed: {e}")))?;
-            if !status.is_success() {
-                last = LdpError::transport(codes::TRANSPORT_ERROR, format!("identity: HTTP {status} from {url}"))
-                    .with_retryable(false);
-                continue;
-            }
-            return serde_json::from_slice(&bytes).map_err(|e| {
-                LdpError::runtime(codes::MALFORMED_MESSAGE, format!("identity card does not parse: {e}"))
-                    .with_retryable(false)
-            });
-        }
-        Err(last)
+        let retry = RetryPolicy::default();
+        fetch_identity(
+            &self.http,
+            &self.identity_urls,
+            self.token.as_deref(),
+            IDENTITY_TIMEOUT,
+            &retry,
+            self.max_message,
+        )
+        .await
     }
 
     /// Resumes `initiator`'s tasks after a reconnect.
