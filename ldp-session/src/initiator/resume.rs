@@ -142,7 +142,9 @@ impl Initiator {
     /// The connection carrying `in_flight` dropped: the tasks whose TASK_SUBMIT the driver had written on it and
     /// whose answer has not arrived. Their answers may be lost; [`Initiator::handle_reconnect`] queries them.
     /// Messages not yet written are not in flight: they go out unchanged on the next connection. Tasks the
-    /// initiator does not know (another initiator's, or ended) are ignored.
+    /// initiator does not know (another initiator's, or ended) are ignored. (`now`, like in
+    /// [`Initiator::handle_reconnect`], keeps every entry point of the machine on the one time source; no rule of
+    /// these two depends on it yet.)
     pub fn handle_disconnect(&mut self, _now: Instant, in_flight: impl IntoIterator<Item = TaskKey>) {
         for key in in_flight {
             if let Some(task) = self.tasks.get_mut(&key) {
