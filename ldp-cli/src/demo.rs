@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use ldp_session::runtime::{Client, Delegate, DelegateRuntime, EchoDelegate, TaskContext, Transport};
+use ldp_session::runtime::{Client, Delegate, DelegateRuntime, EchoDelegate, SharedInitiator, TaskContext, Transport};
 use ldp_session::{
     Initiator, InitiatorConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SessionError, SystemClock,
     TaskOutput, TaskRequest,
@@ -246,6 +246,9 @@ impl Transport for Traced {
             Err(e) => println!("  ← ✘ {} ({}): {}", e.code, e.category, e.message),
         }
         reply
+    }
+    fn attach(&self, initiator: &SharedInitiator) {
+        self.inner.attach(initiator);
     }
 }
 

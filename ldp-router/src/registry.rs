@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use ldp_session::runtime::{Client, Transport};
+use ldp_session::runtime::{Client, SharedInitiator, Transport};
 use ldp_session::{IdSource, InitiatorConfig, SeededIds, WallClock};
 use ldp_types::{Code, Envelope, IdentityCard, LdpError, SessionConfig};
 use serde_json::Value;
@@ -125,6 +125,10 @@ impl Transport for Shared {
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<Option<Value>, LdpError> {
         self.0.exchange(envelope, updates).await
+    }
+
+    fn attach(&self, initiator: &SharedInitiator) {
+        self.0.attach(initiator);
     }
 }
 

@@ -3,10 +3,15 @@
 //! Build outbound messages with [`Initiator::hello`], [`Initiator::propose`], [`Initiator::submit`],
 //! [`Initiator::cancel`] and [`Initiator::close`]; feed every reply to [`Initiator::handle`]; drain
 //! [`Initiator::poll_outbound`] (automatic resubmissions after a payload-mode fallback) and
-//! [`Initiator::poll_event`].
+//! [`Initiator::poll_event`]. A driver whose connection drops resumes through [`Initiator::handle_disconnect`],
+//! [`Initiator::handle_reconnect`], [`Initiator::poll_transmit`] and [`Initiator::handle_resume_answer`]; deadlines
+//! run through [`Initiator::poll_timeout`] and [`Initiator::handle_timeout`] (module `resume`).
+
+mod resume;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ldp_types::{
     Body, ContractLimits, ContractOutcome, DelegationContract, Envelope, Hello, LdpError, Manifest, PayloadMode,
@@ -21,6 +26,8 @@ use crate::error::{Misuse, PeerMisbehaved, SessionError};
 use crate::responder::TaskRequest;
 use crate::security::{Received, ReplayGuard, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
+
+pub use resume::{DEFAULT_RESUME_GRACE, Expired, ResumeVerdict, Transmit};
 
 /// Something the initiator learned from its peer.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +110,14 @@ struct PendingTask {
     input: RawJson,
     mode: PayloadMode,
     contract: Option<(DelegationContract, ContractLimits)>,
+    resume: resume::ResumeState,
+}
+
+/// A request whose answer the initiator waits for under a deadline ([`Initiator::set_answer_timeout`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Awaited {
+    Proposal(String),
+    Task(TaskKey),
 }
 
 /// The initiator machine.
@@ -119,6 +134,12 @@ pub struct Initiator {
     replay: ReplayGuard,
     outbound: VecDeque<Envelope>,
     events: VecDeque<InitiatorEvent>,
+    /// Status queries and resubmissions of a resume.
+    transmit: VecDeque<Transmit>,
+    resume_grace: Duration,
+    answer_timeout: Option<Duration>,
+    /// When each request written under the answer timeout is due.
+    deadlines: HashMap<Awaited, Instant>,
 }
 
 impl Initiator {
@@ -141,6 +162,10 @@ impl Initiator {
             replay: ReplayGuard::default(),
             outbound: VecDeque::new(),
             events: VecDeque::new(),
+            transmit: VecDeque::new(),
+            resume_grace: DEFAULT_RESUME_GRACE,
+            answer_timeout: None,
+            deadlines: HashMap::new(),
         }
     }
 
@@ -260,7 +285,10 @@ impl Initiator {
         let key = TaskKey { session_id: session_id.to_owned(), task_id: task_id.clone() };
         let body = TaskSubmit::new(task_id, skill.to_owned(), input.clone(), contract);
         let env = self.envelope(session_id, body, mode);
-        self.tasks.insert(key, PendingTask { skill: skill.to_owned(), input, mode, contract: limits });
+        self.tasks.insert(
+            key,
+            PendingTask { skill: skill.to_owned(), input, mode, contract: limits, resume: Default::default() },
+        );
         Ok(env)
     }
 
@@ -312,6 +340,7 @@ impl Initiator {
                 let Some(proposed) = matched else {
                     return Err(PeerMisbehaved::UnsolicitedAccept { session_id: a.session_id }.into());
                 };
+                self.deadlines.remove(&Awaited::Proposal(proposed.clone()));
                 if proposed != a.session_id {
                     self.sessions.remove(&proposed);
                 }
@@ -335,6 +364,9 @@ impl Initiator {
                     Some(i) => self.proposals.remove(i),
                     None => self.proposals.pop_front(),
                 };
+                if let Some(p) = &matched {
+                    self.deadlines.remove(&Awaited::Proposal(p.clone()));
+                }
                 if let Some(s) = matched.and_then(|p| self.sessions.get_mut(&p)) {
                     s.state = SessionState::Failed;
                 }
@@ -349,6 +381,7 @@ impl Initiator {
                 let key = TaskKey { session_id: env.session_id, task_id: r.task_id };
                 // A result for no task of ours (never submitted, already finished, or of a closed session) is not
                 // reported: it would escape the contract check of the task it claims to finish.
+                self.deadlines.remove(&Awaited::Task(key.clone()));
                 let Some(pending) = self.tasks.remove(&key) else {
                     return Err(PeerMisbehaved::UnknownTaskResult { task_id: key.task_id }.into());
                 };
@@ -371,6 +404,7 @@ impl Initiator {
                     return Ok(());
                 }
                 self.tasks.remove(&key);
+                self.deadlines.remove(&Awaited::Task(key.clone()));
                 if matches!(
                     f.error.code.as_str(),
                     codes::SESSION_EXPIRED | codes::SESSION_CLOSED | codes::SESSION_NOT_FOUND

@@ -55,6 +55,7 @@
 // would add an allocation per message for no measurable gain.
 #![allow(clippy::result_large_err, clippy::large_enum_variant)]
 
+mod backoff;
 mod clock;
 mod config;
 mod error;
@@ -67,11 +68,12 @@ pub mod spans;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 
+pub use backoff::Backoff;
 pub use clock::{IdSource, ManualClock, SeededIds, SystemClock, WallClock};
 pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, ResponderConfig, TrustPolicy};
 pub use error::{Misuse, PeerMisbehaved, Refusal, SessionError};
 pub use held::{HeldAnswer, HeldLimits, HeldStats};
-pub use initiator::{Initiator, InitiatorEvent, fit_payload};
+pub use initiator::{DEFAULT_RESUME_GRACE, Expired, Initiator, InitiatorEvent, ResumeVerdict, Transmit, fit_payload};
 pub use responder::{
     Aborted, AuthenticatedPeer, Checked, Delivery, History, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
     ResponderEvent, TaskOutput, TaskRequest, TaskStatus, Turn,

@@ -580,7 +580,18 @@ pub trait Transport: Send + Sync {
         envelope: &Envelope,
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<Option<Value>, LdpError>;
+
+    /// Gives the transport the initiator it carries messages for ([`Client::connect`] calls it before its first
+    /// exchange). A transport that outlives one connection (WebSocket) resumes the initiator's tasks through it after
+    /// a reconnect ([`Initiator::handle_disconnect`]); a wrapper forwards it to the transport it wraps. The default
+    /// ignores it.
+    fn attach(&self, initiator: &SharedInitiator) {
+        let _ = initiator;
+    }
 }
+
+/// The initiator machine of a [`Client`], shared with its transport ([`Transport::attach`]).
+pub type SharedInitiator = Arc<Mutex<Initiator>>;
 
 /// An in-process transport straight into a [`DelegateRuntime`]: no sockets, for tests and examples.
 #[derive(Debug, Clone)]
@@ -645,7 +656,7 @@ pub struct TaskOutcome {
 /// The initiator side over any transport: `connect`, `propose`, `submit`, `close`.
 pub struct Client<T: Transport> {
     transport: T,
-    initiator: Mutex<Initiator>,
+    initiator: SharedInitiator,
     card: IdentityCard,
     manifest: Option<Manifest>,
 }
@@ -667,9 +678,12 @@ impl<T: Transport> Client<T> {
         let card = transport.identity().await.map_err(SessionError::Transport)?;
         let mut initiator = Initiator::new(cfg, card.delegate_id.as_str(), wall, ids);
         let hello = initiator.hello();
+        let initiator = Arc::new(Mutex::new(initiator));
+        transport.attach(&initiator);
         let reply = transport.exchange(&hello, None).await.map_err(classify)?;
         let mut manifest = None;
         if let Some(raw) = reply {
+            let mut initiator = lock(&initiator);
             handle_reply(&mut initiator, raw)?;
             while let Some(e) = initiator.poll_event() {
                 if let InitiatorEvent::Manifest(m) = e {
@@ -677,7 +691,7 @@ impl<T: Transport> Client<T> {
                 }
             }
         }
-        Ok(Self { transport, initiator: Mutex::new(initiator), card, manifest })
+        Ok(Self { transport, initiator, card, manifest })
     }
 
     /// The peer's identity card.

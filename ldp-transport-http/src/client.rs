@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use ldp_session::Backoff;
 use ldp_session::runtime::Transport;
 use ldp_types::{Envelope, ErrorCategory, IdentityCard, LdpError, codes};
 use rand::Rng;
@@ -47,13 +48,9 @@ impl RetryPolicy {
 
     /// The wait before retry number `attempt` (0-based): exponential, capped, with "equal jitter" (half fixed,
     /// half uniformly random) so that many clients failing together do not retry in lockstep.
+    /// The rule is [`ldp_session::Backoff`], shared with the WebSocket client's reconnects.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self.initial_backoff.saturating_mul(2u32.saturating_pow(attempt.min(31)));
-        let capped = exp.min(self.max_backoff);
-        let half = capped / 2;
-        let jitter_ns = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        let jitter = if jitter_ns == 0 { 0 } else { rand::rng().random_range(0..=jitter_ns) };
-        half + Duration::from_nanos(jitter)
+        Backoff::new(self.initial_backoff, self.max_backoff).delay(attempt, rand::rng().random())
     }
 }
 
@@ -227,25 +224,7 @@ impl HttpTransport {
 
     /// Sends a request built by `make`, retrying retryable transport failures with backoff.
     async fn send(&self, make: impl Fn() -> RequestBuilder, idempotent: bool) -> Result<reqwest::Response, LdpError> {
-        let mut attempt = 0;
-        loop {
-            let error = match make().send().await {
-                Ok(resp)
-                    if matches!(resp.status(), StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) =>
-                {
-                    LdpError::transport(codes::TRANSPORT_ERROR, format!("HTTP {} from {}", resp.status(), self.url))
-                }
-                Ok(resp) => return Ok(resp),
-                Err(e) => request_error(&e, idempotent),
-            };
-            if !(error.category == ErrorCategory::Transport && error.retryable) || attempt >= self.retry.max_retries {
-                return Err(error);
-            }
-            let wait = self.retry.backoff(attempt);
-            tracing::debug!(attempt, ?wait, %error, "retrying");
-            tokio::time::sleep(wait).await;
-            attempt += 1;
-        }
+        send_retrying(make, idempotent, &self.retry, &self.url).await
     }
 
     /// Adds the trace context headers, when there is a trace.
@@ -349,6 +328,78 @@ async fn read_events(
     }
 }
 
+/// Sends a request built by `make`, retrying retryable transport failures (and 503/429 answers) per `retry`.
+async fn send_retrying(
+    make: impl Fn() -> RequestBuilder,
+    idempotent: bool,
+    retry: &RetryPolicy,
+    url: &str,
+) -> Result<reqwest::Response, LdpError> {
+    let mut attempt = 0;
+    loop {
+        let error = match make().send().await {
+            Ok(resp) if matches!(resp.status(), StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) => {
+                LdpError::transport(codes::TRANSPORT_ERROR, format!("HTTP {} from {url}", resp.status()))
+            }
+            Ok(resp) => return Ok(resp),
+            Err(e) => request_error(&e, idempotent),
+        };
+        if !(error.category == ErrorCategory::Transport && error.retryable) || attempt >= retry.max_retries {
+            return Err(error);
+        }
+        let wait = retry.backoff(attempt);
+        tracing::debug!(attempt, ?wait, %error, "retrying");
+        tokio::time::sleep(wait).await;
+        attempt += 1;
+    }
+}
+
+/// Where a delegate at the base URL `base` serves its identity card: the RFC 2.3 well-known path, then the reference
+/// SDKs' `/ldp/identity`.
+pub fn identity_urls(base: &str) -> Vec<String> {
+    let base = base.trim_end_matches('/');
+    vec![format!("{base}{WELL_KNOWN_IDENTITY}"), format!("{base}{IDENTITY}")]
+}
+
+/// The one identity fetch of the workspace's clients (HTTP and WebSocket): `GET` each of `urls` in turn (see
+/// [`identity_urls`]), with `token` as bearer token, each request within `timeout`, transport failures retried per
+/// `retry`, the body bounded by `max_bytes`. Only a missing card (404) moves on to the next URL; any other status is
+/// the server's answer and fails with its `transport` error (retryable for 503 and 429).
+pub async fn fetch_identity(
+    client: &reqwest::Client,
+    urls: &[String],
+    token: Option<&str>,
+    timeout: Duration,
+    retry: &RetryPolicy,
+    max_bytes: usize,
+) -> Result<IdentityCard, LdpError> {
+    let mut last = None;
+    for url in urls {
+        let make = || {
+            let req = client.get(url).timeout(timeout);
+            match token {
+                Some(t) => req.bearer_auth(t),
+                None => req,
+            }
+        };
+        let resp = send_retrying(make, true, retry, url).await?;
+        let status = resp.status();
+        let bytes = read_body(resp, max_bytes, true).await?;
+        if status == StatusCode::NOT_FOUND {
+            last = Some(status_error(status, url));
+            continue;
+        }
+        if !status.is_success() {
+            return Err(status_error(status, &String::from_utf8_lossy(&bytes[..bytes.len().min(200)])));
+        }
+        return serde_json::from_slice(&bytes).map_err(|e| {
+            LdpError::runtime(codes::MALFORMED_MESSAGE, format!("identity card does not parse: {e}"))
+                .with_retryable(false)
+        });
+    }
+    Err(last.unwrap_or_else(|| status_error(StatusCode::NOT_FOUND, "no identity card")))
+}
+
 fn error_from_body(value: &Value) -> Option<LdpError> {
     serde_json::from_value(value.get("error")?.clone()).ok()
 }
@@ -450,28 +501,12 @@ fn with_causes(e: &dyn std::error::Error) -> String {
 
 #[async_trait]
 impl Transport for HttpTransport {
-    /// `GET /.well-known/ldp-identity`, falling back to `/ldp/identity` (reference SDKs) when it is missing.
+    /// `GET /.well-known/ldp-identity`, falling back to `/ldp/identity` (reference SDKs) when it is missing
+    /// ([`fetch_identity`]).
     async fn identity(&self) -> Result<IdentityCard, LdpError> {
-        let mut last = None;
-        for path in [WELL_KNOWN_IDENTITY, IDENTITY] {
-            let url = format!("{}{path}", self.url);
-            let resp = self.send(|| self.authorize(self.client.get(&url)), true).await?;
-            let status = resp.status();
-            let bytes = read_body(resp, self.max_response_bytes, true).await?;
-            if status == StatusCode::NOT_FOUND {
-                last = Some(status_error(status, path));
-                continue;
-            }
-            if !status.is_success() {
-                return Err(status_error(status, &String::from_utf8_lossy(&bytes[..bytes.len().min(200)])));
-            }
-            let card: IdentityCard = serde_json::from_slice(&bytes).map_err(|e| {
-                LdpError::runtime(codes::MALFORMED_MESSAGE, format!("identity card does not parse: {e}"))
-                    .with_retryable(false)
-            })?;
-            return Ok(card);
-        }
-        Err(last.unwrap_or_else(|| status_error(StatusCode::NOT_FOUND, "no identity card")))
+        let urls = identity_urls(&self.url);
+        fetch_identity(&self.client, &urls, self.token.as_deref(), self.timeout, &self.retry, self.max_response_bytes)
+            .await
     }
 
     async fn exchange(

@@ -159,7 +159,9 @@ mod tls;
 pub mod trace_context;
 
 pub use auth::{BearerAuth, require_bearer};
-pub use client::{DEFAULT_MAX_RESPONSE_BYTES, HttpTransport, HttpTransportBuilder, RetryPolicy};
+pub use client::{
+    DEFAULT_MAX_RESPONSE_BYTES, HttpTransport, HttpTransportBuilder, RetryPolicy, fetch_identity, identity_urls,
+};
 pub use client_tls::ClientTls;
 pub use conn::{ConnectionLimits, ConnectionStats};
 pub use error::{Error, HttpError, status_for};

@@ -23,6 +23,8 @@ fn runtime() -> DelegateRuntime {
     card.capabilities.push(Capability::new("echo"));
     let mut cfg = ResponderConfig::new(card);
     cfg.limits.max_concurrent_tasks = 4096;
+    // One principal opens every session of the run (256 per cell, both transports): above the default cap of 100.
+    cfg.limits.max_sessions_per_principal = 4096;
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
     DelegateRuntime::new(responder, Arc::new(EchoDelegate))
 }

@@ -54,14 +54,19 @@
 //! machine ([`Responder::take_held`]), as are results that were queued but not yet written (handed to it with
 //! [`Responder::hold`]). Which connection carries a session is the machine's too ([`Responder::connection_of`]):
 //! the server only keeps each open connection's outbound queue. The client reconnects with
-//! backoff ([`Reconnect`]) and, for every task it is still waiting for, sends a **TASK_UPDATE status query** in the
-//! task's session (RFC 3.2 TASK_UPDATE sent to a responder is answered as a status query). That message resumes the
-//! session (SUSPENDED -> ACTIVE), and the server writes the session's held results *before* the answer, each
+//! backoff ([`Reconnect`]) and hands the tasks it had written on the lost connection to the initiator of its
+//! `Client` (attached with `Transport::attach`), whose rules the rest follows
+//! ([`ldp_session::Initiator::handle_disconnect`]): for every such task it sends a **TASK_UPDATE status query** in
+//! the task's session, built and signed like all its messages (RFC 3.2 TASK_UPDATE sent to a responder is answered
+//! as a status query). That message resumes the
+//! session (SUSPENDED -> ACTIVE), and the server writes the session's held results *before* the status answer, each
 //! exactly once (the machine hands each out once; the client drops anything it no longer waits for). The answer
 //! then settles the rest: `running` (the result will come), the task's TASK_RESULT (a completed task still kept in
 //! its session's context: that is its answer), `completed`/`failed`/`cancelled` without a result (it was
 //! lost in transit with the old connection: the task fails with a `transport` error after `resume_grace`), or
-//! `TASK_NOT_FOUND` (the server never received the task: the client submits it again). Requests other than
+//! `TASK_NOT_FOUND` (the server never received the task: the initiator submits it again, and a `DUPLICATE_TASK`
+//! answer to that copy means the first arrived after all: its result is awaited, the task never runs twice).
+//! Requests other than
 //! TASK_SUBMIT left unanswered by the dropped connection fail with a non-retryable `transport` error, since they
 //! may have been processed.
 //!

@@ -193,7 +193,8 @@ async fn a_session_that_requires_signatures_resumes_with_signed_status_queries()
     let proxy = Proxy::start(server.addr).await;
     let transport = WsTransport::connect(
         proxy.ws_url(),
-        options().identity_url(format!("{}/.well-known/ldp-identity", server.http_url())).signing_key(key.clone()),
+        // No key for the transport: the initiator builds and signs the status queries, like all its messages.
+        options().identity_url(format!("{}/.well-known/ldp-identity", server.http_url())),
     )
     .await
     .unwrap();
@@ -224,4 +225,67 @@ async fn a_session_that_requires_signatures_resumes_with_signed_status_queries()
     assert_eq!(out.output, json!({ "waited": "signed" }));
     assert_eq!(rt.with_responder(|r| r.session_state(&sid)), Some(SessionState::Active));
     assert_eq!(c.transport().stats().resumed, 1);
+}
+
+#[tokio::test]
+async fn a_task_lost_on_the_way_is_submitted_again_after_the_resume_and_runs_once() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate.clone());
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
+    let proxy = Proxy::start(server.addr).await;
+    let c = Arc::new(client(proxy.ws_url()).await);
+    let s = c.propose(text_only()).await.unwrap();
+    let sid = s.session_id.clone();
+    // The client writes the submit, the network swallows it, then the connection drops.
+    proxy.set_blackhole(true);
+    let running = {
+        let c = c.clone();
+        let sid = sid.clone();
+        tokio::spawn(async move { c.submit(&sid, "echo", json!("lost"), None).await })
+    };
+    eventually("the submit to be written", || c.transport().outstanding() == 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(delegate.started.lock().unwrap().is_empty(), "the server never saw it");
+    proxy.set_blackhole(false);
+    proxy.cut();
+    // The status query finds no such task: the initiator submits it again, and its result is the answer.
+    let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    assert_eq!(out.output, json!({ "echo": "lost" }));
+    assert_eq!(delegate.started.lock().unwrap().len(), 1, "run once");
+    let stats = c.transport().stats();
+    assert_eq!(stats.resumed, 1, "{stats:?}");
+    assert_eq!(stats.unmatched, 0, "{stats:?}");
+    assert_eq!(c.transport().outstanding(), 0);
+}
+
+#[tokio::test]
+async fn a_task_unanswered_within_the_request_timeout_fails_with_a_typed_timeout() {
+    let delegate = Arc::new(TestDelegate::default());
+    let rt = runtime(delegate.clone());
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
+    let limit = Duration::from_millis(200);
+    let transport = WsTransport::connect(server.ws_url(), options().request_timeout(limit)).await.unwrap();
+    let c = Client::connect(
+        transport,
+        InitiatorConfig::new("ldp:delegate:client"),
+        Arc::new(SystemClock),
+        Box::new(SeededIds::from_entropy()),
+    )
+    .await
+    .unwrap();
+    let s = c.propose(text_only()).await.unwrap();
+    let started = std::time::Instant::now();
+    let Err(ldp_session::SessionError::Transport(e)) = c.submit(&s.session_id, "wait", json!("never"), None).await
+    else {
+        panic!("expected a transport timeout")
+    };
+    let took = started.elapsed();
+    assert!(took >= limit && took < limit * 25, "{took:?}");
+    assert_eq!(e.code, ldp_types::codes::TIMEOUT);
+    assert!(!e.retryable, "the task may run on");
+    assert_eq!(e.message, format!("no answer within {limit:?}"));
+    assert_eq!(c.transport().outstanding(), 0);
+    // The connection and the session keep working.
+    let next = c.submit(&s.session_id, "echo", json!("after"), None).await.unwrap();
+    assert_eq!(next.output, json!({ "echo": "after" }));
 }

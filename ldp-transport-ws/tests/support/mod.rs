@@ -16,6 +16,7 @@ use ldp_transport_http::{HttpServerConfig, HttpState};
 use ldp_transport_ws::{WsServer, WsServerConfig};
 use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, PayloadMode, codes};
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
@@ -132,6 +133,7 @@ pub struct Proxy {
     pub addr: SocketAddr,
     cut: watch::Sender<u64>,
     open: watch::Sender<bool>,
+    blackhole: watch::Sender<bool>,
 }
 
 impl Proxy {
@@ -140,7 +142,8 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let (cut, _) = watch::channel(0u64);
         let (open, _) = watch::channel(true);
-        let (cut_tx, open_tx) = (cut.clone(), open.clone());
+        let (blackhole, _) = watch::channel(false);
+        let (cut_tx, open_tx, hole_tx) = (cut.clone(), open.clone(), blackhole.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else { return };
@@ -149,16 +152,37 @@ impl Proxy {
                     continue;
                 }
                 let mut cut_rx = cut_tx.subscribe();
+                let hole = hole_tx.subscribe();
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(target).await else { return };
+                    let Ok(outbound) = TcpStream::connect(target).await else { return };
+                    let (mut from_client, mut to_client) = inbound.split();
+                    let (mut from_server, mut to_server) = tokio::io::split(outbound);
+                    let upstream = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = match from_client.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            // Swallowed: the client wrote it, the server never sees it.
+                            if *hole.borrow() {
+                                continue;
+                            }
+                            if to_server.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    let downstream = tokio::io::copy(&mut from_server, &mut to_client);
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = upstream => {}
+                        _ = downstream => {}
                         _ = cut_rx.changed() => {}
                     }
                 });
             }
         });
-        Proxy { addr, cut, open }
+        Proxy { addr, cut, open, blackhole }
     }
 
     /// Cuts every current connection (both sides see the socket close, without a WebSocket close handshake).
@@ -169,6 +193,11 @@ impl Proxy {
     /// Accept (true) or immediately drop (false) new connections.
     pub fn set_open(&self, open: bool) {
         self.open.send_replace(open);
+    }
+
+    /// Drop (true) or forward (false) what clients send on current connections; answers still flow back.
+    pub fn set_blackhole(&self, on: bool) {
+        self.blackhole.send_replace(on);
     }
 
     pub fn ws_url(&self) -> String {
