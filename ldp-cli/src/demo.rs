@@ -231,14 +231,14 @@ impl Transport for Traced {
         &self,
         envelope: &Envelope,
         updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Value>, LdpError> {
+    ) -> Result<Option<Vec<u8>>, LdpError> {
         println!("  → {}", describe(envelope));
         if let Ok(mut last) = self.last_sent.lock() {
             *last = Some(envelope.clone());
         }
         let reply = self.inner.exchange(envelope, updates).await;
         match &reply {
-            Ok(Some(v)) => match Envelope::from_value(v.clone()) {
+            Ok(Some(reply)) => match Envelope::from_slice(reply) {
                 Ok(env) => println!("  ← {}", describe(&env)),
                 Err(e) => println!("  ← (unreadable reply: {e})"),
             },

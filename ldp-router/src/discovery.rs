@@ -208,7 +208,6 @@ impl DiscoveryError {
 mod tests {
     use async_trait::async_trait;
     use ldp_types::{DelegateId, Envelope, IdentityCard};
-    use serde_json::Value;
     use tokio::sync::mpsc;
 
     use super::*;
@@ -225,7 +224,7 @@ mod tests {
             Ok(card)
         }
 
-        async fn exchange(&self, _: &Envelope, _: Option<mpsc::Sender<Envelope>>) -> Result<Option<Value>, LdpError> {
+        async fn exchange(&self, _: &Envelope, _: Option<mpsc::Sender<Envelope>>) -> Result<Option<Vec<u8>>, LdpError> {
             Ok(None)
         }
     }

@@ -22,7 +22,6 @@ use async_trait::async_trait;
 use ldp_session::runtime::{Client, SharedInitiator, Transport};
 use ldp_session::{IdSource, InitiatorConfig, SeededIds, WallClock};
 use ldp_types::{Code, Envelope, IdentityCard, LdpError, SessionConfig};
-use serde_json::Value;
 use time::OffsetDateTime;
 use tokio::sync::mpsc;
 
@@ -123,7 +122,7 @@ impl Transport for Shared {
         &self,
         envelope: &Envelope,
         updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Value>, LdpError> {
+    ) -> Result<Option<Vec<u8>>, LdpError> {
         self.0.exchange(envelope, updates).await
     }
 

@@ -15,7 +15,6 @@ use ldp_session::runtime::{DelegateRuntime, EchoDelegate, MemoryTransport, Trans
 use ldp_session::{ManualClock, PeerContext, Responder, ResponderConfig, SeededIds};
 use ldp_types::signing::SigningKey;
 use ldp_types::{Capability, ClaimType as CardClaimType, DelegateId, Envelope, IdentityCard, LdpError, Score, codes};
-use serde_json::Value;
 use time::macros::datetime;
 use tokio::sync::mpsc;
 
@@ -53,7 +52,7 @@ impl Transport for Switchable {
         &self,
         env: &Envelope,
         updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Value>, LdpError> {
+    ) -> Result<Option<Vec<u8>>, LdpError> {
         if env.body.type_name() == "TASK_SUBMIT" && self.expire_next_submit.swap(false, Ordering::SeqCst) {
             return Err(LdpError::session(codes::SESSION_EXPIRED, "session expired"));
         }

@@ -189,6 +189,11 @@ impl Initiator {
         self.sessions.get(session_id).map(|s| s.mode)
     }
 
+    /// The number of tasks submitted and not yet ended (answered, failed, expired or given up).
+    pub fn pending_tasks(&self) -> usize {
+        self.tasks.len()
+    }
+
     /// The next event.
     pub fn poll_event(&mut self) -> Option<InitiatorEvent> {
         self.events.pop_front()

@@ -15,20 +15,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use ldp_types::{
-    DelegationContract, Envelope, IdentityCard, LdpError, Manifest, PayloadMode, Provenance, RawJson, SessionConfig,
-    codes,
-};
-use serde_json::Value;
+use ldp_types::{Envelope, IdentityCard, LdpError, RawJson, codes};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
 use crate::TaskKey;
-use crate::clock::{IdSource, WallClock};
-use crate::config::InitiatorConfig;
-use crate::error::{PeerMisbehaved, Refusal, SessionError};
-use crate::initiator::{Initiator, InitiatorEvent};
+use crate::error::Refusal;
 use crate::responder::{
     Aborted, Delivery, History, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
 };
@@ -245,7 +238,7 @@ impl<T> Future for CatchPanic<'_, T> {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock leaves the machine consistent (every mutation completes before it can panic),
     // so recover the guard instead of propagating the poison.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -566,272 +559,8 @@ impl DelegateRuntime {
     }
 }
 
-/// Carries envelopes from an initiator to one peer.
-#[async_trait]
-pub trait Transport: Send + Sync {
-    /// Fetches the peer's identity card.
-    async fn identity(&self) -> Result<IdentityCard, LdpError>;
+mod client;
+mod transport;
 
-    /// Sends one envelope and returns the peer's reply as received JSON (`None` when the peer accepted it without a
-    /// reply). TASK_UPDATEs that arrive before the reply are sent to `updates` when given. Transport failures are
-    /// `transport`-category errors; a peer's refusal without an in-protocol reply is its typed error.
-    async fn exchange(
-        &self,
-        envelope: &Envelope,
-        updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Value>, LdpError>;
-
-    /// Gives the transport the initiator it carries messages for ([`Client::connect`] calls it before its first
-    /// exchange). A transport that outlives one connection (WebSocket) resumes the initiator's tasks through it after
-    /// a reconnect ([`Initiator::handle_disconnect`]); a wrapper forwards it to the transport it wraps. The default
-    /// ignores it.
-    fn attach(&self, initiator: &SharedInitiator) {
-        let _ = initiator;
-    }
-}
-
-/// The initiator machine of a [`Client`], shared with its transport ([`Transport::attach`]).
-pub type SharedInitiator = Arc<Mutex<Initiator>>;
-
-/// An in-process transport straight into a [`DelegateRuntime`]: no sockets, for tests and examples.
-#[derive(Debug, Clone)]
-pub struct MemoryTransport {
-    runtime: DelegateRuntime,
-    peer: PeerContext,
-}
-
-impl MemoryTransport {
-    /// Connects to `runtime` as a peer the transport describes with `peer`.
-    pub fn new(runtime: DelegateRuntime, peer: PeerContext) -> Self {
-        Self { runtime, peer }
-    }
-}
-
-#[async_trait]
-impl Transport for MemoryTransport {
-    async fn identity(&self) -> Result<IdentityCard, LdpError> {
-        Ok(self.runtime.card())
-    }
-
-    async fn exchange(
-        &self,
-        envelope: &Envelope,
-        updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Value>, LdpError> {
-        let bytes = envelope.to_vec().map_err(|e| LdpError::from(&e))?;
-        let encode = |env: Envelope| env.to_value().map(Some).map_err(|e| LdpError::from(&e));
-        match self.runtime.handle(&self.peer, &bytes, updates).await {
-            Response::Reply(env) => encode(env),
-            Response::Accepted => Ok(None),
-            Response::Refused(Refusal { reply: Some(env), .. }) => encode(env),
-            Response::Refused(Refusal { error, reply: None }) => Err(error),
-        }
-    }
-}
-
-/// An established session, as the client sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SessionInfo {
-    /// The authoritative session id.
-    pub session_id: String,
-    /// The negotiated mode.
-    pub mode: PayloadMode,
-    /// The fallback chain.
-    pub fallback_chain: Vec<PayloadMode>,
-}
-
-/// The outcome of a completed task.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskOutcome {
-    /// The task.
-    pub key: TaskKey,
-    /// The output, as received ([`ldp_types::RawJson::parse`] reads it).
-    pub output: ldp_types::RawJson,
-    /// Its provenance (with the contract check recorded).
-    pub provenance: Provenance,
-    /// Payload-mode fallbacks that happened on the way (from, to).
-    pub fallbacks: Vec<(PayloadMode, PayloadMode)>,
-}
-
-/// The initiator side over any transport: `connect`, `propose`, `submit`, `close`.
-pub struct Client<T: Transport> {
-    transport: T,
-    initiator: SharedInitiator,
-    card: IdentityCard,
-    manifest: Option<Manifest>,
-}
-
-impl<T: Transport> std::fmt::Debug for Client<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client").field("peer", &self.card.delegate_id).finish_non_exhaustive()
-    }
-}
-
-impl<T: Transport> Client<T> {
-    /// Discovers the peer (identity card) and exchanges HELLO / CAPABILITY_MANIFEST.
-    pub async fn connect(
-        transport: T,
-        cfg: InitiatorConfig,
-        wall: Arc<dyn WallClock>,
-        ids: Box<dyn IdSource>,
-    ) -> Result<Self, SessionError> {
-        let card = transport.identity().await.map_err(SessionError::Transport)?;
-        let mut initiator = Initiator::new(cfg, card.delegate_id.as_str(), wall, ids);
-        let hello = initiator.hello();
-        let initiator = Arc::new(Mutex::new(initiator));
-        transport.attach(&initiator);
-        let reply = transport.exchange(&hello, None).await.map_err(classify)?;
-        let mut manifest = None;
-        if let Some(raw) = reply {
-            let mut initiator = lock(&initiator);
-            handle_reply(&mut initiator, raw)?;
-            while let Some(e) = initiator.poll_event() {
-                if let InitiatorEvent::Manifest(m) = e {
-                    manifest = Some(m);
-                }
-            }
-        }
-        Ok(Self { transport, initiator, card, manifest })
-    }
-
-    /// The peer's identity card.
-    pub fn card(&self) -> &IdentityCard {
-        &self.card
-    }
-
-    /// The peer's capability manifest, if it sent one.
-    pub fn manifest(&self) -> Option<&Manifest> {
-        self.manifest.as_ref()
-    }
-
-    /// The transport.
-    pub fn transport(&self) -> &T {
-        &self.transport
-    }
-
-    /// Proposes a session and waits for the answer.
-    pub async fn propose(&self, config: SessionConfig) -> Result<SessionInfo, SessionError> {
-        let env = lock(&self.initiator).propose(config);
-        let raw = self.transport.exchange(&env, None).await.map_err(classify)?;
-        let raw = raw.ok_or(PeerMisbehaved::NoAnswer { request: "SESSION_PROPOSE" })?;
-        let mut init = lock(&self.initiator);
-        handle_reply(&mut init, raw)?;
-        let mut result = Err(PeerMisbehaved::WrongAnswer {
-            request: "SESSION_PROPOSE",
-            expected: "SESSION_ACCEPT or SESSION_REJECT",
-        }
-        .into());
-        while let Some(e) = init.poll_event() {
-            match e {
-                InitiatorEvent::SessionEstablished { session_id, mode, fallback_chain } => {
-                    result = Ok(SessionInfo { session_id, mode, fallback_chain });
-                }
-                InitiatorEvent::SessionRejected { error } => result = Err(SessionError::Peer(error)),
-                InitiatorEvent::TaskFailed { error, .. } => result = Err(SessionError::Peer(error)),
-                _ => {}
-            }
-        }
-        result
-    }
-
-    /// Submits a task and waits for its outcome, resubmitting automatically along the fallback chain.
-    pub async fn submit(
-        &self,
-        session_id: &str,
-        skill: &str,
-        input: impl Into<ldp_types::RawJson>,
-        contract: Option<DelegationContract>,
-    ) -> Result<TaskOutcome, SessionError> {
-        self.submit_with(session_id, skill, input, contract, None, None).await
-    }
-
-    /// [`Client::submit`] with progress forwarding and an optional parent task (for re-delegation depth limits).
-    pub async fn submit_with(
-        &self,
-        session_id: &str,
-        skill: &str,
-        input: impl Into<ldp_types::RawJson>,
-        contract: Option<DelegationContract>,
-        parent: Option<&TaskRequest>,
-        progress: Option<mpsc::Sender<Progress>>,
-    ) -> Result<TaskOutcome, SessionError> {
-        let mut env = lock(&self.initiator).submit(session_id, skill, input, contract, parent)?;
-        let key =
-            TaskKey { session_id: session_id.to_owned(), task_id: env.body.task_id().unwrap_or_default().to_owned() };
-        let mut fallbacks = Vec::new();
-        loop {
-            let updates = progress.clone().map(|p| forward_updates(p, key.clone()));
-            let raw = self.transport.exchange(&env, updates).await.map_err(classify)?;
-            let raw = raw.ok_or(PeerMisbehaved::NoAnswer { request: "TASK_SUBMIT" })?;
-            let mut init = lock(&self.initiator);
-            handle_reply(&mut init, raw)?;
-            let mut done = None;
-            while let Some(e) = init.poll_event() {
-                match e {
-                    InitiatorEvent::TaskCompleted { key: k, output, provenance } if k == key => {
-                        done = Some(Ok(TaskOutcome { key: k, output, provenance, fallbacks: fallbacks.clone() }));
-                    }
-                    InitiatorEvent::TaskFailed { key: k, error } if k == key => {
-                        done = Some(Err(SessionError::Peer(error)))
-                    }
-                    InitiatorEvent::FellBack { key: k, from, to } if k == key => fallbacks.push((from, to)),
-                    _ => {}
-                }
-            }
-            if let Some(done) = done {
-                return done.map(|mut o| {
-                    o.fallbacks = fallbacks;
-                    o
-                });
-            }
-            match init.poll_outbound() {
-                Some(next) => env = next,
-                None => {
-                    return Err(PeerMisbehaved::WrongAnswer {
-                        request: "TASK_SUBMIT",
-                        expected: "TASK_RESULT or TASK_FAILED",
-                    }
-                    .into());
-                }
-            }
-        }
-    }
-
-    /// Cancels a running task (submitted from another future).
-    pub async fn cancel(&self, key: &TaskKey) -> Result<(), SessionError> {
-        let env = lock(&self.initiator).cancel(key)?;
-        self.transport.exchange(&env, None).await.map_err(classify)?;
-        Ok(())
-    }
-
-    /// Closes a session.
-    pub async fn close(&self, session_id: &str) -> Result<(), SessionError> {
-        let env = lock(&self.initiator).close(session_id, Some("done".into()))?;
-        self.transport.exchange(&env, None).await.map_err(classify)?;
-        Ok(())
-    }
-}
-
-fn classify(e: LdpError) -> SessionError {
-    if e.category == ldp_types::ErrorCategory::Transport { SessionError::Transport(e) } else { SessionError::Peer(e) }
-}
-
-fn handle_reply(init: &mut Initiator, raw: Value) -> Result<(), SessionError> {
-    let env = Envelope::from_value_ref(&raw).map_err(PeerMisbehaved::UndecodableReply)?;
-    init.handle_envelope(env, Some(&raw))
-}
-
-fn forward_updates(progress: mpsc::Sender<Progress>, key: TaskKey) -> mpsc::Sender<Envelope> {
-    let (tx, mut rx) = mpsc::channel::<Envelope>(64);
-    tokio::spawn(async move {
-        while let Some(env) = rx.recv().await {
-            if let ldp_types::Body::TaskUpdate(u) = env.body
-                && u.task_id == key.task_id
-            {
-                let update = Progress { progress: u.progress, message: u.message, partial: u.partial_output };
-                let _ = progress.send(update).await;
-            }
-        }
-    });
-    tx
-}
+pub use client::{Client, SessionInfo, TaskOutcome};
+pub use transport::{MemoryTransport, SharedInitiator, Transport};

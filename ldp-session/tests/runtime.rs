@@ -163,13 +163,13 @@ impl runtime::Transport for InPlaceTransport {
         &self,
         envelope: &Envelope,
         updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
-    ) -> Result<Option<serde_json::Value>, LdpError> {
+    ) -> Result<Option<Vec<u8>>, LdpError> {
         let bytes = envelope.to_vec().unwrap();
         let rt = self.runtime.clone();
         let job = tokio::spawn(async move { rt.handle_in_place(&PeerContext::default(), &bytes, updates).await });
         match job.await.unwrap() {
             runtime::Response::Reply(env) | runtime::Response::Refused(Refusal { reply: Some(env), .. }) => {
-                Ok(Some(env.to_value().unwrap()))
+                Ok(Some(env.to_vec().unwrap()))
             }
             runtime::Response::Accepted => Ok(None),
             runtime::Response::Refused(Refusal { error, reply: None }) => Err(error),
@@ -440,7 +440,7 @@ impl runtime::Transport for InPlaceTransportOrMemory {
         &self,
         envelope: &Envelope,
         updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
-    ) -> Result<Option<serde_json::Value>, LdpError> {
+    ) -> Result<Option<Vec<u8>>, LdpError> {
         match self {
             Self::InPlace(t) => t.exchange(envelope, updates).await,
             Self::Memory(t) => t.exchange(envelope, updates).await,
@@ -517,4 +517,80 @@ async fn a_fail_closed_deadline_stops_the_work_when_it_passes() {
         }
         reaper.abort();
     }
+}
+
+/// Carries messages into a runtime, except that it fails the next `failures` exchanges of the message types in
+/// `fail` with a transport error (the message is delivered first when `deliver` is set: the answer is what got lost).
+struct Lossy {
+    inner: MemoryTransport,
+    fail: &'static [&'static str],
+    failures: std::sync::atomic::AtomicUsize,
+    deliver: bool,
+}
+
+#[async_trait]
+impl runtime::Transport for Lossy {
+    async fn identity(&self) -> Result<IdentityCard, LdpError> {
+        self.inner.identity().await
+    }
+
+    async fn exchange(
+        &self,
+        envelope: &Envelope,
+        updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
+    ) -> Result<Option<Vec<u8>>, LdpError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let failing = self.fail.contains(&envelope.body.type_name())
+            && self.failures.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok();
+        if !failing {
+            return self.inner.exchange(envelope, updates).await;
+        }
+        if self.deliver {
+            let _ = self.inner.exchange(envelope, updates).await;
+        }
+        Err(LdpError::transport(codes::TRANSPORT_ERROR, "connection reset").with_retryable(true))
+    }
+}
+
+async fn lossy_client(
+    rt: &DelegateRuntime,
+    fail: &'static [&'static str],
+    failures: usize,
+    deliver: bool,
+) -> Client<Lossy> {
+    let inner = MemoryTransport::new(rt.clone(), PeerContext::default());
+    let lossy = Lossy { inner, fail, failures: failures.into(), deliver };
+    let ids = Box::new(SeededIds::new(8));
+    Client::connect(lossy, InitiatorConfig::new("ldp:delegate:client"), Arc::new(SystemClock), ids).await.unwrap()
+}
+
+/// A caller that got a transport error for its submit has no task left in its client's initiator (nothing would
+/// ever end it), whether the message got lost on the way out or its answer on the way back.
+#[tokio::test]
+async fn a_failed_exchange_leaves_no_task_behind() {
+    for deliver in [false, true] {
+        let rt = runtime(Arc::new(FussyDelegate));
+        let c = lossy_client(&rt, &["TASK_SUBMIT"], 3, deliver).await;
+        let s = c.propose(SessionConfig::default()).await.unwrap();
+        for _ in 0..3 {
+            let err = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap_err();
+            assert!(matches!(&err, SessionError::Transport(e) if e.retryable), "{err:?}");
+        }
+        assert_eq!(c.pending_tasks(), 0, "deliver: {deliver}");
+        // The client goes on: the next submit, carried, completes.
+        c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap();
+        assert_eq!(c.pending_tasks(), 0);
+    }
+}
+
+/// A proposal whose answer got lost is forgotten with the session it proposed, and the client's next proposal
+/// opens a session that works.
+#[tokio::test]
+async fn a_failed_proposal_is_forgotten() {
+    let rt = runtime(Arc::new(FussyDelegate));
+    let c = lossy_client(&rt, &["SESSION_PROPOSE"], 1, true).await;
+    let err = c.propose(SessionConfig::default()).await.unwrap_err();
+    assert!(matches!(err, SessionError::Transport(_)), "{err:?}");
+    let s = c.propose(SessionConfig::default()).await.unwrap();
+    c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap();
 }

@@ -235,7 +235,7 @@ impl HttpTransport {
         }
     }
 
-    async fn post_messages(&self, body: &[u8], trace: Option<&TraceHeaders>) -> Result<Option<Value>, LdpError> {
+    async fn post_messages(&self, body: &[u8], trace: Option<&TraceHeaders>) -> Result<Option<Vec<u8>>, LdpError> {
         let make = || {
             Self::traced(self.authorize(self.client.post(self.messages.clone())), trace)
                 .header(header::CONTENT_TYPE, "application/json")
@@ -244,7 +244,7 @@ impl HttpTransport {
         let resp = self.send(make, false).await?;
         let status = resp.status();
         let bytes = read_body(resp, self.max_response_bytes, false).await?;
-        decode_reply(status, &bytes)
+        decode_reply(status, bytes)
     }
 
     /// `None` when the server has no streaming endpoint (the caller falls back to `/ldp/messages`).
@@ -253,7 +253,7 @@ impl HttpTransport {
         body: &[u8],
         updates: &mpsc::Sender<Envelope>,
         trace: Option<&TraceHeaders>,
-    ) -> Option<Result<Option<Value>, LdpError>> {
+    ) -> Option<Result<Option<Vec<u8>>, LdpError>> {
         let make = || {
             Self::traced(self.authorize(self.client.post(self.stream.clone())), trace)
                 .header(header::CONTENT_TYPE, "application/json")
@@ -280,18 +280,19 @@ impl HttpTransport {
                 Ok(b) => b,
                 Err(e) => return Some(Err(e)),
             };
-            return Some(decode_reply(status, &bytes));
+            return Some(decode_reply(status, bytes));
         }
         Some(read_events(resp, updates, self.max_response_bytes).await)
     }
 }
 
-/// Reads an SSE answer: TASK_UPDATEs go to `updates`, the first other envelope is the reply.
+/// Reads an SSE answer: TASK_UPDATEs go to `updates`, the first other event's data is the reply (undecoded: the
+/// initiator decodes it, as it does every reply).
 async fn read_events(
     resp: reqwest::Response,
     updates: &mpsc::Sender<Envelope>,
     max_event_bytes: usize,
-) -> Result<Option<Value>, LdpError> {
+) -> Result<Option<Vec<u8>>, LdpError> {
     let mut parser = crate::sse::SseParser::with_max_event_bytes(max_event_bytes);
     let mut chunks = resp.bytes_stream();
     let mut seen_any = false;
@@ -302,22 +303,23 @@ async fn read_events(
         })?;
         for event in events {
             seen_any = true;
-            let value: Value = serde_json::from_str(&event.data).map_err(|e| {
-                LdpError::runtime(codes::MALFORMED_MESSAGE, format!("bad event from peer: {e}")).with_retryable(false)
-            })?;
             if event.event == "error" {
-                return Err(error_from_body(&value).unwrap_or_else(|| {
+                let error = serde_json::from_str::<Value>(&event.data).ok().and_then(|v| error_from_body(&v));
+                return Err(error.unwrap_or_else(|| {
                     LdpError::transport(codes::TRANSPORT_ERROR, "stream failed").with_retryable(false)
                 }));
             }
-            let is_update =
-                value.get("body").and_then(|b| b.get("type")).and_then(Value::as_str) == Some("TASK_UPDATE");
-            if !is_update {
-                return Ok(Some(value));
+            if !looks_like_object(event.data.as_bytes()) {
+                return Err(LdpError::runtime(codes::MALFORMED_MESSAGE, "an event from the peer is not a JSON object")
+                    .with_retryable(false));
             }
-            if let Ok(env) = Envelope::from_value(value) {
-                // Updates are best-effort: a caller that stopped reading must not stall the result.
-                let _ = updates.try_send(env);
+            match Envelope::from_slice(event.data.as_bytes()) {
+                Ok(env) if matches!(env.body, ldp_types::Body::TaskUpdate(_)) => {
+                    // Updates are best-effort: a caller that stopped reading must not stall the result.
+                    let _ = updates.try_send(env);
+                }
+                // The reply, or what the initiator will report as an undecodable one.
+                _ => return Ok(Some(event.data.into_bytes())),
             }
         }
     }
@@ -404,15 +406,25 @@ fn error_from_body(value: &Value) -> Option<LdpError> {
     serde_json::from_value(value.get("error")?.clone()).ok()
 }
 
-/// Interprets an answer by content first (an envelope is a reply whatever the status), then by status.
-fn decode_reply(status: StatusCode, bytes: &[u8]) -> Result<Option<Value>, LdpError> {
+/// Whether `bytes` start like a JSON object (after whitespace): what every reply is, read without decoding it.
+fn looks_like_object(bytes: &[u8]) -> bool {
+    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// Interprets an answer by content first (an envelope is a reply whatever the status), then by status. A successful
+/// answer is handed on undecoded (the initiator decodes it once); only a failure status is read here, to tell an
+/// envelope from an error object.
+fn decode_reply(status: StatusCode, bytes: Vec<u8>) -> Result<Option<Vec<u8>>, LdpError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         if status.is_success() {
             return Ok(None);
         }
         return Err(status_error(status, ""));
     }
-    let Ok(value) = serde_json::from_slice::<Value>(bytes) else {
+    if status.is_success() && looks_like_object(&bytes) {
+        return Ok(Some(bytes));
+    }
+    let Ok(value) = serde_json::from_slice::<Value>(&bytes) else {
         if status.is_success() {
             return Err(
                 LdpError::runtime(codes::MALFORMED_MESSAGE, "the peer's reply is not JSON").with_retryable(false)
@@ -421,7 +433,7 @@ fn decode_reply(status: StatusCode, bytes: &[u8]) -> Result<Option<Value>, LdpEr
         return Err(status_error(status, &String::from_utf8_lossy(&bytes[..bytes.len().min(200)])));
     };
     if value.get("body").is_some() || status.is_success() {
-        return Ok(Some(value));
+        return Ok(Some(bytes));
     }
     Err(error_from_body(&value).unwrap_or_else(|| status_error(status, &value.to_string())))
 }
@@ -513,7 +525,7 @@ impl Transport for HttpTransport {
         &self,
         envelope: &Envelope,
         updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Value>, LdpError> {
+    ) -> Result<Option<Vec<u8>>, LdpError> {
         let body = envelope.to_vec().map_err(|e| LdpError::from(&e))?;
         let span = ldp_session::spans::send_span(envelope);
         // The request carries this span's context, so the server's spans for it are its children.
@@ -558,14 +570,17 @@ mod tests {
     #[test]
     fn replies_are_read_by_content() {
         let env = br#"{"body":{"type":"SESSION_REJECT"}}"#;
-        assert!(decode_reply(StatusCode::FORBIDDEN, env).unwrap().is_some());
+        assert!(decode_reply(StatusCode::FORBIDDEN, env.to_vec()).unwrap().is_some());
         let err = br#"{"error":{"code":"UNAUTHENTICATED","category":"identity","message":"m"}}"#;
-        assert_eq!(decode_reply(StatusCode::UNAUTHORIZED, err).unwrap_err().code, "UNAUTHENTICATED");
-        assert_eq!(decode_reply(StatusCode::ACCEPTED, b"").unwrap(), None);
-        let e = decode_reply(StatusCode::INTERNAL_SERVER_ERROR, b"Internal Server Error").unwrap_err();
+        assert_eq!(decode_reply(StatusCode::UNAUTHORIZED, err.to_vec()).unwrap_err().code, "UNAUTHENTICATED");
+        assert_eq!(decode_reply(StatusCode::ACCEPTED, Vec::new()).unwrap(), None);
+        let e = decode_reply(StatusCode::INTERNAL_SERVER_ERROR, b"Internal Server Error".to_vec()).unwrap_err();
         assert_eq!(e.category, ErrorCategory::Transport);
         assert!(!e.retryable);
-        assert!(decode_reply(StatusCode::SERVICE_UNAVAILABLE, b"").unwrap_err().retryable);
+        assert!(decode_reply(StatusCode::SERVICE_UNAVAILABLE, Vec::new()).unwrap_err().retryable);
+        // A success is handed on as received, undecoded; one that is no JSON object at all is refused here.
+        assert_eq!(decode_reply(StatusCode::OK, env.to_vec()).unwrap().as_deref(), Some(&env[..]));
+        assert_eq!(decode_reply(StatusCode::OK, b"<html>".to_vec()).unwrap_err().code, codes::MALFORMED_MESSAGE);
     }
 
     #[test]

@@ -13,7 +13,6 @@ use ldp_types::LdpError;
 use ldp_types::trace_context::{TRACEPARENT, TRACESTATE, TraceParent, tracestate};
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
-use serde_json::Value;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The trace context of one outgoing request, as the values of the `traceparent` and `tracestate` headers.
@@ -76,12 +75,12 @@ pub fn adopt_from_headers(span: &tracing::Span, headers: &axum::http::HeaderMap)
 }
 
 /// Records what came back on the span of a sent message: the answer's type, error and usage, or the failure.
-pub fn record_exchange(span: &tracing::Span, result: &Result<Option<Value>, LdpError>) {
+pub fn record_exchange(span: &tracing::Span, result: &Result<Option<Vec<u8>>, LdpError>) {
     match result {
         // Decoding the answer once more costs only when a subscriber records the span.
         Ok(Some(_)) if span.is_disabled() => {}
         Ok(Some(raw)) => {
-            if let Ok(answer) = Envelope::from_value_ref(raw) {
+            if let Ok(answer) = Envelope::from_slice(raw) {
                 ldp_session::spans::record_answer(span, &answer);
             }
         }

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use ldp_types::{Envelope, LdpError};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The envelope extension member naming the message a server frame answers (set on replies, pushed TASK_UPDATEs
@@ -178,6 +179,48 @@ pub(crate) fn envelope_frame(mut env: Envelope, in_reply_to: Option<&str>) -> Re
     env.to_json()
 }
 
+/// `text`, a JSON object, without its top-level members named `name`: every other member kept as received (its
+/// value byte for byte) and in order, so that a signature over the rest still verifies. `None` when `text` is not a
+/// JSON object. Used to take this binding's correlation member off an envelope without decoding the envelope.
+pub(crate) fn without_member(text: &str, name: &str) -> Option<String> {
+    struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+    impl<'de> Deserialize<'de> for Members<'de> {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Members<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                    let mut members = Vec::new();
+                    while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                        members.push((key, map.next_value::<&'de RawValue>()?));
+                    }
+                    Ok(Members(members))
+                }
+            }
+            deserializer.deserialize_map(Visit)
+        }
+    }
+
+    let Members(members) = serde_json::from_str(text).ok()?;
+    let mut out = String::with_capacity(text.len());
+    out.push('{');
+    for (key, value) in members.iter().filter(|(key, _)| key != name) {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        // A key is re-escaped the one standard way; a value is copied as it came.
+        out.push_str(&serde_json::to_string(key).ok()?);
+        out.push(':');
+        out.push_str(value.get());
+    }
+    out.push('}');
+    Some(out)
+}
+
 /// Whether a body type ends a task (the final answer to a TASK_SUBMIT).
 pub(crate) fn is_task_end(kind: &str) -> bool {
     matches!(kind, "TASK_RESULT" | "TASK_FAILED")
@@ -209,5 +252,17 @@ mod tests {
     fn close_reasons_fit_a_control_frame() {
         let f = CloseFrame::new(close_code::TOO_BIG, "é".repeat(100));
         assert!(f.reason.len() <= 123);
+    }
+
+    #[test]
+    fn the_correlation_member_comes_off_and_nothing_else_changes() {
+        let frame = r#"{"a" : 1.50, "in_reply_to":"m-1","b":{"in_reply_to":"inner"},"c\u0041":"x\n","d":[1,2]}"#;
+        let stripped = without_member(frame, IN_REPLY_TO).unwrap();
+        assert_eq!(stripped, r#"{"a":1.50,"b":{"in_reply_to":"inner"},"cA":"x\n","d":[1,2]}"#);
+        // Repeated members stay repeated: the envelope decoder, not this, refuses them.
+        assert_eq!(without_member(r#"{"a":1,"a":2}"#, "x").unwrap(), r#"{"a":1,"a":2}"#);
+        for not_an_object in ["[1]", "1", "", "{", r#"{"a":}"#] {
+            assert_eq!(without_member(not_an_object, IN_REPLY_TO), None, "{not_an_object}");
+        }
     }
 }

@@ -342,6 +342,30 @@ impl Initiator {
         true
     }
 
+    /// The driver could not deliver `env`, or lost its answer, and its caller has been given that failure: the
+    /// initiator forgets the request. A task is dropped (with its deadline), so that no later answer is reported
+    /// for it and the machine does not keep it; a proposal is dropped with the session it proposed, so that a later
+    /// SESSION_ACCEPT is not matched to it. Other messages hold no state. Returns whether anything was forgotten.
+    pub fn handle_send_failed(&mut self, env: &Envelope) -> bool {
+        match &env.body {
+            Body::SessionPropose(_) => {
+                let Some(at) = self.proposals.iter().position(|p| *p == env.session_id) else { return false };
+                self.proposals.remove(at);
+                self.deadlines.remove(&Awaited::Proposal(env.session_id.clone()));
+                if self.sessions.get(&env.session_id).is_some_and(|s| s.state == SessionState::Proposed) {
+                    self.sessions.remove(&env.session_id);
+                }
+                true
+            }
+            Body::TaskSubmit(t) => {
+                let key = TaskKey { session_id: env.session_id.clone(), task_id: t.task_id.clone() };
+                self.deadlines.remove(&Awaited::Task(key.clone()));
+                self.tasks.remove(&key).is_some()
+            }
+            _ => false,
+        }
+    }
+
     /// Ends one overdue request; `None` when it was answered meanwhile.
     fn expire(&mut self, awaited: Awaited) -> Option<Expired> {
         let timeout = self.answer_timeout.unwrap_or_default();

@@ -191,7 +191,7 @@ impl Transport for WsTransport {
         &self,
         envelope: &Envelope,
         updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Value>, LdpError> {
+    ) -> Result<Option<Vec<u8>>, LdpError> {
         if let Some(error) = self.inner.fatal() {
             return Err(error);
         }
@@ -227,7 +227,7 @@ impl WsTransport {
         envelope: &Envelope,
         text: Arc<str>,
         updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Value>, LdpError> {
+    ) -> Result<Option<Vec<u8>>, LdpError> {
         let id = envelope.message_id.clone();
         let (tx, rx) = oneshot::channel();
         let kind = match &envelope.body {

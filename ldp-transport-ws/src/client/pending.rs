@@ -14,9 +14,9 @@ use ldp_types::{Envelope, LdpError, codes};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::wire::{Head, IN_REPLY_TO, is_task_end};
+use crate::wire::{Head, IN_REPLY_TO, is_task_end, without_member};
 
-pub(super) type Answer = Result<Option<Value>, LdpError>;
+pub(super) type Answer = Result<Option<Vec<u8>>, LdpError>;
 
 #[derive(Debug)]
 pub(super) enum Kind {
@@ -263,18 +263,19 @@ impl Inner {
             }
             return Vec::new();
         }
-        let mut value: Value = match serde_json::from_str(text) {
-            Ok(v) => v,
-            Err(_) => {
-                self.unmatched("an unreadable envelope");
-                return Vec::new();
-            }
+        // The correlation member is this binding's, not the envelope's: it comes off, so that signatures computed
+        // over the envelope as the responder built it still verify. The envelope itself is decoded once, by whoever
+        // takes it (the caller's initiator, or the progress channel).
+        let reply = match &head.in_reply_to {
+            Some(_) => match without_member(text, IN_REPLY_TO) {
+                Some(stripped) => stripped.into_bytes(),
+                None => {
+                    self.unmatched("an unreadable envelope");
+                    return Vec::new();
+                }
+            },
+            None => text.as_bytes().to_vec(),
         };
-        if let Value::Object(map) = &mut value {
-            // The correlation member is this binding's, not the envelope's: strip it so that signatures computed
-            // over the envelope as the responder built it still verify.
-            map.remove(IN_REPLY_TO);
-        }
         let target = match head.in_reply_to.clone() {
             Some(id) => Some(id),
             None if is_task_end(&head.kind) => {
@@ -289,11 +290,11 @@ impl Inner {
         let Some(entry) = pending.by_id.get(&target) else { return Vec::new() };
         match &entry.kind {
             Kind::Submit { .. } if head.kind == "TASK_UPDATE" => {
-                forward_update(entry, value);
+                forward_update(entry, &reply);
                 Vec::new()
             }
             Kind::Submit { .. } | Kind::Propose { .. } | Kind::Other => {
-                pending.complete(&target, Ok(Some(value)));
+                pending.complete(&target, Ok(Some(reply)));
                 Vec::new()
             }
             Kind::Machine { submit, machine, query } => {
@@ -302,13 +303,13 @@ impl Inner {
                 if *query || is_task_end(&head.kind) {
                     pending.remove(&target);
                 }
-                match Envelope::from_value_ref(&value) {
+                match Envelope::from_slice(&reply) {
                     Ok(env) => {
-                        self.to_machine(&mut pending, &machine, &submit, &target, Ok(&env), Some(value), generation)
+                        self.to_machine(&mut pending, &machine, &submit, &target, Ok(&env), Some(reply), generation)
                     }
                     // Not an envelope: the caller's initiator reports it as the undecodable answer it is.
                     Err(_) => {
-                        pending.complete(&submit, Ok(Some(value)));
+                        pending.complete(&submit, Ok(Some(reply)));
                         Vec::new()
                     }
                 }
@@ -326,7 +327,7 @@ impl Inner {
         submit: &str,
         in_reply_to: &str,
         answer: Result<&Envelope, &LdpError>,
-        value: Option<Value>,
+        reply: Option<Vec<u8>>,
         generation: u64,
     ) -> Vec<String> {
         let Some(machine) = machine.upgrade() else {
@@ -338,11 +339,11 @@ impl Inner {
         let before = m.poll_timeout();
         match m.handle_resume_answer(now, in_reply_to, answer) {
             ResumeVerdict::Progress(_) => {
-                if let (Some(entry), Some(value)) = (pending.by_id.get(submit), value) {
-                    forward_update(entry, value);
+                if let (Some(entry), Some(reply)) = (pending.by_id.get(submit), reply) {
+                    forward_update(entry, &reply);
                 }
             }
-            ResumeVerdict::Deliver(_) => drop(pending.complete(submit, Ok(value))),
+            ResumeVerdict::Deliver(_) => drop(pending.complete(submit, Ok(reply))),
             ResumeVerdict::Fail { error, .. } => drop(pending.complete(submit, Err(error))),
             // Waiting, or anything a newer machine may decide: the caller keeps waiting.
             _ => {}
@@ -421,9 +422,9 @@ impl Inner {
 }
 
 /// Hands a pushed TASK_UPDATE to the submitter's progress channel.
-fn forward_update(entry: &Entry, value: Value) {
+fn forward_update(entry: &Entry, update: &[u8]) {
     if let Some(tx) = &entry.updates
-        && let Ok(env) = Envelope::from_value(value)
+        && let Ok(env) = Envelope::from_slice(update)
     {
         // Progress is best-effort: a caller that stopped reading must not stall the connection.
         let _ = tx.try_send(env);

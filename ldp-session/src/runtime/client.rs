@@ -1,0 +1,252 @@
+//! [`Client`]: the initiator's message choreography over any [`Transport`] (discover, propose, submit with
+//! fallback, cancel, close).
+
+use std::sync::{Arc, Mutex};
+
+use ldp_types::{
+    DelegationContract, Envelope, IdentityCard, LdpError, Manifest, PayloadMode, Provenance, SessionConfig,
+};
+use tokio::sync::mpsc;
+
+use super::{Progress, SharedInitiator, Transport, lock};
+use crate::TaskKey;
+use crate::clock::{IdSource, WallClock};
+use crate::config::InitiatorConfig;
+use crate::error::{PeerMisbehaved, SessionError};
+use crate::initiator::{Initiator, InitiatorEvent};
+use crate::responder::TaskRequest;
+
+/// An established session, as the client sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionInfo {
+    /// The authoritative session id.
+    pub session_id: String,
+    /// The negotiated mode.
+    pub mode: PayloadMode,
+    /// The fallback chain.
+    pub fallback_chain: Vec<PayloadMode>,
+}
+
+/// The outcome of a completed task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskOutcome {
+    /// The task.
+    pub key: TaskKey,
+    /// The output, as received ([`ldp_types::RawJson::parse`] reads it).
+    pub output: ldp_types::RawJson,
+    /// Its provenance (with the contract check recorded).
+    pub provenance: Provenance,
+    /// Payload-mode fallbacks that happened on the way (from, to).
+    pub fallbacks: Vec<(PayloadMode, PayloadMode)>,
+}
+
+/// The initiator side over any transport: `connect`, `propose`, `submit`, `close`.
+pub struct Client<T: Transport> {
+    transport: T,
+    initiator: SharedInitiator,
+    card: IdentityCard,
+    manifest: Option<Manifest>,
+}
+
+impl<T: Transport> std::fmt::Debug for Client<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("peer", &self.card.delegate_id).finish_non_exhaustive()
+    }
+}
+
+impl<T: Transport> Client<T> {
+    /// Discovers the peer (identity card) and exchanges HELLO / CAPABILITY_MANIFEST.
+    pub async fn connect(
+        transport: T,
+        cfg: InitiatorConfig,
+        wall: Arc<dyn WallClock>,
+        ids: Box<dyn IdSource>,
+    ) -> Result<Self, SessionError> {
+        let card = transport.identity().await.map_err(SessionError::Transport)?;
+        let mut initiator = Initiator::new(cfg, card.delegate_id.as_str(), wall, ids);
+        let hello = initiator.hello();
+        let initiator = Arc::new(Mutex::new(initiator));
+        transport.attach(&initiator);
+        let reply = transport.exchange(&hello, None).await.map_err(classify)?;
+        let mut manifest = None;
+        if let Some(reply) = reply {
+            let mut initiator = lock(&initiator);
+            handle_reply(&mut initiator, &reply)?;
+            while let Some(e) = initiator.poll_event() {
+                if let InitiatorEvent::Manifest(m) = e {
+                    manifest = Some(m);
+                }
+            }
+        }
+        Ok(Self { transport, initiator, card, manifest })
+    }
+
+    /// The peer's identity card.
+    pub fn card(&self) -> &IdentityCard {
+        &self.card
+    }
+
+    /// The peer's capability manifest, if it sent one.
+    pub fn manifest(&self) -> Option<&Manifest> {
+        self.manifest.as_ref()
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// Proposes a session and waits for the answer.
+    pub async fn propose(&self, config: SessionConfig) -> Result<SessionInfo, SessionError> {
+        let env = lock(&self.initiator).propose(config);
+        let result = self.await_accept(&env).await;
+        if result.is_err() {
+            // However the proposal failed, its caller has the error: no later answer may be matched to it.
+            lock(&self.initiator).handle_send_failed(&env);
+        }
+        result
+    }
+
+    async fn await_accept(&self, env: &Envelope) -> Result<SessionInfo, SessionError> {
+        let reply = self.transport.exchange(env, None).await.map_err(classify)?;
+        let reply = reply.ok_or(PeerMisbehaved::NoAnswer { request: "SESSION_PROPOSE" })?;
+        let mut init = lock(&self.initiator);
+        handle_reply(&mut init, &reply)?;
+        let mut result = Err(PeerMisbehaved::WrongAnswer {
+            request: "SESSION_PROPOSE",
+            expected: "SESSION_ACCEPT or SESSION_REJECT",
+        }
+        .into());
+        while let Some(e) = init.poll_event() {
+            match e {
+                InitiatorEvent::SessionEstablished { session_id, mode, fallback_chain } => {
+                    result = Ok(SessionInfo { session_id, mode, fallback_chain });
+                }
+                InitiatorEvent::SessionRejected { error } => result = Err(SessionError::Peer(error)),
+                InitiatorEvent::TaskFailed { error, .. } => result = Err(SessionError::Peer(error)),
+                _ => {}
+            }
+        }
+        result
+    }
+
+    /// Submits a task and waits for its outcome, resubmitting automatically along the fallback chain.
+    pub async fn submit(
+        &self,
+        session_id: &str,
+        skill: &str,
+        input: impl Into<ldp_types::RawJson>,
+        contract: Option<DelegationContract>,
+    ) -> Result<TaskOutcome, SessionError> {
+        self.submit_with(session_id, skill, input, contract, None, None).await
+    }
+
+    /// [`Client::submit`] with progress forwarding and an optional parent task (for re-delegation depth limits).
+    pub async fn submit_with(
+        &self,
+        session_id: &str,
+        skill: &str,
+        input: impl Into<ldp_types::RawJson>,
+        contract: Option<DelegationContract>,
+        parent: Option<&TaskRequest>,
+        progress: Option<mpsc::Sender<Progress>>,
+    ) -> Result<TaskOutcome, SessionError> {
+        let env = lock(&self.initiator).submit(session_id, skill, input, contract, parent)?;
+        let result = self.await_result(env.clone(), progress).await;
+        if result.is_err() {
+            // A transport failure, or a reply the initiator could not take, leaves the task in the machine with no
+            // one waiting for it: forget it (a task the peer failed is gone already).
+            lock(&self.initiator).handle_send_failed(&env);
+        }
+        result
+    }
+
+    /// The number of tasks submitted and not yet ended, as the initiator counts them.
+    pub fn pending_tasks(&self) -> usize {
+        lock(&self.initiator).pending_tasks()
+    }
+
+    async fn await_result(
+        &self,
+        mut env: Envelope,
+        progress: Option<mpsc::Sender<Progress>>,
+    ) -> Result<TaskOutcome, SessionError> {
+        let key =
+            TaskKey { session_id: env.session_id.clone(), task_id: env.body.task_id().unwrap_or_default().to_owned() };
+        let mut fallbacks = Vec::new();
+        loop {
+            let updates = progress.clone().map(|p| forward_updates(p, key.clone()));
+            let reply = self.transport.exchange(&env, updates).await.map_err(classify)?;
+            let reply = reply.ok_or(PeerMisbehaved::NoAnswer { request: "TASK_SUBMIT" })?;
+            let mut init = lock(&self.initiator);
+            handle_reply(&mut init, &reply)?;
+            let mut done = None;
+            while let Some(e) = init.poll_event() {
+                match e {
+                    InitiatorEvent::TaskCompleted { key: k, output, provenance } if k == key => {
+                        done = Some(Ok(TaskOutcome { key: k, output, provenance, fallbacks: fallbacks.clone() }));
+                    }
+                    InitiatorEvent::TaskFailed { key: k, error } if k == key => {
+                        done = Some(Err(SessionError::Peer(error)))
+                    }
+                    InitiatorEvent::FellBack { key: k, from, to } if k == key => fallbacks.push((from, to)),
+                    _ => {}
+                }
+            }
+            if let Some(done) = done {
+                return done.map(|mut o| {
+                    o.fallbacks = fallbacks;
+                    o
+                });
+            }
+            match init.poll_outbound() {
+                Some(next) => env = next,
+                None => {
+                    return Err(PeerMisbehaved::WrongAnswer {
+                        request: "TASK_SUBMIT",
+                        expected: "TASK_RESULT or TASK_FAILED",
+                    }
+                    .into());
+                }
+            }
+        }
+    }
+
+    /// Cancels a running task (submitted from another future).
+    pub async fn cancel(&self, key: &TaskKey) -> Result<(), SessionError> {
+        let env = lock(&self.initiator).cancel(key)?;
+        self.transport.exchange(&env, None).await.map_err(classify)?;
+        Ok(())
+    }
+
+    /// Closes a session.
+    pub async fn close(&self, session_id: &str) -> Result<(), SessionError> {
+        let env = lock(&self.initiator).close(session_id, Some("done".into()))?;
+        self.transport.exchange(&env, None).await.map_err(classify)?;
+        Ok(())
+    }
+}
+
+fn classify(e: LdpError) -> SessionError {
+    if e.category == ldp_types::ErrorCategory::Transport { SessionError::Transport(e) } else { SessionError::Peer(e) }
+}
+
+/// Feeds a reply to the initiator: the one decode of a reply, from the bytes the transport received.
+fn handle_reply(init: &mut Initiator, reply: &[u8]) -> Result<(), SessionError> {
+    init.handle(reply)
+}
+
+fn forward_updates(progress: mpsc::Sender<Progress>, key: TaskKey) -> mpsc::Sender<Envelope> {
+    let (tx, mut rx) = mpsc::channel::<Envelope>(64);
+    tokio::spawn(async move {
+        while let Some(env) = rx.recv().await {
+            if let ldp_types::Body::TaskUpdate(u) = env.body
+                && u.task_id == key.task_id
+            {
+                let update = Progress { progress: u.progress, message: u.message, partial: u.partial_output };
+                let _ = progress.send(update).await;
+            }
+        }
+    });
+    tx
+}
