@@ -265,4 +265,48 @@ mod tests {
             assert_eq!(without_member(not_an_object, IN_REPLY_TO), None, "{not_an_object}");
         }
     }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            ".{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(".{0,6}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Whatever the members and the whitespace between them, the named member goes and every other one stays,
+        /// in order and byte for byte.
+        #[test]
+        fn stripping_a_member_removes_it_and_nothing_else(
+            members in proptest::collection::btree_map(
+                proptest::prop_oneof![proptest::strategy::Just(IN_REPLY_TO.to_owned()), ".{0,6}"],
+                json_value(),
+                0..6,
+            ),
+            spaces in proptest::collection::vec(proptest::prop_oneof![" ", "\n", "\t", ""], 4),
+        ) {
+            let write = |(k, v): (&String, &Value)| {
+                format!("{}{}:{}{}", serde_json::to_string(k).unwrap(), spaces[0], spaces[1], v)
+            };
+            let all: Vec<String> = members.iter().map(write).collect();
+            let text = format!("{}{{{}{}}}{}", spaces[2], all.join(&format!(",{}", spaces[3])), spaces[3], spaces[2]);
+            let kept: Vec<String> = members
+                .iter()
+                .filter(|(k, _)| *k != IN_REPLY_TO)
+                .map(|(k, v)| format!("{}:{}", serde_json::to_string(k).unwrap(), v))
+                .collect();
+            proptest::prop_assert_eq!(without_member(&text, IN_REPLY_TO), Some(format!("{{{}}}", kept.join(","))));
+        }
+    }
 }
