@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ldp_types::{
-    Body, ContractLimits, ContractOutcome, DelegationContract, Envelope, Hello, LdpError, Manifest, PayloadMode,
-    Provenance, RawJson, SessionClose, SessionConfig, SessionPropose, TaskCancel, TaskSubmit, apply_contract, codes,
-    validate_payload,
+    Body, CapabilityManifest, ContractLimits, ContractOutcome, DelegationContract, Envelope, Hello, LdpError, Manifest,
+    PayloadMode, Provenance, RawJson, SessionAccept, SessionClose, SessionConfig, SessionPropose, SessionReject,
+    TaskCancel, TaskFailed, TaskResult, TaskSubmit, TaskUpdate, apply_contract, codes, validate_payload,
 };
 use serde_json::Value;
 
@@ -330,111 +330,13 @@ impl Initiator {
             self.replay.check(&replay, &env, self.wall.now_utc()).map_err(SessionError::Peer)?;
         }
         match env.body {
-            Body::CapabilityManifest(m) => {
-                let manifest = Manifest::from_value(&m.capabilities);
-                self.manifest = Some(manifest.clone());
-                self.events.push_back(InitiatorEvent::Manifest(manifest));
-            }
-            Body::SessionAccept(a) => {
-                // The responder's id is authoritative; match it to our proposal, or to the oldest one. An accept
-                // that answers no proposal of ours is not a session we asked for.
-                let matched = match self.proposals.iter().position(|p| *p == a.session_id) {
-                    Some(i) => self.proposals.remove(i),
-                    None => self.proposals.pop_front(),
-                };
-                let Some(proposed) = matched else {
-                    return Err(PeerMisbehaved::UnsolicitedAccept { session_id: a.session_id }.into());
-                };
-                self.deadlines.remove(&Awaited::Proposal(proposed.clone()));
-                if proposed != a.session_id {
-                    self.sessions.remove(&proposed);
-                }
-                let fallback = a.fallback_chain.clone().unwrap_or_else(|| self.default_fallback(a.negotiated_mode));
-                self.sessions.insert(
-                    a.session_id.clone(),
-                    InitiatorSession {
-                        state: SessionState::Active,
-                        mode: a.negotiated_mode,
-                        fallback: fallback.clone(),
-                    },
-                );
-                self.events.push_back(InitiatorEvent::SessionEstablished {
-                    session_id: a.session_id,
-                    mode: a.negotiated_mode,
-                    fallback_chain: fallback,
-                });
-            }
-            Body::SessionReject(r) => {
-                let matched = match self.proposals.iter().position(|p| *p == env.session_id) {
-                    Some(i) => self.proposals.remove(i),
-                    None => self.proposals.pop_front(),
-                };
-                if let Some(p) = &matched {
-                    self.deadlines.remove(&Awaited::Proposal(p.clone()));
-                }
-                if let Some(s) = matched.and_then(|p| self.sessions.get_mut(&p)) {
-                    s.state = SessionState::Failed;
-                }
-                let error = r.error.unwrap_or_else(|| LdpError::policy(codes::SESSION_REJECTED, r.reason));
-                self.events.push_back(InitiatorEvent::SessionRejected { error });
-            }
-            Body::TaskUpdate(u) => {
-                let key = TaskKey { session_id: env.session_id, task_id: u.task_id };
-                self.events.push_back(InitiatorEvent::TaskProgress { key, progress: u.progress, message: u.message });
-            }
-            Body::TaskResult(r) => {
-                let key = TaskKey { session_id: env.session_id, task_id: r.task_id };
-                // A result for no task of ours (never submitted, already finished, or of a closed session) is not
-                // reported: it would escape the contract check of the task it claims to finish.
-                self.deadlines.remove(&Awaited::Task(key.clone()));
-                let Some(pending) = self.tasks.remove(&key) else {
-                    return Err(PeerMisbehaved::UnknownTaskResult { task_id: key.task_id }.into());
-                };
-                let event = match pending.contract {
-                    Some((contract, limits)) => {
-                        match apply_contract(&contract, &limits, &r.output, *r.provenance, self.wall.now_utc()) {
-                            ContractOutcome::Accepted(provenance) => {
-                                InitiatorEvent::TaskCompleted { key, output: r.output, provenance }
-                            }
-                            ContractOutcome::Rejected(error) => InitiatorEvent::TaskFailed { key, error },
-                        }
-                    }
-                    None => InitiatorEvent::TaskCompleted { key, output: r.output, provenance: *r.provenance },
-                };
-                self.events.push_back(event);
-            }
-            Body::TaskFailed(f) => {
-                let key = TaskKey { session_id: env.session_id, task_id: f.task_id };
-                if f.error.code == codes::PAYLOAD_MODE_FAILED && self.fall_back(&key)? {
-                    return Ok(());
-                }
-                self.tasks.remove(&key);
-                self.deadlines.remove(&Awaited::Task(key.clone()));
-                if matches!(
-                    f.error.code.as_str(),
-                    codes::SESSION_EXPIRED | codes::SESSION_CLOSED | codes::SESSION_NOT_FOUND
-                ) && let Some(s) = self.sessions.get_mut(&key.session_id)
-                {
-                    s.state = SessionState::Closed;
-                }
-                self.events.push_back(InitiatorEvent::TaskFailed { key, error: f.error });
-            }
-            Body::SessionClose(_) => {
-                if let Some(s) = self.sessions.get_mut(&env.session_id) {
-                    s.state = SessionState::Closed;
-                }
-                // Tasks still pending in a session the peer closed end definitely, never silently.
-                let mut orphans: Vec<TaskKey> =
-                    self.tasks.keys().filter(|k| k.session_id == env.session_id).cloned().collect();
-                orphans.sort();
-                for key in orphans {
-                    self.tasks.remove(&key);
-                    let error =
-                        LdpError::session(codes::SESSION_CLOSED, "the peer closed the session").with_retryable(false);
-                    self.events.push_back(InitiatorEvent::TaskFailed { key, error });
-                }
-                self.events.push_back(InitiatorEvent::SessionClosed { session_id: env.session_id });
-            }
+            Body::CapabilityManifest(m) => self.on_manifest(m),
+            Body::SessionAccept(a) => return self.on_session_accept(a),
+            Body::SessionReject(r) => self.on_session_reject(&env.session_id, r),
+            Body::TaskUpdate(u) => self.on_task_update(env.session_id, u),
+            Body::TaskResult(r) => return self.on_task_result(env.session_id, r),
+            Body::TaskFailed(f) => return self.on_task_failed(env.session_id, f),
+            Body::SessionClose(_) => self.on_session_close(env.session_id),
             Body::Attestation(a) => {
                 self.events.push_back(InitiatorEvent::Attestation { session_id: env.session_id, attestation: a });
             }
@@ -447,6 +349,121 @@ impl Initiator {
             }
         }
         Ok(())
+    }
+
+    /// CAPABILITY_MANIFEST: the peer's capabilities, kept and reported.
+    fn on_manifest(&mut self, m: CapabilityManifest) {
+        let manifest = Manifest::from_value(&m.capabilities);
+        self.manifest = Some(manifest.clone());
+        self.events.push_back(InitiatorEvent::Manifest(manifest));
+    }
+
+    /// SESSION_ACCEPT: the session is ACTIVE under the responder's id, matched to a proposal of ours.
+    fn on_session_accept(&mut self, a: SessionAccept) -> Result<(), SessionError> {
+        // The responder's id is authoritative; match it to our proposal, or to the oldest one. An accept
+        // that answers no proposal of ours is not a session we asked for.
+        let matched = match self.proposals.iter().position(|p| *p == a.session_id) {
+            Some(i) => self.proposals.remove(i),
+            None => self.proposals.pop_front(),
+        };
+        let Some(proposed) = matched else {
+            return Err(PeerMisbehaved::UnsolicitedAccept { session_id: a.session_id }.into());
+        };
+        self.deadlines.remove(&Awaited::Proposal(proposed.clone()));
+        if proposed != a.session_id {
+            self.sessions.remove(&proposed);
+        }
+        let fallback = a.fallback_chain.clone().unwrap_or_else(|| self.default_fallback(a.negotiated_mode));
+        self.sessions.insert(
+            a.session_id.clone(),
+            InitiatorSession { state: SessionState::Active, mode: a.negotiated_mode, fallback: fallback.clone() },
+        );
+        self.events.push_back(InitiatorEvent::SessionEstablished {
+            session_id: a.session_id,
+            mode: a.negotiated_mode,
+            fallback_chain: fallback,
+        });
+        Ok(())
+    }
+
+    /// SESSION_REJECT: the proposal it answers has FAILED.
+    fn on_session_reject(&mut self, session_id: &str, r: SessionReject) {
+        let matched = match self.proposals.iter().position(|p| *p == session_id) {
+            Some(i) => self.proposals.remove(i),
+            None => self.proposals.pop_front(),
+        };
+        if let Some(p) = &matched {
+            self.deadlines.remove(&Awaited::Proposal(p.clone()));
+        }
+        if let Some(s) = matched.and_then(|p| self.sessions.get_mut(&p)) {
+            s.state = SessionState::Failed;
+        }
+        let error = r.error.unwrap_or_else(|| LdpError::policy(codes::SESSION_REJECTED, r.reason));
+        self.events.push_back(InitiatorEvent::SessionRejected { error });
+    }
+
+    /// TASK_UPDATE: progress, reported.
+    fn on_task_update(&mut self, session_id: String, u: TaskUpdate) {
+        let key = TaskKey { session_id, task_id: u.task_id };
+        self.events.push_back(InitiatorEvent::TaskProgress { key, progress: u.progress, message: u.message });
+    }
+
+    /// TASK_RESULT: a task of ours ends, through its contract check.
+    fn on_task_result(&mut self, session_id: String, r: TaskResult) -> Result<(), SessionError> {
+        let key = TaskKey { session_id, task_id: r.task_id };
+        // A result for no task of ours (never submitted, already finished, or of a closed session) is not
+        // reported: it would escape the contract check of the task it claims to finish.
+        self.deadlines.remove(&Awaited::Task(key.clone()));
+        let Some(pending) = self.tasks.remove(&key) else {
+            return Err(PeerMisbehaved::UnknownTaskResult { task_id: key.task_id }.into());
+        };
+        let event = match pending.contract {
+            Some((contract, limits)) => {
+                match apply_contract(&contract, &limits, &r.output, *r.provenance, self.wall.now_utc()) {
+                    ContractOutcome::Accepted(provenance) => {
+                        InitiatorEvent::TaskCompleted { key, output: r.output, provenance }
+                    }
+                    ContractOutcome::Rejected(error) => InitiatorEvent::TaskFailed { key, error },
+                }
+            }
+            None => InitiatorEvent::TaskCompleted { key, output: r.output, provenance: *r.provenance },
+        };
+        self.events.push_back(event);
+        Ok(())
+    }
+
+    /// TASK_FAILED: a task of ours ends, or falls back to the next payload mode (RFC 4.3).
+    fn on_task_failed(&mut self, session_id: String, f: TaskFailed) -> Result<(), SessionError> {
+        let key = TaskKey { session_id, task_id: f.task_id };
+        if f.error.code == codes::PAYLOAD_MODE_FAILED && self.fall_back(&key)? {
+            return Ok(());
+        }
+        self.tasks.remove(&key);
+        self.deadlines.remove(&Awaited::Task(key.clone()));
+        if matches!(f.error.code.as_str(), codes::SESSION_EXPIRED | codes::SESSION_CLOSED | codes::SESSION_NOT_FOUND)
+            && let Some(s) = self.sessions.get_mut(&key.session_id)
+        {
+            s.state = SessionState::Closed;
+        }
+        self.events.push_back(InitiatorEvent::TaskFailed { key, error: f.error });
+        Ok(())
+    }
+
+    /// SESSION_CLOSE from the peer: the session and its pending tasks end.
+    fn on_session_close(&mut self, session_id: String) {
+        if let Some(s) = self.sessions.get_mut(&session_id) {
+            s.state = SessionState::Closed;
+        }
+        // Tasks still pending in a session the peer closed end definitely, never silently.
+        let mut orphans: Vec<TaskKey> = self.tasks.keys().filter(|k| k.session_id == session_id).cloned().collect();
+        orphans.sort();
+        for key in orphans {
+            self.tasks.remove(&key);
+            self.deadlines.remove(&Awaited::Task(key.clone()));
+            let error = LdpError::session(codes::SESSION_CLOSED, "the peer closed the session").with_retryable(false);
+            self.events.push_back(InitiatorEvent::TaskFailed { key, error });
+        }
+        self.events.push_back(InitiatorEvent::SessionClosed { session_id });
     }
 
     fn default_fallback(&self, mode: PayloadMode) -> Vec<PayloadMode> {
