@@ -138,6 +138,11 @@ impl Checked {
     pub fn envelope(&self) -> &Envelope {
         &self.env
     }
+
+    /// The verdict on its signature (the machine answers a failure in protocol).
+    pub fn signature(&self) -> Result<(), &LdpError> {
+        self.signature.as_ref().map(|()| ())
+    }
 }
 
 /// The error as a refusal sends it: a `security` failure (signature, replay, timestamp window) goes out with the
