@@ -8,6 +8,7 @@
 //! file (`busy_timeout` makes them take turns), but replicas on several machines want Redis.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -50,6 +51,8 @@ CREATE TABLE IF NOT EXISTS tasks (
 pub struct SqliteStore {
     cfg: Arc<StoreConfig>,
     conn: Arc<Mutex<Connection>>,
+    /// Operations so far, for sweeping expired rows every [`SWEEP_EVERY`].
+    ops: Arc<AtomicU64>,
 }
 
 /// Expired rows are deleted every this many operations.
@@ -74,7 +77,7 @@ impl SqliteStore {
         }
         conn.execute_batch("PRAGMA synchronous=FULL;").map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
-        Ok(Self { cfg: Arc::new(cfg), conn: Arc::new(Mutex::new(conn)) })
+        Ok(Self { cfg: Arc::new(cfg), conn: Arc::new(Mutex::new(conn)), ops: Arc::new(AtomicU64::new(0)) })
     }
 
     /// Runs `op` in one immediate transaction on the blocking pool.
@@ -84,10 +87,14 @@ impl SqliteStore {
     ) -> Result<T, StoreError> {
         let conn = self.conn.clone();
         let cfg = self.cfg.clone();
+        let sweep_due = self.ops.fetch_add(1, Ordering::Relaxed).is_multiple_of(SWEEP_EVERY);
         tokio::task::spawn_blocking(move || {
             let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
             let now = now_ms();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
+            if sweep_due {
+                sweep(&tx, now)?;
+            }
             let out = op(&tx, &cfg, now)?;
             tx.commit().map_err(unavailable)?;
             Ok(out)
@@ -97,11 +104,8 @@ impl SqliteStore {
     }
 }
 
+/// Deletes expired rows (lookups ignore them already; this returns their space).
 fn sweep(tx: &rusqlite::Transaction<'_>, now: i64) -> Result<(), StoreError> {
-    static OPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    if OPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SWEEP_EVERY != 0 {
-        return Ok(());
-    }
     for table in ["replay", "sessions", "tasks"] {
         tx.execute(&format!("DELETE FROM {table} WHERE expires_ms <= ?1"), params![now]).map_err(unavailable)?;
     }
@@ -146,7 +150,6 @@ impl Store for SqliteStore {
     async fn claim_message(&self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError> {
         let claim = claim.clone();
         self.tx(move |tx, _, now| {
-            sweep(tx, now)?;
             let seen: Option<i64> = tx
                 .query_row("SELECT expires_ms FROM replay WHERE key = ?1", params![claim.key], |r| r.get(0))
                 .optional()
@@ -239,7 +242,6 @@ impl Store for SqliteStore {
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError> {
         let (key, mut task) = (key.clone(), task.clone());
         self.tx(move |tx, cfg, now| {
-            sweep(tx, now)?;
             if let Some(held) = load_task(tx, &key, now)?
                 && !held.claimable(held.lease_until_ms > now)
             {

@@ -141,7 +141,10 @@ impl Checked {
 
     /// The verdict on its signature (the machine answers a failure in protocol).
     pub fn signature(&self) -> Result<(), &LdpError> {
-        self.signature.as_ref().map(|()| ())
+        match &self.signature {
+            Ok(()) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 
