@@ -3,7 +3,7 @@
 //! The responder machine stays sans-IO: it hands its driver the records to commit ([`SharedSession`] after a
 //! SESSION_PROPOSE is accepted, [`SharedTask`] when a task ends, the [`ReplayClaim`] of every inbound message) and
 //! takes back what the driver read from the store ([`SessionLookup`], a [`SharedTask`] for a status query). The
-//! driver ([`crate::runtime::DelegateRuntime`] with a [`crate::store::Store`]) does the IO, each store call under a
+//! driver (`runtime::DelegateRuntime` with a `store::Store`, feature `runtime`) does the IO, each store call under a
 //! timeout, and runs the atomic operations before the machine acts:
 //!
 //! - the replay claim (insert the message's key if absent, with its expiry) before the machine sees the message, so
