@@ -411,8 +411,9 @@ impl DelegateRuntime {
         let replica = format!("{:016x}", rand::random::<u64>());
         self.inner.store.set(StoreLink { store, opts, replica }).ok()?;
         self.with_responder(|r| r.set_shared(true));
-        let rt = self.clone();
-        Some(tokio::spawn(async move { rt.renew_leases().await }))
+        // A weak handle: the renewer ends with the runtime instead of keeping it alive.
+        let weak = Arc::downgrade(&self.inner);
+        Some(tokio::spawn(async move { Self::renew_leases(weak).await }))
     }
 
     /// This replica's owner name in the store, when a store is attached.
@@ -422,12 +423,16 @@ impl DelegateRuntime {
 
     /// Renews, every third of the lease, the leases of the tasks this replica runs. A renewal that fails is retried
     /// at the next tick; the lease covers two misses.
-    async fn renew_leases(&self) {
-        let Some(link) = self.inner.store.get() else { return };
-        let every = (link.opts.lease / 3).max(Duration::from_millis(10));
+    async fn renew_leases(runtime: std::sync::Weak<RuntimeInner>) {
+        let every = match runtime.upgrade().as_ref().and_then(|inner| inner.store.get()) {
+            Some(link) => (link.opts.lease / 3).max(Duration::from_millis(10)),
+            None => return,
+        };
         loop {
             tokio::time::sleep(every).await;
-            let keys: Vec<TaskKey> = lock(&self.inner.running).keys().cloned().collect();
+            let Some(inner) = runtime.upgrade() else { return };
+            let Some(link) = inner.store.get() else { return };
+            let keys: Vec<TaskKey> = lock(&inner.running).keys().cloned().collect();
             if keys.is_empty() {
                 continue;
             }
@@ -459,7 +464,7 @@ impl DelegateRuntime {
         let env = checked.envelope();
         let refuse = |error: StoreError| {
             tracing::warn!(error = %error, "store call failed; message refused");
-            lock(&self.inner.responder).refusal(env, error.to_ldp())
+            self.with_responder(|r| r.refusal(env, error.to_ldp()))
         };
         // A message whose signature fails is refused by the machine without touching the store.
         if checked.signature().is_err() {
@@ -468,7 +473,7 @@ impl DelegateRuntime {
         let claim = lock(&self.inner.responder).replay_claim(peer, env);
         if let Some(claim) = claim {
             let verdict = link.call(link.store.claim_message(&claim)).await.map_err(refuse)?;
-            if let Some(refusal) = lock(&self.inner.responder).refuse_shared_replay(env, verdict) {
+            if let Some(refusal) = self.with_responder(|r| r.refuse_shared_replay(env, verdict)) {
                 return Err(refusal);
             }
         }
@@ -513,7 +518,7 @@ impl DelegateRuntime {
                 };
                 self.with_responder(|r| r.end_shared_session(&id, crate::SharedEnd::Discarded));
                 if let Some(request) = request {
-                    *response = Response::Refused(lock(&self.inner.responder).refusal(request, error.to_ldp()));
+                    *response = Response::Refused(self.with_responder(|r| r.refusal(request, error.to_ldp())));
                 }
             }
             ldp_types::Body::SessionClose(_) => {
@@ -522,7 +527,7 @@ impl DelegateRuntime {
                     // The session is closed here; the store (the authority) still has it live, so a retried close
                     // is adopted again and closed then.
                     if let Some(request) = request {
-                        *response = Response::Refused(lock(&self.inner.responder).refusal(request, e.to_ldp()));
+                        *response = Response::Refused(self.with_responder(|r| r.refusal(request, e.to_ldp())));
                     }
                 }
             }

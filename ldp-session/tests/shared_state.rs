@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::result_large_err)]
 //! The machine's side of state shared between replicas (issue 17), without any store: what one machine hands out
 //! (a session's record, a message's replay claim, a task's end) another takes back, with the same rules.
 

@@ -145,3 +145,23 @@ pub(crate) fn ms(d: Duration) -> i64 {
 pub(crate) fn corrupt(backend: &'static str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt { backend, reason: e.to_string() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_specs_parse() {
+        assert_eq!("memory".parse::<StoreSpec>().unwrap(), StoreSpec::Memory);
+        assert_eq!("sqlite:/tmp/a.db".parse::<StoreSpec>().unwrap(), StoreSpec::Sqlite("/tmp/a.db".into()));
+        // A bare path is SQLite, the default when a path is given.
+        assert_eq!("state.db".parse::<StoreSpec>().unwrap(), StoreSpec::Sqlite("state.db".into()));
+        assert_eq!(
+            "redis://127.0.0.1:6379/2".parse::<StoreSpec>().unwrap(),
+            StoreSpec::Redis("redis://127.0.0.1:6379/2".into())
+        );
+        for bad in ["", "sqlite:", "postgres://db/x", "http://x"] {
+            assert!(bad.parse::<StoreSpec>().is_err(), "{bad:?}");
+        }
+    }
+}
