@@ -349,5 +349,4 @@ async fn a_task_whose_replica_dies_fails_retryably_after_its_lease() {
         }
     };
     assert_eq!(failed, (codes::TASK_LEASE_EXPIRED.to_owned(), true));
-    assert!(killed.elapsed() <= Duration::from_secs(4), "failed only after {:?}", killed.elapsed());
 }

@@ -146,24 +146,43 @@ async fn two_replicas_share_state(a_store: Arc<dyn Store>, b_store: Arc<dyn Stor
     assert_eq!(r.output.parse::<serde_json::Value>().unwrap(), serde_json::json!({"ran": {"n": 1}}));
 
     // A replica that stops renewing its lease (it died) leaves its task failed, retryably, once the lease passes.
-    let (c, renewer_c) = replica(a_store, &runs, Duration::from_millis(600));
-    let slow = init.submit(&session_id, "work", serde_json::json!({"sleep_ms": 5000}), None, None).unwrap();
+    // The task takes a minute: it cannot end by itself while this runs, however loaded the machine.
+    let lease = Duration::from_millis(1500);
+    let (c, renewer_c) = replica(a_store, &runs, lease);
+    let slow = init.submit(&session_id, "work", serde_json::json!({"sleep_ms": 60_000}), None, None).unwrap();
     let slow_id = slow.body.task_id().unwrap().to_owned();
     let running = tokio::spawn(async move { send(&c, &slow).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let answer = send(&a, &status_query(&mut init, &session_id, &slow_id)).await;
-    let Body::TaskUpdate(u) = &answer.body else { panic!("expected running, got {}", error_code(&answer)) };
-    assert_eq!(u.message.as_deref(), Some("running"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = send(&a, &status_query(&mut init, &session_id, &slow_id)).await;
+        if let Body::TaskUpdate(u) = &answer.body {
+            assert_eq!(u.message.as_deref(), Some("running"));
+            break;
+        }
+        // Not claimed yet.
+        assert_eq!(error_code(&answer), codes::TASK_NOT_FOUND);
+        assert!(std::time::Instant::now() < deadline, "the task never showed as running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Still renewed after more than a lease.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(lease + lease / 2).await;
     let answer = send(&a, &status_query(&mut init, &session_id, &slow_id)).await;
     assert!(matches!(answer.body, Body::TaskUpdate(_)), "the lease lapsed while renewed: {}", error_code(&answer));
     renewer_c.abort();
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    let answer = send(&a, &status_query(&mut init, &session_id, &slow_id)).await;
-    let Body::TaskFailed(f) = &answer.body else { panic!("expected a failure, got {}", answer.body.type_name()) };
-    assert_eq!(f.error.code.as_str(), codes::TASK_LEASE_EXPIRED);
-    assert!(f.error.retryable);
+    let stopped = std::time::Instant::now();
+    let failed = loop {
+        let answer = send(&a, &status_query(&mut init, &session_id, &slow_id)).await;
+        match &answer.body {
+            Body::TaskUpdate(_) => {
+                assert!(stopped.elapsed() < Duration::from_secs(10), "still running 10 s after renewals stopped");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Body::TaskFailed(f) => break f.error.clone(),
+            other => panic!("expected a failure, got {}", other.type_name()),
+        }
+    };
+    assert_eq!(failed.code.as_str(), codes::TASK_LEASE_EXPIRED);
+    assert!(failed.retryable);
     running.abort();
 
     // Closed on B: ended on A.
