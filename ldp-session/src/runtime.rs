@@ -485,7 +485,10 @@ impl DelegateRuntime {
                 SessionLookup::Closed => {
                     r.end_shared_session(&env.session_id, crate::SharedEnd::Closed);
                 }
-                // Established nowhere, or expired everywhere: a session live only here has ended.
+                SessionLookup::Expired => {
+                    r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
+                }
+                // Established nowhere, or ended long ago: a session live only here has ended.
                 _ => {
                     if r.session_state(&env.session_id).is_some() {
                         r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);

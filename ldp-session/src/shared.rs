@@ -49,7 +49,9 @@ pub enum SessionLookup {
     Live(SharedSession),
     /// Closed by some replica.
     Closed,
-    /// Not in the store: never established, or expired.
+    /// Its TTL ran out with no message to any replica (the store keeps the marker for a while).
+    Expired,
+    /// Not in the store: never established, or ended long ago.
     Unknown,
 }
 

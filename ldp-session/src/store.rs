@@ -87,8 +87,9 @@ pub trait Store: Send + Sync + 'static {
     /// principal: `Fresh` when inserted, `Seen` when present, `Full` when the principal holds its share already.
     async fn claim_message(&self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError>;
 
-    /// Records a newly established session, expiring after its TTL without a message; `false` (and nothing
-    /// written) when the id is live or closed in the store already.
+    /// Records a newly established session, expiring after its TTL without a message (then looked up as
+    /// `Expired` for a while, the backend's marker time); `false` (and nothing written) when the store holds the id
+    /// already (live, closed or expired).
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError>;
 
     /// Looks a session up, restarting its TTL when it is live.

@@ -42,7 +42,8 @@ pub struct StoreConfig {
     pub namespace: String,
     /// How long an ended task's record (its result, for status queries) is kept.
     pub result_ttl: Duration,
-    /// How long a closed session's marker is kept (late messages are told `SESSION_CLOSED`).
+    /// How long a closed or expired session's marker is kept (late messages are told `SESSION_CLOSED` or
+    /// `SESSION_EXPIRED` by every replica).
     pub closed_ttl: Duration,
 }
 

@@ -27,7 +27,8 @@ struct Tables {
     replay: HashMap<String, (String, i64)>,
     /// Live entries per principal.
     per_principal: HashMap<String, usize>,
-    /// Session id -> (record, `None` once closed; expiry).
+    /// Session id -> (record, `None` once closed; when it expires, or when a closed marker goes). An expired
+    /// session is kept as a marker for the closed-marker time after its expiry.
     sessions: HashMap<String, (Option<SharedSession>, i64)>,
     /// Task -> (record, expiry of the record).
     tasks: HashMap<TaskKey, (SharedTask, i64)>,
@@ -39,7 +40,7 @@ struct Tables {
 const SWEEP_EVERY: usize = 1024;
 
 impl Tables {
-    fn sweep(&mut self, now: i64) {
+    fn sweep(&mut self, now: i64, marker: i64) {
         self.since_sweep += 1;
         if self.since_sweep < SWEEP_EVERY {
             return;
@@ -54,7 +55,10 @@ impl Tables {
             keep
         });
         per_principal.retain(|_, n| *n > 0);
-        self.sessions.retain(|_, (_, expires)| *expires > now);
+        self.sessions.retain(|_, (record, expires)| match record {
+            Some(_) => expires.saturating_add(marker) > now,
+            None => *expires > now,
+        });
         self.tasks.retain(|_, (_, expires)| *expires > now);
     }
 }
@@ -80,7 +84,7 @@ impl Store for MemoryStore {
     async fn claim_message(&self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError> {
         let now = now_ms();
         let mut t = self.tables();
-        t.sweep(now);
+        t.sweep(now, ms(self.cfg.closed_ttl));
         if let Some((principal, expires)) = t.replay.get(&claim.key) {
             if *expires > now {
                 return Ok(ReplayVerdict::Seen);
@@ -95,7 +99,7 @@ impl Store for MemoryStore {
         if claim.max_per_principal.is_some_and(|max| held >= max) {
             // Entries past their expiry still count until swept: sweep now before refusing.
             t.since_sweep = SWEEP_EVERY;
-            t.sweep(now);
+            t.sweep(now, ms(self.cfg.closed_ttl));
             if t.per_principal.get(&claim.principal).copied().unwrap_or(0) >= held {
                 return Ok(ReplayVerdict::Full);
             }
@@ -108,8 +112,13 @@ impl Store for MemoryStore {
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
         let now = now_ms();
         let mut t = self.tables();
-        t.sweep(now);
-        if t.sessions.get(&session.session_id).is_some_and(|(_, expires)| *expires > now) {
+        t.sweep(now, ms(self.cfg.closed_ttl));
+        let marker = ms(self.cfg.closed_ttl);
+        let held = |(record, expires): &(Option<SharedSession>, i64)| match record {
+            Some(_) => expires.saturating_add(marker) > now,
+            None => *expires > now,
+        };
+        if t.sessions.get(&session.session_id).is_some_and(held) {
             return Ok(false);
         }
         let expires = now.saturating_add(ms(Duration::from_secs(session.ttl_secs)));
@@ -120,17 +129,17 @@ impl Store for MemoryStore {
     async fn touch_session(&self, session_id: &str) -> Result<SessionLookup, StoreError> {
         let now = now_ms();
         let mut t = self.tables();
-        t.sweep(now);
+        t.sweep(now, ms(self.cfg.closed_ttl));
+        let marker = ms(self.cfg.closed_ttl);
         let Some((record, expires)) = t.sessions.get_mut(session_id) else { return Ok(SessionLookup::Unknown) };
-        if *expires <= now {
-            return Ok(SessionLookup::Unknown);
-        }
         match record {
-            Some(s) => {
+            Some(_) if *expires <= now && expires.saturating_add(marker) > now => Ok(SessionLookup::Expired),
+            Some(s) if *expires > now => {
                 *expires = now.saturating_add(ms(Duration::from_secs(s.ttl_secs)));
                 Ok(SessionLookup::Live(s.clone()))
             }
-            None => Ok(SessionLookup::Closed),
+            None if *expires > now => Ok(SessionLookup::Closed),
+            _ => Ok(SessionLookup::Unknown),
         }
     }
 
@@ -144,7 +153,7 @@ impl Store for MemoryStore {
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError> {
         let now = now_ms();
         let mut t = self.tables();
-        t.sweep(now);
+        t.sweep(now, ms(self.cfg.closed_ttl));
         if let Some((held, expires)) = t.tasks.get(key)
             && *expires > now
             && !held.claimable(held.lease_until_ms > now)

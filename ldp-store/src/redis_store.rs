@@ -3,7 +3,8 @@
 //! Keys start with `ldp:<delegate id>:` (several delegates can share one Redis), and every key of a session carries
 //! the session id as its hash tag, `ldp:<ns>:{<session id>}:session|task:<id>|lease:<id>`, so on Redis Cluster all of
 //! a session's keys live in one slot and the scripts that touch several of them run there. TTLs are Redis expiries
-//! (`PX`): a session's key expires after its TTL without a message, a lease key after the lease without renewal.
+//! (`PX`): a session's key expires a marker time (`closed_ttl`) after its TTL without a message (in that time it is
+//! looked up as expired, so every replica answers `SESSION_EXPIRED`), a lease key after the lease without renewal.
 //! Replay entries are `ldp:<ns>:replay:{<message digest>}` (`SET NX PXAT`), global across principals (a captured
 //! message replayed under another credential is still a replay), with each principal's share counted in a sorted
 //! set `ldp:<ns>:replay-share:{<principal digest>}` scored by expiry.
@@ -29,14 +30,26 @@ const BACKEND: &str = "redis";
 /// The value of a closed session's key.
 const CLOSED: &str = "closed";
 
-/// Restarts a live session's TTL (read from its record) and returns the record; `closed`, or nil when absent.
+/// The value of an expired session's key (kept as a marker until the key's own expiry).
+const EXPIRED: &str = "expired";
+
+/// Looks a session up (KEYS: its key; ARGV: now ms, marker ms). Its value is `<expiry ms>|<record>`: past the expiry
+/// it is `expired`; live, its expiry moves to now + its TTL (read from the record) and the key lives a marker time
+/// longer, and the record is returned; `closed`, or nil when absent.
 const TOUCH: &str = r"
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
 if v == 'closed' then return v end
-local ok, rec = pcall(cjson.decode, v)
-if ok and rec.ttl_secs then redis.call('PEXPIRE', KEYS[1], math.floor(rec.ttl_secs * 1000)) end
-return v
+local bar = string.find(v, '|', 1, true)
+if not bar then return false end
+local now = tonumber(ARGV[1])
+if tonumber(string.sub(v, 1, bar - 1)) <= now then return 'expired' end
+local record = string.sub(v, bar + 1)
+local ok, rec = pcall(cjson.decode, record)
+if not ok or not rec.ttl_secs then return record end
+local ttl = math.floor(rec.ttl_secs * 1000)
+redis.call('SET', KEYS[1], string.format('%d|', now + ttl) .. record, 'PX', ttl + tonumber(ARGV[2]))
+return record
 ";
 
 /// Claims a task (KEYS: record, lease; ARGV: record, owner, lease ms, result ttl ms) by the rule of
@@ -219,12 +232,13 @@ impl Store for RedisStore {
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
         let mut conn = self.conn();
         let ttl = ms(Duration::from_secs(session.ttl_secs)).max(1);
+        let value = format!("{}|{}", crate::now_ms().saturating_add(ttl), encode(session)?);
         let set: Option<String> = redis::cmd("SET")
             .arg(self.session_key(&session.session_id))
-            .arg(encode(session)?)
+            .arg(value)
             .arg("NX")
             .arg("PX")
-            .arg(ttl)
+            .arg(ttl.saturating_add(ms(self.cfg.closed_ttl)))
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
@@ -233,11 +247,19 @@ impl Store for RedisStore {
 
     async fn touch_session(&self, session_id: &str) -> Result<SessionLookup, StoreError> {
         let mut conn = self.conn();
-        let v: Option<String> =
-            self.scripts.touch.key(self.session_key(session_id)).invoke_async(&mut conn).await.map_err(unavailable)?;
+        let v: Option<String> = self
+            .scripts
+            .touch
+            .key(self.session_key(session_id))
+            .arg(crate::now_ms())
+            .arg(ms(self.cfg.closed_ttl).max(1))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
         match v.as_deref() {
             None => Ok(SessionLookup::Unknown),
             Some(CLOSED) => Ok(SessionLookup::Closed),
+            Some(EXPIRED) => Ok(SessionLookup::Expired),
             Some(text) => Ok(SessionLookup::Live(decode(text)?)),
         }
     }

@@ -93,7 +93,7 @@ impl SqliteStore {
             let now = now_ms();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
             if sweep_due {
-                sweep(&tx, now)?;
+                sweep(&tx, now, ms(cfg.closed_ttl))?;
             }
             let out = op(&tx, &cfg, now)?;
             tx.commit().map_err(unavailable)?;
@@ -104,12 +104,35 @@ impl SqliteStore {
     }
 }
 
-/// Deletes expired rows (lookups ignore them already; this returns their space).
-fn sweep(tx: &rusqlite::Transaction<'_>, now: i64) -> Result<(), StoreError> {
-    for table in ["replay", "sessions", "tasks"] {
+/// Deletes expired rows (lookups ignore them already; this returns their space). An expired session stays as a
+/// marker for `marker` ms after its expiry.
+fn sweep(tx: &rusqlite::Transaction<'_>, now: i64, marker: i64) -> Result<(), StoreError> {
+    for table in ["replay", "tasks"] {
         tx.execute(&format!("DELETE FROM {table} WHERE expires_ms <= ?1"), params![now]).map_err(unavailable)?;
     }
+    tx.execute(
+        "DELETE FROM sessions WHERE (record IS NULL AND expires_ms <= ?1) OR (record IS NOT NULL AND expires_ms <= ?2)",
+        params![now, now.saturating_sub(marker)],
+    )
+    .map_err(unavailable)?;
     Ok(())
+}
+
+/// A session's row: its record (`None` once closed) and expiry.
+fn load_session(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
+    tx.query_row("SELECT record, expires_ms FROM sessions WHERE id = ?1", params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()
+        .map_err(unavailable)
+}
+
+/// What a session's row says now, `marker` being how long an expired session is remembered.
+fn lookup(row: Option<(Option<String>, i64)>, now: i64, marker: i64) -> Result<SessionLookup, StoreError> {
+    Ok(match row {
+        Some((Some(text), expires)) if expires > now => SessionLookup::Live(decode(&text)?),
+        Some((Some(_), expires)) if expires.saturating_add(marker) > now => SessionLookup::Expired,
+        Some((None, expires)) if expires > now => SessionLookup::Closed,
+        _ => SessionLookup::Unknown,
+    })
 }
 
 fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
@@ -182,14 +205,8 @@ impl Store for SqliteStore {
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
         let record = encode(session)?;
         let (id, ttl) = (session.session_id.clone(), Duration::from_secs(session.ttl_secs));
-        self.tx(move |tx, _, now| {
-            let live: Option<i64> = tx
-                .query_row("SELECT expires_ms FROM sessions WHERE id = ?1 AND expires_ms > ?2", params![id, now], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(unavailable)?;
-            if live.is_some() {
+        self.tx(move |tx, cfg, now| {
+            if !matches!(lookup(load_session(tx, &id)?, now, ms(cfg.closed_ttl))?, SessionLookup::Unknown) {
                 return Ok(false);
             }
             tx.execute(
@@ -204,24 +221,14 @@ impl Store for SqliteStore {
 
     async fn touch_session(&self, session_id: &str) -> Result<SessionLookup, StoreError> {
         let id = session_id.to_owned();
-        self.tx(move |tx, _, now| {
-            let row: Option<Option<String>> = tx
-                .query_row("SELECT record FROM sessions WHERE id = ?1 AND expires_ms > ?2", params![id, now], |r| {
-                    r.get(0)
-                })
-                .optional()
-                .map_err(unavailable)?;
-            match row {
-                None => Ok(SessionLookup::Unknown),
-                Some(None) => Ok(SessionLookup::Closed),
-                Some(Some(text)) => {
-                    let session: SharedSession = decode(&text)?;
-                    let expires = now.saturating_add(ms(Duration::from_secs(session.ttl_secs)));
-                    tx.execute("UPDATE sessions SET expires_ms = ?2 WHERE id = ?1", params![id, expires])
-                        .map_err(unavailable)?;
-                    Ok(SessionLookup::Live(session))
-                }
+        self.tx(move |tx, cfg, now| {
+            let found = lookup(load_session(tx, &id)?, now, ms(cfg.closed_ttl))?;
+            if let SessionLookup::Live(session) = &found {
+                let expires = now.saturating_add(ms(Duration::from_secs(session.ttl_secs)));
+                tx.execute("UPDATE sessions SET expires_ms = ?2 WHERE id = ?1", params![id, expires])
+                    .map_err(unavailable)?;
             }
+            Ok(found)
         })
         .await
     }

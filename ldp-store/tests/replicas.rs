@@ -205,6 +205,20 @@ async fn two_replicas_share_state(a_store: Arc<dyn Store>, b_store: Arc<dyn Stor
     };
     assert_eq!(error_code(&send(&a, &late).await), codes::SESSION_CLOSED);
     assert_eq!(runs.load(Ordering::SeqCst), 2, "only the two accepted tasks ran");
+
+    // Expired with no message anywhere: every replica says so, also one that never saw the session.
+    let config = SessionConfig { ttl_secs: Some(1), ..SessionConfig::default() };
+    let accept = send(&a, &init.propose(config)).await;
+    let Body::SessionAccept(accepted) = &accept.body else { panic!("{}", error_code(&accept)) };
+    let short = accepted.session_id.clone();
+    init.handle_envelope(accept, None).unwrap();
+    while init.poll_event().is_some() {}
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    for replica in [&b, &a] {
+        let late = init.submit(&short, "work", serde_json::json!({"n": 3}), None, None).unwrap();
+        assert_eq!(error_code(&send(replica, &late).await), codes::SESSION_EXPIRED);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

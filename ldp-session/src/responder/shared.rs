@@ -142,7 +142,7 @@ impl Responder {
         let aborted = if self.sessions.contains_key(session_id) {
             self.end_session(session_id, ended)
         } else {
-            if how == SharedEnd::Closed {
+            if how != SharedEnd::Discarded && !self.ended.contains_key(session_id) {
                 self.tombstone(session_id, ended);
             }
             Vec::new()
