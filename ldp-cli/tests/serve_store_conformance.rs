@@ -98,4 +98,6 @@ async fn the_kit_passes_against_two_replicas_behind_a_round_robin_proxy() {
         .unwrap_or_default();
     assert_eq!(out.status.code(), Some(0), "stderr: {}\nfailures: {failing:#?}", String::from_utf8_lossy(&out.stderr));
     assert!(failing.is_empty(), "{failing:#?}");
+    eprintln!("conformance through the proxy: {}", json["summary"]);
+    assert!(json["summary"]["passed"].as_u64().is_some_and(|n| n > 20), "{}", json["summary"]);
 }
