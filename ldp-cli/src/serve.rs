@@ -67,6 +67,9 @@ pub struct ServeArgs {
     /// answered by echoing.
     #[arg(long, value_name = "FILE")]
     pub card: Option<PathBuf>,
+    /// Shared state for replicas and restarts.
+    #[command(flatten, next_help_heading = "State store (sessions, replay window, tasks; issue 17)")]
+    pub store: StoreArgs,
     /// Limits on protocol state.
     #[command(
         flatten,
@@ -190,6 +193,48 @@ impl LimitArgs {
             allowed_origins: self.allow_origins.clone(),
             ..Default::default()
         }
+    }
+}
+
+/// Where `ldp serve` keeps the protocol state that must outlive the process or be shared by replicas.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// `memory` (this process only, the default), `sqlite:PATH` (an embedded database file that survives restarts
+    /// and kill -9; a bare PATH means the same), or `redis://HOST:PORT[/DB]` (replicas of this delegate behind a load
+    /// balancer share sessions, the replay window, task claims and results). Replicas must be configured alike.
+    #[arg(long, value_name = "STORE", default_value = "memory")]
+    pub store: ldp_store::StoreSpec,
+    /// Longest a store call may take, in milliseconds; beyond it (or when the store is down) the message is refused
+    /// STORE_UNAVAILABLE (retryable), never left hanging.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    pub store_timeout: u64,
+    /// How long a running task's claim holds without renewal, in seconds (renewed every third of it). A task whose
+    /// replica died is then failed TASK_LEASE_EXPIRED (retryable) for status queries on any replica.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub task_lease: u64,
+    /// How long ended tasks' results (for status queries from any replica) and closed sessions' markers are kept in
+    /// the store, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
+    pub result_ttl: u64,
+}
+
+impl StoreArgs {
+    /// Opens the store and attaches it to `runtime` (nothing for `memory`). Returns the store's name for the banner.
+    async fn attach(&self, runtime: &DelegateRuntime, delegate_id: &str) -> Result<String, String> {
+        let mut cfg = ldp_store::StoreConfig::new(delegate_id);
+        cfg.result_ttl = Duration::from_secs(self.result_ttl.max(1));
+        cfg.closed_ttl = cfg.result_ttl;
+        let Some(store) = ldp_store::open(&self.store, cfg).await.map_err(|e| format!("--store: {e}"))? else {
+            return Ok("memory".to_owned());
+        };
+        let opts = ldp_session::store::StoreOptions::new(
+            Duration::from_millis(self.store_timeout.max(1)),
+            Duration::from_secs(self.task_lease.max(1)),
+        );
+        let name = store.backend();
+        // The lease renewer runs for the life of the process.
+        let _renewer = runtime.attach_store(store, opts);
+        Ok(name.to_owned())
     }
 }
 
@@ -488,7 +533,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         }
         None => Arc::new(EchoDelegate),
     };
+    let delegate_id = responder.config().card.delegate_id.as_str().to_owned();
     let runtime = DelegateRuntime::new(responder, delegate);
+    let store = args.store.attach(&runtime, &delegate_id).await?;
     // The WebSocket binding on the same port, with the same tokens and message limit.
     let ws_config = args.limits.ws_config(&http);
     let limits = http.limits.clone();
@@ -500,7 +547,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let signal = shutdown_signal();
     {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "ldp serve: {summary}, {auth}");
+        let _ = writeln!(out, "ldp serve: {summary}, {auth}, store {store}");
         let _ = writeln!(out, "ldp serve: listening on {url} (WebSocket: {ws_scheme}://{addr}/ldp/ws)");
         let _ = out.flush();
     }

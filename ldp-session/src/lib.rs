@@ -63,10 +63,13 @@ mod held;
 mod initiator;
 mod responder;
 mod security;
+pub mod shared;
 pub mod spans;
 
 #[cfg(feature = "runtime")]
 pub mod runtime;
+#[cfg(feature = "runtime")]
+pub mod store;
 
 pub use backoff::Backoff;
 pub use clock::{IdSource, ManualClock, SeededIds, SystemClock, WallClock};
@@ -76,7 +79,7 @@ pub use held::{HeldAnswer, HeldLimits, HeldStats};
 pub use initiator::{DEFAULT_RESUME_GRACE, Expired, Initiator, InitiatorEvent, ResumeVerdict, Transmit, fit_payload};
 pub use responder::{
     Aborted, AuthenticatedPeer, Checked, Delivery, History, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
-    ResponderEvent, TaskOutput, TaskRequest, TaskStatus, Turn,
+    ResponderEvent, SharedEnd, TaskOutput, TaskRequest, TaskStatus, Turn,
 };
 pub use security::{ReplayConfig, ReplayGuard, SecurityConfig, SignaturePolicy};
 

@@ -144,32 +144,16 @@ impl ReplayGuard {
         principal: &str,
         now: OffsetDateTime,
     ) -> Result<(), LdpError> {
-        let ts = ldp_types::time::parse_timestamp(&env.timestamp).map_err(|_| {
-            LdpError::security(codes::TIMESTAMP_OUT_OF_WINDOW, format!("unparseable timestamp {:?}", env.timestamp))
-        })?;
+        let ts = timestamp_in_window(cfg, env, now)?;
         let window = time::Duration::try_from(cfg.window).unwrap_or(time::Duration::MAX);
-        let skew = time::Duration::try_from(cfg.future_skew).unwrap_or(time::Duration::MAX);
-        if ts < now - window || ts > now + skew {
-            return Err(LdpError::security(
-                codes::TIMESTAMP_OUT_OF_WINDOW,
-                format!("timestamp {} is outside the accepted window", env.timestamp),
-            ));
-        }
         self.prune(now);
-        let key = format!("{}\u{0}{}", env.message_id, env.nonce.as_deref().unwrap_or(""));
+        let key = replay_key(env);
         if self.seen.contains_key(&key) {
-            return Err(LdpError::security(
-                codes::REPLAY_DETECTED,
-                format!("message {} was already received", env.message_id),
-            ));
+            return Err(replay_detected(env));
         }
         let held = self.per_principal.get_key_value(principal);
         if held.is_some_and(|(_, n)| *n >= cfg.max_entries_per_principal) {
-            return Err(LdpError::runtime(
-                codes::CAPACITY_EXCEEDED,
-                "this sender's share of the replay table is full; retry later",
-            )
-            .with_retryable(true));
+            return Err(share_full());
         }
         if self.seen.len() >= cfg.max_entries {
             return Err(
@@ -184,6 +168,43 @@ impl ReplayGuard {
         self.seen.insert(key, principal);
         Ok(())
     }
+}
+
+/// The refusal of a signed message seen before (by this table or a shared store's).
+pub(crate) fn replay_detected(env: &Envelope) -> LdpError {
+    LdpError::security(codes::REPLAY_DETECTED, format!("message {} was already received", env.message_id))
+}
+
+/// The refusal of a message whose sender's share of the replay window is full (retryable: entries leave with it).
+pub(crate) fn share_full() -> LdpError {
+    LdpError::runtime(codes::CAPACITY_EXCEEDED, "this sender's share of the replay table is full; retry later")
+        .with_retryable(true)
+}
+
+/// The message's timestamp, if it lies within the window around `now` (else the typed refusal).
+pub(crate) fn timestamp_in_window(
+    cfg: &ReplayConfig,
+    env: &Envelope,
+    now: OffsetDateTime,
+) -> Result<OffsetDateTime, LdpError> {
+    let ts = ldp_types::time::parse_timestamp(&env.timestamp).map_err(|_| {
+        LdpError::security(codes::TIMESTAMP_OUT_OF_WINDOW, format!("unparseable timestamp {:?}", env.timestamp))
+    })?;
+    let window = time::Duration::try_from(cfg.window).unwrap_or(time::Duration::MAX);
+    let skew = time::Duration::try_from(cfg.future_skew).unwrap_or(time::Duration::MAX);
+    if ts < now - window || ts > now + skew {
+        return Err(LdpError::security(
+            codes::TIMESTAMP_OUT_OF_WINDOW,
+            format!("timestamp {} is outside the accepted window", env.timestamp),
+        ));
+    }
+    Ok(ts)
+}
+
+/// The key a signed message is remembered by in the replay window (this table's and a shared store's,
+/// [`crate::Responder::replay_claim`]): its id and nonce.
+pub(crate) fn replay_key(env: &Envelope) -> String {
+    format!("{}\u{0}{}", env.message_id, env.nonce.as_deref().unwrap_or(""))
 }
 
 /// The JSON of an inbound message as received, which the JCS algorithms verify.

@@ -239,6 +239,12 @@ code_catalogue! {
     /// receiver's limit on held results was reached, or they expired). Sent as a TASK_FAILED for that task id, so
     /// the initiator knows the outcome is lost rather than waiting for it; re-running the task repeats its effects.
     ResultNotKept = RESULT_NOT_KEPT, Runtime, false;
+    /// The state store the delegate's replicas share (sessions, replay window, tasks) did not answer in time or is
+    /// down; nothing was done with the message, which may be sent again.
+    StoreUnavailable = STORE_UNAVAILABLE, Runtime, true;
+    /// The replica running the task stopped renewing its lease (it died or lost the store) before the task ended: the
+    /// task is failed, and may be submitted again (its effects may have happened once already).
+    TaskLeaseExpired = TASK_LEASE_EXPIRED, Runtime, true;
     /// The transport failed.
     TransportError = TRANSPORT_ERROR, Transport, _;
     /// A bare-string error from a peer that does not send typed errors.
@@ -665,7 +671,7 @@ mod tests {
 
     #[test]
     fn every_known_code_travels_as_its_wire_name() {
-        assert_eq!(Code::KNOWN.len(), 29);
+        assert_eq!(Code::KNOWN.len(), 31);
         for code in Code::KNOWN {
             let wire = serde_json::to_value(code).unwrap();
             assert_eq!(wire, serde_json::Value::String(code.to_string()));

@@ -113,11 +113,14 @@ fn task_id_new(session: &ResponderSession, task_id: &str) -> Result<(), LdpError
     if session.running.contains_key(task_id)
         || session.history.iter().any(|h| *h.task_id == *task_id && h.status != TaskStatus::Failed)
     {
-        return Err(
-            session_error(codes::DUPLICATE_TASK, format!("task {task_id:?} already exists")).with_retryable(false)
-        );
+        return Err(duplicate_task(task_id));
     }
     Ok(())
+}
+
+/// The refusal of a task id already in use (here, or by another replica: [`Responder::refuse_claimed`]).
+pub(super) fn duplicate_task(task_id: &str) -> LdpError {
+    session_error(codes::DUPLICATE_TASK, format!("task {task_id:?} already exists")).with_retryable(false)
 }
 
 fn mode_negotiated(session: &ResponderSession, mode: PayloadMode) -> Result<(), LdpError> {

@@ -138,6 +138,14 @@ impl Checked {
     pub fn envelope(&self) -> &Envelope {
         &self.env
     }
+
+    /// The verdict on its signature (the machine answers a failure in protocol).
+    pub fn signature(&self) -> Result<(), &LdpError> {
+        match &self.signature {
+            Ok(()) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// The error as a refusal sends it: a `security` failure (signature, replay, timestamp window) goes out with the

@@ -15,6 +15,7 @@
 //! | `sessions.rs` | establishment (`on_propose`: trust domain, caps, TTL), the one in-session check (`with_session`; `ResponderSession::touch` restarts the TTL, moves the session to its connection and resumes it), close and expiry (`end_session`, aborting running tasks) |
 //! | `admit.rs` | admission of a TASK_SUBMIT: `admit`, each rule a small function, checked in order (the first broken one is the refusal) |
 //! | `tasks.rs` | `on_submit` (admit, then accept), cancel, status queries, results and failures, contract deadlines, aborts |
+//! | `shared.rs` | state shared with other replicas through a store: the replay claim of a message ([`Responder::replay_claim`]), a session's record and its adoption ([`Responder::shared_session`], [`Responder::adopt_session`], [`Responder::end_shared_session`]), a task another replica holds ([`Responder::refuse_claimed`]) or ran (status queries) |
 //! | `resume.rs` | suspend/resume: which connection carries a session ([`Responder::connection_of`]), held answers ([`Responder::take_held`], [`Responder::hold`]) |
 //! | `context.rs` | a session's context (RFC 5.3): [`History`], [`Turn`] |
 //! | `types.rs` | the public vocabulary: [`PeerContext`], [`Outcome`], [`Delivery`], [`Aborted`], [`ResponderEvent`], ... |
@@ -34,6 +35,7 @@ use crate::config::ResponderConfig;
 use crate::error::Refusal;
 use crate::held::HeldStore;
 use crate::security::{Received, ReplayGuard, SecurityConfig, sign_outbound, verify_inbound};
+use crate::shared::SharedTask;
 use crate::{SessionState, TaskKey};
 
 mod admit;
@@ -41,6 +43,7 @@ mod context;
 mod inbound;
 mod resume;
 mod sessions;
+mod shared;
 mod tasks;
 mod types;
 
@@ -48,6 +51,7 @@ pub use context::{History, Turn};
 pub use inbound::{Checked, InboundCheck};
 use inbound::{Dedupe, check_identifiers, decode, reference_category};
 use sessions::{Ended, ResponderSession, principal_key};
+pub use shared::SharedEnd;
 use tasks::TaskDeadline;
 pub use types::{
     Aborted, AuthenticatedPeer, Delivery, HistoryItem, Outcome, PeerContext, ResponderEvent, TaskOutput, TaskRequest,
@@ -80,6 +84,11 @@ pub struct Responder {
     held: HeldStore,
     /// When [`Responder::handle_timeout`] next drops held answers older than their TTL.
     held_sweep: Option<Instant>,
+    /// Whether a store shares this machine's state ([`Responder::set_shared`]): held answers are then also queued
+    /// for it ([`Responder::poll_shared_ended`]).
+    shared: bool,
+    /// Final answers held for a suspended session, for the driver to record in the store.
+    shared_ended: VecDeque<(TaskKey, Envelope)>,
     manifest: Value,
 }
 
@@ -120,6 +129,8 @@ impl Responder {
             aborted: VecDeque::new(),
             held: HeldStore::default(),
             held_sweep: None,
+            shared: false,
+            shared_ended: VecDeque::new(),
             manifest,
         }
     }
@@ -260,14 +271,27 @@ impl Responder {
         env: Envelope,
         raw: Received<'_>,
     ) -> Result<Outcome, Refusal> {
-        self.handle_verified(now, peer, env, |security, env| verify_inbound(security, env, raw))
+        self.handle_verified(now, peer, env, |security, env| verify_inbound(security, env, raw), None)
     }
 
     /// Handles a message that [`InboundCheck::check`] decoded and verified outside the machine (e.g. before taking
     /// the lock a runtime keeps around it). Every rule applies as in [`Responder::handle`], in the same order.
     pub fn handle_checked(&mut self, now: Instant, peer: &PeerContext, checked: Checked) -> Result<Outcome, Refusal> {
         let Checked { env, signature } = checked;
-        self.handle_verified(now, peer, env, |_, _| signature)
+        self.handle_verified(now, peer, env, |_, _| signature, None)
+    }
+
+    /// [`Responder::handle_checked`] with what a shared store knows of the task a status query asks about
+    /// (`crate::shared`): a task this replica does not know is answered from that record.
+    pub fn handle_checked_shared(
+        &mut self,
+        now: Instant,
+        peer: &PeerContext,
+        checked: Checked,
+        remote: Option<&SharedTask>,
+    ) -> Result<Outcome, Refusal> {
+        let Checked { env, signature } = checked;
+        self.handle_verified(now, peer, env, |_, _| signature, remote)
     }
 
     /// The checks that can run without the machine's state, for use outside it: decoding and the signature policy
@@ -285,6 +309,7 @@ impl Responder {
         peer: &PeerContext,
         env: Envelope,
         verify: impl FnOnce(&SecurityConfig, &Envelope) -> Result<(), LdpError>,
+        remote: Option<&SharedTask>,
     ) -> Result<Outcome, Refusal> {
         // Before anything is stored or echoed (reaping is safe: it only frees).
         check_identifiers(&env, self.cfg.limits.max_identifier_len).map_err(|error| Refusal { error, reply: None })?;
@@ -338,7 +363,7 @@ impl Responder {
             Body::SessionPropose(_) => self.on_propose(now, peer, env),
             Body::TaskSubmit(_) => self.on_submit(now, peer, env),
             Body::TaskCancel(_) => self.on_cancel(now, peer, env),
-            Body::TaskUpdate(_) => self.on_status_query(now, peer, env),
+            Body::TaskUpdate(_) => self.on_status_query(now, peer, env, remote),
             Body::SessionClose(_) => self.on_close(now, peer, env),
             Body::Attestation(a) => {
                 let attestation = a.clone();

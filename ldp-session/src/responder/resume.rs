@@ -84,6 +84,9 @@ impl Responder {
         if !suspended {
             return Delivery::Send(env);
         }
+        if self.shared {
+            self.shared_ended.push_back((key.clone(), env.clone()));
+        }
         let limits = &self.cfg.limits.held;
         match env.to_json() {
             Ok(json) => self.held.push(now, limits, &key.session_id, &key.task_id, json),

@@ -297,6 +297,16 @@ impl Responder {
             self.abort(&session.peer, mode, key.clone(), why);
             cancelled.push(key);
         }
+        self.tombstone(id, how);
+        self.events.push_back(match how {
+            Ended::Expired => ResponderEvent::SessionExpired { session_id: id.to_owned(), aborted: cancelled.clone() },
+            Ended::Closed => ResponderEvent::SessionClosed { session_id: id.to_owned(), aborted: cancelled.clone() },
+        });
+        cancelled
+    }
+
+    /// Remembers how a session ended, so that late messages are told (bounded: the oldest is forgotten first).
+    pub(super) fn tombstone(&mut self, id: &str, how: Ended) {
         if self.cfg.limits.tombstones > 0 {
             if self.ended_order.len() >= self.cfg.limits.tombstones
                 && let Some(old) = self.ended_order.pop_front()
@@ -306,11 +316,6 @@ impl Responder {
             self.ended.insert(id.into(), how);
             self.ended_order.push_back(id.into());
         }
-        self.events.push_back(match how {
-            Ended::Expired => ResponderEvent::SessionExpired { session_id: id.to_owned(), aborted: cancelled.clone() },
-            Ended::Closed => ResponderEvent::SessionClosed { session_id: id.to_owned(), aborted: cancelled.clone() },
-        });
-        cancelled
     }
 
     pub(super) fn peer_of(&self, session_id: &str) -> Result<String, SessionError> {

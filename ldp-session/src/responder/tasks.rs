@@ -11,6 +11,7 @@ use ldp_types::{
 
 use crate::TaskKey;
 use crate::error::{Misuse, Refusal, SessionError};
+use crate::shared::SharedTask;
 
 use super::admit::Admission;
 use super::context::Turn;
@@ -172,6 +173,7 @@ impl Responder {
         now: Instant,
         peer: &PeerContext,
         env: Envelope,
+        remote: Option<&SharedTask>,
     ) -> Result<Outcome, Refusal> {
         self.with_session(now, peer, &env)?;
         let task_id = env.body.task_id().unwrap_or_default();
@@ -197,6 +199,10 @@ impl Responder {
             })
         });
         let Some(status) = status else {
+            if let Some(remote) = remote {
+                // Not known here, known to the store: it ran on another replica (or before a restart).
+                return Ok(Outcome::Reply(self.remote_status(&env, task_id, remote)));
+            }
             let error =
                 session_error(codes::TASK_NOT_FOUND, format!("task {task_id:?} is not known")).with_retryable(false);
             return Err(self.refuse(&env, error));

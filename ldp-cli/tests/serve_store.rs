@@ -1,0 +1,352 @@
+//! `ldp serve --store` as real processes (issue 17).
+//!
+//! - SQLite: `kill -9` mid-session, restart on the same file: the session goes on, a message signed and accepted
+//!   before the restart is refused when replayed after it, the result of a task completed before it is fetched by
+//!   a status query.
+//! - Redis (a real `redis-server` on a free loopback port, installed by `scripts/redis-server.sh` when missing; never
+//!   skipped), two replicas: a session proposed on A continues on B; a signed message accepted by A and replayed to
+//!   B is refused; a status query on B returns the result of a task that ran on A; a close on B ends the session on
+//!   A; 2 replicas × 8 concurrent clients × 500 tasks, each task sent to both replicas, run exactly once (counted by
+//!   the model server behind the delegates) and answered exactly once; Redis stopped: typed, retryable refusals
+//!   within the store timeout, and service again once it is back; a task whose replica is killed mid-task is failed
+//!   `TASK_LEASE_EXPIRED` (retryable) for a status query on the other replica once its lease has passed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use ldp_llm::stub::{Flavor, Stub, StubConfig};
+use ldp_session::{Initiator, InitiatorConfig, InitiatorEvent, SecurityConfig, SeededIds, SystemClock};
+use ldp_store::test_redis::RedisServer;
+use ldp_types::signing::{SignatureAlgorithm, SigningKey};
+use ldp_types::{Body, Envelope, SessionConfig, TaskUpdate, codes};
+use support::{Guard, TempDir, serve};
+
+const SECRET: &str = "store-test-secret";
+
+fn key() -> SigningKey {
+    SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, SECRET).unwrap()
+}
+
+fn initiator(to: &str, signed: bool) -> Initiator {
+    let mut cfg = InitiatorConfig::new("ldp:delegate:store-client");
+    if signed {
+        cfg.security = SecurityConfig::symmetric(key());
+    }
+    Initiator::new(cfg, to, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()))
+}
+
+fn unique() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+}
+
+/// POSTs one message to `/ldp/messages` and returns the answer (refusals carry one too, whatever the status).
+async fn post(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Envelope {
+    let resp = http
+        .post(format!("{url}/ldp/messages"))
+        .header("content-type", "application/json")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    let status = resp.status();
+    assert_ne!(status.as_u16(), 500, "a 500");
+    let body = resp.bytes().await.unwrap();
+    Envelope::from_slice(&body)
+        .unwrap_or_else(|e| panic!("answer {status} is no envelope ({e}): {}", String::from_utf8_lossy(&body)))
+}
+
+async fn send(http: &reqwest::Client, url: &str, env: &Envelope) -> Envelope {
+    post(http, url, env.to_vec().unwrap()).await
+}
+
+fn failure(env: &Envelope) -> (String, bool) {
+    match &env.body {
+        Body::TaskFailed(f) => (f.error.code.as_str().to_owned(), f.error.retryable),
+        Body::SessionReject(r) => {
+            r.error.as_ref().map(|e| (e.code.as_str().to_owned(), e.retryable)).unwrap_or_default()
+        }
+        other => panic!("expected a failure, got {}", other.type_name()),
+    }
+}
+
+fn output(env: &Envelope) -> serde_json::Value {
+    match &env.body {
+        Body::TaskResult(r) => r.output.parse().unwrap(),
+        other => panic!("expected TASK_RESULT, got {} ({:?})", other.type_name(), failure(env)),
+    }
+}
+
+async fn establish(http: &reqwest::Client, url: &str, init: &mut Initiator) -> String {
+    let accept = send(http, url, &init.propose(SessionConfig::default())).await;
+    assert!(matches!(accept.body, Body::SessionAccept(_)), "{:?}", failure(&accept));
+    init.handle_envelope(accept, None).unwrap();
+    while let Some(e) = init.poll_event() {
+        if let InitiatorEvent::SessionEstablished { session_id, .. } = e {
+            return session_id;
+        }
+    }
+    panic!("no session established");
+}
+
+/// A status query for `task_id` (signed when `signed`), as a client that lost its connection sends.
+fn status_query(session_id: &str, to: &str, task_id: &str, signed: bool) -> Envelope {
+    let mut env = Envelope::new(
+        format!("q-{}", unique()),
+        ldp_types::time::format_timestamp(time::OffsetDateTime::now_utc()),
+        session_id,
+        "ldp:delegate:store-client",
+        to,
+        TaskUpdate::new(task_id.to_owned(), None, None),
+    );
+    if signed {
+        env = env.with_nonce(unique());
+        ldp_types::signing::sign(&mut env, &key()).unwrap();
+    }
+    env
+}
+
+/// The same message under a new id (and signature): what a client retrying on another replica sends.
+fn resend(bytes: &[u8], signed: bool) -> Envelope {
+    let mut env = Envelope::from_slice(bytes).unwrap();
+    env.message_id = format!("resend-{}", unique());
+    if signed {
+        env.nonce = Some(unique());
+        ldp_types::signing::sign(&mut env, &key()).unwrap();
+    }
+    env
+}
+
+const ECHO: &str = "ldp:delegate:echo";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_state_survives_kill_9() {
+    let dir = TempDir::new("store-sqlite");
+    let store = format!("sqlite:{}", dir.path("state.db"));
+    let args = ["--store", &store, "--sign", "hmac-sha256-jcs", "--secret", SECRET];
+    let (mut first, url) = serve(&args, Stdio::null());
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, true);
+    let session_id = establish(&http, &url, &mut init).await;
+    let submit = init.submit(&session_id, "echo", serde_json::json!({"n": 1}), None, None).unwrap();
+    let task_id = submit.body.task_id().unwrap().to_owned();
+    let submit_bytes = submit.to_vec().unwrap();
+    assert_eq!(output(&post(&http, &url, submit_bytes.clone()).await), serde_json::json!({"echo": {"n": 1}}));
+
+    // kill -9, restart on the same file.
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let (_second, url) = serve(&args, Stdio::null());
+
+    // The session goes on.
+    let next = init.submit(&session_id, "echo", serde_json::json!({"n": 2}), None, None).unwrap();
+    assert_eq!(output(&send(&http, &url, &next).await), serde_json::json!({"echo": {"n": 2}}));
+    // The pre-restart message, replayed: refused.
+    assert_eq!(failure(&post(&http, &url, submit_bytes.clone()).await).0, codes::REPLAY_DETECTED);
+    // Resent under a new id: the task exists already, it does not run again.
+    assert_eq!(failure(&send(&http, &url, &resend(&submit_bytes, true)).await).0, codes::DUPLICATE_TASK);
+    // The completed result is still there.
+    let answer = send(&http, &url, &status_query(&session_id, ECHO, &task_id, true)).await;
+    assert_eq!(output(&answer), serde_json::json!({"echo": {"n": 1}}));
+}
+
+fn replica(redis: &str, extra: &[&str]) -> (Guard, String) {
+    let mut args = vec!["--store", redis, "--store-timeout", "1500"];
+    args.extend_from_slice(extra);
+    serve(&args, Stdio::null())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_redis_serve_one_session() {
+    let redis = RedisServer::start().unwrap();
+    let signed = ["--sign", "hmac-sha256-jcs", "--secret", SECRET];
+    let (_a, a) = replica(&redis.url(), &signed);
+    let (_b, b) = replica(&redis.url(), &signed);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, true);
+
+    // Proposed on A, continued on B.
+    let session_id = establish(&http, &a, &mut init).await;
+    let submit = init.submit(&session_id, "echo", serde_json::json!("on A"), None, None).unwrap();
+    let task_id = submit.body.task_id().unwrap().to_owned();
+    let bytes = submit.to_vec().unwrap();
+    assert_eq!(output(&post(&http, &a, bytes.clone()).await), serde_json::json!({"echo": "on A"}));
+    let on_b = init.submit(&session_id, "echo", serde_json::json!("on B"), None, None).unwrap();
+    assert_eq!(output(&send(&http, &b, &on_b).await), serde_json::json!({"echo": "on B"}));
+
+    // Accepted by A, replayed to B: refused.
+    assert_eq!(failure(&post(&http, &b, bytes.clone()).await).0, codes::REPLAY_DETECTED);
+    // Resent to B under a new id: DUPLICATE_TASK.
+    assert_eq!(failure(&send(&http, &b, &resend(&bytes, true)).await).0, codes::DUPLICATE_TASK);
+    // B answers a status query for the task that ran on A with its result.
+    let answer = send(&http, &b, &status_query(&session_id, ECHO, &task_id, true)).await;
+    assert_eq!(output(&answer), serde_json::json!({"echo": "on A"}));
+
+    // Closed on B: ended on A.
+    let close = init.close(&session_id, None).unwrap();
+    assert!(matches!(send(&http, &b, &close).await.body, Body::SessionClose(_)));
+    let late = resend(&bytes, true);
+    let mut late = late;
+    if let Body::TaskSubmit(t) = &mut late.body {
+        t.task_id = format!("late-{}", unique());
+    }
+    ldp_types::signing::sign(&mut late, &key()).unwrap();
+    assert_eq!(failure(&send(&http, &a, &late).await).0, codes::SESSION_CLOSED);
+}
+
+/// 2 replicas × 8 concurrent clients each × 500 tasks (8,000 tasks), each TASK_SUBMIT sent to both replicas at once
+/// (the second under a new message id, as a client retrying elsewhere would): every task runs exactly once, counted
+/// by the model server behind both replicas, and gets exactly one TASK_RESULT, the other copy DUPLICATE_TASK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_runs_once_across_two_replicas() {
+    const CLIENTS: usize = 2 * 8;
+    const TASKS: usize = 500;
+    let redis = RedisServer::start().unwrap();
+    let stub = Stub::start(StubConfig::new(Flavor::OpenAi)).await.unwrap();
+    let base = stub.base_url();
+    let llm = ["--backend", "openai", "--base-url", &base, "--model", "m", "--skill", "chat", "--no-stream"];
+    let (_a, a) = replica(&redis.url(), &llm);
+    let (_b, b) = replica(&redis.url(), &llm);
+    let delegate = "ldp:delegate:llm";
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let (a, b) = (a.clone(), b.clone());
+        clients.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut init = initiator(delegate, false);
+            let (first, second) = if c % 2 == 0 { (a, b) } else { (b, a) };
+            let session_id = establish(&http, &first, &mut init).await;
+            let (mut results, mut duplicates) = (0usize, 0usize);
+            for i in 0..TASKS {
+                let input = format!("client {c} task {i}");
+                let submit = init.submit(&session_id, "chat", serde_json::json!(input), None, None).unwrap();
+                let bytes = submit.to_vec().unwrap();
+                let copy = resend(&bytes, false);
+                let (x, y) = if i % 2 == 0 { (&first, &second) } else { (&second, &first) };
+                let (one, two) = tokio::join!(post(&http, x, bytes), send(&http, y, &copy));
+                let mut answered = 0;
+                for answer in [one, two] {
+                    match &answer.body {
+                        Body::TaskResult(r) => {
+                            assert_eq!(r.output.parse::<serde_json::Value>().unwrap(), serde_json::json!(input));
+                            answered += 1;
+                        }
+                        _ => {
+                            assert_eq!(failure(&answer).0, codes::DUPLICATE_TASK);
+                            duplicates += 1;
+                        }
+                    }
+                }
+                assert_eq!(answered, 1, "task {i} of client {c} answered {answered} times");
+                results += answered;
+            }
+            (results, duplicates)
+        }));
+    }
+    let mut results = 0;
+    for client in clients {
+        let (r, d) = tokio::time::timeout(Duration::from_secs(600), client).await.expect("bounded").unwrap();
+        assert_eq!((r, d), (TASKS, TASKS));
+        results += r;
+    }
+    assert_eq!(results, CLIENTS * TASKS);
+    // Counted on the delegate side: the model server saw each task once.
+    assert_eq!(stub.requests(), CLIENTS * TASKS, "tasks run on the delegate side");
+    eprintln!("{} tasks (each sent to both replicas) in {:?}", CLIENTS * TASKS, started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_is_refused_typed_and_retryable_then_recovers() {
+    let mut redis = RedisServer::start().unwrap();
+    let (_a, a) = replica(&redis.url(), &[]);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, false);
+    let session_id = establish(&http, &a, &mut init).await;
+    redis.stop();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let submit = init.submit(&session_id, "echo", serde_json::json!("down"), None, None).unwrap();
+        let (code, retryable) = failure(&send(&http, &a, &submit).await);
+        assert_eq!(code, codes::STORE_UNAVAILABLE);
+        assert!(retryable);
+        let (code, retryable) = failure(&send(&http, &a, &init.propose(SessionConfig::default())).await);
+        assert_eq!((code.as_str(), retryable), (codes::STORE_UNAVAILABLE, true));
+        assert!(started.elapsed() < Duration::from_secs(6), "refusals took {:?}", started.elapsed());
+    }
+    redis.restart().unwrap();
+    // The restarted Redis is empty (no persistence in this test): the replica serves new sessions again.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let session_id = loop {
+        let answer = send(&http, &a, &init.propose(SessionConfig::default())).await;
+        if let Body::SessionAccept(accept) = &answer.body {
+            init.handle_envelope(answer.clone(), None).unwrap();
+            break accept.session_id.clone();
+        }
+        assert_eq!(failure(&answer).0, codes::STORE_UNAVAILABLE);
+        assert!(Instant::now() < deadline, "no recovery within 15 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let submit = init.submit(&session_id, "echo", serde_json::json!("up"), None, None).unwrap();
+    assert_eq!(output(&send(&http, &a, &submit).await), serde_json::json!({"echo": "up"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_replica_dies_fails_retryably_after_its_lease() {
+    let redis = RedisServer::start().unwrap();
+    // A model that takes a minute: the task is still running when its replica is killed.
+    let stub = Stub::start(StubConfig::new(Flavor::OpenAi).with_latency(Duration::from_secs(60))).await.unwrap();
+    let base = stub.base_url();
+    let llm = ["--backend", "openai", "--base-url", &base, "--model", "m", "--no-stream", "--task-lease", "2"];
+    let (mut a, a_url) = replica(&redis.url(), &llm);
+    let (_b, b_url) = replica(&redis.url(), &llm);
+    let delegate = "ldp:delegate:llm";
+    let http = reqwest::Client::new();
+    let mut init = initiator(delegate, false);
+    let session_id = establish(&http, &a_url, &mut init).await;
+    let submit = init.submit(&session_id, "chat", serde_json::json!("slow"), None, None).unwrap();
+    let task_id = submit.body.task_id().unwrap().to_owned();
+    let pending = {
+        let (http, a_url) = (http.clone(), a_url.clone());
+        tokio::spawn(async move {
+            let request = http.post(format!("{a_url}/ldp/messages")).header("content-type", "application/json");
+            // Never answered: A is killed while the model thinks.
+            let _ = request.body(submit.to_vec().unwrap()).send().await;
+        })
+    };
+    // Running on A, as B sees it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = send(&http, &b_url, &status_query(&session_id, delegate, &task_id, false)).await;
+        if let Body::TaskUpdate(u) = &answer.body {
+            assert_eq!(u.message.as_deref(), Some("running"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the task never showed as running: {:?}", failure(&answer));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Still running after more than a lease: A renews it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let answer = send(&http, &b_url, &status_query(&session_id, delegate, &task_id, false)).await;
+    assert!(matches!(answer.body, Body::TaskUpdate(_)), "lapsed while A lived: {:?}", failure(&answer));
+    a.0.kill().unwrap();
+    a.0.wait().unwrap();
+    pending.abort();
+    let killed = Instant::now();
+    let failed = loop {
+        let answer = send(&http, &b_url, &status_query(&session_id, delegate, &task_id, false)).await;
+        match &answer.body {
+            Body::TaskUpdate(_) => {
+                assert!(killed.elapsed() < Duration::from_secs(10), "still running 10 s after its replica died");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ => break failure(&answer),
+        }
+    };
+    assert_eq!(failed, (codes::TASK_LEASE_EXPIRED.to_owned(), true));
+}

@@ -1,0 +1,218 @@
+//! The responder's side of state shared between replicas (`crate::shared`): what it hands its driver to commit to a
+//! store, and how it takes back what the store knows. Every rule stays here; the driver only moves the records.
+
+use std::cmp::Reverse;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use ldp_types::{Envelope, LdpError, TaskFailed, TaskResult, TaskUpdate, codes};
+
+use crate::error::Refusal;
+use crate::shared::{ReplayClaim, ReplayVerdict, SharedSession, SharedTask, SharedTaskStatus};
+use crate::{SessionState, TaskKey};
+
+use super::context::Context;
+use super::inbound::{dedupe_key, reference_category};
+use super::sessions::{Ended, ResponderSession, principal_key};
+use super::types::PeerContext;
+use super::{MAX_TTL, Responder};
+
+/// How a session ended according to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SharedEnd {
+    /// Closed by some replica: later messages get `SESSION_CLOSED`.
+    Closed,
+    /// Gone from the store (its TTL ran out everywhere): later messages get `SESSION_EXPIRED`.
+    Expired,
+    /// Never committed (the store refused or failed when it was established): forgotten without a trace.
+    Discarded,
+}
+
+impl Responder {
+    /// Tells the machine a store shares its state: final answers it holds for a suspended session are then also
+    /// handed to the driver ([`Responder::poll_shared_ended`]), which records them for other replicas.
+    pub fn set_shared(&mut self, shared: bool) {
+        self.shared = shared;
+    }
+
+    /// The next final answer the machine held for a suspended session since the last call (only with
+    /// [`Responder::set_shared`]): the driver records it in the store, as it does the answers it sends.
+    pub fn poll_shared_ended(&mut self) -> Option<(TaskKey, Envelope)> {
+        self.shared_ended.pop_front()
+    }
+
+    /// The refusal of a message the store's replay window has seen (`Seen`), or whose sender's share of it is full
+    /// (`Full`), with the errors of the machine's own window; `None` for a fresh message.
+    pub fn refuse_shared_replay(&mut self, env: &Envelope, verdict: ReplayVerdict) -> Option<Refusal> {
+        let error = match verdict {
+            ReplayVerdict::Fresh => return None,
+            ReplayVerdict::Seen => crate::security::replay_detected(env),
+            ReplayVerdict::Full => crate::security::share_full(),
+        };
+        Some(self.refuse(env, error))
+    }
+
+    /// The shared replay-window entry of an inbound message, for a store to insert if absent before the machine
+    /// sees the message. With replay protection on, a signed message's id and nonce, kept until its timestamp leaves
+    /// the window, counted against the sender's principal; without it, the unsigned dedupe pair (session, message
+    /// id), kept for the dedupe window. `None` when the message would be refused anyway (timestamp outside the
+    /// window or unparseable): the machine refuses it with its own typed error.
+    pub fn replay_claim(&self, peer: &PeerContext, env: &Envelope) -> Option<ReplayClaim> {
+        let wall = self.wall.now_utc();
+        let principal = principal_key(peer.principal().as_deref(), &env.from);
+        let (key, expires, max) = match self.cfg.security.replay {
+            Some(replay) => {
+                let ts = crate::security::timestamp_in_window(&replay, env, wall).ok()?;
+                let window = time::Duration::try_from(replay.window).unwrap_or(time::Duration::MAX);
+                let key = crate::security::replay_key(env);
+                (digest_hex(key.as_bytes()), ts.checked_add(window)?, Some(replay.max_entries_per_principal))
+            }
+            None => {
+                ldp_types::time::parse_timestamp(&env.timestamp).ok()?;
+                let window = time::Duration::try_from(self.cfg.limits.unsigned_dedupe_window).ok()?;
+                // The local dedupe forgets when full rather than refusing; the shared one never refuses either
+                // (its entries leave with the window).
+                (hex(&dedupe_key(&env.session_id, &env.message_id)), wall.checked_add(window)?, None)
+            }
+        };
+        let expires_at_ms = i64::try_from(expires.unix_timestamp_nanos() / 1_000_000).ok()?;
+        Some(ReplayClaim { principal, key, expires_at_ms, max_per_principal: max })
+    }
+
+    /// The record of a live session for the store (after its SESSION_ACCEPT).
+    pub fn shared_session(&self, session_id: &str) -> Option<SharedSession> {
+        let s = self.sessions.get(session_id)?;
+        Some(SharedSession {
+            session_id: session_id.to_owned(),
+            peer: s.peer.to_string(),
+            owner: s.owner.as_deref().map(str::to_owned),
+            peer_delegate: s.peer_delegate.as_deref().map(str::to_owned),
+            peer_domain: s.peer_domain.to_string(),
+            mode: s.mode,
+            fallback: s.fallback.to_vec(),
+            ttl_secs: s.ttl.as_secs(),
+        })
+    }
+
+    /// A session the store says is live: continued here. Unknown here (established on another replica, or before
+    /// a restart), it is installed as the store has it; known, its TTL restarts. The store is the authority on
+    /// liveness, so a local tombstone (this replica saw no message for a TTL while others did) gives way.
+    pub fn adopt_session(&mut self, now: Instant, shared: &SharedSession) {
+        if let Some(local) = self.sessions.get_mut(shared.session_id.as_str()) {
+            local.last_activity = now;
+            return;
+        }
+        let id: Box<str> = shared.session_id.as_str().into();
+        if self.ended.remove(&id).is_some() {
+            self.ended_order.retain(|e| *e != id);
+        }
+        let ttl = Duration::from_secs(shared.ttl_secs).min(self.cfg.limits.max_ttl).min(MAX_TTL);
+        let session = ResponderSession {
+            peer: shared.peer.as_str().into(),
+            owner: shared.owner.as_deref().map(Into::into),
+            peer_delegate: shared.peer_delegate.as_deref().map(Into::into),
+            peer_domain: shared.peer_domain.as_str().into(),
+            state: SessionState::Active,
+            mode: shared.mode,
+            fallback: shared.fallback.clone().into_boxed_slice(),
+            ttl,
+            last_activity: now,
+            connection: None,
+            running: HashMap::new(),
+            history: VecDeque::new(),
+            context: Context::default(),
+            tasks_submitted: 0,
+            tokens_used: 0,
+            cost_usd: 0.0,
+        };
+        let key = principal_key(session.owner.as_deref(), &session.peer);
+        self.expiry.push(Reverse((session.deadline(), id.clone())));
+        self.sessions.insert(id, session);
+        *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;
+    }
+
+    /// A session the store says has ended (or that could not be committed): ended here too, its running tasks
+    /// aborted (queued for [`Responder::poll_aborted`]). Returns those tasks.
+    pub fn end_shared_session(&mut self, session_id: &str, how: SharedEnd) -> Vec<TaskKey> {
+        let ended = match how {
+            SharedEnd::Closed => Ended::Closed,
+            SharedEnd::Expired | SharedEnd::Discarded => Ended::Expired,
+        };
+        let aborted = if self.sessions.contains_key(session_id) {
+            self.end_session(session_id, ended)
+        } else {
+            if how != SharedEnd::Discarded && !self.ended.contains_key(session_id) {
+                self.tombstone(session_id, ended);
+            }
+            Vec::new()
+        };
+        if how == SharedEnd::Discarded && self.ended.remove(session_id).is_some() {
+            self.ended_order.retain(|e| **e != *session_id);
+        }
+        aborted
+    }
+
+    /// Takes back the admission of a task another submission already holds in the store: it never runs here, and
+    /// its submitter is told `DUPLICATE_TASK`, as for a task id this replica knows.
+    pub fn refuse_claimed(&mut self, key: &TaskKey) -> Option<Refusal> {
+        self.retract_task(key, super::admit::duplicate_task(&key.task_id))
+    }
+
+    /// Takes back the admission of a task (it never ran), answering its submitter with `error` (a store failure).
+    pub fn retract_task(&mut self, key: &TaskKey, error: LdpError) -> Option<Refusal> {
+        let s = self.sessions.get_mut(key.session_id.as_str())?;
+        let task = s.running.remove(key.task_id.as_str())?;
+        s.tasks_submitted = s.tasks_submitted.saturating_sub(1);
+        let peer = s.peer.to_string();
+        self.running_total = self.running_total.saturating_sub(1);
+        let body = TaskFailed::new(key.task_id.clone(), reference_category(&error));
+        let reply = self.envelope(&key.session_id, &peer, body, task.mode);
+        Some(Refusal { error, reply: Some(reply) })
+    }
+
+    /// Refuses `env` with `error` (a store failure before the machine saw it), answered in protocol as the machine
+    /// answers its own refusals.
+    pub fn refusal(&mut self, env: &Envelope, error: LdpError) -> Refusal {
+        self.refuse(env, error)
+    }
+
+    /// The answer to a status query for a task this replica does not know but the store does (it ran on another
+    /// replica, or before a restart): its result, its failure, or `running`.
+    pub(super) fn remote_status(&mut self, env: &Envelope, task_id: &str, remote: &SharedTask) -> Envelope {
+        let (session_id, to) = (env.session_id.as_str(), env.from.as_str());
+        let output = remote.output.as_ref().and_then(|o| ldp_types::RawJson::from_json(o.clone()).ok());
+        match (remote.status, output, &remote.provenance, &remote.error) {
+            (SharedTaskStatus::Completed, Some(output), Some(provenance), _) => {
+                let body = TaskResult::new(task_id.to_owned(), output, (**provenance).clone());
+                self.envelope(session_id, to, body, remote.mode)
+            }
+            (SharedTaskStatus::Failed, _, _, Some(error)) => {
+                let body = TaskFailed::new(task_id.to_owned(), reference_category(error));
+                self.envelope(session_id, to, body, remote.mode)
+            }
+            (SharedTaskStatus::Running, ..) => {
+                let body = TaskUpdate::new(task_id.to_owned(), None, Some("running".to_owned()));
+                self.envelope(session_id, to, body, env.payload_mode)
+            }
+            _ => {
+                let error = LdpError::runtime(codes::RESULT_NOT_KEPT, "the task's record in the store is incomplete")
+                    .with_retryable(false);
+                self.envelope(session_id, to, TaskFailed::new(task_id.to_owned(), error), remote.mode)
+            }
+        }
+    }
+}
+
+fn digest_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex(&Sha256::digest(bytes)[..16])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}

@@ -1,0 +1,198 @@
+//! State that replicas of one delegate share through a store (issue 17), as plain data.
+//!
+//! The responder machine stays sans-IO: it hands its driver the records to commit ([`SharedSession`] after a
+//! SESSION_PROPOSE is accepted, [`SharedTask`] when a task ends, the [`ReplayClaim`] of every inbound message) and
+//! takes back what the driver read from the store ([`SessionLookup`], a [`SharedTask`] for a status query). The
+//! driver (`runtime::DelegateRuntime` with a `store::Store`, feature `runtime`) does the IO, each store call under a
+//! timeout, and runs the atomic operations before the machine acts:
+//!
+//! - the replay claim (insert the message's key if absent, with its expiry) before the machine sees the message, so
+//!   a message accepted by one replica is refused by every other;
+//! - the session lookup (live, with its TTL restarted; closed; unknown) before an in-session message, so a session
+//!   proposed on one replica continues on another and a close anywhere ends it everywhere;
+//! - the task claim (insert the task key if absent or failed) after the machine admits a TASK_SUBMIT and before the
+//!   delegate runs, so a TASK_SUBMIT resent to another replica is `DUPLICATE_TASK` and never runs twice.
+//!
+//! Backends live above this crate (`ldp-store`); the records serialize with serde so that any of them can keep them.
+
+use ldp_types::{LdpError, PayloadMode, Provenance, codes};
+use serde::{Deserialize, Serialize};
+
+/// A session as any replica needs it to continue it: who may use it and what was negotiated. Per-replica state
+/// (running tasks, context turns, usage) is not shared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SharedSession {
+    /// The session id.
+    pub session_id: String,
+    /// The initiator's declared `from`.
+    pub peer: String,
+    /// The authenticated principal that opened it, if any: only it may use the session.
+    pub owner: Option<String>,
+    /// The authenticated delegate id of the peer, if the credential names one.
+    pub peer_delegate: Option<String>,
+    /// The initiator's trust domain as established.
+    pub peer_domain: String,
+    /// The negotiated payload mode.
+    pub mode: PayloadMode,
+    /// The negotiated fallback chain.
+    pub fallback: Vec<PayloadMode>,
+    /// The session's TTL in seconds: the store expires the record after this long without a message.
+    pub ttl_secs: u64,
+}
+
+/// What the store knows of a session.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum SessionLookup {
+    /// Live (its TTL restarted by the lookup).
+    Live(SharedSession),
+    /// Closed by some replica.
+    Closed,
+    /// Its TTL ran out with no message to any replica (the store keeps the marker for a while).
+    Expired,
+    /// Not in the store: never established, or ended long ago.
+    Unknown,
+}
+
+/// Where a task stands in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SharedTaskStatus {
+    /// Claimed by a replica, which renews its lease while the delegate works.
+    Running,
+    /// Ended with a result.
+    Completed,
+    /// Ended with a failure (a failed task id may be submitted again).
+    Failed,
+}
+
+/// A task's record in the store: who runs it, until when its lease holds, and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SharedTask {
+    /// Where it stands.
+    pub status: SharedTaskStatus,
+    /// The replica that claimed it.
+    pub owner: String,
+    /// The payload mode it ran in.
+    pub mode: PayloadMode,
+    /// When its lease ends, in milliseconds since the Unix epoch on the store's clock (while running).
+    #[serde(default)]
+    pub lease_until_ms: i64,
+    /// The output (JSON text) of a completed task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The provenance of a completed task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Box<Provenance>>,
+    /// The error of a failed task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Box<LdpError>>,
+}
+
+impl SharedTask {
+    /// A task claimed by `owner`, running in `mode` (the store sets the lease).
+    pub fn running(owner: impl Into<String>, mode: PayloadMode) -> Self {
+        Self {
+            status: SharedTaskStatus::Running,
+            owner: owner.into(),
+            mode,
+            lease_until_ms: 0,
+            output: None,
+            provenance: None,
+            error: None,
+        }
+    }
+
+    /// The record of a task that ended as the machine answered it (`env` is its TASK_RESULT or TASK_FAILED); `None`
+    /// for any other message.
+    pub fn ended(owner: impl Into<String>, env: &ldp_types::Envelope) -> Option<Self> {
+        let mut task = Self::running(owner, env.payload_mode);
+        match &env.body {
+            ldp_types::Body::TaskResult(r) => {
+                task.status = SharedTaskStatus::Completed;
+                task.output = Some(r.output.json().to_owned());
+                task.provenance = Some(r.provenance.clone());
+            }
+            ldp_types::Body::TaskFailed(f) => {
+                task.status = SharedTaskStatus::Failed;
+                task.error = Some(Box::new(f.error.clone()));
+            }
+            _ => return None,
+        }
+        Some(task)
+    }
+
+    /// The failure a task whose owner stopped renewing its lease ends with: typed and retryable
+    /// (`TASK_LEASE_EXPIRED`), so the initiator knows it may submit it again.
+    pub fn lease_expired(&self) -> Self {
+        let mut failed = self.clone();
+        failed.status = SharedTaskStatus::Failed;
+        failed.error = Some(Box::new(
+            LdpError::runtime(
+                codes::TASK_LEASE_EXPIRED,
+                format!("replica {} stopped renewing the task's lease before it ended", self.owner),
+            )
+            .with_retryable(true),
+        ));
+        failed
+    }
+}
+
+/// The store's answer to a task claim.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TaskClaim {
+    /// The caller owns the task now (it was absent, or failed).
+    Claimed,
+    /// Another submission holds it (running or completed).
+    Taken,
+}
+
+/// The store's answer to a replay claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReplayVerdict {
+    /// First sighting: recorded until its expiry.
+    Fresh,
+    /// Seen before by some replica.
+    Seen,
+    /// The principal's share of the window is full (refused retryably, never evicting).
+    Full,
+}
+
+/// The record of one inbound message in the shared replay window: the machine decides the key, the principal it
+/// counts against, and how long it is kept ([`crate::Responder::replay_claim`]); the store inserts it if absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayClaim {
+    /// The principal whose share it counts against.
+    pub principal: String,
+    /// The message's key (message id and nonce when signed; session and message id otherwise).
+    pub key: String,
+    /// When the entry may be forgotten, in milliseconds since the Unix epoch.
+    pub expires_at_ms: i64,
+    /// The most entries one principal may hold at once (`None`: no share, the entries leave with their window).
+    pub max_per_principal: Option<usize>,
+}
+
+/// Whether a message is one whose session a driver looks up in the store first: every message that names a
+/// session but HELLO (a SESSION_PROPOSE too, so that an id live on another replica is not handed out twice).
+pub fn needs_session(env: &ldp_types::Envelope) -> bool {
+    !env.session_id.is_empty() && !matches!(env.body, ldp_types::Body::Hello(_))
+}
+
+impl SharedTask {
+    /// Whether a new submission under this task's id may claim it: a failed task may be submitted again, a
+    /// completed one may not, and a running one only once its owner's lease has lapsed (`lease_live` false: the
+    /// owner died). Every backend claims by this rule (the Redis backend's script mirrors it).
+    pub fn claimable(&self, lease_live: bool) -> bool {
+        match self.status {
+            SharedTaskStatus::Failed => true,
+            SharedTaskStatus::Completed => false,
+            SharedTaskStatus::Running => !lease_live,
+        }
+    }
+}

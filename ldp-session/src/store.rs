@@ -1,0 +1,113 @@
+//! The store interface under the runtime (feature `runtime`): what a [`crate::runtime::DelegateRuntime`] needs from
+//! a shared store so that replicas of one delegate serve the same sessions (issue 17). The records are the
+//! machine's (`crate::shared`); backends (memory, SQLite, Redis) live in the `ldp-store` crate.
+//!
+//! Every operation is one atomic step in the store. The runtime puts a timeout on each call
+//! ([`StoreOptions::timeout`]); a failure or timeout becomes a typed, retryable `STORE_UNAVAILABLE` refusal on the
+//! wire ([`StoreError::to_ldp`]), never a 500 or a hang.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ldp_types::{LdpError, codes};
+
+use crate::TaskKey;
+use crate::shared::{ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, TaskClaim};
+
+/// Why a store call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store could not be reached or refused the operation.
+    #[error("the {backend} store is unavailable: {reason}")]
+    Unavailable {
+        /// The backend (`memory`, `sqlite`, `redis`).
+        backend: &'static str,
+        /// What went wrong, as the backend reports it.
+        reason: String,
+    },
+    /// The store did not answer within the runtime's timeout.
+    #[error("the {backend} store did not answer within {after:?}")]
+    Timeout {
+        /// The backend.
+        backend: &'static str,
+        /// The timeout.
+        after: Duration,
+    },
+    /// A record in the store could not be read (written by another version, or damaged).
+    #[error("the {backend} store holds a record that cannot be read: {reason}")]
+    Corrupt {
+        /// The backend.
+        backend: &'static str,
+        /// What could not be read.
+        reason: String,
+    },
+}
+
+impl StoreError {
+    /// The wire error: `STORE_UNAVAILABLE`, category `runtime`; retryable unless a record is unreadable (sending
+    /// the message again would meet the same record).
+    pub fn to_ldp(&self) -> LdpError {
+        let retryable = !matches!(self, Self::Corrupt { .. });
+        LdpError::runtime(codes::STORE_UNAVAILABLE, self.to_string()).with_retryable(retryable)
+    }
+}
+
+/// How the runtime uses its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// The longest any store call may take; beyond it the message is refused `STORE_UNAVAILABLE` (retryable).
+    pub timeout: Duration,
+    /// How long a running task's claim holds without renewal; the runtime renews it every third of this while the
+    /// delegate works. A task whose replica died is failed `TASK_LEASE_EXPIRED` once its lease has passed.
+    pub lease: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self { timeout: Duration::from_secs(2), lease: Duration::from_secs(30) }
+    }
+}
+
+impl StoreOptions {
+    /// Options with this timeout and lease.
+    pub fn new(timeout: Duration, lease: Duration) -> Self {
+        Self { timeout, lease }
+    }
+}
+
+/// A store shared by the replicas of one delegate. Each method is one atomic operation in the store.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The backend's name, for errors and logs.
+    fn backend(&self) -> &'static str;
+
+    /// Inserts a message's replay entry if absent (kept until `claim.expires_at_ms`), counted against its
+    /// principal: `Fresh` when inserted, `Seen` when present, `Full` when the principal holds its share already.
+    async fn claim_message(&self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError>;
+
+    /// Records a newly established session, expiring after its TTL without a message (then looked up as
+    /// `Expired` for a while, the backend's marker time); `false` (and nothing written) when the store holds the id
+    /// already (live, closed or expired).
+    async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError>;
+
+    /// Looks a session up, restarting its TTL when it is live.
+    async fn touch_session(&self, session_id: &str) -> Result<SessionLookup, StoreError>;
+
+    /// Ends a session everywhere: its record is replaced by a closed marker.
+    async fn close_session(&self, session_id: &str) -> Result<(), StoreError>;
+
+    /// Claims a task for `task.owner` with a lease, if its id is free by [`SharedTask::claimable`].
+    async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError>;
+
+    /// Extends the leases of `owner`'s running tasks.
+    async fn renew_leases(&self, owner: &str, keys: &[TaskKey], lease: Duration) -> Result<(), StoreError>;
+
+    /// Records how a task ended (its result or failure), kept for status queries from any replica.
+    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<(), StoreError>;
+
+    /// A task's record. A running task whose lease has passed is failed first, in the same atomic step, with
+    /// [`SharedTask::lease_expired`].
+    async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError>;
+}

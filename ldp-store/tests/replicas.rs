@@ -1,0 +1,278 @@
+//! Two replicas (two `DelegateRuntime`s, each with its own machine) over one store, for every backend: a session
+//! proposed on A continues on B; a TASK_SUBMIT resent to the other replica is DUPLICATE_TASK and never runs twice; a
+//! status query on A returns the result of a task that ran on B; a signed message accepted by A and replayed to B
+//! is refused; a close on B ends the session on A; a task whose replica stops renewing its lease is failed
+//! TASK_LEASE_EXPIRED (retryable) for a status query on the other. Redis is a real `redis-server` (installed by
+//! `scripts/redis-server.sh` when missing; never skipped).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ldp_session::runtime::{Delegate, DelegateRuntime, Response, TaskContext};
+use ldp_session::store::{Store, StoreOptions};
+use ldp_session::{
+    Initiator, InitiatorConfig, InitiatorEvent, PeerContext, Responder, ResponderConfig, SecurityConfig, SeededIds,
+    SystemClock, TaskOutput, TaskRequest,
+};
+use ldp_store::{MemoryStore, RedisStore, SqliteStore, StoreConfig};
+use ldp_types::signing::{SignatureAlgorithm, SigningKey};
+use ldp_types::{Body, Capability, DelegateId, Envelope, IdentityCard, LdpError, SessionConfig, TaskUpdate, codes};
+
+/// Counts the tasks it runs; an input `{"sleep_ms": N}` makes it take N ms.
+struct Counting(Arc<AtomicUsize>);
+
+#[async_trait]
+impl Delegate for Counting {
+    async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let input: serde_json::Value = task.input.parse().unwrap_or_default();
+        if let Some(ms) = input.get("sleep_ms").and_then(serde_json::Value::as_u64) {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        Ok(TaskOutput::new(serde_json::json!({ "ran": input })))
+    }
+}
+
+const DELEGATE: &str = "ldp:delegate:replicated";
+
+fn key() -> SigningKey {
+    SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "replica-secret").unwrap()
+}
+
+fn replica(
+    store: Arc<dyn Store>,
+    runs: &Arc<AtomicUsize>,
+    lease: Duration,
+) -> (DelegateRuntime, tokio::task::JoinHandle<()>) {
+    let mut card = IdentityCard::new(DelegateId::new(DELEGATE).unwrap(), "Replicated", "none", "1");
+    card.capabilities.push(Capability::new("work"));
+    let mut cfg = ResponderConfig::new(card);
+    cfg.security = SecurityConfig::symmetric(key());
+    let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
+    let runtime = DelegateRuntime::new(responder, Arc::new(Counting(runs.clone())));
+    let renewer = runtime.attach_store(store, StoreOptions::new(Duration::from_secs(2), lease)).unwrap();
+    (runtime, renewer)
+}
+
+fn initiator() -> Initiator {
+    let mut cfg = InitiatorConfig::new("ldp:delegate:client");
+    cfg.security = SecurityConfig::symmetric(key());
+    Initiator::new(cfg, DELEGATE, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()))
+}
+
+async fn send(rt: &DelegateRuntime, env: &Envelope) -> Envelope {
+    send_bytes(rt, &env.to_vec().unwrap()).await
+}
+
+async fn send_bytes(rt: &DelegateRuntime, bytes: &[u8]) -> Envelope {
+    match rt.handle(&PeerContext::default(), bytes, None).await {
+        Response::Reply(env) => env,
+        Response::Refused(r) => r.reply.unwrap_or_else(|| panic!("refused without a reply: {:?}", r.error)),
+        Response::Accepted => panic!("no answer"),
+    }
+}
+
+fn error_code(env: &Envelope) -> String {
+    match &env.body {
+        Body::TaskFailed(f) => f.error.code.as_str().to_owned(),
+        Body::SessionReject(r) => r.error.as_ref().map(|e| e.code.as_str().to_owned()).unwrap_or_default(),
+        other => panic!("expected a failure, got {}", other.type_name()),
+    }
+}
+
+/// A signed status query for `task_id`.
+fn status_query(init: &mut Initiator, session_id: &str, task_id: &str) -> Envelope {
+    // The initiator signs what it builds; a status query is built by hand and signed with the same key.
+    let mut env = Envelope::new(
+        format!("q-{}", rand_id()),
+        ldp_types::time::format_timestamp(time::OffsetDateTime::now_utc()),
+        session_id,
+        "ldp:delegate:client",
+        DELEGATE,
+        TaskUpdate::new(task_id.to_owned(), None, None),
+    )
+    .with_nonce(rand_id());
+    let _ = init;
+    ldp_types::signing::sign(&mut env, &key()).unwrap();
+    env
+}
+
+fn rand_id() -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+}
+
+async fn two_replicas_share_state(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (a, _ra) = replica(a_store.clone(), &runs, Duration::from_secs(30));
+    let (b, _rb) = replica(b_store, &runs, Duration::from_secs(30));
+    let mut init = initiator();
+
+    // Proposed on A, continued on B.
+    let accept = send(&a, &init.propose(SessionConfig::default())).await;
+    assert!(matches!(accept.body, Body::SessionAccept(_)), "{:?}", accept.body.type_name());
+    init.handle_envelope(accept, None).unwrap();
+    let session_id = loop {
+        match init.poll_event() {
+            Some(InitiatorEvent::SessionEstablished { session_id, .. }) => break session_id,
+            Some(_) => continue,
+            None => panic!("no session"),
+        }
+    };
+    let submit = init.submit(&session_id, "work", serde_json::json!({"n": 1}), None, None).unwrap();
+    let task_id = submit.body.task_id().unwrap().to_owned();
+    let submit_bytes = submit.to_vec().unwrap();
+    let result = send_bytes(&b, &submit_bytes).await;
+    let Body::TaskResult(r) = &result.body else { panic!("expected a result, got {}", error_code(&result)) };
+    assert_eq!(r.output.parse::<serde_json::Value>().unwrap(), serde_json::json!({"ran": {"n": 1}}));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // The same bytes on A: a replay, refused by the replica that never saw them.
+    assert_eq!(error_code(&send_bytes(&a, &submit_bytes).await), codes::REPLAY_DETECTED);
+    // The same task resent as a new message (as a retrying client would) to A: DUPLICATE_TASK, and it does not run.
+    let mut again = Envelope::from_slice(&submit_bytes).unwrap();
+    again.message_id = format!("resend-{}", rand_id());
+    again.nonce = Some(rand_id());
+    ldp_types::signing::sign(&mut again, &key()).unwrap();
+    assert_eq!(error_code(&send(&a, &again).await), codes::DUPLICATE_TASK);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "a duplicate ran");
+
+    // A status query on A for the task that ran on B: its result.
+    let answer = send(&a, &status_query(&mut init, &session_id, &task_id)).await;
+    let Body::TaskResult(r) = &answer.body else { panic!("expected the result, got {:?}", answer.body.type_name()) };
+    assert_eq!(r.output.parse::<serde_json::Value>().unwrap(), serde_json::json!({"ran": {"n": 1}}));
+
+    // A replica that stops renewing its lease (it died) leaves its task failed, retryably, once the lease passes.
+    // The task takes a minute: it cannot end by itself while this runs, however loaded the machine.
+    let lease = Duration::from_millis(1500);
+    let (c, renewer_c) = replica(a_store, &runs, lease);
+    let slow = init.submit(&session_id, "work", serde_json::json!({"sleep_ms": 60_000}), None, None).unwrap();
+    let slow_id = slow.body.task_id().unwrap().to_owned();
+    let running = tokio::spawn(async move { send(&c, &slow).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = send(&a, &status_query(&mut init, &session_id, &slow_id)).await;
+        if let Body::TaskUpdate(u) = &answer.body {
+            assert_eq!(u.message.as_deref(), Some("running"));
+            break;
+        }
+        // Not claimed yet.
+        assert_eq!(error_code(&answer), codes::TASK_NOT_FOUND);
+        assert!(std::time::Instant::now() < deadline, "the task never showed as running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Still renewed after more than a lease.
+    tokio::time::sleep(lease + lease / 2).await;
+    let answer = send(&a, &status_query(&mut init, &session_id, &slow_id)).await;
+    assert!(matches!(answer.body, Body::TaskUpdate(_)), "the lease lapsed while renewed: {}", error_code(&answer));
+    renewer_c.abort();
+    let stopped = std::time::Instant::now();
+    let failed = loop {
+        let answer = send(&a, &status_query(&mut init, &session_id, &slow_id)).await;
+        match &answer.body {
+            Body::TaskUpdate(_) => {
+                assert!(stopped.elapsed() < Duration::from_secs(10), "still running 10 s after renewals stopped");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Body::TaskFailed(f) => break f.error.clone(),
+            other => panic!("expected a failure, got {}", other.type_name()),
+        }
+    };
+    assert_eq!(failed.code.as_str(), codes::TASK_LEASE_EXPIRED);
+    assert!(failed.retryable);
+    running.abort();
+
+    // Closed on B: ended on A.
+    let close = init.close(&session_id, None).unwrap();
+    assert!(matches!(send(&b, &close).await.body, Body::SessionClose(_)));
+    let late = init.submit(&session_id, "work", serde_json::json!({"n": 2}), None, None);
+    let late = match late {
+        Ok(env) => env,
+        // The initiator knows it closed the session; build the late message as another client would.
+        Err(_) => {
+            let mut env = Envelope::from_slice(&submit_bytes).unwrap();
+            env.message_id = format!("late-{}", rand_id());
+            env.nonce = Some(rand_id());
+            if let Body::TaskSubmit(t) = &mut env.body {
+                t.task_id = format!("late-{}", rand_id());
+            }
+            ldp_types::signing::sign(&mut env, &key()).unwrap();
+            env
+        }
+    };
+    assert_eq!(error_code(&send(&a, &late).await), codes::SESSION_CLOSED);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "only the two accepted tasks ran");
+
+    // Expired with no message anywhere: every replica says so, also one that never saw the session.
+    let config = SessionConfig { ttl_secs: Some(1), ..SessionConfig::default() };
+    let accept = send(&a, &init.propose(config)).await;
+    let Body::SessionAccept(accepted) = &accept.body else { panic!("{}", error_code(&accept)) };
+    let short = accepted.session_id.clone();
+    init.handle_envelope(accept, None).unwrap();
+    while init.poll_event().is_some() {}
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    for replica in [&b, &a] {
+        let late = init.submit(&short, "work", serde_json::json!({"n": 3}), None, None).unwrap();
+        assert_eq!(error_code(&send(replica, &late).await), codes::SESSION_EXPIRED);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_replicas_share_state() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    two_replicas_share_state(store.clone(), store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_replicas_share_state() {
+    let dir = std::env::temp_dir().join(format!("ldp-store-replicas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    // Two connections to one file, as two processes on one machine would have.
+    let a: Arc<dyn Store> = Arc::new(SqliteStore::open(&path, StoreConfig::new(DELEGATE)).unwrap());
+    let b: Arc<dyn Store> = Arc::new(SqliteStore::open(&path, StoreConfig::new(DELEGATE)).unwrap());
+    two_replicas_share_state(a, b).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_replicas_share_state() {
+    let server = ldp_store::test_redis::RedisServer::start().unwrap();
+    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    two_replicas_share_state(a, b).await;
+}
+
+/// Redis down: every message is refused STORE_UNAVAILABLE (retryable) within the store timeout, never hangs; back
+/// up (empty), the replica serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_is_a_typed_retryable_refusal_and_recovers() {
+    let mut server = ldp_store::test_redis::RedisServer::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (a, _r) = replica(store, &runs, Duration::from_secs(30));
+    let mut init = initiator();
+    assert!(matches!(send(&a, &init.propose(SessionConfig::default())).await.body, Body::SessionAccept(_)));
+    server.stop();
+    let started = std::time::Instant::now();
+    let refused = send(&a, &init.propose(SessionConfig::default())).await;
+    assert_eq!(error_code(&refused), codes::STORE_UNAVAILABLE);
+    let Body::SessionReject(r) = &refused.body else { unreachable!() };
+    assert!(r.error.as_ref().unwrap().retryable);
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    server.restart().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = send(&a, &init.propose(SessionConfig::default())).await;
+        if matches!(answer.body, Body::SessionAccept(_)) {
+            break;
+        }
+        assert_eq!(error_code(&answer), codes::STORE_UNAVAILABLE);
+        assert!(std::time::Instant::now() < deadline, "no recovery within 10 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
