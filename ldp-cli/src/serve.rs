@@ -86,6 +86,57 @@ pub struct ServeArgs {
         next_help_heading = "LLM backend (the task input is the user message, the output the model's text)"
     )]
     pub llm: crate::llm::LlmArgs,
+    /// The MCP bridge.
+    #[command(flatten, next_help_heading = "MCP (the delegate's skills as MCP tools, Streamable HTTP at /mcp)")]
+    pub mcp: McpArgs,
+}
+
+/// The flags of `ldp serve --mcp`: MCP's Streamable HTTP transport at `/mcp`, behind the same authentication, body
+/// limit and rate limit as the LDP routes.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// Also serve MCP at /mcp: each capability a tool; an MCP session gets an LDP session; tools/call runs a task.
+    #[arg(long)]
+    pub mcp: bool,
+    /// MCP sessions open at once; an initialize beyond it is refused.
+    #[arg(long, value_name = "N", default_value_t = 256, requires = "mcp")]
+    pub mcp_max_sessions: usize,
+    /// MCP tool calls in flight, all sessions together; beyond it a call fails with CAPACITY_EXCEEDED.
+    #[arg(long, value_name = "N", default_value_t = 256, requires = "mcp")]
+    pub mcp_max_calls: usize,
+    /// MCP tool calls in flight in one MCP session.
+    #[arg(long, value_name = "N", default_value_t = 16, requires = "mcp")]
+    pub mcp_max_calls_per_session: usize,
+    /// An MCP session without a request for this long is closed, with its LDP session, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 300, requires = "mcp")]
+    pub mcp_session_idle: u64,
+    /// A Host header value /mcp accepts besides the loopback names and the --bind host (repeatable; DNS-rebinding
+    /// protection); `*` accepts any.
+    #[arg(long = "mcp-allowed-host", value_name = "HOST", requires = "mcp")]
+    pub mcp_allowed_hosts: Vec<String>,
+}
+
+impl McpArgs {
+    /// The bridge's bounds: a call may run as long as an LDP request (`--timeout`), bodies as large as LDP's.
+    fn limits(&self, bind: &str, http: &HttpServerConfig) -> ldp_bridge::mcp::McpLimits {
+        let mut limits = ldp_bridge::mcp::McpLimits::default();
+        limits.max_sessions = self.mcp_max_sessions.max(1);
+        limits.max_calls = self.mcp_max_calls.max(1);
+        limits.max_calls_per_session = self.mcp_max_calls_per_session.max(1);
+        limits.session_idle = Duration::from_secs(self.mcp_session_idle.max(1));
+        limits.call_timeout = http.request_timeout;
+        limits.max_body = http.max_body;
+        if self.mcp_allowed_hosts.iter().any(|h| h == "*") {
+            limits.allowed_hosts.clear();
+        } else {
+            let host = bind.rsplit_once(':').map_or(bind, |(host, _)| host).trim_matches(['[', ']']);
+            if !host.is_empty() && host != "0.0.0.0" && host != "::" {
+                limits.allowed_hosts.push(host.to_owned());
+            }
+            limits.allowed_hosts.extend(self.mcp_allowed_hosts.iter().cloned());
+        }
+        limits
+    }
 }
 
 /// The connection, timeout and rate flags of `ldp serve` (every one bounds what a peer can hold).
@@ -493,20 +544,34 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let ws_config = args.limits.ws_config(&http);
     let limits = http.limits.clone();
     let ws = WsServer::new(runtime.clone(), ws_config);
+    // MCP at /mcp, as extra routes of the LDP app: the same bearer or certificate authentication (the bridge opens
+    // its LDP sessions as the peer authenticated there), body limit and rate limit.
+    let mcp_stop = tokio_util::sync::CancellationToken::new();
+    let mcp = if args.mcp.mcp {
+        let upstream = Arc::new(ldp_bridge::mcp::InProcess::new(runtime.clone()));
+        ldp_bridge::mcp::routes(upstream, args.mcp.limits(&args.bind, &http), mcp_stop.clone())
+    } else {
+        axum::Router::new()
+    };
     let state = HttpState::new(runtime.clone(), http);
     // One /metrics for both bindings.
     ws.report_to(state.metrics());
-    let app = ldp_transport_http::router(state).merge(ws.router());
+    let app = ldp_transport_http::router_with(state, mcp).merge(ws.router());
     let signal = shutdown_signal();
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "ldp serve: {summary}, {auth}");
         let _ = writeln!(out, "ldp serve: listening on {url} (WebSocket: {ws_scheme}://{addr}/ldp/ws)");
+        if args.mcp.mcp {
+            let _ = writeln!(out, "ldp serve: MCP (Streamable HTTP) at {url}{}", ldp_bridge::mcp::PATH);
+        }
         let _ = out.flush();
     }
     let shutdown = async move {
         signal.await;
         ws.shutdown();
+        // Ends the MCP sessions' event streams, which would otherwise hold the drain open.
+        mcp_stop.cancel();
     };
     let served = match tls {
         #[cfg(feature = "tls")]

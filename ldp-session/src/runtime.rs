@@ -755,9 +755,27 @@ impl<T: Transport> Client<T> {
         parent: Option<&TaskRequest>,
         progress: Option<mpsc::Sender<Progress>>,
     ) -> Result<TaskOutcome, SessionError> {
+        self.submit_keyed(session_id, skill, input, contract, parent, progress, |_| {}).await
+    }
+
+    /// [`Client::submit_with`] that hands the task's key to `on_key` once the machine has built the TASK_SUBMIT
+    /// and before it is sent, so that another future can [`Client::cancel`] the task while this one waits for its
+    /// answer (the machine chooses task ids; a bridge relaying another protocol's cancellation needs the id).
+    #[allow(clippy::too_many_arguments)] // `submit_with`'s arguments and the one hook; a builder would hide the order.
+    pub async fn submit_keyed(
+        &self,
+        session_id: &str,
+        skill: &str,
+        input: impl Into<ldp_types::RawJson>,
+        contract: Option<DelegationContract>,
+        parent: Option<&TaskRequest>,
+        progress: Option<mpsc::Sender<Progress>>,
+        on_key: impl FnOnce(&TaskKey) + Send,
+    ) -> Result<TaskOutcome, SessionError> {
         let mut env = lock(&self.initiator).submit(session_id, skill, input, contract, parent)?;
         let key =
             TaskKey { session_id: session_id.to_owned(), task_id: env.body.task_id().unwrap_or_default().to_owned() };
+        on_key(&key);
         let mut fallbacks = Vec::new();
         loop {
             let updates = progress.clone().map(|p| forward_updates(p, key.clone()));
