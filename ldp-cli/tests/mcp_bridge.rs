@@ -188,3 +188,34 @@ async fn progress_and_cancellation_cross_mcp_proxy() {
     let (_server, url) = serve(&args, Stdio::null());
     progress_and_cancel(&stub, &format!("stdio:{} mcp-proxy {url}", env!("CARGO_BIN_EXE_ldp"))).await;
 }
+
+/// An MCP `initialize` POST, with a bearer token when given.
+async fn initialize(url: &str, token: Option<&str>) -> reqwest::Response {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let mut request = reqwest::Client::new()
+        .post(format!("{url}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_sessions_need_the_ldp_credentials_and_are_bounded() {
+    let (_server, url) = serve(&["--mcp", "--token", "s3cret=default", "--mcp-max-sessions", "2"], Stdio::null());
+    assert_eq!(initialize(&url, None).await.status(), 401, "no token");
+    assert_eq!(initialize(&url, Some("wrong")).await.status(), 401, "unknown token");
+    for _ in 0..2 {
+        let ok = initialize(&url, Some("s3cret")).await;
+        assert_eq!(ok.status(), 200);
+        assert!(ok.headers().contains_key("mcp-session-id"));
+    }
+    let full = initialize(&url, Some("s3cret")).await;
+    assert_eq!(full.status(), 503);
+    assert!(full.headers().contains_key("retry-after"));
+    let body: Value = full.json().await.unwrap();
+    assert_eq!(body["error"]["data"]["ldp/error"]["code"], "CAPACITY_EXCEEDED", "{body}");
+}

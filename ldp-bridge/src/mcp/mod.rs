@@ -49,8 +49,34 @@ pub fn routes<U: Upstream, S: Clone + Send + Sync + 'static>(
         config.with_allowed_hosts(limits.allowed_hosts.clone())
     };
     let shared = server::Shared::new(upstream, limits);
-    let service = StreamableHttpService::new(move || Ok(LdpTools::new(shared.clone())), sessions, config);
-    axum::Router::new().route_service(PATH, service)
+    let service = StreamableHttpService::new(move || Ok(LdpTools::new(shared.clone())), sessions.clone(), config);
+    axum::Router::new()
+        .route_service(PATH, service)
+        .route_layer(axum::middleware::from_fn_with_state(sessions, refuse_when_full))
+}
+
+/// The SDK answers an `initialize` its session manager refuses with a bare 500; a full session table is a capacity
+/// refusal, so it becomes 503 with `Retry-After` and a JSON-RPC error carrying the typed `CAPACITY_EXCEEDED`.
+async fn refuse_when_full(
+    axum::extract::State(sessions): axum::extract::State<Arc<BoundedSessions>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+
+    let before = sessions.refused();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::INTERNAL_SERVER_ERROR || sessions.refused() == before {
+        return response;
+    }
+    let error = BridgeError::Capacity { what: "MCP sessions", limit: sessions.max() }.to_ldp_error();
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": { "code": -32000, "message": error.message, "data": { tools::ERROR_META: error } },
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5")], axum::Json(body)).into_response()
 }
 
 /// Serves the delegate behind `upstream` as an MCP server on standard input and output (one MCP session) until the

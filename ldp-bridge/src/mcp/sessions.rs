@@ -1,6 +1,7 @@
 //! MCP sessions, bounded: the SDK's in-memory session manager with a cap on how many exist at once.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::Stream;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
@@ -28,6 +29,8 @@ pub enum SessionsError {
 pub struct BoundedSessions {
     inner: LocalSessionManager,
     max: usize,
+    /// Initializes refused for want of room, ever: the HTTP layer turns the SDK's answer to them into a 503.
+    refused: AtomicU64,
 }
 
 impl BoundedSessions {
@@ -37,7 +40,17 @@ impl BoundedSessions {
         let mut config = SessionConfig::default();
         config.keep_alive = Some(idle);
         inner.session_config = config;
-        Self { inner, max: max.max(1) }
+        Self { inner, max: max.max(1), refused: AtomicU64::new(0) }
+    }
+
+    /// The most sessions held at once.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// How many initializes were refused because the table was full, since the start.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Sessions open now.
@@ -59,6 +72,7 @@ impl SessionManager for BoundedSessions {
         // Checked before creating: concurrent initializes can overshoot by the number in flight, which the HTTP
         // connection cap bounds.
         if self.len().await >= self.max {
+            self.refused.fetch_add(1, Ordering::Relaxed);
             return Err(SessionsError::Full(self.max));
         }
         Ok(SessionManager::create_session(&self.inner).await?)
