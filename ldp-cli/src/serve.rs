@@ -98,6 +98,10 @@ pub struct McpArgs {
     /// Also serve MCP at /mcp: each capability a tool; an MCP session gets an LDP session; tools/call runs a task.
     #[arg(long)]
     pub mcp: bool,
+    /// With --backend mcp: the MCP server to start, `PROGRAM ARG...` split on whitespace; it speaks MCP on its
+    /// standard input and output, and its tools are the skills.
+    #[arg(long, value_name = "COMMAND")]
+    pub mcp_command: Option<String>,
     /// MCP sessions open at once; an initialize beyond it is refused.
     #[arg(long, value_name = "N", default_value_t = 256, requires = "mcp")]
     pub mcp_max_sessions: usize,
@@ -409,7 +413,7 @@ fn authenticates(args: &ServeArgs) -> bool {
 fn request_timeout(args: &ServeArgs) -> u64 {
     match (args.timeout, args.llm.backend) {
         (Some(secs), _) => secs,
-        (None, None) => 60,
+        (None, None | Some(crate::llm::BackendKind::Mcp)) => 60,
         (None, Some(_)) => args.llm.llm_timeout.saturating_mul(u64::from(args.llm.llm_retries) + 1).saturating_add(10),
     }
 }
@@ -418,6 +422,7 @@ fn request_timeout(args: &ServeArgs) -> u64 {
 pub(crate) fn build(
     args: &ServeArgs,
     delegate: Option<&crate::llm::ServedModel>,
+    mcp: Option<&ldp_bridge::mcp::McpDelegate>,
 ) -> Result<(ResponderConfig, HttpServerConfig), String> {
     let mut card = match &args.card {
         Some(path) => {
@@ -426,15 +431,21 @@ pub(crate) fn build(
         }
         None => {
             let domain = args.trust_domain.as_deref().unwrap_or("default");
-            match delegate {
-                Some(served) => {
+            match (delegate, mcp) {
+                (Some(served), _) => {
                     let id = args.delegate_id.as_deref().unwrap_or("ldp:delegate:llm");
                     let mut card =
                         served.delegate.card(DelegateId::new(id).map_err(|e| e.to_string())?, served.context_window);
                     card.trust_domain = TrustDomain::new(domain);
                     card
                 }
-                None => echo_card(args.delegate_id.as_deref().unwrap_or("ldp:delegate:echo"), domain)?,
+                (None, Some(mcp)) => {
+                    let id = args.delegate_id.as_deref().unwrap_or("ldp:delegate:mcp");
+                    let mut card = mcp.card(DelegateId::new(id).map_err(|e| e.to_string())?);
+                    card.trust_domain = TrustDomain::new(domain);
+                    card
+                }
+                (None, None) => echo_card(args.delegate_id.as_deref().unwrap_or("ldp:delegate:echo"), domain)?,
             }
         }
     };
@@ -501,9 +512,27 @@ fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
+/// Starts the MCP server of `--backend mcp --mcp-command` and lists its tools.
+async fn mcp_backend(args: &ServeArgs) -> Result<Option<ldp_bridge::mcp::McpDelegate>, String> {
+    if args.llm.backend != Some(crate::llm::BackendKind::Mcp) {
+        return Ok(None);
+    }
+    let command = args.mcp.mcp_command.as_deref().unwrap_or_default();
+    let mut words = command.split_whitespace().map(str::to_owned);
+    let program = words.next().ok_or("--mcp-command: give the MCP server's command")?;
+    let mut limits = ldp_bridge::mcp::BackendLimits::default();
+    // The call ends (and is cancelled at the MCP server) before the LDP request that waits for it times out.
+    limits.call_timeout = Duration::from_secs(request_timeout(args).saturating_sub(1).max(1));
+    let delegate = ldp_bridge::mcp::McpDelegate::spawn_command(&program, &words.collect::<Vec<_>>(), limits)
+        .await
+        .map_err(|e| format!("--mcp-command {command:?}: {e}"))?;
+    Ok(Some(delegate))
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
+    let mcp_backend = mcp_backend(&args).await?;
     let llm = args.llm.delegate()?;
-    let (mut cfg, http) = build(&args, llm.as_ref())?;
+    let (mut cfg, http) = build(&args, llm.as_ref(), mcp_backend.as_ref())?;
     #[cfg(feature = "tls")]
     let tls = tls_config(&args.tls)?
         .map(|tls| tls.with_handshake_timeout(Duration::from_secs(args.limits.header_timeout.max(1))));
@@ -531,13 +560,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         None => auth,
     };
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
-    let delegate: Arc<dyn ldp_session::runtime::Delegate> = match llm {
-        Some(served) => {
+    let delegate: Arc<dyn ldp_session::runtime::Delegate> = match (llm, mcp_backend) {
+        (Some(served), _) => {
             let info = served.delegate.backend().info();
             println!("ldp serve: backend {} model {}", info.provider, info.model);
             Arc::new(served.delegate)
         }
-        None => Arc::new(EchoDelegate),
+        (None, Some(mcp)) => {
+            println!("ldp serve: backend mcp server {} {}", mcp.server().name, mcp.server().version);
+            Arc::new(mcp)
+        }
+        (None, None) => Arc::new(EchoDelegate),
     };
     let runtime = DelegateRuntime::new(responder, delegate);
     // The WebSocket binding on the same port, with the same tokens and message limit.
@@ -647,7 +680,7 @@ mod limit_tests {
 
     #[test]
     fn a_model_backend_gets_a_request_timeout_its_attempts_fit_in() {
-        let http = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None).unwrap().1;
+        let http = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None, None).unwrap().1;
         assert_eq!(http(&["serve"]).request_timeout, Duration::from_secs(60));
         assert_eq!(http(&["serve", "--timeout", "5"]).request_timeout, Duration::from_secs(5));
         // 120 s per attempt, 3 attempts, 10 s of slack.
@@ -659,7 +692,7 @@ mod limit_tests {
 
     #[test]
     fn protocol_limit_flags_reach_the_responder() {
-        let cfg = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None).unwrap().0;
+        let cfg = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None, None).unwrap().0;
         let defaults = cfg(&["serve", "--sign", "hmac-sha256-jcs", "--secret", "s"]);
         assert_eq!(defaults.limits.max_sessions, 10_000);
         assert_eq!(defaults.limits.max_sessions_per_principal, 100);

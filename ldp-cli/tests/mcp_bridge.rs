@@ -219,3 +219,75 @@ async fn mcp_sessions_need_the_ldp_credentials_and_are_bounded() {
     let body: Value = full.json().await.unwrap();
     assert_eq!(body["error"]["data"]["ldp/error"]["code"], "CAPACITY_EXCEEDED", "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_server_behind_ldp_serve_is_an_ldp_delegate() {
+    let dir = support::TempDir::new("mcp-backend");
+    let markers = dir.path("");
+    let script = repo().join("ldp-cli/tests/bridge/mcp_server.py");
+    let command = format!("{} {} {markers}", python(), script.display());
+    let (_server, url) = serve(&["--backend", "mcp", "--mcp-command", &command], Stdio::inherit());
+
+    // The generated card: the server's tools, its name and version, the model undeclared, no quality claim, the
+    // tools' annotations kept as the server's own word.
+    let card = card(&url).await;
+    let names: Vec<&str> =
+        card["capabilities"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["add", "slow", "fail"]);
+    assert_eq!((&card["model_family"], &card["model_version"]), (&json!("undeclared"), &json!("undeclared")));
+    assert_eq!(
+        card["bridged_from"],
+        json!({"protocol": "mcp", "server": {"name": "bridge-test-server", "version": "3.1.4"}})
+    );
+    let slow = &card["capabilities"][1];
+    assert_eq!(slow["mcp_annotations"]["claim_type"], "self_claimed", "{slow}");
+    assert_eq!(slow["mcp_annotations"]["hints"]["readOnlyHint"], true);
+    assert!(card["capabilities"].as_array().unwrap().iter().all(|c| c.get("quality").is_none()), "{card}");
+    assert_eq!(card["capabilities"][0]["input_schema"]["properties"]["a"]["type"], "integer");
+    assert_eq!(card["capabilities"][0]["output_schema"]["properties"]["sum"]["type"], "integer");
+
+    // A call, with the provenance the LDP responder stamps.
+    let ldp = ldp::connect(&url).await.unwrap();
+    let sum: ldp::Answer<Value> = ldp.call("add", json!({"a": 2, "b": 40})).await.unwrap();
+    assert_eq!(sum.output, json!({"sum": 42}));
+    assert_eq!(sum.provenance.produced_by, card["delegate_id"].as_str().unwrap());
+    assert_eq!(sum.provenance.model_version, "undeclared");
+
+    // A tool error is a typed LDP failure.
+    let err = ldp.call::<Value>("fail", json!({"reason": "no"})).await.unwrap_err();
+    let ldp::Error::Session(ldp::session::SessionError::Peer(err)) = err else { panic!("{err:?}") };
+    assert_eq!(err.code.as_str(), "TOOL_ERROR");
+    assert!(err.message.contains("refused: no"), "{err:?}");
+
+    // MCP progress arrives as TASK_UPDATEs; TASK_CANCEL reaches the MCP server as notifications/cancelled.
+    let session = ldp.session().await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let key = std::sync::Mutex::new(None);
+    let note = |k: &ldp::session::TaskKey| *key.lock().unwrap() = Some(k.clone());
+    let submit = ldp.client().submit_keyed(&session, "slow", json!({"steps": 3}), None, None, Some(tx), note);
+    let watch = async {
+        let mut updates = Vec::new();
+        while updates.len() < 3 {
+            let update = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
+            updates.push((update.progress, update.message));
+        }
+        let key = key.lock().unwrap().clone().unwrap();
+        ldp.client().cancel(&key).await.unwrap();
+        updates
+    };
+    let (cancelled, updates) = tokio::time::timeout(Duration::from_secs(60), async { tokio::join!(submit, watch) })
+        .await
+        .expect("the slow task neither progressed nor ended within 60 s");
+    let third = |n: f64| Some(n / 3.0);
+    assert_eq!(
+        updates,
+        [(third(1.0), Some("step 1".into())), (third(2.0), Some("step 2".into())), (third(3.0), Some("step 3".into()))]
+    );
+    assert_eq!(cancelled.unwrap_err().to_ldp_error().code.as_str(), "CANCELLED");
+    let marker = std::path::Path::new(&markers).join("cancelled");
+    let started = Instant::now();
+    while !marker.exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the MCP server's call was not cancelled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

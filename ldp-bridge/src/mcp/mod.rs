@@ -11,6 +11,7 @@
 //! beside the LDP routes, behind their authentication), and [`serve_stdio`] answers on standard input and output
 //! (`ldp mcp-proxy URL`, for desktop MCP hosts).
 
+pub mod backend;
 mod server;
 mod sessions;
 pub mod tools;
@@ -22,6 +23,7 @@ use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+pub use backend::{BackendLimits, McpDelegate};
 pub use server::{LdpTools, McpLimits};
 pub use sessions::{BoundedSessions, SessionsError};
 pub use upstream::{BRIDGE_ID, InProcess, Remote, Upstream};
