@@ -100,7 +100,7 @@ pub struct McpArgs {
     pub mcp: bool,
     /// With --backend mcp: the MCP server to start, `PROGRAM ARG...` split on whitespace; it speaks MCP on its
     /// standard input and output, and its tools are the skills.
-    #[arg(long, value_name = "COMMAND")]
+    #[arg(long, value_name = "COMMAND", requires = "backend")]
     pub mcp_command: Option<String>,
     /// MCP sessions open at once; an initialize beyond it is refused.
     #[arg(long, value_name = "N", default_value_t = 256, requires = "mcp")]

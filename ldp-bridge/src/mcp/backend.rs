@@ -6,25 +6,23 @@
 //! `notifications/cancelled`. The card is generated from what the server declares, and claims nothing it does not:
 //! no quality scores, the model `undeclared`, the tools' annotations kept as `self_claimed` hints.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use ldp_session::runtime::{Delegate, TaskContext};
 use ldp_session::{TaskOutput, TaskRequest};
 use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, PayloadMode, RawJson, codes};
-use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientRequest, Implementation, JsonObject, ProgressNotificationParam,
-    Request, ServerResult, Tool,
+    ProgressToken, Request, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 
 use crate::BridgeError;
 
@@ -37,14 +35,60 @@ pub const BRIDGED_EXTRA: &str = "bridged_from";
 /// The error code of a `tools/call` the MCP server answered as a tool error (`isError`).
 pub const TOOL_ERROR: &str = "TOOL_ERROR";
 
-/// The MCP client's handler: routes progress notifications to the call that asked for them.
+/// Progress notifications kept for a call not yet subscribed (a server can report before the client has its token).
+const EARLY_PROGRESS: usize = 256;
+/// Progress notifications queued for one call; beyond it they are dropped (progress is advisory).
+const QUEUED_PROGRESS: usize = 64;
+
+#[derive(Default)]
+struct Routes {
+    calls: HashMap<ProgressToken, mpsc::Sender<ProgressNotificationParam>>,
+    early: VecDeque<ProgressNotificationParam>,
+}
+
+/// The MCP client's handler: routes progress notifications to the call that asked for them. The token is known only
+/// once the request is sent, so notifications for a token nobody listens to yet are kept (bounded) for it.
+#[derive(Default)]
 struct ProgressRouter {
-    progress: ProgressDispatcher,
+    routes: std::sync::Mutex<Routes>,
+}
+
+impl ProgressRouter {
+    fn subscribe(&self, token: &ProgressToken) -> mpsc::Receiver<ProgressNotificationParam> {
+        let (tx, rx) = mpsc::channel(QUEUED_PROGRESS);
+        if let Ok(mut routes) = self.routes.lock() {
+            let (mine, others): (VecDeque<_>, VecDeque<_>) =
+                routes.early.drain(..).partition(|p| &p.progress_token == token);
+            routes.early = others;
+            for p in mine {
+                let _ = tx.try_send(p);
+            }
+            routes.calls.insert(token.clone(), tx);
+        }
+        rx
+    }
+
+    fn unsubscribe(&self, token: &ProgressToken) {
+        if let Ok(mut routes) = self.routes.lock() {
+            routes.calls.remove(token);
+        }
+    }
 }
 
 impl ClientHandler for ProgressRouter {
     async fn on_progress(&self, params: ProgressNotificationParam, _cx: NotificationContext<RoleClient>) {
-        self.progress.handle_notification(params).await;
+        let Ok(mut routes) = self.routes.lock() else { return };
+        match routes.calls.get(&params.progress_token) {
+            Some(call) => {
+                let _ = call.try_send(params);
+            }
+            None => {
+                if routes.early.len() >= EARLY_PROGRESS {
+                    routes.early.pop_front();
+                }
+                routes.early.push_back(params);
+            }
+        }
     }
 }
 
@@ -106,7 +150,7 @@ impl McpDelegate {
     {
         let wait = limits.connect_timeout;
         let timeout = |what| move |_| BridgeError::Timeout { what, after: wait };
-        let handler = ProgressRouter { progress: ProgressDispatcher::new() };
+        let handler = ProgressRouter::default();
         let service = tokio::time::timeout(wait, handler.serve(transport))
             .await
             .map_err(timeout("the MCP server's initialize"))?
@@ -177,14 +221,39 @@ impl McpDelegate {
         })?;
         let request = CallToolRequestParams::new(tool.name.clone()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(Request::new(request));
-        let mut handle = self
-            .service
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
+        let send = self.service.send_cancellable_request(request, PeerRequestOptions::no_options());
+        let mut handle = tokio::time::timeout(self.limits.connect_timeout, send)
             .await
+            .map_err(|_| {
+                BridgeError::Timeout { what: "sending the MCP tools/call", after: self.limits.connect_timeout }
+                    .to_ldp_error()
+            })?
             .map_err(|e| mcp_failed(&e))?;
-        let mut progress = self.service.service().progress.subscribe(handle.progress_token.clone()).await;
+        let router = self.service.service();
+        let token = handle.progress_token.clone();
+        let mut progress = router.subscribe(&token);
+        let answer = self.await_call(&mut handle, &mut progress, ctx).await;
+        router.unsubscribe(&token);
+        if let Err(stop) = &answer
+            && stop.code.as_str() != codes::TRANSPORT_ERROR
+            && stop.code.as_str() != codes::MALFORMED_MESSAGE
+        {
+            // The server is told, as MCP says: notifications/cancelled for the request.
+            let reason = Some(stop.message.clone());
+            let _ = tokio::time::timeout(self.limits.connect_timeout, handle.cancel(reason)).await;
+        }
+        answer
+    }
+
+    /// Waits for a call's answer, relaying its progress, until the task is cancelled or the deadline passes.
+    async fn await_call(
+        &self,
+        handle: &mut rmcp::service::RequestHandle<RoleClient>,
+        progress: &mut mpsc::Receiver<ProgressNotificationParam>,
+        ctx: &TaskContext,
+    ) -> Result<CallToolResult, LdpError> {
         let relay = async {
-            while let Some(p) = progress.next().await {
+            while let Some(p) = progress.recv().await {
                 let fraction = p.total.filter(|t| *t > 0.0).map(|t| (p.progress / t).clamp(0.0, 1.0));
                 ctx.progress(fraction, p.message);
             }
@@ -206,8 +275,6 @@ impl McpDelegate {
                 BridgeError::Timeout { what: "the MCP tools/call", after: limit }.to_ldp_error()
             }
         };
-        // The server is told, as MCP says: notifications/cancelled for the request.
-        let _ = handle.cancel(Some(stop.message.clone())).await;
         Err(stop)
     }
 }

@@ -206,6 +206,9 @@ impl<U: Upstream> LdpTools<U> {
     }
 }
 
+/// Longest one progress notification may wait for the MCP peer's stream; past it the relay stops.
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Relays a task's TASK_UPDATEs as `notifications/progress` for `token`. MCP's progress must increase with every
 /// notification: a fraction becomes a percentage (`total` 100); an update without one (a message, a chunk of
 /// partial output, which MCP has no place for but the message) moves the value on by a thousandth.
@@ -232,9 +235,10 @@ fn relay_progress(peer: Peer<RoleServer>, token: ProgressToken) -> mpsc::Sender<
             if let Some(message) = message {
                 param = param.with_message(message);
             }
-            // The MCP peer may be gone; the task's answer still ends the call.
-            if peer.notify_progress(param).await.is_err() {
-                break;
+            // The MCP peer may be gone or not reading; the task's answer still ends the call.
+            match tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_progress(param)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => break,
             }
         }
     });
