@@ -21,6 +21,8 @@ pub enum BackendKind {
     Echo,
     /// A GGUF model run in this process on the CPU (`--model FILE.gguf`): no server, no network.
     Local,
+    /// No model of ours: an MCP server's tools as the skills (`--mcp-command`), with a generated card.
+    Mcp,
 }
 
 /// How `--backend local` widens the weights.
@@ -44,7 +46,7 @@ pub struct ServedModel {
 #[derive(Debug, clap::Args)]
 pub struct LlmArgs {
     /// Serve a language model through this provider API.
-    #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model"), ("local", "model")])]
+    #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model"), ("local", "model"), ("mcp", "mcp_command")])]
     pub backend: Option<BackendKind>,
     /// The provider's base URL [default: `https://api.openai.com/v1` (openai: with the API version, as OpenAI's
     /// SDKs take it), `https://api.anthropic.com` (anthropic)].
@@ -110,7 +112,7 @@ impl LlmArgs {
     fn provider_context_window(&self) -> u64 {
         self.context_window.unwrap_or(match self.backend {
             Some(BackendKind::Anthropic) => 200_000,
-            Some(BackendKind::Echo | BackendKind::Local) | None => 4096,
+            Some(BackendKind::Echo | BackendKind::Local | BackendKind::Mcp) | None => 4096,
             Some(BackendKind::Openai) => 8192,
         })
     }
@@ -141,7 +143,8 @@ impl LlmArgs {
 
     /// The delegate the flags describe, if --backend is given (a local model is loaded here: seconds).
     pub fn delegate(&self) -> Result<Option<ServedModel>, String> {
-        let Some(kind) = self.backend else { return Ok(None) };
+        // An MCP backend is no model: `ldp serve` starts it itself (`serve::mcp_backend`).
+        let Some(kind) = self.backend.filter(|k| *k != BackendKind::Mcp) else { return Ok(None) };
         let mut context_window = self.provider_context_window();
         let mut opts = HttpOptions::default();
         opts.request_timeout = Duration::from_secs(self.llm_timeout.max(1));
@@ -159,7 +162,7 @@ impl LlmArgs {
                 let key = self.key("ANTHROPIC_API_KEY")?;
                 Arc::new(AnthropicBackend::new(url, model, key, max, opts).map_err(|e| e.to_string())?)
             }
-            BackendKind::Echo => Arc::new(EchoBackend),
+            BackendKind::Echo | BackendKind::Mcp => Arc::new(EchoBackend),
             BackendKind::Local => {
                 let local = self.local()?;
                 context_window = local.context_window() as u64;

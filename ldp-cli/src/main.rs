@@ -20,6 +20,7 @@ mod lctl;
 mod lctl_export;
 mod llm;
 mod llmx;
+mod mcp_proxy;
 mod paradox;
 mod paradox_real;
 mod serve;
@@ -121,6 +122,8 @@ enum Command {
     Card(client::CardArgs),
     /// Run one task on a delegate: discover it, open a session, submit, print the output and its provenance.
     Call(client::CallArgs),
+    /// A stdio MCP server in front of a remote LDP delegate (its skills as tools), for desktop MCP hosts.
+    McpProxy(mcp_proxy::McpProxyArgs),
 }
 
 fn main() -> ExitCode {
@@ -142,6 +145,7 @@ fn main() -> ExitCode {
         Command::Attest(cmd) => attest::run(cmd),
         Command::Card(args) => client::run_card(args),
         Command::Call(args) => client::run_call(args),
+        Command::McpProxy(args) => mcp_proxy::run(args),
     };
     if let Some(export) = export
         && let Err(e) = export.shutdown()

@@ -89,6 +89,61 @@ pub struct ServeArgs {
         next_help_heading = "LLM backend (the task input is the user message, the output the model's text)"
     )]
     pub llm: crate::llm::LlmArgs,
+    /// The MCP bridge.
+    #[command(flatten, next_help_heading = "MCP (the delegate's skills as MCP tools, Streamable HTTP at /mcp)")]
+    pub mcp: McpArgs,
+}
+
+/// The flags of `ldp serve --mcp`: MCP's Streamable HTTP transport at `/mcp`, behind the same authentication, body
+/// limit and rate limit as the LDP routes.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// Also serve MCP at /mcp: each capability a tool; an MCP session gets an LDP session; tools/call runs a task.
+    #[arg(long)]
+    pub mcp: bool,
+    /// With --backend mcp: the MCP server to start, `PROGRAM ARG...` split on whitespace; it speaks MCP on its
+    /// standard input and output, and its tools are the skills.
+    #[arg(long, value_name = "COMMAND", requires = "backend")]
+    pub mcp_command: Option<String>,
+    /// MCP sessions open at once; an initialize beyond it is refused.
+    #[arg(long, value_name = "N", default_value_t = 256, requires = "mcp")]
+    pub mcp_max_sessions: usize,
+    /// MCP tool calls in flight, all sessions together; beyond it a call fails with CAPACITY_EXCEEDED.
+    #[arg(long, value_name = "N", default_value_t = 256, requires = "mcp")]
+    pub mcp_max_calls: usize,
+    /// MCP tool calls in flight in one MCP session.
+    #[arg(long, value_name = "N", default_value_t = 16, requires = "mcp")]
+    pub mcp_max_calls_per_session: usize,
+    /// An MCP session without a request for this long is closed, with its LDP session, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 300, requires = "mcp")]
+    pub mcp_session_idle: u64,
+    /// A Host header value /mcp accepts besides the loopback names and the --bind host (repeatable; DNS-rebinding
+    /// protection); `*` accepts any.
+    #[arg(long = "mcp-allowed-host", value_name = "HOST", requires = "mcp")]
+    pub mcp_allowed_hosts: Vec<String>,
+}
+
+impl McpArgs {
+    /// The bridge's bounds: a call may run as long as an LDP request (`--timeout`), bodies as large as LDP's.
+    fn limits(&self, bind: &str, http: &HttpServerConfig) -> ldp_bridge::mcp::McpLimits {
+        let mut limits = ldp_bridge::mcp::McpLimits::default();
+        limits.max_sessions = self.mcp_max_sessions.max(1);
+        limits.max_calls = self.mcp_max_calls.max(1);
+        limits.max_calls_per_session = self.mcp_max_calls_per_session.max(1);
+        limits.session_idle = Duration::from_secs(self.mcp_session_idle.max(1));
+        limits.call_timeout = http.request_timeout;
+        limits.max_body = http.max_body;
+        if self.mcp_allowed_hosts.iter().any(|h| h == "*") {
+            limits.allowed_hosts.clear();
+        } else {
+            let host = bind.rsplit_once(':').map_or(bind, |(host, _)| host).trim_matches(['[', ']']);
+            if !host.is_empty() && host != "0.0.0.0" && host != "::" {
+                limits.allowed_hosts.push(host.to_owned());
+            }
+            limits.allowed_hosts.extend(self.mcp_allowed_hosts.iter().cloned());
+        }
+        limits
+    }
 }
 
 /// The connection, timeout and rate flags of `ldp serve` (every one bounds what a peer can hold).
@@ -403,7 +458,7 @@ fn authenticates(args: &ServeArgs) -> bool {
 fn request_timeout(args: &ServeArgs) -> u64 {
     match (args.timeout, args.llm.backend) {
         (Some(secs), _) => secs,
-        (None, None) => 60,
+        (None, None | Some(crate::llm::BackendKind::Mcp)) => 60,
         (None, Some(_)) => args.llm.llm_timeout.saturating_mul(u64::from(args.llm.llm_retries) + 1).saturating_add(10),
     }
 }
@@ -412,6 +467,7 @@ fn request_timeout(args: &ServeArgs) -> u64 {
 pub(crate) fn build(
     args: &ServeArgs,
     delegate: Option<&crate::llm::ServedModel>,
+    mcp: Option<&ldp_bridge::mcp::McpDelegate>,
 ) -> Result<(ResponderConfig, HttpServerConfig), String> {
     let mut card = match &args.card {
         Some(path) => {
@@ -420,15 +476,21 @@ pub(crate) fn build(
         }
         None => {
             let domain = args.trust_domain.as_deref().unwrap_or("default");
-            match delegate {
-                Some(served) => {
+            match (delegate, mcp) {
+                (Some(served), _) => {
                     let id = args.delegate_id.as_deref().unwrap_or("ldp:delegate:llm");
                     let mut card =
                         served.delegate.card(DelegateId::new(id).map_err(|e| e.to_string())?, served.context_window);
                     card.trust_domain = TrustDomain::new(domain);
                     card
                 }
-                None => echo_card(args.delegate_id.as_deref().unwrap_or("ldp:delegate:echo"), domain)?,
+                (None, Some(mcp)) => {
+                    let id = args.delegate_id.as_deref().unwrap_or("ldp:delegate:mcp");
+                    let mut card = mcp.card(DelegateId::new(id).map_err(|e| e.to_string())?);
+                    card.trust_domain = TrustDomain::new(domain);
+                    card
+                }
+                (None, None) => echo_card(args.delegate_id.as_deref().unwrap_or("ldp:delegate:echo"), domain)?,
             }
         }
     };
@@ -495,9 +557,27 @@ fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
+/// Starts the MCP server of `--backend mcp --mcp-command` and lists its tools.
+async fn mcp_backend(args: &ServeArgs) -> Result<Option<ldp_bridge::mcp::McpDelegate>, String> {
+    if args.llm.backend != Some(crate::llm::BackendKind::Mcp) {
+        return Ok(None);
+    }
+    let command = args.mcp.mcp_command.as_deref().unwrap_or_default();
+    let mut words = command.split_whitespace().map(str::to_owned);
+    let program = words.next().ok_or("--mcp-command: give the MCP server's command")?;
+    let mut limits = ldp_bridge::mcp::BackendLimits::default();
+    // The call ends (and is cancelled at the MCP server) before the LDP request that waits for it times out.
+    limits.call_timeout = Duration::from_secs(request_timeout(args).saturating_sub(1).max(1));
+    let delegate = ldp_bridge::mcp::McpDelegate::spawn_command(&program, &words.collect::<Vec<_>>(), limits)
+        .await
+        .map_err(|e| format!("--mcp-command {command:?}: {e}"))?;
+    Ok(Some(delegate))
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
+    let mcp_backend = mcp_backend(&args).await?;
     let llm = args.llm.delegate()?;
-    let (mut cfg, http) = build(&args, llm.as_ref())?;
+    let (mut cfg, http) = build(&args, llm.as_ref(), mcp_backend.as_ref())?;
     #[cfg(feature = "tls")]
     let tls = tls_config(&args.tls)?
         .map(|tls| tls.with_handshake_timeout(Duration::from_secs(args.limits.header_timeout.max(1))));
@@ -525,13 +605,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         None => auth,
     };
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
-    let delegate: Arc<dyn ldp_session::runtime::Delegate> = match llm {
-        Some(served) => {
+    let delegate: Arc<dyn ldp_session::runtime::Delegate> = match (llm, mcp_backend) {
+        (Some(served), _) => {
             let info = served.delegate.backend().info();
             println!("ldp serve: backend {} model {}", info.provider, info.model);
             Arc::new(served.delegate)
         }
-        None => Arc::new(EchoDelegate),
+        (None, Some(mcp)) => {
+            println!("ldp serve: backend mcp server {} {}", mcp.server().name, mcp.server().version);
+            Arc::new(mcp)
+        }
+        (None, None) => Arc::new(EchoDelegate),
     };
     let delegate_id = responder.config().card.delegate_id.as_str().to_owned();
     let runtime = DelegateRuntime::new(responder, delegate);
@@ -540,20 +624,34 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let ws_config = args.limits.ws_config(&http);
     let limits = http.limits.clone();
     let ws = WsServer::new(runtime.clone(), ws_config);
+    // MCP at /mcp, as extra routes of the LDP app: the same bearer or certificate authentication (the bridge opens
+    // its LDP sessions as the peer authenticated there), body limit and rate limit.
+    let mcp_stop = tokio_util::sync::CancellationToken::new();
+    let mcp = if args.mcp.mcp {
+        let upstream = Arc::new(ldp_bridge::mcp::InProcess::new(runtime.clone()));
+        ldp_bridge::mcp::routes(upstream, args.mcp.limits(&args.bind, &http), mcp_stop.clone())
+    } else {
+        axum::Router::new()
+    };
     let state = HttpState::new(runtime.clone(), http);
     // One /metrics for both bindings.
     ws.report_to(state.metrics());
-    let app = ldp_transport_http::router(state).merge(ws.router());
+    let app = ldp_transport_http::router_with(state, mcp).merge(ws.router());
     let signal = shutdown_signal();
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "ldp serve: {summary}, {auth}, store {store}");
         let _ = writeln!(out, "ldp serve: listening on {url} (WebSocket: {ws_scheme}://{addr}/ldp/ws)");
+        if args.mcp.mcp {
+            let _ = writeln!(out, "ldp serve: MCP (Streamable HTTP) at {url}{}", ldp_bridge::mcp::PATH);
+        }
         let _ = out.flush();
     }
     let shutdown = async move {
         signal.await;
         ws.shutdown();
+        // Ends the MCP sessions' event streams, which would otherwise hold the drain open.
+        mcp_stop.cancel();
     };
     let served = match tls {
         #[cfg(feature = "tls")]
@@ -629,7 +727,7 @@ mod limit_tests {
 
     #[test]
     fn a_model_backend_gets_a_request_timeout_its_attempts_fit_in() {
-        let http = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None).unwrap().1;
+        let http = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None, None).unwrap().1;
         assert_eq!(http(&["serve"]).request_timeout, Duration::from_secs(60));
         assert_eq!(http(&["serve", "--timeout", "5"]).request_timeout, Duration::from_secs(5));
         // 120 s per attempt, 3 attempts, 10 s of slack.
@@ -641,7 +739,7 @@ mod limit_tests {
 
     #[test]
     fn protocol_limit_flags_reach_the_responder() {
-        let cfg = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None).unwrap().0;
+        let cfg = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None, None).unwrap().0;
         let defaults = cfg(&["serve", "--sign", "hmac-sha256-jcs", "--secret", "s"]);
         assert_eq!(defaults.limits.max_sessions, 10_000);
         assert_eq!(defaults.limits.max_sessions_per_principal, 100);

@@ -1,5 +1,5 @@
 //! `ldp conformance` as a process against `ldp serve` (HTTP and WebSocket on one port, bearer tokens, signed with
-//! hmac-sha256-jcs): exit 0 when every required requirement passes, a JSON report with evidence, exit 2 for an
+//! hmac-sha256-jcs; unsigned, with the MCP bridge at /mcp): exit 0 when every required requirement passes, a JSON report with evidence, exit 2 for an
 //! unreachable endpoint or a bad flag; over TLS with a private CA (`--ca-cert`) and mutual TLS (`--client-cert`,
 //! `--client-key`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -61,6 +61,9 @@ fn ldp_serve_passes_the_kit_over_http_and_ws() {
         ];
         if signed {
             serve_args.extend(signing);
+        } else {
+            // With the MCP bridge mounted at /mcp (issue 20): the bridge adds routes and changes no LDP behaviour.
+            serve_args.push("--mcp");
         }
         let (_server, url) = serve(&serve_args, Stdio::null());
         let report = std::env::temp_dir().join(format!("ldp-conformance-cli-{}-{signed}.json", std::process::id()));

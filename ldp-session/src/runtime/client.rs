@@ -151,7 +151,28 @@ impl<T: Transport> Client<T> {
         parent: Option<&TaskRequest>,
         progress: Option<mpsc::Sender<Progress>>,
     ) -> Result<TaskOutcome, SessionError> {
+        self.submit_keyed(session_id, skill, input, contract, parent, progress, |_| {}).await
+    }
+
+    /// [`Client::submit_with`] that hands the task's key to `on_key` once the machine has built the TASK_SUBMIT
+    /// and before it is sent, so that another future can [`Client::cancel`] the task while this one waits for its
+    /// answer (the machine chooses task ids; a bridge relaying another protocol's cancellation needs the id).
+    #[allow(clippy::too_many_arguments)] // `submit_with`'s arguments and the one hook; a builder would hide the order.
+    pub async fn submit_keyed(
+        &self,
+        session_id: &str,
+        skill: &str,
+        input: impl Into<ldp_types::RawJson>,
+        contract: Option<DelegationContract>,
+        parent: Option<&TaskRequest>,
+        progress: Option<mpsc::Sender<Progress>>,
+        on_key: impl FnOnce(&TaskKey) + Send,
+    ) -> Result<TaskOutcome, SessionError> {
         let env = lock(&self.initiator).submit(session_id, skill, input, contract, parent)?;
+        on_key(&TaskKey {
+            session_id: env.session_id.clone(),
+            task_id: env.body.task_id().unwrap_or_default().to_owned(),
+        });
         let result = self.await_result(env.clone(), progress).await;
         if result.is_err() {
             // A transport failure, or a reply the initiator could not take, leaves the task in the machine with no

@@ -1,0 +1,79 @@
+"""The official MCP Python SDK as a client of an LDP delegate's MCP bridge (ldp-cli/tests/mcp_bridge.rs).
+
+    python mcp_client.py TARGET MODE STEPS...
+
+TARGET is an http(s) URL (Streamable HTTP) or `stdio:CMD ARG...` (a stdio server the SDK starts). MODE is the
+SDK's connect mode (`legacy`: the initialize handshake and an MCP session; `auto`: discover first). Each STEP is
+`list`, `call:TOOL:JSON_ARGS` (a call; its result and the progress notifications it got), or
+`cancel:TOOL:JSON_ARGS:SECS` (a call abandoned after SECS seconds once progress has arrived: the SDK sends
+notifications/cancelled), or `pause:SECS` (the session stays open meanwhile). Prints one JSON object: what each step saw, as the SDK decoded it.
+"""
+
+import json
+import sys
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+
+def dump(model):
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+async def main() -> None:
+    target, mode, steps = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if target.startswith("stdio:"):
+        cmd = target[len("stdio:"):].split(" ")
+        server = StdioServerParameters(command=cmd[0], args=cmd[1:])
+    else:
+        server = target
+    out: dict = {"steps": []}
+    async with Client(server, mode=mode, read_timeout_seconds=60) as client:
+        info = client.server_info
+        out["server_info"] = dump(info) if info is not None else None
+        out["protocol_version"] = client.protocol_version
+        for step in steps:
+            kind, _, rest = step.partition(":")
+            if kind == "list":
+                tools = await client.list_tools()
+                out["steps"].append({"list": [dump(t) for t in tools.tools]})
+            elif kind == "call":
+                name, _, args = rest.partition(":")
+                progress: list = []
+
+                async def on_progress(value, total, message, progress=progress):
+                    progress.append({"progress": value, "total": total, "message": message})
+
+                result = await client.call_tool(name, json.loads(args), progress_callback=on_progress)
+                out["steps"].append({"call": dump(result), "progress": progress})
+            elif kind == "cancel":
+                name, _, rest = rest.partition(":")
+                args, _, secs = rest.rpartition(":")
+                progress = []
+                started = anyio.Event()
+
+                async def on_progress(value, total, message, progress=progress, started=started):
+                    progress.append({"progress": value, "total": total, "message": message})
+                    started.set()
+
+                finished = None
+                async with anyio.create_task_group() as tg:
+
+                    async def call():
+                        nonlocal finished
+                        finished = await client.call_tool(name, json.loads(args), progress_callback=on_progress)
+
+                    tg.start_soon(call)
+                    with anyio.fail_after(30):
+                        await started.wait()
+                    await anyio.sleep(float(secs))
+                    tg.cancel_scope.cancel()
+                out["steps"].append({"cancelled": finished is None, "progress": progress})
+            elif kind == "pause":
+                await anyio.sleep(float(rest))
+            else:
+                raise SystemExit(f"unknown step {step!r}")
+    print(json.dumps(out))
+
+
+anyio.run(main)

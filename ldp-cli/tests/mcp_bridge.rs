@@ -1,0 +1,293 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The MCP bridges, driven by the official MCP Python SDK (`mcp` on PyPI, installed by `scripts/bridge-sdks.sh`)
+//! as a real MCP host: `ldp serve --mcp` (Streamable HTTP at /mcp) and `ldp mcp-proxy URL` (stdio). The host lists
+//! the tools, calls one and reads its provenance, gets progress while a model streams, and cancels a call, which
+//! must reach the delegate as TASK_CANCEL (the provider's stream closes).
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ldp_llm::stub::{Flavor, Stub, StubConfig};
+use serde_json::{Value, json};
+use support::{Guard, serve};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The venv python with the MCP SDK, installed on first use (never skipped: a failed install fails the test).
+fn python() -> String {
+    let out = Command::new("bash").arg(repo().join("scripts/bridge-sdks.sh")).stderr(Stdio::inherit()).output();
+    let out = out.expect("cannot run scripts/bridge-sdks.sh");
+    assert!(out.status.success(), "scripts/bridge-sdks.sh could not install the MCP Python SDK (see stderr)");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Runs `tests/bridge/mcp_client.py TARGET MODE STEPS` (at most 120 s) and returns what it printed.
+async fn mcp_client(target: &str, mode: &str, steps: &[&str]) -> Value {
+    let script = repo().join("ldp-cli/tests/bridge/mcp_client.py");
+    let mut command = Command::new(python());
+    command.arg(script).arg(target).arg(mode).args(steps).stdout(Stdio::piped()).stderr(Stdio::piped());
+    tokio::task::spawn_blocking(move || {
+        let mut child = command.spawn().unwrap();
+        let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+            std::thread::spawn(move || {
+                let mut text = Vec::new();
+                let _ = pipe.read_to_end(&mut text);
+                text
+            })
+        };
+        let stdout = read(Box::new(child.stdout.take().unwrap()));
+        let stderr = read(Box::new(child.stderr.take().unwrap()));
+        let mut child = Guard(child);
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(started.elapsed() < Duration::from_secs(120), "the MCP client ran over 120 s");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+        let stderr = String::from_utf8_lossy(&stderr);
+        assert!(status.success(), "the MCP client failed: {stderr}");
+        serde_json::from_slice(&stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+    })
+    .await
+    .unwrap()
+}
+
+async fn card(url: &str) -> Value {
+    reqwest::get(format!("{url}/.well-known/ldp-identity")).await.unwrap().json().await.unwrap()
+}
+
+/// What every bridge must show for the echo delegate: its skill as a tool, with its claim's type; a call's output as
+/// structured content with the task's provenance; a bad call as a typed tool error.
+fn check_echo(out: &Value, card: &Value) {
+    assert_eq!(out["server_info"]["name"], card["delegate_id"]);
+    let tools = out["steps"][0]["list"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let skills: Vec<&str> =
+        card["capabilities"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, skills);
+    let echo = &tools[0];
+    assert_eq!(echo["inputSchema"]["required"], json!(["input"]), "{echo}");
+    assert_eq!(echo["_meta"]["ldp/capability"], card["capabilities"][0], "the tool carries the capability as carded");
+
+    let call = &out["steps"][1]["call"];
+    assert_eq!(call["isError"], false, "{call}");
+    assert_eq!(call["structuredContent"], json!({"echo": {"x": [1, 2]}}));
+    let text: Value = serde_json::from_str(call["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, call["structuredContent"]);
+    let provenance = &call["_meta"]["ldp/provenance"];
+    assert_eq!(provenance["produced_by"], card["delegate_id"]);
+    assert_eq!(provenance["model_version"], card["model_version"]);
+    assert!(provenance["session_id"].as_str().is_some_and(|s| !s.is_empty()), "{provenance}");
+
+    let bad = &out["steps"][2]["call"];
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert_eq!(bad["structuredContent"]["error"]["code"], "INVALID_INPUT");
+    assert_eq!(bad["_meta"]["ldp/error"]["category"], "capability");
+}
+
+const ECHO_STEPS: [&str; 3] = ["list", r#"call:echo:{"input": {"x": [1, 2]}}"#, "call:echo:{}"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_host_lists_and_calls_the_skills_of_ldp_serve() {
+    let (_server, url) = serve(&["--mcp"], Stdio::null());
+    let card = card(&url).await;
+    // The handshake (an MCP session, hence one LDP session) and the discovery probe of the newer protocol.
+    for mode in ["legacy", "auto"] {
+        let out = mcp_client(&format!("{url}/mcp"), mode, &ECHO_STEPS).await;
+        check_echo(&out, &card);
+    }
+    // Without --mcp there is no /mcp.
+    let (_plain, plain) = serve(&[], Stdio::null());
+    let status = reqwest::Client::new().post(format!("{plain}/mcp")).body("{}").send().await.unwrap().status();
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_proxy_puts_a_remote_delegate_on_stdio() {
+    let (_server, url) = serve(&[], Stdio::null());
+    let card = card(&url).await;
+    let target = format!("stdio:{} mcp-proxy {url}", env!("CARGO_BIN_EXE_ldp"));
+    let out = mcp_client(&target, "legacy", &ECHO_STEPS).await;
+    check_echo(&out, &card);
+}
+
+/// Calls a streaming model delegate through `target`: the progress notifications carry its output as it streams,
+/// and a cancelled call closes the provider's stream (TASK_CANCEL reached the delegate).
+async fn progress_and_cancel(stub: &Stub, target: &str) {
+    let long = "w ".repeat(400);
+    let cancel = format!("cancel:chat:{}:0.3", json!({ "input": long }));
+    let steps = [r#"call:chat:{"input": "one two three four"}"#, &cancel, "pause:3"].map(str::to_owned);
+    let client = {
+        let target = target.to_owned();
+        tokio::spawn(async move {
+            let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+            mcp_client(&target, "legacy", &steps).await
+        })
+    };
+    // The provider's stream closes while the MCP session is still open (the host pauses in it): TASK_CANCEL ended
+    // the task, not the end of the session.
+    let started = Instant::now();
+    while stub.cancelled_streams() < 1 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the provider's stream was not closed");
+        assert!(!client.is_finished(), "the MCP session ended before the task was cancelled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!client.is_finished(), "the MCP session ended before the task was cancelled");
+    let out = client.await.unwrap();
+
+    let call = &out["steps"][0];
+    assert_eq!(call["call"]["isError"], false, "{call}");
+    let progress = call["progress"].as_array().unwrap();
+    assert!(progress.len() >= 2, "one notification per streamed piece: {call}");
+    let streamed: String = progress.iter().map(|p| p["message"].as_str().unwrap()).collect();
+    assert_eq!(streamed, call["call"]["content"][0]["text"].as_str().unwrap(), "the pieces add up to the output");
+    let values: Vec<f64> = progress.iter().map(|p| p["progress"].as_f64().unwrap()).collect();
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "MCP progress must increase: {values:?}");
+    // The model that answered (the provider's name for it), not the one configured.
+    assert_eq!(call["call"]["_meta"]["ldp/provenance"]["model_version"], "stub-7b-2025");
+
+    let cancelled = &out["steps"][1];
+    assert_eq!(cancelled["cancelled"], true, "{cancelled}");
+    assert!(!cancelled["progress"].as_array().unwrap().is_empty());
+}
+
+/// A model that streams its answer (an echo of the input) one piece per 20 ms.
+fn stub_config() -> StubConfig {
+    StubConfig::new(Flavor::OpenAi).with_model("stub-7b-2025").with_token_delay(Duration::from_millis(20))
+}
+
+fn llm_args(stub: &Stub) -> Vec<String> {
+    ["--backend", "openai", "--base-url", &stub.base_url(), "--model", "stub-7b", "--skill", "chat"]
+        .map(str::to_owned)
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_and_cancellation_cross_ldp_serve_mcp() {
+    let stub = Stub::start(stub_config()).await.unwrap();
+    let mut args = llm_args(&stub);
+    args.push("--mcp".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_server, url) = serve(&args, Stdio::null());
+    progress_and_cancel(&stub, &format!("{url}/mcp")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_and_cancellation_cross_mcp_proxy() {
+    let stub = Stub::start(stub_config()).await.unwrap();
+    let args = llm_args(&stub);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_server, url) = serve(&args, Stdio::null());
+    progress_and_cancel(&stub, &format!("stdio:{} mcp-proxy {url}", env!("CARGO_BIN_EXE_ldp"))).await;
+}
+
+/// An MCP `initialize` POST, with a bearer token when given.
+async fn initialize(url: &str, token: Option<&str>) -> reqwest::Response {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let mut request = reqwest::Client::new()
+        .post(format!("{url}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_sessions_need_the_ldp_credentials_and_are_bounded() {
+    let (_server, url) = serve(&["--mcp", "--token", "s3cret=default", "--mcp-max-sessions", "2"], Stdio::null());
+    assert_eq!(initialize(&url, None).await.status(), 401, "no token");
+    assert_eq!(initialize(&url, Some("wrong")).await.status(), 401, "unknown token");
+    for _ in 0..2 {
+        let ok = initialize(&url, Some("s3cret")).await;
+        assert_eq!(ok.status(), 200);
+        assert!(ok.headers().contains_key("mcp-session-id"));
+    }
+    let full = initialize(&url, Some("s3cret")).await;
+    assert_eq!(full.status(), 503);
+    assert!(full.headers().contains_key("retry-after"));
+    let body: Value = full.json().await.unwrap();
+    assert_eq!(body["error"]["data"]["ldp/error"]["code"], "CAPACITY_EXCEEDED", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_server_behind_ldp_serve_is_an_ldp_delegate() {
+    let dir = support::TempDir::new("mcp-backend");
+    let markers = dir.path("");
+    let script = repo().join("ldp-cli/tests/bridge/mcp_server.py");
+    let command = format!("{} {} {markers}", python(), script.display());
+    let (_server, url) = serve(&["--backend", "mcp", "--mcp-command", &command], Stdio::inherit());
+
+    // The generated card: the server's tools, its name and version, the model undeclared, no quality claim, the
+    // tools' annotations kept as the server's own word.
+    let card = card(&url).await;
+    let names: Vec<&str> =
+        card["capabilities"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["add", "slow", "fail"]);
+    assert_eq!((&card["model_family"], &card["model_version"]), (&json!("undeclared"), &json!("undeclared")));
+    assert_eq!(
+        card["bridged_from"],
+        json!({"protocol": "mcp", "server": {"name": "bridge-test-server", "version": "3.1.4"}})
+    );
+    let slow = &card["capabilities"][1];
+    assert_eq!(slow["mcp_annotations"]["claim_type"], "self_claimed", "{slow}");
+    assert_eq!(slow["mcp_annotations"]["hints"]["readOnlyHint"], true);
+    assert!(card["capabilities"].as_array().unwrap().iter().all(|c| c.get("quality").is_none()), "{card}");
+    assert_eq!(card["capabilities"][0]["input_schema"]["properties"]["a"]["type"], "integer");
+    assert_eq!(card["capabilities"][0]["output_schema"]["properties"]["sum"]["type"], "integer");
+
+    // A call, with the provenance the LDP responder stamps.
+    let ldp = ldp::connect(&url).await.unwrap();
+    let sum: ldp::Answer<Value> = ldp.call("add", json!({"a": 2, "b": 40})).await.unwrap();
+    assert_eq!(sum.output, json!({"sum": 42}));
+    assert_eq!(sum.provenance.produced_by, card["delegate_id"].as_str().unwrap());
+    assert_eq!(sum.provenance.model_version, "undeclared");
+
+    // A tool error is a typed LDP failure.
+    let err = ldp.call::<Value>("fail", json!({"reason": "no"})).await.unwrap_err();
+    let ldp::Error::Session(ldp::session::SessionError::Peer(err)) = err else { panic!("{err:?}") };
+    assert_eq!(err.code.as_str(), "TOOL_ERROR");
+    assert!(err.message.contains("refused: no"), "{err:?}");
+
+    // MCP progress arrives as TASK_UPDATEs; TASK_CANCEL reaches the MCP server as notifications/cancelled.
+    let session = ldp.session().await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let key = std::sync::Mutex::new(None);
+    let note = |k: &ldp::session::TaskKey| *key.lock().unwrap() = Some(k.clone());
+    let submit = ldp.client().submit_keyed(&session, "slow", json!({"steps": 3}), None, None, Some(tx), note);
+    let watch = async {
+        let mut updates = Vec::new();
+        while updates.len() < 3 {
+            let update = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
+            updates.push((update.progress, update.message));
+        }
+        let key = key.lock().unwrap().clone().unwrap();
+        ldp.client().cancel(&key).await.unwrap();
+        updates
+    };
+    let (cancelled, updates) = tokio::time::timeout(Duration::from_secs(60), async { tokio::join!(submit, watch) })
+        .await
+        .expect("the slow task neither progressed nor ended within 60 s");
+    let third = |n: f64| Some(n / 3.0);
+    assert_eq!(
+        updates,
+        [(third(1.0), Some("step 1".into())), (third(2.0), Some("step 2".into())), (third(3.0), Some("step 3".into()))]
+    );
+    assert_eq!(cancelled.unwrap_err().to_ldp_error().code.as_str(), "CANCELLED");
+    let marker = std::path::Path::new(&markers).join("cancelled");
+    let started = Instant::now();
+    while !marker.exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the MCP server's call was not cancelled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
