@@ -29,16 +29,16 @@ pub trait Transport: Send + Sync {
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<Option<Vec<u8>>, LdpError>;
 
-    /// Gives the transport the initiator it carries messages for ([`Client::connect`] calls it before its first
-    /// exchange). A transport that outlives one connection (WebSocket) resumes the initiator's tasks through it after
-    /// a reconnect ([`Initiator::handle_disconnect`]); a wrapper forwards it to the transport it wraps. The default
-    /// ignores it.
+    /// Gives the transport the initiator it carries messages for ([`Client::connect`](super::Client::connect) calls
+    /// it before its first exchange). A transport that outlives one connection (WebSocket) resumes the initiator's
+    /// tasks through it after a reconnect ([`Initiator::handle_disconnect`]); a wrapper forwards it to the transport
+    /// it wraps. The default ignores it.
     fn attach(&self, initiator: &SharedInitiator) {
         let _ = initiator;
     }
 }
 
-/// The initiator machine of a [`Client`], shared with its transport ([`Transport::attach`]).
+/// The initiator machine of a [`Client`](super::Client), shared with its transport ([`Transport::attach`]).
 pub type SharedInitiator = Arc<Mutex<Initiator>>;
 
 /// An in-process transport straight into a [`DelegateRuntime`]: no sockets, for tests and examples.
