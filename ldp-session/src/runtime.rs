@@ -174,26 +174,7 @@ struct RuntimeInner {
     /// How long a cancelled delegate may run on after its cancellation signal, in milliseconds.
     cancel_grace_ms: AtomicU64,
     /// The store shared with other replicas, once attached ([`DelegateRuntime::attach_store`]).
-    store: std::sync::OnceLock<StoreLink>,
-}
-
-/// A runtime's store and how it uses it.
-struct StoreLink {
-    store: Arc<dyn Store>,
-    opts: StoreOptions,
-    /// This process's name as a task owner in the store: random per runtime, so a restarted replica does not take
-    /// over the leases of the tasks its previous life left running.
-    replica: String,
-}
-
-impl StoreLink {
-    /// One store call under the timeout: a late answer is a [`StoreError::Timeout`].
-    async fn call<T>(&self, op: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.opts.timeout, op).await {
-            Ok(out) => out,
-            Err(_) => Err(StoreError::Timeout { backend: self.store.backend(), after: self.opts.timeout }),
-        }
-    }
+    store: std::sync::OnceLock<store::StoreLink>,
 }
 
 /// The default of [`DelegateRuntime::set_cancel_grace`].
@@ -393,165 +374,6 @@ impl DelegateRuntime {
             }
         }
         out
-    }
-
-    /// Shares this runtime's protocol state with other replicas through `store` (see [`crate::shared`]): every
-    /// inbound message's replay entry, sessions, task claims and ended tasks. Call it once, before serving, within
-    /// a tokio runtime; it returns the task that renews the leases of the tasks this replica runs (abort it to stop
-    /// renewing), or `None` (and changes nothing) when a store is attached already. Without a store the machine's
-    /// own tables are the only state, as before.
-    pub fn attach_store(&self, store: Arc<dyn Store>, opts: StoreOptions) -> Option<tokio::task::JoinHandle<()>> {
-        let replica = format!("{:016x}", rand::random::<u64>());
-        self.inner.store.set(StoreLink { store, opts, replica }).ok()?;
-        self.with_responder(|r| r.set_shared(true));
-        // A weak handle: the renewer ends with the runtime instead of keeping it alive.
-        let weak = Arc::downgrade(&self.inner);
-        Some(tokio::spawn(async move { Self::renew_leases(weak).await }))
-    }
-
-    /// This replica's owner name in the store, when a store is attached.
-    pub fn replica_id(&self) -> Option<&str> {
-        self.inner.store.get().map(|l| l.replica.as_str())
-    }
-
-    /// Renews, every third of the lease, the leases of the tasks this replica runs. A renewal that fails is retried
-    /// at the next tick; the lease covers two misses.
-    async fn renew_leases(runtime: std::sync::Weak<RuntimeInner>) {
-        let every = match runtime.upgrade().as_ref().and_then(|inner| inner.store.get()) {
-            Some(link) => (link.opts.lease / 3).max(Duration::from_millis(10)),
-            None => return,
-        };
-        loop {
-            tokio::time::sleep(every).await;
-            let Some(inner) = runtime.upgrade() else { return };
-            let Some(link) = inner.store.get() else { return };
-            let keys: Vec<TaskKey> = lock(&inner.running).keys().cloned().collect();
-            if keys.is_empty() {
-                continue;
-            }
-            if let Err(e) = link.call(link.store.renew_leases(&link.replica, &keys, link.opts.lease)).await {
-                tracing::warn!(error = %e, tasks = keys.len(), "could not renew the leases of running tasks");
-            }
-        }
-    }
-
-    /// Records tasks that ended in the store (their answers were already sent or held).
-    async fn record_ended(&self, records: Vec<(TaskKey, SharedTask)>) {
-        let Some(link) = self.inner.store.get() else { return };
-        for (key, task) in records {
-            if let Err(e) = link.call(link.store.finish_task(&key, &task)).await {
-                tracing::warn!(error = %e, task = %key.task_id, "could not record an ended task in the store");
-            }
-        }
-    }
-
-    /// What the store must settle before the machine sees a message: its replay entry (refused if any replica saw
-    /// it), its session (adopted if live in the store, ended here if closed or gone there), and for a status query
-    /// the task's record. A store failure refuses the message, typed and retryable.
-    async fn before_machine(
-        &self,
-        link: &StoreLink,
-        peer: &PeerContext,
-        checked: &crate::Checked,
-    ) -> Result<Option<SharedTask>, Refusal> {
-        let env = checked.envelope();
-        let refuse = |error: StoreError| {
-            tracing::warn!(error = %error, "store call failed; message refused");
-            self.with_responder(|r| r.refusal(env, error.to_ldp()))
-        };
-        // A message whose signature fails is refused by the machine without touching the store.
-        if checked.signature().is_err() {
-            return Ok(None);
-        }
-        let claim = lock(&self.inner.responder).replay_claim(peer, env);
-        if let Some(claim) = claim {
-            let verdict = link.call(link.store.claim_message(&claim)).await.map_err(refuse)?;
-            if let Some(refusal) = self.with_responder(|r| r.refuse_shared_replay(env, verdict)) {
-                return Err(refusal);
-            }
-        }
-        if needs_session(env) {
-            let lookup = link.call(link.store.touch_session(&env.session_id)).await.map_err(refuse)?;
-            let now = self.now();
-            self.with_responder(|r| match lookup {
-                SessionLookup::Live(shared) => r.adopt_session(now, &shared),
-                SessionLookup::Closed => {
-                    r.end_shared_session(&env.session_id, crate::SharedEnd::Closed);
-                }
-                SessionLookup::Expired => {
-                    r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
-                }
-                // Established nowhere, or ended long ago: a session live only here has ended.
-                _ => {
-                    if r.session_state(&env.session_id).is_some() {
-                        r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
-                    }
-                }
-            });
-        }
-        if let ldp_types::Body::TaskUpdate(u) = &env.body {
-            let key = TaskKey { session_id: env.session_id.clone(), task_id: u.task_id.clone() };
-            return link.call(link.store.task(&key)).await.map_err(refuse);
-        }
-        Ok(None)
-    }
-
-    /// Commits what the machine decided to the store: a new session (discarded here, and the proposal refused
-    /// retryably, when it cannot be committed) and a close.
-    async fn after_machine(&self, link: &StoreLink, request: Option<&Envelope>, response: &mut Response) {
-        let Response::Reply(reply) = &*response else { return };
-        match &reply.body {
-            ldp_types::Body::SessionAccept(accept) => {
-                let id = accept.session_id.clone();
-                let Some(shared) = lock(&self.inner.responder).shared_session(&id) else { return };
-                let error = match link.call(link.store.create_session(&shared)).await {
-                    Ok(true) => return,
-                    Ok(false) => StoreError::Unavailable {
-                        backend: link.store.backend(),
-                        reason: format!("session id {id:?} was taken by another replica meanwhile"),
-                    },
-                    Err(e) => e,
-                };
-                self.with_responder(|r| r.end_shared_session(&id, crate::SharedEnd::Discarded));
-                if let Some(request) = request {
-                    *response = Response::Refused(self.with_responder(|r| r.refusal(request, error.to_ldp())));
-                }
-            }
-            ldp_types::Body::SessionClose(_) => {
-                if let Err(e) = link.call(link.store.close_session(&reply.session_id)).await {
-                    tracing::warn!(error = %e, "could not record a session's close in the store");
-                    // The session is closed here; the store (the authority) still has it live, so a retried close
-                    // is adopted again and closed then.
-                    if let Some(request) = request {
-                        *response = Response::Refused(self.with_responder(|r| r.refusal(request, e.to_ldp())));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Claims an admitted task in the store before its delegate runs. `Err` carries the answer when the task must
-    /// not run here: another submission holds it (`DUPLICATE_TASK`), or the store failed (`STORE_UNAVAILABLE`).
-    async fn claim(
-        &self,
-        link: &StoreLink,
-        task: &TaskRequest,
-        stop: oneshot::Receiver<Envelope>,
-    ) -> Result<oneshot::Receiver<Envelope>, Response> {
-        let record = SharedTask::running(link.replica.as_str(), task.payload_mode);
-        let claimed = link.call(link.store.claim_task(&task.key, &record, link.opts.lease)).await;
-        let refusal = match claimed {
-            Ok(TaskClaim::Claimed) => return Ok(stop),
-            Ok(_) => self.with_responder(|r| r.refuse_claimed(&task.key)),
-            Err(e) => self.with_responder(|r| r.retract_task(&task.key, e.to_ldp())),
-        };
-        lock(&self.inner.running).remove(&task.key);
-        match refusal {
-            Some(refusal) => Err(Response::Refused(refusal)),
-            // The machine ended the task meanwhile (its session closed) and sent its answer to `stop`.
-            None => Err(stop.await.map_or(Response::Accepted, Response::Reply)),
-        }
     }
 
     /// Reaps expired sessions (aborting their tasks' work) until the returned task is aborted. Servers spawn it
@@ -798,6 +620,7 @@ impl DelegateRuntime {
 }
 
 mod client;
+mod store;
 mod transport;
 
 pub use client::{Client, SessionInfo, TaskOutcome};
