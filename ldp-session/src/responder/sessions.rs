@@ -40,6 +40,38 @@ pub(super) struct ResponderSession {
 }
 
 impl ResponderSession {
+    /// A session just established (or adopted from the store): active, with nothing run yet.
+    #[allow(clippy::too_many_arguments)] // One per field a new session takes from its opening; the rest start empty.
+    pub(super) fn active(
+        peer: Box<str>,
+        owner: Option<Box<str>>,
+        peer_delegate: Option<Box<str>>,
+        peer_domain: Box<str>,
+        (mode, fallback): (PayloadMode, Box<[PayloadMode]>),
+        ttl: Duration,
+        now: Instant,
+        connection: Option<u64>,
+    ) -> Self {
+        Self {
+            peer,
+            owner,
+            peer_delegate,
+            peer_domain,
+            state: SessionState::Active,
+            mode,
+            fallback,
+            ttl,
+            last_activity: now,
+            connection,
+            running: HashMap::new(),
+            history: VecDeque::new(),
+            context: Context::default(),
+            tasks_submitted: 0,
+            tokens_used: 0,
+            cost_usd: 0.0,
+        }
+    }
+
     /// Whether a message from `from`, authenticated as `delegate` by the credential `principal`, comes from the
     /// peer that opened the session.
     pub(super) fn is_peer(&self, from: &str, delegate: Option<&str>, principal: Option<&str>) -> bool {
@@ -176,24 +208,16 @@ impl Responder {
         } else {
             self.ids.uuid()
         };
-        let session = ResponderSession {
-            peer: env.from.as_str().into(),
-            owner: owner.map(Into::into),
-            peer_delegate: peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref()).map(Into::into),
-            peer_domain: domain.as_str().into(),
-            state: SessionState::Active,
-            mode: negotiated.mode,
-            fallback: negotiated.fallback_chain.clone().into_boxed_slice(),
+        let session = ResponderSession::active(
+            env.from.as_str().into(),
+            owner.map(Into::into),
+            peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref()).map(Into::into),
+            domain.as_str().into(),
+            (negotiated.mode, negotiated.fallback_chain.clone().into_boxed_slice()),
             ttl,
-            last_activity: now,
-            connection: peer.connection,
-            running: HashMap::new(),
-            history: VecDeque::new(),
-            context: Context::default(),
-            tasks_submitted: 0,
-            tokens_used: 0,
-            cost_usd: 0.0,
-        };
+            now,
+            peer.connection,
+        );
         self.expiry.push(Reverse((session.deadline(), session_id.as_str().into())));
         self.sessions.insert(session_id.as_str().into(), session);
         *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;

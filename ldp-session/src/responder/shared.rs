@@ -2,16 +2,14 @@
 //! store, and how it takes back what the store knows. Every rule stays here; the driver only moves the records.
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use ldp_types::{Envelope, LdpError, TaskFailed, TaskResult, TaskUpdate, codes};
 
+use crate::TaskKey;
 use crate::error::Refusal;
 use crate::shared::{ReplayClaim, ReplayVerdict, SharedSession, SharedTask, SharedTaskStatus};
-use crate::{SessionState, TaskKey};
 
-use super::context::Context;
 use super::inbound::{dedupe_key, reference_category};
 use super::sessions::{Ended, ResponderSession, principal_key};
 use super::types::PeerContext;
@@ -108,24 +106,16 @@ impl Responder {
             self.ended_order.retain(|e| *e != id);
         }
         let ttl = Duration::from_secs(shared.ttl_secs).min(self.cfg.limits.max_ttl).min(MAX_TTL);
-        let session = ResponderSession {
-            peer: shared.peer.as_str().into(),
-            owner: shared.owner.as_deref().map(Into::into),
-            peer_delegate: shared.peer_delegate.as_deref().map(Into::into),
-            peer_domain: shared.peer_domain.as_str().into(),
-            state: SessionState::Active,
-            mode: shared.mode,
-            fallback: shared.fallback.clone().into_boxed_slice(),
+        let session = ResponderSession::active(
+            shared.peer.as_str().into(),
+            shared.owner.as_deref().map(Into::into),
+            shared.peer_delegate.as_deref().map(Into::into),
+            shared.peer_domain.as_str().into(),
+            (shared.mode, shared.fallback.clone().into_boxed_slice()),
             ttl,
-            last_activity: now,
-            connection: None,
-            running: HashMap::new(),
-            history: VecDeque::new(),
-            context: Context::default(),
-            tasks_submitted: 0,
-            tokens_used: 0,
-            cost_usd: 0.0,
-        };
+            now,
+            None,
+        );
         let key = principal_key(session.owner.as_deref(), &session.peer);
         self.expiry.push(Reverse((session.deadline(), id.clone())));
         self.sessions.insert(id, session);
