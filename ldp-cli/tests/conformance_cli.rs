@@ -10,8 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use ldp_transport_http::test_pki::TestCa;
-use serde_json::Value;
-use support::{TempDir, serve};
+use support::{TempDir, read_report, serve};
 
 fn conformance(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ldp")).arg("conformance").args(args).output().unwrap()
@@ -27,23 +26,6 @@ fn serve_tls(dir: &TempDir, ca: &TestCa, extra: &[&str]) -> (support::Guard, Str
     let (guard, url) = serve(&[&tls[..], extra].concat(), Stdio::null());
     assert!(url.starts_with("https://"), "{url}");
     (guard, url)
-}
-
-/// The JSON report at `path` and the ids of its requirements that neither passed nor were skipped (failures,
-/// warnings, blocked), with their details.
-fn read_report(path: &Path) -> (Value, Vec<String>) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    let failing = json["requirements"]
-        .as_array()
-        .map(|rs| {
-            rs.iter()
-                .filter(|r| r["outcome"] != "pass" && r["outcome"] != "skipped")
-                .map(|r| format!("{} {} {}", r["id"], r["outcome"], r["details"]))
-                .collect()
-        })
-        .unwrap_or_default();
-    (json, failing)
 }
 
 #[test]

@@ -13,8 +13,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderName, Response, StatusCode, header};
 use ldp_store::test_redis::RedisServer;
-use serde_json::Value;
-use support::serve;
+use support::{read_report, serve};
 
 /// A reverse proxy on a free loopback port sending each request to the next of `backends` in turn (bodies and
 /// streamed answers passed through); returns its URL.
@@ -84,18 +83,8 @@ async fn the_kit_passes_against_two_replicas_behind_a_round_robin_proxy() {
     })
     .await
     .unwrap();
-    let text = std::fs::read_to_string(&report).unwrap_or_default();
+    let (json, failing) = read_report(&report);
     let _ = std::fs::remove_file(&report);
-    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    let failing: Vec<String> = json["requirements"]
-        .as_array()
-        .map(|rs| {
-            rs.iter()
-                .filter(|r| r["outcome"] != "pass" && r["outcome"] != "skipped")
-                .map(|r| format!("{} {} {}", r["id"], r["outcome"], r["details"]))
-                .collect()
-        })
-        .unwrap_or_default();
     assert_eq!(out.status.code(), Some(0), "stderr: {}\nfailures: {failing:#?}", String::from_utf8_lossy(&out.stderr));
     assert!(failing.is_empty(), "{failing:#?}");
     eprintln!("conformance through the proxy: {}", json["summary"]);

@@ -219,6 +219,12 @@ enum WindDown {
     InPlace(CatchPanic<'static, Result<TaskOutput, LdpError>>),
 }
 
+/// What the machine made of a message: an answer, or a task to run (registered in `running`).
+enum Admission {
+    Answer(Response),
+    Execute { task: TaskRequest, stop: oneshot::Receiver<Envelope>, cancelled: watch::Receiver<bool> },
+}
+
 /// How a delegate's run ended.
 enum Finished {
     Done(Result<TaskOutput, LdpError>),
@@ -428,12 +434,17 @@ impl DelegateRuntime {
     ) -> Response {
         // Decoding and signature verification need no machine state: keep them out of the lock, which every message
         // and every task completion takes.
-        let checked = match self.inner.check.check(bytes) {
-            Ok(checked) => checked,
-            Err(refusal) => return Response::Refused(refusal),
+        // Built in a block and awaited outside it: a local still in scope at an `.await` takes room in this future
+        // even once moved, and transports move (and spawn) this future for every message.
+        let (handling, span) = {
+            let checked = match self.inner.check.check(bytes) {
+                Ok(checked) => checked,
+                Err(refusal) => return Response::Refused(refusal),
+            };
+            let span = crate::spans::handle_span(checked.envelope());
+            (self.handle_checked(peer, checked, updates, in_place).instrument(span.clone()), span)
         };
-        let span = crate::spans::handle_span(checked.envelope());
-        let response = self.handle_checked(peer, checked, updates, in_place).instrument(span.clone()).await;
+        let response = handling.await;
         match &response {
             Response::Reply(env) => crate::spans::record_answer(&span, env),
             Response::Refused(refusal) => crate::spans::record_error(&span, refusal.error.code.as_str()),
@@ -449,23 +460,25 @@ impl DelegateRuntime {
         updates: Option<mpsc::Sender<Envelope>>,
         in_place: bool,
     ) -> Response {
-        let link = self.inner.store.get();
-        let mut remote = None;
-        // The request itself, for answering a commit that fails after the machine accepted (rare messages only).
-        let mut request = None;
-        if let Some(link) = link {
-            match self.before_machine(link, peer, &checked).await {
-                Ok(task) => remote = task,
-                Err(refusal) => return Response::Refused(refusal),
-            }
-            if matches!(checked.envelope().body, ldp_types::Body::SessionPropose(_) | ldp_types::Body::SessionClose(_))
-            {
-                request = Some(checked.envelope().clone());
-            }
+        if let Some(link) = self.inner.store.get() {
+            // The store's steps make this future about three times larger, and the transports move it (a spawn
+            // copies it several times): boxed, only runtimes with a store pay for them, one allocation a message.
+            return Box::pin(self.handle_stored(link, peer, checked, updates, in_place)).await;
         }
+        // The task's parts are moved into the future and out of scope before the `.await` (see `handle_with`).
+        let execution = match self.admit(peer, checked, None) {
+            Admission::Answer(response) => return response,
+            Admission::Execute { task, stop, cancelled } => self.execute(task, stop, cancelled, updates, in_place),
+        };
+        execution.await
+    }
+
+    /// Runs the machine on a checked message (with the store's record of its task, for a status query on a
+    /// replica that does not run it), registering a task it admits before the machine's lock is released.
+    fn admit(&self, peer: &PeerContext, checked: crate::Checked, remote: Option<&SharedTask>) -> Admission {
         let now = self.now();
         let outcome = self.with_responder(|r| {
-            let outcome = r.handle_checked_shared(now, peer, checked, remote.as_ref());
+            let outcome = r.handle_checked_shared(now, peer, checked, remote);
             // Registered before the machine's lock is released: any abort the machine decides later finds it.
             let stop = match &outcome {
                 Ok(Outcome::Execute(task)) => {
@@ -482,81 +495,95 @@ impl DelegateRuntime {
             };
             (outcome, stop)
         });
-        let mut response = match outcome {
+        Admission::Answer(match outcome {
             (Err(refusal), _) => Response::Refused(refusal),
             (Ok(Outcome::Reply(env) | Outcome::Cancel { reply: env, .. }), _) => Response::Reply(env),
             (Ok(Outcome::Accepted), _) => Response::Accepted,
             (Ok(Outcome::Execute(task)), Some((stop, cancelled))) => {
-                let stop = match link {
-                    Some(link) => match self.claim(link, &task, stop).await {
-                        Ok(stop) => stop,
-                        Err(response) => return response,
-                    },
-                    None => stop,
-                };
-                return self.execute(task, stop, cancelled, updates, in_place).await;
+                return Admission::Execute { task, stop, cancelled };
             }
             // Registration above always yields a receiver for `Execute`.
             (Ok(Outcome::Execute(_)), None) => Response::Accepted,
-        };
-        if let Some(link) = link {
-            self.after_machine(link, request.as_ref(), &mut response).await;
-        }
-        response
+        })
     }
 
-    async fn execute(
+    /// Runs an admitted task's delegate and delivers its end. Not an `async fn`: the arguments move into the
+    /// delegate's run here and are held once, where an `async fn` would also keep them for its whole life.
+    fn execute(
         &self,
         task: TaskRequest,
-        mut stop: oneshot::Receiver<Envelope>,
+        stop: oneshot::Receiver<Envelope>,
         cancelled: watch::Receiver<bool>,
         updates: Option<mpsc::Sender<Envelope>>,
         in_place: bool,
-    ) -> Response {
+    ) -> impl Future<Output = Response> + Send + '_ {
         let key = task.key.clone();
-        let (progress_tx, mut progress_rx) = mpsc::unbounded_channel::<Progress>();
-        let delegate = self.inner.delegate.clone();
+        let (progress_tx, progress_rx) = mpsc::unbounded_channel::<Progress>();
         let ctx = TaskContext { updates: progress_tx, cancel: cancelled, history: task.history.clone() };
-        let stop_ref = &mut stop;
-        let run_key = key.clone();
-        let run = async move {
-            if in_place {
-                // Owned by this future ('static), so that a cancelled delegate can wind down after it returns.
-                let mut work: CatchPanic<'static, _> =
-                    CatchPanic(Box::pin(async move { delegate.execute(task, ctx).await }));
-                let stopped = tokio::select! {
-                    biased;
-                    reply = stop_ref => Err(reply),
-                    out = &mut work => Ok(out),
-                };
-                match stopped {
-                    Ok(out) => out.map_or(Finished::Panicked, Finished::Done),
-                    Err(reply) => {
-                        self.wind_down(WindDown::InPlace(work));
-                        reply.map_or(Finished::Panicked, Finished::Aborted)
-                    }
-                }
-            } else {
-                // In the message's span, so the delegate's own calls (re-delegation) continue its trace.
-                let mut join = tokio::spawn(async move { delegate.execute(task, ctx).await }.in_current_span());
-                match lock(&self.inner.running).get_mut(&run_key) {
-                    Some(running) => running.spawned = Some(join.abort_handle()),
-                    // Aborted between the machine's answer and this spawn (its signal already raised).
-                    None => join.abort(),
-                }
-                tokio::select! {
-                    biased;
-                    // The abort already signalled the delegate and scheduled the end of its work (`wind_down`).
-                    reply = stop_ref => reply.map_or_else(|_| {
-                        join.abort();
-                        Finished::Panicked
-                    }, Finished::Aborted),
-                    // A cancelled join is one this runtime aborted for the machine, which then fails to finish the
-                    // task and waits for its answer like any other abort.
-                    out = &mut join => out.map_or(Finished::Panicked, Finished::Done),
+        // Boxed: the delivery polls the run while forwarding progress, and a run held by value would be stored
+        // twice in that future (as its argument and pinned), which every transport moves per message.
+        let run = Box::pin(self.run_delegate(task, ctx, stop, in_place));
+        self.deliver(key, run, progress_rx, updates)
+    }
+
+    /// Runs the delegate until it ends or the machine stops the task; hands `stop` back for an answer the machine
+    /// queues after the delegate ended.
+    async fn run_delegate(
+        &self,
+        task: TaskRequest,
+        ctx: TaskContext,
+        mut stop: oneshot::Receiver<Envelope>,
+        in_place: bool,
+    ) -> (Finished, oneshot::Receiver<Envelope>) {
+        let delegate = self.inner.delegate.clone();
+        let finished = if in_place {
+            // Owned by this future ('static), so that a cancelled delegate can wind down after it returns.
+            let mut work: CatchPanic<'static, _> =
+                CatchPanic(Box::pin(async move { delegate.execute(task, ctx).await }));
+            let stopped = tokio::select! {
+                biased;
+                reply = &mut stop => Err(reply),
+                out = &mut work => Ok(out),
+            };
+            match stopped {
+                Ok(out) => out.map_or(Finished::Panicked, Finished::Done),
+                Err(reply) => {
+                    self.wind_down(WindDown::InPlace(work));
+                    reply.map_or(Finished::Panicked, Finished::Aborted)
                 }
             }
+        } else {
+            let run_key = task.key.clone();
+            // In the message's span, so the delegate's own calls (re-delegation) continue its trace.
+            let mut join = tokio::spawn(async move { delegate.execute(task, ctx).await }.in_current_span());
+            match lock(&self.inner.running).get_mut(&run_key) {
+                Some(running) => running.spawned = Some(join.abort_handle()),
+                // Aborted between the machine's answer and this spawn (its signal already raised).
+                None => join.abort(),
+            }
+            tokio::select! {
+                biased;
+                // The abort already signalled the delegate and scheduled the end of its work (`wind_down`).
+                reply = &mut stop => reply.map_or_else(|_| {
+                    join.abort();
+                    Finished::Panicked
+                }, Finished::Aborted),
+                // A cancelled join is one this runtime aborted for the machine, which then fails to finish the
+                // task and waits for its answer like any other abort.
+                out = &mut join => out.map_or(Finished::Panicked, Finished::Done),
+            }
         };
+        (finished, stop)
+    }
+
+    /// Forwards the running task's progress, then delivers its end through the machine (and the store).
+    async fn deliver(
+        &self,
+        key: TaskKey,
+        mut run: impl Future<Output = (Finished, oneshot::Receiver<Envelope>)> + Unpin,
+        mut progress_rx: mpsc::UnboundedReceiver<Progress>,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Response {
         // Forward updates while the task runs, and those sent before it ended; later ones (from a delegate winding
         // down, or a copy of its context it kept) have nowhere to go.
         let forward = |p: Progress| {
@@ -571,51 +598,49 @@ impl DelegateRuntime {
                 let _ = tx.try_send(env);
             }
         };
-        let finished = {
-            let mut run = std::pin::pin!(run);
-            loop {
+        // The task's end is worked out in blocks, so that only the answer itself is held across the store's await
+        // (a local in scope at an `.await` takes room in the future even once moved; see `handle_with`).
+        let (delivery, stop) = {
+            let (finished, stop) = loop {
                 tokio::select! {
                     biased;
                     Some(p) = progress_rx.recv() => forward(p),
                     finished = &mut run => break finished,
                 }
+            };
+            while let Ok(p) = progress_rx.try_recv() {
+                forward(p);
             }
+            let now = self.now();
+            let delivery = match finished {
+                Finished::Aborted(reply) => return Response::Reply(reply),
+                Finished::Done(Ok(output)) => self.with_responder(|r| r.complete_task(now, &key, output)),
+                Finished::Done(Err(error)) => self.with_responder(|r| r.fail_task(now, &key, error)),
+                Finished::Panicked => {
+                    let error = LdpError::runtime(codes::EXECUTION_FAILED, "the delegate panicked");
+                    self.with_responder(|r| r.fail_task(now, &key, error))
+                }
+            };
+            (delivery, stop)
         };
-        while let Ok(p) = progress_rx.try_recv() {
-            forward(p);
-        }
-        let now = self.now();
-        let delivery = match finished {
-            Finished::Aborted(reply) => return Response::Reply(reply),
-            Finished::Done(Ok(output)) => self.with_responder(|r| r.complete_task(now, &key, output)),
-            Finished::Done(Err(error)) => self.with_responder(|r| r.fail_task(now, &key, error)),
-            Finished::Panicked => {
-                let error = LdpError::runtime(codes::EXECUTION_FAILED, "the delegate panicked");
-                self.with_responder(|r| r.fail_task(now, &key, error))
-            }
-        };
-        match delivery {
+        let answer = match delivery {
             Ok(delivery) => {
                 lock(&self.inner.running).remove(&key);
                 match delivery {
-                    Delivery::Send(env) => {
-                        // Committed before the answer goes out: an answered task is in the store for every
-                        // replica's status queries, and survives this process.
-                        if let Some(link) = self.inner.store.get()
-                            && let Some(task) = SharedTask::ended(link.replica.as_str(), &env)
-                            && let Err(e) = link.call(link.store.finish_task(&key, &task)).await
-                        {
-                            tracing::warn!(error = %e, task = %key.task_id, "could not record a task's answer in the store");
-                        }
-                        Response::Reply(env)
-                    }
-                    Delivery::Held => Response::Accepted,
+                    Delivery::Send(env) => env,
+                    Delivery::Held => return Response::Accepted,
                 }
             }
             // The machine ended the task while it ran (cancelled, its session closed or expired) and queued its
             // answer, which `with_responder` hands to `stop` (the registration is still there to receive it).
-            Err(_) => stop.await.map_or(Response::Accepted, Response::Reply),
+            Err(_) => return stop.await.map_or(Response::Accepted, Response::Reply),
+        };
+        // Committed before the answer goes out: an answered task is in the store for every replica's status
+        // queries, and survives this process. Boxed for the reason `handle_checked` boxes the store's steps.
+        if let Some(link) = self.inner.store.get() {
+            Box::pin(self.record_answer(link, &key, &answer)).await;
         }
+        Response::Reply(answer)
     }
 }
 

@@ -4,7 +4,8 @@
 //! then the memory of idle WebSocket connections.
 //!
 //! Run with: cargo bench -p ldp-transport-ws --bench ws
-//! (`LDP_BENCH_SECS` sets the measuring time per cell, default 3.)
+//! (`LDP_BENCH_SECS` sets the measuring time per cell, default 3; `LDP_BENCH_SESSIONS=1,16` the cells;
+//! `LDP_BENCH_WS_ONLY=1` measures WebSocket alone, for profiling.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,6 +96,18 @@ fn rss_bytes() -> u64 {
     pages * 4096
 }
 
+/// The session counts to measure: `LDP_BENCH_SESSIONS` (comma-separated), default 1, 16 and 256.
+fn cells() -> Vec<usize> {
+    std::env::var("LDP_BENCH_SESSIONS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 16, 256])
+}
+
+fn ws_only() -> bool {
+    std::env::var_os("LDP_BENCH_WS_ONLY").is_some()
+}
+
 fn main() {
     let secs: f64 = std::env::var("LDP_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -113,8 +126,13 @@ fn main() {
         println!();
         println!("| sessions | HTTP ops/s | HTTP p50 | HTTP p99 | WS ops/s | WS p50 | WS p99 | WS/HTTP |");
         println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-        for sessions in [1, 16, 256] {
-            let h = measure(http.clone(), sessions, secs).await;
+        for sessions in cells() {
+            // `LDP_BENCH_WS_ONLY=1` (for profiling one transport) leaves the HTTP cells out; the ratio is then 0.
+            let h = if ws_only() {
+                Cell { ops_per_sec: f64::INFINITY, p50: Duration::ZERO, p99: Duration::ZERO }
+            } else {
+                measure(http.clone(), sessions, secs).await
+            };
             let w = measure(ws.clone(), sessions, secs).await;
             println!(
                 "| {sessions} | {:.0} | {:.0} us | {:.0} us | {:.0} | {:.0} us | {:.0} us | {:.2}x |",

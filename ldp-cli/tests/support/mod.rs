@@ -66,3 +66,20 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The JSON report at `path` and the ids of its requirements that neither passed nor were skipped (failures,
+/// warnings, blocked), with their details.
+pub fn read_report(path: &std::path::Path) -> (serde_json::Value, Vec<String>) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    let failing = json["requirements"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .filter(|r| r["outcome"] != "pass" && r["outcome"] != "skipped")
+                .map(|r| format!("{} {} {}", r["id"], r["outcome"], r["details"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    (json, failing)
+}

@@ -65,6 +65,14 @@ impl DelegateRuntime {
         }
     }
 
+    /// Records a task's answer in the store before it is sent (a failure is logged: the answer still goes out).
+    pub(super) async fn record_answer(&self, link: &StoreLink, key: &TaskKey, answer: &Envelope) {
+        let Some(task) = SharedTask::ended(link.replica.as_str(), answer) else { return };
+        if let Err(e) = link.call(link.store.finish_task(key, &task)).await {
+            tracing::warn!(error = %e, task = %key.task_id, "could not record a task's answer in the store");
+        }
+    }
+
     /// Records tasks that ended in the store (their answers were already sent or held).
     pub(super) async fn record_ended(&self, records: Vec<(TaskKey, SharedTask)>) {
         let Some(link) = self.inner.store.get() else { return };
@@ -72,6 +80,36 @@ impl DelegateRuntime {
             if let Err(e) = link.call(link.store.finish_task(&key, &task)).await {
                 tracing::warn!(error = %e, task = %key.task_id, "could not record an ended task in the store");
             }
+        }
+    }
+
+    /// [`DelegateRuntime::handle_checked`] with a store: the replay claim and session lookup before the machine,
+    /// the task claim after admission, the session's creation or close committed before the answer.
+    pub(super) async fn handle_stored(
+        &self,
+        link: &StoreLink,
+        peer: &PeerContext,
+        checked: crate::Checked,
+        updates: Option<mpsc::Sender<Envelope>>,
+        in_place: bool,
+    ) -> Response {
+        let remote = match self.before_machine(link, peer, &checked).await {
+            Ok(task) => task,
+            Err(refusal) => return Response::Refused(refusal),
+        };
+        // The request itself, for answering a commit that fails after the machine accepted (rare messages only).
+        let request =
+            matches!(checked.envelope().body, ldp_types::Body::SessionPropose(_) | ldp_types::Body::SessionClose(_))
+                .then(|| checked.envelope().clone());
+        match self.admit(peer, checked, remote.as_ref()) {
+            Admission::Answer(mut response) => {
+                self.after_machine(link, request.as_ref(), &mut response).await;
+                response
+            }
+            Admission::Execute { task, stop, cancelled } => match self.claim(link, &task, stop).await {
+                Ok(stop) => self.execute(task, stop, cancelled, updates, in_place).await,
+                Err(response) => response,
+            },
         }
     }
 

@@ -260,8 +260,9 @@ pub(super) async fn handle_head(
     let is_submit = head.kind == "TASK_SUBMIT";
     let response = if is_submit {
         let (tx, mut updates) = mpsc::channel::<Envelope>(UPDATE_QUEUE);
-        let job = hub.runtime.handle(&peer, text.as_bytes(), Some(tx));
-        tokio::pin!(job);
+        // Boxed: pinned in place, the runtime's future would sit in this one beside the awaits below, and this
+        // future is spawned (moved, copied) for every message.
+        let mut job = Box::pin(hub.runtime.handle(&peer, text.as_bytes(), Some(tx)));
         let response = loop {
             tokio::select! {
                 biased;
