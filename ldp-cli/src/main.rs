@@ -24,6 +24,7 @@ mod mcp_proxy;
 mod paradox;
 mod paradox_real;
 mod serve;
+mod serve_bridges;
 
 /// Exit statuses, the same for every subcommand (listed in `ldp --help`).
 pub(crate) mod exit {
