@@ -262,7 +262,10 @@ impl A2aDelegate {
                         if terminal {
                             return Ok(task.clone());
                         }
-                        ctx.progress(fraction, text);
+                        // A bare state change (submitted, working) says nothing a TASK_UPDATE could carry.
+                        if fraction.is_some() || text.is_some() {
+                            ctx.progress(fraction, text);
+                        }
                     }
                     StreamResponse::ArtifactUpdate(update) => {
                         task_id.get_or_insert_with(|| update.task_id.clone());

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import uvicorn
-from a2a.helpers import new_task, new_text_message, new_text_part
+from a2a.helpers import get_data_parts, new_task, new_text_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -42,7 +42,9 @@ class Executor(AgentExecutor):
             await updater.add_artifact([new_text_part(text.upper())], name="shout", last_chunk=True)
             await updater.complete()
         elif skill == "slow":
-            steps = json.loads(text).get("steps", 3)
+            # The LDP bridge sends a JSON object input as a data part, a string as a text part.
+            data = get_data_parts(message.parts) if message else []
+            steps = int((data[0] if data else json.loads(text)).get("steps", 3))
             try:
                 for step in range(steps):
                     await updater.update_status(
@@ -65,6 +67,8 @@ class Executor(AgentExecutor):
 def main() -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    # Listening before the URL is written: a client that reads it at once is queued, not refused.
+    sock.listen(128)
     port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     skill = lambda id, description: AgentSkill(id=id, name=id, description=description, tags=["test"])  # noqa: E731
