@@ -13,7 +13,8 @@
 //! **A2A agent → LDP delegate** ([`A2aDelegate`]; `ldp serve --backend a2a --a2a-url URL`): the agent's card is
 //! fetched and mapped to an honest generated identity card ([`card::identity_card`]); each LDP task is one
 //! `SendStreamingMessage` (or `SendMessage` when the agent does not stream) whose status updates become TASK_UPDATEs;
-//! TASK_CANCEL becomes `CancelTask`. Everything read from the agent is bounded in size and time.
+//! TASK_CANCEL becomes `CancelTask`. Everything read from the agent is bounded in size and time. [`A2aTransport`]
+//! does the same in process, for a router that routes to `a2a+http://` URLs directly.
 
 mod backend;
 pub mod card;
@@ -21,12 +22,14 @@ pub mod rpc;
 mod server;
 mod sse;
 mod tables;
+mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use backend::{A2aDelegate, BackendLimits};
 pub use card::CardOptions;
+pub use transport::{A2A_SCHEMES, A2aTransport, http_url};
 
 use crate::upstream::Upstream;
 
