@@ -107,8 +107,8 @@ enum Command {
     Lctl(lctl::LctlCommand),
     /// Reproduce the provenance-paradox routing experiment of the paper.
     Paradox(paradox::ParadoxArgs),
-    /// Serve an echo delegate, or a language model (--backend), over HTTP (RFC 8), WebSocket (`/ldp/ws`) and
-    /// optionally TLS.
+    /// Serve an echo delegate, a language model, an MCP server or an A2A agent (--backend), over HTTP (RFC 8),
+    /// WebSocket (`/ldp/ws`) and optionally TLS; also as an MCP server (--mcp) and an A2A agent (--a2a).
     // Boxed, like `Conformance`: their many flags make them several times larger than the other commands.
     Serve(Box<serve::ServeArgs>),
     /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP or WebSocket.
