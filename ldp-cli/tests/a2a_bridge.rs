@@ -162,6 +162,16 @@ async fn hostile_requests_get_typed_json_rpc_errors() {
         assert_eq!((status, &answer["error"]["code"]), (200, &json!(code)), "{body} -> {answer}");
         assert_eq!(answer["jsonrpc"], "2.0");
     }
+    // Not JSON by its content type (what a cross-origin page can send without a preflight): refused before reading.
+    let plain = reqwest::Client::new()
+        .post(format!("{url}/a2a"))
+        .header("content-type", "text/plain")
+        .body(call("message/send", json!({})).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 415);
+    assert_eq!(plain.json::<Value>().await.unwrap()["error"]["code"], -32600);
     let (_, unknown) = rpc(&url, call("GetTask", json!({"id": "nope"})).to_string()).await;
     assert_eq!(unknown["id"], 7);
     assert_eq!(unknown["error"]["data"][1]["ldp/error"]["code"], "TASK_NOT_FOUND", "{unknown}");

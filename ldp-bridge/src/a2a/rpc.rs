@@ -68,8 +68,8 @@ pub struct RpcError {
     pub code: i32,
     /// The message.
     pub message: String,
-    /// The LDP error it stands for.
-    pub ldp: Option<LdpError>,
+    /// The LDP error it stands for (boxed: most errors have none, and results carrying this one stay small).
+    pub ldp: Option<Box<LdpError>>,
 }
 
 impl RpcError {
@@ -81,7 +81,7 @@ impl RpcError {
     /// An LDP failure outside any task (the session could not be opened, a bound was reached): A2A's internal error,
     /// with the typed error in its data.
     pub fn ldp(code: i32, error: LdpError) -> Self {
-        Self { code, message: format!("{}: {}", error.code.as_str(), error.message), ldp: Some(error) }
+        Self { code, message: format!("{}: {}", error.code.as_str(), error.message), ldp: Some(Box::new(error)) }
     }
 
     /// The `error` member of the answer: in 1.0 the data is a list of typed details (a `google.rpc.ErrorInfo`
@@ -197,7 +197,7 @@ fn state_v03(state: &Value) -> Value {
 
 fn parts_v03(parts: &mut Value) {
     if let Value::Array(parts) = parts {
-        for part in parts {
+        for part in parts.iter_mut().filter(|p| p.is_object()) {
             let kind = if part.get("text").is_some() {
                 "text"
             } else if part.get("data").is_some() {
@@ -216,6 +216,9 @@ fn parts_v03(parts: &mut Value) {
 }
 
 fn message_v03(message: &mut Value) {
+    if !message.is_object() {
+        return;
+    }
     message["kind"] = json!("message");
     if let Some(role) = message.get_mut("role") {
         *role = json!(if role == "ROLE_AGENT" { "agent" } else { "user" });
@@ -234,8 +237,12 @@ fn status_v03(status: &mut Value) {
     }
 }
 
-/// A 1.0 task in 0.3's shape.
+/// A 1.0 task in 0.3's shape (anything but an object is left as it is: these rewrite the bridge's own answers, but
+/// never panic on any value).
 pub fn task_v03(mut task: Value) -> Value {
+    if !task.is_object() {
+        return task;
+    }
     task["kind"] = json!("task");
     if let Some(status) = task.get_mut("status") {
         status_v03(status);
@@ -257,7 +264,7 @@ pub fn event_v03(event: Value) -> Value {
     if let Some(task) = event.remove("task") {
         return task_v03(task);
     }
-    if let Some(mut update) = event.remove("statusUpdate") {
+    if let Some(mut update) = event.remove("statusUpdate").filter(Value::is_object) {
         update["kind"] = json!("status-update");
         let state = update["status"]["state"].as_str().unwrap_or_default().to_owned();
         update["final"] = json!(matches!(
@@ -269,7 +276,7 @@ pub fn event_v03(event: Value) -> Value {
         }
         return update;
     }
-    if let Some(mut update) = event.remove("artifactUpdate") {
+    if let Some(mut update) = event.remove("artifactUpdate").filter(Value::is_object) {
         update["kind"] = json!("artifact-update");
         if let Some(parts) = update.get_mut("artifact").and_then(|a| a.get_mut("parts")) {
             parts_v03(parts);

@@ -95,6 +95,17 @@ async fn handle<U: Upstream>(
             rpc::error_answer(&Value::Null, &RpcError::ldp(error_code::INVALID_REQUEST, error), Dialect::V1),
         )
     };
+    // As on /ldp/messages: a cross-origin page cannot send JSON without a preflight the server does not grant, so
+    // requiring it keeps a page from running tasks on a local delegate without credentials.
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+        .is_some_and(|v| v == "application/json" || v == "application/a2a+json");
+    if !json {
+        let error = RpcError::new(error_code::INVALID_REQUEST, "the request must be application/json");
+        return answer(StatusCode::UNSUPPORTED_MEDIA_TYPE, rpc::error_answer(&Value::Null, &error, Dialect::V1));
+    }
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
@@ -470,7 +481,7 @@ fn get<U: Upstream>(
 
 fn not_found(id: &str) -> RpcError {
     let error = LdpError::runtime(codes::TASK_NOT_FOUND, format!("no task {id:?}"));
-    RpcError { code: error_code::TASK_NOT_FOUND, message: format!("task {id:?} not found"), ldp: Some(error) }
+    RpcError { code: error_code::TASK_NOT_FOUND, message: format!("task {id:?} not found"), ldp: Some(Box::new(error)) }
 }
 
 /// `CancelTask`: TASK_CANCEL for the running LDP task, then the task once it ended (or as it stands after the

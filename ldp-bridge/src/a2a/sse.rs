@@ -67,4 +67,23 @@ mod tests {
         assert_eq!(SseReader::new(8).feed(b"data: 0123456789\n"), Err(SseError::EventTooLarge(8)));
         assert_eq!(SseReader::new(8).feed(b"data: 0123456789"), Err(SseError::EventTooLarge(8)));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_in_any_chunks_stay_within_the_bound(
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 0..16)
+        ) {
+            let mut reader = SseReader::new(32);
+            for chunk in chunks {
+                match reader.feed(&chunk) {
+                    Ok(events) => proptest::prop_assert!(events.iter().all(|e| e.len() <= 32)),
+                    Err(SseError::EventTooLarge(n)) => {
+                        proptest::prop_assert_eq!(n, 32);
+                        break;
+                    }
+                }
+                proptest::prop_assert!(reader.buf.len() <= 32 && reader.data_len <= 32);
+            }
+        }
+    }
 }
