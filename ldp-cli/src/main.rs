@@ -46,7 +46,8 @@ pub(crate) mod exit {
     after_help = "Exit status (every command): 0 the operation succeeded, 1 it ran and failed, 2 usage error \
                   (a bad flag or value, an unreadable input file).\n\
                   Secrets can come from the environment instead of the command line: LDP_TOKEN (ldp card/call \
-                  --token), LDP_SECRET (--secret), LDP_TOKENS (ldp serve --token, comma-separated)."
+                  --token), LDP_SECRET (--secret), LDP_TOKENS (ldp serve --token, comma-separated), LDP_A2A_TOKEN \
+                  (ldp serve --a2a-token)."
 )]
 struct Cli {
     /// Log format on stderr: text (coloured only on a terminal, never with NO_COLOR set) or JSON lines.

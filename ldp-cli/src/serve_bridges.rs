@@ -76,7 +76,7 @@ pub struct A2aArgs {
     #[arg(long, value_name = "URL", requires = "backend")]
     pub a2a_url: Option<String>,
     /// With --backend a2a: a bearer token to send to the agent (never printed).
-    #[arg(long, value_name = "TOKEN", env = "LDP_A2A_TOKEN", hide_env_values = true, requires = "a2a_url")]
+    #[arg(long, value_name = "TOKEN", env = "LDP_A2A_TOKEN", hide_env_values = true)]
     pub a2a_token: Option<String>,
     /// A2A contexts (LDP sessions) held at once; when full the least recently used idle one is closed.
     #[arg(long, value_name = "N", default_value_t = 256, requires = "a2a")]

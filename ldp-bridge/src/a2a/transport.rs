@@ -36,7 +36,16 @@ pub struct A2aTransport {
     delegate_id: DelegateId,
     token: Option<String>,
     limits: BackendLimits,
-    inner: OnceCell<MemoryTransport>,
+    inner: OnceCell<(MemoryTransport, tokio::task::JoinHandle<()>)>,
+}
+
+impl Drop for A2aTransport {
+    /// Stops the in-process responder's session reaper with the transport.
+    fn drop(&mut self) {
+        if let Some((_, reaper)) = self.inner.get() {
+            reaper.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for A2aTransport {
@@ -64,9 +73,12 @@ impl A2aTransport {
                 config.trust = TrustPolicy::permissive(&config.card.trust_domain.name);
                 let responder = Responder::new(config, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
                 let runtime = DelegateRuntime::new(responder, Arc::new(delegate));
-                Ok::<_, BridgeError>(MemoryTransport::new(runtime, PeerContext::default()))
+                // Expired sessions are closed and their tasks aborted, as `ldp serve`'s reaper does.
+                let reaper = runtime.spawn_reaper();
+                Ok::<_, BridgeError>((MemoryTransport::new(runtime, PeerContext::default()), reaper))
             })
             .await
+            .map(|(transport, _)| transport)
             .map_err(|e| {
                 let error = e.to_ldp_error();
                 LdpError::transport(codes::TRANSPORT_ERROR, format!("{}: {}", self.url, error.message))
@@ -89,7 +101,7 @@ impl Transport for A2aTransport {
     }
 
     fn attach(&self, initiator: &SharedInitiator) {
-        if let Some(inner) = self.inner.get() {
+        if let Some((inner, _)) = self.inner.get() {
             inner.attach(initiator);
         }
     }
