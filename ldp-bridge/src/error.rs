@@ -33,11 +33,14 @@ pub enum BridgeError {
         limit: usize,
     },
     /// A call came from another principal than the one whose credentials opened the bridged session.
-    #[error("this MCP session's LDP session belongs to another principal")]
+    #[error("this bridged session's LDP session belongs to another principal")]
     NotSessionPeer,
     /// The MCP side failed (its SDK's service could not start or ended with an error).
     #[error("MCP: {0}")]
     Mcp(String),
+    /// The A2A side failed: the agent could not be reached, sent something that is not A2A, or refused.
+    #[error("A2A: {0}")]
+    A2a(String),
     /// Standard input or output failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
@@ -53,7 +56,7 @@ impl BridgeError {
             Self::Timeout { .. } => LdpError::transport(codes::TIMEOUT, self.to_string()).with_retryable(true),
             Self::Capacity { .. } => LdpError::runtime(codes::CAPACITY_EXCEEDED, self.to_string()),
             Self::NotSessionPeer => LdpError::session(codes::NOT_SESSION_PEER, self.to_string()),
-            Self::Mcp(_) | Self::Io(_) => LdpError::transport(codes::TRANSPORT_ERROR, self.to_string()),
+            Self::Mcp(_) | Self::A2a(_) | Self::Io(_) => LdpError::transport(codes::TRANSPORT_ERROR, self.to_string()),
         }
     }
 }

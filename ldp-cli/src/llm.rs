@@ -23,6 +23,15 @@ pub enum BackendKind {
     Local,
     /// No model of ours: an MCP server's tools as the skills (`--mcp-command`), with a generated card.
     Mcp,
+    /// No model of ours: an A2A agent's skills (`--a2a-url`), with a generated card.
+    A2a,
+}
+
+impl BackendKind {
+    /// Whether this backend is another protocol's server bridged in (no model of ours behind it).
+    pub fn is_bridge(self) -> bool {
+        matches!(self, Self::Mcp | Self::A2a)
+    }
 }
 
 /// How `--backend local` widens the weights.
@@ -46,7 +55,7 @@ pub struct ServedModel {
 #[derive(Debug, clap::Args)]
 pub struct LlmArgs {
     /// Serve a language model through this provider API.
-    #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model"), ("local", "model"), ("mcp", "mcp_command")])]
+    #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model"), ("local", "model"), ("mcp", "mcp_command"), ("a2a", "a2a_url")])]
     pub backend: Option<BackendKind>,
     /// The provider's base URL [default: `https://api.openai.com/v1` (openai: with the API version, as OpenAI's
     /// SDKs take it), `https://api.anthropic.com` (anthropic)].
@@ -112,7 +121,7 @@ impl LlmArgs {
     fn provider_context_window(&self) -> u64 {
         self.context_window.unwrap_or(match self.backend {
             Some(BackendKind::Anthropic) => 200_000,
-            Some(BackendKind::Echo | BackendKind::Local | BackendKind::Mcp) | None => 4096,
+            Some(BackendKind::Echo | BackendKind::Local | BackendKind::Mcp | BackendKind::A2a) | None => 4096,
             Some(BackendKind::Openai) => 8192,
         })
     }
@@ -143,8 +152,8 @@ impl LlmArgs {
 
     /// The delegate the flags describe, if --backend is given (a local model is loaded here: seconds).
     pub fn delegate(&self) -> Result<Option<ServedModel>, String> {
-        // An MCP backend is no model: `ldp serve` starts it itself (`serve::mcp_backend`).
-        let Some(kind) = self.backend.filter(|k| *k != BackendKind::Mcp) else { return Ok(None) };
+        // A bridged server is no model: `ldp serve` starts or discovers it itself (`serve_bridges::Bridged`).
+        let Some(kind) = self.backend.filter(|k| !k.is_bridge()) else { return Ok(None) };
         let mut context_window = self.provider_context_window();
         let mut opts = HttpOptions::default();
         opts.request_timeout = Duration::from_secs(self.llm_timeout.max(1));
@@ -162,7 +171,7 @@ impl LlmArgs {
                 let key = self.key("ANTHROPIC_API_KEY")?;
                 Arc::new(AnthropicBackend::new(url, model, key, max, opts).map_err(|e| e.to_string())?)
             }
-            BackendKind::Echo | BackendKind::Mcp => Arc::new(EchoBackend),
+            BackendKind::Echo | BackendKind::Mcp | BackendKind::A2a => Arc::new(EchoBackend),
             BackendKind::Local => {
                 let local = self.local()?;
                 context_window = local.context_window() as u64;

@@ -24,6 +24,7 @@ mod mcp_proxy;
 mod paradox;
 mod paradox_real;
 mod serve;
+mod serve_bridges;
 
 /// Exit statuses, the same for every subcommand (listed in `ldp --help`).
 pub(crate) mod exit {
@@ -45,7 +46,8 @@ pub(crate) mod exit {
     after_help = "Exit status (every command): 0 the operation succeeded, 1 it ran and failed, 2 usage error \
                   (a bad flag or value, an unreadable input file).\n\
                   Secrets can come from the environment instead of the command line: LDP_TOKEN (ldp card/call \
-                  --token), LDP_SECRET (--secret), LDP_TOKENS (ldp serve --token, comma-separated)."
+                  --token), LDP_SECRET (--secret), LDP_TOKENS (ldp serve --token, comma-separated), LDP_A2A_TOKEN \
+                  (ldp serve --a2a-token)."
 )]
 struct Cli {
     /// Log format on stderr: text (coloured only on a terminal, never with NO_COLOR set) or JSON lines.
@@ -106,8 +108,8 @@ enum Command {
     Lctl(lctl::LctlCommand),
     /// Reproduce the provenance-paradox routing experiment of the paper.
     Paradox(paradox::ParadoxArgs),
-    /// Serve an echo delegate, or a language model (--backend), over HTTP (RFC 8), WebSocket (`/ldp/ws`) and
-    /// optionally TLS.
+    /// Serve an echo delegate, a language model, an MCP server or an A2A agent (--backend), over HTTP (RFC 8),
+    /// WebSocket (`/ldp/ws`) and optionally TLS; also as an MCP server (--mcp) and an A2A agent (--a2a).
     // Boxed, like `Conformance`: their many flags make them several times larger than the other commands.
     Serve(Box<serve::ServeArgs>),
     /// Run the end-to-end demo: delegates on loopback, HELLO through SESSION_CLOSE over HTTP or WebSocket.

@@ -18,6 +18,8 @@ use ldp_transport_ws::{HeldLimits, WsServer, WsServerConfig};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{Capability, ClaimType, DelegateId, IdentityCard, PayloadMode, Score, TrustDomain};
 
+use crate::serve_bridges::Bridged;
+
 /// Arguments of `ldp serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -91,59 +93,10 @@ pub struct ServeArgs {
     pub llm: crate::llm::LlmArgs,
     /// The MCP bridge.
     #[command(flatten, next_help_heading = "MCP (the delegate's skills as MCP tools, Streamable HTTP at /mcp)")]
-    pub mcp: McpArgs,
-}
-
-/// The flags of `ldp serve --mcp`: MCP's Streamable HTTP transport at `/mcp`, behind the same authentication, body
-/// limit and rate limit as the LDP routes.
-#[derive(Debug, clap::Args)]
-pub struct McpArgs {
-    /// Also serve MCP at /mcp: each capability a tool; an MCP session gets an LDP session; tools/call runs a task.
-    #[arg(long)]
-    pub mcp: bool,
-    /// With --backend mcp: the MCP server to start, `PROGRAM ARG...` split on whitespace; it speaks MCP on its
-    /// standard input and output, and its tools are the skills.
-    #[arg(long, value_name = "COMMAND", requires = "backend")]
-    pub mcp_command: Option<String>,
-    /// MCP sessions open at once; an initialize beyond it is refused.
-    #[arg(long, value_name = "N", default_value_t = 256, requires = "mcp")]
-    pub mcp_max_sessions: usize,
-    /// MCP tool calls in flight, all sessions together; beyond it a call fails with CAPACITY_EXCEEDED.
-    #[arg(long, value_name = "N", default_value_t = 256, requires = "mcp")]
-    pub mcp_max_calls: usize,
-    /// MCP tool calls in flight in one MCP session.
-    #[arg(long, value_name = "N", default_value_t = 16, requires = "mcp")]
-    pub mcp_max_calls_per_session: usize,
-    /// An MCP session without a request for this long is closed, with its LDP session, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 300, requires = "mcp")]
-    pub mcp_session_idle: u64,
-    /// A Host header value /mcp accepts besides the loopback names and the --bind host (repeatable; DNS-rebinding
-    /// protection); `*` accepts any.
-    #[arg(long = "mcp-allowed-host", value_name = "HOST", requires = "mcp")]
-    pub mcp_allowed_hosts: Vec<String>,
-}
-
-impl McpArgs {
-    /// The bridge's bounds: a call may run as long as an LDP request (`--timeout`), bodies as large as LDP's.
-    fn limits(&self, bind: &str, http: &HttpServerConfig) -> ldp_bridge::mcp::McpLimits {
-        let mut limits = ldp_bridge::mcp::McpLimits::default();
-        limits.max_sessions = self.mcp_max_sessions.max(1);
-        limits.max_calls = self.mcp_max_calls.max(1);
-        limits.max_calls_per_session = self.mcp_max_calls_per_session.max(1);
-        limits.session_idle = Duration::from_secs(self.mcp_session_idle.max(1));
-        limits.call_timeout = http.request_timeout;
-        limits.max_body = http.max_body;
-        if self.mcp_allowed_hosts.iter().any(|h| h == "*") {
-            limits.allowed_hosts.clear();
-        } else {
-            let host = bind.rsplit_once(':').map_or(bind, |(host, _)| host).trim_matches(['[', ']']);
-            if !host.is_empty() && host != "0.0.0.0" && host != "::" {
-                limits.allowed_hosts.push(host.to_owned());
-            }
-            limits.allowed_hosts.extend(self.mcp_allowed_hosts.iter().cloned());
-        }
-        limits
-    }
+    pub mcp: crate::serve_bridges::McpArgs,
+    /// The A2A bridge.
+    #[command(flatten, next_help_heading = "A2A (the delegate as an A2A agent: Agent Card, JSON-RPC at /a2a)")]
+    pub a2a: crate::serve_bridges::A2aArgs,
 }
 
 /// The connection, timeout and rate flags of `ldp serve` (every one bounds what a peer can hold).
@@ -458,7 +411,7 @@ fn authenticates(args: &ServeArgs) -> bool {
 fn request_timeout(args: &ServeArgs) -> u64 {
     match (args.timeout, args.llm.backend) {
         (Some(secs), _) => secs,
-        (None, None | Some(crate::llm::BackendKind::Mcp)) => 60,
+        (None, None | Some(crate::llm::BackendKind::Mcp | crate::llm::BackendKind::A2a)) => 60,
         (None, Some(_)) => args.llm.llm_timeout.saturating_mul(u64::from(args.llm.llm_retries) + 1).saturating_add(10),
     }
 }
@@ -467,7 +420,7 @@ fn request_timeout(args: &ServeArgs) -> u64 {
 pub(crate) fn build(
     args: &ServeArgs,
     delegate: Option<&crate::llm::ServedModel>,
-    mcp: Option<&ldp_bridge::mcp::McpDelegate>,
+    bridged: Option<&Bridged>,
 ) -> Result<(ResponderConfig, HttpServerConfig), String> {
     let mut card = match &args.card {
         Some(path) => {
@@ -476,7 +429,7 @@ pub(crate) fn build(
         }
         None => {
             let domain = args.trust_domain.as_deref().unwrap_or("default");
-            match (delegate, mcp) {
+            match (delegate, bridged) {
                 (Some(served), _) => {
                     let id = args.delegate_id.as_deref().unwrap_or("ldp:delegate:llm");
                     let mut card =
@@ -484,9 +437,8 @@ pub(crate) fn build(
                     card.trust_domain = TrustDomain::new(domain);
                     card
                 }
-                (None, Some(mcp)) => {
-                    let id = args.delegate_id.as_deref().unwrap_or("ldp:delegate:mcp");
-                    let mut card = mcp.card(DelegateId::new(id).map_err(|e| e.to_string())?);
+                (None, Some(bridged)) => {
+                    let mut card = bridged.card(args.delegate_id.as_deref())?;
                     card.trust_domain = TrustDomain::new(domain);
                     card
                 }
@@ -557,27 +509,11 @@ fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     }
 }
 
-/// Starts the MCP server of `--backend mcp --mcp-command` and lists its tools.
-async fn mcp_backend(args: &ServeArgs) -> Result<Option<ldp_bridge::mcp::McpDelegate>, String> {
-    if args.llm.backend != Some(crate::llm::BackendKind::Mcp) {
-        return Ok(None);
-    }
-    let command = args.mcp.mcp_command.as_deref().unwrap_or_default();
-    let mut words = command.split_whitespace().map(str::to_owned);
-    let program = words.next().ok_or("--mcp-command: give the MCP server's command")?;
-    let mut limits = ldp_bridge::mcp::BackendLimits::default();
-    // The call ends (and is cancelled at the MCP server) before the LDP request that waits for it times out.
-    limits.call_timeout = Duration::from_secs(request_timeout(args).saturating_sub(1).max(1));
-    let delegate = ldp_bridge::mcp::McpDelegate::spawn_command(&program, &words.collect::<Vec<_>>(), limits)
-        .await
-        .map_err(|e| format!("--mcp-command {command:?}: {e}"))?;
-    Ok(Some(delegate))
-}
-
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let mcp_backend = mcp_backend(&args).await?;
+    let timeout = Duration::from_secs(request_timeout(&args).max(1));
+    let bridged = Bridged::start(args.llm.backend, &args.mcp, &args.a2a, timeout).await?;
     let llm = args.llm.delegate()?;
-    let (mut cfg, http) = build(&args, llm.as_ref(), mcp_backend.as_ref())?;
+    let (mut cfg, http) = build(&args, llm.as_ref(), bridged.as_ref())?;
     #[cfg(feature = "tls")]
     let tls = tls_config(&args.tls)?
         .map(|tls| tls.with_handshake_timeout(Duration::from_secs(args.limits.header_timeout.max(1))));
@@ -599,21 +535,28 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     );
     let auth = if http.tokens.is_empty() { "no authentication" } else { "bearer tokens required" }.to_owned();
     #[cfg(feature = "tls")]
+    let certs_required = tls
+        .as_ref()
+        .and_then(ldp_transport_http::ServerTlsConfig::client_auth)
+        .is_some_and(|client_auth| client_auth.is_required());
+    #[cfg(not(feature = "tls"))]
+    let certs_required = false;
+    #[cfg(feature = "tls")]
     let auth = match tls.as_ref().and_then(ldp_transport_http::ServerTlsConfig::client_auth) {
         Some(client_auth) if client_auth.is_required() => "client certificates required".to_owned(),
         Some(_) => format!("client certificates optional, otherwise {auth}"),
         None => auth,
     };
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
-    let delegate: Arc<dyn ldp_session::runtime::Delegate> = match (llm, mcp_backend) {
+    let delegate: Arc<dyn ldp_session::runtime::Delegate> = match (llm, bridged) {
         (Some(served), _) => {
             let info = served.delegate.backend().info();
             println!("ldp serve: backend {} model {}", info.provider, info.model);
             Arc::new(served.delegate)
         }
-        (None, Some(mcp)) => {
-            println!("ldp serve: backend mcp server {} {}", mcp.server().name, mcp.server().version);
-            Arc::new(mcp)
+        (None, Some(bridged)) => {
+            println!("ldp serve: backend {}", bridged.describe());
+            bridged.into_delegate()
         }
         (None, None) => Arc::new(EchoDelegate),
     };
@@ -624,19 +567,20 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let ws_config = args.limits.ws_config(&http);
     let limits = http.limits.clone();
     let ws = WsServer::new(runtime.clone(), ws_config);
-    // MCP at /mcp, as extra routes of the LDP app: the same bearer or certificate authentication (the bridge opens
-    // its LDP sessions as the peer authenticated there), body limit and rate limit.
-    let mcp_stop = tokio_util::sync::CancellationToken::new();
-    let mcp = if args.mcp.mcp {
-        let upstream = Arc::new(ldp_bridge::mcp::InProcess::new(runtime.clone()));
-        ldp_bridge::mcp::routes(upstream, args.mcp.limits(&args.bind, &http), mcp_stop.clone())
-    } else {
-        axum::Router::new()
+    // MCP at /mcp and A2A at /a2a, as extra routes of the LDP app: the same bearer or certificate authentication
+    // (the bridges open their LDP sessions as the peer authenticated there), body limit and rate limit. The Agent
+    // Card is public, as the LDP identity card is: A2A clients read it to learn how to authenticate.
+    let bridge_stop = tokio_util::sync::CancellationToken::new();
+    let card = ldp_bridge::a2a::CardOptions {
+        base_url: url.clone(),
+        bearer: !http.tokens.is_empty(),
+        mutual_tls: certs_required,
     };
+    let (bridges, public) = crate::serve_bridges::routes(&runtime, &args, &http, card, &bridge_stop);
     let state = HttpState::new(runtime.clone(), http);
     // One /metrics for both bindings.
     ws.report_to(state.metrics());
-    let app = ldp_transport_http::router_with(state, mcp).merge(ws.router());
+    let app = ldp_transport_http::router_with(state, bridges).merge(ws.router()).merge(public);
     let signal = shutdown_signal();
     {
         let mut out = std::io::stdout().lock();
@@ -645,13 +589,21 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         if args.mcp.mcp {
             let _ = writeln!(out, "ldp serve: MCP (Streamable HTTP) at {url}{}", ldp_bridge::mcp::PATH);
         }
+        if args.a2a.a2a {
+            let (card, rpc) = (ldp_bridge::a2a::CARD_PATH, ldp_bridge::a2a::RPC_PATH);
+            let _ = writeln!(
+                out,
+                "ldp serve: A2A {} (JSON-RPC) at {url}{rpc}, Agent Card at {url}{card}",
+                ldp_bridge::a2a::VERSION
+            );
+        }
         let _ = out.flush();
     }
     let shutdown = async move {
         signal.await;
         ws.shutdown();
-        // Ends the MCP sessions' event streams, which would otherwise hold the drain open.
-        mcp_stop.cancel();
+        // Ends the MCP sessions' and A2A tasks' event streams, which would otherwise hold the drain open.
+        bridge_stop.cancel();
     };
     let served = match tls {
         #[cfg(feature = "tls")]

@@ -44,8 +44,9 @@ fn ldp_serve_passes_the_kit_over_http_and_ws() {
         if signed {
             serve_args.extend(signing);
         } else {
-            // With the MCP bridge mounted at /mcp (issue 20): the bridge adds routes and changes no LDP behaviour.
-            serve_args.push("--mcp");
+            // With the MCP and A2A bridges mounted at /mcp, /a2a and the Agent Card (issue 20): the bridges add routes
+            // and change no LDP behaviour.
+            serve_args.extend(["--mcp", "--a2a"]);
         }
         let (_server, url) = serve(&serve_args, Stdio::null());
         let report = std::env::temp_dir().join(format!("ldp-conformance-cli-{}-{signed}.json", std::process::id()));

@@ -291,3 +291,33 @@ async fn an_mcp_server_behind_ldp_serve_is_an_ldp_delegate() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_calls_of_one_mcp_session_are_bounded() {
+    let stub = Stub::start(stub_config()).await.unwrap();
+    // Each call streams 40 pieces, 20 ms apart: the three overlap.
+    let concurrent = format!("concurrent:chat:{}:3", json!({ "input": "w ".repeat(40) }));
+    let outcomes = |out: &Value| -> (usize, Vec<String>) {
+        let results = out["steps"][0]["concurrent"].as_array().unwrap();
+        assert_eq!(results.len(), 3, "{out}");
+        let ok = results.iter().filter(|r| r["isError"] == false).count();
+        let refusals = results
+            .iter()
+            .filter(|r| r["isError"] == true)
+            .map(|r| r["structuredContent"]["error"]["code"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        (ok, refusals)
+    };
+    for (limit, expected_ok) in [("1", 1), ("3", 3)] {
+        let mut args = llm_args(&stub);
+        args.extend(["--mcp", "--mcp-max-calls-per-session", limit].map(str::to_owned));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (_server, url) = serve(&args, Stdio::null());
+        let out = mcp_client(&format!("{url}/mcp"), "legacy", &[&concurrent]).await;
+        let (ok, refusals) = outcomes(&out);
+        assert_eq!(ok, expected_ok, "limit {limit}: {out}");
+        // Beyond the bound a call is refused at once, typed and retryable, not queued.
+        assert!(refusals.iter().all(|code| code == "CAPACITY_EXCEEDED"), "limit {limit}: {refusals:?}");
+        assert_eq!(refusals.len(), 3 - expected_ok);
+    }
+}

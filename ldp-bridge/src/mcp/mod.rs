@@ -15,7 +15,6 @@ pub mod backend;
 mod server;
 mod sessions;
 pub mod tools;
-mod upstream;
 
 use std::sync::Arc;
 
@@ -23,10 +22,10 @@ use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::upstream::{BRIDGE_ID, InProcess, Remote, Upstream};
 pub use backend::{BackendLimits, McpDelegate};
 pub use server::{LdpTools, McpLimits};
 pub use sessions::{BoundedSessions, SessionsError};
-pub use upstream::{BRIDGE_ID, InProcess, Remote, Upstream};
 
 use crate::BridgeError;
 

@@ -15,8 +15,8 @@ use rmcp::{RoleServer, ServerHandler};
 use tokio::sync::{OnceCell, Semaphore, mpsc};
 
 use super::tools;
-use super::upstream::Upstream;
 use crate::BridgeError;
+use crate::upstream::Upstream;
 
 /// The bounds of an MCP bridge: everything an MCP peer can make it hold or wait for.
 #[derive(Debug, Clone)]

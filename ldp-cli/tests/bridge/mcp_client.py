@@ -4,9 +4,10 @@
 
 TARGET is an http(s) URL (Streamable HTTP) or `stdio:CMD ARG...` (a stdio server the SDK starts). MODE is the
 SDK's connect mode (`legacy`: the initialize handshake and an MCP session; `auto`: discover first). Each STEP is
-`list`, `call:TOOL:JSON_ARGS` (a call; its result and the progress notifications it got), or
+`list`, `call:TOOL:JSON_ARGS` (a call; its result and the progress notifications it got),
 `cancel:TOOL:JSON_ARGS:SECS` (a call abandoned after SECS seconds once progress has arrived: the SDK sends
-notifications/cancelled), or `pause:SECS` (the session stays open meanwhile). Prints one JSON object: what each step saw, as the SDK decoded it.
+notifications/cancelled), `concurrent:TOOL:JSON_ARGS:N` (N calls at once in the session; their results), or
+`pause:SECS` (the session stays open meanwhile). Prints one JSON object: what each step saw, as the SDK decoded it.
 """
 
 import json
@@ -69,6 +70,18 @@ async def main() -> None:
                     await anyio.sleep(float(secs))
                     tg.cancel_scope.cancel()
                 out["steps"].append({"cancelled": finished is None, "progress": progress})
+            elif kind == "concurrent":
+                name, _, rest = rest.partition(":")
+                args, _, count = rest.rpartition(":")
+                results: list = []
+
+                async def one(name=name, args=args, results=results):
+                    results.append(dump(await client.call_tool(name, json.loads(args))))
+
+                async with anyio.create_task_group() as tg:
+                    for _ in range(int(count)):
+                        tg.start_soon(one)
+                out["steps"].append({"concurrent": results})
             elif kind == "pause":
                 await anyio.sleep(float(rest))
             else:

@@ -67,6 +67,76 @@ impl Drop for TempDir {
     }
 }
 
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The venv python with the MCP and A2A Python SDKs, installed on first use by `scripts/bridge-sdks.sh` (never
+/// skipped: a failed install fails the test).
+pub fn bridge_python() -> String {
+    let out = Command::new("bash").arg(repo().join("scripts/bridge-sdks.sh")).stderr(Stdio::inherit()).output();
+    let out = out.expect("cannot run scripts/bridge-sdks.sh");
+    assert!(out.status.success(), "scripts/bridge-sdks.sh could not install the Python SDKs (see stderr)");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Runs `python tests/bridge/SCRIPT ARGS` (at most `limit`) and returns the JSON it printed; fails the test if it
+/// fails, runs over, or prints anything else.
+pub fn run_bridge_script(script: &str, args: &[String], limit: Duration) -> serde_json::Value {
+    use std::io::Read;
+    let mut command = Command::new(bridge_python());
+    command.arg(repo().join("ldp-cli/tests/bridge").join(script)).args(args);
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = pipe.read_to_end(&mut text);
+            text
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    let mut child = Guard(child);
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < limit, "{script} ran over {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
+    let stderr = String::from_utf8_lossy(&stderr);
+    assert!(status.success(), "{script} failed: {stderr}");
+    serde_json::from_slice(&stdout).unwrap_or_else(|e| panic!("{script}: {e}: {stderr}"))
+}
+
+/// Starts the a2a-sdk test agent (`tests/bridge/a2a_agent.py`) and returns it with its base URL; its markers go to
+/// `markers`.
+pub fn a2a_agent(markers: &str) -> (Guard, String) {
+    let url_file = format!("{markers}/agent-url");
+    let _ = std::fs::remove_file(&url_file);
+    let child = Command::new(bridge_python())
+        .arg(repo().join("ldp-cli/tests/bridge/a2a_agent.py"))
+        .args([&url_file, markers])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let guard = Guard(child);
+    let started = std::time::Instant::now();
+    loop {
+        if let Ok(url) = std::fs::read_to_string(&url_file)
+            && !url.is_empty()
+        {
+            return (guard, url);
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the A2A agent did not start within 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The JSON report at `path` and the ids of its requirements that neither passed nor were skipped (failures,
 /// warnings, blocked), with their details.
 pub fn read_report(path: &std::path::Path) -> (serde_json::Value, Vec<String>) {

@@ -1,4 +1,5 @@
-//! The LDP delegate behind an MCP server: in this process (`ldp serve --mcp`) or at a URL (`ldp mcp-proxy`).
+//! The LDP delegate behind a bridge: in this process (`ldp serve --mcp`, `ldp serve --a2a`) or at a URL
+//! (`ldp mcp-proxy`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +12,10 @@ use ldp_types::IdentityCard;
 
 use crate::BridgeError;
 
-/// The delegate id the bridges send as (an MCP host is not an LDP delegate; the bridge is its initiator).
+/// The delegate id the MCP bridges send as (an MCP host is not an LDP delegate; the bridge is its initiator).
 pub const BRIDGE_ID: &str = "ldp:delegate:mcp-bridge";
+/// The delegate id the A2A bridge sends as (an A2A client is not an LDP delegate either).
+pub const A2A_BRIDGE_ID: &str = "ldp:delegate:a2a-bridge";
 
 /// Where the bridged LDP delegate is, and how to open an initiator to it.
 #[async_trait]
@@ -23,8 +26,8 @@ pub trait Upstream: Send + Sync + 'static {
     /// Its identity card (the tools are its capabilities).
     fn card(&self) -> IdentityCard;
 
-    /// A client (discovery and HELLO done) for the MCP peer `peer`: the peer the HTTP layer authenticated, or
-    /// `PeerContext::default()` when none did.
+    /// A client (discovery and HELLO done) for the other protocol's peer `peer`: the peer the HTTP layer
+    /// authenticated, or `PeerContext::default()` when none did.
     async fn connect(&self, peer: PeerContext) -> Result<Client<Self::Transport>, SessionError>;
 }
 
@@ -34,12 +37,19 @@ pub trait Upstream: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct InProcess {
     runtime: DelegateRuntime,
+    initiator: &'static str,
 }
 
 impl InProcess {
-    /// Bridges `runtime`.
+    /// Bridges `runtime`, its clients sending as [`BRIDGE_ID`].
     pub fn new(runtime: DelegateRuntime) -> Self {
-        Self { runtime }
+        Self { runtime, initiator: BRIDGE_ID }
+    }
+
+    /// The delegate id the bridge's clients send as (which bridge opened a session shows in the responder's logs).
+    pub fn with_initiator(mut self, id: &'static str) -> Self {
+        self.initiator = id;
+        self
     }
 }
 
@@ -52,7 +62,7 @@ impl Upstream for InProcess {
     }
 
     async fn connect(&self, peer: PeerContext) -> Result<Client<MemoryTransport>, SessionError> {
-        let mut cfg = InitiatorConfig::new(BRIDGE_ID);
+        let mut cfg = InitiatorConfig::new(self.initiator);
         // Unauthenticated, the bridge declares the delegate's own domain (it runs in the delegate's process); an
         // authenticated peer's domain is the token's, whatever is declared.
         cfg.trust_domain = Some(self.runtime.card().trust_domain.name);
