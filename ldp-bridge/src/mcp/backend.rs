@@ -253,7 +253,14 @@ impl McpDelegate {
         ctx: &TaskContext,
     ) -> Result<CallToolResult, LdpError> {
         let relay = async {
+            // rmcp hands each notification to a task of its own, so they can arrive out of order. MCP requires a
+            // call's progress to increase with each notification: one not above the last relayed is stale (the
+            // call is past it) and dropped, so the task's TASK_UPDATEs never go backwards.
+            let mut last = None;
             while let Some(p) = progress.recv().await {
+                if !advances(&mut last, p.progress) {
+                    continue;
+                }
                 let fraction = p.total.filter(|t| *t > 0.0).map(|t| (p.progress / t).clamp(0.0, 1.0));
                 ctx.progress(fraction, p.message);
             }
@@ -277,6 +284,16 @@ impl McpDelegate {
         };
         Err(stop)
     }
+}
+
+/// Whether a progress value is above the last one relayed (and then the new last): MCP's progress increases with
+/// each notification, so one that does not is stale.
+fn advances(last: &mut Option<f64>, progress: f64) -> bool {
+    if last.is_some_and(|l| progress <= l) {
+        return false;
+    }
+    *last = Some(progress);
+    true
 }
 
 /// The relay never ends on its own (it pends once the progress stream closes); a typed error if it ever did.
@@ -342,5 +359,17 @@ impl Delegate for McpDelegate {
         })?;
         let arguments = arguments(tool, &task.input)?;
         output(self.call(tool, arguments, &ctx).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advances;
+
+    #[test]
+    fn progress_overtaken_by_a_later_notification_is_dropped() {
+        let mut last = None;
+        let relayed: Vec<f64> = [1.0, 3.0, 2.0, 3.0, 4.0].into_iter().filter(|p| advances(&mut last, *p)).collect();
+        assert_eq!(relayed, [1.0, 3.0, 4.0]);
     }
 }
