@@ -6,58 +6,20 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use ldp_llm::stub::{Flavor, Stub, StubConfig};
 use serde_json::{Value, json};
-use support::{Guard, serve};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The venv python with the MCP SDK, installed on first use (never skipped: a failed install fails the test).
-fn python() -> String {
-    let out = Command::new("bash").arg(repo().join("scripts/bridge-sdks.sh")).stderr(Stdio::inherit()).output();
-    let out = out.expect("cannot run scripts/bridge-sdks.sh");
-    assert!(out.status.success(), "scripts/bridge-sdks.sh could not install the MCP Python SDK (see stderr)");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
+use support::{bridge_python, repo, run_bridge_script, serve};
 
 /// Runs `tests/bridge/mcp_client.py TARGET MODE STEPS` (at most 120 s) and returns what it printed.
 async fn mcp_client(target: &str, mode: &str, steps: &[&str]) -> Value {
-    let script = repo().join("ldp-cli/tests/bridge/mcp_client.py");
-    let mut command = Command::new(python());
-    command.arg(script).arg(target).arg(mode).args(steps).stdout(Stdio::piped()).stderr(Stdio::piped());
-    tokio::task::spawn_blocking(move || {
-        let mut child = command.spawn().unwrap();
-        let read = |mut pipe: Box<dyn std::io::Read + Send>| {
-            std::thread::spawn(move || {
-                let mut text = Vec::new();
-                let _ = pipe.read_to_end(&mut text);
-                text
-            })
-        };
-        let stdout = read(Box::new(child.stdout.take().unwrap()));
-        let stderr = read(Box::new(child.stderr.take().unwrap()));
-        let mut child = Guard(child);
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.0.try_wait().unwrap() {
-                break status;
-            }
-            assert!(started.elapsed() < Duration::from_secs(120), "the MCP client ran over 120 s");
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
-        let stderr = String::from_utf8_lossy(&stderr);
-        assert!(status.success(), "the MCP client failed: {stderr}");
-        serde_json::from_slice(&stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
-    })
-    .await
-    .unwrap()
+    let mut args = vec![target.to_owned(), mode.to_owned()];
+    args.extend(steps.iter().map(|s| (*s).to_owned()));
+    tokio::task::spawn_blocking(move || run_bridge_script("mcp_client.py", &args, Duration::from_secs(120)))
+        .await
+        .unwrap()
 }
 
 async fn card(url: &str) -> Value {
@@ -225,7 +187,7 @@ async fn an_mcp_server_behind_ldp_serve_is_an_ldp_delegate() {
     let dir = support::TempDir::new("mcp-backend");
     let markers = dir.path("");
     let script = repo().join("ldp-cli/tests/bridge/mcp_server.py");
-    let command = format!("{} {} {markers}", python(), script.display());
+    let command = format!("{} {} {markers}", bridge_python(), script.display());
     let (_server, url) = serve(&["--backend", "mcp", "--mcp-command", &command], Stdio::inherit());
 
     // The generated card: the server's tools, its name and version, the model undeclared, no quality claim, the
