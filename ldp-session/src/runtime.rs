@@ -25,7 +25,10 @@ use crate::error::Refusal;
 use crate::responder::{
     Aborted, Delivery, History, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
 };
-use crate::shared::{SessionLookup, SharedTask, TaskClaim, needs_session};
+use crate::shared::{
+    Admission, Admitted, ReplayVerdict, SessionLookup, SharedTask, SharedTaskStatus, TaskAnswer, TaskClaim, TaskStep,
+    needs_session,
+};
 use crate::store::{Store, StoreError, StoreOptions};
 
 /// A TASK_UPDATE from a running task: progress, or a chunk of its output.
@@ -451,11 +454,16 @@ impl DelegateRuntime {
     ) -> Response {
         let link = self.inner.store.get();
         let mut remote = None;
+        let mut claimed = None;
         // The request itself, for answering a commit that fails after the machine accepted (rare messages only).
         let mut request = None;
         if let Some(link) = link {
             match self.before_machine(link, peer, &checked).await {
-                Ok(task) => remote = task,
+                Ok(admitted) => match admitted.task {
+                    Some(TaskAnswer::Claim(claim)) => claimed = Some(claim),
+                    Some(TaskAnswer::Read(task) | TaskAnswer::Cancel(task)) => remote = task,
+                    _ => {}
+                },
                 Err(refusal) => return Response::Refused(refusal),
             }
             if matches!(checked.envelope().body, ldp_types::Body::SessionPropose(_) | ldp_types::Body::SessionClose(_))
@@ -463,6 +471,12 @@ impl DelegateRuntime {
                 request = Some(checked.envelope().clone());
             }
         }
+        let submitted = match (&claimed, &checked.envelope().body) {
+            (Some(_), ldp_types::Body::TaskSubmit(t)) => {
+                Some(TaskKey { session_id: checked.envelope().session_id.clone(), task_id: t.task_id.clone() })
+            }
+            _ => None,
+        };
         let now = self.now();
         let outcome = self.with_responder(|r| {
             let outcome = r.handle_checked_shared(now, peer, checked, remote.as_ref());
@@ -488,7 +502,7 @@ impl DelegateRuntime {
             (Ok(Outcome::Accepted), _) => Response::Accepted,
             (Ok(Outcome::Execute(task)), Some((stop, cancelled))) => {
                 let stop = match link {
-                    Some(link) => match self.claim(link, &task, stop).await {
+                    Some(link) => match self.settle_claim(link, &task, claimed, stop).await {
                         Ok(stop) => stop,
                         Err(response) => return response,
                     },
@@ -500,6 +514,12 @@ impl DelegateRuntime {
             (Ok(Outcome::Execute(_)), None) => Response::Accepted,
         };
         if let Some(link) = link {
+            // The admission claimed a task the machine did not admit: it never runs, so the claim goes.
+            if claimed == Some(TaskClaim::Claimed)
+                && let Some(key) = submitted
+            {
+                self.release_claim(link, &key).await;
+            }
             self.after_machine(link, request.as_ref(), &mut response).await;
         }
         response

@@ -1,6 +1,7 @@
-//! The store steps of a [`DelegateRuntime`] with a store attached ([`DelegateRuntime::attach_store`]): the replay
-//! claim and session lookup before the machine, the task claim after admission, the result written before the
-//! answer, and the lease renewer. The rules are the machine's (`crate::shared`, `Responder`'s shared-state side);
+//! The store steps of a [`DelegateRuntime`] with a store attached ([`DelegateRuntime::attach_store`]): one
+//! admission before the machine (replay claim, session lookup, and the task claim, status read or cancel, in one
+//! store operation), the result written before the answer, and the lease renewer, which also stops the tasks
+//! cancelled through other replicas. The rules are the machine's (`crate::shared`, `Responder`'s shared-state side);
 //! this file only carries them to the store, each call under the store timeout.
 
 use super::*;
@@ -44,8 +45,9 @@ impl DelegateRuntime {
         self.inner.store.get().map(|l| l.replica.as_str())
     }
 
-    /// Renews, every third of the lease, the leases of the tasks this replica runs. A renewal that fails is retried
-    /// at the next tick; the lease covers two misses.
+    /// Renews, every third of the lease, the leases of the tasks this replica runs, and stops those the store says
+    /// ended elsewhere (a TASK_CANCEL another replica received, or a lease that lapsed): their submitters get the
+    /// store's answer. A renewal that fails is retried at the next tick; the lease covers two misses.
     pub(super) async fn renew_leases(runtime: std::sync::Weak<RuntimeInner>) {
         let every = match runtime.upgrade().as_ref().and_then(|inner| inner.store.get()) {
             Some(link) => (link.opts.lease / 3).max(Duration::from_millis(10)),
@@ -59,8 +61,20 @@ impl DelegateRuntime {
             if keys.is_empty() {
                 continue;
             }
-            if let Err(e) = link.call(link.store.renew_leases(&link.replica, &keys, link.opts.lease)).await {
-                tracing::warn!(error = %e, tasks = keys.len(), "could not renew the leases of running tasks");
+            match link.call(link.store.renew_leases(&link.replica, &keys, link.opts.lease)).await {
+                Ok(lost) if !lost.is_empty() => {
+                    let rt = DelegateRuntime { inner: inner.clone() };
+                    rt.with_responder(|r| {
+                        for (key, task) in lost {
+                            // A record that completed is this replica's own answer, written meanwhile.
+                            if let (SharedTaskStatus::Failed, Some(error)) = (task.status, task.error) {
+                                r.end_by_store(&key, *error);
+                            }
+                        }
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, tasks = keys.len(), "could not renew the leases of running tasks"),
             }
         }
     }
@@ -75,15 +89,17 @@ impl DelegateRuntime {
         }
     }
 
-    /// What the store must settle before the machine sees a message: its replay entry (refused if any replica saw
-    /// it), its session (adopted if live in the store, ended here if closed or gone there), and for a status query
-    /// the task's record. A store failure refuses the message, typed and retryable.
+    /// What the store must settle before the machine sees a message, in one store operation ([`Store::admit`]):
+    /// its replay entry (refused if any replica saw it), its session (adopted if live in the store, ended here if
+    /// closed or gone there), and its task: a TASK_SUBMIT's claim (not yet admitted by the machine: see
+    /// [`DelegateRuntime::settle_claim`]), a status query's record, or the cancel of a task another replica runs. A
+    /// store failure refuses the message, typed and retryable.
     pub(super) async fn before_machine(
         &self,
         link: &StoreLink,
         peer: &PeerContext,
         checked: &crate::Checked,
-    ) -> Result<Option<SharedTask>, Refusal> {
+    ) -> Result<Admitted, Refusal> {
         let env = checked.envelope();
         let refuse = |error: StoreError| {
             tracing::warn!(error = %error, "store call failed; message refused");
@@ -91,20 +107,38 @@ impl DelegateRuntime {
         };
         // A message whose signature fails is refused by the machine without touching the store.
         if checked.signature().is_err() {
-            return Ok(None);
+            return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
         }
-        let claim = lock(&self.inner.responder).replay_claim(peer, env);
-        if let Some(claim) = claim {
-            let verdict = link.call(link.store.claim_message(&claim)).await.map_err(refuse)?;
-            if let Some(refusal) = self.with_responder(|r| r.refuse_shared_replay(env, verdict)) {
-                return Err(refusal);
-            }
-        }
+        let mut admission = Admission::default();
+        admission.replay = lock(&self.inner.responder).replay_claim(peer, env);
         if needs_session(env) {
-            let lookup = link.call(link.store.touch_session(&env.session_id)).await.map_err(refuse)?;
+            admission.session_id = Some(env.session_id.clone());
+            let key = |task_id: &str| TaskKey { session_id: env.session_id.clone(), task_id: task_id.to_owned() };
+            admission.task = match &env.body {
+                ldp_types::Body::TaskSubmit(t) => Some(TaskStep::Claim {
+                    key: key(&t.task_id),
+                    task: SharedTask::running(link.replica.as_str(), env.payload_mode),
+                    lease: link.opts.lease,
+                }),
+                ldp_types::Body::TaskUpdate(u) => Some(TaskStep::Read(key(&u.task_id))),
+                // A task running here is cancelled by the machine, which then records its end.
+                ldp_types::Body::TaskCancel(c) if !lock(&self.inner.running).contains_key(&key(&c.task_id)) => {
+                    Some(TaskStep::Cancel(key(&c.task_id)))
+                }
+                _ => None,
+            };
+        }
+        if admission.replay.is_none() && admission.session_id.is_none() {
+            return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
+        }
+        let admitted = link.call(link.store.admit(&admission)).await.map_err(refuse)?;
+        if let Some(refusal) = self.with_responder(|r| r.refuse_shared_replay(env, admitted.replay)) {
+            return Err(refusal);
+        }
+        if let Some(lookup) = &admitted.session {
             let now = self.now();
             self.with_responder(|r| match lookup {
-                SessionLookup::Live(shared) => r.adopt_session(now, &shared),
+                SessionLookup::Live(shared) => r.adopt_session(now, shared),
                 SessionLookup::Closed => {
                     r.end_shared_session(&env.session_id, crate::SharedEnd::Closed);
                 }
@@ -119,11 +153,15 @@ impl DelegateRuntime {
                 }
             });
         }
-        if let ldp_types::Body::TaskUpdate(u) = &env.body {
-            let key = TaskKey { session_id: env.session_id.clone(), task_id: u.task_id.clone() };
-            return link.call(link.store.task(&key)).await.map_err(refuse);
+        Ok(admitted)
+    }
+
+    /// Takes back a claim made in the admission of a TASK_SUBMIT the machine then refused (it never runs). A
+    /// failure is only logged: the claim then holds until its lease lapses, and the task id is free again after.
+    pub(super) async fn release_claim(&self, link: &StoreLink, key: &TaskKey) {
+        if let Err(e) = link.call(link.store.release_task(key, &link.replica)).await {
+            tracing::warn!(error = %e, task = %key.task_id, "could not release the claim of a refused task");
         }
-        Ok(None)
     }
 
     /// Commits what the machine decided to the store: a new session (discarded here, and the proposal refused
@@ -161,16 +199,24 @@ impl DelegateRuntime {
         }
     }
 
-    /// Claims an admitted task in the store before its delegate runs. `Err` carries the answer when the task must
+    /// Settles the store claim of an admitted task before its delegate runs. `Err` carries the answer when the task must
     /// not run here: another submission holds it (`DUPLICATE_TASK`), or the store failed (`STORE_UNAVAILABLE`).
-    pub(super) async fn claim(
+    /// `claimed` is the claim the admission made ([`DelegateRuntime::before_machine`]), if it made one; without
+    /// one, the task is claimed now.
+    pub(super) async fn settle_claim(
         &self,
         link: &StoreLink,
         task: &TaskRequest,
+        claimed: Option<TaskClaim>,
         stop: oneshot::Receiver<Envelope>,
     ) -> Result<oneshot::Receiver<Envelope>, Response> {
-        let record = SharedTask::running(link.replica.as_str(), task.payload_mode);
-        let claimed = link.call(link.store.claim_task(&task.key, &record, link.opts.lease)).await;
+        let claimed = match claimed {
+            Some(claimed) => Ok(claimed),
+            None => {
+                let record = SharedTask::running(link.replica.as_str(), task.payload_mode);
+                link.call(link.store.claim_task(&task.key, &record, link.opts.lease)).await
+            }
+        };
         let refusal = match claimed {
             Ok(TaskClaim::Claimed) => return Ok(stop),
             Ok(_) => self.with_responder(|r| r.refuse_claimed(&task.key)),
