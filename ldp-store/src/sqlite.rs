@@ -7,7 +7,8 @@
 //! answered before its operation is committed: the runtime answers a peer only after that, so nothing acknowledged
 //! is lost to a crash the durability mode covers.
 //!
-//! **Durability** (WAL journal either way, [`Durability`]): `Process` (the default: `synchronous=NORMAL`) — a
+//! **Durability** (WAL journal either way, [`Durability`], [`StoreConfig::sqlite_durability`]): `Process` (the
+//! default: `synchronous=NORMAL`) — a
 //! committed transaction is in the WAL file, written with `write()` before the caller is answered, so it survives
 //! the process dying at any point (`kill -9`, a panic, OOM), but the WAL is fsynced only at checkpoints, so an OS
 //! crash or power cut may lose the last transactions (never corrupting the database). `Full`
@@ -33,7 +34,7 @@ use ldp_session::store::{Store, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use crate::{OpenError, StoreConfig, corrupt, ms, now_ms};
+use crate::{Durability, OpenError, StoreConfig, corrupt, ms, now_ms};
 
 const BACKEND: &str = "sqlite";
 
@@ -64,24 +65,10 @@ CREATE TABLE IF NOT EXISTS tasks (
 ) WITHOUT ROWID;
 ";
 
-/// How durable a commit is before its caller is answered (the WAL journal either way; see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Durability {
-    /// `synchronous=NORMAL`: committed to the WAL file before the answer; survives the process dying (`kill -9`),
-    /// not an OS crash or power cut (which may lose the last commits, never corrupting the file).
-    #[default]
-    Process,
-    /// `synchronous=FULL`: the WAL fsynced at every commit (one fsync per batch); also survives power loss.
-    Full,
-}
-
-impl Durability {
-    fn pragma(self) -> &'static str {
-        match self {
-            Self::Process => "PRAGMA synchronous=NORMAL;",
-            Self::Full => "PRAGMA synchronous=FULL;",
-        }
+fn synchronous(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Process => "PRAGMA synchronous=NORMAL;",
+        Durability::Full => "PRAGMA synchronous=FULL;",
     }
 }
 
@@ -174,14 +161,9 @@ fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn 
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path`, in WAL mode with [`Durability::Process`].
+    /// Opens (creating if needed) the database at `path`, in WAL mode with `cfg.sqlite_durability`, and starts its
+    /// writer thread.
     pub fn open(path: &Path, cfg: StoreConfig) -> Result<Self, OpenError> {
-        Self::open_with(path, cfg, Durability::default())
-    }
-
-    /// Opens (creating if needed) the database at `path`, in WAL mode with `durability`, and starts its writer
-    /// thread.
-    pub fn open_with(path: &Path, cfg: StoreConfig, durability: Durability) -> Result<Self, OpenError> {
         let fail = |e: rusqlite::Error| OpenError::Sqlite { path: path.display().to_string(), reason: e.to_string() };
         let conn = Connection::open(path).map_err(fail)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(fail)?;
@@ -192,7 +174,7 @@ impl SqliteStore {
                 reason: format!("the journal mode is {mode}, not WAL"),
             });
         }
-        conn.execute_batch(durability.pragma()).map_err(fail)?;
+        conn.execute_batch(synchronous(cfg.sqlite_durability)).map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
         let (writer, queue) = mpsc::channel::<Box<dyn Op>>();
         std::thread::Builder::new()
@@ -368,7 +350,12 @@ fn read_task(conn: &Connection, cfg: &StoreConfig, key: &TaskKey, now: i64) -> R
     Ok(Some(task))
 }
 
-fn cancel_task(conn: &Connection, cfg: &StoreConfig, key: &TaskKey, now: i64) -> Result<Option<SharedTask>, StoreError> {
+fn cancel_task(
+    conn: &Connection,
+    cfg: &StoreConfig,
+    key: &TaskKey,
+    now: i64,
+) -> Result<Option<SharedTask>, StoreError> {
     let Some(task) = load_task(conn, key, now)? else { return Ok(None) };
     if task.status != SharedTaskStatus::Running || task.lease_until_ms <= now {
         return Ok(None);
@@ -449,8 +436,11 @@ impl Store for SqliteStore {
         let (key, owner) = (key.clone(), owner.to_owned());
         self.tx(move |conn, _, now| {
             if load_task(conn, &key, now)?.is_some_and(|t| t.owner == owner && t.status == SharedTaskStatus::Running) {
-                conn.execute("DELETE FROM tasks WHERE session_id = ?1 AND task_id = ?2", params![key.session_id, key.task_id])
-                    .map_err(unavailable)?;
+                conn.execute(
+                    "DELETE FROM tasks WHERE session_id = ?1 AND task_id = ?2",
+                    params![key.session_id, key.task_id],
+                )
+                .map_err(unavailable)?;
             }
             Ok(())
         })
