@@ -40,9 +40,10 @@ const EXPIRED: &str = "expired";
 /// ms). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
 ///
 /// - the replay entry: `SET NX PXAT` (present: `seen`, and nothing else runs);
-/// - the session, whose value is `<expiry ms>|<record>`: past the expiry it is `expired`; live, its expiry moves to
-///   now + its TTL (read from the record), the key lives a marker time longer, and the record is the reply; `closed`,
-///   or nil when absent; not live: nothing else runs;
+/// - the session, whose value is `<expiry ms>|<TTL ms>|<record>` (so the script need not decode the record; a
+///   value of the older `<expiry ms>|<record>` form has its TTL read from the record): past the expiry it is
+///   `expired`; live, its expiry moves to now + its TTL, the key lives a marker time longer, and the record is the
+///   reply; `closed`, or nil when absent; not live: nothing else runs;
 /// - claim by the rule of `SharedTask::claimable` (a failed task may be claimed again, a completed one never, a
 ///   running one only once its lease key has expired): `1` claimed, `0` taken;
 /// - read and cancel: the record and whether its lease key exists (the caller fails a lapsed lease, or cancels a
@@ -59,11 +60,18 @@ if v == 'closed' then return {'fresh', v} end
 local bar = string.find(v, '|', 1, true)
 if not bar then return {'fresh', false} end
 if tonumber(string.sub(v, 1, bar - 1)) <= now then return {'fresh', 'expired'} end
-local record = string.sub(v, bar + 1)
-local ok, rec = pcall(cjson.decode, record)
-if ok and rec.ttl_secs then
-  local ttl = math.floor(rec.ttl_secs * 1000)
-  redis.call('SET', KEYS[2], string.format('%d|', now + ttl) .. record, 'PX', ttl + tonumber(ARGV[2]))
+local bar2 = string.find(v, '|', bar + 1, true)
+local ttl = bar2 and tonumber(string.sub(v, bar + 1, bar2 - 1))
+local record
+if ttl then
+  record = string.sub(v, bar2 + 1)
+else
+  record = string.sub(v, bar + 1)
+  local ok, rec = pcall(cjson.decode, record)
+  if ok and rec.ttl_secs then ttl = math.floor(rec.ttl_secs * 1000) end
+end
+if ttl then
+  redis.call('SET', KEYS[2], string.format('%d|%d|', now + ttl, ttl) .. record, 'PX', ttl + tonumber(ARGV[2]))
 end
 local step = ARGV[4]
 if step == 'claim' then
@@ -434,7 +442,7 @@ impl Store for RedisStore {
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
         let mut conn = self.conn();
         let ttl = ms(Duration::from_secs(session.ttl_secs)).max(1);
-        let value = format!("{}|{}", crate::now_ms().saturating_add(ttl), encode(session)?);
+        let value = format!("{}|{ttl}|{}", crate::now_ms().saturating_add(ttl), encode(session)?);
         let set: Option<String> = redis::cmd("SET")
             .arg(self.session_key(&session.session_id))
             .arg(value)

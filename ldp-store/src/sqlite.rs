@@ -106,13 +106,14 @@ struct Pending<T> {
 impl<T: Send> Op for Pending<T> {
     fn run(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) {
         let Some(op) = self.op.take() else { return };
-        let out = match conn.execute_batch("SAVEPOINT op") {
-            Ok(()) => op(conn, cfg, now),
-            Err(e) => Err(unavailable(e)),
-        };
+        let statement = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([])).map_err(unavailable);
+        let out = statement("SAVEPOINT op").and_then(|_| op(conn, cfg, now));
         // A failed operation leaves nothing behind; the batch's others commit.
-        let end = if out.is_ok() { "RELEASE op" } else { "ROLLBACK TO op; RELEASE op" };
-        self.out = Some(conn.execute_batch(end).map_err(unavailable).and(out));
+        let ended = match &out {
+            Ok(_) => statement("RELEASE op"),
+            Err(_) => statement("ROLLBACK TO op").and_then(|_| statement("RELEASE op")),
+        };
+        self.out = Some(ended.and(out));
     }
 
     fn answer(self: Box<Self>, committed: Result<(), StoreError>) {

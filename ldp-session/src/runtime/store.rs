@@ -132,27 +132,30 @@ impl DelegateRuntime {
             return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
         }
         let admitted = link.call(link.store.admit(&admission)).await.map_err(refuse)?;
-        if let Some(refusal) = self.with_responder(|r| r.refuse_shared_replay(env, admitted.replay)) {
-            return Err(refusal);
-        }
-        if let Some(lookup) = &admitted.session {
-            let now = self.now();
-            self.with_responder(|r| match lookup {
-                SessionLookup::Live(shared) => r.adopt_session(now, shared),
-                SessionLookup::Closed => {
+        let now = self.now();
+        // One turn of the machine's lock for the verdict and the session.
+        self.with_responder(|r| {
+            if let Some(refusal) = r.refuse_shared_replay(env, admitted.replay) {
+                return Err(refusal);
+            }
+            match &admitted.session {
+                Some(SessionLookup::Live(shared)) => r.adopt_session(now, shared),
+                Some(SessionLookup::Closed) => {
                     r.end_shared_session(&env.session_id, crate::SharedEnd::Closed);
                 }
-                SessionLookup::Expired => {
+                Some(SessionLookup::Expired) => {
                     r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
                 }
                 // Established nowhere, or ended long ago: a session live only here has ended.
-                _ => {
+                Some(_) => {
                     if r.session_state(&env.session_id).is_some() {
                         r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
                     }
                 }
-            });
-        }
+                None => {}
+            }
+            Ok(())
+        })?;
         Ok(admitted)
     }
 
