@@ -196,6 +196,14 @@ pub struct ReplayClaim {
     pub max_total: Option<usize>,
 }
 
+impl ReplayClaim {
+    /// An entry for `key`, counted against `principal`, kept until `expires_at_ms`, with no bounds (set
+    /// `max_per_principal` and `max_total` for signed traffic, as [`crate::Responder::replay_claim`] does).
+    pub fn new(principal: impl Into<String>, key: impl Into<String>, expires_at_ms: i64) -> Self {
+        Self { principal: principal.into(), key: key.into(), expires_at_ms, max_per_principal: None, max_total: None }
+    }
+}
+
 /// What the store settles for one inbound message before the machine sees it, as **one** atomic operation
 /// ([`crate::store::Store::admit`]): one round trip per message instead of one per step. The steps run in this
 /// order and each runs only when the one before let the message through:

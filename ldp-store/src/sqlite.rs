@@ -46,6 +46,11 @@ CREATE TABLE IF NOT EXISTS replay (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS replay_principal ON replay (principal, expires_ms);
 CREATE INDEX IF NOT EXISTS replay_expiry ON replay (expires_ms);
+CREATE TABLE IF NOT EXISTS dedupe (
+    key TEXT PRIMARY KEY NOT NULL,
+    expires_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dedupe_expiry ON dedupe (expires_ms);
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY NOT NULL,
     record TEXT,
@@ -176,6 +181,8 @@ impl SqliteStore {
             });
         }
         conn.execute_batch(synchronous(cfg.sqlite_durability)).map_err(fail)?;
+        // Savepoints write their undo pages to a statement journal: in memory, not a temporary file.
+        conn.execute_batch("PRAGMA temp_store=MEMORY;").map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
         let (writer, queue) = mpsc::channel::<Box<dyn Op>>();
         std::thread::Builder::new()
@@ -202,7 +209,9 @@ impl SqliteStore {
 fn sweep(conn: &Connection, now: i64, marker: i64) -> Result<(), StoreError> {
     let gone = conn.execute("DELETE FROM replay WHERE expires_ms <= ?1", params![now]).map_err(unavailable)?;
     count_replay_rows(conn, -i64::try_from(gone).unwrap_or(i64::MAX))?;
-    conn.execute("DELETE FROM tasks WHERE expires_ms <= ?1", params![now]).map_err(unavailable)?;
+    for table in ["dedupe", "tasks"] {
+        conn.execute(&format!("DELETE FROM {table} WHERE expires_ms <= ?1"), params![now]).map_err(unavailable)?;
+    }
     conn.execute(
         "DELETE FROM sessions WHERE (record IS NULL AND expires_ms <= ?1) OR (record IS NOT NULL AND expires_ms <= ?2)",
         params![now, now.saturating_sub(marker)],
@@ -271,8 +280,19 @@ fn put_task(conn: &Connection, key: &TaskKey, task: &SharedTask, expires: i64) -
     Ok(())
 }
 
-/// The replay step of an admission.
+/// The replay step of an admission. Entries without bounds (unsigned traffic's dedupe) live in a table of their own,
+/// with no principal or count to keep: one upsert decides.
 fn claim_message(conn: &Connection, claim: &ReplayClaim, now: i64) -> Result<ReplayVerdict, StoreError> {
+    if claim.max_per_principal.is_none() && claim.max_total.is_none() {
+        let inserted = conn
+            .prepare_cached(
+                "INSERT INTO dedupe (key, expires_ms) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE \
+                 SET expires_ms = excluded.expires_ms WHERE dedupe.expires_ms <= ?3",
+            )
+            .and_then(|mut st| st.execute(params![claim.key, claim.expires_at_ms, now]))
+            .map_err(unavailable)?;
+        return Ok(if inserted == 0 { ReplayVerdict::Seen } else { ReplayVerdict::Fresh });
+    }
     let seen: Option<i64> = conn
         .prepare_cached("SELECT expires_ms FROM replay WHERE key = ?1")
         .and_then(|mut st| st.query_row(params![claim.key], |r| r.get(0)).optional())
