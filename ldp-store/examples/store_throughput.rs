@@ -6,6 +6,8 @@
 //! cargo run --release -p ldp-store --example store_throughput [-- TASKS_PER_WORKER WORKERS]
 //! ```
 //!
+//! `LDP_BENCH_STORES=memory,sqlite` runs only those rows (by name prefix).
+//!
 //! Redis is a throwaway `redis-server` (installed by `scripts/redis-server.sh` when missing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -101,6 +103,13 @@ async fn main() {
         ("sqlite (full)", Some(Arc::new(SqliteStore::open(&dir.join("full.db"), full).unwrap()))),
         ("redis", Some(Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap()))),
     ];
+    // `LDP_BENCH_STORES=memory,sqlite` runs only the rows whose names start with one of these.
+    let only: Option<Vec<String>> =
+        std::env::var("LDP_BENCH_STORES").ok().map(|v| v.split(',').map(str::to_owned).collect());
+    let backends: Vec<_> = backends
+        .into_iter()
+        .filter(|(name, _)| only.as_ref().is_none_or(|o| o.iter().any(|p| name.starts_with(p.as_str()))))
+        .collect();
     println!("{workers} clients x {tasks} tasks each, echo delegate, in process");
     println!("| store | tasks/s | vs none | vs memory | p50 | p99 |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: |");

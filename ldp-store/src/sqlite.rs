@@ -183,6 +183,8 @@ impl SqliteStore {
         conn.execute_batch(synchronous(cfg.sqlite_durability)).map_err(fail)?;
         // Savepoints write their undo pages to a statement journal: in memory, not a temporary file.
         conn.execute_batch("PRAGMA temp_store=MEMORY;").map_err(fail)?;
+        // Pages the writer keeps in memory (64 MiB): a page read back from the file costs a system call.
+        conn.execute_batch("PRAGMA cache_size=-65536;").map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
         let (writer, queue) = mpsc::channel::<Box<dyn Op>>();
         std::thread::Builder::new()
