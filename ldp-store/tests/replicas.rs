@@ -324,10 +324,11 @@ fn cancel_envelope(session_id: &str, task_id: &str) -> Envelope {
 async fn replay_window_total_bound_spans_replicas(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let mut security = SecurityConfig::symmetric(key());
-    let mut bounds = ldp_session::ReplayConfig::default();
-    bounds.max_entries = 3;
-    bounds.max_entries_per_principal = 2;
-    security.replay = Some(bounds);
+    security.replay = Some(ldp_session::ReplayConfig {
+        max_entries: 3,
+        max_entries_per_principal: 2,
+        ..ldp_session::ReplayConfig::default()
+    });
     let lease = Duration::from_secs(30);
     let (a, _ra) = replica_with(a_store, &runs, lease, security.clone());
     let (b, _rb) = replica_with(b_store, &runs, lease, security);

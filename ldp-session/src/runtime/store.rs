@@ -109,8 +109,8 @@ impl DelegateRuntime {
         if checked.signature().is_err() {
             return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
         }
-        let mut admission = Admission::default();
-        admission.replay = lock(&self.inner.responder).replay_claim(peer, env);
+        let mut admission =
+            Admission { replay: lock(&self.inner.responder).replay_claim(peer, env), ..Admission::default() };
         if needs_session(env) {
             admission.session_id = Some(env.session_id.clone());
             let key = |task_id: &str| TaskKey { session_id: env.session_id.clone(), task_id: task_id.to_owned() };
@@ -147,12 +147,10 @@ impl DelegateRuntime {
                     r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
                 }
                 // Established nowhere, or ended long ago: a session live only here has ended.
-                Some(_) => {
-                    if r.session_state(&env.session_id).is_some() {
-                        r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
-                    }
+                Some(_) if r.session_state(&env.session_id).is_some() => {
+                    r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
                 }
-                None => {}
+                _ => {}
             }
             Ok(())
         })?;
