@@ -6,7 +6,7 @@
 //! | backend | for | durability |
 //! | --- | --- | --- |
 //! | [`MemoryStore`] | replicas in one process (tests), or a single process that needs the runtime's store path | none: gone with the process |
-//! | [`SqliteStore`] (feature `sqlite`) | one replica that must survive restarts and `kill -9` | WAL journal, `synchronous=FULL`: a call that returned is on disk |
+//! | [`SqliteStore`] (feature `sqlite`) | one replica that must survive restarts and `kill -9` | WAL journal, group commit; [`Durability::Process`] (default, `synchronous=NORMAL`): a call that returned survives the process dying; [`Durability::Full`] (`synchronous=FULL`): also a power cut |
 //! | [`RedisStore`] (feature `redis`) | N replicas behind a load balancer | Redis's own (RDB/AOF as the operator configures it) |
 //!
 //! `ldp serve --store memory|sqlite:PATH|redis://HOST:PORT[/DB]` picks one ([`StoreSpec`]); `memory` there means no
