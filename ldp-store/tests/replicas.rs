@@ -349,6 +349,53 @@ async fn replay_window_total_bound_spans_replicas(a_store: Arc<dyn Store>, b_sto
     assert_eq!(error_code(&send(&b, &y_first).await), codes::REPLAY_DETECTED);
 }
 
+/// The admission claims a TASK_SUBMIT's id before the machine judges it; a submission the machine refuses (an
+/// unknown skill) gives the id back, so the same task id, submitted again rightly, runs on the other replica instead
+/// of being refused DUPLICATE_TASK.
+async fn a_refused_submission_leaves_its_task_id_free(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (a, _ra) = replica(a_store, &runs, Duration::from_secs(30));
+    let (b, _rb) = replica(b_store, &runs, Duration::from_secs(30));
+    let mut init = initiator();
+    let session_id = establish(&mut init, &a).await;
+    let bad = init.submit(&session_id, "no-such-skill", serde_json::json!({"n": 1}), None, None).unwrap();
+    let refused = send(&a, &bad).await;
+    let code = error_code(&refused);
+    assert_ne!(code, codes::DUPLICATE_TASK);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let mut good = Envelope::from_slice(&bad.to_vec().unwrap()).unwrap();
+    good.message_id = format!("again-{}", rand_id());
+    good.nonce = Some(rand_id());
+    if let Body::TaskSubmit(t) = &mut good.body {
+        t.skill = "work".to_owned();
+    }
+    ldp_types::signing::sign(&mut good, &key()).unwrap();
+    let answer = send(&b, &good).await;
+    assert!(matches!(answer.body, Body::TaskResult(_)), "the id stayed claimed: {}", error_code(&answer));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_refused_submission_frees_its_id() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    a_refused_submission_leaves_its_task_id_free(store.clone(), store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_refused_submission_frees_its_id() {
+    let (dir, a, b) = sqlite_pair("refused");
+    a_refused_submission_leaves_its_task_id_free(a, b).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_refused_submission_frees_its_id() {
+    let server = ldp_store::test_redis::RedisServer::start().unwrap();
+    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    a_refused_submission_leaves_its_task_id_free(a, b).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_cancel_reaches_the_owner() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
