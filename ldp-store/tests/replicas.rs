@@ -2,8 +2,9 @@
 //! proposed on A continues on B; a TASK_SUBMIT resent to the other replica is DUPLICATE_TASK and never runs twice; a
 //! status query on A returns the result of a task that ran on B; a signed message accepted by A and replayed to B
 //! is refused; a close on B ends the session on A; a task whose replica stops renewing its lease is failed
-//! TASK_LEASE_EXPIRED (retryable) for a status query on the other. Redis is a real `redis-server` (installed by
-//! `scripts/redis-server.sh` when missing; never skipped).
+//! TASK_LEASE_EXPIRED (retryable) for a status query on the other; a TASK_CANCEL sent to B reaches the task running
+//! on A; the replay window's global bound holds across replicas; a submission the machine refuses gives its task id
+//! back. Redis is a real `redis-server` (installed by `scripts/redis-server.sh` when missing; never skipped).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
