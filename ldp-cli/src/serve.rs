@@ -224,6 +224,11 @@ pub struct StoreArgs {
     /// the store, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub result_ttl: u64,
+    /// How durable an SQLite commit is before the peer is answered: `process` (synchronous=NORMAL: survives the
+    /// process dying, kill -9 included; an OS crash or power cut may lose the last commits) or `full`
+    /// (synchronous=FULL: an fsync per commit batch; also survives power loss).
+    #[arg(long, value_name = "MODE", default_value = "process")]
+    pub sqlite_durability: ldp_store::Durability,
 }
 
 impl StoreArgs {
@@ -232,6 +237,7 @@ impl StoreArgs {
         let mut cfg = ldp_store::StoreConfig::new(delegate_id);
         cfg.result_ttl = Duration::from_secs(self.result_ttl.max(1));
         cfg.closed_ttl = cfg.result_ttl;
+        cfg.sqlite_durability = self.sqlite_durability;
         let Some(store) = ldp_store::open(&self.store, cfg).await.map_err(|e| format!("--store: {e}"))? else {
             return Ok("memory".to_owned());
         };

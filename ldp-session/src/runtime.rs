@@ -25,7 +25,10 @@ use crate::error::Refusal;
 use crate::responder::{
     Aborted, Delivery, History, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
 };
-use crate::shared::{SessionLookup, SharedTask, TaskClaim, needs_session};
+use crate::shared::{
+    Admission, Admitted, ReplayVerdict, SessionLookup, SharedTask, SharedTaskStatus, TaskAnswer, TaskClaim, TaskStep,
+    needs_session,
+};
 use crate::store::{Store, StoreError, StoreOptions};
 
 /// A TASK_UPDATE from a running task: progress, or a chunk of its output.
@@ -220,7 +223,7 @@ enum WindDown {
 }
 
 /// What the machine made of a message: an answer, or a task to run (registered in `running`).
-enum Admission {
+enum Decision {
     Answer(Response),
     Execute { task: TaskRequest, stop: oneshot::Receiver<Envelope>, cancelled: watch::Receiver<bool> },
 }
@@ -467,15 +470,15 @@ impl DelegateRuntime {
         }
         // The task's parts are moved into the future and out of scope before the `.await` (see `handle_with`).
         let execution = match self.admit(peer, checked, None) {
-            Admission::Answer(response) => return response,
-            Admission::Execute { task, stop, cancelled } => self.execute(task, stop, cancelled, updates, in_place),
+            Decision::Answer(response) => return response,
+            Decision::Execute { task, stop, cancelled } => self.execute(task, stop, cancelled, updates, in_place),
         };
         execution.await
     }
 
     /// Runs the machine on a checked message (with the store's record of its task, for a status query on a
     /// replica that does not run it), registering a task it admits before the machine's lock is released.
-    fn admit(&self, peer: &PeerContext, checked: crate::Checked, remote: Option<&SharedTask>) -> Admission {
+    fn admit(&self, peer: &PeerContext, checked: crate::Checked, remote: Option<&SharedTask>) -> Decision {
         let now = self.now();
         let outcome = self.with_responder(|r| {
             let outcome = r.handle_checked_shared(now, peer, checked, remote);
@@ -495,12 +498,12 @@ impl DelegateRuntime {
             };
             (outcome, stop)
         });
-        Admission::Answer(match outcome {
+        Decision::Answer(match outcome {
             (Err(refusal), _) => Response::Refused(refusal),
             (Ok(Outcome::Reply(env) | Outcome::Cancel { reply: env, .. }), _) => Response::Reply(env),
             (Ok(Outcome::Accepted), _) => Response::Accepted,
             (Ok(Outcome::Execute(task)), Some((stop, cancelled))) => {
-                return Admission::Execute { task, stop, cancelled };
+                return Decision::Execute { task, stop, cancelled };
             }
             // Registration above always yields a receiver for `Execute`.
             (Ok(Outcome::Execute(_)), None) => Response::Accepted,

@@ -156,9 +156,7 @@ impl ReplayGuard {
             return Err(share_full());
         }
         if self.seen.len() >= cfg.max_entries {
-            return Err(
-                LdpError::runtime(codes::CAPACITY_EXCEEDED, "replay table full; retry later").with_retryable(true)
-            );
+            return Err(table_full());
         }
         // One allocation per principal, shared by its entries.
         let principal = held.map_or_else(|| Arc::from(principal), |(p, _)| p.clone());
@@ -173,6 +171,11 @@ impl ReplayGuard {
 /// The refusal of a signed message seen before (by this table or a shared store's).
 pub(crate) fn replay_detected(env: &Envelope) -> LdpError {
     LdpError::security(codes::REPLAY_DETECTED, format!("message {} was already received", env.message_id))
+}
+
+/// The refusal of a message when the replay window holds its global bound: retryable, nothing is evicted.
+pub(crate) fn table_full() -> LdpError {
+    LdpError::runtime(codes::CAPACITY_EXCEEDED, "replay table full; retry later").with_retryable(true)
 }
 
 /// The refusal of a message whose sender's share of the replay window is full (retryable: entries leave with it).

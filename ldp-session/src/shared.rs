@@ -125,6 +125,18 @@ impl SharedTask {
         Some(task)
     }
 
+    /// The record of a task cancelled through the store (a TASK_CANCEL that reached another replica than the one
+    /// running it): failed `CANCELLED`, not retryable, as a cancel on the owner answers.
+    pub fn cancelled(&self) -> Self {
+        let mut failed = self.clone();
+        failed.status = SharedTaskStatus::Failed;
+        failed.error = Some(Box::new(
+            LdpError::runtime(codes::CANCELLED, "cancelled by the initiator (through another replica)")
+                .with_retryable(false),
+        ));
+        failed
+    }
+
     /// The failure a task whose owner stopped renewing its lease ends with: typed and retryable
     /// (`TASK_LEASE_EXPIRED`), so the initiator knows it may submit it again.
     pub fn lease_expired(&self) -> Self {
@@ -161,6 +173,9 @@ pub enum ReplayVerdict {
     Seen,
     /// The principal's share of the window is full (refused retryably, never evicting).
     Full,
+    /// The window as a whole holds its global bound ([`ReplayClaim::max_total`]; refused retryably, never
+    /// evicting).
+    TableFull,
 }
 
 /// The record of one inbound message in the shared replay window: the machine decides the key, the principal it
@@ -176,6 +191,88 @@ pub struct ReplayClaim {
     pub expires_at_ms: i64,
     /// The most entries one principal may hold at once (`None`: no share, the entries leave with their window).
     pub max_per_principal: Option<usize>,
+    /// The most entries the whole window may hold at once, across principals and replicas (`None`: no bound, the
+    /// entries leave with their window).
+    pub max_total: Option<usize>,
+}
+
+impl ReplayClaim {
+    /// An entry for `key`, counted against `principal`, kept until `expires_at_ms`, with no bounds (set
+    /// `max_per_principal` and `max_total` for signed traffic, as [`crate::Responder::replay_claim`] does).
+    pub fn new(principal: impl Into<String>, key: impl Into<String>, expires_at_ms: i64) -> Self {
+        Self { principal: principal.into(), key: key.into(), expires_at_ms, max_per_principal: None, max_total: None }
+    }
+}
+
+/// What the store settles for one inbound message before the machine sees it, as **one** atomic operation
+/// ([`crate::store::Store::admit`]): one round trip per message instead of one per step. The steps run in this
+/// order and each runs only when the one before let the message through:
+///
+/// 1. `replay`: the message's replay entry, inserted if absent (not `Fresh`: nothing else happens);
+/// 2. `session_id`: the session looked up, its TTL restarted when live (not live: nothing else happens);
+/// 3. `task`: a step on one task of that session (a TASK_SUBMIT's claim, a status query's read, a TASK_CANCEL's
+///    cancel).
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Admission {
+    /// The message's replay entry, if it has one ([`crate::Responder::replay_claim`]).
+    pub replay: Option<ReplayClaim>,
+    /// The session to look up ([`needs_session`]).
+    pub session_id: Option<String>,
+    /// A step on a task of that session, taken only while the session is live.
+    pub task: Option<TaskStep>,
+}
+
+/// The task step of an [`Admission`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TaskStep {
+    /// Claim the task for `task.owner` with a lease (a TASK_SUBMIT), by [`SharedTask::claimable`]. The machine has
+    /// not admitted the task yet: a claim it then refuses is taken back ([`crate::store::Store::release_task`]).
+    Claim {
+        /// The task.
+        key: crate::TaskKey,
+        /// Its running record.
+        task: SharedTask,
+        /// How long the claim holds without renewal.
+        lease: std::time::Duration,
+    },
+    /// Read the task's record, a lapsed lease failed first (a status query).
+    Read(crate::TaskKey),
+    /// Cancel the task if it runs on some replica with a live lease (a TASK_CANCEL for a task this replica does not
+    /// run): its record becomes [`SharedTask::cancelled`], which its owner sees at its next lease renewal.
+    Cancel(crate::TaskKey),
+}
+
+/// The store's answer to an [`Admission`]. A step that did not run (an earlier one stopped the message) is `None`.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Admitted {
+    /// The replay verdict (`Fresh` when the message has no entry).
+    pub replay: ReplayVerdict,
+    /// The session as the store has it.
+    pub session: Option<SessionLookup>,
+    /// The task step's answer.
+    pub task: Option<TaskAnswer>,
+}
+
+impl Admitted {
+    /// The answer when nothing was asked, or only a replay entry.
+    pub fn replay_only(replay: ReplayVerdict) -> Self {
+        Self { replay, session: None, task: None }
+    }
+}
+
+/// The answer to a [`TaskStep`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TaskAnswer {
+    /// The claim's outcome.
+    Claim(TaskClaim),
+    /// The record read (`None`: not in the store).
+    Read(Option<SharedTask>),
+    /// The cancelled record, `None` when there was no running task with a live lease to cancel.
+    Cancel(Option<SharedTask>),
 }
 
 /// Whether a message is one whose session a driver looks up in the store first: every message that names a

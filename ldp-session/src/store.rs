@@ -2,7 +2,8 @@
 //! a shared store so that replicas of one delegate serve the same sessions (issue 17). The records are the
 //! machine's (`crate::shared`); backends (memory, SQLite, Redis) live in the `ldp-store` crate.
 //!
-//! Every operation is one atomic step in the store. The runtime puts a timeout on each call
+//! Every operation is one atomic step in the store, and the steps around one message are one operation
+//! ([`Store::admit`]). The runtime puts a timeout on each call
 //! ([`StoreOptions::timeout`]); a failure or timeout becomes a typed, retryable `STORE_UNAVAILABLE` refusal on the
 //! wire ([`StoreError::to_ldp`]), never a 500 or a hang.
 
@@ -12,7 +13,7 @@ use async_trait::async_trait;
 use ldp_types::{LdpError, codes};
 
 use crate::TaskKey;
-use crate::shared::{ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, TaskClaim};
+use crate::shared::{Admission, Admitted, SharedSession, SharedTask, TaskClaim};
 
 /// Why a store call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,35 +78,57 @@ impl StoreOptions {
     }
 }
 
-/// A store shared by the replicas of one delegate. Each method is one atomic operation in the store.
+/// A store shared by the replicas of one delegate. Each method is one atomic operation in the store, and the runtime
+/// makes at most two per TASK_SUBMIT ([`Store::admit`] before the machine, [`Store::finish_task`] before the
+/// answer): round trips, not the work inside them, are what a store costs.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// The backend's name, for errors and logs.
     fn backend(&self) -> &'static str;
 
-    /// Inserts a message's replay entry if absent (kept until `claim.expires_at_ms`), counted against its
-    /// principal: `Fresh` when inserted, `Seen` when present, `Full` when the principal holds its share already.
-    async fn claim_message(&self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError>;
+    /// Settles what the store must before the machine sees a message, as one atomic operation, steps in the order
+    /// [`Admission`] gives, each only when the one before let the message through:
+    ///
+    /// - the replay entry, inserted if absent (kept until its `expires_at_ms`) and counted against its principal's
+    ///   share and the window's total: `Fresh` when inserted, `Seen` when present, `Full` / `TableFull` (nothing
+    ///   inserted) when the share / the total is at its bound;
+    /// - the session, looked up with its TTL restarted when live (closed and expired sessions are kept as markers
+    ///   for the backend's marker time);
+    /// - the task step, while the session is live: a claim by [`SharedTask::claimable`] (the lease starts), a read
+    ///   (a running task whose lease has passed failed first with [`SharedTask::lease_expired`]), or a cancel (a
+    ///   running task with a live lease becomes [`SharedTask::cancelled`] and loses its lease).
+    async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError>;
 
     /// Records a newly established session, expiring after its TTL without a message (then looked up as
     /// `Expired` for a while, the backend's marker time); `false` (and nothing written) when the store holds the id
     /// already (live, closed or expired).
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError>;
 
-    /// Looks a session up, restarting its TTL when it is live.
-    async fn touch_session(&self, session_id: &str) -> Result<SessionLookup, StoreError>;
-
     /// Ends a session everywhere: its record is replaced by a closed marker.
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError>;
 
-    /// Claims a task for `task.owner` with a lease, if its id is free by [`SharedTask::claimable`].
+    /// Claims a task for `task.owner` with a lease, if its id is free by [`SharedTask::claimable`] (the runtime
+    /// claims in [`Store::admit`]; this is for a task admitted without that step).
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError>;
 
-    /// Extends the leases of `owner`'s running tasks.
-    async fn renew_leases(&self, owner: &str, keys: &[TaskKey], lease: Duration) -> Result<(), StoreError>;
+    /// Takes back `owner`'s claim of a task the machine then refused (it never ran): the record goes if it is still
+    /// `owner`'s and running.
+    async fn release_task(&self, key: &TaskKey, owner: &str) -> Result<(), StoreError>;
 
-    /// Records how a task ended (its result or failure), kept for status queries from any replica.
-    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<(), StoreError>;
+    /// Extends the leases of `owner`'s running tasks, and returns those of `keys` that are no longer running
+    /// under `owner` in the store, with their records (cancelled through another replica, or failed or taken over
+    /// after a lapsed lease): the owner stops them.
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        keys: &[TaskKey],
+        lease: Duration,
+    ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError>;
+
+    /// Records how a task ended (its result or failure) and releases its lease, kept for status queries from any
+    /// replica; only while the task is running under `task.owner` (a task cancelled elsewhere, failed after a lapsed
+    /// lease or claimed by another keeps that record). Returns whether it was recorded.
+    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<bool, StoreError>;
 
     /// A task's record. A running task whose lease has passed is failed first, in the same atomic step, with
     /// [`SharedTask::lease_expired`].

@@ -1,10 +1,12 @@
 //! TASK_SUBMIT -> TASK_RESULT throughput and latency of one `DelegateRuntime` (echo delegate, in process, no
-//! transport) without a store and with each backend, side by side in one run; and the Redis memory an idle session
-//! costs. Figures for `BENCHMARKS.md`:
+//! transport) without a store and with each backend (SQLite in both durability modes), side by side in one run; and
+//! the Redis memory an idle session costs. Figures for `BENCHMARKS.md`:
 //!
 //! ```sh
 //! cargo run --release -p ldp-store --example store_throughput [-- TASKS_PER_WORKER WORKERS]
 //! ```
+//!
+//! `LDP_BENCH_STORES=memory,sqlite` runs only those rows (by name prefix).
 //!
 //! Redis is a throwaway `redis-server` (installed by `scripts/redis-server.sh` when missing).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -17,7 +19,7 @@ use ldp_session::store::{Store, StoreOptions};
 use ldp_session::{
     Initiator, InitiatorConfig, InitiatorEvent, PeerContext, Responder, ResponderConfig, SeededIds, SystemClock,
 };
-use ldp_store::{MemoryStore, RedisStore, SqliteStore, StoreConfig};
+use ldp_store::{Durability, MemoryStore, RedisStore, SqliteStore, StoreConfig};
 use ldp_types::{Body, Capability, DelegateId, IdentityCard, SessionConfig};
 
 const DELEGATE: &str = "ldp:delegate:bench";
@@ -92,20 +94,35 @@ async fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let redis = ldp_store::test_redis::RedisServer::start().unwrap();
     let cfg = StoreConfig::new(DELEGATE);
+    let mut full = cfg.clone();
+    full.sqlite_durability = Durability::Full;
     let backends: Vec<(&str, Option<Arc<dyn Store>>)> = vec![
         ("none (machine only)", None),
         ("memory", Some(Arc::new(MemoryStore::new(cfg.clone())))),
-        ("sqlite", Some(Arc::new(SqliteStore::open(&dir.join("bench.db"), cfg.clone()).unwrap()))),
+        ("sqlite (process)", Some(Arc::new(SqliteStore::open(&dir.join("process.db"), cfg.clone()).unwrap()))),
+        ("sqlite (full)", Some(Arc::new(SqliteStore::open(&dir.join("full.db"), full).unwrap()))),
         ("redis", Some(Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap()))),
     ];
+    // `LDP_BENCH_STORES=memory,sqlite` runs only the rows whose names start with one of these.
+    let only: Option<Vec<String>> =
+        std::env::var("LDP_BENCH_STORES").ok().map(|v| v.split(',').map(str::to_owned).collect());
+    let backends: Vec<_> = backends
+        .into_iter()
+        .filter(|(name, _)| only.as_ref().is_none_or(|o| o.iter().any(|p| name.starts_with(p.as_str()))))
+        .collect();
     println!("{workers} clients x {tasks} tasks each, echo delegate, in process");
-    println!("| store | tasks/s | vs none | p50 | p99 |");
-    println!("| --- | --- | --- | --- | --- |");
-    let mut base = None;
+    println!("| store | tasks/s | vs none | vs memory | p50 | p99 |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    let (mut base, mut memory) = (None, None);
     for (name, store) in backends {
+        let is_memory = name == "memory";
         let (rate, p50, p99) = measure(runtime(store), workers, tasks).await;
         let base = *base.get_or_insert(rate);
-        println!("| {name} | {rate:.0} | {:.2}x | {p50:.2?} | {p99:.2?} |", rate / base);
+        if is_memory {
+            memory = Some(rate);
+        }
+        let vs_memory = memory.map(|m| format!("{:.2}x", rate / m)).unwrap_or_default();
+        println!("| {name} | {rate:.0} | {:.2}x | {vs_memory} | {p50:.2?} | {p99:.2?} |", rate / base);
     }
 
     // Memory per idle session in Redis: used_memory before and after establishing sessions.

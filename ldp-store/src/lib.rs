@@ -6,7 +6,7 @@
 //! | backend | for | durability |
 //! | --- | --- | --- |
 //! | [`MemoryStore`] | replicas in one process (tests), or a single process that needs the runtime's store path | none: gone with the process |
-//! | [`SqliteStore`] (feature `sqlite`) | one replica that must survive restarts and `kill -9` | WAL journal, `synchronous=FULL`: a call that returned is on disk |
+//! | [`SqliteStore`] (feature `sqlite`) | one replica that must survive restarts and `kill -9` | WAL journal, group commit; [`Durability::Process`] (default, `synchronous=NORMAL`): a call that returned survives the process dying; [`Durability::Full`] (`synchronous=FULL`): also a power cut |
 //! | [`RedisStore`] (feature `redis`) | N replicas behind a load balancer | Redis's own (RDB/AOF as the operator configures it) |
 //!
 //! `ldp serve --store memory|sqlite:PATH|redis://HOST:PORT[/DB]` picks one ([`StoreSpec`]); `memory` there means no
@@ -32,7 +32,7 @@ pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis_store::RedisStore;
 #[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
+pub use sqlite::{MAX_BATCH, SqliteStore};
 
 /// What every backend keeps, besides the records themselves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,15 +45,47 @@ pub struct StoreConfig {
     /// How long a closed or expired session's marker is kept (late messages are told `SESSION_CLOSED` or
     /// `SESSION_EXPIRED` by every replica).
     pub closed_ttl: Duration,
+    /// How durable an SQLite commit is before its caller (and so the peer) is answered.
+    pub sqlite_durability: Durability,
+}
+
+/// How durable an SQLite commit is before its caller is answered (the WAL journal either way, one commit per batch
+/// of concurrent operations: see [`SqliteStore`]'s module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// `synchronous=NORMAL`: committed to the WAL file (`write()`) before the answer, fsynced at checkpoints. An
+    /// acknowledged operation survives the process dying at any point (`kill -9`, a panic, OOM); an OS crash or a
+    /// power cut may lose the last commits (never corrupting the database).
+    #[default]
+    Process,
+    /// `synchronous=FULL`: the WAL fsynced at every commit (one fsync per batch) before the answer; an acknowledged
+    /// operation also survives an OS crash or a power cut.
+    Full,
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    /// `process` (or `normal`, SQLite's name) or `full`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "process" | "normal" => Ok(Self::Process),
+            "full" => Ok(Self::Full),
+            _ => Err(format!("{s:?} is not a durability: expected process or full")),
+        }
+    }
 }
 
 impl StoreConfig {
-    /// A configuration for `namespace` (the delegate id), keeping results and closed markers for an hour.
+    /// A configuration for `namespace` (the delegate id), keeping results and closed markers for an hour, SQLite
+    /// with [`Durability::Process`].
     pub fn new(namespace: impl Into<String>) -> Self {
         Self {
             namespace: namespace.into(),
             result_ttl: Duration::from_secs(3600),
             closed_ttl: Duration::from_secs(3600),
+            sqlite_durability: Durability::default(),
         }
     }
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskClaim,
+    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus,
+    TaskAnswer, TaskClaim, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 
@@ -75,38 +76,122 @@ impl MemoryStore {
     }
 }
 
+impl Tables {
+    /// The replay step of an admission.
+    fn claim_message(&mut self, claim: &ReplayClaim, now: i64, marker: i64) -> ReplayVerdict {
+        if let Some((principal, expires)) = self.replay.get(&claim.key) {
+            if *expires > now {
+                return ReplayVerdict::Seen;
+            }
+            let principal = principal.clone();
+            self.replay.remove(&claim.key);
+            if let Some(n) = self.per_principal.get_mut(&principal) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        let held = |t: &Self| t.per_principal.get(&claim.principal).copied().unwrap_or(0);
+        let share_full = |t: &Self| claim.max_per_principal.is_some_and(|max| held(t) >= max);
+        let table_full = |t: &Self| claim.max_total.is_some_and(|max| t.replay.len() >= max);
+        if share_full(self) || table_full(self) {
+            // Entries past their expiry still count until swept: sweep now before refusing.
+            self.since_sweep = SWEEP_EVERY;
+            self.sweep(now, marker);
+            if share_full(self) {
+                return ReplayVerdict::Full;
+            }
+            if table_full(self) {
+                return ReplayVerdict::TableFull;
+            }
+        }
+        self.replay.insert(claim.key.clone(), (claim.principal.clone(), claim.expires_at_ms));
+        *self.per_principal.entry(claim.principal.clone()).or_insert(0) += 1;
+        ReplayVerdict::Fresh
+    }
+
+    /// The session step of an admission: the lookup, restarting a live session's TTL.
+    fn touch_session(&mut self, session_id: &str, now: i64, marker: i64) -> SessionLookup {
+        let Some((record, expires)) = self.sessions.get_mut(session_id) else { return SessionLookup::Unknown };
+        match record {
+            Some(_) if *expires <= now && expires.saturating_add(marker) > now => SessionLookup::Expired,
+            Some(s) if *expires > now => {
+                *expires = now.saturating_add(ms(Duration::from_secs(s.ttl_secs)));
+                SessionLookup::Live(s.clone())
+            }
+            None if *expires > now => SessionLookup::Closed,
+            _ => SessionLookup::Unknown,
+        }
+    }
+
+    fn claim_task(&mut self, key: &TaskKey, task: &SharedTask, lease: Duration, now: i64, keep: i64) -> TaskClaim {
+        if let Some((held, expires)) = self.tasks.get(key)
+            && *expires > now
+            && !held.claimable(held.lease_until_ms > now)
+        {
+            return TaskClaim::Taken;
+        }
+        let mut task = task.clone();
+        task.lease_until_ms = now.saturating_add(ms(lease));
+        self.tasks.insert(key.clone(), (task, now.saturating_add(keep)));
+        TaskClaim::Claimed
+    }
+
+    /// A live task record, a lapsed lease failed first.
+    fn read_task(&mut self, key: &TaskKey, now: i64) -> Option<SharedTask> {
+        let (task, expires) = self.tasks.get_mut(key)?;
+        if *expires <= now {
+            return None;
+        }
+        if task.status == SharedTaskStatus::Running && task.lease_until_ms <= now {
+            *task = task.lease_expired();
+        }
+        Some(task.clone())
+    }
+
+    fn cancel_task(&mut self, key: &TaskKey, now: i64) -> Option<SharedTask> {
+        let (task, expires) = self.tasks.get_mut(key)?;
+        if *expires <= now || task.status != SharedTaskStatus::Running || task.lease_until_ms <= now {
+            return None;
+        }
+        *task = task.cancelled();
+        Some(task.clone())
+    }
+}
+
 #[async_trait]
 impl Store for MemoryStore {
     fn backend(&self) -> &'static str {
         "memory"
     }
 
-    async fn claim_message(&self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError> {
+    async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
         let now = now_ms();
+        let marker = ms(self.cfg.closed_ttl);
         let mut t = self.tables();
-        t.sweep(now, ms(self.cfg.closed_ttl));
-        if let Some((principal, expires)) = t.replay.get(&claim.key) {
-            if *expires > now {
-                return Ok(ReplayVerdict::Seen);
-            }
-            let principal = principal.clone();
-            t.replay.remove(&claim.key);
-            if let Some(n) = t.per_principal.get_mut(&principal) {
-                *n = n.saturating_sub(1);
-            }
+        t.sweep(now, marker);
+        let replay = match &admission.replay {
+            Some(claim) => t.claim_message(claim, now, marker),
+            None => ReplayVerdict::Fresh,
+        };
+        let mut admitted = Admitted::replay_only(replay);
+        let Some(session_id) = admission.session_id.as_deref().filter(|_| replay == ReplayVerdict::Fresh) else {
+            return Ok(admitted);
+        };
+        let session = t.touch_session(session_id, now, marker);
+        let live = matches!(session, SessionLookup::Live(_));
+        admitted.session = Some(session);
+        if !live {
+            return Ok(admitted);
         }
-        let held = t.per_principal.get(&claim.principal).copied().unwrap_or(0);
-        if claim.max_per_principal.is_some_and(|max| held >= max) {
-            // Entries past their expiry still count until swept: sweep now before refusing.
-            t.since_sweep = SWEEP_EVERY;
-            t.sweep(now, ms(self.cfg.closed_ttl));
-            if t.per_principal.get(&claim.principal).copied().unwrap_or(0) >= held {
-                return Ok(ReplayVerdict::Full);
+        admitted.task = admission.task.as_ref().map(|step| match step {
+            TaskStep::Claim { key, task, lease } => {
+                TaskAnswer::Claim(t.claim_task(key, task, *lease, now, ms(self.cfg.result_ttl)))
             }
-        }
-        t.replay.insert(claim.key.clone(), (claim.principal.clone(), claim.expires_at_ms));
-        *t.per_principal.entry(claim.principal.clone()).or_insert(0) += 1;
-        Ok(ReplayVerdict::Fresh)
+            TaskStep::Read(key) => TaskAnswer::Read(t.read_task(key, now)),
+            TaskStep::Cancel(key) => TaskAnswer::Cancel(t.cancel_task(key, now)),
+            // A step this backend does not know is not taken.
+            _ => TaskAnswer::Read(None),
+        });
+        Ok(admitted)
     }
 
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
@@ -126,23 +211,6 @@ impl Store for MemoryStore {
         Ok(true)
     }
 
-    async fn touch_session(&self, session_id: &str) -> Result<SessionLookup, StoreError> {
-        let now = now_ms();
-        let mut t = self.tables();
-        t.sweep(now, ms(self.cfg.closed_ttl));
-        let marker = ms(self.cfg.closed_ttl);
-        let Some((record, expires)) = t.sessions.get_mut(session_id) else { return Ok(SessionLookup::Unknown) };
-        match record {
-            Some(_) if *expires <= now && expires.saturating_add(marker) > now => Ok(SessionLookup::Expired),
-            Some(s) if *expires > now => {
-                *expires = now.saturating_add(ms(Duration::from_secs(s.ttl_secs)));
-                Ok(SessionLookup::Live(s.clone()))
-            }
-            None if *expires > now => Ok(SessionLookup::Closed),
-            _ => Ok(SessionLookup::Unknown),
-        }
-    }
-
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
         let now = now_ms();
         let mut t = self.tables();
@@ -154,52 +222,55 @@ impl Store for MemoryStore {
         let now = now_ms();
         let mut t = self.tables();
         t.sweep(now, ms(self.cfg.closed_ttl));
-        if let Some((held, expires)) = t.tasks.get(key)
-            && *expires > now
-            && !held.claimable(held.lease_until_ms > now)
-        {
-            return Ok(TaskClaim::Taken);
-        }
-        let mut task = task.clone();
-        task.lease_until_ms = now.saturating_add(ms(lease));
-        t.tasks.insert(key.clone(), (task, now.saturating_add(ms(self.cfg.result_ttl))));
-        Ok(TaskClaim::Claimed)
+        Ok(t.claim_task(key, task, lease, now, ms(self.cfg.result_ttl)))
     }
 
-    async fn renew_leases(&self, owner: &str, keys: &[TaskKey], lease: Duration) -> Result<(), StoreError> {
-        let until = now_ms().saturating_add(ms(lease));
+    async fn release_task(&self, key: &TaskKey, owner: &str) -> Result<(), StoreError> {
         let mut t = self.tables();
+        if t.tasks.get(key).is_some_and(|(task, _)| task.owner == owner && task.status == SharedTaskStatus::Running) {
+            t.tasks.remove(key);
+        }
+        Ok(())
+    }
+
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        keys: &[TaskKey],
+        lease: Duration,
+    ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
+        let now = now_ms();
+        let until = now.saturating_add(ms(lease));
+        let mut t = self.tables();
+        let mut lost = Vec::new();
         for key in keys {
-            if let Some((task, _)) = t.tasks.get_mut(key)
-                && task.owner == owner
-                && task.status == SharedTaskStatus::Running
-            {
-                task.lease_until_ms = until;
+            match t.tasks.get_mut(key) {
+                Some((task, _)) if task.owner == owner && task.status == SharedTaskStatus::Running => {
+                    task.lease_until_ms = until;
+                }
+                Some((task, expires)) if *expires > now => lost.push((key.clone(), task.clone())),
+                _ => {}
             }
         }
-        Ok(())
+        Ok(lost)
     }
 
-    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<(), StoreError> {
+    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<bool, StoreError> {
         let now = now_ms();
         let mut t = self.tables();
-        if t.tasks.get(key).is_some_and(|(held, _)| held.owner != task.owner) {
-            return Ok(());
+        // Absent (expired, or never claimed: a task admitted before the store was attached) is recorded too.
+        if let Some((held, expires)) = t.tasks.get(key)
+            && *expires > now
+            && (held.owner != task.owner || held.status != SharedTaskStatus::Running)
+        {
+            return Ok(false);
         }
         t.tasks.insert(key.clone(), (task.clone(), now.saturating_add(ms(self.cfg.result_ttl))));
-        Ok(())
+        Ok(true)
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
         let now = now_ms();
-        let mut t = self.tables();
-        let Some((task, expires)) = t.tasks.get_mut(key) else { return Ok(None) };
-        if *expires <= now {
-            return Ok(None);
-        }
-        if task.status == SharedTaskStatus::Running && task.lease_until_ms <= now {
-            *task = task.lease_expired();
-        }
-        Ok(Some(task.clone()))
+        Ok(self.tables().read_task(key, now))
     }
 }

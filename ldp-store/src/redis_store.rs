@@ -17,7 +17,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskClaim,
+    Admission, Admitted, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskAnswer,
+    TaskClaim, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use redis::aio::ConnectionManager;
@@ -33,28 +34,90 @@ const CLOSED: &str = "closed";
 /// The value of an expired session's key (kept as a marker until the key's own expiry).
 const EXPIRED: &str = "expired";
 
-/// Looks a session up (KEYS: its key; ARGV: now ms, marker ms). Its value is `<expiry ms>|<record>`: past the expiry
-/// it is `expired`; live, its expiry moves to now + its TTL (read from the record) and the key lives a marker time
-/// longer, and the record is returned; `closed`, or nil when absent.
-const TOUCH: &str = r"
-local v = redis.call('GET', KEYS[1])
-if not v then return false end
-if v == 'closed' then return v end
-local bar = string.find(v, '|', 1, true)
-if not bar then return false end
+/// One message's admission, every step in one script (KEYS: the replay entry, then, for a message in a session, the
+/// session, the task record and the task lease, all in the session's slot; ARGV: now ms, marker ms, the replay
+/// entry's expiry ms or '', the task step ('', claim, read, cancel), the claim's record, owner, lease ms, result TTL
+/// ms). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
+///
+/// - the replay entry: `SET NX PXAT` (present: `seen`, and nothing else runs);
+/// - the session, whose value is `<expiry ms>|<TTL ms>|<record>` (so the script need not decode the record; a
+///   value of the older `<expiry ms>|<record>` form has its TTL read from the record): past the expiry it is
+///   `expired`; live, its expiry moves to now + its TTL, the key lives a marker time longer, and the record is the
+///   reply; `closed`, or nil when absent; not live: nothing else runs;
+/// - claim by the rule of `SharedTask::claimable` (a failed task may be claimed again, a completed one never, a
+///   running one only once its lease key has expired): `1` claimed, `0` taken;
+/// - read and cancel: the record and whether its lease key exists (the caller fails a lapsed lease, or cancels a
+///   live one, with a compare-and-set: `LAPSE`, `CANCEL`).
+const ADMIT: &str = r"
 local now = tonumber(ARGV[1])
-if tonumber(string.sub(v, 1, bar - 1)) <= now then return 'expired' end
-local record = string.sub(v, bar + 1)
-local ok, rec = pcall(cjson.decode, record)
-if not ok or not rec.ttl_secs then return record end
-local ttl = math.floor(rec.ttl_secs * 1000)
-redis.call('SET', KEYS[1], string.format('%d|', now + ttl) .. record, 'PX', ttl + tonumber(ARGV[2]))
-return record
+if ARGV[3] ~= '' then
+  if not redis.call('SET', KEYS[1], 1, 'NX', 'PXAT', ARGV[3]) then return {'seen'} end
+end
+if #KEYS < 2 then return {'fresh'} end
+local v = redis.call('GET', KEYS[2])
+if not v then return {'fresh', false} end
+if v == 'closed' then return {'fresh', v} end
+local bar = string.find(v, '|', 1, true)
+if not bar then return {'fresh', false} end
+if tonumber(string.sub(v, 1, bar - 1)) <= now then return {'fresh', 'expired'} end
+local bar2 = string.find(v, '|', bar + 1, true)
+local ttl = bar2 and tonumber(string.sub(v, bar + 1, bar2 - 1))
+local record
+if ttl then
+  record = string.sub(v, bar2 + 1)
+else
+  record = string.sub(v, bar + 1)
+  local ok, rec = pcall(cjson.decode, record)
+  if ok and rec.ttl_secs then ttl = math.floor(rec.ttl_secs * 1000) end
+end
+if ttl then
+  redis.call('SET', KEYS[2], string.format('%d|%d|', now + ttl, ttl) .. record, 'PX', ttl + tonumber(ARGV[2]))
+end
+local step = ARGV[4]
+if step == 'claim' then
+  local t = redis.call('GET', KEYS[3])
+  if t then
+    local ok2, task = pcall(cjson.decode, t)
+    if ok2 then
+      if task.status == 'completed' then return {'fresh', record, '0'} end
+      if task.status == 'running' and redis.call('EXISTS', KEYS[4]) == 1 then return {'fresh', record, '0'} end
+    end
+  end
+  redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[8])
+  redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[7])
+  return {'fresh', record, '1'}
+end
+if step == 'read' or step == 'cancel' then
+  local t = redis.call('GET', KEYS[3])
+  if not t then return {'fresh', record, false} end
+  return {'fresh', record, t, tostring(redis.call('EXISTS', KEYS[4]))}
+end
+return {'fresh', record}
 ";
 
-/// Claims a task (KEYS: record, lease; ARGV: record, owner, lease ms, result ttl ms) by the rule of
-/// `SharedTask::claimable`: a failed task may be claimed again, a completed one never, a running one only once its
-/// lease key has expired.
+/// Counts a signed message's replay entry against its principal's share and the window's total, both sorted sets
+/// scored by expiry in one slot (KEYS: share, total; ARGV: entry, expiry ms, the most per principal or '', the most in
+/// total or '', now ms): prunes entries past their expiry; `1` counted (or counted already: a replay, which the
+/// admission then refuses), `0` the share is full, `2` the total is.
+const ACCOUNT: &str = r"
+local now = ARGV[5]
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
+if ARGV[3] ~= '' and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+if ARGV[4] ~= '' and not redis.call('ZSCORE', KEYS[2], ARGV[1]) and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
+  return 2
+end
+for i = 1, 2 do
+  redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[i], last[2])
+end
+return 1
+";
+
+/// Claims a task outside an admission (KEYS: record, lease; ARGV: record, owner, lease ms, result ttl ms), by the
+/// same rule as `ADMIT`.
 const CLAIM: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -69,18 +132,39 @@ redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 ";
 
-/// Extends a lease its owner still holds (KEYS: lease; ARGV: owner, lease ms).
-const RENEW: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+/// Takes back a claim of a task that never ran (KEYS: record, lease; ARGV: owner): deleted while it is the owner's
+/// and running.
+const RELEASE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local ok, t = pcall(cjson.decode, v)
+if ok and t.owner == ARGV[1] and t.status == 'running' then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return 1
+end
 return 0
 ";
 
-/// Records how a task ended unless another owner claimed it since (KEYS: record, lease; ARGV: record, owner, ttl).
+/// Extends a lease while the task is running under its owner (KEYS: record, lease; ARGV: owner, lease ms); otherwise
+/// replies the record (cancelled through another replica, failed or taken over after a lapse), nil when gone.
+const RENEW: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+local ok, t = pcall(cjson.decode, v)
+if ok and t.owner == ARGV[1] and t.status == 'running' then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  return false
+end
+return v
+";
+
+/// Records how a task ended and releases its lease, only while it is running under the owner or absent (KEYS:
+/// record, lease; ARGV: record, owner, ttl).
 const FINISH: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v then
   local ok, t = pcall(cjson.decode, v)
-  if ok and t.owner ~= ARGV[2] then return 0 end
+  if not ok or t.owner ~= ARGV[2] or t.status ~= 'running' then return 0 end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
@@ -97,15 +181,15 @@ end
 return 0
 ";
 
-/// Counts a fresh replay entry against its principal's share (KEYS: the share's sorted set; ARGV: entry, expiry ms,
-/// the most entries, now ms): prunes entries past their expiry, refuses (0) when full, else adds (1).
-const SHARE: &str = r"
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[4])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
-return 1
+/// Cancels a running task whose lease is live (KEYS: record, lease; ARGV: the record as read, the cancelled record):
+/// the record is replaced and the lease dropped, so its owner finds it at its next renewal.
+const CANCEL: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+return 0
 ";
 
 /// Shared state in Redis.
@@ -125,12 +209,14 @@ impl std::fmt::Debug for RedisStore {
 }
 
 struct Scripts {
-    touch: Script,
+    admit: Script,
+    account: Script,
     claim: Script,
+    release: Script,
     renew: Script,
     finish: Script,
     lapse: Script,
-    share: Script,
+    cancel: Script,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -154,12 +240,14 @@ impl RedisStore {
         let conn = client.get_connection_manager_lazy(config).map_err(fail)?;
         let namespace: String = cfg.namespace.chars().filter(|c| !matches!(c, '{' | '}')).collect();
         let scripts = Scripts {
-            touch: Script::new(TOUCH),
+            admit: Script::new(ADMIT),
+            account: Script::new(ACCOUNT),
             claim: Script::new(CLAIM),
+            release: Script::new(RELEASE),
             renew: Script::new(RENEW),
             finish: Script::new(FINISH),
             lapse: Script::new(LAPSE),
-            share: Script::new(SHARE),
+            cancel: Script::new(CANCEL),
         };
         Ok(Self { prefix: format!("ldp:{namespace}:"), cfg, conn, scripts: std::sync::Arc::new(scripts) })
     }
@@ -186,53 +274,175 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| corrupt(BACKEND, e))
 }
 
+impl RedisStore {
+    /// The replay entry's key: in the session's slot for a message in a session (so the admission script touches one
+    /// slot), else its own.
+    fn replay_key(&self, session_id: Option<&str>, digest: &str) -> String {
+        match session_id {
+            Some(id) => format!("{}{{{id}}}:replay:{digest}", self.prefix),
+            None => format!("{}replay:{{{digest}}}", self.prefix),
+        }
+    }
+
+    /// The share and total sorted sets of the replay window's bounds, in one slot of their own.
+    fn account_keys(&self, principal: &str) -> (String, String) {
+        let base = format!("{}{{replay-count}}", self.prefix);
+        (format!("{base}:share:{principal}"), format!("{base}:total"))
+    }
+
+    /// A compare-and-set of a task's record read by the admission (`LAPSE` or `CANCEL`); `true` when it swapped.
+    async fn swap(&self, script: &Script, key: &TaskKey, read: &str, new: &SharedTask) -> Result<bool, StoreError> {
+        let (record, lease_key) = self.task_keys(key);
+        let swapped: i64 = script
+            .key(&record)
+            .key(&lease_key)
+            .arg(read)
+            .arg(encode(new)?)
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        Ok(swapped == 1)
+    }
+}
+
 #[async_trait]
 impl Store for RedisStore {
     fn backend(&self) -> &'static str {
         BACKEND
     }
 
-    async fn claim_message(&self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError> {
+    async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
         let mut conn = self.conn();
-        let key = format!("{}replay:{{{}}}", self.prefix, claim.key);
-        let fresh: bool = redis::cmd("SET")
-            .arg(&key)
-            .arg(1)
-            .arg("NX")
-            .arg("PXAT")
-            .arg(claim.expires_at_ms)
-            .query_async::<Option<String>>(&mut conn)
-            .await
-            .map_err(unavailable)?
-            .is_some();
-        if !fresh {
-            return Ok(ReplayVerdict::Seen);
+        let session_id = admission.session_id.as_deref();
+        if let Some(claim) = &admission.replay
+            && (claim.max_per_principal.is_some() || claim.max_total.is_some())
+        {
+            let (share, total) = self.account_keys(&claim.principal);
+            let counted: i64 = self
+                .scripts
+                .account
+                .key(&share)
+                .key(&total)
+                .arg(&claim.key)
+                .arg(claim.expires_at_ms)
+                .arg(claim.max_per_principal.map(|n| n.to_string()).unwrap_or_default())
+                .arg(claim.max_total.map(|n| n.to_string()).unwrap_or_default())
+                .arg(crate::now_ms())
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            match counted {
+                0 => return Ok(Admitted::replay_only(ReplayVerdict::Full)),
+                2 => return Ok(Admitted::replay_only(ReplayVerdict::TableFull)),
+                _ => {}
+            }
         }
-        let Some(max) = claim.max_per_principal else { return Ok(ReplayVerdict::Fresh) };
-        let share = format!("{}replay-share:{{{}}}", self.prefix, claim.principal);
-        let added: i64 = self
-            .scripts
-            .share
-            .key(&share)
-            .arg(&claim.key)
-            .arg(claim.expires_at_ms)
-            .arg(max)
+        let mut invocation = self.scripts.admit.prepare_invoke();
+        // Without a replay entry, a placeholder in the session's slot (the script does not touch it).
+        let replay_key = match (&admission.replay, session_id) {
+            (Some(claim), _) => self.replay_key(session_id, &claim.key),
+            (None, Some(id)) => self.replay_key(Some(id), ""),
+            (None, None) => return Ok(Admitted::replay_only(ReplayVerdict::Fresh)),
+        };
+        invocation.key(&replay_key);
+        let task_key = match &admission.task {
+            Some(TaskStep::Claim { key, .. } | TaskStep::Read(key) | TaskStep::Cancel(key)) => Some(key),
+            _ => None,
+        };
+        if let Some(id) = session_id {
+            invocation.key(self.session_key(id));
+            // The task keys are in the session's slot; a message with no task step names placeholders there.
+            let (record, lease) = match task_key {
+                Some(key) => self.task_keys(key),
+                None => self.task_keys(&TaskKey { session_id: id.to_owned(), task_id: String::new() }),
+            };
+            invocation.key(record).key(lease);
+        }
+        invocation
             .arg(crate::now_ms())
-            .invoke_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        if added == 0 {
-            // Not counted, so not kept: the message is refused (retryably) and may come again.
-            let _: i64 = conn.del(&key).await.map_err(unavailable)?;
-            return Ok(ReplayVerdict::Full);
+            .arg(ms(self.cfg.closed_ttl).max(1))
+            .arg(admission.replay.as_ref().map(|c| c.expires_at_ms.to_string()).unwrap_or_default());
+        match &admission.task {
+            Some(TaskStep::Claim { task, lease, .. }) => {
+                invocation
+                    .arg("claim")
+                    .arg(encode(task)?)
+                    .arg(&task.owner)
+                    .arg(ms(*lease).max(1))
+                    .arg(ms(self.cfg.result_ttl).max(1));
+            }
+            Some(TaskStep::Read(_)) => {
+                invocation.arg("read");
+            }
+            Some(TaskStep::Cancel(_)) => {
+                invocation.arg("cancel");
+            }
+            _ => {
+                invocation.arg("");
+            }
         }
-        Ok(ReplayVerdict::Fresh)
+        let reply: Vec<Option<String>> = invocation.invoke_async(&mut conn).await.map_err(unavailable)?;
+        let mut reply = reply.into_iter();
+        if reply.next().flatten().as_deref() == Some("seen") {
+            return Ok(Admitted::replay_only(ReplayVerdict::Seen));
+        }
+        let mut admitted = Admitted::replay_only(ReplayVerdict::Fresh);
+        if session_id.is_none() {
+            return Ok(admitted);
+        }
+        let session = match reply.next().flatten().as_deref() {
+            None => SessionLookup::Unknown,
+            Some(CLOSED) => SessionLookup::Closed,
+            Some(EXPIRED) => SessionLookup::Expired,
+            Some(text) => SessionLookup::Live(decode(text)?),
+        };
+        let live = matches!(session, SessionLookup::Live(_));
+        admitted.session = Some(session);
+        let (Some(step), true) = (&admission.task, live) else { return Ok(admitted) };
+        let (record, leased) = (reply.next().flatten(), reply.next().flatten().as_deref() == Some("1"));
+        admitted.task = match step {
+            TaskStep::Claim { .. } => {
+                let claimed = record.as_deref() == Some("1");
+                Some(TaskAnswer::Claim(if claimed { TaskClaim::Claimed } else { TaskClaim::Taken }))
+            }
+            TaskStep::Read(key) => Some(TaskAnswer::Read(match record {
+                None => None,
+                Some(text) => {
+                    let task: SharedTask = decode(&text)?;
+                    if task.status != SharedTaskStatus::Running || leased {
+                        Some(task)
+                    } else {
+                        let failed = task.lease_expired();
+                        if self.swap(&self.scripts.lapse, key, &text, &failed).await? {
+                            Some(failed)
+                        } else {
+                            // Changed meanwhile (finished, or claimed again): read what it is now.
+                            self.task(key).await?
+                        }
+                    }
+                }
+            })),
+            TaskStep::Cancel(key) => {
+                let cancelled = match record {
+                    Some(text) if leased => {
+                        let task: SharedTask = decode(&text)?;
+                        let cancelled = task.cancelled();
+                        let running = task.status == SharedTaskStatus::Running;
+                        (running && self.swap(&self.scripts.cancel, key, &text, &cancelled).await?).then_some(cancelled)
+                    }
+                    _ => None,
+                };
+                Some(TaskAnswer::Cancel(cancelled))
+            }
+            _ => None,
+        };
+        Ok(admitted)
     }
 
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
         let mut conn = self.conn();
         let ttl = ms(Duration::from_secs(session.ttl_secs)).max(1);
-        let value = format!("{}|{}", crate::now_ms().saturating_add(ttl), encode(session)?);
+        let value = format!("{}|{ttl}|{}", crate::now_ms().saturating_add(ttl), encode(session)?);
         let set: Option<String> = redis::cmd("SET")
             .arg(self.session_key(&session.session_id))
             .arg(value)
@@ -243,25 +453,6 @@ impl Store for RedisStore {
             .await
             .map_err(unavailable)?;
         Ok(set.is_some())
-    }
-
-    async fn touch_session(&self, session_id: &str) -> Result<SessionLookup, StoreError> {
-        let mut conn = self.conn();
-        let v: Option<String> = self
-            .scripts
-            .touch
-            .key(self.session_key(session_id))
-            .arg(crate::now_ms())
-            .arg(ms(self.cfg.closed_ttl).max(1))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        match v.as_deref() {
-            None => Ok(SessionLookup::Unknown),
-            Some(CLOSED) => Ok(SessionLookup::Closed),
-            Some(EXPIRED) => Ok(SessionLookup::Expired),
-            Some(text) => Ok(SessionLookup::Live(decode(text)?)),
-        }
     }
 
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
@@ -289,27 +480,51 @@ impl Store for RedisStore {
         Ok(if claimed == 1 { TaskClaim::Claimed } else { TaskClaim::Taken })
     }
 
-    async fn renew_leases(&self, owner: &str, keys: &[TaskKey], lease: Duration) -> Result<(), StoreError> {
+    async fn release_task(&self, key: &TaskKey, owner: &str) -> Result<(), StoreError> {
+        let (record, lease_key) = self.task_keys(key);
+        let _: i64 = self
+            .scripts
+            .release
+            .key(&record)
+            .key(&lease_key)
+            .arg(owner)
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        keys: &[TaskKey],
+        lease: Duration,
+    ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
         let mut conn = self.conn();
+        let mut lost = Vec::new();
         for key in keys {
-            let (_, lease_key) = self.task_keys(key);
-            let _: i64 = self
+            let (record, lease_key) = self.task_keys(key);
+            let held: Option<String> = self
                 .scripts
                 .renew
+                .key(&record)
                 .key(&lease_key)
                 .arg(owner)
                 .arg(ms(lease).max(1))
                 .invoke_async(&mut conn)
                 .await
                 .map_err(unavailable)?;
+            if let Some(text) = held {
+                lost.push((key.clone(), decode(&text)?));
+            }
         }
-        Ok(())
+        Ok(lost)
     }
 
-    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<(), StoreError> {
+    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<bool, StoreError> {
         let mut conn = self.conn();
         let (record, lease_key) = self.task_keys(key);
-        let _: i64 = self
+        let recorded: i64 = self
             .scripts
             .finish
             .key(&record)
@@ -320,7 +535,7 @@ impl Store for RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        Ok(())
+        Ok(recorded == 1)
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
@@ -334,17 +549,7 @@ impl Store for RedisStore {
             return Ok(Some(task));
         }
         let failed = task.lease_expired();
-        let swapped: i64 = self
-            .scripts
-            .lapse
-            .key(&record)
-            .key(&lease_key)
-            .arg(&text)
-            .arg(encode(&failed)?)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        if swapped == 1 {
+        if self.swap(&self.scripts.lapse, key, &text, &failed).await? {
             return Ok(Some(failed));
         }
         // Changed meanwhile (finished, or claimed again): read what it is now.

@@ -1,26 +1,40 @@
 //! The embedded SQLite store (`rusqlite`, SQLite compiled in).
 //!
-//! Durability: the database runs in WAL mode with `synchronous=FULL`, so every transaction that committed is on
-//! disk (the WAL is fsynced at each commit) before the call returns, and the runtime answers a peer only after the
-//! call returned: an acknowledged session, replay entry or result survives `kill -9` and a power cut. Each operation
-//! is one `BEGIN IMMEDIATE` transaction (read-modify-write under the database's write lock), run on tokio's blocking
-//! pool so the async workers never wait on the disk. One connection, one writer: several processes may open the
-//! file (`busy_timeout` makes them take turns), but replicas on several machines want Redis.
+//! **Group commit.** One writer thread owns the database connection. Callers queue their operations to it; it takes
+//! every operation waiting (up to [`MAX_BATCH`]), runs them in one `BEGIN IMMEDIATE` transaction, each inside its
+//! own savepoint (an operation that fails is rolled back alone), commits once, and only then answers each caller.
+//! Concurrent messages thus share one commit (and, with [`Durability::Full`], one fsync), and a caller is never
+//! answered before its operation is committed: the runtime answers a peer only after that, so nothing acknowledged
+//! is lost to a crash the durability mode covers.
+//!
+//! **Durability** (WAL journal either way, [`Durability`], [`StoreConfig::sqlite_durability`]): `Process` (the
+//! default: `synchronous=NORMAL`) — a
+//! committed transaction is in the WAL file, written with `write()` before the caller is answered, so it survives
+//! the process dying at any point (`kill -9`, a panic, OOM), but the WAL is fsynced only at checkpoints, so an OS
+//! crash or power cut may lose the last transactions (never corrupting the database). `Full`
+//! (`synchronous=FULL`) — the WAL is fsynced at every commit: it also survives power loss, at the cost of an fsync
+//! per batch. Several processes may open the file (`busy_timeout` makes their writers take turns), but replicas on
+//! several machines want Redis.
+//!
+//! There is no reader pool: every operation the runtime makes writes (the replay entry of every message, a session's
+//! TTL restart), so reads on other connections would only add a second round trip.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskClaim,
+    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus,
+    TaskAnswer, TaskClaim, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
 
-use crate::{OpenError, StoreConfig, corrupt, ms, now_ms};
+use crate::{Durability, OpenError, StoreConfig, corrupt, ms, now_ms};
 
 const BACKEND: &str = "sqlite";
 
@@ -32,11 +46,21 @@ CREATE TABLE IF NOT EXISTS replay (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS replay_principal ON replay (principal, expires_ms);
 CREATE INDEX IF NOT EXISTS replay_expiry ON replay (expires_ms);
+CREATE TABLE IF NOT EXISTS dedupe (
+    key TEXT PRIMARY KEY NOT NULL,
+    expires_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dedupe_expiry ON dedupe (expires_ms);
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY NOT NULL,
     record TEXT,
     expires_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY NOT NULL,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (name, value) SELECT 'replay_rows', COUNT(*) FROM replay;
 CREATE TABLE IF NOT EXISTS tasks (
     session_id TEXT NOT NULL,
     task_id TEXT NOT NULL,
@@ -46,24 +70,105 @@ CREATE TABLE IF NOT EXISTS tasks (
 ) WITHOUT ROWID;
 ";
 
+fn synchronous(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Process => "PRAGMA synchronous=NORMAL;",
+        Durability::Full => "PRAGMA synchronous=FULL;",
+    }
+}
+
 /// Shared state in an SQLite database file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    cfg: Arc<StoreConfig>,
-    conn: Arc<Mutex<Connection>>,
-    /// Operations so far, for sweeping expired rows every [`SWEEP_EVERY`].
-    ops: Arc<AtomicU64>,
+    /// The writer thread's queue (the thread ends when the last clone of the store is dropped).
+    writer: Arc<mpsc::Sender<Box<dyn Op>>>,
 }
 
 /// Expired rows are deleted every this many operations.
 const SWEEP_EVERY: u64 = 1024;
 
+/// The most operations one transaction commits.
+pub const MAX_BATCH: usize = 256;
+
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable { backend: BACKEND, reason: e.to_string() }
 }
 
+/// One queued operation: run inside the batch's transaction, answered once the batch is committed.
+trait Op: Send {
+    fn run(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64);
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>);
+}
+
+type OpFn<T> = Box<dyn FnOnce(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send>;
+
+struct Pending<T> {
+    op: Option<OpFn<T>>,
+    out: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T: Send> Op for Pending<T> {
+    fn run(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) {
+        let Some(op) = self.op.take() else { return };
+        let statement = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([])).map_err(unavailable);
+        let out = statement("SAVEPOINT op").and_then(|_| op(conn, cfg, now));
+        // A failed operation leaves nothing behind; the batch's others commit.
+        let ended = match &out {
+            Ok(_) => statement("RELEASE op"),
+            Err(_) => statement("ROLLBACK TO op").and_then(|_| statement("RELEASE op")),
+        };
+        self.out = Some(ended.and(out));
+    }
+
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>) {
+        let this = *self;
+        let out = match committed {
+            Ok(()) => this.out.unwrap_or_else(|| Err(unavailable("the operation did not run"))),
+            Err(e) => Err(e),
+        };
+        // The caller may have given up (its timeout): nothing to tell it then.
+        let _ = this.reply.send(out);
+    }
+}
+
+/// The writer thread: takes every queued operation (up to [`MAX_BATCH`]), runs them in one transaction, commits,
+/// then answers them all.
+fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn Op>>) {
+    let mut ops: u64 = 0;
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        let now = now_ms();
+        let sweep_due = ops / SWEEP_EVERY != (ops + batch.len() as u64) / SWEEP_EVERY;
+        ops += batch.len() as u64;
+        let committed = (|| {
+            conn.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
+            if sweep_due && let Err(e) = sweep(&conn, now, ms(cfg.closed_ttl)) {
+                tracing::warn!(error = %e, "could not sweep expired rows");
+            }
+            for op in &mut batch {
+                op.run(&conn, &cfg, now);
+            }
+            conn.execute_batch("COMMIT").map_err(unavailable)
+        })();
+        if committed.is_err() && !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for op in batch {
+            op.answer(committed.clone());
+        }
+    }
+}
+
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path`, in WAL mode with `synchronous=FULL`.
+    /// Opens (creating if needed) the database at `path`, in WAL mode with `cfg.sqlite_durability`, and starts its
+    /// writer thread.
     pub fn open(path: &Path, cfg: StoreConfig) -> Result<Self, OpenError> {
         let fail = |e: rusqlite::Error| OpenError::Sqlite { path: path.display().to_string(), reason: e.to_string() };
         let conn = Connection::open(path).map_err(fail)?;
@@ -75,42 +180,41 @@ impl SqliteStore {
                 reason: format!("the journal mode is {mode}, not WAL"),
             });
         }
-        conn.execute_batch("PRAGMA synchronous=FULL;").map_err(fail)?;
+        conn.execute_batch(synchronous(cfg.sqlite_durability)).map_err(fail)?;
+        // Savepoints write their undo pages to a statement journal: in memory, not a temporary file.
+        conn.execute_batch("PRAGMA temp_store=MEMORY;").map_err(fail)?;
+        // Pages the writer keeps in memory (64 MiB): a page read back from the file costs a system call.
+        conn.execute_batch("PRAGMA cache_size=-65536;").map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
-        Ok(Self { cfg: Arc::new(cfg), conn: Arc::new(Mutex::new(conn)), ops: Arc::new(AtomicU64::new(0)) })
+        let (writer, queue) = mpsc::channel::<Box<dyn Op>>();
+        std::thread::Builder::new()
+            .name("ldp-sqlite-writer".into())
+            .spawn(move || write_loop(conn, cfg, queue))
+            .map_err(|e| OpenError::Sqlite { path: path.display().to_string(), reason: e.to_string() })?;
+        Ok(Self { writer: Arc::new(writer) })
     }
 
-    /// Runs `op` in one immediate transaction on the blocking pool.
+    /// Runs `op` in the writer's next batch; answers once that batch is committed.
     async fn tx<T: Send + 'static>(
         &self,
-        op: impl FnOnce(&rusqlite::Transaction<'_>, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
+        op: impl FnOnce(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let conn = self.conn.clone();
-        let cfg = self.cfg.clone();
-        let sweep_due = self.ops.fetch_add(1, Ordering::Relaxed).is_multiple_of(SWEEP_EVERY);
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            let now = now_ms();
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(unavailable)?;
-            if sweep_due {
-                sweep(&tx, now, ms(cfg.closed_ttl))?;
-            }
-            let out = op(&tx, &cfg, now)?;
-            tx.commit().map_err(unavailable)?;
-            Ok(out)
-        })
-        .await
-        .map_err(unavailable)?
+        let (reply, answer) = oneshot::channel();
+        let pending: Box<dyn Op> = Box::new(Pending { op: Some(Box::new(op)), out: None, reply });
+        self.writer.send(pending).map_err(|_| unavailable("the writer thread has stopped"))?;
+        answer.await.map_err(|_| unavailable("the writer thread has stopped"))?
     }
 }
 
 /// Deletes expired rows (lookups ignore them already; this returns their space). An expired session stays as a
 /// marker for `marker` ms after its expiry.
-fn sweep(tx: &rusqlite::Transaction<'_>, now: i64, marker: i64) -> Result<(), StoreError> {
-    for table in ["replay", "tasks"] {
-        tx.execute(&format!("DELETE FROM {table} WHERE expires_ms <= ?1"), params![now]).map_err(unavailable)?;
+fn sweep(conn: &Connection, now: i64, marker: i64) -> Result<(), StoreError> {
+    let gone = conn.execute("DELETE FROM replay WHERE expires_ms <= ?1", params![now]).map_err(unavailable)?;
+    count_replay_rows(conn, -i64::try_from(gone).unwrap_or(i64::MAX))?;
+    for table in ["dedupe", "tasks"] {
+        conn.execute(&format!("DELETE FROM {table} WHERE expires_ms <= ?1"), params![now]).map_err(unavailable)?;
     }
-    tx.execute(
+    conn.execute(
         "DELETE FROM sessions WHERE (record IS NULL AND expires_ms <= ?1) OR (record IS NOT NULL AND expires_ms <= ?2)",
         params![now, now.saturating_sub(marker)],
     )
@@ -118,10 +222,27 @@ fn sweep(tx: &rusqlite::Transaction<'_>, now: i64, marker: i64) -> Result<(), St
     Ok(())
 }
 
+/// Adds `delta` to the count of rows in the replay table (live or expired but not yet swept): the window's total,
+/// read in O(1) where `COUNT(*)` would scan.
+fn count_replay_rows(conn: &Connection, delta: i64) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE meta SET value = MAX(value + ?1, 0) WHERE name = 'replay_rows'")
+        .and_then(|mut st| st.execute(params![delta]))
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+fn replay_rows(conn: &Connection) -> Result<usize, StoreError> {
+    let n: i64 = conn
+        .prepare_cached("SELECT value FROM meta WHERE name = 'replay_rows'")
+        .and_then(|mut st| st.query_row([], |r| r.get(0)))
+        .map_err(unavailable)?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 /// A session's row: its record (`None` once closed) and expiry.
-fn load_session(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
-    tx.query_row("SELECT record, expires_ms FROM sessions WHERE id = ?1", params![id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()
+fn load_session(conn: &Connection, id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
+    conn.prepare_cached("SELECT record, expires_ms FROM sessions WHERE id = ?1")
+        .and_then(|mut st| st.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(unavailable)
 }
 
@@ -143,25 +264,128 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| corrupt(BACKEND, e))
 }
 
-fn load_task(tx: &rusqlite::Transaction<'_>, key: &TaskKey, now: i64) -> Result<Option<SharedTask>, StoreError> {
-    let text: Option<String> = tx
-        .query_row(
-            "SELECT record FROM tasks WHERE session_id = ?1 AND task_id = ?2 AND expires_ms > ?3",
-            params![key.session_id, key.task_id, now],
-            |r| r.get(0),
-        )
-        .optional()
+fn load_task(conn: &Connection, key: &TaskKey, now: i64) -> Result<Option<SharedTask>, StoreError> {
+    let text: Option<String> = conn
+        .prepare_cached("SELECT record FROM tasks WHERE session_id = ?1 AND task_id = ?2 AND expires_ms > ?3")
+        .and_then(|mut st| st.query_row(params![key.session_id, key.task_id, now], |r| r.get(0)).optional())
         .map_err(unavailable)?;
     text.as_deref().map(decode).transpose()
 }
 
-fn put_task(tx: &rusqlite::Transaction<'_>, key: &TaskKey, task: &SharedTask, expires: i64) -> Result<(), StoreError> {
-    tx.execute(
+fn put_task(conn: &Connection, key: &TaskKey, task: &SharedTask, expires: i64) -> Result<(), StoreError> {
+    let record = encode(task)?;
+    conn.prepare_cached(
         "INSERT OR REPLACE INTO tasks (session_id, task_id, record, expires_ms) VALUES (?1, ?2, ?3, ?4)",
-        params![key.session_id, key.task_id, encode(task)?, expires],
     )
+    .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires]))
     .map_err(unavailable)?;
     Ok(())
+}
+
+/// The replay step of an admission. Entries without bounds (unsigned traffic's dedupe) live in a table of their own,
+/// with no principal or count to keep: one upsert decides.
+fn claim_message(conn: &Connection, claim: &ReplayClaim, now: i64) -> Result<ReplayVerdict, StoreError> {
+    if claim.max_per_principal.is_none() && claim.max_total.is_none() {
+        let inserted = conn
+            .prepare_cached(
+                "INSERT INTO dedupe (key, expires_ms) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE \
+                 SET expires_ms = excluded.expires_ms WHERE dedupe.expires_ms <= ?3",
+            )
+            .and_then(|mut st| st.execute(params![claim.key, claim.expires_at_ms, now]))
+            .map_err(unavailable)?;
+        return Ok(if inserted == 0 { ReplayVerdict::Seen } else { ReplayVerdict::Fresh });
+    }
+    let seen: Option<i64> = conn
+        .prepare_cached("SELECT expires_ms FROM replay WHERE key = ?1")
+        .and_then(|mut st| st.query_row(params![claim.key], |r| r.get(0)).optional())
+        .map_err(unavailable)?;
+    if seen.is_some_and(|expires| expires > now) {
+        return Ok(ReplayVerdict::Seen);
+    }
+    if let Some(max) = claim.max_per_principal {
+        let held: i64 = conn
+            .prepare_cached("SELECT COUNT(*) FROM replay WHERE principal = ?1 AND expires_ms > ?2")
+            .and_then(|mut st| st.query_row(params![claim.principal, now], |r| r.get(0)))
+            .map_err(unavailable)?;
+        if usize::try_from(held).unwrap_or(usize::MAX) >= max {
+            return Ok(ReplayVerdict::Full);
+        }
+    }
+    if let Some(max) = claim.max_total
+        && seen.is_none()
+        && replay_rows(conn)? >= max
+    {
+        // Expired rows still count until swept: sweep them now before refusing.
+        let gone = conn.execute("DELETE FROM replay WHERE expires_ms <= ?1", params![now]).map_err(unavailable)?;
+        count_replay_rows(conn, -i64::try_from(gone).unwrap_or(i64::MAX))?;
+        if replay_rows(conn)? >= max {
+            return Ok(ReplayVerdict::TableFull);
+        }
+    }
+    conn.prepare_cached("INSERT OR REPLACE INTO replay (key, principal, expires_ms) VALUES (?1, ?2, ?3)")
+        .and_then(|mut st| st.execute(params![claim.key, claim.principal, claim.expires_at_ms]))
+        .map_err(unavailable)?;
+    if seen.is_none() {
+        count_replay_rows(conn, 1)?;
+    }
+    Ok(ReplayVerdict::Fresh)
+}
+
+/// The session step of an admission: the lookup, restarting a live session's TTL.
+fn touch_session(conn: &Connection, id: &str, now: i64, marker: i64) -> Result<SessionLookup, StoreError> {
+    let found = lookup(load_session(conn, id)?, now, marker)?;
+    if let SessionLookup::Live(session) = &found {
+        let expires = now.saturating_add(ms(Duration::from_secs(session.ttl_secs)));
+        conn.prepare_cached("UPDATE sessions SET expires_ms = ?2 WHERE id = ?1")
+            .and_then(|mut st| st.execute(params![id, expires]))
+            .map_err(unavailable)?;
+    }
+    Ok(found)
+}
+
+fn claim_task(
+    conn: &Connection,
+    cfg: &StoreConfig,
+    key: &TaskKey,
+    task: &SharedTask,
+    lease: Duration,
+    now: i64,
+) -> Result<TaskClaim, StoreError> {
+    if let Some(held) = load_task(conn, key, now)?
+        && !held.claimable(held.lease_until_ms > now)
+    {
+        return Ok(TaskClaim::Taken);
+    }
+    let mut task = task.clone();
+    task.lease_until_ms = now.saturating_add(ms(lease));
+    put_task(conn, key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
+    Ok(TaskClaim::Claimed)
+}
+
+/// A task's record, a lapsed lease failed first.
+fn read_task(conn: &Connection, cfg: &StoreConfig, key: &TaskKey, now: i64) -> Result<Option<SharedTask>, StoreError> {
+    let Some(task) = load_task(conn, key, now)? else { return Ok(None) };
+    if task.status == SharedTaskStatus::Running && task.lease_until_ms <= now {
+        let failed = task.lease_expired();
+        put_task(conn, key, &failed, now.saturating_add(ms(cfg.result_ttl)))?;
+        return Ok(Some(failed));
+    }
+    Ok(Some(task))
+}
+
+fn cancel_task(
+    conn: &Connection,
+    cfg: &StoreConfig,
+    key: &TaskKey,
+    now: i64,
+) -> Result<Option<SharedTask>, StoreError> {
+    let Some(task) = load_task(conn, key, now)? else { return Ok(None) };
+    if task.status != SharedTaskStatus::Running || task.lease_until_ms <= now {
+        return Ok(None);
+    }
+    let cancelled = task.cancelled();
+    put_task(conn, key, &cancelled, now.saturating_add(ms(cfg.result_ttl)))?;
+    Ok(Some(cancelled))
 }
 
 #[async_trait]
@@ -170,34 +394,32 @@ impl Store for SqliteStore {
         BACKEND
     }
 
-    async fn claim_message(&self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError> {
-        let claim = claim.clone();
-        self.tx(move |tx, _, now| {
-            let seen: Option<i64> = tx
-                .query_row("SELECT expires_ms FROM replay WHERE key = ?1", params![claim.key], |r| r.get(0))
-                .optional()
-                .map_err(unavailable)?;
-            if seen.is_some_and(|expires| expires > now) {
-                return Ok(ReplayVerdict::Seen);
+    async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
+        let admission = admission.clone();
+        self.tx(move |conn, cfg, now| {
+            let replay = match &admission.replay {
+                Some(claim) => claim_message(conn, claim, now)?,
+                None => ReplayVerdict::Fresh,
+            };
+            let mut admitted = Admitted::replay_only(replay);
+            let Some(id) = admission.session_id.as_deref().filter(|_| replay == ReplayVerdict::Fresh) else {
+                return Ok(admitted);
+            };
+            let session = touch_session(conn, id, now, ms(cfg.closed_ttl))?;
+            let live = matches!(session, SessionLookup::Live(_));
+            admitted.session = Some(session);
+            if !live {
+                return Ok(admitted);
             }
-            if let Some(max) = claim.max_per_principal {
-                let held: i64 = tx
-                    .query_row(
-                        "SELECT COUNT(*) FROM replay WHERE principal = ?1 AND expires_ms > ?2",
-                        params![claim.principal, now],
-                        |r| r.get(0),
-                    )
-                    .map_err(unavailable)?;
-                if usize::try_from(held).unwrap_or(usize::MAX) >= max {
-                    return Ok(ReplayVerdict::Full);
+            admitted.task = match &admission.task {
+                Some(TaskStep::Claim { key, task, lease }) => {
+                    Some(TaskAnswer::Claim(claim_task(conn, cfg, key, task, *lease, now)?))
                 }
-            }
-            tx.execute(
-                "INSERT OR REPLACE INTO replay (key, principal, expires_ms) VALUES (?1, ?2, ?3)",
-                params![claim.key, claim.principal, claim.expires_at_ms],
-            )
-            .map_err(unavailable)?;
-            Ok(ReplayVerdict::Fresh)
+                Some(TaskStep::Read(key)) => Some(TaskAnswer::Read(read_task(conn, cfg, key, now)?)),
+                Some(TaskStep::Cancel(key)) => Some(TaskAnswer::Cancel(cancel_task(conn, cfg, key, now)?)),
+                _ => None,
+            };
+            Ok(admitted)
         })
         .await
     }
@@ -205,101 +427,89 @@ impl Store for SqliteStore {
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
         let record = encode(session)?;
         let (id, ttl) = (session.session_id.clone(), Duration::from_secs(session.ttl_secs));
-        self.tx(move |tx, cfg, now| {
-            if !matches!(lookup(load_session(tx, &id)?, now, ms(cfg.closed_ttl))?, SessionLookup::Unknown) {
+        self.tx(move |conn, cfg, now| {
+            if !matches!(lookup(load_session(conn, &id)?, now, ms(cfg.closed_ttl))?, SessionLookup::Unknown) {
                 return Ok(false);
             }
-            tx.execute(
-                "INSERT OR REPLACE INTO sessions (id, record, expires_ms) VALUES (?1, ?2, ?3)",
-                params![id, record, now.saturating_add(ms(ttl))],
-            )
-            .map_err(unavailable)?;
+            conn.prepare_cached("INSERT OR REPLACE INTO sessions (id, record, expires_ms) VALUES (?1, ?2, ?3)")
+                .and_then(|mut st| st.execute(params![id, record, now.saturating_add(ms(ttl))]))
+                .map_err(unavailable)?;
             Ok(true)
-        })
-        .await
-    }
-
-    async fn touch_session(&self, session_id: &str) -> Result<SessionLookup, StoreError> {
-        let id = session_id.to_owned();
-        self.tx(move |tx, cfg, now| {
-            let found = lookup(load_session(tx, &id)?, now, ms(cfg.closed_ttl))?;
-            if let SessionLookup::Live(session) = &found {
-                let expires = now.saturating_add(ms(Duration::from_secs(session.ttl_secs)));
-                tx.execute("UPDATE sessions SET expires_ms = ?2 WHERE id = ?1", params![id, expires])
-                    .map_err(unavailable)?;
-            }
-            Ok(found)
         })
         .await
     }
 
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
         let id = session_id.to_owned();
-        self.tx(move |tx, cfg, now| {
-            tx.execute(
-                "INSERT OR REPLACE INTO sessions (id, record, expires_ms) VALUES (?1, NULL, ?2)",
-                params![id, now.saturating_add(ms(cfg.closed_ttl))],
-            )
-            .map_err(unavailable)?;
+        self.tx(move |conn, cfg, now| {
+            conn.prepare_cached("INSERT OR REPLACE INTO sessions (id, record, expires_ms) VALUES (?1, NULL, ?2)")
+                .and_then(|mut st| st.execute(params![id, now.saturating_add(ms(cfg.closed_ttl))]))
+                .map_err(unavailable)?;
             Ok(())
         })
         .await
     }
 
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError> {
-        let (key, mut task) = (key.clone(), task.clone());
-        self.tx(move |tx, cfg, now| {
-            if let Some(held) = load_task(tx, &key, now)?
-                && !held.claimable(held.lease_until_ms > now)
-            {
-                return Ok(TaskClaim::Taken);
-            }
-            task.lease_until_ms = now.saturating_add(ms(lease));
-            put_task(tx, &key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
-            Ok(TaskClaim::Claimed)
-        })
-        .await
+        let (key, task) = (key.clone(), task.clone());
+        self.tx(move |conn, cfg, now| claim_task(conn, cfg, &key, &task, lease, now)).await
     }
 
-    async fn renew_leases(&self, owner: &str, keys: &[TaskKey], lease: Duration) -> Result<(), StoreError> {
-        let (owner, keys) = (owner.to_owned(), keys.to_vec());
-        self.tx(move |tx, cfg, now| {
-            for key in &keys {
-                if let Some(mut task) = load_task(tx, key, now)?
-                    && task.owner == owner
-                    && task.status == SharedTaskStatus::Running
-                {
-                    task.lease_until_ms = now.saturating_add(ms(lease));
-                    put_task(tx, key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
-                }
+    async fn release_task(&self, key: &TaskKey, owner: &str) -> Result<(), StoreError> {
+        let (key, owner) = (key.clone(), owner.to_owned());
+        self.tx(move |conn, _, now| {
+            if load_task(conn, &key, now)?.is_some_and(|t| t.owner == owner && t.status == SharedTaskStatus::Running) {
+                conn.execute(
+                    "DELETE FROM tasks WHERE session_id = ?1 AND task_id = ?2",
+                    params![key.session_id, key.task_id],
+                )
+                .map_err(unavailable)?;
             }
             Ok(())
         })
         .await
     }
 
-    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<(), StoreError> {
-        let (key, task) = (key.clone(), task.clone());
-        self.tx(move |tx, cfg, now| {
-            if load_task(tx, &key, now)?.is_some_and(|held| held.owner != task.owner) {
-                return Ok(());
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        keys: &[TaskKey],
+        lease: Duration,
+    ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
+        let (owner, keys) = (owner.to_owned(), keys.to_vec());
+        self.tx(move |conn, cfg, now| {
+            let mut lost = Vec::new();
+            for key in keys {
+                match load_task(conn, &key, now)? {
+                    Some(mut task) if task.owner == owner && task.status == SharedTaskStatus::Running => {
+                        task.lease_until_ms = now.saturating_add(ms(lease));
+                        put_task(conn, &key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
+                    }
+                    Some(task) => lost.push((key, task)),
+                    None => {}
+                }
             }
-            put_task(tx, &key, &task, now.saturating_add(ms(cfg.result_ttl)))
+            Ok(lost)
+        })
+        .await
+    }
+
+    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<bool, StoreError> {
+        let (key, task) = (key.clone(), task.clone());
+        self.tx(move |conn, cfg, now| {
+            if load_task(conn, &key, now)?
+                .is_some_and(|held| held.owner != task.owner || held.status != SharedTaskStatus::Running)
+            {
+                return Ok(false);
+            }
+            put_task(conn, &key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
+            Ok(true)
         })
         .await
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
         let key = key.clone();
-        self.tx(move |tx, cfg, now| {
-            let Some(task) = load_task(tx, &key, now)? else { return Ok(None) };
-            if task.status == SharedTaskStatus::Running && task.lease_until_ms <= now {
-                let failed = task.lease_expired();
-                put_task(tx, &key, &failed, now.saturating_add(ms(cfg.result_ttl)))?;
-                return Ok(Some(failed));
-            }
-            Ok(Some(task))
-        })
-        .await
+        self.tx(move |conn, cfg, now| read_task(conn, cfg, &key, now)).await
     }
 }

@@ -2,8 +2,9 @@
 //! proposed on A continues on B; a TASK_SUBMIT resent to the other replica is DUPLICATE_TASK and never runs twice; a
 //! status query on A returns the result of a task that ran on B; a signed message accepted by A and replayed to B
 //! is refused; a close on B ends the session on A; a task whose replica stops renewing its lease is failed
-//! TASK_LEASE_EXPIRED (retryable) for a status query on the other. Redis is a real `redis-server` (installed by
-//! `scripts/redis-server.sh` when missing; never skipped).
+//! TASK_LEASE_EXPIRED (retryable) for a status query on the other; a TASK_CANCEL sent to B reaches the task running
+//! on A; the replay window's global bound holds across replicas; a submission the machine refuses gives its task id
+//! back. Redis is a real `redis-server` (installed by `scripts/redis-server.sh` when missing; never skipped).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -47,10 +48,19 @@ fn replica(
     runs: &Arc<AtomicUsize>,
     lease: Duration,
 ) -> (DelegateRuntime, tokio::task::JoinHandle<()>) {
+    replica_with(store, runs, lease, SecurityConfig::symmetric(key()))
+}
+
+fn replica_with(
+    store: Arc<dyn Store>,
+    runs: &Arc<AtomicUsize>,
+    lease: Duration,
+    security: SecurityConfig,
+) -> (DelegateRuntime, tokio::task::JoinHandle<()>) {
     let mut card = IdentityCard::new(DelegateId::new(DELEGATE).unwrap(), "Replicated", "none", "1");
     card.capabilities.push(Capability::new("work"));
     let mut cfg = ResponderConfig::new(card);
-    cfg.security = SecurityConfig::symmetric(key());
+    cfg.security = security;
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
     let runtime = DelegateRuntime::new(responder, Arc::new(Counting(runs.clone())));
     let renewer = runtime.attach_store(store, StoreOptions::new(Duration::from_secs(2), lease)).unwrap();
@@ -58,7 +68,12 @@ fn replica(
 }
 
 fn initiator() -> Initiator {
-    let mut cfg = InitiatorConfig::new("ldp:delegate:client");
+    initiator_as("ldp:delegate:client")
+}
+
+/// An initiator sending as `from` (each `from` is its own principal for the replay window's shares).
+fn initiator_as(from: &str) -> Initiator {
+    let mut cfg = InitiatorConfig::new(from);
     cfg.security = SecurityConfig::symmetric(key());
     Initiator::new(cfg, DELEGATE, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()))
 }
@@ -219,6 +234,219 @@ async fn two_replicas_share_state(a_store: Arc<dyn Store>, b_store: Arc<dyn Stor
         assert_eq!(error_code(&send(replica, &late).await), codes::SESSION_EXPIRED);
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// Proposes a session on `rt`; its id.
+async fn establish(init: &mut Initiator, rt: &DelegateRuntime) -> String {
+    let accept = send(rt, &init.propose(SessionConfig::default())).await;
+    assert!(matches!(accept.body, Body::SessionAccept(_)), "{}", accept.body.type_name());
+    init.handle_envelope(accept, None).unwrap();
+    loop {
+        match init.poll_event() {
+            Some(InitiatorEvent::SessionEstablished { session_id, .. }) => break session_id,
+            Some(_) => continue,
+            None => panic!("no session"),
+        }
+    }
+}
+
+/// A TASK_CANCEL received by replica B for a task running on replica A reaches it through the store: the canceller
+/// is answered TASK_FAILED CANCELLED by B, A stops the task at its next lease renewal and answers its submitter
+/// TASK_FAILED CANCELLED, and the record says cancelled for every replica.
+async fn cancel_reaches_the_replica_running_the_task(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Renewed every 200 ms: the owner sees the cancel within that.
+    let lease = Duration::from_millis(600);
+    let (a, _ra) = replica(a_store, &runs, lease);
+    let (b, _rb) = replica(b_store, &runs, lease);
+    let mut init = initiator();
+    let session_id = establish(&mut init, &a).await;
+    // The task takes a minute: only the cancel can end it while this runs.
+    let slow = init.submit(&session_id, "work", serde_json::json!({"sleep_ms": 60_000}), None, None).unwrap();
+    let task_id = slow.body.task_id().unwrap().to_owned();
+    let a2 = a.clone();
+    let submitted = tokio::spawn(async move { send(&a2, &slow).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = send(&b, &status_query(&mut init, &session_id, &task_id)).await;
+        if matches!(answer.body, Body::TaskUpdate(_)) {
+            break;
+        }
+        assert_eq!(error_code(&answer), codes::TASK_NOT_FOUND);
+        assert!(std::time::Instant::now() < deadline, "the task never showed as running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let key = ldp_session::TaskKey { session_id: session_id.clone(), task_id: task_id.clone() };
+    let cancel = init.cancel(&key).unwrap();
+    let answer = send(&b, &cancel).await;
+    let Body::TaskFailed(f) = &answer.body else { panic!("the canceller got {}", answer.body.type_name()) };
+    assert_eq!(f.error.code.as_str(), codes::CANCELLED, "{:?}", f.error);
+    assert!(!f.error.retryable);
+
+    // The submitter, waiting on A, is answered CANCELLED once A renews its lease (every 200 ms).
+    let stopped = tokio::time::timeout(Duration::from_secs(10), submitted)
+        .await
+        .expect("the task on A was not stopped by the cancel sent to B")
+        .unwrap();
+    assert_eq!(error_code(&stopped), codes::CANCELLED);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    // Every replica now says cancelled: B from the store's record, A from its own history.
+    let on_b = send(&b, &status_query(&mut init, &session_id, &task_id)).await;
+    assert_eq!(error_code(&on_b), codes::CANCELLED);
+    let on_a = send(&a, &status_query(&mut init, &session_id, &task_id)).await;
+    let Body::TaskUpdate(u) = &on_a.body else { panic!("{}", on_a.body.type_name()) };
+    assert_eq!(u.message.as_deref(), Some("cancelled"));
+    // Cancelled once: a second cancel finds nothing running.
+    let again = send(&b, &init.cancel(&key).unwrap_or_else(|_| cancel_envelope(&session_id, &task_id))).await;
+    assert_eq!(error_code(&again), codes::TASK_NOT_FOUND);
+}
+
+/// A signed TASK_CANCEL built by hand (the initiator forgets a task once it ended).
+fn cancel_envelope(session_id: &str, task_id: &str) -> Envelope {
+    let mut env = Envelope::new(
+        format!("c-{}", rand_id()),
+        ldp_types::time::format_timestamp(time::OffsetDateTime::now_utc()),
+        session_id,
+        "ldp:delegate:client",
+        DELEGATE,
+        ldp_types::TaskCancel::new(task_id.to_owned()),
+    )
+    .with_nonce(rand_id());
+    ldp_types::signing::sign(&mut env, &key()).unwrap();
+    env
+}
+
+/// The replay window's global bound holds across replicas: with room for 3 entries in all (2 per principal),
+/// principal X's two messages on A and B and principal Y's first on A fill it, and Y's second, on B (whose own
+/// table holds one entry, and Y's share one), is refused CAPACITY_EXCEEDED, retryable; Y's first again is still a
+/// replay.
+async fn replay_window_total_bound_spans_replicas(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut security = SecurityConfig::symmetric(key());
+    security.replay = Some(ldp_session::ReplayConfig {
+        max_entries: 3,
+        max_entries_per_principal: 2,
+        ..ldp_session::ReplayConfig::default()
+    });
+    let lease = Duration::from_secs(30);
+    let (a, _ra) = replica_with(a_store, &runs, lease, security.clone());
+    let (b, _rb) = replica_with(b_store, &runs, lease, security);
+    let (mut x, mut y) = (initiator_as("ldp:delegate:x"), initiator_as("ldp:delegate:y"));
+    for rt in [&a, &b] {
+        let answer = send(rt, &x.propose(SessionConfig::default())).await;
+        assert!(matches!(answer.body, Body::SessionAccept(_)), "{}", error_code(&answer));
+    }
+    let y_first = y.propose(SessionConfig::default());
+    assert!(matches!(send(&a, &y_first).await.body, Body::SessionAccept(_)));
+    let refused = send(&b, &y.propose(SessionConfig::default())).await;
+    assert_eq!(error_code(&refused), codes::CAPACITY_EXCEEDED);
+    let Body::SessionReject(r) = &refused.body else { unreachable!() };
+    let error = r.error.as_ref().unwrap();
+    assert!(error.retryable);
+    assert!(error.message.contains("replay table full"), "{}", error.message);
+    // Nothing was evicted for it: Y's first message is still known to every replica.
+    assert_eq!(error_code(&send(&b, &y_first).await), codes::REPLAY_DETECTED);
+}
+
+/// The admission claims a TASK_SUBMIT's id before the machine judges it; a submission the machine refuses (an
+/// unknown skill) gives the id back, so the same task id, submitted again rightly, runs on the other replica instead
+/// of being refused DUPLICATE_TASK.
+async fn a_refused_submission_leaves_its_task_id_free(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (a, _ra) = replica(a_store, &runs, Duration::from_secs(30));
+    let (b, _rb) = replica(b_store, &runs, Duration::from_secs(30));
+    let mut init = initiator();
+    let session_id = establish(&mut init, &a).await;
+    let bad = init.submit(&session_id, "no-such-skill", serde_json::json!({"n": 1}), None, None).unwrap();
+    let refused = send(&a, &bad).await;
+    let code = error_code(&refused);
+    assert_ne!(code, codes::DUPLICATE_TASK);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let mut good = Envelope::from_slice(&bad.to_vec().unwrap()).unwrap();
+    good.message_id = format!("again-{}", rand_id());
+    good.nonce = Some(rand_id());
+    if let Body::TaskSubmit(t) = &mut good.body {
+        t.skill = "work".to_owned();
+    }
+    ldp_types::signing::sign(&mut good, &key()).unwrap();
+    let answer = send(&b, &good).await;
+    assert!(matches!(answer.body, Body::TaskResult(_)), "the id stayed claimed: {}", error_code(&answer));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_refused_submission_frees_its_id() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    a_refused_submission_leaves_its_task_id_free(store.clone(), store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_refused_submission_frees_its_id() {
+    let (dir, a, b) = sqlite_pair("refused");
+    a_refused_submission_leaves_its_task_id_free(a, b).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_refused_submission_frees_its_id() {
+    let server = ldp_store::test_redis::RedisServer::start().unwrap();
+    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    a_refused_submission_leaves_its_task_id_free(a, b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_cancel_reaches_the_owner() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    cancel_reaches_the_replica_running_the_task(store.clone(), store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_cancel_reaches_the_owner() {
+    let (dir, a, b) = sqlite_pair("cancel");
+    cancel_reaches_the_replica_running_the_task(a, b).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cancel_reaches_the_owner() {
+    let server = ldp_store::test_redis::RedisServer::start().unwrap();
+    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    cancel_reaches_the_replica_running_the_task(a, b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_replay_total_bound() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    replay_window_total_bound_spans_replicas(store.clone(), store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_replay_total_bound() {
+    let (dir, a, b) = sqlite_pair("bound");
+    replay_window_total_bound_spans_replicas(a, b).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_replay_total_bound() {
+    let server = ldp_store::test_redis::RedisServer::start().unwrap();
+    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    replay_window_total_bound_spans_replicas(a, b).await;
+}
+
+/// Two connections (two writer threads) to one fresh database file, as two processes on one machine would have.
+fn sqlite_pair(name: &str) -> (std::path::PathBuf, Arc<dyn Store>, Arc<dyn Store>) {
+    let dir = std::env::temp_dir().join(format!("ldp-store-replicas-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    let a: Arc<dyn Store> = Arc::new(SqliteStore::open(&path, StoreConfig::new(DELEGATE)).unwrap());
+    let b: Arc<dyn Store> = Arc::new(SqliteStore::open(&path, StoreConfig::new(DELEGATE)).unwrap());
+    (dir, a, b)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -362,7 +362,7 @@ impl Responder {
             Body::Hello(_) => Ok(Outcome::Reply(self.manifest_reply(&env))),
             Body::SessionPropose(_) => self.on_propose(now, peer, env),
             Body::TaskSubmit(_) => self.on_submit(now, peer, env),
-            Body::TaskCancel(_) => self.on_cancel(now, peer, env),
+            Body::TaskCancel(_) => self.on_cancel(now, peer, env, remote),
             Body::TaskUpdate(_) => self.on_status_query(now, peer, env, remote),
             Body::SessionClose(_) => self.on_close(now, peer, env),
             Body::Attestation(a) => {

@@ -41,12 +41,14 @@ impl Responder {
     }
 
     /// The refusal of a message the store's replay window has seen (`Seen`), or whose sender's share of it is full
-    /// (`Full`), with the errors of the machine's own window; `None` for a fresh message.
+    /// (`Full`), or that is full as a whole (`TableFull`), with the errors of the machine's own window; `None` for a
+    /// fresh message.
     pub fn refuse_shared_replay(&mut self, env: &Envelope, verdict: ReplayVerdict) -> Option<Refusal> {
         let error = match verdict {
             ReplayVerdict::Fresh => return None,
             ReplayVerdict::Seen => crate::security::replay_detected(env),
             ReplayVerdict::Full => crate::security::share_full(),
+            ReplayVerdict::TableFull => crate::security::table_full(),
         };
         Some(self.refuse(env, error))
     }
@@ -54,28 +56,30 @@ impl Responder {
     /// The shared replay-window entry of an inbound message, for a store to insert if absent before the machine
     /// sees the message. With replay protection on, a signed message's id and nonce, kept until its timestamp leaves
     /// the window, counted against the sender's principal; without it, the unsigned dedupe pair (session, message
-    /// id), kept for the dedupe window. `None` when the message would be refused anyway (timestamp outside the
+    /// id), kept for the dedupe window. Signed entries carry the window's bounds (per principal and in total,
+    /// [`crate::ReplayConfig`]), which the store enforces across replicas. `None` when the message would be refused anyway (timestamp outside the
     /// window or unparseable): the machine refuses it with its own typed error.
     pub fn replay_claim(&self, peer: &PeerContext, env: &Envelope) -> Option<ReplayClaim> {
         let wall = self.wall.now_utc();
         let principal = principal_key(peer.principal().as_deref(), &env.from);
-        let (key, expires, max) = match self.cfg.security.replay {
+        let (key, expires, max, max_total) = match self.cfg.security.replay {
             Some(replay) => {
                 let ts = crate::security::timestamp_in_window(&replay, env, wall).ok()?;
                 let window = time::Duration::try_from(replay.window).unwrap_or(time::Duration::MAX);
                 let key = crate::security::replay_key(env);
-                (digest_hex(key.as_bytes()), ts.checked_add(window)?, Some(replay.max_entries_per_principal))
+                let expires = ts.checked_add(window)?;
+                (digest_hex(key.as_bytes()), expires, Some(replay.max_entries_per_principal), Some(replay.max_entries))
             }
             None => {
                 ldp_types::time::parse_timestamp(&env.timestamp).ok()?;
                 let window = time::Duration::try_from(self.cfg.limits.unsigned_dedupe_window).ok()?;
                 // The local dedupe forgets when full rather than refusing; the shared one never refuses either
                 // (its entries leave with the window).
-                (hex(&dedupe_key(&env.session_id, &env.message_id)), wall.checked_add(window)?, None)
+                (hex(&dedupe_key(&env.session_id, &env.message_id)), wall.checked_add(window)?, None, None)
             }
         };
         let expires_at_ms = i64::try_from(expires.unix_timestamp_nanos() / 1_000_000).ok()?;
-        Some(ReplayClaim { principal, key, expires_at_ms, max_per_principal: max })
+        Some(ReplayClaim { principal, key, expires_at_ms, max_per_principal: max, max_total })
     }
 
     /// The record of a live session for the store (after its SESSION_ACCEPT).

@@ -152,11 +152,24 @@ impl Responder {
         }
     }
 
-    pub(super) fn on_cancel(&mut self, now: Instant, peer: &PeerContext, env: Envelope) -> Result<Outcome, Refusal> {
+    /// A TASK_CANCEL. `remote` is the task's record when the store has just cancelled it for this message (it runs
+    /// on another replica, which stops it at its next lease renewal): answered as a cancel here would be.
+    pub(super) fn on_cancel(
+        &mut self,
+        now: Instant,
+        peer: &PeerContext,
+        env: Envelope,
+        remote: Option<&SharedTask>,
+    ) -> Result<Outcome, Refusal> {
         self.with_session(now, peer, &env)?;
         let task_id = env.body.task_id().unwrap_or_default().to_owned();
         let key = TaskKey { session_id: env.session_id.clone(), task_id: task_id.clone() };
         let Some(mode) = self.end_task(&key, TaskStatus::Cancelled) else {
+            if let Some(remote) = remote.filter(|t| t.status == crate::shared::SharedTaskStatus::Failed) {
+                let error = LdpError::runtime(codes::CANCELLED, "cancelled by the initiator").with_retryable(false);
+                let reply = self.envelope(&env.session_id, &env.from, TaskFailed::new(task_id, error), remote.mode);
+                return Ok(Outcome::Cancel { reply, cancelled: Vec::new() });
+            }
             let error =
                 session_error(codes::TASK_NOT_FOUND, format!("task {task_id:?} is not running")).with_retryable(false);
             return Err(self.refuse(&env, error));
@@ -401,7 +414,22 @@ impl Responder {
     /// Queues the abort of a running task with the definite answer for its submitter.
     pub(super) fn abort(&mut self, peer: &str, mode: PayloadMode, key: TaskKey, why: &str) {
         let error = LdpError::runtime(codes::CANCELLED, format!("cancelled {why}")).with_retryable(false);
+        self.abort_with(peer, mode, key, error);
+    }
+
+    fn abort_with(&mut self, peer: &str, mode: PayloadMode, key: TaskKey, error: LdpError) {
         let reply = self.envelope(&key.session_id, peer, TaskFailed::new(key.task_id.clone(), error), mode);
         self.aborted.push_back(Aborted { key, reply });
+    }
+
+    /// A running task the store says has ended elsewhere with `error` (cancelled through another replica, or
+    /// failed after its lease lapsed): ended here too, its submitter answered with that error, and its work
+    /// stopped (queued for [`Responder::poll_aborted`]). `false` when it is not running here.
+    pub fn end_by_store(&mut self, key: &TaskKey, error: LdpError) -> bool {
+        let status = if error.code == codes::CANCELLED { TaskStatus::Cancelled } else { TaskStatus::Failed };
+        let Some(peer) = self.sessions.get(key.session_id.as_str()).map(|s| s.peer.to_string()) else { return false };
+        let Some(mode) = self.end_task(key, status) else { return false };
+        self.abort_with(&peer, mode, key.clone(), error);
+        true
     }
 }

@@ -1,6 +1,7 @@
-//! The store steps of a [`DelegateRuntime`] with a store attached ([`DelegateRuntime::attach_store`]): the replay
-//! claim and session lookup before the machine, the task claim after admission, the result written before the
-//! answer, and the lease renewer. The rules are the machine's (`crate::shared`, `Responder`'s shared-state side);
+//! The store steps of a [`DelegateRuntime`] with a store attached ([`DelegateRuntime::attach_store`]): one
+//! admission before the machine (replay claim, session lookup, and the task claim, status read or cancel, in one
+//! store operation), the result written before the answer, and the lease renewer, which also stops the tasks
+//! cancelled through other replicas. The rules are the machine's (`crate::shared`, `Responder`'s shared-state side);
 //! this file only carries them to the store, each call under the store timeout.
 
 use super::*;
@@ -44,8 +45,9 @@ impl DelegateRuntime {
         self.inner.store.get().map(|l| l.replica.as_str())
     }
 
-    /// Renews, every third of the lease, the leases of the tasks this replica runs. A renewal that fails is retried
-    /// at the next tick; the lease covers two misses.
+    /// Renews, every third of the lease, the leases of the tasks this replica runs, and stops those the store says
+    /// ended elsewhere (a TASK_CANCEL another replica received, or a lease that lapsed): their submitters get the
+    /// store's answer. A renewal that fails is retried at the next tick; the lease covers two misses.
     pub(super) async fn renew_leases(runtime: std::sync::Weak<RuntimeInner>) {
         let every = match runtime.upgrade().as_ref().and_then(|inner| inner.store.get()) {
             Some(link) => (link.opts.lease / 3).max(Duration::from_millis(10)),
@@ -59,8 +61,20 @@ impl DelegateRuntime {
             if keys.is_empty() {
                 continue;
             }
-            if let Err(e) = link.call(link.store.renew_leases(&link.replica, &keys, link.opts.lease)).await {
-                tracing::warn!(error = %e, tasks = keys.len(), "could not renew the leases of running tasks");
+            match link.call(link.store.renew_leases(&link.replica, &keys, link.opts.lease)).await {
+                Ok(lost) if !lost.is_empty() => {
+                    let rt = DelegateRuntime { inner: inner.clone() };
+                    rt.with_responder(|r| {
+                        for (key, task) in lost {
+                            // A record that completed is this replica's own answer, written meanwhile.
+                            if let (SharedTaskStatus::Failed, Some(error)) = (task.status, task.error) {
+                                r.end_by_store(&key, *error);
+                            }
+                        }
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, tasks = keys.len(), "could not renew the leases of running tasks"),
             }
         }
     }
@@ -83,8 +97,9 @@ impl DelegateRuntime {
         }
     }
 
-    /// [`DelegateRuntime::handle_checked`] with a store: the replay claim and session lookup before the machine,
-    /// the task claim after admission, the session's creation or close committed before the answer.
+    /// [`DelegateRuntime::handle_checked`] with a store: one store operation before the machine (the replay claim,
+    /// the session, and a TASK_SUBMIT's claim or a status query's record), the claim settled after the machine's
+    /// verdict, the session's creation or close committed before the answer.
     pub(super) async fn handle_stored(
         &self,
         link: &StoreLink,
@@ -93,35 +108,53 @@ impl DelegateRuntime {
         updates: Option<mpsc::Sender<Envelope>>,
         in_place: bool,
     ) -> Response {
-        let remote = match self.before_machine(link, peer, &checked).await {
-            Ok(task) => task,
+        let (remote, claimed) = match self.before_machine(link, peer, &checked).await {
+            Ok(admitted) => match admitted.task {
+                Some(TaskAnswer::Claim(claim)) => (None, Some(claim)),
+                Some(TaskAnswer::Read(task) | TaskAnswer::Cancel(task)) => (task, None),
+                _ => (None, None),
+            },
             Err(refusal) => return Response::Refused(refusal),
         };
         // The request itself, for answering a commit that fails after the machine accepted (rare messages only).
         let request =
             matches!(checked.envelope().body, ldp_types::Body::SessionPropose(_) | ldp_types::Body::SessionClose(_))
                 .then(|| checked.envelope().clone());
+        let submitted = match (&claimed, &checked.envelope().body) {
+            (Some(_), ldp_types::Body::TaskSubmit(t)) => {
+                Some(TaskKey { session_id: checked.envelope().session_id.clone(), task_id: t.task_id.clone() })
+            }
+            _ => None,
+        };
         match self.admit(peer, checked, remote.as_ref()) {
-            Admission::Answer(mut response) => {
+            Decision::Answer(mut response) => {
+                // The admission claimed a task the machine did not admit: it never runs, so the claim goes.
+                if claimed == Some(TaskClaim::Claimed)
+                    && let Some(key) = submitted
+                {
+                    self.release_claim(link, &key).await;
+                }
                 self.after_machine(link, request.as_ref(), &mut response).await;
                 response
             }
-            Admission::Execute { task, stop, cancelled } => match self.claim(link, &task, stop).await {
+            Decision::Execute { task, stop, cancelled } => match self.settle_claim(link, &task, claimed, stop).await {
                 Ok(stop) => self.execute(task, stop, cancelled, updates, in_place).await,
                 Err(response) => response,
             },
         }
     }
 
-    /// What the store must settle before the machine sees a message: its replay entry (refused if any replica saw
-    /// it), its session (adopted if live in the store, ended here if closed or gone there), and for a status query
-    /// the task's record. A store failure refuses the message, typed and retryable.
+    /// What the store must settle before the machine sees a message, in one store operation ([`Store::admit`]):
+    /// its replay entry (refused if any replica saw it), its session (adopted if live in the store, ended here if
+    /// closed or gone there), and its task: a TASK_SUBMIT's claim (not yet admitted by the machine: see
+    /// [`DelegateRuntime::settle_claim`]), a status query's record, or the cancel of a task another replica runs. A
+    /// store failure refuses the message, typed and retryable.
     pub(super) async fn before_machine(
         &self,
         link: &StoreLink,
         peer: &PeerContext,
         checked: &crate::Checked,
-    ) -> Result<Option<SharedTask>, Refusal> {
+    ) -> Result<Admitted, Refusal> {
         let env = checked.envelope();
         let refuse = |error: StoreError| {
             tracing::warn!(error = %error, "store call failed; message refused");
@@ -129,39 +162,62 @@ impl DelegateRuntime {
         };
         // A message whose signature fails is refused by the machine without touching the store.
         if checked.signature().is_err() {
-            return Ok(None);
+            return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
         }
-        let claim = lock(&self.inner.responder).replay_claim(peer, env);
-        if let Some(claim) = claim {
-            let verdict = link.call(link.store.claim_message(&claim)).await.map_err(refuse)?;
-            if let Some(refusal) = self.with_responder(|r| r.refuse_shared_replay(env, verdict)) {
+        let mut admission =
+            Admission { replay: lock(&self.inner.responder).replay_claim(peer, env), ..Admission::default() };
+        if needs_session(env) {
+            admission.session_id = Some(env.session_id.clone());
+            let key = |task_id: &str| TaskKey { session_id: env.session_id.clone(), task_id: task_id.to_owned() };
+            admission.task = match &env.body {
+                ldp_types::Body::TaskSubmit(t) => Some(TaskStep::Claim {
+                    key: key(&t.task_id),
+                    task: SharedTask::running(link.replica.as_str(), env.payload_mode),
+                    lease: link.opts.lease,
+                }),
+                ldp_types::Body::TaskUpdate(u) => Some(TaskStep::Read(key(&u.task_id))),
+                // A task running here is cancelled by the machine, which then records its end.
+                ldp_types::Body::TaskCancel(c) if !lock(&self.inner.running).contains_key(&key(&c.task_id)) => {
+                    Some(TaskStep::Cancel(key(&c.task_id)))
+                }
+                _ => None,
+            };
+        }
+        if admission.replay.is_none() && admission.session_id.is_none() {
+            return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
+        }
+        let admitted = link.call(link.store.admit(&admission)).await.map_err(refuse)?;
+        let now = self.now();
+        // One turn of the machine's lock for the verdict and the session.
+        self.with_responder(|r| {
+            if let Some(refusal) = r.refuse_shared_replay(env, admitted.replay) {
                 return Err(refusal);
             }
-        }
-        if needs_session(env) {
-            let lookup = link.call(link.store.touch_session(&env.session_id)).await.map_err(refuse)?;
-            let now = self.now();
-            self.with_responder(|r| match lookup {
-                SessionLookup::Live(shared) => r.adopt_session(now, &shared),
-                SessionLookup::Closed => {
+            match &admitted.session {
+                Some(SessionLookup::Live(shared)) => r.adopt_session(now, shared),
+                Some(SessionLookup::Closed) => {
                     r.end_shared_session(&env.session_id, crate::SharedEnd::Closed);
                 }
-                SessionLookup::Expired => {
+                Some(SessionLookup::Expired) => {
                     r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
                 }
                 // Established nowhere, or ended long ago: a session live only here has ended.
-                _ => {
-                    if r.session_state(&env.session_id).is_some() {
-                        r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
-                    }
+                Some(_) if r.session_state(&env.session_id).is_some() => {
+                    r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
                 }
-            });
+                _ => {}
+            }
+            Ok(())
+        })?;
+        Ok(admitted)
+    }
+
+    /// Takes back a claim made in the admission of a TASK_SUBMIT the machine then refused (it never runs). A
+    /// failure is only logged: the claim then holds until its lease lapses, and the task id is free again after.
+    pub(super) async fn release_claim(&self, link: &StoreLink, key: &TaskKey) {
+        if let Err(e) = link.call(link.store.release_task(key, &link.replica)).await {
+            tracing::warn!(error = %e, task = %key.task_id, "could not release the claim of a refused task");
         }
-        if let ldp_types::Body::TaskUpdate(u) = &env.body {
-            let key = TaskKey { session_id: env.session_id.clone(), task_id: u.task_id.clone() };
-            return link.call(link.store.task(&key)).await.map_err(refuse);
-        }
-        Ok(None)
     }
 
     /// Commits what the machine decided to the store: a new session (discarded here, and the proposal refused
@@ -199,16 +255,24 @@ impl DelegateRuntime {
         }
     }
 
-    /// Claims an admitted task in the store before its delegate runs. `Err` carries the answer when the task must
+    /// Settles the store claim of an admitted task before its delegate runs. `Err` carries the answer when the task must
     /// not run here: another submission holds it (`DUPLICATE_TASK`), or the store failed (`STORE_UNAVAILABLE`).
-    pub(super) async fn claim(
+    /// `claimed` is the claim the admission made ([`DelegateRuntime::before_machine`]), if it made one; without
+    /// one, the task is claimed now.
+    pub(super) async fn settle_claim(
         &self,
         link: &StoreLink,
         task: &TaskRequest,
+        claimed: Option<TaskClaim>,
         stop: oneshot::Receiver<Envelope>,
     ) -> Result<oneshot::Receiver<Envelope>, Response> {
-        let record = SharedTask::running(link.replica.as_str(), task.payload_mode);
-        let claimed = link.call(link.store.claim_task(&task.key, &record, link.opts.lease)).await;
+        let claimed = match claimed {
+            Some(claimed) => Ok(claimed),
+            None => {
+                let record = SharedTask::running(link.replica.as_str(), task.payload_mode);
+                link.call(link.store.claim_task(&task.key, &record, link.opts.lease)).await
+            }
+        };
         let refusal = match claimed {
             Ok(TaskClaim::Claimed) => return Ok(stop),
             Ok(_) => self.with_responder(|r| r.refuse_claimed(&task.key)),
