@@ -21,7 +21,7 @@ pub enum BackendKind {
     Echo,
     /// A GGUF model run in this process on the CPU (`--model FILE.gguf`): no server, no network.
     Local,
-    /// No model of ours: an MCP server's tools as the skills (`--mcp-command`), with a generated card.
+    /// No model of ours: an MCP server's tools as the skills (`--mcp-command` or `--mcp-url`), with a generated card.
     Mcp,
     /// No model of ours: an A2A agent's skills (`--a2a-url`), with a generated card.
     A2a,
@@ -55,7 +55,7 @@ pub struct ServedModel {
 #[derive(Debug, clap::Args)]
 pub struct LlmArgs {
     /// Serve a language model through this provider API.
-    #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model"), ("local", "model"), ("mcp", "mcp_command"), ("a2a", "a2a_url")])]
+    #[arg(long, value_enum, requires_ifs = [("openai", "model"), ("anthropic", "model"), ("local", "model"), ("mcp", "mcp_server"), ("a2a", "a2a_url")])]
     pub backend: Option<BackendKind>,
     /// The provider's base URL [default: `https://api.openai.com/v1` (openai: with the API version, as OpenAI's
     /// SDKs take it), `https://api.anthropic.com` (anthropic)].

@@ -21,8 +21,15 @@ pub struct McpArgs {
     pub mcp: bool,
     /// With --backend mcp: the MCP server to start, `PROGRAM ARG...` split on whitespace; it speaks MCP on its
     /// standard input and output, and its tools are the skills.
-    #[arg(long, value_name = "COMMAND", requires = "backend")]
+    #[arg(long, value_name = "COMMAND", requires = "backend", group = "mcp_server")]
     pub mcp_command: Option<String>,
+    /// With --backend mcp: the URL of an MCP server speaking Streamable HTTP (`http://HOST:PORT/mcp`); its tools are
+    /// the skills.
+    #[arg(long, value_name = "URL", requires = "backend", group = "mcp_server")]
+    pub mcp_url: Option<String>,
+    /// With --mcp-url: the bearer token sent to that server.
+    #[arg(long, value_name = "TOKEN", requires = "mcp_url")]
+    pub mcp_token: Option<String>,
     /// MCP sessions open at once; an initialize beyond it is refused.
     #[arg(long, value_name = "N", default_value_t = 256, requires = "mcp")]
     pub mcp_max_sessions: usize,
@@ -137,14 +144,20 @@ impl Bridged {
     ) -> Result<Option<Self>, String> {
         match backend {
             Some(BackendKind::Mcp) => {
-                let command = mcp.mcp_command.as_deref().unwrap_or_default();
-                let mut words = command.split_whitespace().map(str::to_owned);
-                let program = words.next().ok_or("--mcp-command: give the MCP server's command")?;
                 let mut limits = ldp_bridge::mcp::BackendLimits::default();
                 limits.call_timeout = bridged_call_timeout(request_timeout);
-                let delegate = McpDelegate::spawn_command(&program, &words.collect::<Vec<_>>(), limits)
-                    .await
-                    .map_err(|e| format!("--mcp-command {command:?}: {e}"))?;
+                let delegate = if let Some(url) = mcp.mcp_url.as_deref() {
+                    McpDelegate::connect_url(url, mcp.mcp_token.as_deref(), limits)
+                        .await
+                        .map_err(|e| format!("--mcp-url {url}: {e}"))?
+                } else {
+                    let command = mcp.mcp_command.as_deref().unwrap_or_default();
+                    let mut words = command.split_whitespace().map(str::to_owned);
+                    let program = words.next().ok_or("--backend mcp: give --mcp-command or --mcp-url")?;
+                    McpDelegate::spawn_command(&program, &words.collect::<Vec<_>>(), limits)
+                        .await
+                        .map_err(|e| format!("--mcp-command {command:?}: {e}"))?
+                };
                 Ok(Some(Self::Mcp(delegate)))
             }
             Some(BackendKind::A2a) => {

@@ -289,3 +289,59 @@ async fn the_tool_calls_of_one_mcp_session_are_bounded() {
         assert_eq!(refusals.len(), 3 - expected_ok);
     }
 }
+
+/// Starts the Python MCP server of `an_mcp_server_behind_ldp_serve_is_an_ldp_delegate` on Streamable HTTP, requiring
+/// `token`; returns it with its URL.
+fn mcp_http_server(dir: &support::TempDir, token: &str) -> (support::Guard, String) {
+    let url_file = dir.path("mcp-url");
+    let child = std::process::Command::new(bridge_python())
+        .arg(repo().join("ldp-cli/tests/bridge/mcp_server.py"))
+        .args([&dir.path(""), &url_file, token])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let guard = support::Guard(child);
+    let started = Instant::now();
+    loop {
+        if let Ok(url) = std::fs::read_to_string(&url_file)
+            && !url.is_empty()
+        {
+            return (guard, url);
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the MCP server did not start within 60 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_server_over_streamable_http_behind_ldp_serve_is_an_ldp_delegate() {
+    let dir = support::TempDir::new("mcp-url");
+    let (_mcp, mcp_url) = mcp_http_server(&dir, "mcp-secret");
+
+    // The wrong token: the MCP server refuses the initialize, and `ldp serve` exits 2 saying why.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--backend", "mcp", "--mcp-url", &mcp_url, "--mcp-token", "wrong"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--mcp-url") && stderr.contains("401"), "{stderr}");
+
+    // The right one: the server's tools are the skills, and a call carries the responder's provenance.
+    let args = ["--backend", "mcp", "--mcp-url", &mcp_url, "--mcp-token", "mcp-secret"];
+    let (_server, url) = serve(&args, Stdio::inherit());
+    let card = card(&url).await;
+    let names: Vec<&str> =
+        card["capabilities"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["add", "slow", "fail"]);
+    assert_eq!(card["bridged_from"]["server"]["name"], "bridge-test-server");
+    let ldp = ldp::connect(&url).await.unwrap();
+    let sum: ldp::Answer<Value> = ldp.call("add", json!({"a": 40, "b": 2})).await.unwrap();
+    assert_eq!(sum.output, json!({"sum": 42}));
+    assert_eq!(sum.provenance.produced_by, card["delegate_id"].as_str().unwrap());
+    let err = ldp.call::<Value>("fail", json!({"reason": "over http"})).await.unwrap_err();
+    let ldp::Error::Session(ldp::session::SessionError::Peer(err)) = err else { panic!("{err:?}") };
+    assert_eq!(err.code.as_str(), "TOOL_ERROR");
+    assert!(err.message.contains("refused: over http"), "{err:?}");
+}

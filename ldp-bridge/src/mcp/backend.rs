@@ -19,7 +19,8 @@ use rmcp::model::{
     ProgressToken, Request, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
@@ -141,6 +142,23 @@ impl McpDelegate {
         command.args(args);
         let transport = TokioChildProcess::new(command)?;
         Self::start(transport, limits).await
+    }
+
+    /// Connects to an MCP server over Streamable HTTP at `url` (`http://` or `https://`, rmcp's client on reqwest),
+    /// with `Authorization: Bearer <token>` when a token is given, and lists its tools. The server's answers are
+    /// read under the same timeouts as a spawned server's.
+    pub async fn connect_url(url: &str, token: Option<&str>, limits: BackendLimits) -> Result<Self, BridgeError> {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(BridgeError::Mcp(format!("{url:?} is not an http:// or https:// URL")));
+        }
+        // rmcp's client builds a reqwest client with rustls and no crypto provider of its own, and panics without a
+        // process default: ring, the provider of every other TLS connection here (already set is fine).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
+        Self::start(StreamableHttpClientTransport::from_config(config), limits).await
     }
 
     async fn start<T, E, A>(transport: T, limits: BackendLimits) -> Result<Self, BridgeError>
