@@ -290,34 +290,12 @@ async fn the_tool_calls_of_one_mcp_session_are_bounded() {
     }
 }
 
-/// Starts the Python MCP server of `an_mcp_server_behind_ldp_serve_is_an_ldp_delegate` on Streamable HTTP, requiring
-/// `token`; returns it with its URL.
-fn mcp_http_server(dir: &support::TempDir, token: &str) -> (support::Guard, String) {
-    let url_file = dir.path("mcp-url");
-    let child = std::process::Command::new(bridge_python())
-        .arg(repo().join("ldp-cli/tests/bridge/mcp_server.py"))
-        .args([&dir.path(""), &url_file, token])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let guard = support::Guard(child);
-    let started = Instant::now();
-    loop {
-        if let Ok(url) = std::fs::read_to_string(&url_file)
-            && !url.is_empty()
-        {
-            return (guard, url);
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "the MCP server did not start within 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_server_over_streamable_http_behind_ldp_serve_is_an_ldp_delegate() {
     let dir = support::TempDir::new("mcp-url");
-    let (_mcp, mcp_url) = mcp_http_server(&dir, "mcp-secret");
+    // The Python MCP server of `an_mcp_server_behind_ldp_serve_is_an_ldp_delegate`, on Streamable HTTP.
+    let url_file = dir.path("mcp-url");
+    let (_mcp, mcp_url) = support::bridge_server("mcp_server.py", &[&dir.path(""), &url_file, "mcp-secret"], &url_file);
 
     // The wrong token: the MCP server refuses the initialize, and `ldp serve` exits 2 saying why.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"))

@@ -116,10 +116,16 @@ pub fn run_bridge_script(script: &str, args: &[String], limit: Duration) -> serd
 /// `markers`.
 pub fn a2a_agent(markers: &str) -> (Guard, String) {
     let url_file = format!("{markers}/agent-url");
-    let _ = std::fs::remove_file(&url_file);
+    bridge_server("a2a_agent.py", &[&url_file, markers], &url_file)
+}
+
+/// Starts `python tests/bridge/SCRIPT ARGS`, a server that writes its URL to `url_file` once listening, and returns
+/// it with that URL (the test fails if none comes within 60 s).
+pub fn bridge_server(script: &str, args: &[&str], url_file: &str) -> (Guard, String) {
+    let _ = std::fs::remove_file(url_file);
     let child = Command::new(bridge_python())
-        .arg(repo().join("ldp-cli/tests/bridge/a2a_agent.py"))
-        .args([&url_file, markers])
+        .arg(repo().join("ldp-cli/tests/bridge").join(script))
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -127,12 +133,12 @@ pub fn a2a_agent(markers: &str) -> (Guard, String) {
     let guard = Guard(child);
     let started = std::time::Instant::now();
     loop {
-        if let Ok(url) = std::fs::read_to_string(&url_file)
+        if let Ok(url) = std::fs::read_to_string(url_file)
             && !url.is_empty()
         {
             return (guard, url);
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "the A2A agent did not start within 60 s");
+        assert!(started.elapsed() < Duration::from_secs(60), "{script} did not start within 60 s");
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -164,10 +164,14 @@ impl Responder {
         self.with_session(now, peer, &env)?;
         let task_id = env.body.task_id().unwrap_or_default().to_owned();
         let key = TaskKey { session_id: env.session_id.clone(), task_id: task_id.clone() };
+        // The canceller's answer, in the mode the task ran in.
+        let cancelled = |r: &mut Self, task_id: String, mode| {
+            let error = LdpError::runtime(codes::CANCELLED, "cancelled by the initiator").with_retryable(false);
+            r.envelope(&env.session_id, &env.from, TaskFailed::new(task_id, error), mode)
+        };
         let Some(mode) = self.end_task(&key, TaskStatus::Cancelled) else {
             if let Some(remote) = remote.filter(|t| t.status == crate::shared::SharedTaskStatus::Failed) {
-                let error = LdpError::runtime(codes::CANCELLED, "cancelled by the initiator").with_retryable(false);
-                let reply = self.envelope(&env.session_id, &env.from, TaskFailed::new(task_id, error), remote.mode);
+                let reply = cancelled(self, task_id, remote.mode);
                 return Ok(Outcome::Cancel { reply, cancelled: Vec::new() });
             }
             let error =
@@ -175,8 +179,7 @@ impl Responder {
             return Err(self.refuse(&env, error));
         };
         self.abort(&env.from, mode, key.clone(), "by the initiator");
-        let error = LdpError::runtime(codes::CANCELLED, "cancelled by the initiator").with_retryable(false);
-        let reply = self.envelope(&env.session_id, &env.from, TaskFailed::new(task_id, error), env.payload_mode);
+        let reply = cancelled(self, task_id, env.payload_mode);
         Ok(Outcome::Cancel { reply, cancelled: vec![key] })
     }
 
