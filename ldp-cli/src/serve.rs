@@ -229,6 +229,10 @@ pub struct StoreArgs {
     /// (synchronous=FULL: an fsync per commit batch; also survives power loss).
     #[arg(long, value_name = "MODE", default_value = "process")]
     pub sqlite_durability: ldp_store::Durability,
+    /// SQLite: the WAL's size in 4 KiB pages beyond which the writer checkpoints (a background thread copies the WAL
+    /// into the database file all along); the WAL file is truncated back to it when it starts over.
+    #[arg(long, value_name = "PAGES", default_value_t = 8192)]
+    pub sqlite_wal_pages: u32,
 }
 
 impl StoreArgs {
@@ -238,6 +242,7 @@ impl StoreArgs {
         cfg.result_ttl = Duration::from_secs(self.result_ttl.max(1));
         cfg.closed_ttl = cfg.result_ttl;
         cfg.sqlite_durability = self.sqlite_durability;
+        cfg.sqlite_wal_pages = self.sqlite_wal_pages.max(1);
         let Some(store) = ldp_store::open(&self.store, cfg).await.map_err(|e| format!("--store: {e}"))? else {
             return Ok("memory".to_owned());
         };

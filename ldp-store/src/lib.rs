@@ -47,6 +47,10 @@ pub struct StoreConfig {
     pub closed_ttl: Duration,
     /// How durable an SQLite commit is before its caller (and so the peer) is answered.
     pub sqlite_durability: Durability,
+    /// SQLite: the WAL pages (4 KiB each) beyond which the writer checkpoints after a commit, so that the WAL starts
+    /// over from its beginning; the WAL file is truncated back to this size when it does. A thread of its own copies
+    /// the WAL into the database file all along, so the writer's checkpoint has little left to copy.
+    pub sqlite_wal_pages: u32,
 }
 
 /// How durable an SQLite commit is before its caller is answered (the WAL journal either way, one commit per batch
@@ -65,17 +69,22 @@ pub enum Durability {
 }
 
 impl std::str::FromStr for Durability {
-    type Err = String;
+    type Err = UnknownDurability;
 
     /// `process` (or `normal`, SQLite's name) or `full`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownDurability> {
         match s {
             "process" | "normal" => Ok(Self::Process),
             "full" => Ok(Self::Full),
-            _ => Err(format!("{s:?} is not a durability: expected process or full")),
+            _ => Err(UnknownDurability(s.to_owned())),
         }
     }
 }
+
+/// A durability name that is neither `process` (`normal`) nor `full` (`--sqlite-durability`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a durability: expected process or full")]
+pub struct UnknownDurability(pub String);
 
 impl StoreConfig {
     /// A configuration for `namespace` (the delegate id), keeping results and closed markers for an hour, SQLite
@@ -86,6 +95,7 @@ impl StoreConfig {
             result_ttl: Duration::from_secs(3600),
             closed_ttl: Duration::from_secs(3600),
             sqlite_durability: Durability::default(),
+            sqlite_wal_pages: 8192,
         }
     }
 }

@@ -16,6 +16,11 @@
 //! per batch. Several processes may open the file (`busy_timeout` makes their writers take turns), but replicas on
 //! several machines want Redis.
 //!
+//! **Checkpoints** run on a thread of their own (a second connection, a `PASSIVE` checkpoint every
+//! [`CHECKPOINT_EVERY`]), so copying the WAL into the database file and fsyncing it do not stall the batches. The
+//! writer checkpoints too once the WAL passes [`StoreConfig::sqlite_wal_pages`]: a checkpoint on another connection
+//! never completes while the writer keeps committing, and only a complete one lets the WAL start over.
+//!
 //! There is no reader pool: every operation the runtime makes writes (the replay entry of every message, a session's
 //! TTL restart), so reads on other connections would only add a second round trip.
 
@@ -82,7 +87,12 @@ fn synchronous(durability: Durability) -> &'static str {
 pub struct SqliteStore {
     /// The writer thread's queue (the thread ends when the last clone of the store is dropped).
     writer: Arc<mpsc::Sender<Box<dyn Op>>>,
+    /// Dropped with the last clone of the store, which ends the checkpoint thread (after a last checkpoint).
+    _checkpointer: Arc<mpsc::Sender<()>>,
 }
+
+/// How often the checkpoint thread copies the WAL's committed pages into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
 /// Expired rows are deleted every this many operations.
 const SWEEP_EVERY: u64 = 1024;
@@ -166,6 +176,21 @@ fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn 
     }
 }
 
+/// Checkpoints the WAL every [`CHECKPOINT_EVERY`] until the store is dropped, then once more. `PASSIVE`: it copies
+/// what it can without waiting for, or blocking, the writer; the writer starts the WAL over from its beginning once a
+/// checkpoint has copied all of it.
+fn checkpoint_loop(conn: &Connection, stop: &mpsc::Receiver<()>) {
+    let checkpoint = || {
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "could not checkpoint the SQLite WAL");
+        }
+    };
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
+        checkpoint();
+    }
+    checkpoint();
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path`, in WAL mode with `cfg.sqlite_durability`, and starts its
     /// writer thread.
@@ -186,12 +211,32 @@ impl SqliteStore {
         // Pages the writer keeps in memory (64 MiB): a page read back from the file costs a system call.
         conn.execute_batch("PRAGMA cache_size=-65536;").map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
+        // Most checkpointing runs on a thread of its own (below), not in the writer's commits: a checkpoint copies
+        // pages into the database file and fsyncs it, which stalls every caller of the batch it follows. The writer
+        // still checkpoints past `sqlite_wal_pages` (by then the thread has copied all but the last
+        // `CHECKPOINT_EVERY`'s pages): a checkpoint on another thread never catches up with a writer that keeps
+        // committing, and only a complete one lets the next commit start the WAL over.
+        let pages = cfg.sqlite_wal_pages.max(1);
+        conn.execute_batch(&format!(
+            "PRAGMA wal_autocheckpoint={pages}; PRAGMA journal_size_limit={};",
+            u64::from(pages) * 4096
+        ))
+        .map_err(fail)?;
+        let checkpoints = Connection::open(path).map_err(fail)?;
+        checkpoints.busy_timeout(Duration::from_secs(5)).map_err(fail)?;
+        let spawn_error =
+            |e: std::io::Error| OpenError::Sqlite { path: path.display().to_string(), reason: e.to_string() };
+        let (checkpointer, stop) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("ldp-sqlite-checkpoint".into())
+            .spawn(move || checkpoint_loop(&checkpoints, &stop))
+            .map_err(spawn_error)?;
         let (writer, queue) = mpsc::channel::<Box<dyn Op>>();
         std::thread::Builder::new()
             .name("ldp-sqlite-writer".into())
             .spawn(move || write_loop(conn, cfg, queue))
-            .map_err(|e| OpenError::Sqlite { path: path.display().to_string(), reason: e.to_string() })?;
-        Ok(Self { writer: Arc::new(writer) })
+            .map_err(spawn_error)?;
+        Ok(Self { writer: Arc::new(writer), _checkpointer: Arc::new(checkpointer) })
     }
 
     /// Runs `op` in the writer's next batch; answers once that batch is committed.

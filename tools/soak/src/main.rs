@@ -5,6 +5,8 @@
 //! Everything is loopback only and bounded: every attack stops at its deadline, every request has a timeout, and
 //! the server processes are killed when the run ends. Attackers connect from `127.0.0.2` so that they are a
 //! different network peer from the legitimate client (`127.0.0.1`), as they would be in a real deployment.
+//!
+//! `--bench-stores` runs the store throughput bench instead (`scripts/store-bench`, module `store_bench`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,6 +24,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpSocket;
 use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::Message;
+
+mod store_bench;
 
 /// Peak RSS allowed under every attack (issue 14).
 const RSS_TARGET_MIB: f64 = 512.0;
@@ -61,6 +65,19 @@ struct Args {
     /// Exit 1 when a target is missed.
     #[arg(long)]
     check: bool,
+    /// Instead of the attacks: the store throughput bench (`scripts/store-bench`) over these stores, comma-separated
+    /// (memory, sqlite, sqlite-full, redis).
+    #[arg(long, value_name = "STORES", value_delimiter = ',')]
+    bench_stores: Vec<String>,
+    /// Store bench: concurrent clients (a session and a keep-alive connection each).
+    #[arg(long, default_value_t = 32)]
+    bench_clients: usize,
+    /// Store bench: rounds over all the stores.
+    #[arg(long, default_value_t = 3)]
+    bench_rounds: usize,
+    /// Store bench: measured seconds per store and round.
+    #[arg(long, default_value_t = 8)]
+    bench_seconds: u64,
 }
 
 const ALL_ATTACKS: [&str; 5] = ["session-flood", "ws-nonreading", "ws-dropping", "slowloris", "replay-flood"];
@@ -688,6 +705,27 @@ async fn on_own_thread(legit: Arc<Legit>, deadline: Instant) -> Phase {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if !args.bench_stores.is_empty() {
+        if let Err(e) = store_bench::check_stores(&args.bench_stores) {
+            eprintln!("soak: {e}");
+            return ExitCode::from(2);
+        }
+        let plan = store_bench::BenchPlan {
+            ldp: &args.ldp,
+            stores: args.bench_stores.clone(),
+            clients: args.bench_clients.max(1),
+            rounds: args.bench_rounds.max(1),
+            seconds: args.bench_seconds.max(1),
+            extra: args.extra.clone(),
+        };
+        return match store_bench::run(plan).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("store bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let attacks: Vec<String> = if args.attacks.is_empty() {
         ALL_ATTACKS.iter().map(|s| (*s).to_owned()).collect()
     } else {

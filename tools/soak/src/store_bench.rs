@@ -1,0 +1,251 @@
+//! `scripts/store-bench` (`ldp-soak --bench-stores ...`): TASK_SUBMIT -> TASK_RESULT throughput and latency of a
+//! real `ldp serve` over HTTP with each state store (issue 17), side by side in one run.
+//!
+//! Each round starts one server per store in turn (`--store memory`, `sqlite:` in both durability modes, a
+//! throwaway `redis-server`), opens one session per client, lets the clients submit tasks back to back over
+//! keep-alive connections for a warm-up and then for the measured seconds, and stops the server. Rounds alternate
+//! the stores, so that a slow phase of the machine falls on every store alike; a store's ratio to the memory store is
+//! taken within each round, and the table shows the median over the rounds.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{Server, SoakError, envelope, percentile_ms, propose_body, random_id};
+
+/// The stores `--bench-stores` knows, as `ldp serve` flags (a `{dir}` is replaced by a fresh directory per server,
+/// `{redis}` by the throwaway Redis's URL).
+const STORES: [(&str, &[&str]); 4] = [
+    ("memory", &["--store", "memory"]),
+    ("sqlite", &["--store", "sqlite:{dir}/state.db", "--sqlite-durability", "process"]),
+    ("sqlite-full", &["--store", "sqlite:{dir}/state.db", "--sqlite-durability", "full"]),
+    ("redis", &["--store", "{redis}"]),
+];
+
+/// What the bench measures.
+pub(crate) struct BenchPlan<'a> {
+    /// The `ldp` binary.
+    pub ldp: &'a Path,
+    /// Store names, in the order each round runs them.
+    pub stores: Vec<String>,
+    /// Concurrent clients (one session and one keep-alive connection each).
+    pub clients: usize,
+    /// Rounds over all the stores.
+    pub rounds: usize,
+    /// Measured seconds per store and round (after a one-second warm-up).
+    pub seconds: u64,
+    /// Extra `ldp serve` flags for every server.
+    pub extra: Vec<String>,
+}
+
+/// One store's figures in one round.
+struct Sample {
+    tasks_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    failed: u64,
+    peak_rss_mib: f64,
+}
+
+/// Checks the store names before anything starts.
+pub(crate) fn check_stores(stores: &[String]) -> Result<(), String> {
+    match stores.iter().find(|s| !STORES.iter().any(|(name, _)| name == s)) {
+        Some(bad) => Err(format!(
+            "unknown store {bad:?}; known: {}",
+            STORES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Runs the plan and prints the table.
+pub(crate) async fn run(plan: BenchPlan<'_>) -> Result<(), SoakError> {
+    let needs_redis = plan.stores.iter().any(|s| s == "redis");
+    let redis = if needs_redis {
+        Some(ldp_store::test_redis::RedisServer::start().map_err(|e| SoakError::Setup(e.to_string()))?)
+    } else {
+        None
+    };
+    let scratch = std::env::temp_dir().join(format!("ldp-store-bench-{}", std::process::id()));
+    println!(
+        "store bench: {} over HTTP on loopback, {} clients (a session and a connection each), echo delegate, {} round(s) \
+         of {} s per store after 1 s of warm-up",
+        plan.ldp.display(),
+        plan.clients,
+        plan.rounds,
+        plan.seconds
+    );
+    let mut samples: Vec<Vec<Sample>> = plan.stores.iter().map(|_| Vec::new()).collect();
+    for round in 0..plan.rounds {
+        for (i, store) in plan.stores.iter().enumerate() {
+            let dir = scratch.join(format!("{store}-{round}"));
+            std::fs::create_dir_all(&dir).map_err(|e| SoakError::Setup(format!("{}: {e}", dir.display())))?;
+            // Each Redis server of the run gets a database of its own, so no round reads another's keys.
+            let redis_url = redis.as_ref().map(|r| format!("{}/{}", r.url().trim_end_matches('/'), round % 16));
+            let flags = server_flags(store, &dir, redis_url.as_deref(), &plan.extra);
+            let sample = measure(&plan, &flags).await;
+            let _ = std::fs::remove_dir_all(&dir);
+            let sample = sample?;
+            println!(
+                "round {}: {store}: {:.0} tasks/s, p50 {:.2} ms, p99 {:.2} ms, {} failed, peak RSS {:.0} MiB",
+                round + 1,
+                sample.tasks_per_sec,
+                sample.p50_ms,
+                sample.p99_ms,
+                sample.failed,
+                sample.peak_rss_mib
+            );
+            samples[i].push(sample);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    print_table(&plan, &samples);
+    Ok(())
+}
+
+fn server_flags(store: &str, dir: &Path, redis: Option<&str>, extra: &[String]) -> Vec<String> {
+    let template = STORES.iter().find(|(name, _)| *name == store).map_or(&[][..], |(_, flags)| *flags);
+    let mut flags: Vec<String> = template
+        .iter()
+        .map(|f| f.replace("{dir}", &dir.display().to_string()).replace("{redis}", redis.unwrap_or_default()))
+        .collect();
+    flags.extend(extra.iter().cloned());
+    flags
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn print_table(plan: &BenchPlan<'_>, samples: &[Vec<Sample>]) {
+    let memory = plan.stores.iter().position(|s| s == "memory");
+    println!();
+    println!(
+        "| store | tasks/s per round | median tasks/s | vs memory (median of rounds) | p50 ms | p99 ms | failed | peak RSS MiB |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (store, rows) in plan.stores.iter().zip(samples) {
+        let per_round: Vec<String> = rows.iter().map(|s| format!("{:.0}", s.tasks_per_sec)).collect();
+        let vs_memory = memory.map_or_else(String::new, |m| {
+            let ratios: Vec<f64> =
+                rows.iter().zip(&samples[m]).map(|(s, base)| s.tasks_per_sec / base.tasks_per_sec).collect();
+            format!("{:.2}x", median(ratios))
+        });
+        println!(
+            "| {store} | {} | {:.0} | {vs_memory} | {:.2} | {:.2} | {} | {:.0} |",
+            per_round.join(" / "),
+            median(rows.iter().map(|s| s.tasks_per_sec).collect()),
+            median(rows.iter().map(|s| s.p50_ms).collect()),
+            median(rows.iter().map(|s| s.p99_ms).collect()),
+            rows.iter().map(|s| s.failed).sum::<u64>(),
+            rows.iter().map(|s| s.peak_rss_mib).fold(0.0, f64::max),
+        );
+    }
+}
+
+/// Starts a server with `flags`, runs the clients against it, stops it.
+async fn measure(plan: &BenchPlan<'_>, flags: &[String]) -> Result<Sample, SoakError> {
+    let server = Server::start(&plan.ldp.to_path_buf(), flags, None).await?;
+    let mut clients = Vec::with_capacity(plan.clients);
+    for i in 0..plan.clients {
+        clients.push(Client::open(&server.url, i).await?);
+    }
+    let measuring = Arc::new(AtomicBool::new(false));
+    let warm_up_end = Instant::now() + Duration::from_secs(1);
+    let deadline = warm_up_end + Duration::from_secs(plan.seconds);
+    let runs: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            let measuring = measuring.clone();
+            tokio::spawn(async move { client.run(&measuring, deadline).await })
+        })
+        .collect();
+    tokio::time::sleep_until(warm_up_end.into()).await;
+    measuring.store(true, Ordering::Release);
+    let started = Instant::now();
+    let (mut latencies, mut failed) = (Vec::new(), 0);
+    for run in runs {
+        let (l, f) = run.await.map_err(|e| SoakError::Setup(format!("a client stopped: {e}")))?;
+        latencies.extend(l);
+        failed += f;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let peak_rss_mib = server.peak_rss_mib();
+    server.stop().await;
+    Ok(Sample {
+        tasks_per_sec: latencies.len() as f64 / elapsed,
+        p50_ms: percentile_ms(&latencies, 0.5),
+        p99_ms: percentile_ms(&latencies, 0.99),
+        failed,
+        peak_rss_mib,
+    })
+}
+
+/// One client: a session of its own, tasks back to back on one keep-alive connection.
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    from: String,
+    session_id: String,
+}
+
+impl Client {
+    async fn open(url: &str, index: usize) -> Result<Self, SoakError> {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| SoakError::Setup(e.to_string()))?;
+        let from = format!("ldp:delegate:bench-client-{index}");
+        let mut client = Self { http, url: format!("{url}/ldp/messages"), from, session_id: String::new() };
+        let (status, reply) = client.post(&envelope("", &client.from, propose_body(), None)).await;
+        match (status, reply["body"]["session_id"].as_str()) {
+            (200, Some(id)) => client.session_id = id.to_owned(),
+            _ => return Err(SoakError::Setup(format!("proposal answered {status}: {reply}"))),
+        }
+        Ok(client)
+    }
+
+    async fn post(&self, env: &Value) -> (u16, Value) {
+        match self.http.post(&self.url).json(env).send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let body = resp.bytes().await.unwrap_or_default();
+                (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+            }
+            Err(e) => (0, json!(e.to_string())),
+        }
+    }
+
+    /// Submits tasks until `deadline`; returns the latencies of the tasks answered with a result while `measuring`
+    /// was set, and how many got anything else.
+    async fn run(self, measuring: &AtomicBool, deadline: Instant) -> (Vec<Duration>, u64) {
+        let (mut latencies, mut failed) = (Vec::new(), 0);
+        while Instant::now() < deadline {
+            let body = json!({"type": "TASK_SUBMIT", "task_id": random_id(), "skill": "echo", "input": "ping"});
+            let env = envelope(&self.session_id, &self.from, body, None);
+            let start = Instant::now();
+            let (status, reply) = self.post(&env).await;
+            if !measuring.load(Ordering::Acquire) {
+                continue;
+            }
+            if status == 200 && reply["body"]["type"] == "TASK_RESULT" {
+                latencies.push(start.elapsed());
+            } else {
+                failed += 1;
+                if failed <= 3 {
+                    eprintln!("store bench: {status}: {reply}");
+                }
+            }
+        }
+        (latencies, failed)
+    }
+}
