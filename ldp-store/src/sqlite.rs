@@ -66,13 +66,24 @@ CREATE TABLE IF NOT EXISTS meta (
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (name, value) SELECT 'replay_rows', COUNT(*) FROM replay;
-CREATE TABLE IF NOT EXISTS tasks (
+CREATE TABLE IF NOT EXISTS task_rows (
+    row INTEGER PRIMARY KEY,
     session_id TEXT NOT NULL,
     task_id TEXT NOT NULL,
     record TEXT NOT NULL,
-    expires_ms INTEGER NOT NULL,
-    PRIMARY KEY (session_id, task_id)
-) WITHOUT ROWID;
+    expires_ms INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS task_rows_key ON task_rows (session_id, task_id);
+";
+
+/// Tasks are rows in insertion order (`task_rows`), with the key in an index: a task's claim and its result land on
+/// the table's newest pages, which every commit writes anyway, where a table keyed by the (random) task id put each
+/// on a leaf of its own, two WAL pages more per task. Files written before keep their tasks in `tasks`, moved over
+/// once at open.
+const MIGRATE_TASKS: &str = "
+INSERT OR IGNORE INTO task_rows (session_id, task_id, record, expires_ms)
+    SELECT session_id, task_id, record, expires_ms FROM tasks;
+DROP TABLE tasks;
 ";
 
 fn synchronous(durability: Durability) -> &'static str {
@@ -211,6 +222,19 @@ impl SqliteStore {
         // Pages the writer keeps in memory (64 MiB): a page read back from the file costs a system call.
         conn.execute_batch("PRAGMA cache_size=-65536;").map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
+        // In a write transaction, so that of two processes opening an older file at once one moves the tasks and the
+        // other then finds nothing to move.
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(fail)?;
+        let migrated = conn
+            .query_row("SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'tasks'", [], |r| {
+                r.get::<_, bool>(0)
+            })
+            .and_then(|old| if old { conn.execute_batch(MIGRATE_TASKS) } else { Ok(()) })
+            .and_then(|()| conn.execute_batch("COMMIT"));
+        if let Err(e) = migrated {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(fail(e));
+        }
         // Most checkpointing runs on a thread of its own (below), not in the writer's commits: a checkpoint copies
         // pages into the database file and fsyncs it, which stalls every caller of the batch it follows. The writer
         // still checkpoints past `sqlite_wal_pages` (by then the thread has copied all but the last
@@ -256,7 +280,7 @@ impl SqliteStore {
 fn sweep(conn: &Connection, now: i64, marker: i64) -> Result<(), StoreError> {
     let gone = conn.execute("DELETE FROM replay WHERE expires_ms <= ?1", params![now]).map_err(unavailable)?;
     count_replay_rows(conn, -i64::try_from(gone).unwrap_or(i64::MAX))?;
-    for table in ["dedupe", "tasks"] {
+    for table in ["dedupe", "task_rows"] {
         conn.execute(&format!("DELETE FROM {table} WHERE expires_ms <= ?1"), params![now]).map_err(unavailable)?;
     }
     conn.execute(
@@ -311,7 +335,7 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
 
 fn load_task(conn: &Connection, key: &TaskKey, now: i64) -> Result<Option<SharedTask>, StoreError> {
     let text: Option<String> = conn
-        .prepare_cached("SELECT record FROM tasks WHERE session_id = ?1 AND task_id = ?2 AND expires_ms > ?3")
+        .prepare_cached("SELECT record FROM task_rows WHERE session_id = ?1 AND task_id = ?2 AND expires_ms > ?3")
         .and_then(|mut st| st.query_row(params![key.session_id, key.task_id, now], |r| r.get(0)).optional())
         .map_err(unavailable)?;
     text.as_deref().map(decode).transpose()
@@ -320,7 +344,9 @@ fn load_task(conn: &Connection, key: &TaskKey, now: i64) -> Result<Option<Shared
 fn put_task(conn: &Connection, key: &TaskKey, task: &SharedTask, expires: i64) -> Result<(), StoreError> {
     let record = encode(task)?;
     conn.prepare_cached(
-        "INSERT OR REPLACE INTO tasks (session_id, task_id, record, expires_ms) VALUES (?1, ?2, ?3, ?4)",
+        // In place when the task is there already (its row keeps its place, near the table's end).
+        "INSERT INTO task_rows (session_id, task_id, record, expires_ms) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (session_id, task_id) DO UPDATE SET record = excluded.record, expires_ms = excluded.expires_ms",
     )
     .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires]))
     .map_err(unavailable)?;
@@ -505,7 +531,7 @@ impl Store for SqliteStore {
         self.tx(move |conn, _, now| {
             if load_task(conn, &key, now)?.is_some_and(|t| t.owner == owner && t.status == SharedTaskStatus::Running) {
                 conn.execute(
-                    "DELETE FROM tasks WHERE session_id = ?1 AND task_id = ?2",
+                    "DELETE FROM task_rows WHERE session_id = ?1 AND task_id = ?2",
                     params![key.session_id, key.task_id],
                 )
                 .map_err(unavailable)?;

@@ -1,0 +1,64 @@
+//! A database file written before tasks moved to insertion order (`tasks`, keyed by session and task id) opens with
+//! its tasks: their records are still read, claimed tasks still refuse a second claim, and the old table is gone.
+#![cfg(feature = "sqlite")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use ldp_session::TaskKey;
+use ldp_session::shared::{SharedTask, SharedTaskStatus, TaskClaim};
+use ldp_session::store::Store;
+use ldp_store::{SqliteStore, StoreConfig};
+use ldp_types::PayloadMode;
+
+fn now_ms() -> i64 {
+    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
+
+#[tokio::test]
+async fn tasks_of_an_older_file_are_kept() {
+    let dir = std::env::temp_dir().join(format!("ldp-store-migration-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    let mut done = SharedTask::running("replica-a", PayloadMode::Text);
+    done.status = SharedTaskStatus::Completed;
+    done.output = Some("\"the result\"".into());
+    let running = SharedTask::running("replica-a", PayloadMode::Text);
+    {
+        // The table as the store first created it.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE tasks (session_id TEXT NOT NULL, task_id TEXT NOT NULL, record TEXT NOT NULL,
+                 expires_ms INTEGER NOT NULL, PRIMARY KEY (session_id, task_id)) WITHOUT ROWID;",
+        )
+        .unwrap();
+        let expires = now_ms() + 3_600_000;
+        for (task_id, task) in [("t-done", &done), ("t-running", &running)] {
+            conn.execute(
+                "INSERT INTO tasks (session_id, task_id, record, expires_ms) VALUES ('s1', ?1, ?2, ?3)",
+                rusqlite::params![task_id, serde_json::to_string(task).unwrap(), expires],
+            )
+            .unwrap();
+        }
+    }
+    let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:migration")).unwrap();
+    let key = |id: &str| TaskKey { session_id: "s1".into(), task_id: id.into() };
+    let read = store.task(&key("t-done")).await.unwrap().expect("the completed task is kept");
+    assert_eq!(read.status, SharedTaskStatus::Completed);
+    assert_eq!(read.output.as_deref(), Some("\"the result\""));
+    // A completed task is never claimed again.
+    assert_eq!(store.claim_task(&key("t-done"), &running, Duration::from_secs(30)).await.unwrap(), TaskClaim::Taken);
+    // The running one is found by its owner's finish.
+    assert!(store.finish_task(&key("t-running"), &done).await.unwrap());
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let old: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'tasks'", [], |r| r.get(0)).unwrap();
+    assert_eq!(old, 0, "the old table is dropped once its rows are moved");
+    // Opening again (nothing left to move) works.
+    drop(conn);
+    let again = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:migration")).unwrap();
+    assert!(again.task(&key("t-running")).await.unwrap().is_some());
+    drop(again);
+    let _ = std::fs::remove_dir_all(&dir);
+}
