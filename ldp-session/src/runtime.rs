@@ -641,7 +641,7 @@ impl DelegateRuntime {
         // Committed before the answer goes out: an answered task is in the store for every replica's status
         // queries, and survives this process. Boxed for the reason `handle_checked` boxes the store's steps.
         if let Some(link) = self.inner.store.get() {
-            Box::pin(self.record_answer(link, &key, &answer)).await;
+            return Response::Reply(Box::pin(self.record_answer(link, &key, answer)).await);
         }
         Response::Reply(answer)
     }

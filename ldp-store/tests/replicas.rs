@@ -303,6 +303,68 @@ async fn cancel_reaches_the_replica_running_the_task(a_store: Arc<dyn Store>, b_
     assert_eq!(error_code(&again), codes::TASK_NOT_FOUND);
 }
 
+/// A task that ends on A after a TASK_CANCEL sent to B recorded it cancelled, but before A's next lease renewal
+/// could tell A: A's result is not what the submitter gets. The store's record (cancelled) wins, as it does for every
+/// status query, so the submitter is answered TASK_FAILED CANCELLED, and A's own history says cancelled too.
+async fn a_cancel_elsewhere_overrules_a_result_not_yet_sent(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Renewed every 10 s: the task ends long before A's first renewal.
+    let lease = Duration::from_secs(30);
+    let (a, _ra) = replica(a_store, &runs, lease);
+    let (b, _rb) = replica(b_store, &runs, lease);
+    let mut init = initiator();
+    let session_id = establish(&mut init, &a).await;
+    let task = init.submit(&session_id, "work", serde_json::json!({"sleep_ms": 1500}), None, None).unwrap();
+    let task_id = task.body.task_id().unwrap().to_owned();
+    let a2 = a.clone();
+    let submitted = tokio::spawn(async move { send(&a2, &task).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = send(&b, &status_query(&mut init, &session_id, &task_id)).await;
+        if matches!(answer.body, Body::TaskUpdate(_)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the task never showed as running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let key = ldp_session::TaskKey { session_id: session_id.clone(), task_id: task_id.clone() };
+    let answer = send(&b, &init.cancel(&key).unwrap()).await;
+    assert_eq!(error_code(&answer), codes::CANCELLED);
+
+    let ended = tokio::time::timeout(Duration::from_secs(10), submitted).await.unwrap().unwrap();
+    assert!(!matches!(ended.body, Body::TaskResult(_)), "the submitter got the result of a cancelled task");
+    assert_eq!(error_code(&ended), codes::CANCELLED);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let on_b = send(&b, &status_query(&mut init, &session_id, &task_id)).await;
+    assert_eq!(error_code(&on_b), codes::CANCELLED);
+    let on_a = send(&a, &status_query(&mut init, &session_id, &task_id)).await;
+    match &on_a.body {
+        Body::TaskUpdate(u) => assert_eq!(u.message.as_deref(), Some("cancelled")),
+        _ => assert_eq!(error_code(&on_a), codes::CANCELLED),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_cancel_elsewhere_overrules_the_result() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    a_cancel_elsewhere_overrules_a_result_not_yet_sent(store.clone(), store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_cancel_elsewhere_overrules_the_result() {
+    let (dir, a, b) = sqlite_pair("overrule");
+    a_cancel_elsewhere_overrules_a_result_not_yet_sent(a, b).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cancel_elsewhere_overrules_the_result() {
+    let server = ldp_store::test_redis::RedisServer::start().unwrap();
+    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    a_cancel_elsewhere_overrules_a_result_not_yet_sent(a, b).await;
+}
+
 /// A signed TASK_CANCEL built by hand (the initiator forgets a task once it ended).
 fn cancel_envelope(session_id: &str, task_id: &str) -> Envelope {
     let mut env = Envelope::new(

@@ -127,6 +127,18 @@ impl Context {
         self.snapshot.get_or_insert_with(|| History(self.kept.iter().map(|k| k.turn.clone()).collect())).clone()
     }
 
+    /// Takes back the result of `task_id` (a task the store says ended otherwise): its turn stays, as the turn of a
+    /// task that ended without a result does.
+    pub(super) fn withdraw_result(&mut self, task_id: &str) {
+        let Some(kept) = self.kept.iter_mut().rev().find(|k| k.turn.task_id == task_id) else { return };
+        let mut turn = (*kept.turn).clone();
+        turn.output = None;
+        let bytes = turn.size();
+        self.bytes = self.bytes - kept.bytes + bytes;
+        *kept = Kept { turn: Arc::new(turn), provenance: None, bytes };
+        self.snapshot = None;
+    }
+
     pub(super) fn result(&self, task_id: &str) -> Option<(&RawJson, &Provenance)> {
         self.kept.iter().rev().find(|k| k.turn.task_id == task_id).and_then(|k| {
             let output = k.turn.output.as_ref()?;

@@ -425,6 +425,22 @@ impl Responder {
         self.aborted.push_back(Aborted { key, reply });
     }
 
+    /// A task this machine has answered with its result, which the store says ended otherwise meanwhile (cancelled
+    /// through another replica, or failed after its lease lapsed, before this replica's next renewal could tell it):
+    /// the store's record is what every replica's status queries answer, so the submitter is told `error` too, in
+    /// place of the result, and the task's history and the session's context say so (the result is withdrawn from
+    /// both). Returns that answer, in `mode` (the result's); `None` when the session is gone.
+    pub fn overruled_by_store(&mut self, key: &TaskKey, error: LdpError, mode: PayloadMode) -> Option<Envelope> {
+        let status = if error.code == codes::CANCELLED { TaskStatus::Cancelled } else { TaskStatus::Failed };
+        let s = self.sessions.get_mut(key.session_id.as_str())?;
+        if let Some(entry) = s.history.iter_mut().rev().find(|h| *h.task_id == *key.task_id) {
+            entry.status = status;
+        }
+        s.context.withdraw_result(&key.task_id);
+        let peer = s.peer.to_string();
+        Some(self.envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode))
+    }
+
     /// A running task the store says has ended elsewhere with `error` (cancelled through another replica, or
     /// failed after its lease lapsed): ended here too, its submitter answered with that error, and its work
     /// stopped (queued for [`Responder::poll_aborted`]). `false` when it is not running here.
