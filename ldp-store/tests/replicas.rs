@@ -359,9 +359,7 @@ async fn sqlite_cancel_elsewhere_overrules_the_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cancel_elsewhere_overrules_the_result() {
-    let server = ldp_store::test_redis::RedisServer::start().unwrap();
-    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
-    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let (_server, a, b) = redis_pair().await;
     a_cancel_elsewhere_overrules_a_result_not_yet_sent(a, b).await;
 }
 
@@ -453,9 +451,7 @@ async fn sqlite_refused_submission_frees_its_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_refused_submission_frees_its_id() {
-    let server = ldp_store::test_redis::RedisServer::start().unwrap();
-    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
-    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let (_server, a, b) = redis_pair().await;
     a_refused_submission_leaves_its_task_id_free(a, b).await;
 }
 
@@ -474,9 +470,7 @@ async fn sqlite_cancel_reaches_the_owner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cancel_reaches_the_owner() {
-    let server = ldp_store::test_redis::RedisServer::start().unwrap();
-    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
-    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let (_server, a, b) = redis_pair().await;
     cancel_reaches_the_replica_running_the_task(a, b).await;
 }
 
@@ -495,10 +489,17 @@ async fn sqlite_replay_total_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_replay_total_bound() {
+    let (_server, a, b) = redis_pair().await;
+    replay_window_total_bound_spans_replicas(a, b).await;
+}
+
+/// A throwaway `redis-server` (kept running while the returned handle lives) and two stores on it, as two replicas
+/// would have.
+async fn redis_pair() -> (ldp_store::test_redis::RedisServer, Arc<dyn Store>, Arc<dyn Store>) {
     let server = ldp_store::test_redis::RedisServer::start().unwrap();
     let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
     let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
-    replay_window_total_bound_spans_replicas(a, b).await;
+    (server, a, b)
 }
 
 /// Two connections (two writer threads) to one fresh database file, as two processes on one machine would have.
@@ -531,9 +532,7 @@ async fn sqlite_replicas_share_state() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_replicas_share_state() {
-    let server = ldp_store::test_redis::RedisServer::start().unwrap();
-    let a: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
-    let b: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    let (_server, a, b) = redis_pair().await;
     two_replicas_share_state(a, b).await;
 }
 
