@@ -51,6 +51,11 @@ pub struct StoreConfig {
     /// over from its beginning; the WAL file is truncated back to this size when it does. A thread of its own copies
     /// the WAL into the database file all along, so the writer's checkpoint has little left to copy.
     pub sqlite_wal_pages: u32,
+    /// SQLite: how long a generation of unsigned traffic's dedupe entries takes new ones at least before the other
+    /// generation, once all its entries have expired, is emptied in one statement and takes over. Entries are never
+    /// deleted one by one (each would rewrite a random page); the tables hold between one and two dedupe windows of
+    /// entries plus this.
+    pub sqlite_dedupe_generation: Duration,
 }
 
 /// How durable an SQLite commit is before its caller is answered (the WAL journal either way, one commit per batch
@@ -96,6 +101,7 @@ impl StoreConfig {
             closed_ttl: Duration::from_secs(3600),
             sqlite_durability: Durability::default(),
             sqlite_wal_pages: 8192,
+            sqlite_dedupe_generation: Duration::from_secs(30),
         }
     }
 }

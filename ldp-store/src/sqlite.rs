@@ -21,8 +21,15 @@
 //! writer checkpoints too once the WAL passes [`StoreConfig::sqlite_wal_pages`]: a checkpoint on another connection
 //! never completes while the writer keeps committing, and only a complete one lets the WAL start over.
 //!
-//! There is no reader pool: every operation the runtime makes writes (the replay entry of every message, a session's
-//! TTL restart), so reads on other connections would only add a second round trip.
+//! There is no reader pool: almost every operation the runtime makes writes (the replay or dedupe entry of every
+//! message, a task's claim or result), so reads on other connections would only add a second round trip.
+//!
+//! **Fewer pages per commit.** Each page a commit changes is one more frame in the WAL (two `write()`s, and a copy
+//! at the next checkpoint), so rows that every message would touch are written less often: a live session's TTL
+//! restart is written ahead by a tenth of its TTL (at most a second), so a busy session's row is rewritten about
+//! once a second; unsigned traffic's dedupe entries live in two generation tables, emptied a generation at a time,
+//! with no index on their expiry to keep and no entry deleted on its own (see `claim_dedupe`); tasks are rows in
+//! insertion order, so that claims and results land on the table's newest pages.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -51,11 +58,14 @@ CREATE TABLE IF NOT EXISTS replay (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS replay_principal ON replay (principal, expires_ms);
 CREATE INDEX IF NOT EXISTS replay_expiry ON replay (expires_ms);
-CREATE TABLE IF NOT EXISTS dedupe (
-    key TEXT PRIMARY KEY NOT NULL,
+CREATE TABLE IF NOT EXISTS dedupe_0 (
+    key BLOB PRIMARY KEY NOT NULL,
     expires_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS dedupe_expiry ON dedupe (expires_ms);
+CREATE TABLE IF NOT EXISTS dedupe_1 (
+    key BLOB PRIMARY KEY NOT NULL,
+    expires_ms INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY NOT NULL,
     record TEXT,
@@ -66,6 +76,8 @@ CREATE TABLE IF NOT EXISTS meta (
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (name, value) SELECT 'replay_rows', COUNT(*) FROM replay;
+INSERT OR IGNORE INTO meta (name, value) VALUES ('dedupe_current', 0), ('dedupe_since_ms', 0),
+    ('dedupe_0_until_ms', 0), ('dedupe_1_until_ms', 0);
 CREATE TABLE IF NOT EXISTS task_rows (
     row INTEGER PRIMARY KEY,
     session_id TEXT NOT NULL,
@@ -84,6 +96,16 @@ const MIGRATE_TASKS: &str = "
 INSERT OR IGNORE INTO task_rows (session_id, task_id, record, expires_ms)
     SELECT session_id, task_id, record, expires_ms FROM tasks;
 DROP TABLE tasks;
+";
+
+/// Unsigned traffic's dedupe entries used to be one table keyed by hex text, with an index on their expiry for the
+/// sweep; files written before keep their entries, moved over once at open into the first generation.
+const MIGRATE_DEDUPE: &str = "
+INSERT OR IGNORE INTO dedupe_0 (key, expires_ms)
+    SELECT CASE WHEN length(key) = 32 AND key NOT GLOB '*[^0-9a-f]*' THEN unhex(key) ELSE key END, expires_ms
+    FROM dedupe;
+UPDATE meta SET value = MAX(value, (SELECT COALESCE(MAX(expires_ms), 0) FROM dedupe)) WHERE name = 'dedupe_0_until_ms';
+DROP TABLE dedupe;
 ";
 
 fn synchronous(durability: Durability) -> &'static str {
@@ -222,14 +244,18 @@ impl SqliteStore {
         // Pages the writer keeps in memory (64 MiB): a page read back from the file costs a system call.
         conn.execute_batch("PRAGMA cache_size=-65536;").map_err(fail)?;
         conn.execute_batch(SCHEMA).map_err(fail)?;
-        // In a write transaction, so that of two processes opening an older file at once one moves the tasks and the
-        // other then finds nothing to move.
+        // In a write transaction, so that of two processes opening an older file at once one moves the tasks (and
+        // the dedupe entries) and the other then finds nothing to move.
         conn.execute_batch("BEGIN IMMEDIATE").map_err(fail)?;
-        let migrated = conn
-            .query_row("SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'tasks'", [], |r| {
+        let has_table = |name: &str| {
+            conn.query_row("SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1", [name], |r| {
                 r.get::<_, bool>(0)
             })
+        };
+        let migrated = has_table("tasks")
             .and_then(|old| if old { conn.execute_batch(MIGRATE_TASKS) } else { Ok(()) })
+            .and_then(|()| has_table("dedupe"))
+            .and_then(|old| if old { conn.execute_batch(MIGRATE_DEDUPE) } else { Ok(()) })
             .and_then(|()| conn.execute_batch("COMMIT"));
         if let Err(e) = migrated {
             let _ = conn.execute_batch("ROLLBACK");
@@ -280,9 +306,8 @@ impl SqliteStore {
 fn sweep(conn: &Connection, now: i64, marker: i64) -> Result<(), StoreError> {
     let gone = conn.execute("DELETE FROM replay WHERE expires_ms <= ?1", params![now]).map_err(unavailable)?;
     count_replay_rows(conn, -i64::try_from(gone).unwrap_or(i64::MAX))?;
-    for table in ["dedupe", "task_rows"] {
-        conn.execute(&format!("DELETE FROM {table} WHERE expires_ms <= ?1"), params![now]).map_err(unavailable)?;
-    }
+    // Dedupe entries go a generation at a time instead ([`claim_dedupe`]).
+    conn.execute("DELETE FROM task_rows WHERE expires_ms <= ?1", params![now]).map_err(unavailable)?;
     conn.execute(
         "DELETE FROM sessions WHERE (record IS NULL AND expires_ms <= ?1) OR (record IS NOT NULL AND expires_ms <= ?2)",
         params![now, now.saturating_sub(marker)],
@@ -355,16 +380,14 @@ fn put_task(conn: &Connection, key: &TaskKey, task: &SharedTask, expires: i64) -
 
 /// The replay step of an admission. Entries without bounds (unsigned traffic's dedupe) live in a table of their own,
 /// with no principal or count to keep: one upsert decides.
-fn claim_message(conn: &Connection, claim: &ReplayClaim, now: i64) -> Result<ReplayVerdict, StoreError> {
+fn claim_message(
+    conn: &Connection,
+    cfg: &StoreConfig,
+    claim: &ReplayClaim,
+    now: i64,
+) -> Result<ReplayVerdict, StoreError> {
     if claim.max_per_principal.is_none() && claim.max_total.is_none() {
-        let inserted = conn
-            .prepare_cached(
-                "INSERT INTO dedupe (key, expires_ms) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE \
-                 SET expires_ms = excluded.expires_ms WHERE dedupe.expires_ms <= ?3",
-            )
-            .and_then(|mut st| st.execute(params![claim.key, claim.expires_at_ms, now]))
-            .map_err(unavailable)?;
-        return Ok(if inserted == 0 { ReplayVerdict::Seen } else { ReplayVerdict::Fresh });
+        return claim_dedupe(conn, cfg, claim, now);
     }
     let seen: Option<i64> = conn
         .prepare_cached("SELECT expires_ms FROM replay WHERE key = ?1")
@@ -402,14 +425,119 @@ fn claim_message(conn: &Connection, claim: &ReplayClaim, now: i64) -> Result<Rep
     Ok(ReplayVerdict::Fresh)
 }
 
+/// SQL of the two dedupe generations: (look up a key, upsert an entry, clear the table).
+fn dedupe_sql(generation: i64) -> (&'static str, &'static str, &'static str) {
+    if generation == 0 {
+        (
+            "SELECT expires_ms FROM dedupe_0 WHERE key = ?1",
+            "INSERT INTO dedupe_0 (key, expires_ms) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE \
+             SET expires_ms = excluded.expires_ms WHERE dedupe_0.expires_ms <= ?3",
+            "DELETE FROM dedupe_0",
+        )
+    } else {
+        (
+            "SELECT expires_ms FROM dedupe_1 WHERE key = ?1",
+            "INSERT INTO dedupe_1 (key, expires_ms) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE \
+             SET expires_ms = excluded.expires_ms WHERE dedupe_1.expires_ms <= ?3",
+            "DELETE FROM dedupe_1",
+        )
+    }
+}
+
+fn meta(conn: &Connection, name: &str) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT value FROM meta WHERE name = ?1")
+        .and_then(|mut st| st.query_row(params![name], |r| r.get(0)))
+        .map_err(unavailable)
+}
+
+fn set_meta(conn: &Connection, name: &str, value: i64) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE meta SET value = ?2 WHERE name = ?1")
+        .and_then(|mut st| st.execute(params![name, value]))
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+fn until_name(generation: i64) -> &'static str {
+    if generation == 0 { "dedupe_0_until_ms" } else { "dedupe_1_until_ms" }
+}
+
+/// A dedupe key as stored: the machine's keys (32 hex digits) as their 16 bytes, any other as its text (a text never
+/// equals a blob in SQLite, so the two forms cannot collide).
+fn dedupe_value(key: &str) -> rusqlite::types::Value {
+    let hex = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let bytes: Option<Vec<u8>> = (key.len() == 32)
+        .then(|| key.as_bytes().chunks(2).map(|pair| Some(hex(pair[0])? << 4 | hex(pair[1])?)).collect())
+        .flatten();
+    match bytes {
+        Some(bytes) => rusqlite::types::Value::Blob(bytes),
+        None => rusqlite::types::Value::Text(key.to_owned()),
+    }
+}
+
+/// Unsigned traffic's dedupe step. The entries live in two generation tables: new ones go into the current one, a
+/// key is seen if either holds it unexpired. Once the other generation's entries have all expired (its
+/// `until_ms`, kept a second ahead so that it is written about once a second, has passed) and the current one has
+/// taken entries for [`StoreConfig::sqlite_dedupe_generation`], the other is emptied at once and becomes the current one. So no
+/// entry is deleted on its own: a sweep by expiry would rewrite a random page per entry, and an index on the expiry
+/// would add a page to every commit.
+fn claim_dedupe(
+    conn: &Connection,
+    cfg: &StoreConfig,
+    claim: &ReplayClaim,
+    now: i64,
+) -> Result<ReplayVerdict, StoreError> {
+    let mut current = meta(conn, "dedupe_current")?.clamp(0, 1);
+    let other = 1 - current;
+    if now.saturating_sub(meta(conn, "dedupe_since_ms")?) >= ms(cfg.sqlite_dedupe_generation)
+        && meta(conn, until_name(other))? <= now
+    {
+        conn.prepare_cached(dedupe_sql(other).2).and_then(|mut st| st.execute([])).map_err(unavailable)?;
+        set_meta(conn, until_name(other), 0)?;
+        set_meta(conn, "dedupe_current", other)?;
+        set_meta(conn, "dedupe_since_ms", now)?;
+        current = other;
+    }
+    let key = dedupe_value(&claim.key);
+    let older: Option<i64> = conn
+        .prepare_cached(dedupe_sql(1 - current).0)
+        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
+        .map_err(unavailable)?;
+    if older.is_some_and(|expires| expires > now) {
+        return Ok(ReplayVerdict::Seen);
+    }
+    let inserted = conn
+        .prepare_cached(dedupe_sql(current).1)
+        .and_then(|mut st| st.execute(params![key, claim.expires_at_ms, now]))
+        .map_err(unavailable)?;
+    if inserted == 0 {
+        return Ok(ReplayVerdict::Seen);
+    }
+    if claim.expires_at_ms > meta(conn, until_name(current))? {
+        set_meta(conn, until_name(current), claim.expires_at_ms.saturating_add(1000))?;
+    }
+    Ok(ReplayVerdict::Fresh)
+}
+
 /// The session step of an admission: the lookup, restarting a live session's TTL.
 fn touch_session(conn: &Connection, id: &str, now: i64, marker: i64) -> Result<SessionLookup, StoreError> {
-    let found = lookup(load_session(conn, id)?, now, marker)?;
-    if let SessionLookup::Live(session) = &found {
-        let expires = now.saturating_add(ms(Duration::from_secs(session.ttl_secs)));
-        conn.prepare_cached("UPDATE sessions SET expires_ms = ?2 WHERE id = ?1")
-            .and_then(|mut st| st.execute(params![id, expires]))
-            .map_err(unavailable)?;
+    let row = load_session(conn, id)?;
+    let stored = row.as_ref().map(|(_, expires)| *expires);
+    let found = lookup(row, now, marker)?;
+    if let (SessionLookup::Live(session), Some(stored)) = (&found, stored) {
+        let ttl = ms(Duration::from_secs(session.ttl_secs));
+        let due = now.saturating_add(ttl);
+        // Written ahead by a tenth of the TTL (at most a second), so that a busy session's row is rewritten about
+        // once a second rather than by every commit; the session lives that much longer at most, never shorter.
+        if stored < due {
+            let ahead = (ttl / 10).min(1000);
+            conn.prepare_cached("UPDATE sessions SET expires_ms = ?2 WHERE id = ?1")
+                .and_then(|mut st| st.execute(params![id, due.saturating_add(ahead)]))
+                .map_err(unavailable)?;
+        }
     }
     Ok(found)
 }
@@ -469,7 +597,7 @@ impl Store for SqliteStore {
         let admission = admission.clone();
         self.tx(move |conn, cfg, now| {
             let replay = match &admission.replay {
-                Some(claim) => claim_message(conn, claim, now)?,
+                Some(claim) => claim_message(conn, cfg, claim, now)?,
                 None => ReplayVerdict::Fresh,
             };
             let mut admitted = Admitted::replay_only(replay);

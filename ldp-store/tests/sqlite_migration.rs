@@ -1,12 +1,14 @@
 //! A database file written before tasks moved to insertion order (`tasks`, keyed by session and task id) opens with
-//! its tasks: their records are still read, claimed tasks still refuse a second claim, and the old table is gone.
+//! its tasks: their records are still read, claimed tasks still refuse a second claim, and the old table is gone. A
+//! file written before unsigned dedupe entries moved to generations (`dedupe`, keyed by hex text) opens with its
+//! entries: a message seen before the upgrade is still seen.
 #![cfg(feature = "sqlite")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use ldp_session::TaskKey;
-use ldp_session::shared::{SharedTask, SharedTaskStatus, TaskClaim};
+use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskClaim};
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
@@ -59,6 +61,47 @@ async fn tasks_of_an_older_file_are_kept() {
     drop(conn);
     let again = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:migration")).unwrap();
     assert!(again.task(&key("t-running")).await.unwrap().is_some());
+    drop(again);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn dedupe_entries_of_an_older_file_are_kept() {
+    let dir = std::env::temp_dir().join(format!("ldp-store-dedupe-migration-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    let (seen, other) = ("0123456789abcdef".repeat(2), "fedcba9876543210".repeat(2));
+    let expires = now_ms() + 300_000;
+    {
+        // The table as the store first created it (with the tasks table of its time).
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE dedupe (key TEXT PRIMARY KEY NOT NULL, expires_ms INTEGER NOT NULL) WITHOUT ROWID;
+             CREATE INDEX dedupe_expiry ON dedupe (expires_ms);
+             CREATE TABLE tasks (session_id TEXT NOT NULL, task_id TEXT NOT NULL, record TEXT NOT NULL,
+                 expires_ms INTEGER NOT NULL, PRIMARY KEY (session_id, task_id)) WITHOUT ROWID;",
+        )
+        .unwrap();
+        conn.execute("INSERT INTO dedupe (key, expires_ms) VALUES (?1, ?2)", rusqlite::params![seen, expires]).unwrap();
+    }
+    let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:migration")).unwrap();
+    let claim = |key: &str| {
+        let mut admission = Admission::default();
+        admission.replay = Some(ReplayClaim::new("peer", key, now_ms() + 300_000));
+        admission
+    };
+    assert_eq!(store.admit(&claim(&seen)).await.unwrap().replay, ReplayVerdict::Seen, "seen before the upgrade");
+    assert_eq!(store.admit(&claim(&other)).await.unwrap().replay, ReplayVerdict::Fresh);
+    assert_eq!(store.admit(&claim(&other)).await.unwrap().replay, ReplayVerdict::Seen);
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let old: i64 =
+        conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'dedupe'", [], |r| r.get(0)).unwrap();
+    assert_eq!(old, 0, "the old table is dropped once its entries are moved");
+    drop(conn);
+    let again = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:migration")).unwrap();
+    assert_eq!(again.admit(&claim(&seen)).await.unwrap().replay, ReplayVerdict::Seen, "and after another open");
     drop(again);
     let _ = std::fs::remove_dir_all(&dir);
 }
