@@ -104,7 +104,8 @@ const MIGRATE_DEDUPE: &str = "
 INSERT OR IGNORE INTO dedupe_0 (key, expires_ms)
     SELECT CASE WHEN length(key) = 32 AND key NOT GLOB '*[^0-9a-f]*' THEN unhex(key) ELSE key END, expires_ms
     FROM dedupe;
-UPDATE meta SET value = MAX(value, (SELECT COALESCE(MAX(expires_ms), 0) FROM dedupe)) WHERE name = 'dedupe_0_until_ms';
+UPDATE meta SET value = MAX(value, (SELECT COALESCE(MAX(expires_ms), 0) FROM dedupe))
+    WHERE name = 'dedupe_0_until_ms';
 DROP TABLE dedupe;
 ";
 
@@ -479,11 +480,11 @@ fn dedupe_value(key: &str) -> rusqlite::types::Value {
 }
 
 /// Unsigned traffic's dedupe step. The entries live in two generation tables: new ones go into the current one, a
-/// key is seen if either holds it unexpired. Once the other generation's entries have all expired (its
-/// `until_ms`, kept a second ahead so that it is written about once a second, has passed) and the current one has
-/// taken entries for [`StoreConfig::sqlite_dedupe_generation`], the other is emptied at once and becomes the current one. So no
-/// entry is deleted on its own: a sweep by expiry would rewrite a random page per entry, and an index on the expiry
-/// would add a page to every commit.
+/// key is seen if either holds it unexpired. Once the other generation's entries have all expired (its `until_ms`,
+/// kept a second ahead so that it is written about once a second, has passed) and the current one has taken
+/// entries for [`StoreConfig::sqlite_dedupe_generation`], the other is emptied at once and becomes the current one.
+/// So no entry is deleted on its own: a sweep by expiry would rewrite a random page per entry, and an index on the
+/// expiry would add a page to every commit.
 fn claim_dedupe(
     conn: &Connection,
     cfg: &StoreConfig,
