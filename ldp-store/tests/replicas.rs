@@ -250,6 +250,32 @@ async fn establish(init: &mut Initiator, rt: &DelegateRuntime) -> String {
     }
 }
 
+/// Submits a task with `input` to replica A (answered in the background: the handle) and waits, for at most 10 s,
+/// until replica B's status query shows it running; `waiting` checks each answer B gives before that. The task id.
+async fn submit_on_a_until_running_on_b(
+    init: &mut Initiator,
+    a: &DelegateRuntime,
+    b: &DelegateRuntime,
+    session_id: &str,
+    input: serde_json::Value,
+    waiting: impl Fn(&Envelope),
+) -> (String, tokio::task::JoinHandle<Envelope>) {
+    let task = init.submit(session_id, "work", input, None, None).unwrap();
+    let task_id = task.body.task_id().unwrap().to_owned();
+    let a2 = a.clone();
+    let submitted = tokio::spawn(async move { send(&a2, &task).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = send(b, &status_query(init, session_id, &task_id)).await;
+        if matches!(answer.body, Body::TaskUpdate(_)) {
+            return (task_id, submitted);
+        }
+        waiting(&answer);
+        assert!(std::time::Instant::now() < deadline, "the task never showed as running");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A TASK_CANCEL received by replica B for a task running on replica A reaches it through the store: the canceller
 /// is answered TASK_FAILED CANCELLED by B, A stops the task at its next lease renewal and answers its submitter
 /// TASK_FAILED CANCELLED, and the record says cancelled for every replica.
@@ -262,20 +288,17 @@ async fn cancel_reaches_the_replica_running_the_task(a_store: Arc<dyn Store>, b_
     let mut init = initiator();
     let session_id = establish(&mut init, &a).await;
     // The task takes a minute: only the cancel can end it while this runs.
-    let slow = init.submit(&session_id, "work", serde_json::json!({"sleep_ms": 60_000}), None, None).unwrap();
-    let task_id = slow.body.task_id().unwrap().to_owned();
-    let a2 = a.clone();
-    let submitted = tokio::spawn(async move { send(&a2, &slow).await });
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let answer = send(&b, &status_query(&mut init, &session_id, &task_id)).await;
-        if matches!(answer.body, Body::TaskUpdate(_)) {
-            break;
-        }
-        assert_eq!(error_code(&answer), codes::TASK_NOT_FOUND);
-        assert!(std::time::Instant::now() < deadline, "the task never showed as running");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (task_id, submitted) = submit_on_a_until_running_on_b(
+        &mut init,
+        &a,
+        &b,
+        &session_id,
+        serde_json::json!({"sleep_ms": 60_000}),
+        |answer| {
+            assert_eq!(error_code(answer), codes::TASK_NOT_FOUND);
+        },
+    )
+    .await;
 
     let key = ldp_session::TaskKey { session_id: session_id.clone(), task_id: task_id.clone() };
     let cancel = init.cancel(&key).unwrap();
@@ -314,19 +337,9 @@ async fn a_cancel_elsewhere_overrules_a_result_not_yet_sent(a_store: Arc<dyn Sto
     let (b, _rb) = replica(b_store, &runs, lease);
     let mut init = initiator();
     let session_id = establish(&mut init, &a).await;
-    let task = init.submit(&session_id, "work", serde_json::json!({"sleep_ms": 1500}), None, None).unwrap();
-    let task_id = task.body.task_id().unwrap().to_owned();
-    let a2 = a.clone();
-    let submitted = tokio::spawn(async move { send(&a2, &task).await });
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let answer = send(&b, &status_query(&mut init, &session_id, &task_id)).await;
-        if matches!(answer.body, Body::TaskUpdate(_)) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "the task never showed as running");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (task_id, submitted) =
+        submit_on_a_until_running_on_b(&mut init, &a, &b, &session_id, serde_json::json!({"sleep_ms": 1500}), |_| {})
+            .await;
     let key = ldp_session::TaskKey { session_id: session_id.clone(), task_id: task_id.clone() };
     let answer = send(&b, &init.cancel(&key).unwrap()).await;
     assert_eq!(error_code(&answer), codes::CANCELLED);
