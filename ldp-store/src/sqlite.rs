@@ -140,24 +140,34 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 
 /// One queued operation: run inside the batch's transaction, answered once the batch is committed.
 trait Op: Send {
-    fn run(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64);
+    /// Runs the operation with nothing to undo it alone: `false` if it failed, which may leave some of its writes
+    /// behind (the writer then rolls the whole batch back and runs it again with [`Op::run_alone`]).
+    fn run(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) -> bool;
+    /// Runs the operation inside a savepoint of its own: a failure leaves nothing behind, the batch's others commit.
+    fn run_alone(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64);
     fn answer(self: Box<Self>, committed: Result<(), StoreError>);
 }
 
-type OpFn<T> = Box<dyn FnOnce(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send>;
+/// `Fn`, not `FnOnce`: a batch in which one operation fails is run again, the others included.
+type OpFn<T> = Box<dyn Fn(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send>;
 
 struct Pending<T> {
-    op: Option<OpFn<T>>,
+    op: OpFn<T>,
     out: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
 }
 
 impl<T: Send> Op for Pending<T> {
-    fn run(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) {
-        let Some(op) = self.op.take() else { return };
+    fn run(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) -> bool {
+        let out = (self.op)(conn, cfg, now);
+        let ok = out.is_ok();
+        self.out = Some(out);
+        ok
+    }
+
+    fn run_alone(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) {
         let statement = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([])).map_err(unavailable);
-        let out = statement("SAVEPOINT op").and_then(|_| op(conn, cfg, now));
-        // A failed operation leaves nothing behind; the batch's others commit.
+        let out = statement("SAVEPOINT op").and_then(|_| (self.op)(conn, cfg, now));
         let ended = match &out {
             Ok(_) => statement("RELEASE op"),
             Err(_) => statement("ROLLBACK TO op").and_then(|_| statement("RELEASE op")),
@@ -178,6 +188,12 @@ impl<T: Send> Op for Pending<T> {
 
 /// The writer thread: takes every queued operation (up to [`MAX_BATCH`]), runs them in one transaction, commits,
 /// then answers them all.
+///
+/// Operations run without savepoints: each would cost two statements and a copy of every page the operation first
+/// touches (the statement journal), for a failure that almost never comes (an I/O error, a corrupt record). When one
+/// does fail, the whole transaction is rolled back and the batch runs again with a savepoint per operation, so that
+/// only the failed one is undone; operations are `Fn` and read what they decide from the database, which the
+/// rollback has put back as it was, and `now` is the same, so the second run decides as the first did.
 fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn Op>>) {
     let mut ops: u64 = 0;
     while let Ok(first) = queue.recv() {
@@ -191,13 +207,25 @@ fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn 
         let now = now_ms();
         let sweep_due = ops / SWEEP_EVERY != (ops + batch.len() as u64) / SWEEP_EVERY;
         ops += batch.len() as u64;
-        let committed = (|| {
+        let begin = || -> Result<(), StoreError> {
             conn.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
             if sweep_due && let Err(e) = sweep(&conn, now, ms(cfg.closed_ttl)) {
                 tracing::warn!(error = %e, "could not sweep expired rows");
             }
+            Ok(())
+        };
+        let committed = (|| {
+            begin()?;
+            let mut all_ran = true;
             for op in &mut batch {
-                op.run(&conn, &cfg, now);
+                all_ran &= op.run(&conn, &cfg, now);
+            }
+            if !all_ran {
+                conn.execute_batch("ROLLBACK").map_err(unavailable)?;
+                begin()?;
+                for op in &mut batch {
+                    op.run_alone(&conn, &cfg, now);
+                }
             }
             conn.execute_batch("COMMIT").map_err(unavailable)
         })();
@@ -293,10 +321,10 @@ impl SqliteStore {
     /// Runs `op` in the writer's next batch; answers once that batch is committed.
     async fn tx<T: Send + 'static>(
         &self,
-        op: impl FnOnce(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
+        op: impl Fn(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let pending: Box<dyn Op> = Box::new(Pending { op: Some(Box::new(op)), out: None, reply });
+        let pending: Box<dyn Op> = Box::new(Pending { op: Box::new(op), out: None, reply });
         self.writer.send(pending).map_err(|_| unavailable("the writer thread has stopped"))?;
         answer.await.map_err(|_| unavailable("the writer thread has stopped"))?
     }
@@ -368,7 +396,11 @@ fn load_task(conn: &Connection, key: &TaskKey, now: i64) -> Result<Option<Shared
 }
 
 fn put_task(conn: &Connection, key: &TaskKey, task: &SharedTask, expires: i64) -> Result<(), StoreError> {
-    let record = encode(task)?;
+    put_task_record(conn, key, &encode(task)?, expires)
+}
+
+/// [`put_task`] of a record already encoded.
+fn put_task_record(conn: &Connection, key: &TaskKey, record: &str, expires: i64) -> Result<(), StoreError> {
     conn.prepare_cached(
         // In place when the task is there already (its row keeps its place, near the table's end).
         "INSERT INTO task_rows (session_id, task_id, record, expires_ms) VALUES (?1, ?2, ?3, ?4) \
@@ -551,14 +583,27 @@ fn claim_task(
     lease: Duration,
     now: i64,
 ) -> Result<TaskClaim, StoreError> {
+    let mut task = task.clone();
+    task.lease_until_ms = now.saturating_add(ms(lease));
+    let (record, expires) = (encode(&task)?, now.saturating_add(ms(cfg.result_ttl)));
+    // A task id new to the store (nearly every claim) is claimed by this one statement; one the store holds (even
+    // expired) is decided on its record.
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO task_rows (session_id, task_id, record, expires_ms) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (session_id, task_id) DO NOTHING",
+        )
+        .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires]))
+        .map_err(unavailable)?;
+    if inserted == 1 {
+        return Ok(TaskClaim::Claimed);
+    }
     if let Some(held) = load_task(conn, key, now)?
         && !held.claimable(held.lease_until_ms > now)
     {
         return Ok(TaskClaim::Taken);
     }
-    let mut task = task.clone();
-    task.lease_until_ms = now.saturating_add(ms(lease));
-    put_task(conn, key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
+    put_task_record(conn, key, &record, expires)?;
     Ok(TaskClaim::Claimed)
 }
 
@@ -679,13 +724,13 @@ impl Store for SqliteStore {
         let (owner, keys) = (owner.to_owned(), keys.to_vec());
         self.tx(move |conn, cfg, now| {
             let mut lost = Vec::new();
-            for key in keys {
-                match load_task(conn, &key, now)? {
+            for key in &keys {
+                match load_task(conn, key, now)? {
                     Some(mut task) if task.owner == owner && task.status == SharedTaskStatus::Running => {
                         task.lease_until_ms = now.saturating_add(ms(lease));
-                        put_task(conn, &key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
+                        put_task(conn, key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
                     }
-                    Some(task) => lost.push((key, task)),
+                    Some(task) => lost.push((key.clone(), task)),
                     None => {}
                 }
             }
@@ -695,14 +740,28 @@ impl Store for SqliteStore {
     }
 
     async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<bool, StoreError> {
-        let (key, task) = (key.clone(), task.clone());
+        // Encoded here, on the caller's thread, rather than by the one writer.
+        let (key, record, owner) = (key.clone(), encode(task)?, task.owner.clone());
         self.tx(move |conn, cfg, now| {
+            let expires = now.saturating_add(ms(cfg.result_ttl));
+            // The usual case in one statement: the record is this owner's, still running.
+            let ended = conn
+                .prepare_cached(
+                    "UPDATE task_rows SET record = ?3, expires_ms = ?4 WHERE session_id = ?1 AND task_id = ?2 \
+                     AND expires_ms > ?5 AND json_extract(record, '$.status') = 'running' \
+                     AND json_extract(record, '$.owner') = ?6",
+                )
+                .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires, now, owner]))
+                .map_err(unavailable)?;
+            if ended == 1 {
+                return Ok(true);
+            }
             if load_task(conn, &key, now)?
-                .is_some_and(|held| held.owner != task.owner || held.status != SharedTaskStatus::Running)
+                .is_some_and(|held| held.owner != owner || held.status != SharedTaskStatus::Running)
             {
                 return Ok(false);
             }
-            put_task(conn, &key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
+            put_task_record(conn, &key, &record, expires)?;
             Ok(true)
         })
         .await

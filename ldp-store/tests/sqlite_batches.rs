@@ -1,0 +1,101 @@
+//! The SQLite writer commits the operations waiting together, without a savepoint each; one that fails sends the
+//! batch round again with a savepoint per operation. Whatever the batching, a failed operation must leave nothing
+//! behind (not even the writes it made before failing) and must not take the others with it.
+#![cfg(feature = "sqlite")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use ldp_session::TaskKey;
+use ldp_session::shared::{
+    Admission, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, TaskAnswer, TaskClaim, TaskStep,
+};
+use ldp_session::store::Store;
+use ldp_store::{SqliteStore, StoreConfig};
+use ldp_types::PayloadMode;
+
+fn now_ms() -> i64 {
+    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
+
+fn session(id: &str) -> SharedSession {
+    serde_json::from_value(serde_json::json!({
+        "session_id": id, "peer": "ldp:delegate:client", "owner": null, "peer_delegate": null,
+        "peer_domain": "default", "mode": "text", "fallback": ["text"], "ttl_secs": 600,
+    }))
+    .unwrap()
+}
+
+/// A TASK_SUBMIT's admission: its dedupe entry, its session, its task's claim.
+fn submit(session_id: &str, message: &str, task_id: &str) -> Admission {
+    let mut admission = Admission::default();
+    admission.replay = Some(ReplayClaim::new("peer", message, now_ms() + 60_000));
+    admission.session_id = Some(session_id.to_owned());
+    admission.task = Some(TaskStep::Claim {
+        key: key(session_id, task_id),
+        task: SharedTask::running("replica-a", PayloadMode::Text),
+        lease: Duration::from_secs(30),
+    });
+    admission
+}
+
+fn key(session_id: &str, task_id: &str) -> TaskKey {
+    TaskKey { session_id: session_id.to_owned(), task_id: task_id.to_owned() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_operation_leaves_nothing_and_takes_no_other_with_it() {
+    let dir = std::env::temp_dir().join(format!("ldp-store-batches-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:batches")).unwrap();
+    assert!(store.create_session(&session("good")).await.unwrap());
+    // A session whose record cannot be read: an admission on it fails after it has written its dedupe entry.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn.execute(
+        "INSERT INTO sessions (id, record, expires_ms) VALUES ('broken', 'not a record', ?1)",
+        [now_ms() + 600_000],
+    )
+    .unwrap();
+
+    for round in 0..20 {
+        // Many admissions at once, the failing one among them, so that batches mix them.
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..40 {
+            let (store, broken) = (store.clone(), i == 20);
+            calls.spawn(async move {
+                let admission = if broken {
+                    submit("broken", &format!("{round:02}{:030x}", 0xbad), &format!("t-broken-{round}"))
+                } else {
+                    submit("good", &format!("{round:02}{i:030x}"), &format!("t-{round}-{i}"))
+                };
+                (broken, store.admit(&admission).await)
+            });
+        }
+        while let Some(joined) = calls.join_next().await {
+            match joined.unwrap() {
+                (true, outcome) => assert!(outcome.is_err(), "an unreadable session record is an error: {outcome:?}"),
+                (false, outcome) => {
+                    let admitted = outcome.unwrap();
+                    assert_eq!(admitted.replay, ReplayVerdict::Fresh);
+                    assert!(matches!(admitted.session, Some(SessionLookup::Live(_))));
+                    assert_eq!(admitted.task, Some(TaskAnswer::Claim(TaskClaim::Claimed)));
+                }
+            }
+        }
+        // The failed admission's dedupe entry and claim are gone with it: the same message is new, its task unknown.
+        assert_eq!(store.task(&key("broken", &format!("t-broken-{round}"))).await.unwrap(), None);
+        let mut again = Admission::default();
+        again.replay = Some(ReplayClaim::new("peer", format!("{round:02}{:030x}", 0xbad), now_ms() + 60_000));
+        assert_eq!(store.admit(&again).await.unwrap().replay, ReplayVerdict::Fresh, "round {round}");
+        // Every other one committed.
+        for i in (0..40).filter(|i| *i != 20) {
+            let task = store.task(&key("good", &format!("t-{round}-{i}"))).await.unwrap();
+            assert!(task.is_some(), "round {round}: task {i} was claimed, so it is stored");
+        }
+    }
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
