@@ -1,8 +1,9 @@
 //! The embedded SQLite store (`rusqlite`, SQLite compiled in).
 //!
 //! **Group commit.** One writer thread owns the database connection. Callers queue their operations to it; it takes
-//! every operation waiting (up to [`MAX_BATCH`]), runs them in one `BEGIN IMMEDIATE` transaction, each inside its
-//! own savepoint (an operation that fails is rolled back alone), commits once, and only then answers each caller.
+//! every operation waiting (up to [`MAX_BATCH`]), runs them in one `BEGIN IMMEDIATE` transaction, commits once, and
+//! only then answers each caller. An operation that fails is rolled back alone: the batch then runs again with a
+//! savepoint per operation (savepoints cost too much to pay for when nothing fails; see `write_loop`).
 //! Concurrent messages thus share one commit (and, with [`Durability::Full`], one fsync), and a caller is never
 //! answered before its operation is committed: the runtime answers a peer only after that, so nothing acknowledged
 //! is lost to a crash the durability mode covers.
