@@ -745,12 +745,13 @@ impl Store for SqliteStore {
         let (key, record, owner) = (key.clone(), encode(task)?, task.owner.clone());
         self.tx(move |conn, cfg, now| {
             let expires = now.saturating_add(ms(cfg.result_ttl));
-            // The usual case in one statement: the record is this owner's, still running.
+            // The usual case in one statement: the record is this owner's, still running. A record that is not
+            // JSON does not match (`json_extract` would fail the statement) and is answered below, as corrupt.
             let ended = conn
                 .prepare_cached(
                     "UPDATE task_rows SET record = ?3, expires_ms = ?4 WHERE session_id = ?1 AND task_id = ?2 \
-                     AND expires_ms > ?5 AND json_extract(record, '$.status') = 'running' \
-                     AND json_extract(record, '$.owner') = ?6",
+                     AND expires_ms > ?5 AND CASE WHEN json_valid(record) THEN \
+                     json_extract(record, '$.status') = 'running' AND json_extract(record, '$.owner') = ?6 END",
                 )
                 .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires, now, owner]))
                 .map_err(unavailable)?;

@@ -99,3 +99,31 @@ async fn a_failed_operation_leaves_nothing_and_takes_no_other_with_it() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A task record that cannot be read is answered as such (`Corrupt`, not a store failure), by a result's one-statement
+/// path too, and is left as it was.
+#[tokio::test]
+async fn a_result_for_an_unreadable_task_record_is_corrupt() {
+    let dir = std::env::temp_dir().join(format!("ldp-store-batches-corrupt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:batches")).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    for (task_id, record) in [("t-text", "not json"), ("t-json", "{\"status\":\"running\"}")] {
+        conn.execute(
+            "INSERT INTO task_rows (session_id, task_id, record, expires_ms) VALUES ('s', ?1, ?2, ?3)",
+            rusqlite::params![task_id, record, now_ms() + 600_000],
+        )
+        .unwrap();
+        let result = SharedTask::running("replica-a", PayloadMode::Text).cancelled();
+        let outcome = store.finish_task(&key("s", task_id), &result).await;
+        assert!(matches!(outcome, Err(ldp_session::store::StoreError::Corrupt { .. })), "{task_id}: {outcome:?}");
+        let kept: String =
+            conn.query_row("SELECT record FROM task_rows WHERE task_id = ?1", [task_id], |r| r.get(0)).unwrap();
+        assert_eq!(kept, record);
+    }
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
