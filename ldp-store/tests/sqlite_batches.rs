@@ -43,17 +43,23 @@ fn key(session_id: &str, task_id: &str) -> TaskKey {
     TaskKey { session_id: session_id.to_owned(), task_id: task_id.to_owned() }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_operation_leaves_nothing_and_takes_no_other_with_it() {
-    let dir = std::env::temp_dir().join(format!("ldp-store-batches-{}", std::process::id()));
+/// A fresh store in a directory of its own, and a connection of the test's own to the same file.
+fn scratch(name: &str) -> (std::path::PathBuf, SqliteStore, rusqlite::Connection) {
+    let dir = std::env::temp_dir().join(format!("ldp-store-batches-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("state.db");
     let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:batches")).unwrap();
-    assert!(store.create_session(&session("good")).await.unwrap());
-    // A session whose record cannot be read: an admission on it fails after it has written its dedupe entry.
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    (dir, store, conn)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_operation_leaves_nothing_and_takes_no_other_with_it() {
+    let (dir, store, conn) = scratch("failed");
+    assert!(store.create_session(&session("good")).await.unwrap());
+    // A session whose record cannot be read: an admission on it fails after it has written its dedupe entry.
     conn.execute(
         "INSERT INTO sessions (id, record, expires_ms) VALUES ('broken', 'not a record', ?1)",
         [now_ms() + 600_000],
@@ -104,13 +110,7 @@ async fn a_failed_operation_leaves_nothing_and_takes_no_other_with_it() {
 /// path too, and is left as it was.
 #[tokio::test]
 async fn a_result_for_an_unreadable_task_record_is_corrupt() {
-    let dir = std::env::temp_dir().join(format!("ldp-store-batches-corrupt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("state.db");
-    let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:batches")).unwrap();
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    let (dir, store, conn) = scratch("corrupt");
     for (task_id, record) in [("t-text", "not json"), ("t-json", "{\"status\":\"running\"}")] {
         conn.execute(
             "INSERT INTO task_rows (session_id, task_id, record, expires_ms) VALUES ('s', ?1, ?2, ?3)",
