@@ -222,7 +222,10 @@ fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn 
                 all_ran &= op.run(&conn, &cfg, now);
             }
             if !all_ran {
-                conn.execute_batch("ROLLBACK").map_err(unavailable)?;
+                // Some errors (a full disk, an I/O error) have SQLite roll the transaction back itself.
+                if !conn.is_autocommit() {
+                    conn.execute_batch("ROLLBACK").map_err(unavailable)?;
+                }
                 begin()?;
                 for op in &mut batch {
                     op.run_alone(&conn, &cfg, now);
