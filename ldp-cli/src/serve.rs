@@ -233,6 +233,10 @@ pub struct StoreArgs {
     /// into the database file all along); the WAL file is truncated back to it when it starts over.
     #[arg(long, value_name = "PAGES", default_value_t = 8192)]
     pub sqlite_wal_pages: u32,
+    /// SQLite: the bytes of the database file read through a memory map, with a small page cache beside it; 0 reads
+    /// with pread and a 64 MiB page cache (for storage whose read errors must not be a SIGBUS, such as NFS).
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
+    pub sqlite_mmap_bytes: u64,
 }
 
 impl StoreArgs {
@@ -243,6 +247,7 @@ impl StoreArgs {
         cfg.closed_ttl = cfg.result_ttl;
         cfg.sqlite_durability = self.sqlite_durability;
         cfg.sqlite_wal_pages = self.sqlite_wal_pages.max(1);
+        cfg.sqlite_mmap_bytes = self.sqlite_mmap_bytes;
         let Some(store) = ldp_store::open(&self.store, cfg).await.map_err(|e| format!("--store: {e}"))? else {
             return Ok("memory".to_owned());
         };

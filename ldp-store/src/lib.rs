@@ -56,6 +56,12 @@ pub struct StoreConfig {
     /// deleted one by one (each would rewrite a random page); the tables hold between one and two dedupe windows of
     /// entries plus this.
     pub sqlite_dedupe_generation: Duration,
+    /// SQLite: how much of the database file the writer reads through a memory map (`PRAGMA mmap_size`; 1 GiB), with
+    /// a 2 MiB page cache beside it; `0` reads with `pread` and keeps a 64 MiB page cache instead. Writes go through
+    /// the WAL either way, so durability is the same. Pages read through the map count in the process's resident
+    /// memory (they are the file's, shared with the OS page cache); an I/O error on a mapped page is a `SIGBUS`
+    /// rather than an error, so turn it off on storage that reports read errors (a network file system).
+    pub sqlite_mmap_bytes: u64,
 }
 
 /// How durable an SQLite commit is before its caller is answered (the WAL journal either way, one commit per batch
@@ -102,6 +108,7 @@ impl StoreConfig {
             sqlite_durability: Durability::default(),
             sqlite_wal_pages: 8192,
             sqlite_dedupe_generation: Duration::from_secs(30),
+            sqlite_mmap_bytes: 1 << 30,
         }
     }
 }
