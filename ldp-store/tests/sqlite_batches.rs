@@ -127,3 +127,27 @@ async fn a_result_for_an_unreadable_task_record_is_corrupt() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With the memory map off (`sqlite_mmap_bytes = 0`, the 64 MiB page cache) or on, a claimed and finished task is
+/// read back, after a reopen too.
+#[tokio::test]
+async fn tasks_are_read_back_with_and_without_the_memory_map() {
+    for mmap in [0, 1 << 30] {
+        let (dir, store, _conn) = scratch(&format!("mmap-{mmap}"));
+        let path = dir.join("state.db");
+        let mut cfg = StoreConfig::new("ldp:delegate:batches");
+        cfg.sqlite_mmap_bytes = mmap;
+        drop(store);
+        let store = SqliteStore::open(&path, cfg.clone()).unwrap();
+        let task = SharedTask::running("replica-a", PayloadMode::Text);
+        let claimed = store.claim_task(&key("s", "t"), &task, Duration::from_secs(30)).await.unwrap();
+        assert_eq!(claimed, TaskClaim::Claimed);
+        let ended = task.cancelled();
+        assert!(store.finish_task(&key("s", "t"), &ended).await.unwrap());
+        drop(store);
+        let store = SqliteStore::open(&path, cfg).unwrap();
+        assert_eq!(store.task(&key("s", "t")).await.unwrap(), Some(ended), "mmap {mmap}");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
