@@ -69,9 +69,10 @@ struct Args {
     /// (memory, sqlite, sqlite-full, redis).
     #[arg(long, value_name = "STORES", value_delimiter = ',')]
     bench_stores: Vec<String>,
-    /// Store bench: concurrent clients (a session and a keep-alive connection each).
-    #[arg(long, default_value_t = 32)]
-    bench_clients: usize,
+    /// Store bench: concurrent clients (a session and a keep-alive connection each); a comma-separated list runs
+    /// the bench at each count in turn (e.g. `32,128`), for throughput at saturation as well as at a fixed load.
+    #[arg(long, value_delimiter = ',', default_value = "32")]
+    bench_clients: Vec<usize>,
     /// Store bench: rounds over all the stores.
     #[arg(long, default_value_t = 3)]
     bench_rounds: usize,
@@ -713,7 +714,7 @@ async fn main() -> ExitCode {
         let plan = store_bench::BenchPlan {
             ldp: &args.ldp,
             stores: args.bench_stores.clone(),
-            clients: args.bench_clients.max(1),
+            clients: args.bench_clients.iter().map(|&n| n.max(1)).collect(),
             rounds: args.bench_rounds.max(1),
             seconds: args.bench_seconds.max(1),
             extra: args.extra.clone(),

@@ -6,6 +6,11 @@
 //! keep-alive connections for a warm-up and then for the measured seconds, and stops the server. Rounds alternate
 //! the stores, so that a slow phase of the machine falls on every store alike; a store's ratio to the memory store is
 //! taken within each round, and the table shows the median over the rounds.
+//!
+//! With several client counts (`--bench-clients 32,128`) the whole plan runs at each count in turn, and a last table
+//! sets each store's best median against the memory store's best: a store that answers through a round trip needs
+//! more requests in flight to keep the machine busy, so its saturation throughput can lie at another count than the
+//! memory store's.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -31,8 +36,8 @@ pub(crate) struct BenchPlan<'a> {
     pub ldp: &'a Path,
     /// Store names, in the order each round runs them.
     pub stores: Vec<String>,
-    /// Concurrent clients (one session and one keep-alive connection each).
-    pub clients: usize,
+    /// Concurrent clients (one session and one keep-alive connection each); the plan runs at each count in turn.
+    pub clients: Vec<usize>,
     /// Rounds over all the stores.
     pub rounds: usize,
     /// Measured seconds per store and round (after a one-second warm-up).
@@ -70,27 +75,56 @@ pub(crate) async fn run(plan: BenchPlan<'_>) -> Result<(), SoakError> {
         None
     };
     let scratch = std::env::temp_dir().join(format!("ldp-store-bench-{}", std::process::id()));
+    let counts: Vec<String> = plan.clients.iter().map(ToString::to_string).collect();
     println!(
         "store bench: {} over HTTP on loopback, {} clients (a session and a connection each), echo delegate, {} round(s) \
          of {} s per store after 1 s of warm-up",
         plan.ldp.display(),
-        plan.clients,
+        counts.join(", "),
         plan.rounds,
         plan.seconds
     );
+    let mut tables = Vec::with_capacity(plan.clients.len());
+    for &clients in &plan.clients {
+        let samples = run_at(&plan, clients, &scratch, redis.as_ref()).await;
+        let samples = match samples {
+            Ok(samples) => samples,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&scratch);
+                return Err(e);
+            }
+        };
+        print_table(&plan, clients, &samples);
+        tables.push((clients, samples));
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    if tables.len() > 1 {
+        print_peaks(&plan, &tables);
+    }
+    Ok(())
+}
+
+/// Every round of the plan at one client count; each store's samples, in the plan's order.
+async fn run_at(
+    plan: &BenchPlan<'_>,
+    clients: usize,
+    scratch: &Path,
+    redis: Option<&ldp_store::test_redis::RedisServer>,
+) -> Result<Vec<Vec<Sample>>, SoakError> {
     let mut samples: Vec<Vec<Sample>> = plan.stores.iter().map(|_| Vec::new()).collect();
     for round in 0..plan.rounds {
         for (i, store) in plan.stores.iter().enumerate() {
-            let dir = scratch.join(format!("{store}-{round}"));
+            let dir = scratch.join(format!("{store}-{clients}-{round}"));
             std::fs::create_dir_all(&dir).map_err(|e| SoakError::Setup(format!("{}: {e}", dir.display())))?;
             // Each Redis server of the run gets a database of its own, so no round reads another's keys.
-            let redis_url = redis.as_ref().map(|r| format!("{}/{}", r.url().trim_end_matches('/'), round % 16));
+            let redis_url = redis.map(|r| format!("{}/{}", r.url().trim_end_matches('/'), round % 16));
             let flags = server_flags(store, &dir, redis_url.as_deref(), &plan.extra);
-            let sample = measure(&plan, &flags).await;
+            let sample = measure(plan, clients, &flags).await;
             let _ = std::fs::remove_dir_all(&dir);
             let sample = sample?;
             println!(
-                "round {}: {store}: {:.0} tasks/s, p50 {:.2} ms, p99 {:.2} ms, {} failed, peak RSS {:.0} MiB",
+                "round {}: {store}: {:.0} tasks/s, p50 {:.2} ms, p99 {:.2} ms, {} failed, peak RSS {:.0} MiB \
+                 ({clients} clients)",
                 round + 1,
                 sample.tasks_per_sec,
                 sample.p50_ms,
@@ -101,9 +135,7 @@ pub(crate) async fn run(plan: BenchPlan<'_>) -> Result<(), SoakError> {
             samples[i].push(sample);
         }
     }
-    let _ = std::fs::remove_dir_all(&scratch);
-    print_table(&plan, &samples);
-    Ok(())
+    Ok(samples)
 }
 
 fn server_flags(store: &str, dir: &Path, redis: Option<&str>, extra: &[String]) -> Vec<String> {
@@ -125,8 +157,10 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-fn print_table(plan: &BenchPlan<'_>, samples: &[Vec<Sample>]) {
+fn print_table(plan: &BenchPlan<'_>, clients: usize, samples: &[Vec<Sample>]) {
     let memory = plan.stores.iter().position(|s| s == "memory");
+    println!();
+    println!("{clients} clients:");
     println!();
     println!(
         "| store | tasks/s per round | median tasks/s | vs memory (median of rounds) | p50 ms | p99 ms | failed | peak RSS MiB |"
@@ -151,11 +185,33 @@ fn print_table(plan: &BenchPlan<'_>, samples: &[Vec<Sample>]) {
     }
 }
 
-/// Starts a server with `flags`, runs the clients against it, stops it.
-async fn measure(plan: &BenchPlan<'_>, flags: &[String]) -> Result<Sample, SoakError> {
+/// Each store's best median tasks/s over the client counts, against the memory store's best.
+fn print_peaks(plan: &BenchPlan<'_>, tables: &[(usize, Vec<Vec<Sample>>)]) {
+    // (median tasks/s, clients) at the count where the store's median is highest.
+    let peak = |i: usize| {
+        tables
+            .iter()
+            .map(|(clients, samples)| (median(samples[i].iter().map(|s| s.tasks_per_sec).collect()), *clients))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    let memory = plan.stores.iter().position(|s| s == "memory").and_then(peak);
+    println!();
+    println!("Saturation (each store at its best client count):");
+    println!();
+    println!("| store | best median tasks/s | at clients | vs memory's best |");
+    println!("| --- | ---: | ---: | ---: |");
+    for (i, store) in plan.stores.iter().enumerate() {
+        let Some((best, clients)) = peak(i) else { continue };
+        let vs = memory.map_or_else(String::new, |(m, _)| format!("{:.2}x", best / m));
+        println!("| {store} | {best:.0} | {clients} | {vs} |");
+    }
+}
+
+/// Starts a server with `flags`, runs `count` clients against it, stops it.
+async fn measure(plan: &BenchPlan<'_>, count: usize, flags: &[String]) -> Result<Sample, SoakError> {
     let server = Server::start(&plan.ldp.to_path_buf(), flags, None).await?;
-    let mut clients = Vec::with_capacity(plan.clients);
-    for i in 0..plan.clients {
+    let mut clients = Vec::with_capacity(count);
+    for i in 0..count {
         clients.push(Client::open(&server.url, i).await?);
     }
     let measuring = Arc::new(AtomicBool::new(false));
