@@ -185,15 +185,20 @@ fn print_table(plan: &BenchPlan<'_>, clients: usize, samples: &[Vec<Sample>]) {
     }
 }
 
+/// The `i`th store's highest median tasks/s over the client counts' tables, and that count.
+fn peak(tables: &[(usize, Vec<Vec<Sample>>)], i: usize) -> Option<(f64, usize)> {
+    tables
+        .iter()
+        .filter_map(|(clients, samples)| {
+            let rounds = samples.get(i).filter(|rounds| !rounds.is_empty())?;
+            Some((median(rounds.iter().map(|s| s.tasks_per_sec).collect()), *clients))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+}
+
 /// Each store's best median tasks/s over the client counts, against the memory store's best.
 fn print_peaks(plan: &BenchPlan<'_>, tables: &[(usize, Vec<Vec<Sample>>)]) {
-    // (median tasks/s, clients) at the count where the store's median is highest.
-    let peak = |i: usize| {
-        tables
-            .iter()
-            .map(|(clients, samples)| (median(samples[i].iter().map(|s| s.tasks_per_sec).collect()), *clients))
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-    };
+    let peak = |i: usize| peak(tables, i);
     let memory = plan.stores.iter().position(|s| s == "memory").and_then(peak);
     println!();
     println!("Saturation (each store at its best client count):");
@@ -303,5 +308,27 @@ impl Client {
             }
         }
         (latencies, failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(tasks_per_sec: f64) -> Sample {
+        Sample { tasks_per_sec, p50_ms: 1.0, p99_ms: 2.0, failed: 0, peak_rss_mib: 40.0 }
+    }
+
+    #[test]
+    fn each_store_peaks_at_the_count_of_its_own_highest_median() {
+        // Two stores, two client counts, three rounds each: the first store is best at 32, the second at 128, and
+        // an outlier round does not move a median.
+        let tables = vec![
+            (32, vec![vec![sample(10.0), sample(12.0), sample(99.0)], vec![sample(3.0), sample(4.0), sample(5.0)]]),
+            (128, vec![vec![sample(9.0), sample(11.0), sample(11.5)], vec![sample(6.0), sample(7.0), sample(1.0)]]),
+        ];
+        assert_eq!(peak(&tables, 0), Some((12.0, 32)));
+        assert_eq!(peak(&tables, 1), Some((6.0, 128)));
+        assert_eq!(peak(&tables, 2), None);
     }
 }
