@@ -4,7 +4,9 @@
 //! the session id as its hash tag, `ldp:<ns>:{<session id>}:session|task:<id>|lease:<id>`, so on Redis Cluster all of
 //! a session's keys live in one slot and the scripts that touch several of them run there. TTLs are Redis expiries
 //! (`PX`): a session's key expires a marker time (`closed_ttl`) after its TTL without a message (in that time it is
-//! looked up as expired, so every replica answers `SESSION_EXPIRED`), a lease key after the lease without renewal.
+//! looked up as expired, so every replica answers `SESSION_EXPIRED`), a lease key after the lease without renewal. A
+//! session's TTL restart is written ahead by a tenth of the TTL (at most a second), so a busy session's value is
+//! rewritten about once a second rather than by every message.
 //! Replay entries are `ldp:<ns>:replay:{<message digest>}` (`SET NX PXAT`), global across principals (a captured
 //! message replayed under another credential is still a replay), with each principal's share counted in a sorted
 //! set `ldp:<ns>:replay-share:{<principal digest>}` scored by expiry.
@@ -42,8 +44,11 @@ const EXPIRED: &str = "expired";
 /// - the replay entry: `SET NX PXAT` (present: `seen`, and nothing else runs);
 /// - the session, whose value is `<expiry ms>|<TTL ms>|<record>` (so the script need not decode the record; a
 ///   value of the older `<expiry ms>|<record>` form has its TTL read from the record): past the expiry it is
-///   `expired`; live, its expiry moves to now + its TTL, the key lives a marker time longer, and the record is the
-///   reply; `closed`, or nil when absent; not live: nothing else runs;
+///   `expired`; live, the record is the reply, and when its expiry is short of now + its TTL, the expiry is written
+///   ahead to now + its TTL + a tenth of the TTL (at most a second) and the key lives a marker time longer, so a busy
+///   session's value is rewritten about once a second rather than by every message (as the SQLite store does: the
+///   session lives that much longer at most, never shorter); `closed`, or nil when absent; not live: nothing else
+///   runs;
 /// - claim by the rule of `SharedTask::claimable` (a failed task may be claimed again, a completed one never, a
 ///   running one only once its lease key has expired): `1` claimed, `0` taken;
 /// - read and cancel: the record and whether its lease key exists (the caller fails a lapsed lease, or cancels a
@@ -70,8 +75,10 @@ else
   local ok, rec = pcall(cjson.decode, record)
   if ok and rec.ttl_secs then ttl = math.floor(rec.ttl_secs * 1000) end
 end
-if ttl then
-  redis.call('SET', KEYS[2], string.format('%d|%d|', now + ttl, ttl) .. record, 'PX', ttl + tonumber(ARGV[2]))
+if ttl and tonumber(string.sub(v, 1, bar - 1)) < now + ttl then
+  local ahead = math.min(math.floor(ttl / 10), 1000)
+  local expiry = now + ttl + ahead
+  redis.call('SET', KEYS[2], string.format('%d|%d|', expiry, ttl) .. record, 'PX', expiry - now + tonumber(ARGV[2]))
 end
 local step = ARGV[4]
 if step == 'claim' then
