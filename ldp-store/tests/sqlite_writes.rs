@@ -5,16 +5,16 @@
 #![cfg(feature = "sqlite")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/session_ttl.rs"]
+mod session_ttl;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession};
+use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict};
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
-
-fn now_ms() -> i64 {
-    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
-}
+use session_ttl::now_ms;
 
 fn scratch(name: &str) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join(format!("ldp-store-{name}-{}", std::process::id()));
@@ -91,67 +91,22 @@ async fn dedupe_generations_forget_only_expired_entries() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn session(id: &str, ttl_secs: u64) -> SharedSession {
-    serde_json::from_value(serde_json::json!({
-        "session_id": id, "peer": "ldp:delegate:client", "owner": null, "peer_delegate": null,
-        "peer_domain": "default", "mode": "text", "fallback": ["text"], "ttl_secs": ttl_secs,
-    }))
-    .unwrap()
-}
+/// The session's row, read on a connection of the test's own.
+struct SqliteExpiry(PathBuf);
 
-async fn touch(store: &SqliteStore, id: &str) -> SessionLookup {
-    let mut admission = Admission::default();
-    admission.session_id = Some(id.to_owned());
-    store.admit(&admission).await.unwrap().session.expect("a session step")
-}
-
-fn stored_expiry(path: &Path, id: &str) -> i64 {
-    let conn = rusqlite::Connection::open(path).unwrap();
-    conn.query_row("SELECT expires_ms FROM sessions WHERE id = ?1", [id], |r| r.get(0)).unwrap()
+#[async_trait::async_trait]
+impl session_ttl::StoredExpiry for SqliteExpiry {
+    async fn expiry(&mut self, id: &str) -> i64 {
+        let conn = rusqlite::Connection::open(&self.0).unwrap();
+        conn.query_row("SELECT expires_ms FROM sessions WHERE id = ?1", [id], |r| r.get(0)).unwrap()
+    }
 }
 
 #[tokio::test]
 async fn a_session_ttl_restart_is_written_ahead_and_never_shortens_the_session() {
     let (dir, path) = scratch("session-ttl");
     let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:ttl")).unwrap();
-
-    // A long TTL: written a second ahead, so the messages right after do not rewrite the row.
-    assert!(store.create_session(&session("s-long", 3600)).await.unwrap());
-    let before = now_ms();
-    assert!(matches!(touch(&store, "s-long").await, SessionLookup::Live(_)));
-    let written = stored_expiry(&path, "s-long");
-    assert!(written >= before + 3_600_000, "the TTL restarts from the message");
-    assert!(written <= now_ms() + 3_600_000 + 1_000, "at most a second ahead");
-    // Messages in a row rewrite it about once a second, each time at least a TTL past the message: over 40
-    // messages (or 10 s on a slow machine), the row takes at most one value per second begun.
-    let (started, mut values, mut messages) = (Instant::now(), vec![written], 0);
-    while messages < 40 && started.elapsed() < Duration::from_secs(10) {
-        let sent = now_ms();
-        assert!(matches!(touch(&store, "s-long").await, SessionLookup::Live(_)));
-        let expiry = stored_expiry(&path, "s-long");
-        assert!(expiry >= sent + 3_600_000, "never shorter than the TTL");
-        if values.last() != Some(&expiry) {
-            values.push(expiry);
-        }
-        messages += 1;
-    }
-    let seconds = started.elapsed().as_secs() + 1;
-    assert!(
-        u64::try_from(values.len()).unwrap() <= seconds + 1,
-        "{messages} messages in {seconds} s wrote {} expiries",
-        values.len()
-    );
-
-    // A one-second TTL (ahead by a tenth of it): every message keeps the session alive for a full TTL after it.
-    assert!(store.create_session(&session("s-short", 1)).await.unwrap());
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        let sent = now_ms();
-        assert!(matches!(touch(&store, "s-short").await, SessionLookup::Live(_)), "live 600 ms after a message");
-        assert!(stored_expiry(&path, "s-short") >= sent + 1_000, "never shorter than the TTL");
-    }
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    assert!(matches!(touch(&store, "s-short").await, SessionLookup::Expired), "expired 1.3 s after its last message");
+    session_ttl::ttl_restart_is_written_ahead(&store, &mut SqliteExpiry(path.clone())).await;
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
