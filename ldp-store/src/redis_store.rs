@@ -64,7 +64,8 @@ if not v then return {'fresh', false} end
 if v == 'closed' then return {'fresh', v} end
 local bar = string.find(v, '|', 1, true)
 if not bar then return {'fresh', false} end
-if tonumber(string.sub(v, 1, bar - 1)) <= now then return {'fresh', 'expired'} end
+local stored = tonumber(string.sub(v, 1, bar - 1))
+if stored <= now then return {'fresh', 'expired'} end
 local bar2 = string.find(v, '|', bar + 1, true)
 local ttl = bar2 and tonumber(string.sub(v, bar + 1, bar2 - 1))
 local record
@@ -75,7 +76,7 @@ else
   local ok, rec = pcall(cjson.decode, record)
   if ok and rec.ttl_secs then ttl = math.floor(rec.ttl_secs * 1000) end
 end
-if ttl and tonumber(string.sub(v, 1, bar - 1)) < now + ttl then
+if ttl and stored < now + ttl then
   local ahead = math.min(math.floor(ttl / 10), 1000)
   local expiry = now + ttl + ahead
   redis.call('SET', KEYS[2], string.format('%d|%d|', expiry, ttl) .. record, 'PX', expiry - now + tonumber(ARGV[2]))

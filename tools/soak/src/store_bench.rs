@@ -85,19 +85,17 @@ pub(crate) async fn run(plan: BenchPlan<'_>) -> Result<(), SoakError> {
         plan.seconds
     );
     let mut tables = Vec::with_capacity(plan.clients.len());
-    for &clients in &plan.clients {
-        let samples = run_at(&plan, clients, &scratch, redis.as_ref()).await;
-        let samples = match samples {
-            Ok(samples) => samples,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&scratch);
-                return Err(e);
-            }
-        };
-        print_table(&plan, clients, &samples);
-        tables.push((clients, samples));
+    let ran = async {
+        for &clients in &plan.clients {
+            let samples = run_at(&plan, clients, &scratch, redis.as_ref()).await?;
+            print_table(&plan, clients, &samples);
+            tables.push((clients, samples));
+        }
+        Ok::<_, SoakError>(())
     }
+    .await;
     let _ = std::fs::remove_dir_all(&scratch);
+    ran?;
     if tables.len() > 1 {
         print_peaks(&plan, &tables);
     }
