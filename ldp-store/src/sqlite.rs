@@ -90,6 +90,8 @@ CREATE TABLE IF NOT EXISTS task_rows (
     expires_ms INTEGER NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS task_rows_key ON task_rows (session_id, task_id);
+CREATE INDEX IF NOT EXISTS task_rows_expiry ON task_rows (expires_ms);
+CREATE INDEX IF NOT EXISTS sessions_expiry ON sessions (expires_ms);
 ";
 
 /// Tasks are rows in insertion order (`task_rows`), with the key in an index: a task's claim and its result land on
@@ -345,18 +347,29 @@ impl SqliteStore {
     }
 }
 
+/// The sweep's deletes (replay entries, tasks, sessions), each a range of an expiry index: the sweep runs every
+/// [`SWEEP_EVERY`] operations, and a scan of every row would make its cost grow with everything the file holds (an
+/// hour of results), not with what has expired. Expiries only grow as rows are written, so these indexes take their
+/// entries at their newest pages, as the tasks do.
+pub(crate) const SWEEP_DELETES: [&str; 3] = [
+    "DELETE FROM replay WHERE expires_ms <= ?1",
+    "DELETE FROM task_rows WHERE expires_ms <= ?1",
+    // An expired session's row stays as the marker that it expired until `?2` (its expiry plus the marker's time); a
+    // closed one (no record) goes at its expiry.
+    "DELETE FROM sessions WHERE expires_ms <= ?1 AND (record IS NULL OR expires_ms <= ?2)",
+];
+
 /// Deletes expired rows (lookups ignore them already; this returns their space). An expired session stays as a
 /// marker for `marker` ms after its expiry.
 fn sweep(conn: &Connection, now: i64, marker: i64) -> Result<(), StoreError> {
-    let gone = conn.execute("DELETE FROM replay WHERE expires_ms <= ?1", params![now]).map_err(unavailable)?;
+    let [replay, tasks, sessions] = SWEEP_DELETES;
+    let gone = conn.prepare_cached(replay).and_then(|mut st| st.execute(params![now])).map_err(unavailable)?;
     count_replay_rows(conn, -i64::try_from(gone).unwrap_or(i64::MAX))?;
     // Dedupe entries go a generation at a time instead ([`claim_dedupe`]).
-    conn.execute("DELETE FROM task_rows WHERE expires_ms <= ?1", params![now]).map_err(unavailable)?;
-    conn.execute(
-        "DELETE FROM sessions WHERE (record IS NULL AND expires_ms <= ?1) OR (record IS NOT NULL AND expires_ms <= ?2)",
-        params![now, now.saturating_sub(marker)],
-    )
-    .map_err(unavailable)?;
+    conn.prepare_cached(tasks).and_then(|mut st| st.execute(params![now])).map_err(unavailable)?;
+    conn.prepare_cached(sessions)
+        .and_then(|mut st| st.execute(params![now, now.saturating_sub(marker)]))
+        .map_err(unavailable)?;
     Ok(())
 }
 
@@ -786,5 +799,30 @@ impl Store for SqliteStore {
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
         let key = key.clone();
         self.tx(move |conn, cfg, now| read_task(conn, cfg, &key, now)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::{Connection, SCHEMA, SWEEP_DELETES};
+
+    /// Each delete of the sweep reads a range of an index, never the whole table: a scan's cost would grow with every
+    /// row the file holds, every `SWEEP_EVERY` operations.
+    #[test]
+    fn the_sweep_reads_only_expired_rows() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        for delete in SWEEP_DELETES {
+            let mut plan = conn.prepare(&format!("EXPLAIN QUERY PLAN {delete}")).unwrap();
+            let params = vec![0_i64; plan.parameter_count()];
+            let steps: Vec<String> =
+                plan.query_map(rusqlite::params_from_iter(params), |r| r.get(3)).unwrap().map(Result::unwrap).collect();
+            assert!(!steps.is_empty(), "{delete}: no plan");
+            for step in &steps {
+                assert!(step.starts_with("SEARCH ") && step.contains("_expiry"), "{delete}: {steps:?}");
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! What the SQLite store writes less of, without changing what it answers: unsigned traffic's dedupe entries live in
 //! two generation tables emptied a generation at a time (never deleted one by one), and a live session's TTL restart
 //! is written ahead, about once a second, instead of by every message. Both hold their promise: an entry is seen
-//! until it expires, a session lives at least its TTL after its last message.
+//! until it expires, a session lives at least its TTL after its last message. And what it deletes: expired tasks and
+//! sessions go (an expired session's marker only once its time is up), live ones stay.
 #![cfg(feature = "sqlite")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -11,7 +12,8 @@ mod session_ttl;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict};
+use ldp_session::TaskKey;
+use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskClaim};
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use session_ttl::now_ms;
@@ -107,6 +109,66 @@ async fn a_session_ttl_restart_is_written_ahead_and_never_shortens_the_session()
     let (dir, path) = scratch("session-ttl");
     let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:ttl")).unwrap();
     session_ttl::ttl_restart_is_written_ahead(&store, &mut SqliteExpiry(path.clone())).await;
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The rows of `table` whose key column `column` is `value`, on a connection of the test's own.
+fn count(path: &Path, table: &str, column: &str, value: &str) -> i64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row(&format!("SELECT COUNT(*) FROM {table} WHERE {column} = ?1"), [value], |r| r.get(0)).unwrap()
+}
+
+#[tokio::test]
+async fn the_sweep_deletes_expired_tasks_and_sessions_and_keeps_live_ones() {
+    let (dir, path) = scratch("sweep");
+    let mut cfg = StoreConfig::new("ldp:delegate:sweep");
+    cfg.result_ttl = Duration::from_secs(2);
+    cfg.closed_ttl = Duration::from_secs(2);
+    let store = std::sync::Arc::new(SqliteStore::open(&path, cfg).unwrap());
+    let key = |session: &str, task: &str| TaskKey { session_id: session.into(), task_id: task.into() };
+    let running = SharedTask::running("replica-a", ldp_types::PayloadMode::Text);
+    let mut done = running.clone();
+    done.status = SharedTaskStatus::Completed;
+    done.output = Some("\"ok\"".into());
+    let finish = |task: &'static str| {
+        let (store, running, done) = (store.clone(), running.clone(), done.clone());
+        async move {
+            let claim = store.claim_task(&key("s", task), &running, Duration::from_secs(30)).await.unwrap();
+            assert_eq!(claim, TaskClaim::Claimed);
+            assert!(store.finish_task(&key("s", task), &done).await.unwrap());
+        }
+    };
+    finish("t-old").await;
+    // Ends 1 s from now; its marker is kept 2 s more.
+    assert!(store.create_session(&session_ttl::session("s-gone", 1)).await.unwrap());
+    // Closed: its marker goes with the closed TTL, 2 s from now.
+    assert!(store.create_session(&session_ttl::session("s-closed", 3600)).await.unwrap());
+    store.close_session("s-closed").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Expired when the sweep runs, but within its marker's time.
+    assert!(store.create_session(&session_ttl::session("s-marked", 1)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1_700)).await;
+    finish("t-new").await;
+    assert!(store.create_session(&session_ttl::session("s-live", 3600)).await.unwrap());
+
+    // The sweep runs every 1,024 operations: these are dedupe claims, made together so they share commits.
+    let mut claims = tokio::task::JoinSet::new();
+    for i in 0..1100 {
+        let store = store.clone();
+        claims.spawn(async move { claim(&store, &format!("{i:032x}"), Duration::from_secs(30)).await });
+    }
+    while let Some(verdict) = claims.join_next().await {
+        assert_eq!(verdict.unwrap(), ReplayVerdict::Fresh);
+    }
+    assert_eq!(count(&path, "task_rows", "task_id", "t-old"), 0, "an expired result is deleted");
+    assert_eq!(count(&path, "task_rows", "task_id", "t-new"), 1, "a live one is kept");
+    assert_eq!(count(&path, "sessions", "id", "s-gone"), 0, "an expired session goes once its marker's time is up");
+    assert_eq!(count(&path, "sessions", "id", "s-marked"), 1, "an expired session's marker is kept until then");
+    assert_eq!(count(&path, "sessions", "id", "s-closed"), 0, "a closed session's marker goes at its expiry");
+    assert_eq!(count(&path, "sessions", "id", "s-live"), 1, "a live session is kept");
+    let held = store.task(&key("s", "t-new")).await.unwrap().unwrap();
+    assert_eq!(held.status, SharedTaskStatus::Completed);
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
