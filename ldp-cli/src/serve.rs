@@ -231,7 +231,7 @@ pub struct StoreArgs {
     pub sqlite_durability: ldp_store::Durability,
     /// SQLite: the WAL's size in 4 KiB pages beyond which the writer checkpoints (a background thread copies the WAL
     /// into the database file all along); the WAL file is truncated back to it when it starts over.
-    #[arg(long, value_name = "PAGES", default_value_t = 8192)]
+    #[arg(long, value_name = "PAGES", default_value_t = 32_768)]
     pub sqlite_wal_pages: u32,
     /// SQLite: the bytes of the database file read through a memory map, with a small page cache beside it; 0 reads
     /// with pread and a 64 MiB page cache (for storage whose read errors must not be a SIGBUS, such as NFS).

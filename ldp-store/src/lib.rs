@@ -106,7 +106,7 @@ impl StoreConfig {
             result_ttl: Duration::from_secs(3600),
             closed_ttl: Duration::from_secs(3600),
             sqlite_durability: Durability::default(),
-            sqlite_wal_pages: 8192,
+            sqlite_wal_pages: 32_768,
             sqlite_dedupe_generation: Duration::from_secs(30),
             sqlite_mmap_bytes: 1 << 30,
         }
