@@ -34,6 +34,9 @@
 //! once a second; unsigned traffic's dedupe entries live in two generation tables, emptied a generation at a time,
 //! with no index on their expiry to keep and no entry deleted on its own (see `claim_dedupe`); tasks are rows in
 //! insertion order, so that claims and results land on the table's newest pages.
+//!
+//! **Expired rows** are deleted every [`SWEEP_EVERY`] operations, each table through an index on its expiry, so the
+//! sweep reads what has expired and not everything the file holds (see `SWEEP_DELETES`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -349,9 +352,10 @@ impl SqliteStore {
 
 /// The sweep's deletes (replay entries, tasks, sessions), each a range of an expiry index: the sweep runs every
 /// [`SWEEP_EVERY`] operations, and a scan of every row would make its cost grow with everything the file holds (an
-/// hour of results), not with what has expired. Expiries only grow as rows are written, so these indexes take their
-/// entries at their newest pages, as the tasks do.
-pub(crate) const SWEEP_DELETES: [&str; 3] = [
+/// hour of results), not with what has expired. A task's expiry is its last write plus the result TTL, so the tasks'
+/// expiry index takes its entries at its newest pages, as the tasks themselves do; a live session's row (and so its
+/// index entry) is rewritten about once a second.
+const SWEEP_DELETES: [&str; 3] = [
     "DELETE FROM replay WHERE expires_ms <= ?1",
     "DELETE FROM task_rows WHERE expires_ms <= ?1",
     // An expired session's row stays as the marker that it expired until `?2` (its expiry plus the marker's time); a
