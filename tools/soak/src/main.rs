@@ -126,7 +126,7 @@ impl Server {
         let pid = child.id().ok_or_else(|| SoakError::Server("no pid".into()))?;
         let stdout = child.stdout.take().ok_or_else(|| SoakError::Server("no stdout".into()))?;
         let mut lines = BufReader::new(stdout).lines();
-        let url = tokio::time::timeout(Duration::from_secs(20), async {
+        let listening = tokio::time::timeout(Duration::from_secs(20), async {
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(rest) = line.split("listening on ").nth(1) {
                     return rest.split_whitespace().next().map(str::to_owned);
@@ -134,10 +134,20 @@ impl Server {
             }
             None
         })
-        .await
-        .ok()
-        .flatten()
-        .ok_or_else(|| SoakError::Server("no 'listening on' line within 20 s".into()))?;
+        .await;
+        let url = match listening {
+            Ok(Some(url)) => url,
+            // Its output ended: it exited (or closed it) before listening, a binary that is not there included.
+            Ok(None) => {
+                let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                let how = match status {
+                    Ok(Ok(status)) => format!("exited ({status})"),
+                    _ => "closed its output".to_owned(),
+                };
+                return Err(SoakError::Server(format!("{} {how} before its 'listening on' line", ldp.display())));
+            }
+            Err(_) => return Err(SoakError::Server("no 'listening on' line within 20 s".into())),
+        };
         // Keep draining stdout so the server never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let addr = url
@@ -776,4 +786,24 @@ async fn main() -> ExitCode {
         }
     }
     if args.check && !all_pass { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::{PathBuf, Server, SoakError};
+
+    /// A server that cannot start is reported at once, with how it ended, rather than after the 20 s wait for its
+    /// "listening on" line.
+    #[tokio::test]
+    async fn a_server_that_exits_before_listening_is_reported_at_once() {
+        let started = std::time::Instant::now();
+        let missing = PathBuf::from("/nonexistent/ldp");
+        let Err(SoakError::Server(why)) = Server::start(&missing, &[], None).await else {
+            panic!("a binary that is not there started");
+        };
+        assert!(why.contains("exited (exit status: 127)"), "{why}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "took {:?}", started.elapsed());
+    }
 }
