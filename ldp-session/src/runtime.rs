@@ -26,8 +26,8 @@ use crate::responder::{
     Aborted, Delivery, History, InboundCheck, Outcome, PeerContext, Responder, ResponderEvent, TaskOutput, TaskRequest,
 };
 use crate::shared::{
-    Admission, Admitted, ReplayVerdict, SessionLookup, SharedTask, SharedTaskStatus, TaskAnswer, TaskClaim, TaskStep,
-    needs_session,
+    Admission, Admitted, ReplayVerdict, SessionLookup, SharedTask, SharedTaskStatus, TaskAnswer, TaskClaim, TaskFinish,
+    TaskStep, needs_session,
 };
 use crate::store::{Store, StoreError, StoreOptions};
 

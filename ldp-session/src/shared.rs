@@ -163,6 +163,18 @@ pub enum TaskClaim {
     Taken,
 }
 
+/// The store's answer to a task's end ([`crate::store::Store::finish_task`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TaskFinish {
+    /// Recorded: the task was running under the caller (or the store held nothing for it).
+    Recorded,
+    /// Not recorded: the store holds another record for the task (cancelled through another replica, failed after a
+    /// lapsed lease, or claimed by another submission since), returned as it stood when the end was refused, so the
+    /// caller can answer with it without a second read that could see a later change.
+    Refused(Box<SharedTask>),
+}
+
 /// The store's answer to a replay claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

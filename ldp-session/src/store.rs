@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use ldp_types::{LdpError, codes};
 
 use crate::TaskKey;
-use crate::shared::{Admission, Admitted, SharedSession, SharedTask, TaskClaim};
+use crate::shared::{Admission, Admitted, SharedSession, SharedTask, TaskClaim, TaskFinish};
 
 /// Why a store call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,8 +127,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records how a task ended (its result or failure) and releases its lease, kept for status queries from any
     /// replica; only while the task is running under `task.owner` (a task cancelled elsewhere, failed after a lapsed
-    /// lease or claimed by another keeps that record). Returns whether it was recorded.
-    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<bool, StoreError>;
+    /// lease or claimed by another keeps that record, and is returned in the same atomic step).
+    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError>;
 
     /// A task's record. A running task whose lease has passed is failed first, in the same atomic step, with
     /// [`SharedTask::lease_expired`].

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus,
-    TaskAnswer, TaskClaim, TaskStep,
+    TaskAnswer, TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 
@@ -255,7 +255,7 @@ impl Store for MemoryStore {
         Ok(lost)
     }
 
-    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<bool, StoreError> {
+    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
         let now = now_ms();
         let mut t = self.tables();
         // Absent (expired, or never claimed: a task admitted before the store was attached) is recorded too.
@@ -263,10 +263,10 @@ impl Store for MemoryStore {
             && *expires > now
             && (held.owner != task.owner || held.status != SharedTaskStatus::Running)
         {
-            return Ok(false);
+            return Ok(TaskFinish::Refused(Box::new(held.clone())));
         }
         t.tasks.insert(key.clone(), (task.clone(), now.saturating_add(ms(self.cfg.result_ttl))));
-        Ok(true)
+        Ok(TaskFinish::Recorded)
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {

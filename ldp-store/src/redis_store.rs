@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
     Admission, Admitted, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskAnswer,
-    TaskClaim, TaskStep,
+    TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use redis::aio::ConnectionManager;
@@ -167,16 +167,17 @@ return v
 ";
 
 /// Records how a task ended and releases its lease, only while it is running under the owner or absent (KEYS:
-/// record, lease; ARGV: record, owner, ttl).
+/// record, lease; ARGV: record, owner, ttl). Answers `{1}` when recorded, `{0, record}` with the record it holds
+/// otherwise (decoded by the caller, which reports one that is not JSON as corrupt).
 const FINISH: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v then
   local ok, t = pcall(cjson.decode, v)
-  if not ok or t.owner ~= ARGV[2] or t.status ~= 'running' then return 0 end
+  if not ok or t.owner ~= ARGV[2] or t.status ~= 'running' then return {0, v} end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
-return 1
+return {1}
 ";
 
 /// Replaces a running task's record with its failure once its lease key is gone (KEYS: record, lease; ARGV: the
@@ -529,10 +530,10 @@ impl Store for RedisStore {
         Ok(lost)
     }
 
-    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<bool, StoreError> {
+    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
         let mut conn = self.conn();
         let (record, lease_key) = self.task_keys(key);
-        let recorded: i64 = self
+        let answer: Vec<redis::Value> = self
             .scripts
             .finish
             .key(&record)
@@ -543,7 +544,14 @@ impl Store for RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        Ok(recorded == 1)
+        match answer.as_slice() {
+            [redis::Value::Int(1)] => Ok(TaskFinish::Recorded),
+            [redis::Value::Int(0), held] => {
+                let held: String = redis::from_redis_value_ref(held).map_err(unavailable)?;
+                Ok(TaskFinish::Refused(Box::new(decode(&held)?)))
+            }
+            other => Err(unavailable(format!("the finish script answered {other:?}"))),
+        }
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {

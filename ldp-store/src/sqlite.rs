@@ -47,7 +47,7 @@ use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus,
-    TaskAnswer, TaskClaim, TaskStep,
+    TaskAnswer, TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -771,7 +771,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<bool, StoreError> {
+    async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
         // Encoded here, on the caller's thread, rather than by the one writer.
         let (key, record, owner) = (key.clone(), encode(task)?, task.owner.clone());
         self.tx(move |conn, cfg, now| {
@@ -787,15 +787,15 @@ impl Store for SqliteStore {
                 .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires, now, owner]))
                 .map_err(unavailable)?;
             if ended == 1 {
-                return Ok(true);
+                return Ok(TaskFinish::Recorded);
             }
-            if load_task(conn, &key, now)?
-                .is_some_and(|held| held.owner != owner || held.status != SharedTaskStatus::Running)
+            if let Some(held) = load_task(conn, &key, now)?
+                && (held.owner != owner || held.status != SharedTaskStatus::Running)
             {
-                return Ok(false);
+                return Ok(TaskFinish::Refused(Box::new(held)));
             }
             put_task_record(conn, &key, &record, expires)?;
-            Ok(true)
+            Ok(TaskFinish::Recorded)
         })
         .await
     }

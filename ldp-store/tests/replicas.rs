@@ -578,3 +578,50 @@ async fn redis_outage_is_a_typed_retryable_refusal_and_recovers() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A task's end is recorded only while the task runs under its owner; otherwise the store answers with the record it
+/// holds, in the same step (another replica's claim, or an end already recorded), which is what every status query
+/// will say.
+async fn a_refused_end_returns_the_record_held(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    use ldp_session::shared::{SharedTask, SharedTaskStatus, TaskClaim, TaskFinish};
+    let key = ldp_session::TaskKey { session_id: format!("s-{}", rand_id()), task_id: "t".into() };
+    let on_a = SharedTask::running("replica-a", ldp_types::PayloadMode::Text);
+    let claimed = a_store.claim_task(&key, &on_a, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(claimed, TaskClaim::Claimed);
+
+    let mut b_result = SharedTask::running("replica-b", ldp_types::PayloadMode::Text);
+    b_result.status = SharedTaskStatus::Completed;
+    b_result.output = Some("\"from b\"".into());
+    let TaskFinish::Refused(held) = b_store.finish_task(&key, &b_result).await.unwrap() else {
+        panic!("a replica that does not own the task recorded its end");
+    };
+    // The claim as stored (whether its lease is in the record or beside it depends on the backend).
+    assert_eq!((held.owner.as_str(), &held.status), ("replica-a", &SharedTaskStatus::Running));
+
+    let cancelled = on_a.cancelled();
+    assert_eq!(a_store.finish_task(&key, &cancelled).await.unwrap(), TaskFinish::Recorded);
+    let mut late = on_a.clone();
+    late.status = SharedTaskStatus::Completed;
+    late.output = Some("\"late\"".into());
+    assert_eq!(a_store.finish_task(&key, &late).await.unwrap(), TaskFinish::Refused(Box::new(cancelled.clone())));
+    assert_eq!(b_store.task(&key).await.unwrap(), Some(cancelled), "what a status query says");
+}
+
+#[tokio::test]
+async fn memory_refused_end_returns_the_record_held() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    a_refused_end_returns_the_record_held(store.clone(), store).await;
+}
+
+#[tokio::test]
+async fn sqlite_refused_end_returns_the_record_held() {
+    let (dir, a, b) = sqlite_pair("refused-end");
+    a_refused_end_returns_the_record_held(a, b).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn redis_refused_end_returns_the_record_held() {
+    let (_server, a, b) = redis_pair().await;
+    a_refused_end_returns_the_record_held(a, b).await;
+}

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    Admission, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, TaskAnswer, TaskClaim, TaskStep,
+    Admission, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, TaskAnswer, TaskClaim, TaskFinish,
+    TaskStep,
 };
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
@@ -143,7 +144,7 @@ async fn tasks_are_read_back_with_and_without_the_memory_map() {
         let claimed = store.claim_task(&key("s", "t"), &task, Duration::from_secs(30)).await.unwrap();
         assert_eq!(claimed, TaskClaim::Claimed);
         let ended = task.cancelled();
-        assert!(store.finish_task(&key("s", "t"), &ended).await.unwrap());
+        assert_eq!(store.finish_task(&key("s", "t"), &ended).await.unwrap(), TaskFinish::Recorded);
         drop(store);
         let store = SqliteStore::open(&path, cfg).unwrap();
         assert_eq!(store.task(&key("s", "t")).await.unwrap(), Some(ended), "mmap {mmap}");

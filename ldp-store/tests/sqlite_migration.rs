@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use ldp_session::TaskKey;
-use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskClaim};
+use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskClaim, TaskFinish};
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
@@ -52,7 +52,7 @@ async fn tasks_of_an_older_file_are_kept() {
     // A completed task is never claimed again.
     assert_eq!(store.claim_task(&key("t-done"), &running, Duration::from_secs(30)).await.unwrap(), TaskClaim::Taken);
     // The running one is found by its owner's finish.
-    assert!(store.finish_task(&key("t-running"), &done).await.unwrap());
+    assert_eq!(store.finish_task(&key("t-running"), &done).await.unwrap(), TaskFinish::Recorded);
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();
     let old: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'tasks'", [], |r| r.get(0)).unwrap();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ldp_session::TaskKey;
-use ldp_session::shared::{SharedTask, SharedTaskStatus, TaskClaim};
+use ldp_session::shared::{SharedTask, SharedTaskStatus, TaskClaim, TaskFinish};
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
@@ -43,7 +43,7 @@ async fn the_wal_stays_bounded_under_continuous_writes() {
                 let key = TaskKey { session_id: format!("s{w}"), task_id: format!("t{i}") };
                 let claim = store.claim_task(&key, &running, Duration::from_secs(30)).await.unwrap();
                 assert_eq!(claim, TaskClaim::Claimed);
-                assert!(store.finish_task(&key, &done).await.unwrap());
+                assert_eq!(store.finish_task(&key, &done).await.unwrap(), TaskFinish::Recorded);
             }
         }));
     }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ldp_session::TaskKey;
-use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskClaim};
+use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskClaim, TaskFinish};
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use session_ttl::now_ms;
@@ -136,7 +136,7 @@ async fn the_sweep_deletes_expired_tasks_and_sessions_and_keeps_live_ones() {
         async move {
             let claim = store.claim_task(&key("s", task), &running, Duration::from_secs(30)).await.unwrap();
             assert_eq!(claim, TaskClaim::Claimed);
-            assert!(store.finish_task(&key("s", task), &done).await.unwrap());
+            assert_eq!(store.finish_task(&key("s", task), &done).await.unwrap(), TaskFinish::Recorded);
         }
     };
     finish("t-old").await;

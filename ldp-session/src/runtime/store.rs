@@ -85,23 +85,16 @@ impl DelegateRuntime {
     /// machine's TASK_FAILED with the store's error, so that the submitter hears what every status query will say.
     pub(super) async fn record_answer(&self, link: &StoreLink, key: &TaskKey, answer: Envelope) -> Envelope {
         let Some(task) = SharedTask::ended(link.replica.as_str(), &answer) else { return answer };
-        match link.call(link.store.finish_task(key, &task)).await {
-            Ok(true) => return answer,
-            Ok(false) => {}
+        let held = match link.call(link.store.finish_task(key, &task)).await {
+            Ok(TaskFinish::Refused(held)) => held,
+            Ok(_) => return answer,
             Err(e) => {
                 tracing::warn!(error = %e, task = %key.task_id, "could not record a task's answer in the store");
                 return answer;
             }
-        }
-        let held = match link.call(link.store.task(key)).await {
-            Ok(held) => held,
-            Err(e) => {
-                tracing::warn!(error = %e, task = %key.task_id, "could not read a task the store holds otherwise");
-                return answer;
-            }
         };
-        match held {
-            Some(SharedTask { status: SharedTaskStatus::Failed, error: Some(error), .. }) => {
+        match *held {
+            SharedTask { status: SharedTaskStatus::Failed, error: Some(error), .. } => {
                 let mode = answer.payload_mode;
                 self.with_responder(|r| r.overruled_by_store(key, *error, mode)).unwrap_or(answer)
             }
