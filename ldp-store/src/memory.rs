@@ -1,7 +1,8 @@
 //! The in-memory store: one process's tables behind a mutex, for replicas in one process (tests) and as the
 //! reference the other backends follow. Expiries are on this machine's wall clock.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -33,34 +34,79 @@ struct Tables {
     sessions: HashMap<String, (Option<SharedSession>, i64)>,
     /// Task -> (record, expiry of the record).
     tasks: HashMap<TaskKey, (SharedTask, i64)>,
-    /// Operations since the last sweep of expired entries.
+    /// Replay entries and tasks in expiry order, so that the sweep takes what has expired instead of reading every
+    /// entry the tables hold (an hour of results by default).
+    expiries: Expiries,
+    /// Operations since the last sweep of the sessions.
     since_sweep: usize,
 }
 
-/// Expired entries are swept every this many operations (each lookup also ignores expired entries).
+/// What each table holds in expiry order: a min-heap of (expiry, key), pushed at every write that sets an expiry.
+/// An entry rewritten since (a task's result after its claim) or removed since is left in place and skipped when it
+/// comes up, its expiry no longer being the table's: so each heap holds at most one item per write within the TTL.
+#[derive(Debug, Default)]
+struct Expiries {
+    replay: BinaryHeap<Reverse<(i64, String)>>,
+    tasks: BinaryHeap<Reverse<(i64, TaskKey)>>,
+}
+
+/// Sessions are swept every this many operations (each lookup also ignores expired entries). A session's expiry moves
+/// with every message it carries, so sessions are not queued by expiry: their sweep reads them all, which the
+/// responder's session limits bound.
 const SWEEP_EVERY: usize = 1024;
 
 impl Tables {
+    /// Removes what has expired: the replay entries and tasks at every call (each a pop of its queue), the sessions
+    /// every [`SWEEP_EVERY`] calls.
     fn sweep(&mut self, now: i64, marker: i64) {
+        self.sweep_queued(now);
         self.since_sweep += 1;
         if self.since_sweep < SWEEP_EVERY {
             return;
         }
         self.since_sweep = 0;
-        let per_principal = &mut self.per_principal;
-        self.replay.retain(|_, (principal, expires)| {
-            let keep = *expires > now;
-            if !keep && let Some(n) = per_principal.get_mut(principal.as_str()) {
-                *n = n.saturating_sub(1);
-            }
-            keep
-        });
-        per_principal.retain(|_, n| *n > 0);
         self.sessions.retain(|_, (record, expires)| match record {
             Some(_) => expires.saturating_add(marker) > now,
             None => *expires > now,
         });
-        self.tasks.retain(|_, (_, expires)| *expires > now);
+    }
+
+    /// Removes the replay entries and tasks that have expired, in expiry order.
+    fn sweep_queued(&mut self, now: i64) {
+        while let Some(Reverse((expires, _))) = self.expiries.replay.peek()
+            && *expires <= now
+        {
+            let Some(Reverse((expires, key))) = self.expiries.replay.pop() else { break };
+            if self.replay.get(&key).is_some_and(|(_, held)| *held == expires)
+                && let Some((principal, _)) = self.replay.remove(&key)
+            {
+                self.uncount(&principal);
+            }
+        }
+        while let Some(Reverse((expires, _))) = self.expiries.tasks.peek()
+            && *expires <= now
+        {
+            let Some(Reverse((expires, key))) = self.expiries.tasks.pop() else { break };
+            if self.tasks.get(&key).is_some_and(|(_, held)| *held == expires) {
+                self.tasks.remove(&key);
+            }
+        }
+    }
+
+    /// One replay entry of `principal` fewer.
+    fn uncount(&mut self, principal: &str) {
+        if let Some(n) = self.per_principal.get_mut(principal) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_principal.remove(principal);
+            }
+        }
+    }
+
+    /// Writes a task's record with its expiry (queued for the sweep).
+    fn put_task(&mut self, key: &TaskKey, task: SharedTask, expires: i64) {
+        self.expiries.tasks.push(Reverse((expires, key.clone())));
+        self.tasks.insert(key.clone(), (task, expires));
     }
 }
 
@@ -78,31 +124,19 @@ impl MemoryStore {
 
 impl Tables {
     /// The replay step of an admission.
-    fn claim_message(&mut self, claim: &ReplayClaim, now: i64, marker: i64) -> ReplayVerdict {
-        if let Some((principal, expires)) = self.replay.get(&claim.key) {
-            if *expires > now {
-                return ReplayVerdict::Seen;
-            }
-            let principal = principal.clone();
-            self.replay.remove(&claim.key);
-            if let Some(n) = self.per_principal.get_mut(&principal) {
-                *n = n.saturating_sub(1);
-            }
+    fn claim_message(&mut self, claim: &ReplayClaim) -> ReplayVerdict {
+        // Expired entries went in this operation's sweep: one still here is live.
+        if self.replay.contains_key(&claim.key) {
+            return ReplayVerdict::Seen;
         }
-        let held = |t: &Self| t.per_principal.get(&claim.principal).copied().unwrap_or(0);
-        let share_full = |t: &Self| claim.max_per_principal.is_some_and(|max| held(t) >= max);
-        let table_full = |t: &Self| claim.max_total.is_some_and(|max| t.replay.len() >= max);
-        if share_full(self) || table_full(self) {
-            // Entries past their expiry still count until swept: sweep now before refusing.
-            self.since_sweep = SWEEP_EVERY;
-            self.sweep(now, marker);
-            if share_full(self) {
-                return ReplayVerdict::Full;
-            }
-            if table_full(self) {
-                return ReplayVerdict::TableFull;
-            }
+        let held = self.per_principal.get(&claim.principal).copied().unwrap_or(0);
+        if claim.max_per_principal.is_some_and(|max| held >= max) {
+            return ReplayVerdict::Full;
         }
+        if claim.max_total.is_some_and(|max| self.replay.len() >= max) {
+            return ReplayVerdict::TableFull;
+        }
+        self.expiries.replay.push(Reverse((claim.expires_at_ms, claim.key.clone())));
         self.replay.insert(claim.key.clone(), (claim.principal.clone(), claim.expires_at_ms));
         *self.per_principal.entry(claim.principal.clone()).or_insert(0) += 1;
         ReplayVerdict::Fresh
@@ -131,7 +165,7 @@ impl Tables {
         }
         let mut task = task.clone();
         task.lease_until_ms = now.saturating_add(ms(lease));
-        self.tasks.insert(key.clone(), (task, now.saturating_add(keep)));
+        self.put_task(key, task, now.saturating_add(keep));
         TaskClaim::Claimed
     }
 
@@ -169,7 +203,7 @@ impl Store for MemoryStore {
         let mut t = self.tables();
         t.sweep(now, marker);
         let replay = match &admission.replay {
-            Some(claim) => t.claim_message(claim, now, marker),
+            Some(claim) => t.claim_message(claim),
             None => ReplayVerdict::Fresh,
         };
         let mut admitted = Admitted::replay_only(replay);
@@ -265,12 +299,91 @@ impl Store for MemoryStore {
         {
             return Ok(TaskFinish::Refused(Box::new(held.clone())));
         }
-        t.tasks.insert(key.clone(), (task.clone(), now.saturating_add(ms(self.cfg.result_ttl))));
+        t.sweep_queued(now);
+        t.put_task(key, task.clone(), now.saturating_add(ms(self.cfg.result_ttl)));
         Ok(TaskFinish::Recorded)
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
         let now = now_ms();
         Ok(self.tables().read_task(key, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ldp_types::PayloadMode;
+
+    fn key(task_id: &str) -> TaskKey {
+        TaskKey { session_id: "s".into(), task_id: task_id.into() }
+    }
+
+    /// A task whose record was rewritten with a later expiry outlives the expiry it was first queued with, and goes at
+    /// its own; a task removed and written again is kept by its new expiry, not taken by the old one.
+    #[test]
+    fn a_task_goes_at_its_latest_expiry() {
+        let mut t = Tables::default();
+        let task = SharedTask::running("a", PayloadMode::Text);
+        t.put_task(&key("rewritten"), task.clone(), 100);
+        t.put_task(&key("rewritten"), task.clone(), 300);
+        t.put_task(&key("removed"), task.clone(), 100);
+        t.tasks.remove(&key("removed"));
+        t.put_task(&key("removed"), task.clone(), 400);
+        t.put_task(&key("short"), task, 150);
+        t.sweep_queued(200);
+        let mut held: Vec<_> = t.tasks.keys().map(|k| k.task_id.as_str()).collect();
+        held.sort_unstable();
+        assert_eq!(held, ["removed", "rewritten"]);
+        t.sweep_queued(300);
+        assert_eq!(t.tasks.keys().map(|k| k.task_id.as_str()).collect::<Vec<_>>(), ["removed"]);
+        t.sweep_queued(400);
+        assert!(t.tasks.is_empty());
+        assert!(t.expiries.tasks.is_empty(), "every queued expiry was taken once due");
+    }
+
+    /// The sweep takes only what has expired: live entries stay queued, untouched, however many there are.
+    #[test]
+    fn the_sweep_takes_only_expired_entries() {
+        let mut t = Tables::default();
+        let task = SharedTask::running("a", PayloadMode::Text);
+        for i in 0..10_000 {
+            t.put_task(&key(&format!("live-{i}")), task.clone(), 1_000 + i);
+            assert_eq!(t.claim_message(&ReplayClaim::new("p", format!("live-{i}"), 1_000 + i)), ReplayVerdict::Fresh);
+        }
+        t.put_task(&key("old"), task, 10);
+        assert_eq!(t.claim_message(&ReplayClaim::new("p", "old", 10)), ReplayVerdict::Fresh);
+        t.sweep_queued(500);
+        assert_eq!((t.tasks.len(), t.expiries.tasks.len()), (10_000, 10_000));
+        assert_eq!((t.replay.len(), t.expiries.replay.len()), (10_000, 10_000));
+        assert_eq!(t.per_principal.get("p"), Some(&10_000));
+    }
+
+    /// An expired replay entry leaves its principal's share and the window's total at the next operation's sweep: a
+    /// principal at its bound is refused until then, admitted after, and its expired key is fresh again.
+    #[test]
+    fn an_expired_replay_entry_frees_its_share() {
+        let store = MemoryStore::new(StoreConfig::new("ldp:delegate:test"));
+        let mut t = store.tables();
+        let bounded = |k: &str, expires: i64| {
+            let mut claim = ReplayClaim::new("p", k, expires);
+            (claim.max_per_principal, claim.max_total) = (Some(2), Some(3));
+            claim
+        };
+        assert_eq!(t.claim_message(&bounded("a", 100)), ReplayVerdict::Fresh);
+        assert_eq!(t.claim_message(&bounded("b", 200)), ReplayVerdict::Fresh);
+        assert_eq!(t.claim_message(&bounded("a", 300)), ReplayVerdict::Seen);
+        assert_eq!(t.claim_message(&bounded("c", 300)), ReplayVerdict::Full);
+        t.sweep(100, 0);
+        assert_eq!(t.per_principal.get("p"), Some(&1));
+        assert_eq!(t.claim_message(&bounded("c", 300)), ReplayVerdict::Fresh);
+        assert_eq!(t.claim_message(&bounded("a", 300)), ReplayVerdict::Full, "a's entry went, p is at its bound");
+        t.sweep(200, 0);
+        assert_eq!(t.claim_message(&bounded("a", 300)), ReplayVerdict::Fresh);
+        let mut other = ReplayClaim::new("q", "d", 300);
+        other.max_total = Some(2);
+        assert_eq!(t.claim_message(&other), ReplayVerdict::TableFull);
+        t.sweep(300, 0);
+        assert!(t.replay.is_empty() && t.per_principal.is_empty());
     }
 }
