@@ -123,8 +123,11 @@ fn count(path: &Path, table: &str, column: &str, value: &str) -> i64 {
 async fn the_sweep_deletes_expired_tasks_and_sessions_and_keeps_live_ones() {
     let (dir, path) = scratch("sweep");
     let mut cfg = StoreConfig::new("ldp:delegate:sweep");
-    cfg.result_ttl = Duration::from_secs(2);
-    cfg.closed_ttl = Duration::from_secs(2);
+    // Wall-clock expiries: each check below holds with at least 3.8 s to spare on a slow machine (what must have
+    // expired is past its time by the sleeps alone; what must be kept is 3.8 s or more from its end when the sweep
+    // starts).
+    cfg.result_ttl = Duration::from_secs(4);
+    cfg.closed_ttl = Duration::from_secs(4);
     let store = std::sync::Arc::new(SqliteStore::open(&path, cfg).unwrap());
     let key = |session: &str, task: &str| TaskKey { session_id: session.into(), task_id: task.into() };
     let running = SharedTask::running("replica-a", ldp_types::PayloadMode::Text);
@@ -140,15 +143,15 @@ async fn the_sweep_deletes_expired_tasks_and_sessions_and_keeps_live_ones() {
         }
     };
     finish("t-old").await;
-    // Ends 1 s from now; its marker is kept 2 s more.
+    // Ends 1 s from now; its marker is kept 4 s more.
     assert!(store.create_session(&session_ttl::session("s-gone", 1)).await.unwrap());
-    // Closed: its marker goes with the closed TTL, 2 s from now.
+    // Closed: its marker goes with the closed TTL, 4 s from now.
     assert!(store.create_session(&session_ttl::session("s-closed", 3600)).await.unwrap());
     store.close_session("s-closed").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(5_000)).await;
     // Expired when the sweep runs, but within its marker's time.
     assert!(store.create_session(&session_ttl::session("s-marked", 1)).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(1_700)).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
     finish("t-new").await;
     assert!(store.create_session(&session_ttl::session("s-live", 3600)).await.unwrap());
 
