@@ -25,10 +25,13 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Tables {
-    /// Message key -> (principal, expiry).
-    replay: HashMap<String, (String, i64)>,
-    /// Live entries per principal.
+    /// Message key -> (principal, counted against the window's bounds; expiry). Entries claimed without bounds
+    /// (unsigned traffic's dedupe) count against nothing, as in the other backends.
+    replay: HashMap<String, (Option<String>, i64)>,
+    /// Counted entries per principal.
     per_principal: HashMap<String, usize>,
+    /// Counted entries in all.
+    counted: usize,
     /// Session id -> (record, `None` once closed; when it expires, or when a closed marker goes). An expired
     /// session is kept as a marker for the closed-marker time after its expiry.
     sessions: HashMap<String, (Option<SharedSession>, i64)>,
@@ -78,7 +81,7 @@ impl Tables {
         {
             let Some(Reverse((expires, key))) = self.expiries.replay.pop() else { break };
             if self.replay.get(&key).is_some_and(|(_, held)| *held == expires)
-                && let Some((principal, _)) = self.replay.remove(&key)
+                && let Some((Some(principal), _)) = self.replay.remove(&key)
             {
                 self.uncount(&principal);
             }
@@ -93,8 +96,9 @@ impl Tables {
         }
     }
 
-    /// One replay entry of `principal` fewer.
+    /// One counted replay entry of `principal` fewer.
     fn uncount(&mut self, principal: &str) {
+        self.counted = self.counted.saturating_sub(1);
         if let Some(n) = self.per_principal.get_mut(principal) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -129,16 +133,20 @@ impl Tables {
         if self.replay.contains_key(&claim.key) {
             return ReplayVerdict::Seen;
         }
+        let counted = claim.max_per_principal.is_some() || claim.max_total.is_some();
         let held = self.per_principal.get(&claim.principal).copied().unwrap_or(0);
         if claim.max_per_principal.is_some_and(|max| held >= max) {
             return ReplayVerdict::Full;
         }
-        if claim.max_total.is_some_and(|max| self.replay.len() >= max) {
+        if claim.max_total.is_some_and(|max| self.counted >= max) {
             return ReplayVerdict::TableFull;
         }
         self.expiries.replay.push(Reverse((claim.expires_at_ms, claim.key.clone())));
-        self.replay.insert(claim.key.clone(), (claim.principal.clone(), claim.expires_at_ms));
-        *self.per_principal.entry(claim.principal.clone()).or_insert(0) += 1;
+        self.replay.insert(claim.key.clone(), (counted.then(|| claim.principal.clone()), claim.expires_at_ms));
+        if counted {
+            self.counted += 1;
+            *self.per_principal.entry(claim.principal.clone()).or_insert(0) += 1;
+        }
         ReplayVerdict::Fresh
     }
 
@@ -347,16 +355,21 @@ mod tests {
     fn the_sweep_takes_only_expired_entries() {
         let mut t = Tables::default();
         let task = SharedTask::running("a", PayloadMode::Text);
+        let counted = |k: &str, expires: i64| {
+            let mut claim = ReplayClaim::new("p", k, expires);
+            claim.max_total = Some(usize::MAX);
+            claim
+        };
         for i in 0..10_000 {
             t.put_task(&key(&format!("live-{i}")), task.clone(), 1_000 + i);
-            assert_eq!(t.claim_message(&ReplayClaim::new("p", format!("live-{i}"), 1_000 + i)), ReplayVerdict::Fresh);
+            assert_eq!(t.claim_message(&counted(&format!("live-{i}"), 1_000 + i)), ReplayVerdict::Fresh);
         }
         t.put_task(&key("old"), task, 10);
-        assert_eq!(t.claim_message(&ReplayClaim::new("p", "old", 10)), ReplayVerdict::Fresh);
+        assert_eq!(t.claim_message(&counted("old", 10)), ReplayVerdict::Fresh);
         t.sweep_queued(500);
         assert_eq!((t.tasks.len(), t.expiries.tasks.len()), (10_000, 10_000));
         assert_eq!((t.replay.len(), t.expiries.replay.len()), (10_000, 10_000));
-        assert_eq!(t.per_principal.get("p"), Some(&10_000));
+        assert_eq!((t.per_principal.get("p"), t.counted), (Some(&10_000), 10_000));
     }
 
     /// An expired replay entry leaves its principal's share and the window's total at the next operation's sweep: a
@@ -384,6 +397,23 @@ mod tests {
         other.max_total = Some(2);
         assert_eq!(t.claim_message(&other), ReplayVerdict::TableFull);
         t.sweep(300, 0);
-        assert!(t.replay.is_empty() && t.per_principal.is_empty());
+        assert!(t.replay.is_empty() && t.per_principal.is_empty() && t.counted == 0);
+    }
+
+    /// Entries claimed without bounds (unsigned traffic's dedupe) are kept but count against no bound, as in the
+    /// SQLite and Redis backends.
+    #[test]
+    fn unbounded_entries_count_against_no_bound() {
+        let mut t = Tables::default();
+        for k in ["a", "b", "c"] {
+            assert_eq!(t.claim_message(&ReplayClaim::new("p", k, 100)), ReplayVerdict::Fresh);
+        }
+        assert_eq!(t.claim_message(&ReplayClaim::new("p", "a", 100)), ReplayVerdict::Seen);
+        let mut bounded = ReplayClaim::new("p", "d", 100);
+        (bounded.max_per_principal, bounded.max_total) = (Some(1), Some(1));
+        assert_eq!(t.claim_message(&bounded), ReplayVerdict::Fresh);
+        assert_eq!((t.per_principal.get("p"), t.counted), (Some(&1), 1));
+        t.sweep_queued(100);
+        assert!(t.replay.is_empty() && t.per_principal.is_empty() && t.counted == 0);
     }
 }

@@ -7,9 +7,11 @@
 //! looked up as expired, so every replica answers `SESSION_EXPIRED`), a lease key after the lease without renewal. A
 //! session's TTL restart is written ahead by a tenth of the TTL (at most a second), so a busy session's value is
 //! rewritten about once a second rather than by every message.
-//! Replay entries are `ldp:<ns>:replay:{<message digest>}` (`SET NX PXAT`), global across principals (a captured
-//! message replayed under another credential is still a replay), with each principal's share counted in a sorted
-//! set `ldp:<ns>:replay-share:{<principal digest>}` scored by expiry.
+//! Replay entries are `ldp:<ns>:{<session id>}:replay:<message digest>` for a message in a session (its signature
+//! covers the session id, so a replay carries the same one) and `ldp:<ns>:replay:{<message digest>}` for one outside
+//! (`SET NX PXAT`), global across principals (a captured message replayed under another credential is still a
+//! replay). Signed traffic's bounds are sorted sets scored by expiry in one slot, `ldp:<ns>:{replay-count}:share:
+//! <principal>` and `ldp:<ns>:{replay-count}:total`.
 //!
 //! Each call goes through `redis`'s `ConnectionManager` (one multiplexed connection, reconnected in the background
 //! after a failure) with its own response and connection timeouts; the runtime adds its own timeout on top.
@@ -105,17 +107,16 @@ return {'fresh', record}
 
 /// Counts a signed message's replay entry against its principal's share and the window's total, both sorted sets
 /// scored by expiry in one slot (KEYS: share, total; ARGV: entry, expiry ms, the most per principal or '', the most in
-/// total or '', now ms): prunes entries past their expiry; `1` counted (or counted already: a replay, which the
-/// admission then refuses), `0` the share is full, `2` the total is.
+/// total or '', now ms): prunes entries past their expiry; `1` counted, or counted already under any principal (a
+/// replay, which the admission then refuses `seen`, as the other backends do, without counting it against the
+/// replaying principal's share), `0` the share is full, `2` the total is.
 const ACCOUNT: &str = r"
 local now = ARGV[5]
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 1 end
 if ARGV[3] ~= '' and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-if ARGV[4] ~= '' and not redis.call('ZSCORE', KEYS[2], ARGV[1]) and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
-  return 2
-end
+if ARGV[4] ~= '' and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 2 end
 for i = 1, 2 do
   redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1])
   local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')

@@ -1,0 +1,284 @@
+//! The three backends are one store to the runtime: random sequences of store operations (sessions created, closed
+//! and looked up; replay entries, bounded and not; tasks claimed, released, read, cancelled, finished, their leases
+//! renewed) get the same answers from `MemoryStore` (the reference), `SqliteStore` and `RedisStore` (a real
+//! `redis-server`). Nothing expires within a case (TTLs and leases of an hour), so the answers do not depend on when
+//! each backend ran; expiries and lapsed leases have their own tests.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ldp_session::TaskKey;
+use ldp_session::shared::{
+    Admission, Admitted, ReplayClaim, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskAnswer, TaskStep,
+};
+use ldp_session::store::Store;
+use ldp_store::{MemoryStore, RedisStore, SqliteStore, StoreConfig};
+use ldp_types::{LdpError, PayloadMode, codes};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+const HOUR: Duration = Duration::from_secs(3600);
+const SESSIONS: [&str; 3] = ["s0", "s1", "s2"];
+const TASKS: [&str; 3] = ["t0", "t1", "t2"];
+const OWNERS: [&str; 2] = ["replica-a", "replica-b"];
+const PRINCIPALS: [&str; 2] = ["p0", "p1"];
+/// The session of each replay key's message (`None`: a message outside a session, such as HELLO).
+const KEY_SESSION: [Option<usize>; 6] = [None, Some(0), Some(1), None, Some(0), Some(2)];
+
+/// One store operation, over a small universe of ids so that operations meet each other.
+#[derive(Debug, Clone)]
+enum Op {
+    CreateSession(usize),
+    CloseSession(usize),
+    /// A replay entry (principal, key), the session looked up, a task step. As the runtime's keys are, each key is
+    /// one message's: of one kind (keys 0-2 unsigned traffic's dedupe entries, no bounds; keys 3-5 signed traffic's,
+    /// bounded: a signed message's key is a 64-digit digest, a dedupe key 32 digits, and replicas are configured
+    /// alike), and always in the same session ([`KEY_SESSION`]: the session id is part of a dedupe key, and under a
+    /// message's signature).
+    Admit {
+        replay: Option<(usize, usize)>,
+        session: Option<usize>,
+        step: Option<Step>,
+    },
+    ClaimTask(Key, usize),
+    ReleaseTask(Key, usize),
+    /// Owner, and the end: completed with an output, or failed (retryable or not).
+    FinishTask(Key, usize, End),
+    RenewLeases(usize, Vec<Key>),
+    ReadTask(Key),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Claim(usize, usize),
+    Read(usize),
+    Cancel(usize),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum End {
+    Completed(u8),
+    Failed(bool),
+}
+
+/// (session, task) indices.
+type Key = (usize, usize);
+
+fn key((session, task): Key) -> TaskKey {
+    TaskKey { session_id: SESSIONS[session].into(), task_id: TASKS[task].into() }
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let session = 0..SESSIONS.len();
+    let task_key = (0..SESSIONS.len(), 0..TASKS.len());
+    let owner = 0..OWNERS.len();
+    let step = prop_oneof![
+        (0..TASKS.len(), 0..OWNERS.len()).prop_map(|(t, o)| Step::Claim(t, o)),
+        (0..TASKS.len()).prop_map(Step::Read),
+        (0..TASKS.len()).prop_map(Step::Cancel),
+    ];
+    let end = prop_oneof![any::<u8>().prop_map(End::Completed), any::<bool>().prop_map(End::Failed)];
+    let op = prop_oneof![
+        2 => session.clone().prop_map(Op::CreateSession),
+        1 => session.clone().prop_map(Op::CloseSession),
+        5 => (
+            proptest::option::of((0..PRINCIPALS.len(), 0..KEY_SESSION.len())),
+            proptest::option::of(session),
+            proptest::option::of(step),
+        )
+            .prop_map(|(replay, session, step)| {
+                let session = replay.map_or(session, |(_, k)| KEY_SESSION[k]);
+                Op::Admit { replay, session, step }
+            }),
+        1 => (task_key.clone(), owner.clone()).prop_map(|(k, o)| Op::ClaimTask(k, o)),
+        1 => (task_key.clone(), owner.clone()).prop_map(|(k, o)| Op::ReleaseTask(k, o)),
+        3 => (task_key.clone(), owner.clone(), end).prop_map(|(k, o, e)| Op::FinishTask(k, o, e)),
+        1 => (owner, proptest::collection::vec(task_key.clone(), 0..4)).prop_map(|(o, k)| Op::RenewLeases(o, k)),
+        1 => task_key.prop_map(Op::ReadTask),
+    ];
+    proptest::collection::vec(op, 1..40)
+}
+
+/// A task record as every backend must agree on it: where the lease ends depends on each one's clock.
+fn task_view(task: &SharedTask) -> String {
+    let error = task.error.as_ref().map(|e| (e.code.as_str().to_owned(), e.retryable));
+    format!("{:?} {} {:?} {:?} {:?}", task.status, task.owner, task.mode, task.output, error)
+}
+
+fn admitted_view(admitted: &Admitted) -> String {
+    let session = admitted.session.as_ref().map(|s| match s {
+        SessionLookup::Live(s) => format!("live {}", s.session_id),
+        other => format!("{other:?}"),
+    });
+    let task = admitted.task.as_ref().map(|t| match t {
+        TaskAnswer::Claim(c) => format!("claim {c:?}"),
+        TaskAnswer::Read(t) => format!("read {:?}", t.as_ref().map(task_view)),
+        TaskAnswer::Cancel(t) => format!("cancel {:?}", t.as_ref().map(task_view)),
+        other => format!("{other:?}"),
+    });
+    format!("{:?} {session:?} {task:?}", admitted.replay)
+}
+
+fn session(index: usize) -> SharedSession {
+    let mut s = serde_json::from_value::<SharedSession>(serde_json::json!({
+        "session_id": SESSIONS[index], "peer": "ldp:delegate:peer", "owner": "p0", "peer_delegate": null,
+        "peer_domain": "default", "mode": "text", "fallback": [], "ttl_secs": 3600,
+    }))
+    .unwrap();
+    s.ttl_secs = HOUR.as_secs();
+    s
+}
+
+fn ended(owner: usize, end: End) -> SharedTask {
+    let mut task = SharedTask::running(OWNERS[owner], PayloadMode::Text);
+    match end {
+        End::Completed(n) => {
+            task.status = SharedTaskStatus::Completed;
+            task.output = Some(format!("{{\"n\":{n}}}"));
+        }
+        End::Failed(retryable) => {
+            task.status = SharedTaskStatus::Failed;
+            let error = LdpError::runtime(codes::EXECUTION_FAILED, "failed").with_retryable(retryable);
+            task.error = Some(Box::new(error));
+        }
+    }
+    task
+}
+
+/// Runs one operation; its answer as text (errors included: no backend may fail where another answers).
+async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
+    let out = match op {
+        Op::CreateSession(s) => store.create_session(&session(*s)).await.map(|v| format!("{v}")),
+        Op::CloseSession(s) => store.close_session(SESSIONS[*s]).await.map(|()| "closed".into()),
+        Op::Admit { replay, session, step } => {
+            let mut admission = Admission::default();
+            admission.replay = replay.map(|(principal, k)| {
+                let mut claim = ReplayClaim::new(PRINCIPALS[principal], format!("key-{k}"), replay_expiry);
+                if k >= 3 {
+                    (claim.max_per_principal, claim.max_total) = (Some(2), Some(3));
+                }
+                claim
+            });
+            admission.session_id = session.map(|s| SESSIONS[s].to_owned());
+            admission.task = match (*session, *step) {
+                (Some(s), Some(Step::Claim(t, o))) => Some(TaskStep::Claim {
+                    key: key((s, t)),
+                    task: SharedTask::running(OWNERS[o], PayloadMode::Text),
+                    lease: HOUR,
+                }),
+                (Some(s), Some(Step::Read(t))) => Some(TaskStep::Read(key((s, t)))),
+                (Some(s), Some(Step::Cancel(t))) => Some(TaskStep::Cancel(key((s, t)))),
+                _ => None,
+            };
+            store.admit(&admission).await.map(|a| admitted_view(&a))
+        }
+        Op::ClaimTask(k, o) => store
+            .claim_task(&key(*k), &SharedTask::running(OWNERS[*o], PayloadMode::Text), HOUR)
+            .await
+            .map(|c| format!("{c:?}")),
+        Op::ReleaseTask(k, o) => store.release_task(&key(*k), OWNERS[*o]).await.map(|()| "released".into()),
+        Op::FinishTask(k, o, end) => store.finish_task(&key(*k), &ended(*o, *end)).await.map(|f| match f {
+            ldp_session::shared::TaskFinish::Refused(held) => format!("refused {}", task_view(&held)),
+            other => format!("{other:?}"),
+        }),
+        Op::RenewLeases(o, keys) => {
+            // Each key once, in order: the backends answer in the order asked.
+            let mut keys: Vec<TaskKey> = keys.iter().map(|k| key(*k)).collect();
+            keys.dedup();
+            store.renew_leases(OWNERS[*o], &keys, HOUR).await.map(|lost| {
+                let mut lost: Vec<String> =
+                    lost.iter().map(|(k, t)| format!("{}/{} {}", k.session_id, k.task_id, task_view(t))).collect();
+                lost.sort();
+                format!("lost {lost:?}")
+            })
+        }
+        Op::ReadTask(k) => store.task(&key(*k)).await.map(|t| format!("{:?}", t.as_ref().map(task_view))),
+    };
+    out.unwrap_or_else(|e| format!("error {e}"))
+}
+
+#[test]
+fn memory_sqlite_and_redis_answer_alike() {
+    let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = std::env::temp_dir().join(format!("ldp-store-agree-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let mut runner = TestRunner::new(Config { cases, ..Config::default() });
+    let outcome = runner.run(&ops(), |ops| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // A namespace (Redis) and a file (SQLite) per case: each starts empty.
+        let cfg = StoreConfig::new(format!("ldp:delegate:agree-{n}"));
+        rt.block_on(async {
+            let stores: Vec<(&str, Arc<dyn Store>)> = vec![
+                ("memory", Arc::new(MemoryStore::new(cfg.clone()))),
+                ("sqlite", Arc::new(SqliteStore::open(&dir.join(format!("case-{n}.db")), cfg.clone()).unwrap())),
+                ("redis", Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap())),
+            ];
+            let replay_expiry = now_ms() + 3_600_000;
+            for (i, op) in ops.iter().enumerate() {
+                let mut answers = Vec::new();
+                for (name, store) in &stores {
+                    answers.push((*name, run(store.as_ref(), op, replay_expiry).await));
+                }
+                let reference = &answers[0].1;
+                for (name, answer) in &answers[1..] {
+                    if answer != reference {
+                        return Err(TestCaseError::fail(format!(
+                            "operation {i} {op:?}: memory answered {reference}, {name} answered {answer}"
+                        )));
+                    }
+                }
+            }
+            Ok(())
+        })
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A signed message replayed under another principal's credential is refused `Seen` by every backend, and takes
+/// nothing from the replaying principal's share: that principal's own messages are still admitted up to its bound,
+/// and a replay stays `Seen` (not `Full`) once its share is full. (Redis used to count the refused replay against the
+/// replayer's share.)
+#[test]
+fn a_replay_under_another_principal_takes_no_share() {
+    let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = std::env::temp_dir().join(format!("ldp-store-replay-share-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    rt.block_on(async {
+        let cfg = StoreConfig::new("ldp:delegate:replay-share");
+        let stores: Vec<(&str, Arc<dyn Store>)> = vec![
+            ("memory", Arc::new(MemoryStore::new(cfg.clone()))),
+            ("sqlite", Arc::new(SqliteStore::open(&dir.join("state.db"), cfg.clone()).unwrap())),
+            ("redis", Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap())),
+        ];
+        let expires = now_ms() + 3_600_000;
+        for (name, store) in stores {
+            let claim = |principal: &str, key: &str| {
+                let mut claim = ReplayClaim::new(principal, key, expires);
+                (claim.max_per_principal, claim.max_total) = (Some(1), Some(10));
+                let mut admission = Admission::default();
+                admission.replay = Some(claim);
+                let store = store.clone();
+                async move { store.admit(&admission).await.unwrap().replay }
+            };
+            use ldp_session::shared::ReplayVerdict::{Fresh, Full, Seen};
+            assert_eq!(claim("p0", "k").await, Fresh, "{name}");
+            assert_eq!(claim("p1", "k").await, Seen, "{name}: a replay under another credential");
+            assert_eq!(claim("p1", "l").await, Fresh, "{name}: the replay took p1's share");
+            assert_eq!(claim("p1", "m").await, Full, "{name}: p1's share is 1");
+            assert_eq!(claim("p1", "k").await, Seen, "{name}: a replay is seen, whatever the share");
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
