@@ -1,0 +1,243 @@
+//! A store shares state; it must not change what one replica answers. Random conversations (sessions proposed and
+//! closed, tasks submitted, status queries, messages resent verbatim, task ids submitted again under new message ids)
+//! get the same answers, message by message, from a `DelegateRuntime` without a store and with each backend
+//! attached: `MemoryStore`, `SqliteStore`, `RedisStore` (a real `redis-server`). Ids are seeded alike on every run, so
+//! the conversations are the same ones.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use ldp_session::runtime::{DelegateRuntime, EchoDelegate, Response};
+use ldp_session::store::{Store, StoreOptions};
+use ldp_session::{
+    Initiator, InitiatorConfig, PeerContext, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock,
+};
+use ldp_store::{MemoryStore, RedisStore, SqliteStore, StoreConfig};
+use ldp_types::signing::{SignatureAlgorithm, SigningKey};
+use ldp_types::{
+    Body, Capability, DelegateId, Envelope, IdentityCard, SessionConfig, TaskCancel, TaskSubmit, TaskUpdate,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+const DELEGATE: &str = "ldp:delegate:same";
+const CLIENT: &str = "ldp:delegate:client";
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Propose,
+    /// In the n-th session accepted so far (modulo).
+    Submit(usize),
+    /// Of the n-th task submitted so far.
+    Status(usize),
+    Close(usize),
+    /// The n-th message sent so far, again, byte for byte.
+    Resend(usize),
+    /// The n-th TASK_SUBMIT sent so far, under a new message id (the same task id).
+    SubmitAgain(usize),
+    /// A TASK_CANCEL for the n-th task submitted so far.
+    Cancel(usize),
+    /// A task for a skill the delegate does not have, in the n-th session.
+    UnknownSkill(usize),
+    /// A task in a session no one established.
+    NoSession,
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        2 => Just(Op::Propose),
+        4 => any::<usize>().prop_map(Op::Submit),
+        2 => any::<usize>().prop_map(Op::Status),
+        1 => any::<usize>().prop_map(Op::Close),
+        2 => any::<usize>().prop_map(Op::Resend),
+        2 => any::<usize>().prop_map(Op::SubmitAgain),
+        1 => any::<usize>().prop_map(Op::Cancel),
+        1 => any::<usize>().prop_map(Op::UnknownSkill),
+        1 => Just(Op::NoSession),
+    ];
+    proptest::collection::vec(op, 1..30)
+}
+
+fn key() -> SigningKey {
+    SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "same-secret").unwrap()
+}
+
+/// Signed traffic (HMAC, replay protection with its bounded window) or unsigned (the dedupe window).
+fn security(signed: bool) -> SecurityConfig {
+    if signed { SecurityConfig::symmetric(key()) } else { SecurityConfig::default() }
+}
+
+fn runtime(store: Option<Arc<dyn Store>>, signed: bool) -> DelegateRuntime {
+    let mut card = IdentityCard::new(DelegateId::new(DELEGATE).unwrap(), "Same", "none", "1");
+    card.capabilities.push(Capability::new("echo"));
+    let mut cfg = ResponderConfig::new(card);
+    cfg.security = security(signed);
+    let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::new(42)));
+    let rt = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
+    if let Some(store) = store {
+        rt.attach_store(store, StoreOptions::default()).unwrap();
+    }
+    rt
+}
+
+/// What a peer sees of an answer: its type and, for a failure, its code.
+fn view(response: Response) -> (String, Option<Vec<u8>>) {
+    let env = match response {
+        Response::Reply(env) => env,
+        Response::Refused(refusal) => match refusal.reply {
+            Some(env) => env,
+            None => return (format!("refused {}", refusal.error.code.as_str()), None),
+        },
+        Response::Accepted => return ("accepted".into(), None),
+    };
+    let code = match &env.body {
+        Body::TaskFailed(f) => Some(f.error.code.as_str().to_owned()),
+        Body::SessionReject(r) => r.error.as_ref().map(|e| e.code.as_str().to_owned()),
+        _ => None,
+    };
+    let text = match code {
+        Some(code) => format!("{} {code}", env.body.type_name()),
+        None => env.body.type_name().to_owned(),
+    };
+    (text, Some(env.to_vec().unwrap()))
+}
+
+/// A message built by hand (the initiator builds only its own conversation's), signed when the traffic is.
+fn by_hand(step: usize, session_id: &str, body: impl Into<Body>, signed: bool) -> Envelope {
+    let now = ldp_types::time::format_timestamp(time::OffsetDateTime::now_utc());
+    let mut env = Envelope::new(format!("hand-{step}"), now, session_id, CLIENT, DELEGATE, body);
+    if signed {
+        env = env.with_nonce(format!("nonce-{step}"));
+        ldp_types::signing::sign(&mut env, &key()).unwrap();
+    }
+    env
+}
+
+/// Plays `ops` against `rt`; one line per operation.
+async fn converse(rt: &DelegateRuntime, ops: &[Op], signed: bool) -> Vec<String> {
+    let mut cfg = InitiatorConfig::new(CLIENT);
+    cfg.security = security(signed);
+    let mut init = Initiator::new(cfg, DELEGATE, Arc::new(SystemClock), Box::new(SeededIds::new(7)));
+    let mut sent: Vec<Envelope> = Vec::new();
+    let mut submits: Vec<Envelope> = Vec::new();
+    let mut sessions: Vec<String> = Vec::new();
+    let mut lines = Vec::new();
+    for (step, op) in ops.iter().enumerate() {
+        let env = match *op {
+            Op::Propose => Some(init.propose(SessionConfig::default())),
+            Op::Submit(n) if !sessions.is_empty() => {
+                let session = &sessions[n % sessions.len()];
+                init.submit(session, "echo", serde_json::json!({ "step": step }), None, None).ok()
+            }
+            Op::Status(n) if !submits.is_empty() => {
+                let submit = &submits[n % submits.len()];
+                let task_id = submit.body.task_id().unwrap_or_default().to_owned();
+                Some(by_hand(step, &submit.session_id, TaskUpdate::new(task_id, None, None), signed))
+            }
+            Op::Cancel(n) if !submits.is_empty() => {
+                let submit = &submits[n % submits.len()];
+                let task_id = submit.body.task_id().unwrap_or_default().to_owned();
+                Some(by_hand(step, &submit.session_id, TaskCancel::new(task_id), signed))
+            }
+            Op::UnknownSkill(n) if !sessions.is_empty() => {
+                let session = &sessions[n % sessions.len()];
+                init.submit(session, "no-such-skill", serde_json::json!({ "step": step }), None, None).ok()
+            }
+            Op::NoSession => {
+                let body =
+                    TaskSubmit::new(format!("task-{step}"), "echo".into(), serde_json::json!({ "step": step }), None);
+                Some(by_hand(step, "no-such-session", body, signed))
+            }
+            Op::Close(n) if !sessions.is_empty() => init.close(&sessions[n % sessions.len()], None).ok(),
+            Op::Resend(n) if !sent.is_empty() => Some(sent[n % sent.len()].clone()),
+            Op::SubmitAgain(n) if !submits.is_empty() => {
+                let mut again = submits[n % submits.len()].clone();
+                again.message_id = format!("again-{step}");
+                again.timestamp = ldp_types::time::format_timestamp(time::OffsetDateTime::now_utc());
+                if signed {
+                    again.nonce = Some(format!("again-nonce-{step}"));
+                    ldp_types::signing::sign(&mut again, &key()).unwrap();
+                }
+                Some(again)
+            }
+            _ => None,
+        };
+        let Some(env) = env else {
+            lines.push(format!("{op:?}: nothing to send"));
+            continue;
+        };
+        let (text, reply) = view(rt.handle(&PeerContext::default(), &env.to_vec().unwrap(), None).await);
+        // The initiator takes its own messages' answers (a resent or hand-built message's would confuse it).
+        let own = matches!(op, Op::Propose | Op::Submit(_) | Op::Close(_) | Op::UnknownSkill(_));
+        let taken = match (own, &reply) {
+            (true, Some(bytes)) => match init.handle(bytes) {
+                Ok(()) => String::new(),
+                Err(e) => format!(" (initiator: {e})"),
+            },
+            _ => String::new(),
+        };
+        if let (true, Some(bytes)) = (matches!(op, Op::Propose), &reply) {
+            let reply = Envelope::from_slice(bytes).unwrap();
+            if let Body::SessionAccept(accept) = &reply.body {
+                sessions.push(accept.session_id.clone());
+            }
+        }
+        if matches!(env.body, Body::TaskSubmit(_)) && matches!(op, Op::Submit(_) | Op::UnknownSkill(_)) {
+            submits.push(env.clone());
+        }
+        lines.push(format!("{op:?}: {text}{taken}"));
+        sent.push(env);
+    }
+    lines
+}
+
+#[test]
+fn a_store_changes_no_answer_to_unsigned_traffic() {
+    same_answers(false);
+}
+
+#[test]
+fn a_store_changes_no_answer_to_signed_traffic() {
+    same_answers(true);
+}
+
+fn same_answers(signed: bool) {
+    let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = std::env::temp_dir().join(format!("ldp-store-same-{signed}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+    let mut runner = TestRunner::new(Config { cases, ..Config::default() });
+    let outcome = runner.run(&ops(), |ops| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let cfg = StoreConfig::new(format!("ldp:delegate:same-{signed}-{n}"));
+        rt.block_on(async {
+            let backends: Vec<(&str, Option<Arc<dyn Store>>)> = vec![
+                ("no store", None),
+                ("memory", Some(Arc::new(MemoryStore::new(cfg.clone())))),
+                ("sqlite", Some(Arc::new(SqliteStore::open(&dir.join(format!("case-{n}.db")), cfg.clone()).unwrap()))),
+                ("redis", Some(Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap()))),
+            ];
+            let mut transcripts = Vec::new();
+            for (name, store) in backends {
+                transcripts.push((name, converse(&runtime(store, signed), &ops, signed).await));
+            }
+            let (_, reference) = &transcripts[0];
+            for (name, lines) in &transcripts[1..] {
+                if let Some(i) = (0..reference.len()).find(|&i| lines.get(i) != reference.get(i)) {
+                    return Err(TestCaseError::fail(format!(
+                        "step {i}: without a store {:?}, with {name} {:?}\nwithout: {reference:#?}",
+                        reference[i],
+                        lines.get(i)
+                    )));
+                }
+            }
+            Ok(())
+        })
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+}
