@@ -1,8 +1,10 @@
-//! A store shares state; it must not change what one replica answers. Random conversations (sessions proposed and
-//! closed, tasks submitted, status queries, messages resent verbatim, task ids submitted again under new message ids)
-//! get the same answers, message by message, from a `DelegateRuntime` without a store and with each backend
-//! attached: `MemoryStore`, `SqliteStore`, `RedisStore` (a real `redis-server`). Ids are seeded alike on every run, so
-//! the conversations are the same ones.
+//! A store shares state; it must not change what a delegate answers. Random conversations (sessions proposed and
+//! closed, tasks submitted, status queries, cancels, unknown skills and sessions, messages resent verbatim, task ids
+//! submitted again under new message ids), unsigned and signed, get the same answers, message by message, from one
+//! `DelegateRuntime` without a store as from one with each backend attached (`MemoryStore`, `SqliteStore`,
+//! `RedisStore` on a real `redis-server`), and from two replicas over each backend with the messages dealt to them in
+//! turn, as a round-robin balancer would: replicas behind a balancer are one delegate to their peers. Ids are seeded
+//! alike on every run, so the conversations are the same ones.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -67,12 +69,13 @@ fn security(signed: bool) -> SecurityConfig {
     if signed { SecurityConfig::symmetric(key()) } else { SecurityConfig::default() }
 }
 
-fn runtime(store: Option<Arc<dyn Store>>, signed: bool) -> DelegateRuntime {
+/// A runtime whose ids come from `seed` (each replica its own, as separate processes would draw them).
+fn runtime(store: Option<Arc<dyn Store>>, signed: bool, seed: u64) -> DelegateRuntime {
     let mut card = IdentityCard::new(DelegateId::new(DELEGATE).unwrap(), "Same", "none", "1");
     card.capabilities.push(Capability::new("echo"));
     let mut cfg = ResponderConfig::new(card);
     cfg.security = security(signed);
-    let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::new(42)));
+    let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::new(seed)));
     let rt = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
     if let Some(store) = store {
         rt.attach_store(store, StoreOptions::default()).unwrap();
@@ -113,8 +116,8 @@ fn by_hand(step: usize, session_id: &str, body: impl Into<Body>, signed: bool) -
     env
 }
 
-/// Plays `ops` against `rt`; one line per operation.
-async fn converse(rt: &DelegateRuntime, ops: &[Op], signed: bool) -> Vec<String> {
+/// Plays `ops` against the replicas `rts`, each message to the next replica in turn; one line per operation.
+async fn converse(rts: &[DelegateRuntime], ops: &[Op], signed: bool) -> Vec<String> {
     let mut cfg = InitiatorConfig::new(CLIENT);
     cfg.security = security(signed);
     let mut init = Initiator::new(cfg, DELEGATE, Arc::new(SystemClock), Box::new(SeededIds::new(7)));
@@ -166,6 +169,7 @@ async fn converse(rt: &DelegateRuntime, ops: &[Op], signed: bool) -> Vec<String>
             lines.push(format!("{op:?}: nothing to send"));
             continue;
         };
+        let rt = &rts[sent.len() % rts.len()];
         let (text, reply) = view(rt.handle(&PeerContext::default(), &env.to_vec().unwrap(), None).await);
         // The initiator takes its own messages' answers (a resent or hand-built message's would confuse it).
         let own = matches!(op, Op::Propose | Op::Submit(_) | Op::Close(_) | Op::UnknownSkill(_));
@@ -203,6 +207,7 @@ fn a_store_changes_no_answer_to_signed_traffic() {
 
 fn same_answers(signed: bool) {
     let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
+    let redis_url = redis.url();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dir = std::env::temp_dir().join(format!("ldp-store-same-{signed}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -213,16 +218,36 @@ fn same_answers(signed: bool) {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let cfg = StoreConfig::new(format!("ldp:delegate:same-{signed}-{n}"));
         rt.block_on(async {
-            let backends: Vec<(&str, Option<Arc<dyn Store>>)> = vec![
-                ("no store", None),
-                ("memory", Some(Arc::new(MemoryStore::new(cfg.clone())))),
-                ("sqlite", Some(Arc::new(SqliteStore::open(&dir.join(format!("case-{n}.db")), cfg.clone()).unwrap()))),
-                ("redis", Some(Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap()))),
+            let sqlite = |name: &str| -> Arc<dyn Store> {
+                Arc::new(SqliteStore::open(&dir.join(format!("case-{n}-{name}.db")), cfg.clone()).unwrap())
+            };
+            let redis =
+                || async { Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap()) as Arc<dyn Store> };
+            let memory: Arc<dyn Store> = Arc::new(MemoryStore::new(cfg.clone()));
+            let shared_memory: Arc<dyn Store> = Arc::new(MemoryStore::new(cfg.clone()));
+            // Replicas over SQLite open one file twice, as two processes would; over Redis, a client each.
+            let (file_a, file_b) = (sqlite("replicas"), sqlite("replicas"));
+            let setups: Vec<(&str, Vec<DelegateRuntime>)> = vec![
+                ("no store", vec![runtime(None, signed, 42)]),
+                ("memory", vec![runtime(Some(memory), signed, 42)]),
+                ("sqlite", vec![runtime(Some(sqlite("one")), signed, 42)]),
+                ("redis", vec![runtime(Some(redis().await), signed, 42)]),
+                (
+                    "two replicas on memory",
+                    vec![runtime(Some(shared_memory.clone()), signed, 42), runtime(Some(shared_memory), signed, 43)],
+                ),
+                ("two replicas on sqlite", vec![runtime(Some(file_a), signed, 42), runtime(Some(file_b), signed, 43)]),
             ];
             let mut transcripts = Vec::new();
-            for (name, store) in backends {
-                transcripts.push((name, converse(&runtime(store, signed), &ops, signed).await));
+            for (name, rts) in setups {
+                transcripts.push((name, converse(&rts, &ops, signed).await));
             }
+            // Redis last: the single runtime above and these two replicas use one namespace each.
+            let cfg2 = StoreConfig::new(format!("ldp:delegate:same-{signed}-{n}-replicas"));
+            let a: Arc<dyn Store> = Arc::new(RedisStore::open(&redis_url, cfg2.clone()).await.unwrap());
+            let b: Arc<dyn Store> = Arc::new(RedisStore::open(&redis_url, cfg2).await.unwrap());
+            let rts = vec![runtime(Some(a), signed, 42), runtime(Some(b), signed, 43)];
+            transcripts.push(("two replicas on redis", converse(&rts, &ops, signed).await));
             let (_, reference) = &transcripts[0];
             for (name, lines) in &transcripts[1..] {
                 if let Some(i) = (0..reference.len()).find(|&i| lines.get(i) != reference.get(i)) {
