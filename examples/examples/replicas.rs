@@ -131,13 +131,9 @@ pub async fn run(store: Option<String>) -> Result<(), Box<dyn std::error::Error>
     let balancer = Arc::new(RoundRobin::new(vec![("a", a.url()), ("b", b.url())]));
     let mut cfg = InitiatorConfig::new("ldp:delegate:example-client");
     cfg.trust_domain = Some("default".into());
-    let client = Client::connect(
-        ArcTransport(balancer.clone()),
-        cfg,
-        Arc::new(SystemClock),
-        Box::new(SeededIds::from_entropy()),
-    )
-    .await?;
+    // The client gets a handle on the balancer (a shared transport is a transport); `run` keeps one to repoint it.
+    let client =
+        Client::connect(balancer.clone(), cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy())).await?;
     let session = client.propose(SessionConfig::default()).await?;
     println!("session {} established", session.session_id);
     for i in 0..4 {
@@ -182,22 +178,4 @@ pub async fn run(store: Option<String>) -> Result<(), Box<dyn std::error::Error>
 fn rand_suffix() -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     format!("{}-{nanos}", std::process::id())
-}
-
-/// The client owns its transport; the balancer is shared with `main`, which repoints it after the restart.
-struct ArcTransport(Arc<RoundRobin>);
-
-#[async_trait]
-impl Transport for ArcTransport {
-    async fn identity(&self) -> Result<IdentityCard, LdpError> {
-        self.0.identity().await
-    }
-
-    async fn exchange(
-        &self,
-        envelope: &Envelope,
-        updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Vec<u8>>, LdpError> {
-        self.0.exchange(envelope, updates).await
-    }
 }

@@ -18,12 +18,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use async_trait::async_trait;
-use ldp_session::runtime::{Client, SharedInitiator, Transport};
+use ldp_session::runtime::{Client, Transport};
 use ldp_session::{IdSource, InitiatorConfig, SeededIds, WallClock};
-use ldp_types::{Code, Envelope, IdentityCard, LdpError, SessionConfig};
+use ldp_types::{Code, IdentityCard, LdpError, SessionConfig};
 use time::OffsetDateTime;
-use tokio::sync::mpsc;
 
 use crate::attestation::{AttestationClaim, TrustedIssuers};
 use crate::card::{CardMapping, IgnoredAttestation};
@@ -105,30 +103,8 @@ struct Entry {
 
 /// A connected client and its current session.
 pub(crate) struct Connection {
-    pub(crate) client: Client<Shared>,
+    pub(crate) client: Client<SharedTransport>,
     session: Mutex<Option<String>>,
-}
-
-/// `Arc<dyn Transport>` as a `Transport`, so one transport serves discovery and the client.
-pub(crate) struct Shared(SharedTransport);
-
-#[async_trait]
-impl Transport for Shared {
-    async fn identity(&self) -> Result<IdentityCard, LdpError> {
-        self.0.identity().await
-    }
-
-    async fn exchange(
-        &self,
-        envelope: &Envelope,
-        updates: Option<mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Vec<u8>>, LdpError> {
-        self.0.exchange(envelope, updates).await
-    }
-
-    fn attach(&self, initiator: &SharedInitiator) {
-        self.0.attach(initiator);
-    }
 }
 
 /// Delegates known to the router, how to reach them, and their cached connections. Shareable (`Arc<Registry>`):
@@ -464,7 +440,7 @@ impl Registry {
                 LdpError::transport(Code::TransportError, format!("delegate {delegate_id:?} has no endpoint"))
                     .with_retryable(false)
             })?;
-        let client = Client::connect(Shared(transport), self.config.initiator.clone(), self.clock.clone(), self.ids())
+        let client = Client::connect(transport, self.config.initiator.clone(), self.clock.clone(), self.ids())
             .await
             .map_err(|e| e.to_ldp_error())?;
         if client.card().delegate_id.as_str() != delegate_id {

@@ -38,6 +38,27 @@ pub trait Transport: Send + Sync {
     }
 }
 
+/// A shared transport is a transport: one `Arc` can serve discovery and a client, or a balancer the caller keeps a
+/// handle on.
+#[async_trait]
+impl<T: Transport + ?Sized> Transport for Arc<T> {
+    async fn identity(&self) -> Result<IdentityCard, LdpError> {
+        (**self).identity().await
+    }
+
+    async fn exchange(
+        &self,
+        envelope: &Envelope,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Result<Option<Vec<u8>>, LdpError> {
+        (**self).exchange(envelope, updates).await
+    }
+
+    fn attach(&self, initiator: &SharedInitiator) {
+        (**self).attach(initiator);
+    }
+}
+
 /// The initiator machine of a [`Client`](super::Client), shared with its transport ([`Transport::attach`]).
 pub type SharedInitiator = Arc<Mutex<Initiator>>;
 
