@@ -2,7 +2,8 @@
 //!
 //! Keys start with `ldp:<delegate id>:` (several delegates can share one Redis), and every key of a session carries
 //! the session id as its hash tag, `ldp:<ns>:{<session id>}:session|task:<id>|lease:<id>`, so on Redis Cluster all of
-//! a session's keys live in one slot and the scripts that touch several of them run there. TTLs are Redis expiries
+//! a session's keys live in one slot and the scripts that touch several of them run there (a session id's `%`, `{` and
+//! `}` escaped, see `tag`). TTLs are Redis expiries
 //! (`PX`): a session's key expires a marker time (`closed_ttl`) after its TTL without a message (in that time it is
 //! looked up as expired, so every replica answers `SESSION_EXPIRED`), a lease key after the lease without renewal. A
 //! session's TTL restart is written ahead by a tenth of the TTL (at most a second), so a busy session's value is
@@ -263,17 +264,38 @@ impl RedisStore {
     }
 
     fn session_key(&self, session_id: &str) -> String {
-        format!("{}{{{session_id}}}:session", self.prefix)
+        format!("{}{{{}}}:session", self.prefix, tag(session_id))
     }
 
     fn task_keys(&self, key: &TaskKey) -> (String, String) {
-        let base = format!("{}{{{}}}", self.prefix, key.session_id);
+        let base = format!("{}{{{}}}", self.prefix, tag(&key.session_id));
         (format!("{base}:task:{}", key.task_id), format!("{base}:lease:{}", key.task_id))
     }
 
     fn conn(&self) -> ConnectionManager {
         self.conn.clone()
     }
+}
+
+/// A session id as it stands between the braces of its keys' hash tag. Initiators may propose session ids, so an id
+/// may hold `}`: written as it is, `{x}:task:y}:session` (session `x}:task:y`) would be the key of session `x`'s task
+/// `y}:session`, and a peer could write one of its records over another. `%`, `{` and `}` are written `%25`, `%7B`,
+/// `%7D`, so the tag ends at the first `}` and every key reads back one way; other ids, UUIDs among them, are written
+/// as they are, so their keys are those of earlier versions.
+fn tag(session_id: &str) -> std::borrow::Cow<'_, str> {
+    if !session_id.contains(['%', '{', '}']) {
+        return std::borrow::Cow::Borrowed(session_id);
+    }
+    let mut escaped = String::with_capacity(session_id.len() + 8);
+    for c in session_id.chars() {
+        match c {
+            '%' => escaped.push_str("%25"),
+            '{' => escaped.push_str("%7B"),
+            '}' => escaped.push_str("%7D"),
+            c => escaped.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
@@ -289,7 +311,7 @@ impl RedisStore {
     /// slot), else its own.
     fn replay_key(&self, session_id: Option<&str>, digest: &str) -> String {
         match session_id {
-            Some(id) => format!("{}{{{id}}}:replay:{digest}", self.prefix),
+            Some(id) => format!("{}{{{}}}:replay:{digest}", self.prefix, tag(id)),
             None => format!("{}replay:{{{digest}}}", self.prefix),
         }
     }
@@ -572,5 +594,28 @@ impl Store for RedisStore {
         // Changed meanwhile (finished, or claimed again): read what it is now.
         let now: Option<String> = conn.get(&record).await.map_err(unavailable)?;
         now.as_deref().map(decode).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tag;
+
+    /// Ordinary ids keep the keys earlier versions wrote; ids with `%`, `{` or `}` are escaped so that the hash tag
+    /// ends at the first `}` and two different ids never give the same tag.
+    #[test]
+    fn session_ids_are_tagged_one_way() {
+        let uuid = "3f1c6a52-6b5e-4c8e-9a34-1f0e2d9c7b11";
+        assert_eq!(tag(uuid), uuid);
+        assert_eq!(tag("x}:task:y"), "x%7D:task:y");
+        assert_eq!(tag("{a}"), "%7Ba%7D");
+        assert_eq!(tag("%7D"), "%257D");
+        let ids = ["}", "%7D", "%257D", "{", "%7B", "a}b", "a%7Db", "", "%", "%25"];
+        for (i, a) in ids.iter().enumerate() {
+            assert!(!tag(a).contains(['{', '}']), "{a:?}");
+            for b in &ids[i + 1..] {
+                assert_ne!(tag(a), tag(b), "{a:?} and {b:?}");
+            }
+        }
     }
 }

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    Admission, Admitted, ReplayClaim, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskAnswer, TaskStep,
+    Admission, Admitted, ReplayClaim, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskAnswer,
+    TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::Store;
 use ldp_store::{MemoryStore, RedisStore, SqliteStore, StoreConfig};
@@ -19,8 +20,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 const HOUR: Duration = Duration::from_secs(3600);
-const SESSIONS: [&str; 3] = ["s0", "s1", "s2"];
-const TASKS: [&str; 3] = ["t0", "t1", "t2"];
+/// Session and task ids, two of them crafted to spell another's key as Redis once wrote them (session `x`'s task
+/// `y}:session` and session `x}:task:y`'s record).
+const SESSIONS: [&str; 3] = ["x", "x}:task:y", "s2"];
+const TASKS: [&str; 3] = ["t0", "y}:session", "t2"];
 const OWNERS: [&str; 2] = ["replica-a", "replica-b"];
 const PRINCIPALS: [&str; 2] = ["p0", "p1"];
 /// The session of each replay key's message (`None`: a message outside a session, such as HELLO).
@@ -278,6 +281,41 @@ fn a_replay_under_another_principal_takes_no_share() {
             assert_eq!(claim("p1", "l").await, Fresh, "{name}: the replay took p1's share");
             assert_eq!(claim("p1", "m").await, Full, "{name}: p1's share is 1");
             assert_eq!(claim("p1", "k").await, Seen, "{name}: a replay is seen, whatever the share");
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Session ids are the initiator's when fresh, so a peer may choose ids that spell other keys: with Redis keys
+/// written `{<session>}:<kind>:<id>`, session `x}:task:y`'s record was the key of session `x`'s task `y}:session`. A
+/// task finished under the one must leave the other session live and readable, in every backend.
+#[test]
+fn crafted_session_ids_do_not_meet_other_records() {
+    let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = std::env::temp_dir().join(format!("ldp-store-crafted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    rt.block_on(async {
+        let cfg = StoreConfig::new("ldp:delegate:crafted");
+        let stores: Vec<(&str, Arc<dyn Store>)> = vec![
+            ("memory", Arc::new(MemoryStore::new(cfg.clone()))),
+            ("sqlite", Arc::new(SqliteStore::open(&dir.join("state.db"), cfg.clone()).unwrap())),
+            ("redis", Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap())),
+        ];
+        for (name, store) in stores {
+            let mut victim = session(0);
+            victim.session_id = "x}:task:y".into();
+            assert!(store.create_session(&victim).await.unwrap(), "{name}");
+            let crafted = TaskKey { session_id: "x".into(), task_id: "y}:session".into() };
+            let running = SharedTask::running(OWNERS[0], PayloadMode::Text);
+            assert_eq!(store.claim_task(&crafted, &running, HOUR).await.unwrap(), TaskClaim::Claimed, "{name}");
+            let done = ended(0, End::Completed(1));
+            assert_eq!(store.finish_task(&crafted, &done).await.unwrap(), TaskFinish::Recorded, "{name}");
+            let mut admission = Admission::default();
+            admission.session_id = Some(victim.session_id.clone());
+            let looked_up = store.admit(&admission).await.unwrap().session;
+            assert_eq!(looked_up, Some(SessionLookup::Live(victim)), "{name}: the session's record was overwritten");
+            assert_eq!(store.task(&crafted).await.unwrap().map(|t| task_view(&t)), Some(task_view(&done)), "{name}");
         }
     });
     let _ = std::fs::remove_dir_all(&dir);
