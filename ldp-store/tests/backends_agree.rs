@@ -201,12 +201,41 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
     out.unwrap_or_else(|e| format!("error {e}"))
 }
 
+/// What every test here needs: a real `redis-server`, a runtime, and a scratch directory (removed on drop).
+struct Backends {
+    redis: ldp_store::test_redis::RedisServer,
+    rt: tokio::runtime::Runtime,
+    dir: std::path::PathBuf,
+}
+
+impl Backends {
+    fn start(name: &str) -> Self {
+        let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let dir = std::env::temp_dir().join(format!("ldp-store-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { redis, rt, dir }
+    }
+
+    /// The three backends, empty, for `cfg` (Redis: its namespace; SQLite: the file `file`).
+    async fn open(&self, cfg: &StoreConfig, file: &str) -> Vec<(&'static str, Arc<dyn Store>)> {
+        vec![
+            ("memory", Arc::new(MemoryStore::new(cfg.clone()))),
+            ("sqlite", Arc::new(SqliteStore::open(&self.dir.join(file), cfg.clone()).unwrap())),
+            ("redis", Arc::new(RedisStore::open(&self.redis.url(), cfg.clone()).await.unwrap())),
+        ]
+    }
+}
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[test]
 fn memory_sqlite_and_redis_answer_alike() {
-    let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let dir = std::env::temp_dir().join(format!("ldp-store-agree-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let backends = Backends::start("agree");
     let case = std::sync::atomic::AtomicUsize::new(0);
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
     let mut runner = TestRunner::new(Config { cases, ..Config::default() });
@@ -214,12 +243,8 @@ fn memory_sqlite_and_redis_answer_alike() {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // A namespace (Redis) and a file (SQLite) per case: each starts empty.
         let cfg = StoreConfig::new(format!("ldp:delegate:agree-{n}"));
-        rt.block_on(async {
-            let stores: Vec<(&str, Arc<dyn Store>)> = vec![
-                ("memory", Arc::new(MemoryStore::new(cfg.clone()))),
-                ("sqlite", Arc::new(SqliteStore::open(&dir.join(format!("case-{n}.db")), cfg.clone()).unwrap())),
-                ("redis", Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap())),
-            ];
+        backends.rt.block_on(async {
+            let stores = backends.open(&cfg, &format!("case-{n}.db")).await;
             let replay_expiry = now_ms() + 3_600_000;
             for (i, op) in ops.iter().enumerate() {
                 let mut answers = Vec::new();
@@ -238,7 +263,6 @@ fn memory_sqlite_and_redis_answer_alike() {
             Ok(())
         })
     });
-    let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = outcome {
         panic!("{e}");
     }
@@ -254,17 +278,9 @@ fn now_ms() -> i64 {
 /// replayer's share.)
 #[test]
 fn a_replay_under_another_principal_takes_no_share() {
-    let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let dir = std::env::temp_dir().join(format!("ldp-store-replay-share-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    rt.block_on(async {
-        let cfg = StoreConfig::new("ldp:delegate:replay-share");
-        let stores: Vec<(&str, Arc<dyn Store>)> = vec![
-            ("memory", Arc::new(MemoryStore::new(cfg.clone()))),
-            ("sqlite", Arc::new(SqliteStore::open(&dir.join("state.db"), cfg.clone()).unwrap())),
-            ("redis", Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap())),
-        ];
+    let backends = Backends::start("replay-share");
+    backends.rt.block_on(async {
+        let stores = backends.open(&StoreConfig::new("ldp:delegate:replay-share"), "state.db").await;
         let expires = now_ms() + 3_600_000;
         for (name, store) in stores {
             let claim = |principal: &str, key: &str| {
@@ -283,7 +299,6 @@ fn a_replay_under_another_principal_takes_no_share() {
             assert_eq!(claim("p1", "k").await, Seen, "{name}: a replay is seen, whatever the share");
         }
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Session ids are the initiator's when fresh, so a peer may choose ids that spell other keys: with Redis keys
@@ -291,17 +306,9 @@ fn a_replay_under_another_principal_takes_no_share() {
 /// task finished under the one must leave the other session live and readable, in every backend.
 #[test]
 fn crafted_session_ids_do_not_meet_other_records() {
-    let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let dir = std::env::temp_dir().join(format!("ldp-store-crafted-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    rt.block_on(async {
-        let cfg = StoreConfig::new("ldp:delegate:crafted");
-        let stores: Vec<(&str, Arc<dyn Store>)> = vec![
-            ("memory", Arc::new(MemoryStore::new(cfg.clone()))),
-            ("sqlite", Arc::new(SqliteStore::open(&dir.join("state.db"), cfg.clone()).unwrap())),
-            ("redis", Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap())),
-        ];
+    let backends = Backends::start("crafted");
+    backends.rt.block_on(async {
+        let stores = backends.open(&StoreConfig::new("ldp:delegate:crafted"), "state.db").await;
         for (name, store) in stores {
             let mut victim = session(0);
             victim.session_id = "x}:task:y".into();
@@ -318,5 +325,4 @@ fn crafted_session_ids_do_not_meet_other_records() {
             assert_eq!(store.task(&crafted).await.unwrap().map(|t| task_view(&t)), Some(task_view(&done)), "{name}");
         }
     });
-    let _ = std::fs::remove_dir_all(&dir);
 }
