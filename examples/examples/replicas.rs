@@ -116,6 +116,8 @@ pub async fn run(store: Option<String>) -> Result<(), Box<dyn std::error::Error>
     // The SQLite default's file, in a directory of its own that goes at the end.
     let scratch = store.is_none().then(|| std::env::temp_dir().join(format!("ldp-replicas-{}", rand_suffix())));
     let spec: StoreSpec = match (store, &scratch) {
+        // A flag (a test harness's `--quiet`) is no SQLite path: refuse it rather than create a file of that name.
+        (Some(flag), _) if flag.starts_with('-') => return Err(format!("{flag:?} is not a store").into()),
         (Some(url), _) => url.parse()?,
         (None, dir) => {
             let dir = dir.as_ref().expect("a scratch directory without a store URL");
