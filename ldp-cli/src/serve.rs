@@ -208,8 +208,11 @@ impl LimitArgs {
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
     /// `memory` (this process only, the default), `sqlite:PATH` (an embedded database file that survives restarts
-    /// and kill -9; a bare PATH means the same), or `redis://HOST:PORT[/DB]` (replicas of this delegate behind a load
-    /// balancer share sessions, the replay window, task claims and results). Replicas must be configured alike.
+    /// and kill -9; a bare PATH means the same), or `redis://[USER:PASSWORD@]HOST:PORT[/DB]` (replicas of this
+    /// delegate behind a load balancer share sessions, the replay window, task claims and results; `rediss://` for
+    /// TLS, `redis+unix:///PATH` for a socket). Replicas must be configured alike. A wrong password or database, or
+    /// a TLS certificate that does not verify, stops the start; a Redis that is down does not (messages are refused
+    /// STORE_UNAVAILABLE, retryable, until it is up).
     #[arg(long, value_name = "STORE", default_value = "memory")]
     pub store: ldp_store::StoreSpec,
     /// Longest a store call may take, in milliseconds; beyond it (or when the store is down) the message is refused
@@ -237,9 +240,38 @@ pub struct StoreArgs {
     /// with pread and a 64 MiB page cache (for storage whose read errors must not be a SIGBUS, such as NFS).
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
     pub sqlite_mmap_bytes: u64,
+    /// Redis over TLS (`--store rediss://...`): trust the CA certificates in this PEM file instead of the system's
+    /// roots.
+    #[arg(long, value_name = "FILE")]
+    pub redis_ca: Option<std::path::PathBuf>,
+    /// Redis over TLS: present this client certificate chain (PEM) to a server that asks for one
+    /// (`tls-auth-clients`).
+    #[arg(long, value_name = "FILE", requires = "redis_key")]
+    pub redis_cert: Option<std::path::PathBuf>,
+    /// Redis over TLS: the private key (PEM) of --redis-cert.
+    #[arg(long, value_name = "FILE", requires = "redis_cert")]
+    pub redis_key: Option<std::path::PathBuf>,
 }
 
 impl StoreArgs {
+    /// The TLS files of a `rediss://` store, read; `None` when no --redis-* file is given.
+    fn redis_tls(&self) -> Result<Option<ldp_store::RedisTls>, String> {
+        if self.redis_ca.is_none() && self.redis_cert.is_none() {
+            return Ok(None);
+        }
+        let read = |flag: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| format!("--{flag} {}: {e}", path.display()))
+        };
+        let mut tls = ldp_store::RedisTls::default();
+        if let Some(ca) = &self.redis_ca {
+            tls = tls.with_ca(read("redis-ca", ca)?);
+        }
+        if let (Some(cert), Some(key)) = (&self.redis_cert, &self.redis_key) {
+            tls = tls.with_client_cert(read("redis-cert", cert)?, read("redis-key", key)?);
+        }
+        Ok(Some(tls))
+    }
+
     /// Opens the store and attaches it to `runtime` (nothing for `memory`). Returns the store's name for the banner.
     async fn attach(&self, runtime: &DelegateRuntime, delegate_id: &str) -> Result<String, String> {
         let mut cfg = ldp_store::StoreConfig::new(delegate_id);
@@ -248,6 +280,7 @@ impl StoreArgs {
         cfg.sqlite_durability = self.sqlite_durability;
         cfg.sqlite_wal_pages = self.sqlite_wal_pages.max(1);
         cfg.sqlite_mmap_bytes = self.sqlite_mmap_bytes;
+        cfg.redis_tls = self.redis_tls()?;
         let Some(store) = ldp_store::open(&self.store, cfg).await.map_err(|e| format!("--store: {e}"))? else {
             return Ok("memory".to_owned());
         };

@@ -9,7 +9,8 @@
 //!   A; 2 replicas × 8 concurrent clients × 500 tasks, each task sent to both replicas, run exactly once (counted by
 //!   the model server behind the delegates) and answered exactly once; Redis stopped: typed, retryable refusals
 //!   within the store timeout, and service again once it is back; a task whose replica is killed mid-task is failed
-//!   `TASK_LEASE_EXPIRED` (retryable) for a status query on the other replica once its lease has passed.
+//!   `TASK_LEASE_EXPIRED` (retryable) for a status query on the other replica once its lease has passed; a wrong
+//!   password stops the start without showing it; replicas over mutual TLS to a TLS-only Redis.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use ldp_llm::stub::{Flavor, Stub, StubConfig};
 use ldp_session::{Initiator, InitiatorConfig, InitiatorEvent, SecurityConfig, SeededIds, SystemClock};
-use ldp_store::test_redis::RedisServer;
+use ldp_store::test_redis::{RedisServer, RedisServerOptions};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{Body, Envelope, SessionConfig, TaskUpdate, codes};
 use support::{Guard, TempDir, serve};
@@ -349,4 +350,80 @@ async fn a_task_whose_replica_dies_fails_retryably_after_its_lease() {
         }
     };
     assert_eq!(failed, (codes::TASK_LEASE_EXPIRED.to_owned(), true));
+}
+
+/// Runs `ldp serve --bind 127.0.0.1:0 ARGS`, which must exit within 10 s (killed and failed otherwise); its exit code
+/// and stderr.
+fn serve_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"))
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ldp serve {args:?} did not stop within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status.code(), stderr)
+}
+
+/// A Redis that refuses the credentials stops `ldp serve` at start, with an error that shows the URL without its
+/// password; the right password serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_redis_password_stops_the_start_without_showing_it() {
+    let redis = RedisServer::start_with(RedisServerOptions::default().password("right-Pa55word")).unwrap();
+    let (code, stderr) = serve_to_exit(&["--store", &redis.url_with_password(Some("wrong-Pa55word"))]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("redis://:***@127.0.0.1"), "{stderr}");
+    assert!(!stderr.contains("wrong-Pa55word") && !stderr.contains("right-Pa55word"), "{stderr}");
+
+    let (_server, url) = replica(&redis.url(), &[]);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, false);
+    let session_id = establish(&http, &url, &mut init).await;
+    let submit = init.submit(&session_id, "echo", serde_json::json!("authenticated"), None, None).unwrap();
+    assert_eq!(output(&send(&http, &url, &submit).await), serde_json::json!({"echo": "authenticated"}));
+}
+
+/// Two replicas on a Redis that speaks only TLS and asks for client certificates, given a private CA and a client
+/// certificate with `--redis-ca`, `--redis-cert` and `--redis-key`: a session proposed on one goes on on the other,
+/// and a resent task is not run twice. Without the client certificate, the start stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_session_over_mutual_tls_to_redis() {
+    let ca = ldp_transport_http::test_pki::TestCa::new("redis CA").unwrap();
+    let server_cert = ca.server_cert().unwrap();
+    let client_cert = ca.client_cert("ldp-replica").unwrap();
+    let options = RedisServerOptions::default().tls(&server_cert.cert_pem, &server_cert.key_pem, &ca.pem(), true);
+    let redis = RedisServer::start_with(options).unwrap();
+    let dir = TempDir::new("store-redis-tls");
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    let cert_file = dir.write("client.pem", &client_cert.cert_pem);
+    let key_file = dir.write("client.key", &client_cert.key_pem);
+    let tls = ["--redis-ca", ca_file.as_str(), "--redis-cert", cert_file.as_str(), "--redis-key", key_file.as_str()];
+
+    let (code, stderr) = serve_to_exit(&["--store", &redis.url(), "--redis-ca", &ca_file]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+
+    let (_a, a) = replica(&redis.url(), &tls);
+    let (_b, b) = replica(&redis.url(), &tls);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, false);
+    let session_id = establish(&http, &a, &mut init).await;
+    let submit = init.submit(&session_id, "echo", serde_json::json!("over TLS"), None, None).unwrap();
+    let bytes = submit.to_vec().unwrap();
+    assert_eq!(output(&post(&http, &b, bytes.clone()).await), serde_json::json!({"echo": "over TLS"}));
+    assert_eq!(failure(&send(&http, &a, &resend(&bytes, false)).await).0, codes::DUPLICATE_TASK);
 }

@@ -10,7 +10,9 @@
 //! | [`RedisStore`] (feature `redis`) | N replicas behind a load balancer | Redis's own (RDB/AOF as the operator configures it) |
 //!
 //! `ldp serve --store memory|sqlite:PATH|redis://HOST:PORT[/DB]` picks one ([`StoreSpec`]); `memory` there means no
-//! store at all: the machine's own tables, today's behaviour and speed.
+//! store at all: the machine's own tables, today's behaviour and speed. Redis may also be `rediss://` (TLS, with
+//! [`StoreConfig::redis_tls`] for a private CA or a client certificate) or `redis+unix:///PATH`, and any of them may
+//! carry a user and password; no error or `Debug` output of this crate shows a password ([`redacted`]).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(clippy::exhaustive_enums)]
@@ -62,6 +64,43 @@ pub struct StoreConfig {
     /// memory (they are the file's, shared with the OS page cache); an I/O error on a mapped page is a `SIGBUS`
     /// rather than an error, so turn it off on storage that reports read errors (a network file system).
     pub sqlite_mmap_bytes: u64,
+    /// Redis over TLS (`rediss://`): the CA to trust instead of the system's roots, and a client certificate for
+    /// servers that ask for one (`tls-auth-clients yes`). `None` trusts the system's roots and sends no certificate.
+    pub redis_tls: Option<RedisTls>,
+}
+
+/// What a `rediss://` connection presents and trusts (PEM bytes, as read from files).
+#[derive(Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct RedisTls {
+    /// The CA certificates the server's chain must lead to; `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate chain and its private key, for mutual TLS.
+    pub client_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl RedisTls {
+    /// Trusts `ca_pem` (PEM certificates) instead of the system's roots.
+    pub fn with_ca(mut self, ca_pem: Vec<u8>) -> Self {
+        self.ca_pem = Some(ca_pem);
+        self
+    }
+
+    /// Presents this client certificate chain (PEM), proved by `key_pem` (a PEM private key).
+    pub fn with_client_cert(mut self, cert_pem: Vec<u8>, key_pem: Vec<u8>) -> Self {
+        self.client_pem = Some((cert_pem, key_pem));
+        self
+    }
+}
+
+impl std::fmt::Debug for RedisTls {
+    // The private key is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(|pem| format!("{} bytes", pem.len())))
+            .field("client_cert", &self.client_pem.is_some())
+            .finish()
+    }
 }
 
 /// How durable an SQLite commit is before its caller is answered (the WAL journal either way, one commit per batch
@@ -109,47 +148,89 @@ impl StoreConfig {
             sqlite_wal_pages: 32_768,
             sqlite_dedupe_generation: Duration::from_secs(30),
             sqlite_mmap_bytes: 1 << 30,
+            redis_tls: None,
         }
     }
 }
 
 /// Which store `ldp serve --store` asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreSpec {
     /// No shared store: the machine's own tables.
     Memory,
     /// An SQLite database file (created if absent).
     Sqlite(std::path::PathBuf),
-    /// A Redis server: `redis://HOST:PORT[/DB]`.
+    /// A Redis server: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://...` (TLS) or `redis+unix:///PATH[?db=N]`.
     Redis(String),
 }
+
+impl std::fmt::Debug for StoreSpec {
+    // A Redis URL's password is not printed (clap and loggers print this).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("Memory"),
+            Self::Sqlite(path) => f.debug_tuple("Sqlite").field(path).finish(),
+            Self::Redis(url) => f.debug_tuple("Redis").field(&redacted(url)).finish(),
+        }
+    }
+}
+
+/// The URL schemes a Redis store is reached by.
+const REDIS_SCHEMES: [&str; 4] = ["redis://", "rediss://", "redis+unix://", "unix://"];
 
 impl std::str::FromStr for StoreSpec {
     type Err = OpenError;
 
-    /// `memory`, `sqlite:PATH`, `redis://HOST:PORT[/DB]`, or a bare path (SQLite, the default when a path is given).
+    /// `memory`, `sqlite:PATH`, a Redis URL (`redis://`, `rediss://`, `redis+unix://`), or a bare path (SQLite, the
+    /// default when a path is given).
     fn from_str(s: &str) -> Result<Self, OpenError> {
         if s == "memory" {
             return Ok(Self::Memory);
         }
-        if s.starts_with("redis://") {
+        if REDIS_SCHEMES.iter().any(|scheme| s.starts_with(scheme)) {
             return Ok(Self::Redis(s.to_owned()));
         }
         let path = s.strip_prefix("sqlite:").unwrap_or(s);
         if path.is_empty() || s.contains("://") {
-            return Err(OpenError::Spec(s.to_owned()));
+            return Err(OpenError::Spec(redacted(s)));
         }
         Ok(Self::Sqlite(path.into()))
     }
+}
+
+/// `url` with its password, if any, written `***`: in the user part (`redis://user:secret@host`) and in the `pass` or
+/// `password` query parameter (`redis+unix:///sock?pass=secret`). Text that is not a URL is returned as `(not a
+/// URL)` when it holds an `@` (it may hold a password the parser could not find), else as it is.
+pub fn redacted(url: &str) -> String {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return if url.contains('@') { "(not a URL)".to_owned() } else { url.to_owned() };
+    };
+    if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
+        return "(not a URL)".to_owned();
+    }
+    let secret = |k: &str| k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password");
+    if parsed.query_pairs().any(|(k, _)| secret(&k)) {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if secret(&k) { "***".to_owned() } else { v.into_owned() };
+                (k.into_owned(), v)
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    parsed.into()
 }
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    /// The `--store` value is none of the accepted forms.
-    #[error("{0:?} is not a store: expected memory, sqlite:PATH or redis://HOST:PORT[/DB]")]
+    /// The `--store` value is none of the accepted forms (shown with any password redacted).
+    #[error(
+        "{0:?} is not a store: expected memory, sqlite:PATH, redis://HOST:PORT[/DB], rediss://... or redis+unix:///PATH"
+    )]
     Spec(String),
     /// The backend was not compiled in.
     #[error("the {0} backend is not compiled in (feature `{0}` of ldp-store)")]
@@ -162,10 +243,11 @@ pub enum OpenError {
         /// Why.
         reason: String,
     },
-    /// The Redis URL is invalid.
+    /// The Redis URL is invalid, its TLS files do not parse, or the server refused the credentials or the database
+    /// (a server that cannot be reached is no error: the store reconnects, and refuses messages until then).
     #[error("Redis {url}: {reason}")]
     Redis {
-        /// The URL.
+        /// The URL, its password redacted ([`redacted`]).
         url: String,
         /// Why.
         reason: String,
@@ -216,8 +298,48 @@ mod tests {
             "redis://127.0.0.1:6379/2".parse::<StoreSpec>().unwrap(),
             StoreSpec::Redis("redis://127.0.0.1:6379/2".into())
         );
+        for url in ["rediss://:pw@redis.internal:6380/1", "redis+unix:///run/redis.sock?db=2", "unix:///run/r.sock"] {
+            assert_eq!(url.parse::<StoreSpec>().unwrap(), StoreSpec::Redis(url.into()));
+        }
         for bad in ["", "sqlite:", "postgres://db/x", "http://x"] {
             assert!(bad.parse::<StoreSpec>().is_err(), "{bad:?}");
+        }
+        let refused = "postgres://admin:hunter2@db/x".parse::<StoreSpec>().unwrap_err().to_string();
+        assert!(!refused.contains("hunter2"), "{refused}");
+    }
+
+    #[test]
+    fn passwords_are_redacted_wherever_a_url_holds_them() {
+        assert_eq!(redacted("redis://:hunter2@host:6379/1"), "redis://:***@host:6379/1");
+        assert_eq!(redacted("rediss://app:hunter2@host:6380"), "rediss://app:***@host:6380");
+        assert_eq!(redacted("redis+unix:///s.sock?db=1&pass=hunter2"), "redis+unix:///s.sock?db=1&pass=***");
+        assert_eq!(redacted("redis+unix:///s.sock?PASSWORD=hunter2"), "redis+unix:///s.sock?PASSWORD=***");
+        // No password: unchanged. A user alone is no secret.
+        assert_eq!(redacted("redis://127.0.0.1:6379/2"), "redis://127.0.0.1:6379/2");
+        assert_eq!(redacted("redis://app@host"), "redis://app@host");
+        // Not a URL, but it may hold one's credentials.
+        assert_eq!(redacted("redis://us er:hunter2@[bad"), "(not a URL)");
+        let spec = StoreSpec::Redis("redis://:hunter2@host".into());
+        assert!(!format!("{spec:?}").contains("hunter2"));
+    }
+
+    proptest::proptest! {
+        /// Whatever the password (percent-encoded in the URL, as it must be), `redacted` does not show it, in the
+        /// user part or in the query.
+        #[test]
+        fn no_password_survives_redaction(password in "[ -~]{1,24}", user in "[a-z]{0,8}", in_query in proptest::bool::ANY) {
+            let encoded: String = url::form_urlencoded::byte_serialize(password.as_bytes()).collect();
+            let url = if in_query {
+                format!("redis+unix:///run/redis.sock?db=1&pass={encoded}")
+            } else {
+                format!("redis://{user}:{encoded}@127.0.0.1:6379/0")
+            };
+            let shown = redacted(&url);
+            // Short passwords may be found by chance in the rest of the URL ("1", "redis"): judge what replaced them.
+            proptest::prop_assert!(shown.contains("***") || shown == "(not a URL)", "{url} -> {shown}");
+            if password.len() >= 6 {
+                proptest::prop_assert!(!shown.contains(&password) && !shown.contains(&encoded), "{url} -> {shown}");
+            }
         }
     }
 }

@@ -234,15 +234,76 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable { backend: BACKEND, reason: e.to_string() }
 }
 
+/// Whether a failure is the server's absence (it may come back), rather than a refusal that will not mend by
+/// itself: credentials, a database index, a command the user may not run.
+fn unreachable(e: &redis::RedisError) -> bool {
+    (e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped()) && !tls_refused(e)
+}
+
+/// Whether TLS failed on what the two ends present (a certificate that does not lead to a trusted CA, a name it
+/// does not cover, a client certificate missing or refused): wrong files, not an outage.
+fn tls_refused(e: &redis::RedisError) -> bool {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    // `redis` keeps the I/O error behind an `Arc`, whose `source` skips it, and the I/O error holds rustls's.
+    fn is_tls(error: &(dyn std::error::Error + 'static)) -> bool {
+        if let Some(shared) = error.downcast_ref::<Shared>() {
+            return is_tls(&**shared);
+        }
+        error.downcast_ref::<rustls::Error>().is_some()
+            || error
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = source {
+        if is_tls(error) {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// An error's text with `url`'s password, should the error quote it, written `***`.
+fn scrubbed(url: &str, e: &redis::RedisError) -> String {
+    let text = e.to_string();
+    match url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_owned)) {
+        Some(password) if !password.is_empty() => text.replace(&password, "***"),
+        _ => text,
+    }
+}
+
 /// How long one Redis command may take, and one connection attempt, inside the runtime's own timeout.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl RedisStore {
-    /// Connects to `url` (`redis://HOST:PORT[/DB]`). The connection is made lazily and remade after failures, so a
-    /// Redis that is down at start or later only makes calls fail (typed, retryable) until it is back.
+    /// Connects to `url`: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://...` (TLS: the system's roots, or
+    /// [`StoreConfig::redis_tls`]) or `redis+unix:///PATH[?db=N]`. It asks the server once (`PING`): credentials it
+    /// refuses, a database it does not have, or TLS files that do not parse are an [`OpenError`], since they will
+    /// not mend. A server that cannot be reached is not: the connection is remade after failures, so a Redis that is
+    /// down at start (logged as a warning) or later only makes calls fail (typed, retryable) until it is back.
     pub async fn open(url: &str, cfg: StoreConfig) -> Result<Self, OpenError> {
-        let fail = |e: redis::RedisError| OpenError::Redis { url: url.to_owned(), reason: e.to_string() };
-        let client = redis::Client::open(url).map_err(fail)?;
+        let fail = |e: redis::RedisError| OpenError::Redis { url: crate::redacted(url), reason: scrubbed(url, &e) };
+        let client = match &cfg.redis_tls {
+            Some(tls) if url.starts_with("rediss://") => {
+                let certificates = redis::TlsCertificates {
+                    client_tls: tls.client_pem.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone(),
+                    }),
+                    root_cert: tls.ca_pem.clone(),
+                };
+                redis::Client::build_with_tls(url, certificates).map_err(fail)?
+            }
+            Some(_) => {
+                return Err(OpenError::Redis {
+                    url: crate::redacted(url),
+                    reason: "TLS files were given for a URL that is not rediss://".to_owned(),
+                });
+            }
+            None => redis::Client::open(url).map_err(fail)?,
+        };
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_response_timeout(Some(COMMAND_TIMEOUT))
             .set_connection_timeout(Some(COMMAND_TIMEOUT))
@@ -260,7 +321,25 @@ impl RedisStore {
             lapse: Script::new(LAPSE),
             cancel: Script::new(CANCEL),
         };
-        Ok(Self { prefix: format!("ldp:{namespace}:"), cfg, conn, scripts: std::sync::Arc::new(scripts) })
+        let store = Self { prefix: format!("ldp:{namespace}:"), cfg, conn, scripts: std::sync::Arc::new(scripts) };
+        let mut conn = store.conn();
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(COMMAND_TIMEOUT + Duration::from_millis(500), ping.query_async::<String>(&mut conn))
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if !unreachable(&e) => return Err(fail(e)),
+            Ok(Err(e)) => tracing::warn!(
+                url = %crate::redacted(url),
+                error = %scrubbed(url, &e),
+                "Redis cannot be reached yet; messages are refused STORE_UNAVAILABLE (retryable) until it can"
+            ),
+            Err(_) => tracing::warn!(
+                url = %crate::redacted(url),
+                "Redis did not answer PING in time; messages are refused STORE_UNAVAILABLE (retryable) until it does"
+            ),
+        }
+        Ok(store)
     }
 
     fn session_key(&self, session_id: &str) -> String {

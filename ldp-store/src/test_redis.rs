@@ -1,6 +1,7 @@
 //! A throwaway `redis-server` for tests (feature `test-redis`): on a free loopback port, without persistence,
-//! killed on drop. The binary comes from `scripts/redis-server.sh`, which installs Debian's package when it is
-//! missing; tests that use this never skip.
+//! killed on drop; with a password, over TLS only, or on a Unix socket when [`RedisServerOptions`] ask. The binary
+//! comes from `scripts/redis-server.sh`, which installs Debian's package when it is missing; tests that use this never
+//! skip.
 
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -13,6 +14,59 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     binary: PathBuf,
+    options: RedisServerOptions,
+    /// Where the TLS files and the socket live (removed on drop).
+    scratch: Option<PathBuf>,
+}
+
+/// How a test server is reached: by default plain TCP on loopback, no password.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct RedisServerOptions {
+    password: Option<String>,
+    tls: Option<ServerTls>,
+    unix_socket: bool,
+}
+
+/// The PEM files of a TLS test server.
+#[derive(Clone)]
+struct ServerTls {
+    cert_pem: String,
+    key_pem: String,
+    ca_pem: String,
+    require_client_cert: bool,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls").field("require_client_cert", &self.require_client_cert).finish_non_exhaustive()
+    }
+}
+
+impl RedisServerOptions {
+    /// Clients must `AUTH` with this password (`requirepass`).
+    pub fn password(mut self, password: &str) -> Self {
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// TLS only (no plain port): the server presents `cert_pem` (with `key_pem`), and checks client certificates
+    /// against `ca_pem`, requiring one when `require_client_cert`.
+    pub fn tls(mut self, cert_pem: &str, key_pem: &str, ca_pem: &str, require_client_cert: bool) -> Self {
+        self.tls = Some(ServerTls {
+            cert_pem: cert_pem.to_owned(),
+            key_pem: key_pem.to_owned(),
+            ca_pem: ca_pem.to_owned(),
+            require_client_cert,
+        });
+        self
+    }
+
+    /// A Unix socket only (no TCP port): [`RedisServer::url`] is `redis+unix:///PATH`.
+    pub fn unix_socket(mut self) -> Self {
+        self.unix_socket = true;
+        self
+    }
 }
 
 /// Why a test server could not start.
@@ -30,6 +84,11 @@ pub enum TestRedisError {
 impl RedisServer {
     /// Starts a server on a free loopback port and waits until it answers.
     pub fn start() -> Result<Self, TestRedisError> {
+        Self::start_with(RedisServerOptions::default())
+    }
+
+    /// Starts a server as `options` say and waits until it listens.
+    pub fn start_with(options: RedisServerOptions) -> Result<Self, TestRedisError> {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/redis-server.sh");
         let out = Command::new("bash")
             .arg(&script)
@@ -41,14 +100,47 @@ impl RedisServer {
         }
         let binary = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         let port = free_port().map_err(|e| TestRedisError::Start(e.to_string()))?;
-        let mut server = Self { child: None, port, binary };
+        let scratch = if options.tls.is_some() || options.unix_socket {
+            let dir = std::env::temp_dir().join(format!("ldp-test-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| TestRedisError::Start(e.to_string()))?;
+            if let Some(tls) = &options.tls {
+                for (name, pem) in
+                    [("server.pem", &tls.cert_pem), ("server.key", &tls.key_pem), ("ca.pem", &tls.ca_pem)]
+                {
+                    std::fs::write(dir.join(name), pem).map_err(|e| TestRedisError::Start(e.to_string()))?;
+                }
+            }
+            Some(dir)
+        } else {
+            None
+        };
+        let mut server = Self { child: None, port, binary, options, scratch };
         server.restart()?;
         Ok(server)
     }
 
-    /// The server's URL, `redis://127.0.0.1:PORT`.
+    /// The server's URL: `redis://127.0.0.1:PORT`, `rediss://` with TLS, `redis+unix:///PATH` on a socket; with the
+    /// password in it when there is one.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.url_with_password(self.options.password.as_deref())
+    }
+
+    /// The server's URL with another password, or none (for tests of what a wrong or missing one does).
+    pub fn url_with_password(&self, password: Option<&str>) -> String {
+        if let Some(socket) = self.socket() {
+            let pass = password.map(|p| format!("?pass={p}")).unwrap_or_default();
+            return format!("redis+unix://{}{pass}", socket.display());
+        }
+        let scheme = if self.options.tls.is_some() { "rediss" } else { "redis" };
+        let auth = password.map(|p| format!(":{p}@")).unwrap_or_default();
+        format!("{scheme}://{auth}127.0.0.1:{}", self.port)
+    }
+
+    fn socket(&self) -> Option<PathBuf> {
+        match (&self.scratch, self.options.unix_socket) {
+            (Some(dir), true) => Some(dir.join("redis.sock")),
+            _ => None,
+        }
     }
 
     /// Stops the server (SIGKILL), as an outage.
@@ -62,8 +154,34 @@ impl RedisServer {
     /// Starts the server again on the same port (empty: it keeps nothing on disk).
     pub fn restart(&mut self) -> Result<(), TestRedisError> {
         self.stop();
+        let port = self.port.to_string();
+        let mut args: Vec<String> =
+            ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(String::from).into();
+        match (&self.options.tls, self.socket()) {
+            (_, Some(socket)) => {
+                let _ = std::fs::remove_file(&socket);
+                args.extend(["--port".into(), "0".into(), "--unixsocket".into(), socket.display().to_string()]);
+            }
+            (Some(tls), None) => {
+                let dir = self.scratch.clone().unwrap_or_default();
+                let file = |name: &str| dir.join(name).display().to_string();
+                let auth = if tls.require_client_cert { "yes" } else { "no" };
+                args.extend(["--port".into(), "0".into(), "--tls-port".into(), port.clone()]);
+                args.extend([
+                    "--tls-cert-file".into(),
+                    file("server.pem"),
+                    "--tls-key-file".into(),
+                    file("server.key"),
+                ]);
+                args.extend(["--tls-ca-cert-file".into(), file("ca.pem"), "--tls-auth-clients".into(), auth.into()]);
+            }
+            (None, None) => args.extend(["--port".into(), port.clone()]),
+        }
+        if let Some(password) = &self.options.password {
+            args.extend(["--requirepass".into(), password.clone()]);
+        }
         let child = Command::new(&self.binary)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -71,18 +189,25 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            let listening = match self.socket() {
+                Some(socket) => std::os::unix::net::UnixStream::connect(socket).is_ok(),
+                None => TcpStream::connect(("127.0.0.1", self.port)).is_ok(),
+            };
+            if listening {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(TestRedisError::Start(format!("nothing listens on port {} after 10 s", self.port)))
+        Err(TestRedisError::Start(format!("nothing listens at {} after 10 s", self.url())))
     }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
+        if let Some(dir) = self.scratch.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
