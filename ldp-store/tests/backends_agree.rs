@@ -5,7 +5,6 @@
 //! each backend ran; expiries and lapsed leases have their own tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ldp_session::TaskKey;
@@ -14,10 +13,14 @@ use ldp_session::shared::{
     TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::Store;
-use ldp_store::{MemoryStore, RedisStore, SqliteStore, StoreConfig};
+use ldp_store::StoreConfig;
 use ldp_types::{LdpError, PayloadMode, codes};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
+
+#[path = "common/backends.rs"]
+mod backends;
+use backends::{Backends, run_cases};
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// Session and task ids, two of them crafted to spell another's key as Redis once wrote them (session `x`'s task
@@ -202,45 +205,10 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
 }
 
 /// What every test here needs: a real `redis-server`, a runtime, and a scratch directory (removed on drop).
-struct Backends {
-    redis: ldp_store::test_redis::RedisServer,
-    rt: tokio::runtime::Runtime,
-    dir: std::path::PathBuf,
-}
-
-impl Backends {
-    fn start(name: &str) -> Self {
-        let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let dir = std::env::temp_dir().join(format!("ldp-store-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self { redis, rt, dir }
-    }
-
-    /// The three backends, empty, for `cfg` (Redis: its namespace; SQLite: the file `file`).
-    async fn open(&self, cfg: &StoreConfig, file: &str) -> Vec<(&'static str, Arc<dyn Store>)> {
-        vec![
-            ("memory", Arc::new(MemoryStore::new(cfg.clone()))),
-            ("sqlite", Arc::new(SqliteStore::open(&self.dir.join(file), cfg.clone()).unwrap())),
-            ("redis", Arc::new(RedisStore::open(&self.redis.url(), cfg.clone()).await.unwrap())),
-        ]
-    }
-}
-
-impl Drop for Backends {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[test]
 fn memory_sqlite_and_redis_answer_alike() {
     let backends = Backends::start("agree");
-    let case = std::sync::atomic::AtomicUsize::new(0);
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
-    let mut runner = TestRunner::new(Config { cases, ..Config::default() });
-    let outcome = runner.run(&ops(), |ops| {
-        let n = case.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    run_cases(256, ops(), |n, ops| {
         // A namespace (Redis) and a file (SQLite) per case: each starts empty.
         let cfg = StoreConfig::new(format!("ldp:delegate:agree-{n}"));
         backends.rt.block_on(async {
@@ -263,9 +231,6 @@ fn memory_sqlite_and_redis_answer_alike() {
             Ok(())
         })
     });
-    if let Err(e) = outcome {
-        panic!("{e}");
-    }
 }
 
 fn now_ms() -> i64 {

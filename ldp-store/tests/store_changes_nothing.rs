@@ -14,13 +14,18 @@ use ldp_session::store::{Store, StoreOptions};
 use ldp_session::{
     Initiator, InitiatorConfig, PeerContext, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock,
 };
-use ldp_store::{MemoryStore, RedisStore, SqliteStore, StoreConfig};
+use ldp_store::{MemoryStore, StoreConfig};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{
     Body, Capability, DelegateId, Envelope, IdentityCard, SessionConfig, TaskCancel, TaskSubmit, TaskUpdate,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
+
+#[path = "common/backends.rs"]
+#[allow(dead_code)]
+mod backends;
+use backends::{Backends, run_cases};
 
 const DELEGATE: &str = "ldp:delegate:same";
 const CLIENT: &str = "ldp:delegate:client";
@@ -206,23 +211,11 @@ fn a_store_changes_no_answer_to_signed_traffic() {
 }
 
 fn same_answers(signed: bool) {
-    let redis = ldp_store::test_redis::RedisServer::start().expect("a redis-server (scripts/redis-server.sh)");
-    let redis_url = redis.url();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let dir = std::env::temp_dir().join(format!("ldp-store-same-{signed}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let case = std::sync::atomic::AtomicUsize::new(0);
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    let mut runner = TestRunner::new(Config { cases, ..Config::default() });
-    let outcome = runner.run(&ops(), |ops| {
-        let n = case.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let backends = Backends::start(&format!("same-{signed}"));
+    run_cases(64, ops(), |n, ops| {
         let cfg = StoreConfig::new(format!("ldp:delegate:same-{signed}-{n}"));
-        rt.block_on(async {
-            let sqlite = |name: &str| -> Arc<dyn Store> {
-                Arc::new(SqliteStore::open(&dir.join(format!("case-{n}-{name}.db")), cfg.clone()).unwrap())
-            };
-            let redis =
-                || async { Arc::new(RedisStore::open(&redis.url(), cfg.clone()).await.unwrap()) as Arc<dyn Store> };
+        backends.rt.block_on(async {
+            let sqlite = |name: &str| backends.sqlite(&cfg, &format!("case-{n}-{name}.db"));
             let memory: Arc<dyn Store> = Arc::new(MemoryStore::new(cfg.clone()));
             let shared_memory: Arc<dyn Store> = Arc::new(MemoryStore::new(cfg.clone()));
             // Replicas over SQLite open one file twice, as two processes would; over Redis, a client each.
@@ -231,7 +224,7 @@ fn same_answers(signed: bool) {
                 ("no store", vec![runtime(None, signed, 42)]),
                 ("memory", vec![runtime(Some(memory), signed, 42)]),
                 ("sqlite", vec![runtime(Some(sqlite("one")), signed, 42)]),
-                ("redis", vec![runtime(Some(redis().await), signed, 42)]),
+                ("redis", vec![runtime(Some(backends.redis(&cfg).await), signed, 42)]),
                 (
                     "two replicas on memory",
                     vec![runtime(Some(shared_memory.clone()), signed, 42), runtime(Some(shared_memory), signed, 43)],
@@ -243,9 +236,8 @@ fn same_answers(signed: bool) {
                 transcripts.push((name, converse(&rts, &ops, signed).await));
             }
             // Redis last: the single runtime above and these two replicas use one namespace each.
-            let cfg2 = StoreConfig::new(format!("ldp:delegate:same-{signed}-{n}-replicas"));
-            let a: Arc<dyn Store> = Arc::new(RedisStore::open(&redis_url, cfg2.clone()).await.unwrap());
-            let b: Arc<dyn Store> = Arc::new(RedisStore::open(&redis_url, cfg2).await.unwrap());
+            let replicas = StoreConfig::new(format!("ldp:delegate:same-{signed}-{n}-replicas"));
+            let (a, b) = (backends.redis(&replicas).await, backends.redis(&replicas).await);
             let rts = vec![runtime(Some(a), signed, 42), runtime(Some(b), signed, 43)];
             transcripts.push(("two replicas on redis", converse(&rts, &ops, signed).await));
             let (_, reference) = &transcripts[0];
@@ -261,8 +253,4 @@ fn same_answers(signed: bool) {
             Ok(())
         })
     });
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Err(e) = outcome {
-        panic!("{e}");
-    }
 }
