@@ -82,6 +82,9 @@ CREATE TABLE IF NOT EXISTS meta (
     name TEXT PRIMARY KEY NOT NULL,
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS delegate (
+    namespace TEXT PRIMARY KEY NOT NULL
+) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (name, value) SELECT 'replay_rows', COUNT(*) FROM replay;
 INSERT OR IGNORE INTO meta (name, value) VALUES ('dedupe_current', 0), ('dedupe_since_ms', 0),
     ('dedupe_0_until_ms', 0), ('dedupe_1_until_ms', 0);
@@ -305,10 +308,32 @@ impl SqliteStore {
             .and_then(|old| if old { conn.execute_batch(MIGRATE_TASKS) } else { Ok(()) })
             .and_then(|()| has_table("dedupe"))
             .and_then(|old| if old { conn.execute_batch(MIGRATE_DEDUPE) } else { Ok(()) })
-            .and_then(|()| conn.execute_batch("COMMIT"));
-        if let Err(e) = migrated {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(fail(e));
+            .and_then(|()| {
+                // A file is one delegate's (Redis keys carry the delegate instead): its first opener's, files from
+                // before included.
+                conn.execute(
+                    "INSERT INTO delegate (namespace) SELECT ?1 WHERE NOT EXISTS (SELECT 1 FROM delegate)",
+                    [&cfg.namespace],
+                )?;
+                conn.query_row("SELECT namespace FROM delegate LIMIT 1", [], |r| r.get::<_, String>(0))
+            })
+            .and_then(|owner| conn.execute_batch("COMMIT").map(|()| owner));
+        match migrated {
+            Ok(owner) if owner == cfg.namespace => {}
+            Ok(owner) => {
+                return Err(OpenError::Sqlite {
+                    path: path.display().to_string(),
+                    reason: format!(
+                        "the file holds the state of delegate {owner:?}, not {:?}: replicas of one delegate share a \
+                         file, each delegate needs its own",
+                        cfg.namespace
+                    ),
+                });
+            }
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(fail(e));
+            }
         }
         // Most checkpointing runs on a thread of its own (below), not in the writer's commits: a checkpoint copies
         // pages into the database file and fsyncs it, which stalls every caller of the batch it follows. The writer

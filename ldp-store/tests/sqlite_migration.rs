@@ -1,7 +1,7 @@
 //! A database file written before tasks moved to insertion order (`tasks`, keyed by session and task id) opens with
 //! its tasks: their records are still read, claimed tasks still refuse a second claim, and the old table is gone. A
 //! file written before unsigned dedupe entries moved to generations (`dedupe`, keyed by hex text) opens with its
-//! entries: a message seen before the upgrade is still seen.
+//! entries: a message seen before the upgrade is still seen. A file is one delegate's, its first opener's.
 #![cfg(feature = "sqlite")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -103,5 +103,36 @@ async fn dedupe_entries_of_an_older_file_are_kept() {
     let again = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:migration")).unwrap();
     assert_eq!(again.admit(&claim(&seen)).await.unwrap().replay, ReplayVerdict::Seen, "and after another open");
     drop(again);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file is one delegate's: its first opener's (a file from before this rule included), which every replica of
+/// that delegate opens again; another delegate is refused at open, naming both, rather than sharing sessions, task
+/// ids and the replay window with it (Redis keeps delegates apart by their keys' prefix instead).
+#[tokio::test]
+async fn a_file_is_one_delegates() {
+    let dir = std::env::temp_dir().join(format!("ldp-store-delegate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    {
+        // A file from before: the store's tables without the delegate's name.
+        let older = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:alpha")).unwrap();
+        drop(older);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("DROP TABLE delegate;").unwrap();
+    }
+    let alpha = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:alpha")).unwrap();
+    let again = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:alpha")).unwrap();
+    let Err(refused) = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:beta")) else {
+        panic!("another delegate opened the file");
+    };
+    let refused = refused.to_string();
+    assert!(refused.contains("ldp:delegate:alpha") && refused.contains("ldp:delegate:beta"), "{refused}");
+    // The replicas of alpha share the file as before.
+    let key = TaskKey { session_id: "s".into(), task_id: "t".into() };
+    let task = SharedTask::running("replica-a", PayloadMode::Text);
+    assert_eq!(alpha.claim_task(&key, &task, Duration::from_secs(60)).await.unwrap(), TaskClaim::Claimed);
+    assert_ne!(again.claim_task(&key, &task, Duration::from_secs(60)).await.unwrap(), TaskClaim::Claimed);
+    drop((alpha, again));
     let _ = std::fs::remove_dir_all(&dir);
 }
