@@ -212,8 +212,9 @@ pub struct StoreArgs {
     /// delegate behind a load balancer share sessions, the replay window, task claims and results; `rediss://` for
     /// TLS, `redis+unix:///PATH` for a socket). Replicas must be configured alike. A wrong password or database, or
     /// a TLS certificate that does not verify, stops the start; a Redis that is down does not (messages are refused
-    /// STORE_UNAVAILABLE, retryable, until it is up).
-    #[arg(long, value_name = "STORE", default_value = "memory")]
+    /// STORE_UNAVAILABLE, retryable, until it is up). From LDP_STORE when not given, which keeps a password out of
+    /// the process list.
+    #[arg(long, value_name = "STORE", default_value = "memory", env = "LDP_STORE", hide_env_values = true)]
     pub store: ldp_store::StoreSpec,
     /// Longest a store call may take, in milliseconds; beyond it (or when the store is down) the message is refused
     /// STORE_UNAVAILABLE (retryable), never left hanging.

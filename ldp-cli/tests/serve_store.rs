@@ -383,18 +383,25 @@ fn serve_to_exit(args: &[&str]) -> (Option<i32>, String) {
 /// password; the right password serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_redis_password_stops_the_start_without_showing_it() {
-    let redis = RedisServer::start_with(RedisServerOptions::default().password("right-Pa55word")).unwrap();
+    let mut redis = RedisServer::start_with(RedisServerOptions::default().password("right-Pa55word")).unwrap();
     let (code, stderr) = serve_to_exit(&["--store", &redis.url_with_password(Some("wrong-Pa55word"))]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("redis://:***@127.0.0.1"), "{stderr}");
     assert!(!stderr.contains("wrong-Pa55word") && !stderr.contains("right-Pa55word"), "{stderr}");
 
-    let (_server, url) = replica(&redis.url(), &[]);
+    // The right one, from LDP_STORE (out of the process list), serves.
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"));
+    command.args(["serve", "--bind", "127.0.0.1:0"]).env("LDP_STORE", redis.url()).stdout(Stdio::piped());
+    let (_server, url) = support::serve_command(command);
     let http = reqwest::Client::new();
     let mut init = initiator(ECHO, false);
     let session_id = establish(&http, &url, &mut init).await;
     let submit = init.submit(&session_id, "echo", serde_json::json!("authenticated"), None, None).unwrap();
     assert_eq!(output(&send(&http, &url, &submit).await), serde_json::json!({"echo": "authenticated"}));
+    // It was the Redis store: without Redis, the next task is refused.
+    redis.stop();
+    let next = init.submit(&session_id, "echo", serde_json::json!("no redis"), None, None).unwrap();
+    assert_eq!(failure(&send(&http, &url, &next).await), (codes::STORE_UNAVAILABLE.to_owned(), true));
 }
 
 /// Two replicas on a Redis that speaks only TLS and asks for client certificates, given a private CA and a client
