@@ -434,3 +434,25 @@ async fn replicas_share_a_session_over_mutual_tls_to_redis() {
     assert_eq!(output(&post(&http, &b, bytes.clone()).await), serde_json::json!({"echo": "over TLS"}));
     assert_eq!(failure(&send(&http, &a, &resend(&bytes, false)).await).0, codes::DUPLICATE_TASK);
 }
+
+/// A Redis that may evict keys when full (any `maxmemory-policy` but `noeviction` under a `maxmemory`, as some
+/// managed services ship) could drop replay entries and accept a replayed message: `ldp serve` says so at start. A
+/// server that never evicts gets no such warning.
+#[test]
+fn a_redis_that_may_evict_keys_is_warned_of_at_start() {
+    let warning = |options: RedisServerOptions| {
+        let redis = RedisServer::start_with(options).unwrap();
+        let (mut server, _url) = serve(&["--store", &redis.url()], Stdio::piped());
+        // The warning comes before the `listening on` line; whatever is written by then is on the pipe.
+        server.0.kill().unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut server.0.stderr.take().unwrap(), &mut stderr).unwrap();
+        stderr
+    };
+    let evicting =
+        warning(RedisServerOptions::default().config("maxmemory", "64mb").config("maxmemory-policy", "volatile-lru"));
+    assert!(evicting.contains("maxmemory-policy noeviction") && evicting.contains("volatile-lru"), "{evicting}");
+    let keeping =
+        warning(RedisServerOptions::default().config("maxmemory", "64mb").config("maxmemory-policy", "noeviction"));
+    assert!(!keeping.contains("evict"), "{keeping}");
+}

@@ -234,6 +234,11 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable { backend: BACKEND, reason: e.to_string() }
 }
 
+/// Whether a server with this `maxmemory` (bytes; `0`: no limit) and `maxmemory-policy` may evict keys.
+fn evicts(maxmemory: &str, policy: &str) -> bool {
+    maxmemory.trim() != "0" && !policy.trim().eq_ignore_ascii_case("noeviction")
+}
+
 /// Whether a failure is the server's absence (it may come back), rather than a refusal that will not mend by
 /// itself: credentials, a database index, a command the user may not run.
 fn unreachable(e: &redis::RedisError) -> bool {
@@ -327,7 +332,7 @@ impl RedisStore {
         match tokio::time::timeout(COMMAND_TIMEOUT + Duration::from_millis(500), ping.query_async::<String>(&mut conn))
             .await
         {
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => store.warn_if_evicting(url).await,
             Ok(Err(e)) if !unreachable(&e) => return Err(fail(e)),
             Ok(Err(e)) => tracing::warn!(
                 url = %crate::redacted(url),
@@ -340,6 +345,33 @@ impl RedisStore {
             ),
         }
         Ok(store)
+    }
+
+    /// Warns when the server may evict keys under memory pressure: every key of this store has an expiry, so any
+    /// policy but `noeviction` (the `volatile-*` ones too, the default of some managed services) may drop replay
+    /// entries, and a captured message would then be accepted again, or live sessions and task claims. A server
+    /// that does not answer `CONFIG GET` (managed services often rename it) is not judged.
+    async fn warn_if_evicting(&self, url: &str) {
+        let setting = |name: &'static str| {
+            let mut conn = self.conn();
+            async move {
+                let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query_async(&mut conn).await.ok()?;
+                pair.into_iter().nth(1)
+            }
+        };
+        let (Some(limit), Some(policy)) = (setting("maxmemory").await, setting("maxmemory-policy").await) else {
+            return;
+        };
+        if evicts(&limit, &policy) {
+            tracing::warn!(
+                url = %crate::redacted(url),
+                maxmemory = %limit,
+                policy = %policy,
+                "Redis may evict this store's keys when full: replay entries (a replayed message is then accepted), \
+                 sessions and task claims; set maxmemory-policy noeviction (full, it refuses writes, and messages are \
+                 refused STORE_UNAVAILABLE instead)"
+            );
+        }
     }
 
     fn session_key(&self, session_id: &str) -> String {
@@ -678,7 +710,17 @@ impl Store for RedisStore {
 
 #[cfg(test)]
 mod tests {
-    use super::tag;
+    use super::{evicts, tag};
+
+    #[test]
+    fn only_noeviction_or_no_limit_keeps_every_key() {
+        assert!(!evicts("0", "allkeys-lru"), "no limit: nothing is evicted");
+        assert!(!evicts("104857600", "noeviction"));
+        assert!(!evicts("104857600", "NoEviction"));
+        for policy in ["allkeys-lru", "volatile-lru", "volatile-ttl", "allkeys-random", "volatile-lfu"] {
+            assert!(evicts("104857600", policy), "{policy}");
+        }
+    }
 
     /// Ordinary ids keep the keys earlier versions wrote; ids with `%`, `{` or `}` are escaped so that the hash tag
     /// ends at the first `}` and two different ids never give the same tag.

@@ -26,6 +26,7 @@ pub struct RedisServerOptions {
     password: Option<String>,
     tls: Option<ServerTls>,
     unix_socket: bool,
+    config: Vec<(String, String)>,
 }
 
 /// The PEM files of a TLS test server.
@@ -59,6 +60,12 @@ impl RedisServerOptions {
             ca_pem: ca_pem.to_owned(),
             require_client_cert,
         });
+        self
+    }
+
+    /// A configuration directive on the command line (`--NAME VALUE`), such as `maxmemory-policy`.
+    pub fn config(mut self, name: &str, value: &str) -> Self {
+        self.config.push((name.to_owned(), value.to_owned()));
         self
     }
 
@@ -179,6 +186,9 @@ impl RedisServer {
         }
         if let Some(password) = &self.options.password {
             args.extend(["--requirepass".into(), password.clone()]);
+        }
+        for (name, value) in &self.options.config {
+            args.extend([format!("--{name}"), value.clone()]);
         }
         let child = Command::new(&self.binary)
             .args(&args)
