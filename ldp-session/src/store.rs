@@ -47,10 +47,15 @@ pub enum StoreError {
 
 impl StoreError {
     /// The wire error: `STORE_UNAVAILABLE`, category `runtime`; retryable unless a record is unreadable (sending
-    /// the message again would meet the same record).
+    /// the message again would meet the same record). Its message says which of the three it is and nothing of the
+    /// backend (its name, address or error text are the operator's: the runtime logs this error whole).
     pub fn to_ldp(&self) -> LdpError {
-        let retryable = !matches!(self, Self::Corrupt { .. });
-        LdpError::runtime(codes::STORE_UNAVAILABLE, self.to_string()).with_retryable(retryable)
+        let (message, retryable) = match self {
+            Self::Unavailable { .. } => ("the delegate's state store is unavailable; try again", true),
+            Self::Timeout { .. } => ("the delegate's state store did not answer in time; try again", true),
+            Self::Corrupt { .. } => ("the delegate's state store holds a record this replica cannot read", false),
+        };
+        LdpError::runtime(codes::STORE_UNAVAILABLE, message).with_retryable(retryable)
     }
 }
 

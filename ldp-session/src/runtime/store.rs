@@ -251,6 +251,7 @@ impl DelegateRuntime {
                     },
                     Err(e) => e,
                 };
+                tracing::warn!(error = %error, "could not record a new session in the store; proposal refused");
                 self.with_responder(|r| r.end_shared_session(&id, crate::SharedEnd::Discarded));
                 if let Some(request) = request {
                     *response = Response::Refused(self.with_responder(|r| r.refusal(request, error.to_ldp())));
@@ -291,7 +292,10 @@ impl DelegateRuntime {
         let refusal = match claimed {
             Ok(TaskClaim::Claimed) => return Ok(stop),
             Ok(_) => self.with_responder(|r| r.refuse_claimed(&task.key)),
-            Err(e) => self.with_responder(|r| r.retract_task(&task.key, e.to_ldp())),
+            Err(e) => {
+                tracing::warn!(error = %e, task = %task.key.task_id, "could not claim a task in the store; refused");
+                self.with_responder(|r| r.retract_task(&task.key, e.to_ldp()))
+            }
         };
         lock(&self.inner.running).remove(&task.key);
         match refusal {
