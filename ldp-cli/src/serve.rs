@@ -228,6 +228,11 @@ pub struct StoreArgs {
     /// the store, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub result_ttl: u64,
+    /// Longest task output kept in the store for status queries, in bytes; a longer one is still answered to its
+    /// submitter, and other replicas (or this one after a restart) answer status queries for it TASK_FAILED
+    /// RESULT_NOT_KEPT.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    pub result_max_bytes: usize,
     /// How durable an SQLite commit is before the peer is answered: `process` (synchronous=NORMAL: survives the
     /// process dying, kill -9 included; an OS crash or power cut may lose the last commits) or `full`
     /// (synchronous=FULL: an fsync per commit batch; also survives power loss).
@@ -288,7 +293,8 @@ impl StoreArgs {
         let opts = ldp_session::store::StoreOptions::new(
             Duration::from_millis(self.store_timeout.max(1)),
             Duration::from_secs(self.task_lease.max(1)),
-        );
+        )
+        .with_max_result_bytes(self.result_max_bytes);
         let name = store.backend();
         // The lease renewer runs for the life of the process.
         let _renewer = runtime.attach_store(store, opts);

@@ -456,3 +456,22 @@ fn a_redis_that_may_evict_keys_is_warned_of_at_start() {
         warning(RedisServerOptions::default().config("maxmemory", "64mb").config("maxmemory-policy", "noeviction"));
     assert!(!keeping.contains("evict"), "{keeping}");
 }
+
+/// `--result-max-bytes`: a result longer than it is answered to its submitter in full, and a status query on the
+/// other replica gets TASK_FAILED RESULT_NOT_KEPT (not retryable) instead of a copy the store was not to keep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_the_kept_size_is_answered_but_not_kept() {
+    let redis = RedisServer::start().unwrap();
+    let limit = ["--result-max-bytes", "64"];
+    let (_a, a) = replica(&redis.url(), &limit);
+    let (_b, b) = replica(&redis.url(), &limit);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, false);
+    let session_id = establish(&http, &a, &mut init).await;
+    let long = "y".repeat(100);
+    let submit = init.submit(&session_id, "echo", serde_json::json!(long), None, None).unwrap();
+    let task_id = submit.body.task_id().unwrap().to_owned();
+    assert_eq!(output(&send(&http, &a, &submit).await), serde_json::json!({"echo": long}));
+    let answer = send(&http, &b, &status_query(&session_id, ECHO, &task_id, false)).await;
+    assert_eq!(failure(&answer), (codes::RESULT_NOT_KEPT.to_owned(), false));
+}

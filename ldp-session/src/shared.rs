@@ -125,6 +125,31 @@ impl SharedTask {
         Some(task)
     }
 
+    /// This record as a store keeps it: unchanged, unless it is a completed task whose output is longer than
+    /// `max_output_bytes`. That one stays completed (its id is not free again: the task ran, and its submitter was
+    /// answered) without its output and provenance, with the error a status query is answered:
+    /// `RESULT_NOT_KEPT`, not retryable.
+    pub fn bounded(self, max_output_bytes: usize) -> Self {
+        let len = self.output.as_ref().map_or(0, String::len);
+        if self.status != SharedTaskStatus::Completed || len <= max_output_bytes {
+            return self;
+        }
+        let mut kept = Self::running(self.owner, self.mode);
+        kept.status = SharedTaskStatus::Completed;
+        kept.lease_until_ms = self.lease_until_ms;
+        kept.error = Some(Box::new(
+            LdpError::runtime(
+                codes::RESULT_NOT_KEPT,
+                format!(
+                    "the task completed and its submitter was answered, but its result ({len} bytes) is larger than \
+                     the store keeps ({max_output_bytes} bytes)"
+                ),
+            )
+            .with_retryable(false),
+        ));
+        kept
+    }
+
     /// The record of a task cancelled through the store (a TASK_CANCEL that reached another replica than the one
     /// running it): failed `CANCELLED`, not retryable, as a cancel on the owner answers.
     pub fn cancelled(&self) -> Self {

@@ -68,18 +68,29 @@ pub struct StoreOptions {
     /// How long a running task's claim holds without renewal; the runtime renews it every third of this while the
     /// delegate works. A task whose replica died is failed `TASK_LEASE_EXPIRED` once its lease has passed.
     pub lease: Duration,
+    /// The longest task output the store keeps, in bytes of its JSON text (1 MiB by default). A completed task's
+    /// larger output is still answered to its submitter, but kept as failed `RESULT_NOT_KEPT` for status queries on
+    /// other replicas or after a restart: what one task can make a store hold for the result TTL stays bounded,
+    /// whatever its delegate returns.
+    pub max_result_bytes: usize,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self { timeout: Duration::from_secs(2), lease: Duration::from_secs(30) }
+        Self { timeout: Duration::from_secs(2), lease: Duration::from_secs(30), max_result_bytes: 1 << 20 }
     }
 }
 
 impl StoreOptions {
     /// Options with this timeout and lease.
     pub fn new(timeout: Duration, lease: Duration) -> Self {
-        Self { timeout, lease }
+        Self { timeout, lease, ..Self::default() }
+    }
+
+    /// These options keeping task outputs of at most `bytes` ([`StoreOptions::max_result_bytes`]).
+    pub fn with_max_result_bytes(mut self, bytes: usize) -> Self {
+        self.max_result_bytes = bytes;
+        self
     }
 }
 

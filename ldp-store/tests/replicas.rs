@@ -57,13 +57,22 @@ fn replica_with(
     lease: Duration,
     security: SecurityConfig,
 ) -> (DelegateRuntime, tokio::task::JoinHandle<()>) {
+    replica_with_options(store, runs, security, StoreOptions::new(Duration::from_secs(2), lease))
+}
+
+fn replica_with_options(
+    store: Arc<dyn Store>,
+    runs: &Arc<AtomicUsize>,
+    security: SecurityConfig,
+    options: StoreOptions,
+) -> (DelegateRuntime, tokio::task::JoinHandle<()>) {
     let mut card = IdentityCard::new(DelegateId::new(DELEGATE).unwrap(), "Replicated", "none", "1");
     card.capabilities.push(Capability::new("work"));
     let mut cfg = ResponderConfig::new(card);
     cfg.security = security;
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
     let runtime = DelegateRuntime::new(responder, Arc::new(Counting(runs.clone())));
-    let renewer = runtime.attach_store(store, StoreOptions::new(Duration::from_secs(2), lease)).unwrap();
+    let renewer = runtime.attach_store(store, options).unwrap();
     (runtime, renewer)
 }
 
@@ -629,4 +638,64 @@ async fn sqlite_refused_end_returns_the_record_held() {
 async fn redis_refused_end_returns_the_record_held() {
     let (_server, a, b) = redis_pair().await;
     a_refused_end_returns_the_record_held(a, b).await;
+}
+
+/// A result longer than the store keeps (`StoreOptions::max_result_bytes`) is answered in full to its submitter, and
+/// kept as failed `RESULT_NOT_KEPT` (not retryable) for status queries on other replicas; its id still refuses a
+/// resend, and a short result is kept as it is. What one task can make the store hold stays bounded.
+async fn a_result_too_long_to_keep_is_answered_but_not_kept(store: Arc<dyn Store>) {
+    const KEEP: usize = 200;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let options = StoreOptions::new(Duration::from_secs(2), Duration::from_secs(30)).with_max_result_bytes(KEEP);
+    let (a, _ra) = replica_with_options(store.clone(), &runs, SecurityConfig::symmetric(key()), options);
+    let (b, _rb) = replica_with_options(store, &runs, SecurityConfig::symmetric(key()), options);
+    let mut init = initiator();
+    let session_id = establish(&mut init, &a).await;
+
+    let long = "x".repeat(KEEP);
+    let submit = init.submit(&session_id, "work", serde_json::json!(long), None, None).unwrap();
+    let task_id = submit.body.task_id().unwrap().to_owned();
+    let answered = send(&a, &submit).await;
+    let Body::TaskResult(r) = &answered.body else { panic!("expected the result, got {}", error_code(&answered)) };
+    assert_eq!(r.output.parse::<serde_json::Value>().unwrap(), serde_json::json!({"ran": long}));
+    let queried = send(&b, &status_query(&mut init, &session_id, &task_id)).await;
+    let Body::TaskFailed(f) = &queried.body else {
+        panic!("expected RESULT_NOT_KEPT, got {}", queried.body.type_name())
+    };
+    assert_eq!((f.error.code.as_str(), f.error.retryable), (codes::RESULT_NOT_KEPT, false));
+    let mut again = submit.clone();
+    again.message_id = format!("resend-{}", rand_id());
+    again.nonce = Some(rand_id());
+    ldp_types::signing::sign(&mut again, &key()).unwrap();
+    assert_eq!(error_code(&send(&b, &again).await), codes::DUPLICATE_TASK);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    let short = init.submit(&session_id, "work", serde_json::json!("short"), None, None).unwrap();
+    let short_id = short.body.task_id().unwrap().to_owned();
+    assert!(matches!(send(&a, &short).await.body, Body::TaskResult(_)));
+    let queried = send(&b, &status_query(&mut init, &session_id, &short_id)).await;
+    let Body::TaskResult(r) = &queried.body else { panic!("expected the result, got {}", error_code(&queried)) };
+    assert_eq!(r.output.parse::<serde_json::Value>().unwrap(), serde_json::json!({"ran": "short"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_result_too_long_to_keep() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    a_result_too_long_to_keep_is_answered_but_not_kept(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_result_too_long_to_keep() {
+    let dir = std::env::temp_dir().join(format!("ldp-store-too-long-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db"), StoreConfig::new(DELEGATE)).unwrap());
+    a_result_too_long_to_keep_is_answered_but_not_kept(store).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_result_too_long_to_keep() {
+    let server = ldp_store::test_redis::RedisServer::start().unwrap();
+    let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
+    a_result_too_long_to_keep_is_answered_but_not_kept(store).await;
 }

@@ -181,7 +181,8 @@ impl Responder {
                 let body = TaskResult::new(task_id.to_owned(), output, (**provenance).clone());
                 self.envelope(session_id, to, body, remote.mode)
             }
-            (SharedTaskStatus::Failed, _, _, Some(error)) => {
+            // Failed, or completed with a result the store did not keep (`SharedTask::bounded`).
+            (SharedTaskStatus::Failed | SharedTaskStatus::Completed, _, _, Some(error)) => {
                 let body = TaskFailed::new(task_id.to_owned(), reference_category(error));
                 self.envelope(session_id, to, body, remote.mode)
             }

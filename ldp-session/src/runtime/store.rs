@@ -85,6 +85,7 @@ impl DelegateRuntime {
     /// machine's TASK_FAILED with the store's error, so that the submitter hears what every status query will say.
     pub(super) async fn record_answer(&self, link: &StoreLink, key: &TaskKey, answer: Envelope) -> Envelope {
         let Some(task) = SharedTask::ended(link.replica.as_str(), &answer) else { return answer };
+        let task = task.bounded(link.opts.max_result_bytes);
         let held = match link.call(link.store.finish_task(key, &task)).await {
             Ok(TaskFinish::Refused(held)) => held,
             Ok(_) => return answer,
@@ -106,6 +107,7 @@ impl DelegateRuntime {
     pub(super) async fn record_ended(&self, records: Vec<(TaskKey, SharedTask)>) {
         let Some(link) = self.inner.store.get() else { return };
         for (key, task) in records {
+            let task = task.bounded(link.opts.max_result_bytes);
             if let Err(e) = link.call(link.store.finish_task(&key, &task)).await {
                 tracing::warn!(error = %e, task = %key.task_id, "could not record an ended task in the store");
             }
