@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ldp_session::store::{Store, StoreError};
+use ldp_session::store::Store;
 
 mod memory;
 #[cfg(feature = "redis")]
@@ -255,6 +255,7 @@ pub enum OpenError {
 }
 
 /// Opens the store `spec` names; `None` for [`StoreSpec::Memory`] (no shared store: the machine's own tables).
+#[cfg_attr(not(any(feature = "sqlite", feature = "redis")), allow(unused_variables))]
 pub async fn open(spec: &StoreSpec, cfg: StoreConfig) -> Result<Option<Arc<dyn Store>>, OpenError> {
     match spec {
         StoreSpec::Memory => Ok(None),
@@ -280,8 +281,9 @@ pub(crate) fn ms(d: Duration) -> i64 {
 }
 
 /// A record that does not decode.
-pub(crate) fn corrupt(backend: &'static str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt { backend, reason: e.to_string() }
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+pub(crate) fn corrupt(backend: &'static str, e: impl std::fmt::Display) -> ldp_session::store::StoreError {
+    ldp_session::store::StoreError::Corrupt { backend, reason: e.to_string() }
 }
 
 #[cfg(test)]

@@ -128,12 +128,14 @@ pub async fn serve_both(
     Server { addr, ws, stop: Some(stop) }
 }
 
-/// A loopback TCP proxy whose connections can be cut, and which can refuse new ones for a while.
+/// A loopback TCP proxy whose connections can be cut, which can refuse new ones for a while, and which can send new
+/// ones to another server (a load balancer's next replica).
 pub struct Proxy {
     pub addr: SocketAddr,
     cut: watch::Sender<u64>,
     open: watch::Sender<bool>,
     blackhole: watch::Sender<bool>,
+    target: watch::Sender<SocketAddr>,
 }
 
 impl Proxy {
@@ -143,7 +145,8 @@ impl Proxy {
         let (cut, _) = watch::channel(0u64);
         let (open, _) = watch::channel(true);
         let (blackhole, _) = watch::channel(false);
-        let (cut_tx, open_tx, hole_tx) = (cut.clone(), open.clone(), blackhole.clone());
+        let (target, _) = watch::channel(target);
+        let (cut_tx, open_tx, hole_tx, target_tx) = (cut.clone(), open.clone(), blackhole.clone(), target.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else { return };
@@ -153,6 +156,7 @@ impl Proxy {
                 }
                 let mut cut_rx = cut_tx.subscribe();
                 let hole = hole_tx.subscribe();
+                let target = *target_tx.borrow();
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(target).await else { return };
                     let (mut from_client, mut to_client) = inbound.split();
@@ -182,7 +186,12 @@ impl Proxy {
                 });
             }
         });
-        Proxy { addr, cut, open, blackhole }
+        Proxy { addr, cut, open, blackhole, target }
+    }
+
+    /// New connections go to `target` from now on; current ones stay where they are.
+    pub fn retarget(&self, target: SocketAddr) {
+        self.target.send_replace(target);
     }
 
     /// Cuts every current connection (both sides see the socket close, without a WebSocket close handshake).
