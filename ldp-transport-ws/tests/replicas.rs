@@ -11,25 +11,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ldp_session::runtime::Client;
+use ldp_session::SessionState;
 use ldp_session::store::{Store, StoreOptions};
-use ldp_session::{InitiatorConfig, SeededIds, SessionState, SystemClock};
 use ldp_store::{MemoryStore, StoreConfig};
-use ldp_transport_ws::{Reconnect, WsOptions, WsServerConfig, WsTransport};
+use ldp_transport_ws::WsServerConfig;
 use ldp_types::{PayloadMode, SessionConfig};
 use serde_json::json;
-use support::{Proxy, TestDelegate, card, eventually, runtime, serve_both};
-
-fn options() -> WsOptions {
-    WsOptions::default()
-        .reconnect(Reconnect {
-            max_attempts: 1000,
-            initial_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(50),
-        })
-        .ping_interval(Duration::from_millis(200))
-        .idle_timeout(Duration::from_secs(2))
-}
+use support::{Proxy, TestDelegate, card, client_via, eventually, runtime, serve_both};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_completed_on_one_replica_reaches_a_client_resuming_on_another() {
@@ -41,22 +29,7 @@ async fn a_result_completed_on_one_replica_reaches_a_client_resuming_on_another(
     let server_a = serve_both(&a, HashMap::new(), WsServerConfig::default()).await;
     let server_b = serve_both(&b, HashMap::new(), WsServerConfig::default()).await;
     let balancer = Proxy::start(server_a.addr).await;
-    let transport = WsTransport::connect(
-        balancer.ws_url(),
-        options().identity_url(format!("{}/.well-known/ldp-identity", server_a.http_url())),
-    )
-    .await
-    .unwrap();
-    let client = Arc::new(
-        Client::connect(
-            transport,
-            InitiatorConfig::new("ldp:delegate:client"),
-            Arc::new(SystemClock),
-            Box::new(SeededIds::from_entropy()),
-        )
-        .await
-        .unwrap(),
-    );
+    let client = client_via(balancer.ws_url(), server_a.http_url()).await;
     let text = SessionConfig { preferred_payload_modes: Some(vec![PayloadMode::Text]), ..Default::default() };
     let sid = client.propose(text).await.unwrap().session_id;
     let running = {

@@ -10,20 +10,13 @@ use std::time::Duration;
 
 use ldp_session::runtime::Client;
 use ldp_session::{InitiatorConfig, ResponderEvent, SeededIds, SessionState, SystemClock};
-use ldp_transport_ws::{Reconnect, WsOptions, WsServerConfig, WsTransport};
+use ldp_transport_ws::{WsOptions, WsServerConfig, WsTransport};
 use ldp_types::{PayloadMode, SessionConfig};
 use serde_json::json;
 use support::{Proxy, TestDelegate, eventually, runtime, runtime_with, serve_both};
 
 fn options() -> WsOptions {
-    WsOptions::default()
-        .reconnect(Reconnect {
-            max_attempts: 1000,
-            initial_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(50),
-        })
-        .ping_interval(Duration::from_millis(200))
-        .idle_timeout(Duration::from_secs(2))
+    support::resuming()
 }
 
 async fn client(url: String) -> Client<WsTransport> {
@@ -44,22 +37,7 @@ async fn a_result_completed_while_disconnected_is_delivered_once_after_resume() 
     let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
     let proxy = Proxy::start(server.addr).await;
     // Identity is fetched from the server directly; messages go through the proxy.
-    let transport = WsTransport::connect(
-        proxy.ws_url(),
-        options().identity_url(format!("{}/.well-known/ldp-identity", server.http_url())),
-    )
-    .await
-    .unwrap();
-    let c = Arc::new(
-        Client::connect(
-            transport,
-            InitiatorConfig::new("ldp:delegate:client"),
-            Arc::new(SystemClock),
-            Box::new(SeededIds::from_entropy()),
-        )
-        .await
-        .unwrap(),
-    );
+    let c = support::client_via(proxy.ws_url(), server.http_url()).await;
     let s = c.propose(text_only()).await.unwrap();
     let other = c.propose(text_only()).await.unwrap();
     let sid = s.session_id.clone();

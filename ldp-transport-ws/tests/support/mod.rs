@@ -13,7 +13,7 @@ use ldp_session::{
     AuthenticatedPeer, Responder, ResponderConfig, SeededIds, SystemClock, TaskKey, TaskOutput, TaskRequest,
 };
 use ldp_transport_http::{HttpServerConfig, HttpState};
-use ldp_transport_ws::{WsServer, WsServerConfig};
+use ldp_transport_ws::{Reconnect, WsOptions, WsServer, WsServerConfig, WsTransport};
 use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, PayloadMode, codes};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -223,4 +223,30 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("timed out waiting for {what}");
+}
+
+/// Client options for the resume tests: quick reconnects, many attempts, a short idle timeout.
+pub fn resuming() -> WsOptions {
+    WsOptions::default()
+        .reconnect(Reconnect {
+            max_attempts: 1000,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(50),
+        })
+        .ping_interval(Duration::from_millis(200))
+        .idle_timeout(Duration::from_secs(2))
+}
+
+/// A client whose messages go to `ws_url` (a proxy, say) and whose identity card comes from `http_url` directly.
+pub async fn client_via(ws_url: String, http_url: String) -> Arc<ldp_session::runtime::Client<WsTransport>> {
+    let options = resuming().identity_url(format!("{http_url}/.well-known/ldp-identity"));
+    let transport = WsTransport::connect(ws_url, options).await.unwrap();
+    let cfg = ldp_session::InitiatorConfig::new("ldp:delegate:client");
+    let client = ldp_session::runtime::Client::connect(
+        transport,
+        cfg,
+        Arc::new(SystemClock),
+        Box::new(SeededIds::from_entropy()),
+    );
+    Arc::new(client.await.unwrap())
 }
