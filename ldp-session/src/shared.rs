@@ -129,15 +129,14 @@ impl SharedTask {
     /// `max_output_bytes`. That one stays completed (its id is not free again: the task ran, and its submitter was
     /// answered) without its output and provenance, with the error a status query is answered:
     /// `RESULT_NOT_KEPT`, not retryable.
-    pub fn bounded(self, max_output_bytes: usize) -> Self {
+    pub fn bounded(mut self, max_output_bytes: usize) -> Self {
         let len = self.output.as_ref().map_or(0, String::len);
         if self.status != SharedTaskStatus::Completed || len <= max_output_bytes {
             return self;
         }
-        let mut kept = Self::running(self.owner, self.mode);
-        kept.status = SharedTaskStatus::Completed;
-        kept.lease_until_ms = self.lease_until_ms;
-        kept.error = Some(Box::new(
+        self.output = None;
+        self.provenance = None;
+        self.error = Some(Box::new(
             LdpError::runtime(
                 codes::RESULT_NOT_KEPT,
                 format!(
@@ -147,7 +146,7 @@ impl SharedTask {
             )
             .with_retryable(false),
         ));
-        kept
+        self
     }
 
     /// The record of a task cancelled through the store (a TASK_CANCEL that reached another replica than the one

@@ -69,9 +69,10 @@ pub struct StoreOptions {
     /// delegate works. A task whose replica died is failed `TASK_LEASE_EXPIRED` once its lease has passed.
     pub lease: Duration,
     /// The longest task output the store keeps, in bytes of its JSON text (1 MiB by default). A completed task's
-    /// larger output is still answered to its submitter, but kept as failed `RESULT_NOT_KEPT` for status queries on
-    /// other replicas or after a restart: what one task can make a store hold for the result TTL stays bounded,
-    /// whatever its delegate returns.
+    /// larger output is still answered to its submitter, but the store keeps the task completed without it
+    /// ([`SharedTask::bounded`](crate::shared::SharedTask::bounded)): status queries on other replicas, or after a
+    /// restart, are answered `RESULT_NOT_KEPT`. What one task can make a store hold for the result TTL stays
+    /// bounded, whatever its delegate returns.
     pub max_result_bytes: usize,
 }
 

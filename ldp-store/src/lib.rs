@@ -209,18 +209,36 @@ pub fn redacted(url: &str) -> String {
     if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
         return "(not a URL)".to_owned();
     }
-    let secret = |k: &str| k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password");
-    if parsed.query_pairs().any(|(k, _)| secret(&k)) {
+    if parsed.query_pairs().any(|(k, _)| is_secret(&k)) {
         let pairs: Vec<(String, String)> = parsed
             .query_pairs()
             .map(|(k, v)| {
-                let v = if secret(&k) { "***".to_owned() } else { v.into_owned() };
+                let v = if is_secret(&k) { "***".to_owned() } else { v.into_owned() };
                 (k.into_owned(), v)
             })
             .collect();
         parsed.query_pairs_mut().clear().extend_pairs(pairs);
     }
     parsed.into()
+}
+
+/// Whether a URL's query parameter holds a password (`redis+unix:///sock?pass=...`).
+fn is_secret(key: &str) -> bool {
+    key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password")
+}
+
+/// `text` (an error's, say) with every password `url` holds written `***`, as it stands in the URL and decoded:
+/// what [`redacted`] hides in the URL, hidden wherever else it is quoted.
+#[cfg(feature = "redis")]
+pub(crate) fn scrubbed(url: &str, text: &str) -> String {
+    let Ok(parsed) = url::Url::parse(url) else { return text.to_owned() };
+    let mut secrets: Vec<String> =
+        parsed.query_pairs().filter(|(k, _)| is_secret(k)).map(|(_, v)| v.into_owned()).collect();
+    if let Some(password) = parsed.password() {
+        secrets.push(password.to_owned());
+        secrets.extend(url::form_urlencoded::parse(format!("p={password}").as_bytes()).map(|(_, v)| v.into_owned()));
+    }
+    secrets.iter().filter(|s| !s.is_empty()).fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "***"))
 }
 
 /// Why a store could not be opened.
@@ -323,6 +341,15 @@ mod tests {
         assert_eq!(redacted("redis://us er:hunter2@[bad"), "(not a URL)");
         let spec = StoreSpec::Redis("redis://:hunter2@host".into());
         assert!(!format!("{spec:?}").contains("hunter2"));
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn quoted_passwords_are_scrubbed_from_error_text() {
+        let said = "AUTH p%40ss failed for p@ss; socket pass s3cret";
+        assert_eq!(scrubbed("redis://u:p%40ss@host", said), "AUTH *** failed for ***; socket pass s3cret");
+        assert_eq!(scrubbed("redis+unix:///s.sock?pass=s3cret", said), "AUTH p%40ss failed for p@ss; socket pass ***");
+        assert_eq!(scrubbed("redis://host", said), said);
     }
 
     proptest::proptest! {

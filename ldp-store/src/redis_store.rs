@@ -270,15 +270,6 @@ fn tls_refused(e: &redis::RedisError) -> bool {
     false
 }
 
-/// An error's text with `url`'s password, should the error quote it, written `***`.
-fn scrubbed(url: &str, e: &redis::RedisError) -> String {
-    let text = e.to_string();
-    match url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_owned)) {
-        Some(password) if !password.is_empty() => text.replace(&password, "***"),
-        _ => text,
-    }
-}
-
 /// How long one Redis command may take, and one connection attempt, inside the runtime's own timeout.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -289,7 +280,10 @@ impl RedisStore {
     /// not mend. A server that cannot be reached is not: the connection is remade after failures, so a Redis that is
     /// down at start (logged as a warning) or later only makes calls fail (typed, retryable) until it is back.
     pub async fn open(url: &str, cfg: StoreConfig) -> Result<Self, OpenError> {
-        let fail = |e: redis::RedisError| OpenError::Redis { url: crate::redacted(url), reason: scrubbed(url, &e) };
+        let fail = |e: redis::RedisError| OpenError::Redis {
+            url: crate::redacted(url),
+            reason: crate::scrubbed(url, &e.to_string()),
+        };
         let client = match &cfg.redis_tls {
             Some(tls) if url.starts_with("rediss://") => {
                 let certificates = redis::TlsCertificates {
@@ -336,7 +330,7 @@ impl RedisStore {
             Ok(Err(e)) if !unreachable(&e) => return Err(fail(e)),
             Ok(Err(e)) => tracing::warn!(
                 url = %crate::redacted(url),
-                error = %scrubbed(url, &e),
+                error = %crate::scrubbed(url, &e.to_string()),
                 "Redis cannot be reached yet; messages are refused STORE_UNAVAILABLE (retryable) until it can"
             ),
             Err(_) => tracing::warn!(

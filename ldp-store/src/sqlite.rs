@@ -304,7 +304,7 @@ impl SqliteStore {
                 r.get::<_, bool>(0)
             })
         };
-        let migrated = has_table("tasks")
+        let owner = has_table("tasks")
             .and_then(|old| if old { conn.execute_batch(MIGRATE_TASKS) } else { Ok(()) })
             .and_then(|()| has_table("dedupe"))
             .and_then(|old| if old { conn.execute_batch(MIGRATE_DEDUPE) } else { Ok(()) })
@@ -318,7 +318,7 @@ impl SqliteStore {
                 conn.query_row("SELECT namespace FROM delegate LIMIT 1", [], |r| r.get::<_, String>(0))
             })
             .and_then(|owner| conn.execute_batch("COMMIT").map(|()| owner));
-        match migrated {
+        match owner {
             Ok(owner) if owner == cfg.namespace => {}
             Ok(owner) => {
                 return Err(OpenError::Sqlite {
