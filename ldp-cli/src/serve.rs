@@ -204,6 +204,27 @@ impl LimitArgs {
     }
 }
 
+/// Parses `--store` (or `LDP_STORE`) into a [`ldp_store::StoreSpec`], reporting a refused value only as the store's
+/// error shows it, password redacted: clap's own report of an invalid value repeats the value whole.
+#[derive(Debug, Clone, Copy)]
+struct StoreSpecParser;
+
+impl clap::builder::TypedValueParser for StoreSpecParser {
+    type Value = ldp_store::StoreSpec;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        let refuse =
+            |why: String| clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("--store: {why}\n"));
+        let text = value.to_str().ok_or_else(|| refuse("the value is not UTF-8".to_owned()))?;
+        text.parse().map_err(|e: ldp_store::OpenError| refuse(e.to_string()))
+    }
+}
+
 /// Where `ldp serve` keeps the protocol state that must outlive the process or be shared by replicas.
 #[derive(Debug, clap::Args)]
 pub struct StoreArgs {
@@ -214,7 +235,14 @@ pub struct StoreArgs {
     /// a TLS certificate that does not verify, stops the start; a Redis that is down does not (messages are refused
     /// STORE_UNAVAILABLE, retryable, until it is up). From LDP_STORE when not given, which keeps a password out of
     /// the process list.
-    #[arg(long, value_name = "STORE", default_value = "memory", env = "LDP_STORE", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "STORE",
+        default_value = "memory",
+        env = "LDP_STORE",
+        hide_env_values = true,
+        value_parser = StoreSpecParser
+    )]
     pub store: ldp_store::StoreSpec,
     /// Longest a store call may take, in milliseconds; beyond it (or when the store is down) the message is refused
     /// STORE_UNAVAILABLE (retryable), never left hanging.

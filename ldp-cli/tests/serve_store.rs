@@ -354,6 +354,36 @@ async fn a_task_whose_replica_dies_fails_retryably_after_its_lease() {
 
 /// Runs `ldp serve --bind 127.0.0.1:0 ARGS`, which must exit within 10 s (killed and failed otherwise); its exit code
 /// and stderr.
+/// A `--store` value that is no store (a misspelt scheme, or a Redis address without one) stops the start, exit 2,
+/// without showing the password it holds, whether given on the command line or in `LDP_STORE`; a bare `HOST:PORT`
+/// is not silently opened as an SQLite file of that name.
+#[test]
+fn a_store_value_that_is_no_store_stops_the_start_without_showing_its_password() {
+    let dir = std::env::temp_dir().join(format!("ldp-cli-bad-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (value, says) in
+        [("reddis://app:hunter2@db:6379/0", "is not a store"), ("app:hunter2@db:6379", "Redis address")]
+    {
+        for from_env in [false, true] {
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"));
+            command.current_dir(&dir).args(["serve", "--bind", "127.0.0.1:0"]);
+            if from_env {
+                command.env("LDP_STORE", value);
+            } else {
+                command.args(["--store", value]);
+            }
+            let out = command.output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{value} (env: {from_env}): {stderr}");
+            assert!(stderr.contains(says), "{value} (env: {from_env}): {stderr}");
+            assert!(!stderr.contains("hunter2"), "the password was shown: {stderr}");
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "a file was created for an address: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn serve_to_exit(args: &[&str]) -> (Option<i32>, String) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"))
         .args(["serve", "--bind", "127.0.0.1:0"])

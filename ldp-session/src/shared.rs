@@ -90,6 +90,74 @@ pub struct SharedTask {
     /// The error of a failed task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Box<LdpError>>,
+    /// What the task spent (a completed task's reported tokens and cost): added to its session's
+    /// [`SessionUsage`] when the store records the task's end, so that a session's budget holds across replicas.
+    #[serde(default, skip_serializing_if = "TaskCost::is_zero")]
+    pub cost: TaskCost,
+}
+
+/// What one task spent, as its delegate reported it (its provenance's `tokens_used` and `cost_usd`).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TaskCost {
+    /// Tokens used.
+    #[serde(default)]
+    pub tokens: u64,
+    /// Cost in US dollars.
+    #[serde(default)]
+    pub cost_usd: f64,
+}
+
+impl TaskCost {
+    /// `tokens` and `cost_usd` spent.
+    pub fn new(tokens: u64, cost_usd: f64) -> Self {
+        Self { tokens, cost_usd }
+    }
+
+    /// Whether nothing was spent: the store then leaves the session's usage alone.
+    pub fn is_zero(&self) -> bool {
+        self.tokens == 0 && self.cost_usd == 0.0
+    }
+
+    /// A cost as a store may add it: a cost that is not a finite, non-negative number (a delegate's report, or a
+    /// record from elsewhere) counts as nothing, so that it can neither undo spending nor poison the sum.
+    pub fn sanitized(self) -> Self {
+        let cost_usd = if self.cost_usd.is_finite() && self.cost_usd > 0.0 { self.cost_usd } else { 0.0 };
+        Self { tokens: self.tokens, cost_usd }
+    }
+}
+
+/// What a session has used across every replica that served it, kept by the store beside the session: the tasks
+/// admitted (counted only when the machine has a task limit, [`TaskStep::Claim`]'s `max_tasks`, and refused past it
+/// by the store itself), and the tokens and cost its completed tasks reported, which the machine takes in
+/// ([`crate::Responder::merge_shared_usage`]) before it judges a TASK_SUBMIT against the session's budget. So N
+/// replicas do not grant a session N times its task limit or budget.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
+pub struct SessionUsage {
+    /// Tasks admitted (claims counted under a task limit, less those taken back).
+    pub tasks: u64,
+    /// Tokens its completed tasks used.
+    pub tokens: u64,
+    /// What its completed tasks cost, in US dollars.
+    pub cost_usd: f64,
+}
+
+impl SessionUsage {
+    /// A session's usage.
+    pub fn new(tasks: u64, tokens: u64, cost_usd: f64) -> Self {
+        Self { tasks, tokens, cost_usd }
+    }
+
+    /// This usage with `cost` added (saturating).
+    pub fn plus(self, cost: TaskCost) -> Self {
+        let cost = cost.sanitized();
+        Self {
+            tasks: self.tasks,
+            tokens: self.tokens.saturating_add(cost.tokens),
+            cost_usd: self.cost_usd + cost.cost_usd,
+        }
+    }
 }
 
 impl SharedTask {
@@ -103,6 +171,7 @@ impl SharedTask {
             output: None,
             provenance: None,
             error: None,
+            cost: TaskCost::default(),
         }
     }
 
@@ -114,6 +183,8 @@ impl SharedTask {
             ldp_types::Body::TaskResult(r) => {
                 task.status = SharedTaskStatus::Completed;
                 task.output = Some(r.output.json().to_owned());
+                task.cost = TaskCost::new(r.provenance.tokens_used.unwrap_or(0), r.provenance.cost_usd.unwrap_or(0.0))
+                    .sanitized();
                 task.provenance = Some(r.provenance.clone());
             }
             ldp_types::Body::TaskFailed(f) => {
@@ -185,6 +256,9 @@ pub enum TaskClaim {
     Claimed,
     /// Another submission holds it (running or completed).
     Taken,
+    /// The session has admitted its task limit already, counted across replicas ([`TaskStep::Claim`]'s
+    /// `max_tasks`): nothing was claimed.
+    LimitReached,
 }
 
 /// The store's answer to a task's end ([`crate::store::Store::finish_task`]).
@@ -272,6 +346,10 @@ pub enum TaskStep {
         task: SharedTask,
         /// How long the claim holds without renewal.
         lease: std::time::Duration,
+        /// The machine's task limit per session (`None`: no limit, and nothing counted). With one, the store counts
+        /// the session's claims ([`SessionUsage::tasks`]) and answers [`TaskClaim::LimitReached`] at the limit, so
+        /// that the limit holds across replicas even for submissions that race.
+        max_tasks: Option<u64>,
     },
     /// Read the task's record, a lapsed lease failed first (a status query).
     Read(crate::TaskKey),
@@ -290,12 +368,15 @@ pub struct Admitted {
     pub session: Option<SessionLookup>,
     /// The task step's answer.
     pub task: Option<TaskAnswer>,
+    /// With a claim step: the session's usage as it stood before the claim, for the machine to judge the
+    /// TASK_SUBMIT by ([`crate::Responder::merge_shared_usage`]).
+    pub usage: Option<SessionUsage>,
 }
 
 impl Admitted {
     /// The answer when nothing was asked, or only a replay entry.
     pub fn replay_only(replay: ReplayVerdict) -> Self {
-        Self { replay, session: None, task: None }
+        Self { replay, session: None, task: None, usage: None }
     }
 }
 

@@ -195,8 +195,24 @@ impl std::str::FromStr for StoreSpec {
         if path.is_empty() || s.contains("://") {
             return Err(OpenError::Spec(redacted(s)));
         }
+        if path == s && looks_like_address(s) {
+            // Shown without a `USER:PASSWORD@` part (no URL parser reads one without a scheme).
+            let shown = s.rsplit_once('@').map_or_else(|| s.to_owned(), |(_, host)| format!("***@{host}"));
+            return Err(OpenError::BareAddress(shown));
+        }
         Ok(Self::Sqlite(path.into()))
     }
+}
+
+/// Whether `s` reads as `HOST:PORT` (or `USER:PASSWORD@HOST:PORT`): no path separator, and a port of digits after the
+/// last `:`.
+fn looks_like_address(s: &str) -> bool {
+    let Some((host, port)) = s.rsplit_once(':') else { return false };
+    !host.is_empty()
+        && !port.is_empty()
+        && port.len() <= 5
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && !s.contains(['/', '\\'])
 }
 
 /// `url` with its password, if any, written `***`: in the user part (`redis://user:secret@host`) and in the `pass` or
@@ -247,9 +263,14 @@ pub(crate) fn scrubbed(url: &str, text: &str) -> String {
 pub enum OpenError {
     /// The `--store` value is none of the accepted forms (shown with any password redacted).
     #[error(
-        "{0:?} is not a store: expected memory, sqlite:PATH, redis://HOST:PORT[/DB], rediss://... or redis+unix:///PATH"
+        "{0:?} is not a store: expected memory, sqlite:PATH, redis://HOST:PORT[/DB], rediss://..., \
+         redis+unix:///PATH or unix:///PATH"
     )]
     Spec(String),
+    /// A bare `HOST:PORT` (shown without any `USER:PASSWORD@`): a Redis address without its scheme, far likelier than an SQLite file of that name (which
+    /// `sqlite:HOST:PORT` still opens).
+    #[error("{0:?} looks like a Redis address, not a file: write it as a redis:// URL (or sqlite:PATH for a file)")]
+    BareAddress(String),
     /// The backend was not compiled in.
     #[error("the {0} backend is not compiled in (feature `{0}` of ldp-store)")]
     NotCompiled(&'static str),
@@ -326,6 +347,21 @@ mod tests {
         }
         let refused = "postgres://admin:hunter2@db/x".parse::<StoreSpec>().unwrap_err().to_string();
         assert!(!refused.contains("hunter2"), "{refused}");
+    }
+
+    /// A Redis address without its scheme is refused rather than opened as an SQLite file of that name, without
+    /// showing a password it may hold; `sqlite:` opens such a file on purpose, and paths with a colon stay paths.
+    #[test]
+    fn a_bare_address_is_not_taken_for_a_file() {
+        for bare in ["localhost:6379", "10.0.0.5:6380", "redis.internal:6379", ":hunter2@db:6379", "app:hunter2@db:1"] {
+            let refused = bare.parse::<StoreSpec>().unwrap_err();
+            assert!(matches!(refused, OpenError::BareAddress(_)), "{bare:?}: {refused}");
+            assert!(!refused.to_string().contains("hunter2"), "{refused}");
+        }
+        assert_eq!("sqlite:localhost:6379".parse::<StoreSpec>().unwrap(), StoreSpec::Sqlite("localhost:6379".into()));
+        for path in ["./a:1", "/var/lib/ldp/x:2", "c:state.db", "state:db", "state.db:"] {
+            assert_eq!(path.parse::<StoreSpec>().unwrap(), StoreSpec::Sqlite(path.into()), "{path:?}");
+        }
     }
 
     #[test]

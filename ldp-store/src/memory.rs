@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus,
-    TaskAnswer, TaskClaim, TaskFinish, TaskStep,
+    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
+    SharedTaskStatus, TaskAnswer, TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 
@@ -32,9 +32,9 @@ struct Tables {
     per_principal: HashMap<String, usize>,
     /// Counted entries in all.
     counted: usize,
-    /// Session id -> (record, `None` once closed; when it expires, or when a closed marker goes). An expired
-    /// session is kept as a marker for the closed-marker time after its expiry.
-    sessions: HashMap<String, (Option<SharedSession>, i64)>,
+    /// Session id -> (record, `None` once closed; when it expires, or when a closed marker goes; its usage). An
+    /// expired session is kept as a marker for the closed-marker time after its expiry.
+    sessions: HashMap<String, (Option<SharedSession>, i64, SessionUsage)>,
     /// Task -> (record, expiry of the record).
     tasks: HashMap<TaskKey, (SharedTask, i64)>,
     /// Replay entries and tasks in expiry order, so that the sweep takes what has expired instead of reading every
@@ -68,7 +68,7 @@ impl Tables {
             return;
         }
         self.since_sweep = 0;
-        self.sessions.retain(|_, (record, expires)| match record {
+        self.sessions.retain(|_, (record, expires, _)| match record {
             Some(_) => expires.saturating_add(marker) > now,
             None => *expires > now,
         });
@@ -152,7 +152,7 @@ impl Tables {
 
     /// The session step of an admission: the lookup, restarting a live session's TTL.
     fn touch_session(&mut self, session_id: &str, now: i64, marker: i64) -> SessionLookup {
-        let Some((record, expires)) = self.sessions.get_mut(session_id) else { return SessionLookup::Unknown };
+        let Some((record, expires, _)) = self.sessions.get_mut(session_id) else { return SessionLookup::Unknown };
         match record {
             Some(_) if *expires <= now && expires.saturating_add(marker) > now => SessionLookup::Expired,
             Some(s) if *expires > now => {
@@ -162,6 +162,38 @@ impl Tables {
             None if *expires > now => SessionLookup::Closed,
             _ => SessionLookup::Unknown,
         }
+    }
+
+    /// A live session's usage (nothing for any other).
+    fn usage(&self, session_id: &str, now: i64) -> SessionUsage {
+        match self.sessions.get(session_id) {
+            Some((Some(_), expires, usage)) if *expires > now => *usage,
+            _ => SessionUsage::default(),
+        }
+    }
+
+    /// The claim step of an admission: refused at the session's task limit, counted under one.
+    fn claim_counted(
+        &mut self,
+        key: &TaskKey,
+        task: &SharedTask,
+        lease: Duration,
+        max_tasks: Option<u64>,
+        now: i64,
+        keep: i64,
+    ) -> (TaskClaim, SessionUsage) {
+        let usage = self.usage(&key.session_id, now);
+        if max_tasks.is_some_and(|max| usage.tasks >= max) {
+            return (TaskClaim::LimitReached, usage);
+        }
+        let claim = self.claim_task(key, task, lease, now, keep);
+        if claim == TaskClaim::Claimed
+            && max_tasks.is_some()
+            && let Some((_, _, held)) = self.sessions.get_mut(&key.session_id)
+        {
+            held.tasks = held.tasks.saturating_add(1);
+        }
+        (claim, usage)
     }
 
     fn claim_task(&mut self, key: &TaskKey, task: &SharedTask, lease: Duration, now: i64, keep: i64) -> TaskClaim {
@@ -224,9 +256,12 @@ impl Store for MemoryStore {
         if !live {
             return Ok(admitted);
         }
+        let keep = ms(self.cfg.result_ttl);
         admitted.task = admission.task.as_ref().map(|step| match step {
-            TaskStep::Claim { key, task, lease } => {
-                TaskAnswer::Claim(t.claim_task(key, task, *lease, now, ms(self.cfg.result_ttl)))
+            TaskStep::Claim { key, task, lease, max_tasks } => {
+                let (claim, usage) = t.claim_counted(key, task, *lease, *max_tasks, now, keep);
+                admitted.usage = Some(usage);
+                TaskAnswer::Claim(claim)
             }
             TaskStep::Read(key) => TaskAnswer::Read(t.read_task(key, now)),
             TaskStep::Cancel(key) => TaskAnswer::Cancel(t.cancel_task(key, now)),
@@ -241,7 +276,7 @@ impl Store for MemoryStore {
         let mut t = self.tables();
         t.sweep(now, ms(self.cfg.closed_ttl));
         let marker = ms(self.cfg.closed_ttl);
-        let held = |(record, expires): &(Option<SharedSession>, i64)| match record {
+        let held = |(record, expires, _): &(Option<SharedSession>, i64, SessionUsage)| match record {
             Some(_) => expires.saturating_add(marker) > now,
             None => *expires > now,
         };
@@ -249,14 +284,15 @@ impl Store for MemoryStore {
             return Ok(false);
         }
         let expires = now.saturating_add(ms(Duration::from_secs(session.ttl_secs)));
-        t.sessions.insert(session.session_id.clone(), (Some(session.clone()), expires));
+        t.sessions.insert(session.session_id.clone(), (Some(session.clone()), expires, SessionUsage::default()));
         Ok(true)
     }
 
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
         let now = now_ms();
         let mut t = self.tables();
-        t.sessions.insert(session_id.to_owned(), (None, now.saturating_add(ms(self.cfg.closed_ttl))));
+        let closed = (None, now.saturating_add(ms(self.cfg.closed_ttl)), SessionUsage::default());
+        t.sessions.insert(session_id.to_owned(), closed);
         Ok(())
     }
 
@@ -271,6 +307,10 @@ impl Store for MemoryStore {
         let mut t = self.tables();
         if t.tasks.get(key).is_some_and(|(task, _)| task.owner == owner && task.status == SharedTaskStatus::Running) {
             t.tasks.remove(key);
+            // Its claim counted against the session's task limit (when it has one): it never ran.
+            if let Some((_, _, usage)) = t.sessions.get_mut(&key.session_id) {
+                usage.tasks = usage.tasks.saturating_sub(1);
+            }
         }
         Ok(())
     }
@@ -283,12 +323,19 @@ impl Store for MemoryStore {
     ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
         let now = now_ms();
         let until = now.saturating_add(ms(lease));
+        // A running task's record lives a result TTL past its last renewal, as in the other backends: a task that
+        // runs longer than the TTL must not lose its record (and its id be claimed again) while its owner renews.
+        let keep = now.saturating_add(ms(self.cfg.result_ttl));
         let mut t = self.tables();
         let mut lost = Vec::new();
         for key in keys {
             match t.tasks.get_mut(key) {
-                Some((task, _)) if task.owner == owner && task.status == SharedTaskStatus::Running => {
+                Some((task, expires)) if task.owner == owner && task.status == SharedTaskStatus::Running => {
                     task.lease_until_ms = until;
+                    if *expires < keep {
+                        *expires = keep;
+                        t.expiries.tasks.push(Reverse((keep, key.clone())));
+                    }
                 }
                 Some((task, expires)) if *expires > now => lost.push((key.clone(), task.clone())),
                 _ => {}
@@ -309,6 +356,12 @@ impl Store for MemoryStore {
         }
         t.sweep_queued(now);
         t.put_task(key, task.clone(), now.saturating_add(ms(self.cfg.result_ttl)));
+        if !task.cost.is_zero()
+            && let Some((Some(_), expires, usage)) = t.sessions.get_mut(&key.session_id)
+            && *expires > now
+        {
+            *usage = usage.plus(task.cost);
+        }
         Ok(TaskFinish::Recorded)
     }
 

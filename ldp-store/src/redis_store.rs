@@ -22,8 +22,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    Admission, Admitted, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskAnswer,
-    TaskClaim, TaskFinish, TaskStep,
+    Admission, Admitted, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask, SharedTaskStatus,
+    TaskAnswer, TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use redis::aio::ConnectionManager;
@@ -40,9 +40,9 @@ const CLOSED: &str = "closed";
 const EXPIRED: &str = "expired";
 
 /// One message's admission, every step in one script (KEYS: the replay entry, then, for a message in a session, the
-/// session, the task record and the task lease, all in the session's slot; ARGV: now ms, marker ms, the replay
-/// entry's expiry ms or '', the task step ('', claim, read, cancel), the claim's record, owner, lease ms, result TTL
-/// ms). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
+/// session, the task record, the task lease and the session's usage, all in the session's slot; ARGV: now ms, marker
+/// ms, the replay entry's expiry ms or '', the task step ('', claim, read, cancel), the claim's record, owner, lease
+/// ms, result TTL ms, task limit or ''). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
 ///
 /// - the replay entry: `SET NX PXAT` (present: `seen`, and nothing else runs);
 /// - the session, whose value is `<expiry ms>|<TTL ms>|<record>` (so the script need not decode the record; a
@@ -52,8 +52,10 @@ const EXPIRED: &str = "expired";
 ///   session's value is rewritten about once a second rather than by every message (as the SQLite store does: the
 ///   session lives that much longer at most, never shorter); `closed`, or nil when absent; not live: nothing else
 ///   runs;
-/// - claim by the rule of `SharedTask::claimable` (a failed task may be claimed again, a completed one never, a
-///   running one only once its lease key has expired): `1` claimed, `0` taken;
+/// - claim: `2` at the task limit, counted in the usage hash (`t`); else by the rule of `SharedTask::claimable` (a
+///   failed task may be claimed again, a completed one never, a running one only once its lease key has expired,
+///   and an id with no record but a live lease key not at all):
+///   `1` claimed (counted under a limit), `0` taken; then the usage before the claim (tasks, tokens, cost);
 /// - read and cancel: the record and whether its lease key exists (the caller fails a lapsed lease, or cancels a
 ///   live one, with a compare-and-set: `LAPSE`, `CANCEL`).
 const ADMIT: &str = r"
@@ -83,20 +85,31 @@ if ttl and stored < now + ttl then
   local ahead = math.min(math.floor(ttl / 10), 1000)
   local expiry = now + ttl + ahead
   redis.call('SET', KEYS[2], string.format('%d|%d|', expiry, ttl) .. record, 'PX', expiry - now + tonumber(ARGV[2]))
+  redis.call('PEXPIRE', KEYS[5], expiry - now + tonumber(ARGV[2]))
 end
 local step = ARGV[4]
 if step == 'claim' then
+  local u = redis.call('HMGET', KEYS[5], 't', 'k', 'c')
+  local tasks = tonumber(u[1] or '0') or 0
+  local function answer(code) return {'fresh', record, code, tostring(tasks), u[2] or '0', u[3] or '0'} end
+  if ARGV[9] ~= '' and tasks >= tonumber(ARGV[9]) then return answer('2') end
   local t = redis.call('GET', KEYS[3])
   if t then
     local ok2, task = pcall(cjson.decode, t)
     if ok2 then
-      if task.status == 'completed' then return {'fresh', record, '0'} end
-      if task.status == 'running' and redis.call('EXISTS', KEYS[4]) == 1 then return {'fresh', record, '0'} end
+      if task.status == 'completed' then return answer('0') end
+      if task.status == 'running' and redis.call('EXISTS', KEYS[4]) == 1 then return answer('0') end
     end
+  elseif redis.call('EXISTS', KEYS[4]) == 1 then
+    return answer('0')
   end
   redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[8])
   redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[7])
-  return {'fresh', record, '1'}
+  if ARGV[9] ~= '' then
+    redis.call('HINCRBY', KEYS[5], 't', 1)
+    redis.call('PEXPIRE', KEYS[5], redis.call('PTTL', KEYS[2]))
+  end
+  return answer('1')
 end
 if step == 'read' or step == 'cancel' then
   local t = redis.call('GET', KEYS[3])
@@ -136,41 +149,49 @@ if v then
     if t.status == 'completed' then return 0 end
     if t.status == 'running' and redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
   end
+elseif redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 ";
 
-/// Takes back a claim of a task that never ran (KEYS: record, lease; ARGV: owner): deleted while it is the owner's
-/// and running.
+/// Takes back a claim of a task that never ran (KEYS: record, lease, the session's usage; ARGV: owner): deleted
+/// while it is the owner's and running, and no longer counted against the session's task limit.
 const RELEASE: &str = r"
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local ok, t = pcall(cjson.decode, v)
 if ok and t.owner == ARGV[1] and t.status == 'running' then
   redis.call('DEL', KEYS[1], KEYS[2])
+  if (tonumber(redis.call('HGET', KEYS[3], 't') or '0') or 0) > 0 then redis.call('HINCRBY', KEYS[3], 't', -1) end
   return 1
 end
 return 0
 ";
 
-/// Extends a lease while the task is running under its owner (KEYS: record, lease; ARGV: owner, lease ms); otherwise
-/// replies the record (cancelled through another replica, failed or taken over after a lapse), nil when gone.
+/// Extends a lease while the task is running under its owner (KEYS: record, lease; ARGV: owner, lease ms, result TTL
+/// ms), and the record's life to a result TTL from now, so that a task running longer than the TTL keeps its record
+/// (and its id); otherwise replies the record (cancelled through another replica, failed or taken over after a
+/// lapse), nil when gone.
 const RENEW: &str = r"
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
 local ok, t = pcall(cjson.decode, v)
 if ok and t.owner == ARGV[1] and t.status == 'running' then
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return false
 end
 return v
 ";
 
 /// Records how a task ended and releases its lease, only while it is running under the owner or absent (KEYS:
-/// record, lease; ARGV: record, owner, ttl). Answers `{1}` when recorded, `{0, record}` with the record it holds
-/// otherwise (decoded by the caller, which reports one that is not JSON as corrupt).
+/// record, lease, session, the session's usage; ARGV: record, owner, ttl, tokens spent or '' (nothing spent), cost
+/// spent, now ms). What the task spent is added to the usage hash (`k`, `c`) while the session is live, the hash
+/// expiring with the session's key. Answers `{1}` when recorded, `{0, record}` with the record it holds otherwise
+/// (decoded by the caller, which reports one that is not JSON as corrupt).
 const FINISH: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v then
@@ -179,6 +200,16 @@ if v then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
+if ARGV[4] ~= '' then
+  local s = redis.call('GET', KEYS[3])
+  local bar = s and string.find(s, '|', 1, true)
+  if bar and (tonumber(string.sub(s, 1, bar - 1)) or 0) > tonumber(ARGV[6]) then
+    local r = redis.pcall('HINCRBY', KEYS[4], 'k', ARGV[4])
+    if type(r) == 'table' and r.err then redis.call('HSET', KEYS[4], 'k', '9223372036854775807') end
+    redis.pcall('HINCRBYFLOAT', KEYS[4], 'c', ARGV[5])
+    redis.call('PEXPIRE', KEYS[4], redis.call('PTTL', KEYS[3]))
+  end
+end
 return {1}
 ";
 
@@ -372,6 +403,11 @@ impl RedisStore {
         format!("{}{{{}}}:session", self.prefix, tag(session_id))
     }
 
+    /// The hash of a session's usage across replicas (`t` tasks counted, `k` tokens, `c` cost), in its slot.
+    fn usage_key(&self, session_id: &str) -> String {
+        format!("{}{{{}}}:usage", self.prefix, tag(session_id))
+    }
+
     fn task_keys(&self, key: &TaskKey) -> (String, String) {
         let base = format!("{}{{{}}}", self.prefix, tag(&key.session_id));
         (format!("{base}:task:{}", key.task_id), format!("{base}:lease:{}", key.task_id))
@@ -401,6 +437,15 @@ fn tag(session_id: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     std::borrow::Cow::Owned(escaped)
+}
+
+/// A session's usage as the admission script replies it: tasks, tokens and cost, as text.
+fn usage(mut reply: impl Iterator<Item = Option<String>>) -> Result<SessionUsage, StoreError> {
+    let mut field = || reply.next().flatten().unwrap_or_default();
+    let (tasks, tokens, cost) = (field(), field(), field());
+    let count = |text: &str| text.parse::<u64>().map_err(|e| corrupt(BACKEND, e));
+    let cost: f64 = cost.parse().map_err(|e| corrupt(BACKEND, e))?;
+    Ok(SessionUsage::new(count(&tasks)?, count(&tokens)?, cost))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
@@ -493,20 +538,21 @@ impl Store for RedisStore {
                 Some(key) => self.task_keys(key),
                 None => self.task_keys(&TaskKey { session_id: id.to_owned(), task_id: String::new() }),
             };
-            invocation.key(record).key(lease);
+            invocation.key(record).key(lease).key(self.usage_key(id));
         }
         invocation
             .arg(crate::now_ms())
             .arg(ms(self.cfg.closed_ttl).max(1))
             .arg(admission.replay.as_ref().map(|c| c.expires_at_ms.to_string()).unwrap_or_default());
         match &admission.task {
-            Some(TaskStep::Claim { task, lease, .. }) => {
+            Some(TaskStep::Claim { task, lease, max_tasks, .. }) => {
                 invocation
                     .arg("claim")
                     .arg(encode(task)?)
                     .arg(&task.owner)
                     .arg(ms(*lease).max(1))
-                    .arg(ms(self.cfg.result_ttl).max(1));
+                    .arg(ms(self.cfg.result_ttl).max(1))
+                    .arg(max_tasks.map(|n| n.to_string()).unwrap_or_default());
             }
             Some(TaskStep::Read(_)) => {
                 invocation.arg("read");
@@ -536,12 +582,18 @@ impl Store for RedisStore {
         let live = matches!(session, SessionLookup::Live(_));
         admitted.session = Some(session);
         let (Some(step), true) = (&admission.task, live) else { return Ok(admitted) };
+        if let TaskStep::Claim { .. } = step {
+            let claim = match reply.next().flatten().as_deref() {
+                Some("1") => TaskClaim::Claimed,
+                Some("2") => TaskClaim::LimitReached,
+                _ => TaskClaim::Taken,
+            };
+            admitted.usage = Some(usage(reply)?);
+            admitted.task = Some(TaskAnswer::Claim(claim));
+            return Ok(admitted);
+        }
         let (record, leased) = (reply.next().flatten(), reply.next().flatten().as_deref() == Some("1"));
         admitted.task = match step {
-            TaskStep::Claim { .. } => {
-                let claimed = record.as_deref() == Some("1");
-                Some(TaskAnswer::Claim(if claimed { TaskClaim::Claimed } else { TaskClaim::Taken }))
-            }
             TaskStep::Read(key) => Some(TaskAnswer::Read(match record {
                 None => None,
                 Some(text) => {
@@ -595,7 +647,15 @@ impl Store for RedisStore {
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let ttl = u64::try_from(ms(self.cfg.closed_ttl).max(1)).unwrap_or(1);
-        let _: () = conn.pset_ex(self.session_key(session_id), CLOSED, ttl).await.map_err(unavailable)?;
+        let _: () = redis::pipe()
+            .atomic()
+            .pset_ex(self.session_key(session_id), CLOSED, ttl)
+            .ignore()
+            .del(self.usage_key(session_id))
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
         Ok(())
     }
 
@@ -624,6 +684,7 @@ impl Store for RedisStore {
             .release
             .key(&record)
             .key(&lease_key)
+            .key(self.usage_key(&key.session_id))
             .arg(owner)
             .invoke_async(&mut self.conn())
             .await
@@ -648,6 +709,7 @@ impl Store for RedisStore {
                 .key(&lease_key)
                 .arg(owner)
                 .arg(ms(lease).max(1))
+                .arg(ms(self.cfg.result_ttl).max(1))
                 .invoke_async(&mut conn)
                 .await
                 .map_err(unavailable)?;
@@ -661,14 +723,20 @@ impl Store for RedisStore {
     async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
         let mut conn = self.conn();
         let (record, lease_key) = self.task_keys(key);
+        let cost = task.cost.sanitized();
         let answer: Vec<redis::Value> = self
             .scripts
             .finish
             .key(&record)
             .key(&lease_key)
+            .key(self.session_key(&key.session_id))
+            .key(self.usage_key(&key.session_id))
             .arg(encode(task)?)
             .arg(&task.owner)
             .arg(ms(self.cfg.result_ttl).max(1))
+            .arg(if cost.is_zero() { String::new() } else { cost.tokens.min(i64::MAX as u64).to_string() })
+            .arg(cost.cost_usd.to_string())
+            .arg(crate::now_ms())
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;

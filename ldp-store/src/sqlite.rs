@@ -46,8 +46,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus,
-    TaskAnswer, TaskClaim, TaskFinish, TaskStep,
+    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
+    SharedTaskStatus, TaskAnswer, TaskClaim, TaskCost, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -76,7 +76,10 @@ CREATE TABLE IF NOT EXISTS dedupe_1 (
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY NOT NULL,
     record TEXT,
-    expires_ms INTEGER NOT NULL
+    expires_ms INTEGER NOT NULL,
+    tasks INTEGER NOT NULL DEFAULT 0,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    cost REAL NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     name TEXT PRIMARY KEY NOT NULL,
@@ -108,6 +111,14 @@ const MIGRATE_TASKS: &str = "
 INSERT OR IGNORE INTO task_rows (session_id, task_id, record, expires_ms)
     SELECT session_id, task_id, record, expires_ms FROM tasks;
 DROP TABLE tasks;
+";
+
+/// A session's usage across replicas (`SessionUsage`) are columns of its row; files written before get them, at 0,
+/// once at open.
+const MIGRATE_SESSION_USAGE: &str = "
+ALTER TABLE sessions ADD COLUMN tasks INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN cost REAL NOT NULL DEFAULT 0;
 ";
 
 /// Unsigned traffic's dedupe entries used to be one table keyed by hex text, with an index on their expiry for the
@@ -309,6 +320,12 @@ impl SqliteStore {
             .and_then(|()| has_table("dedupe"))
             .and_then(|old| if old { conn.execute_batch(MIGRATE_DEDUPE) } else { Ok(()) })
             .and_then(|()| {
+                conn.query_row("SELECT COUNT(*) = 0 FROM pragma_table_info('sessions') WHERE name = 'tasks'", [], |r| {
+                    r.get::<_, bool>(0)
+                })
+            })
+            .and_then(|old| if old { conn.execute_batch(MIGRATE_SESSION_USAGE) } else { Ok(()) })
+            .and_then(|()| {
                 // A file is one delegate's (Redis keys carry the delegate instead): its first opener's, files from
                 // before included.
                 conn.execute(
@@ -421,9 +438,26 @@ fn replay_rows(conn: &Connection) -> Result<usize, StoreError> {
 
 /// A session's row: its record (`None` once closed) and expiry.
 fn load_session(conn: &Connection, id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
-    conn.prepare_cached("SELECT record, expires_ms FROM sessions WHERE id = ?1")
-        .and_then(|mut st| st.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
-        .map_err(unavailable)
+    Ok(load_session_usage(conn, id)?.map(|(record, expires, _)| (record, expires)))
+}
+
+/// A session's row with its usage.
+fn load_session_usage(conn: &Connection, id: &str) -> Result<Option<(Option<String>, i64, SessionUsage)>, StoreError> {
+    let row = conn
+        .prepare_cached("SELECT record, expires_ms, tasks, tokens, cost FROM sessions WHERE id = ?1")
+        .and_then(|mut st| {
+            st.query_row(params![id], |r| {
+                Ok((r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?, {
+                    r.get::<_, f64>(4)?
+                }))
+            })
+            .optional()
+        })
+        .map_err(unavailable)?;
+    Ok(row.map(|(record, expires, tasks, tokens, cost)| {
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        (record, expires, SessionUsage::new(count(tasks), count(tokens), cost))
+    }))
 }
 
 /// What a session's row says now, `marker` being how long an expired session is remembered.
@@ -612,11 +646,17 @@ fn claim_dedupe(
     Ok(ReplayVerdict::Fresh)
 }
 
-/// The session step of an admission: the lookup, restarting a live session's TTL.
-fn touch_session(conn: &Connection, id: &str, now: i64, marker: i64) -> Result<SessionLookup, StoreError> {
-    let row = load_session(conn, id)?;
-    let stored = row.as_ref().map(|(_, expires)| *expires);
-    let found = lookup(row, now, marker)?;
+/// The session step of an admission: the lookup, restarting a live session's TTL, with the session's usage.
+fn touch_session(
+    conn: &Connection,
+    id: &str,
+    now: i64,
+    marker: i64,
+) -> Result<(SessionLookup, SessionUsage), StoreError> {
+    let row = load_session_usage(conn, id)?;
+    let stored = row.as_ref().map(|(_, expires, _)| *expires);
+    let usage = row.as_ref().map(|(_, _, usage)| *usage).unwrap_or_default();
+    let found = lookup(row.map(|(record, expires, _)| (record, expires)), now, marker)?;
     if let (SessionLookup::Live(session), Some(stored)) = (&found, stored) {
         let ttl = ms(Duration::from_secs(session.ttl_secs));
         let due = now.saturating_add(ttl);
@@ -629,7 +669,47 @@ fn touch_session(conn: &Connection, id: &str, now: i64, marker: i64) -> Result<S
                 .map_err(unavailable)?;
         }
     }
-    Ok(found)
+    Ok((found, usage))
+}
+
+/// Adds what a task spent to its session's usage, while the session is live.
+fn add_session_cost(conn: &Connection, id: &str, cost: TaskCost, now: i64) -> Result<(), StoreError> {
+    let tokens = i64::try_from(cost.tokens).unwrap_or(i64::MAX);
+    conn.prepare_cached(
+        // An integer sum past i64 would turn into a REAL in SQLite: saturate instead.
+        "UPDATE sessions SET tokens = CASE WHEN tokens > 9223372036854775807 - ?2 THEN 9223372036854775807 \
+         ELSE tokens + ?2 END, cost = cost + ?3 WHERE id = ?1 AND record IS NOT NULL AND expires_ms > ?4",
+    )
+    .and_then(|mut st| st.execute(params![id, tokens, cost.cost_usd, now]))
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+/// The claim step of an admission: refused at the session's task limit, counted in the session's row under one.
+fn claim_counted(
+    conn: &Connection,
+    cfg: &StoreConfig,
+    step: (&TaskKey, &SharedTask, Duration, Option<u64>),
+    usage: SessionUsage,
+    now: i64,
+) -> Result<TaskClaim, StoreError> {
+    let (key, task, lease, max_tasks) = step;
+    if max_tasks.is_some_and(|max| usage.tasks >= max) {
+        return Ok(TaskClaim::LimitReached);
+    }
+    let claim = claim_task(conn, cfg, key, task, lease, now)?;
+    if claim == TaskClaim::Claimed && max_tasks.is_some() {
+        count_session_tasks(conn, &key.session_id, 1)?;
+    }
+    Ok(claim)
+}
+
+/// Adds `delta` to a session's count of admitted tasks, never below 0.
+fn count_session_tasks(conn: &Connection, id: &str, delta: i64) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE sessions SET tasks = MAX(tasks + ?2, 0) WHERE id = ?1")
+        .and_then(|mut st| st.execute(params![id, delta]))
+        .map_err(unavailable)?;
+    Ok(())
 }
 
 fn claim_task(
@@ -707,15 +787,16 @@ impl Store for SqliteStore {
             let Some(id) = admission.session_id.as_deref().filter(|_| replay == ReplayVerdict::Fresh) else {
                 return Ok(admitted);
             };
-            let session = touch_session(conn, id, now, ms(cfg.closed_ttl))?;
+            let (session, usage) = touch_session(conn, id, now, ms(cfg.closed_ttl))?;
             let live = matches!(session, SessionLookup::Live(_));
             admitted.session = Some(session);
             if !live {
                 return Ok(admitted);
             }
             admitted.task = match &admission.task {
-                Some(TaskStep::Claim { key, task, lease }) => {
-                    Some(TaskAnswer::Claim(claim_task(conn, cfg, key, task, *lease, now)?))
+                Some(TaskStep::Claim { key, task, lease, max_tasks }) => {
+                    admitted.usage = Some(usage);
+                    Some(TaskAnswer::Claim(claim_counted(conn, cfg, (key, task, *lease, *max_tasks), usage, now)?))
                 }
                 Some(TaskStep::Read(key)) => Some(TaskAnswer::Read(read_task(conn, cfg, key, now)?)),
                 Some(TaskStep::Cancel(key)) => Some(TaskAnswer::Cancel(cancel_task(conn, cfg, key, now)?)),
@@ -766,6 +847,8 @@ impl Store for SqliteStore {
                     params![key.session_id, key.task_id],
                 )
                 .map_err(unavailable)?;
+                // Its claim counted against the session's task limit (when it has one): it never ran.
+                count_session_tasks(conn, &key.session_id, -1)?;
             }
             Ok(())
         })
@@ -798,8 +881,14 @@ impl Store for SqliteStore {
 
     async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
         // Encoded here, on the caller's thread, rather than by the one writer.
-        let (key, record, owner) = (key.clone(), encode(task)?, task.owner.clone());
+        let (key, record, owner, cost) = (key.clone(), encode(task)?, task.owner.clone(), task.cost.sanitized());
         self.tx(move |conn, cfg, now| {
+            let recorded = |conn: &Connection| {
+                if !cost.is_zero() {
+                    add_session_cost(conn, &key.session_id, cost, now)?;
+                }
+                Ok(TaskFinish::Recorded)
+            };
             let expires = now.saturating_add(ms(cfg.result_ttl));
             // The usual case in one statement: the record is this owner's, still running. A record that is not
             // JSON does not match (`json_extract` would fail the statement) and is answered below, as corrupt.
@@ -812,7 +901,7 @@ impl Store for SqliteStore {
                 .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires, now, owner]))
                 .map_err(unavailable)?;
             if ended == 1 {
-                return Ok(TaskFinish::Recorded);
+                return recorded(conn);
             }
             if let Some(held) = load_task(conn, &key, now)?
                 && (held.owner != owner || held.status != SharedTaskStatus::Running)
@@ -820,7 +909,7 @@ impl Store for SqliteStore {
                 return Ok(TaskFinish::Refused(Box::new(held)));
             }
             put_task_record(conn, &key, &record, expires)?;
-            Ok(TaskFinish::Recorded)
+            recorded(conn)
         })
         .await
     }

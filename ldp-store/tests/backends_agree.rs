@@ -1,6 +1,6 @@
 //! The three backends are one store to the runtime: random sequences of store operations (sessions created, closed
 //! and looked up; replay entries, bounded and not; tasks claimed, released, read, cancelled, finished, their leases
-//! renewed) get the same answers from `MemoryStore` (the reference), `SqliteStore` and `RedisStore` (a real
+//! renewed; sessions' usage: tasks counted under a limit, what finished tasks spent) get the same answers from `MemoryStore` (the reference), `SqliteStore` and `RedisStore` (a real
 //! `redis-server`). Nothing expires within a case (TTLs and leases of an hour), so the answers do not depend on when
 //! each backend ran; expiries and lapsed leases have their own tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -10,7 +10,7 @@ use std::time::Duration;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskAnswer,
-    TaskClaim, TaskFinish, TaskStep,
+    TaskClaim, TaskCost, TaskFinish, TaskStep,
 };
 use ldp_session::store::Store;
 use ldp_store::StoreConfig;
@@ -57,7 +57,8 @@ enum Op {
 
 #[derive(Debug, Clone, Copy)]
 enum Step {
-    Claim(usize, usize),
+    /// Task, owner, the session's task limit.
+    Claim(usize, usize, Option<u64>),
     Read(usize),
     Cancel(usize),
 }
@@ -80,7 +81,8 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     let task_key = (0..SESSIONS.len(), 0..TASKS.len());
     let owner = 0..OWNERS.len();
     let step = prop_oneof![
-        (0..TASKS.len(), 0..OWNERS.len()).prop_map(|(t, o)| Step::Claim(t, o)),
+        (0..TASKS.len(), 0..OWNERS.len(), proptest::option::of(1..3_u64))
+            .prop_map(|(t, o, limit)| Step::Claim(t, o, limit)),
         (0..TASKS.len()).prop_map(Step::Read),
         (0..TASKS.len()).prop_map(Step::Cancel),
     ];
@@ -123,7 +125,9 @@ fn admitted_view(admitted: &Admitted) -> String {
         TaskAnswer::Cancel(t) => format!("cancel {:?}", t.as_ref().map(task_view)),
         other => format!("{other:?}"),
     });
-    format!("{:?} {session:?} {task:?}", admitted.replay)
+    // Costs are quarters (exact in binary), so every backend's sum is the same number.
+    let usage = admitted.usage.map(|u| format!("usage {} {} {:.2}", u.tasks, u.tokens, u.cost_usd));
+    format!("{:?} {session:?} {task:?} {usage:?}", admitted.replay)
 }
 
 fn session(index: usize) -> SharedSession {
@@ -142,6 +146,7 @@ fn ended(owner: usize, end: End) -> SharedTask {
         End::Completed(n) => {
             task.status = SharedTaskStatus::Completed;
             task.output = Some(format!("{{\"n\":{n}}}"));
+            task.cost = TaskCost::new(u64::from(n), f64::from(n) * 0.25);
         }
         End::Failed(retryable) => {
             task.status = SharedTaskStatus::Failed;
@@ -168,10 +173,11 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
             });
             admission.session_id = session.map(|s| SESSIONS[s].to_owned());
             admission.task = match (*session, *step) {
-                (Some(s), Some(Step::Claim(t, o))) => Some(TaskStep::Claim {
+                (Some(s), Some(Step::Claim(t, o, max_tasks))) => Some(TaskStep::Claim {
                     key: key((s, t)),
                     task: SharedTask::running(OWNERS[o], PayloadMode::Text),
                     lease: HOUR,
+                    max_tasks,
                 }),
                 (Some(s), Some(Step::Read(t))) => Some(TaskStep::Read(key((s, t)))),
                 (Some(s), Some(Step::Cancel(t))) => Some(TaskStep::Cancel(key((s, t)))),

@@ -36,6 +36,7 @@ fn submit(session_id: &str, message: &str, task_id: &str) -> Admission {
         key: key(session_id, task_id),
         task: SharedTask::running("replica-a", PayloadMode::Text),
         lease: Duration::from_secs(30),
+        max_tasks: None,
     });
     admission
 }

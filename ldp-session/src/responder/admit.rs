@@ -61,7 +61,7 @@ impl Responder {
 
     fn task_limit_left(&self, session: &ResponderSession) -> Result<(), LdpError> {
         if self.cfg.limits.max_tasks_per_session.is_some_and(|max| session.tasks_submitted >= max) {
-            return Err(LdpError::policy(codes::BUDGET_EXCEEDED, "the session's task limit is reached"));
+            return Err(task_limit_reached());
         }
         Ok(())
     }
@@ -138,4 +138,9 @@ fn contract_honourable(contract: Option<&DelegationContract>) -> Result<(), LdpE
         Ok(_) => Ok(()),
         Err(e) => Err(LdpError::policy(codes::CONTRACT_VIOLATED, format!("contract cannot be honoured: {e}"))),
     }
+}
+
+/// The refusal of a TASK_SUBMIT beyond the session's task limit (here, or counted across replicas by a store).
+pub(super) fn task_limit_reached() -> LdpError {
+    LdpError::policy(codes::BUDGET_EXCEEDED, "the session's task limit is reached")
 }

@@ -8,7 +8,7 @@ use ldp_types::{Envelope, LdpError, TaskFailed, TaskResult, TaskUpdate, codes};
 
 use crate::TaskKey;
 use crate::error::Refusal;
-use crate::shared::{ReplayClaim, ReplayVerdict, SharedSession, SharedTask, SharedTaskStatus};
+use crate::shared::{ReplayClaim, ReplayVerdict, SessionUsage, SharedSession, SharedTask, SharedTaskStatus};
 
 use super::inbound::{dedupe_key, reference_category};
 use super::sessions::{Ended, ResponderSession, principal_key};
@@ -126,6 +126,27 @@ impl Responder {
         *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;
     }
 
+    /// The task limit per session that the store counts across replicas ([`crate::shared::TaskStep::Claim`]'s
+    /// `max_tasks`), `None` without one.
+    pub fn shared_task_limit(&self) -> Option<u64> {
+        self.cfg.limits.max_tasks_per_session
+    }
+
+    /// Takes in a session's spending across replicas as the store has it (read with a TASK_SUBMIT's claim): this
+    /// replica's tokens and cost become the larger of its own and the store's, so the budget is judged on what the
+    /// session spent everywhere. Its own are the larger only by what the store has not recorded yet (a task that
+    /// ended here a moment ago) or missed. The task count is not taken in: the store counts claims itself and
+    /// refuses one past the limit ([`crate::shared::TaskClaim::LimitReached`]), while its count includes claims of
+    /// this replica not yet admitted here, which the machine would count a second time.
+    pub fn merge_shared_usage(&mut self, session_id: &str, usage: &SessionUsage) {
+        let Some(s) = self.sessions.get_mut(session_id) else { return };
+        s.tokens_used = s.tokens_used.max(usage.tokens);
+        // A NaN is never the larger.
+        if usage.cost_usd > s.cost_usd {
+            s.cost_usd = usage.cost_usd;
+        }
+    }
+
     /// A session the store says has ended (or that could not be committed): ended here too, its running tasks
     /// aborted (queued for [`Responder::poll_aborted`]). Returns those tasks.
     pub fn end_shared_session(&mut self, session_id: &str, how: SharedEnd) -> Vec<TaskKey> {
@@ -151,6 +172,12 @@ impl Responder {
     /// its submitter is told `DUPLICATE_TASK`, as for a task id this replica knows.
     pub fn refuse_claimed(&mut self, key: &TaskKey) -> Option<Refusal> {
         self.retract_task(key, super::admit::duplicate_task(&key.task_id))
+    }
+
+    /// Takes back the admission of a task the store refused because the session reached its task limit on other
+    /// replicas meanwhile: it never runs, and its submitter is told `BUDGET_EXCEEDED`, as for the limit here.
+    pub fn refuse_over_limit(&mut self, key: &TaskKey) -> Option<Refusal> {
+        self.retract_task(key, super::admit::task_limit_reached())
     }
 
     /// Takes back the admission of a task (it never ran), answering its submitter with `error` (a store failure).

@@ -181,8 +181,11 @@ impl DelegateRuntime {
         if checked.signature().is_err() {
             return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
         }
-        let mut admission =
-            Admission { replay: lock(&self.inner.responder).replay_claim(peer, env), ..Admission::default() };
+        let (replay, max_tasks) = {
+            let r = lock(&self.inner.responder);
+            (r.replay_claim(peer, env), r.shared_task_limit())
+        };
+        let mut admission = Admission { replay, ..Admission::default() };
         if needs_session(env) {
             admission.session_id = Some(env.session_id.clone());
             let key = |task_id: &str| TaskKey { session_id: env.session_id.clone(), task_id: task_id.to_owned() };
@@ -191,6 +194,7 @@ impl DelegateRuntime {
                     key: key(&t.task_id),
                     task: SharedTask::running(link.replica.as_str(), env.payload_mode),
                     lease: link.opts.lease,
+                    max_tasks,
                 }),
                 ldp_types::Body::TaskUpdate(u) => Some(TaskStep::Read(key(&u.task_id))),
                 // A task running here is cancelled by the machine, which then records its end.
@@ -223,6 +227,9 @@ impl DelegateRuntime {
                     r.end_shared_session(&env.session_id, crate::SharedEnd::Expired);
                 }
                 _ => {}
+            }
+            if let Some(usage) = &admitted.usage {
+                r.merge_shared_usage(&env.session_id, usage);
             }
             Ok(())
         })?;
@@ -293,6 +300,7 @@ impl DelegateRuntime {
         };
         let refusal = match claimed {
             Ok(TaskClaim::Claimed) => return Ok(stop),
+            Ok(TaskClaim::LimitReached) => self.with_responder(|r| r.refuse_over_limit(&task.key)),
             Ok(_) => self.with_responder(|r| r.refuse_claimed(&task.key)),
             Err(e) => {
                 tracing::warn!(error = %e, task = %task.key.task_id, "could not claim a task in the store; refused");
