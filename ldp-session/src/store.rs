@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use ldp_types::{LdpError, codes};
 
 use crate::TaskKey;
-use crate::shared::{Admission, Admitted, SharedSession, SharedTask, TaskClaim, TaskFinish};
+use crate::shared::{Admission, Admitted, SessionLookup, SharedSession, SharedTask, TaskClaim, TaskFinish};
 
 /// Why a store call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -150,4 +150,10 @@ pub trait Store: Send + Sync + 'static {
     /// A task's record. A running task whose lease has passed is failed first, in the same atomic step, with
     /// [`SharedTask::lease_expired`].
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError>;
+
+    /// Which of `session_ids` the store holds as ended, each with how: [`SessionLookup::Closed`] (closed through some
+    /// replica) or [`SessionLookup::Expired`] (its TTL ran out with no message to any replica); live and unknown
+    /// sessions are left out, and no TTL is restarted. The runtime asks it for the sessions of the tasks it runs, at
+    /// each lease renewal, so that a close received by another replica stops them here too.
+    async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError>;
 }

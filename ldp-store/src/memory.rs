@@ -369,6 +369,23 @@ impl Store for MemoryStore {
         let now = now_ms();
         Ok(self.tables().read_task(key, now))
     }
+
+    async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError> {
+        let now = now_ms();
+        let marker = ms(self.cfg.closed_ttl);
+        let t = self.tables();
+        let ended = session_ids.iter().filter_map(|id| {
+            let how = match t.sessions.get(id)? {
+                (None, expires, _) if *expires > now => SessionLookup::Closed,
+                (Some(_), expires, _) if *expires <= now && expires.saturating_add(marker) > now => {
+                    SessionLookup::Expired
+                }
+                _ => return None,
+            };
+            Some((id.clone(), how))
+        });
+        Ok(ended.collect())
+    }
 }
 
 #[cfg(test)]

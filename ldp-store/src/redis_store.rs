@@ -768,6 +768,35 @@ impl Store for RedisStore {
         let now: Option<String> = conn.get(&record).await.map_err(unavailable)?;
         now.as_deref().map(decode).transpose()
     }
+
+    async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError> {
+        if session_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn();
+        // One GET per session (each in its own slot), in one round trip; nothing is written.
+        let mut pipe = redis::pipe();
+        for id in session_ids {
+            pipe.get(self.session_key(id));
+        }
+        let values: Vec<Option<String>> = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+        let now = crate::now_ms();
+        let ended = session_ids.iter().zip(values).filter_map(|(id, value)| {
+            let value = value?;
+            let how = if value == CLOSED {
+                SessionLookup::Closed
+            } else {
+                // `<expiry ms>|...`: past the expiry, the key is the expired session's marker.
+                let expiry: i64 = value.split('|').next()?.parse().ok()?;
+                if expiry > now {
+                    return None;
+                }
+                SessionLookup::Expired
+            };
+            Some((id.clone(), how))
+        });
+        Ok(ended.collect())
+    }
 }
 
 #[cfg(test)]

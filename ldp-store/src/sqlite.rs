@@ -918,6 +918,21 @@ impl Store for SqliteStore {
         let key = key.clone();
         self.tx(move |conn, cfg, now| read_task(conn, cfg, &key, now)).await
     }
+
+    async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError> {
+        let ids = session_ids.to_vec();
+        self.tx(move |conn, cfg, now| {
+            let mut ended = Vec::new();
+            for id in &ids {
+                let how = lookup(load_session(conn, id)?, now, ms(cfg.closed_ttl))?;
+                if matches!(how, SessionLookup::Closed | SessionLookup::Expired) {
+                    ended.push((id.clone(), how));
+                }
+            }
+            Ok(ended)
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

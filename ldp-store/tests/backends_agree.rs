@@ -1,6 +1,6 @@
 //! The three backends are one store to the runtime: random sequences of store operations (sessions created, closed
 //! and looked up; replay entries, bounded and not; tasks claimed, released, read, cancelled, finished, their leases
-//! renewed; sessions' usage: tasks counted under a limit, what finished tasks spent) get the same answers from `MemoryStore` (the reference), `SqliteStore` and `RedisStore` (a real
+//! renewed; sessions looked up as ended; sessions' usage: tasks counted under a limit, what finished tasks spent) get the same answers from `MemoryStore` (the reference), `SqliteStore` and `RedisStore` (a real
 //! `redis-server`). Nothing expires within a case (TTLs and leases of an hour), so the answers do not depend on when
 //! each backend ran; expiries and lapsed leases have their own tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -53,6 +53,8 @@ enum Op {
     FinishTask(Key, usize, End),
     RenewLeases(usize, Vec<Key>),
     ReadTask(Key),
+    /// Which sessions the store holds as ended.
+    EndedSessions,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +106,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
         3 => (task_key.clone(), owner.clone(), end).prop_map(|(k, o, e)| Op::FinishTask(k, o, e)),
         1 => (owner, proptest::collection::vec(task_key.clone(), 0..4)).prop_map(|(o, k)| Op::RenewLeases(o, k)),
         1 => task_key.prop_map(Op::ReadTask),
+        1 => Just(Op::EndedSessions),
     ];
     proptest::collection::vec(op, 1..40)
 }
@@ -206,6 +209,10 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
             })
         }
         Op::ReadTask(k) => store.task(&key(*k)).await.map(|t| format!("{:?}", t.as_ref().map(task_view))),
+        Op::EndedSessions => {
+            let ids: Vec<String> = SESSIONS.iter().map(|s| (*s).to_owned()).collect();
+            store.ended_sessions(&ids).await.map(|ended| format!("ended {ended:?}"))
+        }
     };
     out.unwrap_or_else(|e| format!("error {e}"))
 }

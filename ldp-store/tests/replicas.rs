@@ -3,7 +3,8 @@
 //! status query on A returns the result of a task that ran on B; a signed message accepted by A and replayed to B
 //! is refused; a close on B ends the session on A; a task whose replica stops renewing its lease is failed
 //! TASK_LEASE_EXPIRED (retryable) for a status query on the other; a TASK_CANCEL sent to B reaches the task running
-//! on A; the replay window's global bound holds across replicas; a submission the machine refuses gives its task id
+//! on A, and a SESSION_CLOSE sent to B stops the session's task running on A; the replay window's global bound holds
+//! across replicas; a submission the machine refuses gives its task id
 //! back. Redis is a real `redis-server` (installed by `scripts/redis-server.sh` when missing; never skipped).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -333,6 +334,58 @@ async fn cancel_reaches_the_replica_running_the_task(a_store: Arc<dyn Store>, b_
     // Cancelled once: a second cancel finds nothing running.
     let again = send(&b, &init.cancel(&key).unwrap_or_else(|_| cancel_envelope(&session_id, &task_id))).await;
     assert_eq!(error_code(&again), codes::TASK_NOT_FOUND);
+}
+
+/// A SESSION_CLOSE received by replica B ends the session on replica A too while A runs one of its tasks and sees
+/// no message of the session: at its next lease renewal, A learns from the store that the session is closed and
+/// ends it as a close received there would, stopping the task and answering its submitter TASK_FAILED CANCELLED
+/// (before, the task ran on to its end, renewing its lease in a closed session).
+async fn a_close_elsewhere_stops_the_sessions_tasks(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Renewed every 200 ms.
+    let lease = Duration::from_millis(600);
+    let (a, _ra) = replica(a_store, &runs, lease);
+    let (b, _rb) = replica(b_store, &runs, lease);
+    let mut init = initiator();
+    let session_id = establish(&mut init, &a).await;
+    let (_task_id, submitted) = submit_on_a_until_running_on_b(
+        &mut init,
+        &a,
+        &b,
+        &session_id,
+        serde_json::json!({"sleep_ms": 60_000}),
+        |answer| assert_eq!(error_code(answer), codes::TASK_NOT_FOUND),
+    )
+    .await;
+    let close = init.close(&session_id, None).unwrap();
+    assert!(matches!(send(&b, &close).await.body, Body::SessionClose(_)));
+    let stopped = tokio::time::timeout(Duration::from_secs(10), submitted)
+        .await
+        .expect("the task on A ran on in a session closed through B")
+        .unwrap();
+    let Body::TaskFailed(f) = &stopped.body else { panic!("the submitter got {}", stopped.body.type_name()) };
+    assert_eq!(f.error.code.as_str(), codes::CANCELLED, "{:?}", f.error);
+    assert!(f.error.message.contains("closed"), "{}", f.error.message);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_close_elsewhere_stops_the_tasks() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    a_close_elsewhere_stops_the_sessions_tasks(store.clone(), store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_close_elsewhere_stops_the_tasks() {
+    let (dir, a, b) = sqlite_pair("close-elsewhere");
+    a_close_elsewhere_stops_the_sessions_tasks(a, b).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_close_elsewhere_stops_the_tasks() {
+    let (_server, a, b) = redis_pair().await;
+    a_close_elsewhere_stops_the_sessions_tasks(a, b).await;
 }
 
 /// A task that ends on A after a TASK_CANCEL sent to B recorded it cancelled, but before A's next lease renewal

@@ -47,7 +47,9 @@ impl DelegateRuntime {
 
     /// Renews, every third of the lease, the leases of the tasks this replica runs, and stops those the store says
     /// ended elsewhere (a TASK_CANCEL another replica received, or a lease that lapsed): their submitters get the
-    /// store's answer. A renewal that fails is retried at the next tick; the lease covers two misses.
+    /// store's answer. It also ends here the sessions of those tasks that were closed or expired through other
+    /// replicas, with their tasks, as a close here would. A renewal that fails is retried at the next tick; the
+    /// lease covers two misses.
     pub(super) async fn renew_leases(runtime: std::sync::Weak<RuntimeInner>) {
         let every = match runtime.upgrade().as_ref().and_then(|inner| inner.store.get()) {
             Some(link) => (link.opts.lease / 3).max(Duration::from_millis(10)),
@@ -75,6 +77,27 @@ impl DelegateRuntime {
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, tasks = keys.len(), "could not renew the leases of running tasks"),
+            }
+            // Sessions closed (or expired) through other replicas end here too, with the tasks they run here, as
+            // a close received here would end them.
+            let mut sessions: Vec<String> = keys.into_iter().map(|k| k.session_id).collect();
+            sessions.sort_unstable();
+            sessions.dedup();
+            match link.call(link.store.ended_sessions(&sessions)).await {
+                Ok(ended) if !ended.is_empty() => {
+                    let rt = DelegateRuntime { inner: inner.clone() };
+                    rt.with_responder(|r| {
+                        for (id, how) in ended {
+                            let how = match how {
+                                SessionLookup::Closed => crate::SharedEnd::Closed,
+                                _ => crate::SharedEnd::Expired,
+                            };
+                            r.end_shared_session(&id, how);
+                        }
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not look up the sessions of running tasks"),
             }
         }
     }
