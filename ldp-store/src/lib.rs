@@ -34,7 +34,7 @@ pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis_store::RedisStore;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{MAX_BATCH, SqliteStore};
+pub use sqlite::{MAX_BATCH, MAX_QUEUED, SqliteStore};
 
 /// What every backend keeps, besides the records themselves.
 #[derive(Debug, Clone, PartialEq, Eq)]

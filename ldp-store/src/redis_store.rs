@@ -39,6 +39,9 @@ const CLOSED: &str = "closed";
 /// The value of an expired session's key (kept as a marker until the key's own expiry).
 const EXPIRED: &str = "expired";
 
+/// What the admission script answers for a session's value it cannot read.
+const CORRUPT: &str = "corrupt";
+
 /// One message's admission, every step in one script (KEYS: the replay entry, then, for a message in a session, the
 /// session, the task record, the task lease and the session's usage, all in the session's slot; ARGV: now ms, marker
 /// ms, the replay entry's expiry ms or '', the task step ('', claim, read, cancel), the claim's record, owner, lease
@@ -50,8 +53,10 @@ const EXPIRED: &str = "expired";
 ///   `expired`; live, the record is the reply, and when its expiry is short of now + its TTL, the expiry is written
 ///   ahead to now + its TTL + a tenth of the TTL (at most a second) and the key lives a marker time longer, so a busy
 ///   session's value is rewritten about once a second rather than by every message (as the SQLite store does: the
-///   session lives that much longer at most, never shorter); `closed`, or nil when absent; not live: nothing else
-///   runs;
+///   session lives that much longer at most, never shorter); `closed`, or nil when absent, or `corrupt` for a value
+///   of neither form (answered `Corrupt`, not retryable, as the other backends answer a record they cannot read,
+///   rather than a script error answered `Unavailable`, whose retry would meet the replay entry already written);
+///   not live: nothing else runs;
 /// - claim: `2` at the task limit, counted in the usage hash (`t`); else by the rule of `SharedTask::claimable` (a
 ///   failed task may be claimed again, a completed one never, a running one only once its lease key has expired,
 ///   and an id with no record but a live lease key not at all):
@@ -68,8 +73,8 @@ local v = redis.call('GET', KEYS[2])
 if not v then return {'fresh', false} end
 if v == 'closed' then return {'fresh', v} end
 local bar = string.find(v, '|', 1, true)
-if not bar then return {'fresh', false} end
-local stored = tonumber(string.sub(v, 1, bar - 1))
+local stored = bar and tonumber(string.sub(v, 1, bar - 1))
+if not stored then return {'fresh', 'corrupt'} end
 if stored <= now then return {'fresh', 'expired'} end
 local bar2 = string.find(v, '|', bar + 1, true)
 local ttl = bar2 and tonumber(string.sub(v, bar + 1, bar2 - 1))
@@ -79,7 +84,7 @@ if ttl then
 else
   record = string.sub(v, bar + 1)
   local ok, rec = pcall(cjson.decode, record)
-  if ok and rec.ttl_secs then ttl = math.floor(rec.ttl_secs * 1000) end
+  if ok and type(rec) == 'table' and tonumber(rec.ttl_secs) then ttl = math.floor(tonumber(rec.ttl_secs) * 1000) end
 end
 if ttl and stored < now + ttl then
   local ahead = math.min(math.floor(ttl / 10), 1000)
@@ -577,6 +582,7 @@ impl Store for RedisStore {
             None => SessionLookup::Unknown,
             Some(CLOSED) => SessionLookup::Closed,
             Some(EXPIRED) => SessionLookup::Expired,
+            Some(CORRUPT) => return Err(corrupt(BACKEND, "a session's value is not <expiry>|<TTL>|<record>")),
             Some(text) => SessionLookup::Live(decode(text)?),
         };
         let live = matches!(session, SessionLookup::Live(_));

@@ -143,7 +143,7 @@ fn synchronous(durability: Durability) -> &'static str {
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     /// The writer thread's queue (the thread ends when the last clone of the store is dropped).
-    writer: Arc<mpsc::Sender<Box<dyn Op>>>,
+    writer: Arc<mpsc::SyncSender<Box<dyn Op>>>,
     /// Dropped with the last clone of the store, which ends the checkpoint thread (after a last checkpoint).
     _checkpointer: Arc<mpsc::Sender<()>>,
 }
@@ -157,6 +157,11 @@ const SWEEP_EVERY: u64 = 1024;
 /// The most operations one transaction commits.
 pub const MAX_BATCH: usize = 256;
 
+/// The most operations waiting for the writer. Past it, a call is refused at once (`Unavailable`, retryable) rather
+/// than queued behind a writer that is not keeping up (a stalled disk, another process holding the write lock):
+/// callers' own concurrency bounds the queue in normal running, this bounds it when the writer stalls.
+pub const MAX_QUEUED: usize = 16 * MAX_BATCH;
+
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable { backend: BACKEND, reason: e.to_string() }
 }
@@ -169,6 +174,11 @@ trait Op: Send {
     /// Runs the operation inside a savepoint of its own: a failure leaves nothing behind, the batch's others commit.
     fn run_alone(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64);
     fn answer(self: Box<Self>, committed: Result<(), StoreError>);
+    /// Whether the operation is one only worth running while its caller waits (an admission, a claim, a read), and
+    /// its caller has given up (its timeout): the runtime has refused the message, retryably, so running it later
+    /// would leave a replay entry or a claim behind for a message that was refused, and the peer's retry would then
+    /// be refused `REPLAY_DETECTED` or `DUPLICATE_TASK`.
+    fn abandoned(&self) -> bool;
 }
 
 /// `Fn`, not `FnOnce`: a batch in which one operation fails is run again, the others included.
@@ -178,6 +188,8 @@ struct Pending<T> {
     op: OpFn<T>,
     out: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
+    /// Skipped when its caller has given up ([`Op::abandoned`]).
+    only_while_awaited: bool,
 }
 
 impl<T: Send> Op for Pending<T> {
@@ -207,6 +219,10 @@ impl<T: Send> Op for Pending<T> {
         // The caller may have given up (its timeout): nothing to tell it then.
         let _ = this.reply.send(out);
     }
+
+    fn abandoned(&self) -> bool {
+        self.only_while_awaited && self.reply.is_closed()
+    }
 }
 
 /// The writer thread: takes every queued operation (up to [`MAX_BATCH`]), runs them in one transaction, commits,
@@ -227,6 +243,10 @@ fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn 
                 Err(_) => break,
             }
         }
+        batch.retain(|op| !op.abandoned());
+        if batch.is_empty() {
+            continue;
+        }
         let now = now_ms();
         let sweep_due = ops / SWEEP_EVERY != (ops + batch.len() as u64) / SWEEP_EVERY;
         ops += batch.len() as u64;
@@ -239,6 +259,8 @@ fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn 
         };
         let committed = (|| {
             begin()?;
+            // Waiting for the write lock (another process's transaction, `busy_timeout`) may have outlasted callers.
+            batch.retain(|op| !op.abandoned());
             let mut all_ran = true;
             for op in &mut batch {
                 all_ran &= op.run(&conn, &cfg, now);
@@ -372,7 +394,7 @@ impl SqliteStore {
             .name("ldp-sqlite-checkpoint".into())
             .spawn(move || checkpoint_loop(&checkpoints, &stop))
             .map_err(spawn_error)?;
-        let (writer, queue) = mpsc::channel::<Box<dyn Op>>();
+        let (writer, queue) = mpsc::sync_channel::<Box<dyn Op>>(MAX_QUEUED);
         std::thread::Builder::new()
             .name("ldp-sqlite-writer".into())
             .spawn(move || write_loop(conn, cfg, queue))
@@ -380,14 +402,37 @@ impl SqliteStore {
         Ok(Self { writer: Arc::new(writer), _checkpointer: Arc::new(checkpointer) })
     }
 
-    /// Runs `op` in the writer's next batch; answers once that batch is committed.
+    /// Runs `op` in the writer's next batch; answers once that batch is committed. It runs even if the caller has
+    /// given up meanwhile (a result, a close, a release: what the caller decided stands).
     async fn tx<T: Send + 'static>(
         &self,
         op: impl Fn(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.queue(op, false).await
+    }
+
+    /// [`SqliteStore::tx`] for an operation only worth running while its caller waits for it (an admission, a
+    /// claim, a read): skipped if its caller has given up by the time the writer takes it ([`Op::abandoned`]).
+    async fn tx_while_awaited<T: Send + 'static>(
+        &self,
+        op: impl Fn(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.queue(op, true).await
+    }
+
+    async fn queue<T: Send + 'static>(
+        &self,
+        op: impl Fn(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
+        only_while_awaited: bool,
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let pending: Box<dyn Op> = Box::new(Pending { op: Box::new(op), out: None, reply });
-        self.writer.send(pending).map_err(|_| unavailable("the writer thread has stopped"))?;
+        let pending: Box<dyn Op> = Box::new(Pending { op: Box::new(op), out: None, reply, only_while_awaited });
+        self.writer.try_send(pending).map_err(|e| match e {
+            mpsc::TrySendError::Full(_) => {
+                unavailable(format!("{MAX_QUEUED} operations are already waiting for the SQLite writer"))
+            }
+            mpsc::TrySendError::Disconnected(_) => unavailable("the writer thread has stopped"),
+        })?;
         answer.await.map_err(|_| unavailable("the writer thread has stopped"))?
     }
 }
@@ -778,7 +823,7 @@ impl Store for SqliteStore {
 
     async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
         let admission = admission.clone();
-        self.tx(move |conn, cfg, now| {
+        self.tx_while_awaited(move |conn, cfg, now| {
             let replay = match &admission.replay {
                 Some(claim) => claim_message(conn, cfg, claim, now)?,
                 None => ReplayVerdict::Fresh,
@@ -810,7 +855,7 @@ impl Store for SqliteStore {
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
         let record = encode(session)?;
         let (id, ttl) = (session.session_id.clone(), Duration::from_secs(session.ttl_secs));
-        self.tx(move |conn, cfg, now| {
+        self.tx_while_awaited(move |conn, cfg, now| {
             if !matches!(lookup(load_session(conn, &id)?, now, ms(cfg.closed_ttl))?, SessionLookup::Unknown) {
                 return Ok(false);
             }
@@ -835,7 +880,7 @@ impl Store for SqliteStore {
 
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError> {
         let (key, task) = (key.clone(), task.clone());
-        self.tx(move |conn, cfg, now| claim_task(conn, cfg, &key, &task, lease, now)).await
+        self.tx_while_awaited(move |conn, cfg, now| claim_task(conn, cfg, &key, &task, lease, now)).await
     }
 
     async fn release_task(&self, key: &TaskKey, owner: &str) -> Result<(), StoreError> {
@@ -916,12 +961,12 @@ impl Store for SqliteStore {
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
         let key = key.clone();
-        self.tx(move |conn, cfg, now| read_task(conn, cfg, &key, now)).await
+        self.tx_while_awaited(move |conn, cfg, now| read_task(conn, cfg, &key, now)).await
     }
 
     async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError> {
         let ids = session_ids.to_vec();
-        self.tx(move |conn, cfg, now| {
+        self.tx_while_awaited(move |conn, cfg, now| {
             let mut ended = Vec::new();
             for id in &ids {
                 let how = lookup(load_session(conn, id)?, now, ms(cfg.closed_ttl))?;

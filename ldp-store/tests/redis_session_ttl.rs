@@ -44,3 +44,23 @@ async fn a_session_ttl_restart_is_written_ahead_and_never_shortens_the_session()
     let pttl: i64 = redis::cmd("PTTL").arg(RedisExpiry::key("s-long")).query_async(&mut stored.0).await.unwrap();
     assert!(now_ms() + pttl > expiry, "the key goes before the session's expiry");
 }
+
+/// A session value of neither known form (not `<expiry ms>|...`, not `closed`: written by something else, or
+/// damaged) is answered `Corrupt`, which the peer is told is not retryable, as the other backends answer a record
+/// they cannot read; before, the admission script failed on it after writing the message's replay entry, answered
+/// `Unavailable` (retryable), and the retry was then refused as a replay.
+#[tokio::test]
+async fn a_session_value_that_cannot_be_read_is_corrupt() {
+    let server = ldp_store::test_redis::RedisServer::start().unwrap();
+    let store = RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap();
+    let mut conn = redis::Client::open(server.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    for (id, value) in [("s-garbage", "garbage|x"), ("s-nobar", "{\"session_id\":\"s-nobar\"}")] {
+        let _: () = redis::cmd("SET").arg(RedisExpiry::key(id)).arg(value).query_async(&mut conn).await.unwrap();
+        let mut admission = ldp_session::shared::Admission::default();
+        admission.replay = Some(ldp_session::shared::ReplayClaim::new("p", format!("m-{id}"), now_ms() + 60_000));
+        admission.session_id = Some(id.to_owned());
+        let refused = ldp_session::store::Store::admit(&store, &admission).await.unwrap_err();
+        assert!(matches!(refused, ldp_session::store::StoreError::Corrupt { .. }), "{id}: {refused:?}");
+        assert!(!refused.to_ldp().retryable);
+    }
+}
