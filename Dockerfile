@@ -7,11 +7,19 @@ WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p ldp-cli --bin ldp
 
-# Runtime stage: no compiler, no shell tools beyond Debian's base, an unprivileged user.
+# Runtime stage: no compiler, no shell tools beyond Debian's base, an unprivileged user. CA certificates for
+# `--store rediss://` and LLM providers over HTTPS (the system's roots); /var/lib/ldp, the user's own, for
+# `--store sqlite:/var/lib/ldp/state.db` (mount a volume there to keep it across containers).
 FROM debian:bookworm-slim
-RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ldp
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ldp \
+    && mkdir -p /var/lib/ldp \
+    && chown ldp /var/lib/ldp
 COPY --from=build /src/target/release/ldp /usr/local/bin/ldp
 USER ldp
+VOLUME /var/lib/ldp
 EXPOSE 8090
 ENTRYPOINT ["ldp"]
 CMD ["serve", "--bind", "0.0.0.0:8090"]

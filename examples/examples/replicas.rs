@@ -157,6 +157,8 @@ pub async fn run(store: Option<String>) -> Result<(), Box<dyn std::error::Error>
         Err(error) => error.code.as_str().to_owned(),
     };
     println!("the TASK_SUBMIT replica {accepted_by} ran, resent to the other: {refusal}");
+    // The same message id in the same session: the other replica finds its dedupe entry in the store.
+    assert_eq!(refusal, ldp_types::codes::REPLAY_DETECTED, "the resent TASK_SUBMIT was not refused as a replay");
     assert_eq!(runs.load(Ordering::SeqCst), 4, "the resent task did not run again");
 
     // Both replicas stop; a new one opens the same store, and the balancer now sends everything to it.

@@ -1,5 +1,6 @@
 //! Runs `examples/replicas.rs` on its embedded SQLite default and on a real `redis-server`: its `run` asserts that
-//! each task ran once across the two replicas, that the TASK_SUBMIT resent to the other replica did not run again,
+//! each task ran once across the two replicas, that the TASK_SUBMIT resent to the other replica was refused
+//! `REPLAY_DETECTED` and did not run again,
 //! and that the session went on after both replicas stopped and a third opened the same store.
 
 #[allow(dead_code)] // the example's `main`: the tests call `run`.

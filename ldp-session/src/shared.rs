@@ -240,7 +240,8 @@ impl SharedTask {
         failed.error = Some(Box::new(
             LdpError::runtime(
                 codes::TASK_LEASE_EXPIRED,
-                format!("replica {} stopped renewing the task's lease before it ended", self.owner),
+                // The owner stays in the record, for operators; peers need not see the deployment's replica names.
+                "the replica running the task stopped renewing its lease before it ended; it may be submitted again",
             )
             .with_retryable(true),
         ));
