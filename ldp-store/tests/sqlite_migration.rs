@@ -1,14 +1,17 @@
 //! A database file written before tasks moved to insertion order (`tasks`, keyed by session and task id) opens with
 //! its tasks: their records are still read, claimed tasks still refuse a second claim, and the old table is gone. A
 //! file written before unsigned dedupe entries moved to generations (`dedupe`, keyed by hex text) opens with its
-//! entries: a message seen before the upgrade is still seen. A file is one delegate's, its first opener's.
+//! entries: a message seen before the upgrade is still seen. A file from before sessions kept their usage and
+//! principals their replay counts gets both. A file is one delegate's, its first opener's.
 #![cfg(feature = "sqlite")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
 use ldp_session::TaskKey;
-use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskClaim, TaskFinish};
+use ldp_session::shared::{
+    Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskAnswer, TaskClaim, TaskFinish, TaskStep,
+};
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
@@ -134,5 +137,73 @@ async fn a_file_is_one_delegates() {
     assert_eq!(alpha.claim_task(&key, &task, Duration::from_secs(60)).await.unwrap(), TaskClaim::Claimed);
     assert_ne!(again.claim_task(&key, &task, Duration::from_secs(60)).await.unwrap(), TaskClaim::Claimed);
     drop((alpha, again));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file of the layout before sessions kept their usage and principals their replay counts: its sessions get usage
+/// columns (at 0) and its replay entries are counted per principal once, at open, so a principal holding entries
+/// from before the upgrade is at its share after it, and a session's task limit counts from the upgrade.
+#[tokio::test]
+async fn sessions_and_replay_entries_of_the_previous_layout_are_counted() {
+    let dir = std::env::temp_dir().join(format!("ldp-store-usage-migration-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    let expires = now_ms() + 300_000;
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE replay (key TEXT PRIMARY KEY NOT NULL, principal TEXT NOT NULL, expires_ms INTEGER NOT NULL)
+                 WITHOUT ROWID;
+             CREATE INDEX replay_principal ON replay (principal, expires_ms);
+             CREATE TABLE sessions (id TEXT PRIMARY KEY NOT NULL, record TEXT, expires_ms INTEGER NOT NULL)
+                 WITHOUT ROWID;",
+        )
+        .unwrap();
+        for key in ["k1", "k2"] {
+            conn.execute("INSERT INTO replay VALUES (?1, 'p', ?2)", rusqlite::params![key, expires]).unwrap();
+        }
+        let record = serde_json::json!({
+            "session_id": "s", "peer": "ldp:delegate:client", "owner": null, "peer_delegate": null,
+            "peer_domain": "default", "mode": "text", "fallback": ["text"], "ttl_secs": 600,
+        });
+        conn.execute("INSERT INTO sessions VALUES ('s', ?1, ?2)", rusqlite::params![record.to_string(), expires])
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:migration")).unwrap();
+    let key = |id: &str| TaskKey { session_id: "s".into(), task_id: id.into() };
+    let signed = |key: &str| {
+        let mut claim = ReplayClaim::new("p", key, now_ms() + 300_000);
+        (claim.max_per_principal, claim.max_total) = (Some(2), Some(100));
+        let mut admission = Admission::default();
+        admission.replay = Some(claim);
+        admission
+    };
+    assert_eq!(store.admit(&signed("k1")).await.unwrap().replay, ReplayVerdict::Seen);
+    assert_eq!(store.admit(&signed("k3")).await.unwrap().replay, ReplayVerdict::Full, "p's two entries from before");
+    let mut submit = Admission::default();
+    submit.session_id = Some("s".to_owned());
+    submit.task = Some(TaskStep::Claim {
+        key: key("t-new"),
+        task: SharedTask::running("replica-a", PayloadMode::Text),
+        lease: Duration::from_secs(30),
+        max_tasks: Some(1),
+    });
+    let admitted = store.admit(&submit).await.unwrap();
+    assert_eq!(admitted.usage.map(|u| u.tasks), Some(0));
+    assert_eq!(admitted.task, Some(TaskAnswer::Claim(TaskClaim::Claimed)));
+    drop(store);
+    // Opening again counts nothing twice.
+    let again = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:migration")).unwrap();
+    assert_eq!(again.admit(&signed("k3")).await.unwrap().replay, ReplayVerdict::Full);
+    submit.task = Some(TaskStep::Claim {
+        key: key("t-other"),
+        task: SharedTask::running("replica-a", PayloadMode::Text),
+        lease: Duration::from_secs(30),
+        max_tasks: Some(1),
+    });
+    assert_eq!(again.admit(&submit).await.unwrap().task, Some(TaskAnswer::Claim(TaskClaim::LimitReached)));
+    drop(again);
     let _ = std::fs::remove_dir_all(&dir);
 }
