@@ -161,7 +161,8 @@ pub enum StoreSpec {
     Memory,
     /// An SQLite database file (created if absent).
     Sqlite(std::path::PathBuf),
-    /// A Redis server: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://...` (TLS) or `redis+unix:///PATH[?db=N]`.
+    /// A Redis server: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://...` (TLS) or `redis+unix:///PATH[?db=N]`;
+    /// or a Redis Cluster, `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]` (`rediss+cluster://`).
     Redis(String),
 }
 
@@ -177,7 +178,8 @@ impl std::fmt::Debug for StoreSpec {
 }
 
 /// The URL schemes a Redis store is reached by.
-const REDIS_SCHEMES: [&str; 4] = ["redis://", "rediss://", "redis+unix://", "unix://"];
+const REDIS_SCHEMES: [&str; 6] =
+    ["redis://", "rediss://", "redis+unix://", "unix://", "redis+cluster://", "rediss+cluster://"];
 
 impl std::str::FromStr for StoreSpec {
     type Err = OpenError;
@@ -215,10 +217,29 @@ fn looks_like_address(s: &str) -> bool {
         && !s.contains(['/', '\\'])
 }
 
+/// A cluster URL's parts around its password, `(scheme, nodes and the rest, user, password)`, when it has one: a
+/// cluster's node list (`HOST:PORT,HOST:PORT`) is no URL authority, so its credentials are found by hand.
+fn cluster_credentials(url: &str) -> Option<(&str, &str, &str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !scheme.ends_with("+cluster") {
+        return None;
+    }
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let (credentials, _) = authority.rsplit_once('@')?;
+    let (user, password) = credentials.split_once(':')?;
+    Some((scheme, &rest[credentials.len() + 1..], user, password))
+}
+
 /// `url` with its password, if any, written `***`: in the user part (`redis://user:secret@host`) and in the `pass` or
 /// `password` query parameter (`redis+unix:///sock?pass=secret`). Text that is not a URL is returned as `(not a
 /// URL)` when it holds an `@` (it may hold a password the parser could not find), else as it is.
 pub fn redacted(url: &str) -> String {
+    if let Some((scheme, rest, user, _)) = cluster_credentials(url) {
+        return format!("{scheme}://{user}:***@{rest}");
+    }
+    if url.split_once("://").is_some_and(|(scheme, _)| scheme.ends_with("+cluster")) {
+        return url.to_owned();
+    }
     let Ok(mut parsed) = url::Url::parse(url) else {
         return if url.contains('@') { "(not a URL)".to_owned() } else { url.to_owned() };
     };
@@ -247,6 +268,15 @@ fn is_secret(key: &str) -> bool {
 /// what [`redacted`] hides in the URL, hidden wherever else it is quoted.
 #[cfg(feature = "redis")]
 pub(crate) fn scrubbed(url: &str, text: &str) -> String {
+    if let Some((_, _, _, password)) = cluster_credentials(url) {
+        let pair = format!("p={password}");
+        let decoded = url::form_urlencoded::parse(pair.as_bytes()).map(|(_, v)| v.into_owned());
+        let secrets: Vec<String> = std::iter::once(password.to_owned()).chain(decoded).collect();
+        return secrets
+            .iter()
+            .filter(|s| !s.is_empty())
+            .fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "***"));
+    }
     let Ok(parsed) = url::Url::parse(url) else { return text.to_owned() };
     let mut secrets: Vec<String> =
         parsed.query_pairs().filter(|(k, _)| is_secret(k)).map(|(_, v)| v.into_owned()).collect();
@@ -264,11 +294,11 @@ pub enum OpenError {
     /// The `--store` value is none of the accepted forms (shown with any password redacted).
     #[error(
         "{0:?} is not a store: expected memory, sqlite:PATH, redis://HOST:PORT[/DB], rediss://..., \
-         redis+unix:///PATH or unix:///PATH"
+         redis+unix:///PATH, unix:///PATH or redis+cluster://HOST:PORT[,HOST:PORT...]"
     )]
     Spec(String),
-    /// A bare `HOST:PORT` (shown without any `USER:PASSWORD@`): a Redis address without its scheme, far likelier than an SQLite file of that name (which
-    /// `sqlite:HOST:PORT` still opens).
+    /// A bare `HOST:PORT` (shown without any `USER:PASSWORD@`): a Redis address without its scheme, far likelier
+    /// than an SQLite file of that name (which `sqlite:HOST:PORT` still opens).
     #[error("{0:?} looks like a Redis address, not a file: write it as a redis:// URL (or sqlite:PATH for a file)")]
     BareAddress(String),
     /// The backend was not compiled in.
@@ -339,7 +369,13 @@ mod tests {
             "redis://127.0.0.1:6379/2".parse::<StoreSpec>().unwrap(),
             StoreSpec::Redis("redis://127.0.0.1:6379/2".into())
         );
-        for url in ["rediss://:pw@redis.internal:6380/1", "redis+unix:///run/redis.sock?db=2", "unix:///run/r.sock"] {
+        for url in [
+            "rediss://:pw@redis.internal:6380/1",
+            "redis+unix:///run/redis.sock?db=2",
+            "unix:///run/r.sock",
+            "redis+cluster://10.0.0.1:7000,10.0.0.2:7000",
+            "rediss+cluster://app:pw@10.0.0.1:7000,10.0.0.2:7000",
+        ] {
             assert_eq!(url.parse::<StoreSpec>().unwrap(), StoreSpec::Redis(url.into()));
         }
         for bad in ["", "sqlite:", "postgres://db/x", "http://x"] {
@@ -370,6 +406,9 @@ mod tests {
         assert_eq!(redacted("rediss://app:hunter2@host:6380"), "rediss://app:***@host:6380");
         assert_eq!(redacted("redis+unix:///s.sock?db=1&pass=hunter2"), "redis+unix:///s.sock?db=1&pass=***");
         assert_eq!(redacted("redis+unix:///s.sock?PASSWORD=hunter2"), "redis+unix:///s.sock?PASSWORD=***");
+        assert_eq!(redacted("redis+cluster://app:hunter2@h1:7000,h2:7000"), "redis+cluster://app:***@h1:7000,h2:7000");
+        assert_eq!(redacted("rediss+cluster://:hunter2@h1:7000"), "rediss+cluster://:***@h1:7000");
+        assert_eq!(redacted("redis+cluster://h1:7000,h2:7000"), "redis+cluster://h1:7000,h2:7000");
         // No password: unchanged. A user alone is no secret.
         assert_eq!(redacted("redis://127.0.0.1:6379/2"), "redis://127.0.0.1:6379/2");
         assert_eq!(redacted("redis://app@host"), "redis://app@host");

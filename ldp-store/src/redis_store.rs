@@ -27,6 +27,8 @@ use ldp_session::shared::{
 };
 use ldp_session::store::{Store, StoreError};
 use redis::aio::ConnectionManager;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Script};
 
 use crate::{OpenError, StoreConfig, corrupt, ms};
@@ -245,7 +247,7 @@ pub struct RedisStore {
     cfg: StoreConfig,
     /// `ldp:<namespace>:`, braces removed from the namespace so that only the session id is a hash tag.
     prefix: String,
-    conn: ConnectionManager,
+    conn: Connection,
     scripts: std::sync::Arc<Scripts>,
 }
 
@@ -309,9 +311,100 @@ fn tls_refused(e: &redis::RedisError) -> bool {
 /// How long one Redis command may take, and one connection attempt, inside the runtime's own timeout.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The URL schemes of a Redis Cluster: `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]` (the nodes to
+/// learn the cluster's layout from), `rediss+cluster://` over TLS.
+const CLUSTER_SCHEMES: [(&str, &str); 2] = [("redis+cluster://", "redis://"), ("rediss+cluster://", "rediss://")];
+
+/// How the store reaches Redis: one server (or a primary behind a proxy), or a cluster, whose client sends each
+/// command to the node owning its keys' slot (every script's keys share one slot, see the module's notes).
+#[derive(Clone)]
+enum Connection {
+    Node(ConnectionManager),
+    Cluster(std::sync::Arc<ClusterLink>),
+}
+
+/// A cluster connection, made on first use and kept: a cluster that cannot be reached at start is no error, as a
+/// single server that is down is not. Once made, the client follows the cluster's changes itself (slots moved,
+/// nodes failed over).
+struct ClusterLink {
+    client: ClusterClient,
+    conn: tokio::sync::Mutex<Option<ClusterConnection>>,
+}
+
+impl ClusterLink {
+    async fn connection(&self) -> redis::RedisResult<ClusterConnection> {
+        let mut held = self.conn.lock().await;
+        if let Some(conn) = held.as_ref() {
+            return Ok(conn.clone());
+        }
+        let made = tokio::time::timeout(COMMAND_TIMEOUT, self.client.get_async_connection())
+            .await
+            .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+        *held = Some(made.clone());
+        Ok(made)
+    }
+}
+
+impl redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Node(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(link) => Box::pin(async move { link.connection().await?.req_packed_command(cmd).await }),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(link) => {
+                Box::pin(async move { link.connection().await?.req_packed_commands(pipeline, offset, count).await })
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Node(conn) => conn.get_db(),
+            Self::Cluster(_) => 0,
+        }
+    }
+}
+
+/// The cluster client for a `redis+cluster://` or `rediss+cluster://` URL: each node of the list as a `redis://`
+/// (`rediss://`) URL with the list's credentials. `None` for any other URL.
+fn cluster_client(url: &str, cfg: &StoreConfig) -> Option<redis::RedisResult<ClusterClient>> {
+    let (scheme, node_scheme) = CLUSTER_SCHEMES.iter().find(|(scheme, _)| url.starts_with(scheme))?;
+    let rest = &url[scheme.len()..];
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let (credentials, hosts) = match authority.rsplit_once('@') {
+        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let nodes: Vec<String> =
+        hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("{node_scheme}{credentials}{h}")).collect();
+    let mut builder =
+        ClusterClient::builder(nodes).connection_timeout(COMMAND_TIMEOUT).response_timeout(COMMAND_TIMEOUT).retries(1);
+    if let Some(tls) = cfg.redis_tls.as_ref().filter(|_| *node_scheme == "rediss://") {
+        builder = builder.certs(redis::TlsCertificates {
+            client_tls: tls
+                .client_pem
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig { client_cert: cert.clone(), client_key: key.clone() }),
+            root_cert: tls.ca_pem.clone(),
+        });
+    }
+    Some(builder.build())
+}
+
 impl RedisStore {
     /// Connects to `url`: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://...` (TLS: the system's roots, or
-    /// [`StoreConfig::redis_tls`]) or `redis+unix:///PATH[?db=N]`. It asks the server once (`PING`): credentials it
+    /// [`StoreConfig::redis_tls`]), `redis+unix:///PATH[?db=N]`, or a Redis Cluster,
+    /// `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]` (`rediss+cluster://` over TLS). It asks the server once (`PING`): credentials it
     /// refuses, a database it does not have, or TLS files that do not parse are an [`OpenError`], since they will
     /// not mend. A server that cannot be reached is not: the connection is remade after failures, so a Redis that is
     /// down at start (logged as a warning) or later only makes calls fail (typed, retryable) until it is back.
@@ -320,31 +413,40 @@ impl RedisStore {
             url: crate::redacted(url),
             reason: crate::scrubbed(url, &e.to_string()),
         };
-        let client = match &cfg.redis_tls {
-            Some(tls) if url.starts_with("rediss://") => {
-                let certificates = redis::TlsCertificates {
-                    client_tls: tls.client_pem.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
-                        client_cert: cert.clone(),
-                        client_key: key.clone(),
-                    }),
-                    root_cert: tls.ca_pem.clone(),
+        let tls_elsewhere = cfg.redis_tls.is_some() && !url.starts_with("rediss://") && !url.starts_with("rediss+");
+        if tls_elsewhere {
+            return Err(OpenError::Redis {
+                url: crate::redacted(url),
+                reason: "TLS files were given for a URL that is not rediss:// or rediss+cluster://".to_owned(),
+            });
+        }
+        let conn = match cluster_client(url, &cfg) {
+            Some(client) => Connection::Cluster(std::sync::Arc::new(ClusterLink {
+                client: client.map_err(fail)?,
+                conn: tokio::sync::Mutex::new(None),
+            })),
+            None => {
+                let client = match &cfg.redis_tls {
+                    Some(tls) if url.starts_with("rediss://") => {
+                        let certificates = redis::TlsCertificates {
+                            client_tls: tls.client_pem.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+                                client_cert: cert.clone(),
+                                client_key: key.clone(),
+                            }),
+                            root_cert: tls.ca_pem.clone(),
+                        };
+                        redis::Client::build_with_tls(url, certificates).map_err(fail)?
+                    }
+                    _ => redis::Client::open(url).map_err(fail)?,
                 };
-                redis::Client::build_with_tls(url, certificates).map_err(fail)?
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(COMMAND_TIMEOUT))
+                    .set_connection_timeout(Some(COMMAND_TIMEOUT))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_secs(1));
+                Connection::Node(client.get_connection_manager_lazy(config).map_err(fail)?)
             }
-            Some(_) => {
-                return Err(OpenError::Redis {
-                    url: crate::redacted(url),
-                    reason: "TLS files were given for a URL that is not rediss://".to_owned(),
-                });
-            }
-            None => redis::Client::open(url).map_err(fail)?,
         };
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_response_timeout(Some(COMMAND_TIMEOUT))
-            .set_connection_timeout(Some(COMMAND_TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = client.get_connection_manager_lazy(config).map_err(fail)?;
         let namespace: String = cfg.namespace.chars().filter(|c| !matches!(c, '{' | '}')).collect();
         let scripts = Scripts {
             admit: Script::new(ADMIT),
@@ -418,7 +520,7 @@ impl RedisStore {
         (format!("{base}:task:{}", key.task_id), format!("{base}:lease:{}", key.task_id))
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Connection {
         self.conn.clone()
     }
 }
@@ -780,12 +882,21 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         let mut conn = self.conn();
-        // One GET per session (each in its own slot), in one round trip; nothing is written.
-        let mut pipe = redis::pipe();
-        for id in session_ids {
-            pipe.get(self.session_key(id));
-        }
-        let values: Vec<Option<String>> = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+        // One GET per session, each in its own slot: in one round trip to a single server; one by one to a cluster,
+        // whose client refuses a pipeline across slots. Nothing is written.
+        let values: Vec<Option<String>> = if let Connection::Cluster(_) = conn {
+            let mut values = Vec::with_capacity(session_ids.len());
+            for id in session_ids {
+                values.push(conn.get(self.session_key(id)).await.map_err(unavailable)?);
+            }
+            values
+        } else {
+            let mut pipe = redis::pipe();
+            for id in session_ids {
+                pipe.get(self.session_key(id));
+            }
+            pipe.query_async(&mut conn).await.map_err(unavailable)?
+        };
         let now = crate::now_ms();
         let ended = session_ids.iter().zip(values).filter_map(|(id, value)| {
             let value = value?;

@@ -221,6 +221,103 @@ impl Drop for RedisServer {
     }
 }
 
+/// A throwaway Redis Cluster on loopback: `nodes` primaries (no replicas), each a [`RedisServer`] in cluster mode,
+/// the 16,384 slots split evenly between them, joined with `CLUSTER MEET`; ready when every node says the cluster is
+/// `ok`. Its nodes' files are removed and its servers killed on drop.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    scratch: PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts a cluster of `nodes` primaries (at least one) and waits until it serves every slot.
+    pub fn start(nodes: usize) -> Result<Self, TestRedisError> {
+        let fail = |e: std::io::Error| TestRedisError::Start(e.to_string());
+        let nodes = nodes.max(1);
+        let scratch = std::env::temp_dir().join(format!(
+            "ldp-test-redis-cluster-{}-{}",
+            std::process::id(),
+            free_port().map_err(fail)?
+        ));
+        std::fs::create_dir_all(&scratch).map_err(fail)?;
+        let mut servers = Vec::with_capacity(nodes);
+        let mut buses = Vec::with_capacity(nodes);
+        for i in 0..nodes {
+            let bus = free_port().map_err(fail)?;
+            let conf = scratch.join(format!("nodes-{i}.conf")).display().to_string();
+            let options = RedisServerOptions::default()
+                .config("cluster-enabled", "yes")
+                .config("cluster-config-file", &conf)
+                .config("cluster-port", &bus.to_string())
+                .config("cluster-node-timeout", "5000");
+            servers.push(RedisServer::start_with(options)?);
+            buses.push(bus);
+        }
+        let cluster = Self { nodes: servers, scratch };
+        const SLOTS: usize = 16_384;
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            let (first, last) = (i * SLOTS / nodes, (i + 1) * SLOTS / nodes - 1);
+            cluster.cli(node, &["CLUSTER", "ADDSLOTSRANGE", &first.to_string(), &last.to_string()])?;
+        }
+        for (node, bus) in cluster.nodes.iter().zip(&buses).skip(1) {
+            cluster
+                .cli(&cluster.nodes[0], &["CLUSTER", "MEET", "127.0.0.1", &node.port.to_string(), &bus.to_string()])?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut ready = true;
+            for node in &cluster.nodes {
+                let info = cluster.cli(node, &["CLUSTER", "INFO"])?;
+                ready &= info.contains("cluster_state:ok") && info.contains(&format!("cluster_known_nodes:{nodes}"));
+            }
+            if ready {
+                return Ok(cluster);
+            }
+            if Instant::now() > deadline {
+                return Err(TestRedisError::Start("the cluster did not reach state ok within 20 s".to_owned()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The cluster's URL: `redis+cluster://127.0.0.1:PORT,127.0.0.1:PORT,...`.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// Each node's own URL (`redis://127.0.0.1:PORT`), to see which keys a node holds.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Runs `redis-cli` (beside the `redis-server` binary, as Debian installs them) against `node`; its output.
+    fn cli(&self, node: &RedisServer, args: &[&str]) -> Result<String, TestRedisError> {
+        let beside = node.binary.with_file_name("redis-cli");
+        let cli = if beside.exists() { beside } else { PathBuf::from("redis-cli") };
+        let out = Command::new(cli)
+            .args(["-h", "127.0.0.1", "-p", &node.port.to_string()])
+            .args(args)
+            .output()
+            .map_err(|e| TestRedisError::Start(format!("redis-cli: {e}")))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() || text.starts_with("ERR") {
+            return Err(TestRedisError::Start(format!("redis-cli {args:?}: {text}")));
+        }
+        Ok(text)
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -577,6 +577,43 @@ async fn redis_pair() -> (ldp_store::test_redis::RedisServer, Arc<dyn Store>, Ar
     (server, a, b)
 }
 
+/// Two stores on one Redis Cluster, in a namespace of their own (each scenario's replay window counted apart), as
+/// two replicas would open them.
+async fn cluster_pair(
+    cluster: &ldp_store::test_redis::RedisCluster,
+    namespace: &str,
+) -> (Arc<dyn Store>, Arc<dyn Store>) {
+    let open = || async {
+        Arc::new(RedisStore::open(&cluster.url(), StoreConfig::new(namespace)).await.unwrap()) as Arc<dyn Store>
+    };
+    (open().await, open().await)
+}
+
+/// The replicas' scenarios on a Redis Cluster of three primaries (`redis+cluster://`): every script's keys share
+/// one slot, so each runs on the node that owns it, and sessions spread over the nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_serves_the_replicas() {
+    let cluster = ldp_store::test_redis::RedisCluster::start(3).unwrap();
+    let (a, b) = cluster_pair(&cluster, "ldp:delegate:cluster-share").await;
+    two_replicas_share_state(a, b).await;
+    let (a, b) = cluster_pair(&cluster, "ldp:delegate:cluster-cancel").await;
+    cancel_reaches_the_replica_running_the_task(a, b).await;
+    let (a, b) = cluster_pair(&cluster, "ldp:delegate:cluster-close").await;
+    a_close_elsewhere_stops_the_sessions_tasks(a, b).await;
+    let (a, b) = cluster_pair(&cluster, "ldp:delegate:cluster-bound").await;
+    replay_window_total_bound_spans_replicas(a, b).await;
+    let (a, b) = cluster_pair(&cluster, "ldp:delegate:cluster-refused").await;
+    a_refused_submission_leaves_its_task_id_free(a, b).await;
+    // The sessions landed on more than one node.
+    let mut holding = 0;
+    for url in cluster.node_urls() {
+        let mut node = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let keys: usize = redis::cmd("DBSIZE").query_async(&mut node).await.unwrap();
+        holding += usize::from(keys > 0);
+    }
+    assert!(holding >= 2, "every key is on one node of three");
+}
+
 /// Two connections (two writer threads) to one fresh database file, as two processes on one machine would have.
 fn sqlite_pair(name: &str) -> (std::path::PathBuf, Arc<dyn Store>, Arc<dyn Store>) {
     let dir = std::env::temp_dir().join(format!("ldp-store-replicas-{name}-{}", std::process::id()));

@@ -22,7 +22,7 @@ use ldp_session::{
     Initiator, InitiatorConfig, InitiatorEvent, PeerContext, Responder, ResponderConfig, SeededIds, SystemClock,
     TaskOutput, TaskRequest,
 };
-use ldp_store::{MemoryStore, StoreConfig};
+use ldp_store::{MemoryStore, RedisStore, StoreConfig};
 use ldp_types::{Body, Budget, Capability, DelegateId, Envelope, IdentityCard, LdpError, SessionConfig, codes};
 
 #[path = "common/backends.rs"]
@@ -213,7 +213,7 @@ async fn the_budget_spans_replicas(a: Arc<dyn Store>, b: Arc<dyn Store>) {
 }
 
 /// Runs `test` on two replicas sharing each backend in turn: one `MemoryStore`, one SQLite file opened twice, one
-/// Redis with a store each.
+/// Redis with a store each, and a Redis Cluster of three primaries likewise.
 fn on_every_backend<F, Fut>(name: &str, test: F)
 where
     F: Fn(Arc<dyn Store>, Arc<dyn Store>) -> Fut,
@@ -226,6 +226,10 @@ where
         test(memory.clone(), memory).await;
         test(backends.sqlite(&cfg, "usage.db"), backends.sqlite(&cfg, "usage.db")).await;
         test(backends.redis(&cfg).await, backends.redis(&cfg).await).await;
+        let cluster = ldp_store::test_redis::RedisCluster::start(3).unwrap();
+        let open =
+            || async { Arc::new(RedisStore::open(&cluster.url(), cfg.clone()).await.unwrap()) as Arc<dyn Store> };
+        test(open().await, open().await).await;
     });
 }
 
