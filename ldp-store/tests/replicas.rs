@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ldp_session::runtime::{Delegate, DelegateRuntime, Response, TaskContext};
+use ldp_session::shared::{SharedTask, TaskClaim};
 use ldp_session::store::{Store, StoreOptions};
 use ldp_session::{
     Initiator, InitiatorConfig, InitiatorEvent, PeerContext, Responder, ResponderConfig, SecurityConfig, SeededIds,
@@ -577,6 +578,109 @@ async fn redis_pair() -> (ldp_store::test_redis::RedisServer, Arc<dyn Store>, Ar
     (server, a, b)
 }
 
+/// A store whose first `failures` results (`finish_task`) fail, as a store that is down for a moment would.
+struct FlakyResults {
+    inner: Arc<dyn Store>,
+    failures: AtomicUsize,
+}
+
+#[async_trait]
+impl Store for FlakyResults {
+    fn backend(&self) -> &'static str {
+        "flaky"
+    }
+    async fn admit(
+        &self,
+        admission: &ldp_session::shared::Admission,
+    ) -> Result<ldp_session::shared::Admitted, ldp_session::store::StoreError> {
+        self.inner.admit(admission).await
+    }
+    async fn create_session(
+        &self,
+        session: &ldp_session::shared::SharedSession,
+    ) -> Result<bool, ldp_session::store::StoreError> {
+        self.inner.create_session(session).await
+    }
+    async fn close_session(&self, session_id: &str) -> Result<(), ldp_session::store::StoreError> {
+        self.inner.close_session(session_id).await
+    }
+    async fn claim_task(
+        &self,
+        key: &ldp_session::TaskKey,
+        task: &SharedTask,
+        lease: Duration,
+    ) -> Result<TaskClaim, ldp_session::store::StoreError> {
+        self.inner.claim_task(key, task, lease).await
+    }
+    async fn release_task(
+        &self,
+        key: &ldp_session::TaskKey,
+        owner: &str,
+    ) -> Result<(), ldp_session::store::StoreError> {
+        self.inner.release_task(key, owner).await
+    }
+    async fn renew_leases(
+        &self,
+        owner: &str,
+        keys: &[ldp_session::TaskKey],
+        lease: Duration,
+    ) -> Result<Vec<(ldp_session::TaskKey, SharedTask)>, ldp_session::store::StoreError> {
+        self.inner.renew_leases(owner, keys, lease).await
+    }
+    async fn finish_task(
+        &self,
+        key: &ldp_session::TaskKey,
+        task: &SharedTask,
+    ) -> Result<ldp_session::shared::TaskFinish, ldp_session::store::StoreError> {
+        let failing = self.failures.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        if failing {
+            return Err(ldp_session::store::StoreError::Unavailable { backend: "flaky", reason: "down".to_owned() });
+        }
+        self.inner.finish_task(key, task).await
+    }
+    async fn task(&self, key: &ldp_session::TaskKey) -> Result<Option<SharedTask>, ldp_session::store::StoreError> {
+        self.inner.task(key).await
+    }
+    async fn ended_sessions(
+        &self,
+        session_ids: &[String],
+    ) -> Result<Vec<(String, ldp_session::shared::SessionLookup)>, ldp_session::store::StoreError> {
+        self.inner.ended_sessions(session_ids).await
+    }
+}
+
+/// A result the store does not take when the task ends (down for a moment) is still answered to its submitter, and
+/// recorded once the store takes it again: a status query on the other replica then gets the result, not a task
+/// left `running` until its lease lapses and then failed `TASK_LEASE_EXPIRED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_the_store_missed_is_recorded_when_it_is_back() {
+    let shared: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    let flaky: Arc<dyn Store> = Arc::new(FlakyResults { inner: shared.clone(), failures: AtomicUsize::new(2) });
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Renewed (and a missed record retried) every 200 ms.
+    let lease = Duration::from_millis(600);
+    let (a, _ra) = replica(flaky, &runs, lease);
+    let (b, _rb) = replica(shared, &runs, lease);
+    let mut init = initiator();
+    let session_id = establish(&mut init, &a).await;
+    let task = init.submit(&session_id, "work", serde_json::json!({"n": 1}), None, None).unwrap();
+    let task_id = task.body.task_id().unwrap().to_owned();
+    let answer = send(&a, &task).await;
+    assert!(matches!(answer.body, Body::TaskResult(_)), "the submitter lost its result: {}", answer.body.type_name());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let on_b = send(&b, &status_query(&mut init, &session_id, &task_id)).await;
+        match &on_b.body {
+            Body::TaskResult(_) => break,
+            Body::TaskUpdate(_) => {}
+            _ => panic!("the other replica answered {}", error_code(&on_b)),
+        }
+        assert!(std::time::Instant::now() < deadline, "the result was never recorded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 /// Two stores on one Redis Cluster, in a namespace of their own (each scenario's replay window counted apart), as
 /// two replicas would open them.
 async fn cluster_pair(
@@ -687,7 +791,7 @@ async fn redis_outage_is_a_typed_retryable_refusal_and_recovers() {
 /// holds, in the same step (another replica's claim, or an end already recorded), which is what every status query
 /// will say.
 async fn a_refused_end_returns_the_record_held(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
-    use ldp_session::shared::{SharedTask, SharedTaskStatus, TaskClaim, TaskFinish};
+    use ldp_session::shared::{SharedTaskStatus, TaskFinish};
     let key = ldp_session::TaskKey { session_id: format!("s-{}", rand_id()), task_id: "t".into() };
     let on_a = SharedTask::running("replica-a", ldp_types::PayloadMode::Text);
     let claimed = a_store.claim_task(&key, &on_a, Duration::from_secs(30)).await.unwrap();

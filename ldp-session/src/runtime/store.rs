@@ -109,11 +109,17 @@ impl DelegateRuntime {
     pub(super) async fn record_answer(&self, link: &StoreLink, key: &TaskKey, answer: Envelope) -> Envelope {
         let Some(task) = SharedTask::ended(link.replica.as_str(), &answer) else { return answer };
         let task = task.bounded(link.opts.max_result_bytes);
+        let key_owned = key.clone();
         let held = match link.call(link.store.finish_task(key, &task)).await {
             Ok(TaskFinish::Refused(held)) => held,
             Ok(_) => return answer,
             Err(e) => {
-                tracing::warn!(error = %e, task = %key.task_id, "could not record a task's answer in the store");
+                // The answer still goes out (the delegate's work is not thrown away), and the record is retried
+                // off the caller's path, so that other replicas' status queries find the result once the store is
+                // back instead of a lapsed lease.
+                tracing::warn!(error = %e, task = %key.task_id, "could not record a task's answer in the store; retrying");
+                let rt = self.clone();
+                tokio::spawn(async move { rt.record_ended(vec![(key_owned, task)]).await });
                 return answer;
             }
         };
@@ -126,13 +132,23 @@ impl DelegateRuntime {
         }
     }
 
-    /// Records tasks that ended in the store (their answers were already sent or held).
+    /// Records tasks that ended in the store (their answers were already sent or held). A record the store does not
+    /// take (down, or slow past the timeout) is tried again, every third of the lease, for as long as the lease
+    /// would have held: past it, another replica's status query may have failed the task `TASK_LEASE_EXPIRED`
+    /// (retryable), which the store then keeps.
     pub(super) async fn record_ended(&self, records: Vec<(TaskKey, SharedTask)>) {
         let Some(link) = self.inner.store.get() else { return };
+        let every = (link.opts.lease / 3).max(Duration::from_millis(10));
         for (key, task) in records {
             let task = task.bounded(link.opts.max_result_bytes);
-            if let Err(e) = link.call(link.store.finish_task(&key, &task)).await {
-                tracing::warn!(error = %e, task = %key.task_id, "could not record an ended task in the store");
+            for attempt in 1..=3 {
+                match link.call(link.store.finish_task(&key, &task)).await {
+                    Ok(_) => break,
+                    Err(e) if attempt == 3 => {
+                        tracing::warn!(error = %e, task = %key.task_id, "could not record an ended task in the store");
+                    }
+                    Err(_) => tokio::time::sleep(every).await,
+                }
             }
         }
     }
