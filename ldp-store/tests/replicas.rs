@@ -578,6 +578,53 @@ async fn redis_pair() -> (ldp_store::test_redis::RedisServer, Arc<dyn Store>, Ar
     (server, a, b)
 }
 
+/// A wall clock `lag` behind the system's, as a replica's whose clock drifted.
+#[derive(Debug)]
+struct Lagging(Duration);
+
+impl ldp_session::WallClock for Lagging {
+    fn now_utc(&self) -> time::OffsetDateTime {
+        time::OffsetDateTime::now_utc() - self.0
+    }
+}
+
+/// A signed message accepted by A is refused as a replay by B even when B's clock lags A's: B takes the message's
+/// timestamp as within its window for longer than A does (by the lag), so the shared entry is kept a future skew
+/// past the window, the lag the window tolerates. Before, the entry went with A's window, and B accepted the replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_clock_lags_still_refuses_a_replay() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    let mut security = SecurityConfig::symmetric(key());
+    security.replay = Some(ldp_session::ReplayConfig {
+        window: Duration::from_secs(2),
+        future_skew: Duration::from_secs(5),
+        ..ldp_session::ReplayConfig::default()
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (a, _ra) = replica_with(store.clone(), &runs, Duration::from_secs(30), security.clone());
+    let build_b = || {
+        let mut card = IdentityCard::new(DelegateId::new(DELEGATE).unwrap(), "Replicated", "none", "1");
+        card.capabilities.push(Capability::new("work"));
+        let mut cfg = ResponderConfig::new(card);
+        cfg.security = security.clone();
+        let clock = Arc::new(Lagging(Duration::from_secs(3)));
+        let responder = Responder::new(cfg, clock, Box::new(SeededIds::from_entropy()));
+        let runtime = DelegateRuntime::new(responder, Arc::new(Counting(runs.clone())));
+        let renewer =
+            runtime.attach_store(store.clone(), StoreOptions::new(Duration::from_secs(2), Duration::from_secs(30)));
+        (runtime, renewer)
+    };
+    let (b, _rb) = build_b();
+    let mut init = initiator();
+    let session_id = establish(&mut init, &a).await;
+    let query = status_query(&mut init, &session_id, "t-none");
+    assert_eq!(error_code(&send(&a, &query).await), codes::TASK_NOT_FOUND);
+    // Past A's window (2 s), within B's: B's clock says the message is 0.5 s in the future.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let replayed = send(&b, &query).await;
+    assert_eq!(error_code(&replayed), codes::REPLAY_DETECTED, "a replica with a lagging clock accepted a replay");
+}
+
 /// A store whose first `failures` results (`finish_task`) fail, as a store that is down for a moment would.
 struct FlakyResults {
     inner: Arc<dyn Store>,

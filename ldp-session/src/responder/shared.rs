@@ -55,7 +55,7 @@ impl Responder {
 
     /// The shared replay-window entry of an inbound message, for a store to insert if absent before the machine
     /// sees the message. With replay protection on, a signed message's id and nonce, kept until its timestamp leaves
-    /// the window, counted against the sender's principal; without it, the unsigned dedupe pair (session, message
+    /// the window (a future skew later, for replicas whose clocks lag), counted against the sender's principal; without it, the unsigned dedupe pair (session, message
     /// id), kept for the dedupe window. Signed entries carry the window's bounds (per principal and in total,
     /// [`crate::ReplayConfig`]), which the store enforces across replicas. `None` when the message would be refused anyway (timestamp outside the
     /// window or unparseable): the machine refuses it with its own typed error.
@@ -67,7 +67,11 @@ impl Responder {
                 let ts = crate::security::timestamp_in_window(&replay, env, wall).ok()?;
                 let window = time::Duration::try_from(replay.window).unwrap_or(time::Duration::MAX);
                 let key = crate::security::replay_key(env);
-                let expires = ts.checked_add(window)?;
+                // Kept a future skew past the window: a replica whose clock lags the one that admitted the message
+                // (by up to the skew the window tolerates) still takes its timestamp as in the window, and must
+                // still find the entry.
+                let skew = time::Duration::try_from(replay.future_skew).unwrap_or(time::Duration::ZERO);
+                let expires = ts.checked_add(window)?.checked_add(skew)?;
                 (digest_hex(key.as_bytes()), expires, Some(replay.max_entries_per_principal), Some(replay.max_entries))
             }
             None => {
