@@ -221,20 +221,22 @@ return {1}
 ";
 
 /// Replaces a running task's record with its failure once its lease key is gone (KEYS: record, lease; ARGV: the
-/// record as read, the failed record): the compare-and-set of a lapsed lease.
+/// record as read, the failed record, result TTL ms): the compare-and-set of a lapsed lease. The failure is kept a
+/// result TTL from now, as the other backends keep it.
 const LAPSE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
 return 0
 ";
 
-/// Cancels a running task whose lease is live (KEYS: record, lease; ARGV: the record as read, the cancelled record):
-/// the record is replaced and the lease dropped, so its owner finds it at its next renewal.
+/// Cancels a running task whose lease is live (KEYS: record, lease; ARGV: the record as read, the cancelled record,
+/// result TTL ms): the record is replaced (kept a result TTL from now) and the lease dropped, so its owner finds it
+/// at its next renewal.
 const CANCEL: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('DEL', KEYS[2])
   return 1
 end
@@ -587,6 +589,7 @@ impl RedisStore {
             .key(&lease_key)
             .arg(read)
             .arg(encode(new)?)
+            .arg(ms(self.cfg.result_ttl).max(1))
             .invoke_async(&mut self.conn())
             .await
             .map_err(unavailable)?;
