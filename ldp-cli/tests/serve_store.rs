@@ -165,9 +165,23 @@ fn replica(redis: &str, extra: &[&str]) -> (Guard, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_one_redis_serve_one_session() {
     let redis = RedisServer::start().unwrap();
+    two_replicas_serve_one_session(&redis.url()).await;
+}
+
+/// As on one Redis, with `--store redis+cluster://` on a cluster of three primaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_a_redis_cluster_serve_one_session() {
+    let cluster = ldp_store::test_redis::RedisCluster::start(3).unwrap();
+    two_replicas_serve_one_session(&cluster.url()).await;
+}
+
+/// Two `ldp serve` replicas on the store at `url`: a session proposed on A continues on B, a message accepted by A
+/// and replayed to B is refused, a task resent to B under a new id is DUPLICATE_TASK, B answers a status query for
+/// A's task with its result, and a close on B ends the session on A.
+async fn two_replicas_serve_one_session(url: &str) {
     let signed = ["--sign", "hmac-sha256-jcs", "--secret", SECRET];
-    let (_a, a) = replica(&redis.url(), &signed);
-    let (_b, b) = replica(&redis.url(), &signed);
+    let (_a, a) = replica(url, &signed);
+    let (_b, b) = replica(url, &signed);
     let http = reqwest::Client::new();
     let mut init = initiator(ECHO, true);
 
