@@ -12,7 +12,28 @@
 //! `ldp serve --store memory|sqlite:PATH|redis://HOST:PORT[/DB]` picks one ([`StoreSpec`]); `memory` there means no
 //! store at all: the machine's own tables, today's behaviour and speed. Redis may also be `rediss://` (TLS, with
 //! [`StoreConfig::redis_tls`] for a private CA or a client certificate) or `redis+unix:///PATH`, and any of them may
-//! carry a user and password; no error or `Debug` output of this crate shows a password ([`redacted`]).
+//! carry a user and password, or be a Redis Cluster, `redis+cluster://HOST:PORT[,HOST:PORT...]`; no error or `Debug`
+//! output of this crate shows a password ([`redacted`]).
+//!
+//! A store is driven by the runtime, but its operations can be called directly; here a TASK_SUBMIT's id is claimed
+//! once, and a second claim (a resend to another replica) is refused:
+//!
+//! ```
+//! use std::time::Duration;
+//! use ldp_session::TaskKey;
+//! use ldp_session::shared::{SharedTask, TaskClaim};
+//! use ldp_session::store::Store;
+//! use ldp_store::{MemoryStore, StoreConfig};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let store = MemoryStore::new(StoreConfig::new("ldp:delegate:echo"));
+//! let key = TaskKey { session_id: "s-1".into(), task_id: "t-1".into() };
+//! let on_a = SharedTask::running("replica-a", ldp_types::PayloadMode::Text);
+//! let on_b = SharedTask::running("replica-b", ldp_types::PayloadMode::Text);
+//! assert_eq!(store.claim_task(&key, &on_a, Duration::from_secs(30)).await?, TaskClaim::Claimed);
+//! assert_eq!(store.claim_task(&key, &on_b, Duration::from_secs(30)).await?, TaskClaim::Taken);
+//! # Ok::<(), ldp_session::store::StoreError>(()) }).unwrap();
+//! ```
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(clippy::exhaustive_enums)]
