@@ -625,16 +625,18 @@ async fn a_replica_whose_clock_lags_still_refuses_a_replay() {
     assert_eq!(error_code(&replayed), codes::REPLAY_DETECTED, "a replica with a lagging clock accepted a replay");
 }
 
-/// A store whose first `failures` results (`finish_task`) fail, as a store that is down for a moment would.
-struct FlakyResults {
+/// A store degraded as a test asks: its first `failures` results (`finish_task`) fail, as a store down for a moment
+/// would, and each lease renewal takes `renew_per_key` per task, as over a slow link.
+struct Degraded {
     inner: Arc<dyn Store>,
     failures: AtomicUsize,
+    renew_per_key: Duration,
 }
 
 #[async_trait]
-impl Store for FlakyResults {
+impl Store for Degraded {
     fn backend(&self) -> &'static str {
-        "flaky"
+        "degraded"
     }
     async fn admit(
         &self,
@@ -672,6 +674,7 @@ impl Store for FlakyResults {
         keys: &[ldp_session::TaskKey],
         lease: Duration,
     ) -> Result<Vec<(ldp_session::TaskKey, SharedTask)>, ldp_session::store::StoreError> {
+        tokio::time::sleep(self.renew_per_key * u32::try_from(keys.len()).unwrap()).await;
         self.inner.renew_leases(owner, keys, lease).await
     }
     async fn finish_task(
@@ -702,7 +705,8 @@ impl Store for FlakyResults {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_the_store_missed_is_recorded_when_it_is_back() {
     let shared: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
-    let flaky: Arc<dyn Store> = Arc::new(FlakyResults { inner: shared.clone(), failures: AtomicUsize::new(2) });
+    let flaky: Arc<dyn Store> =
+        Arc::new(Degraded { inner: shared.clone(), failures: AtomicUsize::new(2), renew_per_key: Duration::ZERO });
     let runs = Arc::new(AtomicUsize::new(0));
     // Renewed (and a missed record retried) every 200 ms.
     let lease = Duration::from_millis(600);
@@ -726,6 +730,44 @@ async fn a_result_the_store_missed_is_recorded_when_it_is_back() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A replica running many tasks renews all their leases even when each renewal is slow: renewals go in chunks, each
+/// under the store timeout, where one call for every task outlasted the timeout and let every lease lapse (the other
+/// replica then failed the tasks `TASK_LEASE_EXPIRED`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_running_tasks_keep_their_leases_over_a_slow_store() {
+    let shared: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+    // 20 ms per task renewed: the 64 tasks (the replica's slots) in one call would take 1.28 s, past the 1 s timeout.
+    let slow: Arc<dyn Store> = Arc::new(Degraded {
+        inner: shared.clone(),
+        failures: AtomicUsize::new(0),
+        renew_per_key: Duration::from_millis(20),
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    let lease = Duration::from_secs(3);
+    let options = StoreOptions::new(Duration::from_secs(1), lease);
+    let (a, _ra) = replica_with_options(slow, &runs, SecurityConfig::symmetric(key()), options);
+    let (b, _rb) = replica(shared, &runs, lease);
+    let mut init = initiator();
+    let session_id = establish(&mut init, &a).await;
+    let a = Arc::new(a);
+    let mut running = Vec::new();
+    for _ in 0..64 {
+        let task = init.submit(&session_id, "work", serde_json::json!({"sleep_ms": 7000}), None, None).unwrap();
+        let task_id = task.body.task_id().unwrap().to_owned();
+        let a = a.clone();
+        running.push((task_id, tokio::spawn(async move { send(&a, &task).await })));
+    }
+    // Past two leases, while every task still runs: none has lapsed for the other replica.
+    tokio::time::sleep(Duration::from_millis(6200)).await;
+    for (task_id, _) in running.iter().step_by(9) {
+        let on_b = send(&b, &status_query(&mut init, &session_id, task_id)).await;
+        assert!(matches!(on_b.body, Body::TaskUpdate(_)), "task {task_id} on B: {}", error_code(&on_b));
+    }
+    for (_, answer) in running {
+        assert!(matches!(answer.await.unwrap().body, Body::TaskResult(_)));
+    }
 }
 
 /// Two stores on one Redis Cluster, in a namespace of their own (each scenario's replay window counted apart), as

@@ -6,6 +6,9 @@
 
 use super::*;
 
+/// The most running tasks renewed, or sessions looked up, in one store call.
+const RENEWAL_CHUNK: usize = 32;
+
 /// A runtime's store and how it uses it.
 pub(super) struct StoreLink {
     pub(super) store: Arc<dyn Store>,
@@ -63,41 +66,49 @@ impl DelegateRuntime {
             if keys.is_empty() {
                 continue;
             }
-            match link.call(link.store.renew_leases(&link.replica, &keys, link.opts.lease)).await {
-                Ok(lost) if !lost.is_empty() => {
-                    let rt = DelegateRuntime { inner: inner.clone() };
-                    rt.with_responder(|r| {
-                        for (key, task) in lost {
-                            // A record that completed is this replica's own answer, written meanwhile.
-                            if let (SharedTaskStatus::Failed, Some(error)) = (task.status, task.error) {
-                                r.end_by_store(&key, *error);
+            // In chunks, each under the store timeout: a replica running many tasks renews them all even over a
+            // slow link, and one chunk's failure does not cost the others their renewal.
+            for chunk in keys.chunks(RENEWAL_CHUNK) {
+                match link.call(link.store.renew_leases(&link.replica, chunk, link.opts.lease)).await {
+                    Ok(lost) if !lost.is_empty() => {
+                        let rt = DelegateRuntime { inner: inner.clone() };
+                        rt.with_responder(|r| {
+                            for (key, task) in lost {
+                                // A record that completed is this replica's own answer, written meanwhile.
+                                if let (SharedTaskStatus::Failed, Some(error)) = (task.status, task.error) {
+                                    r.end_by_store(&key, *error);
+                                }
                             }
-                        }
-                    });
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, tasks = chunk.len(), "could not renew the leases of running tasks");
+                    }
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, tasks = keys.len(), "could not renew the leases of running tasks"),
             }
             // Sessions closed (or expired) through other replicas end here too, with the tasks they run here, as
             // a close received here would end them.
             let mut sessions: Vec<String> = keys.into_iter().map(|k| k.session_id).collect();
             sessions.sort_unstable();
             sessions.dedup();
-            match link.call(link.store.ended_sessions(&sessions)).await {
-                Ok(ended) if !ended.is_empty() => {
-                    let rt = DelegateRuntime { inner: inner.clone() };
-                    rt.with_responder(|r| {
-                        for (id, how) in ended {
-                            let how = match how {
-                                SessionLookup::Closed => crate::SharedEnd::Closed,
-                                _ => crate::SharedEnd::Expired,
-                            };
-                            r.end_shared_session(&id, how);
-                        }
-                    });
+            for chunk in sessions.chunks(RENEWAL_CHUNK) {
+                match link.call(link.store.ended_sessions(chunk)).await {
+                    Ok(ended) if !ended.is_empty() => {
+                        let rt = DelegateRuntime { inner: inner.clone() };
+                        rt.with_responder(|r| {
+                            for (id, how) in ended {
+                                let how = match how {
+                                    SessionLookup::Closed => crate::SharedEnd::Closed,
+                                    _ => crate::SharedEnd::Expired,
+                                };
+                                r.end_shared_session(&id, how);
+                            }
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not look up the sessions of running tasks"),
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "could not look up the sessions of running tasks"),
             }
         }
     }
