@@ -277,7 +277,21 @@ pub fn redacted(url: &str) -> String {
             .collect();
         parsed.query_pairs_mut().clear().extend_pairs(pairs);
     }
-    parsed.into()
+    // A value the URL parser read as something other than a URL with an authority (`a:://user:secret@host` is
+    // scheme `a` and a path; so is `user:secret@host:6379`) may still hold a password, which it did not find.
+    let authority = parsed.has_host();
+    let shown: String = parsed.into();
+    if (!authority && shown.contains('@')) || unmasked_password(&shown) { "(not a URL)".to_owned() } else { shown }
+}
+
+/// Whether `text` has a `USER:PASSWORD@` after its first `://` whose password is not `***`.
+fn unmasked_password(text: &str) -> bool {
+    let Some((_, rest)) = text.split_once("://") else { return false };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .and_then(|(credentials, _)| credentials.split_once(':'))
+        .is_some_and(|(_, password)| password != "***")
 }
 
 /// Whether a URL's query parameter holds a password (`redis+unix:///sock?pass=...`).
@@ -433,8 +447,10 @@ mod tests {
         // No password: unchanged. A user alone is no secret.
         assert_eq!(redacted("redis://127.0.0.1:6379/2"), "redis://127.0.0.1:6379/2");
         assert_eq!(redacted("redis://app@host"), "redis://app@host");
-        // Not a URL, but it may hold one's credentials.
+        // Not a URL, but it may hold one's credentials (found by the property test below).
         assert_eq!(redacted("redis://us er:hunter2@[bad"), "(not a URL)");
+        assert_eq!(redacted("a:://u:hunter2@h:1"), "(not a URL)");
+        assert_eq!(redacted("u:hunter2@://:6379"), "(not a URL)");
         let spec = StoreSpec::Redis("redis://:hunter2@host".into());
         assert!(!format!("{spec:?}").contains("hunter2"));
     }
@@ -449,15 +465,26 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Any `--store` value parses or is refused, never panics, and a refusal shows no password it carried.
+        #[test]
+        fn any_store_value_is_parsed_or_refused(value in "[ -~]{0,48}", password in "[a-zA-Z0-9]{8,16}") {
+            let _ = value.parse::<StoreSpec>();
+            for shaped in [format!("{value}://u:{password}@h:1"), format!("u:{password}@{value}:6379")] {
+                if let Err(e) = shaped.parse::<StoreSpec>() {
+                    proptest::prop_assert!(!e.to_string().contains(&password), "{shaped} -> {e}");
+                }
+            }
+        }
+
         /// Whatever the password (percent-encoded in the URL, as it must be), `redacted` does not show it, in the
         /// user part or in the query.
         #[test]
-        fn no_password_survives_redaction(password in "[ -~]{1,24}", user in "[a-z]{0,8}", in_query in proptest::bool::ANY) {
+        fn no_password_survives_redaction(password in "[ -~]{1,24}", user in "[a-z]{0,8}", form in 0..3_u8) {
             let encoded: String = url::form_urlencoded::byte_serialize(password.as_bytes()).collect();
-            let url = if in_query {
-                format!("redis+unix:///run/redis.sock?db=1&pass={encoded}")
-            } else {
-                format!("redis://{user}:{encoded}@127.0.0.1:6379/0")
+            let url = match form {
+                0 => format!("redis+unix:///run/redis.sock?db=1&pass={encoded}"),
+                1 => format!("redis+cluster://{user}:{encoded}@10.0.0.1:7000,10.0.0.2:7000"),
+                _ => format!("redis://{user}:{encoded}@127.0.0.1:6379/0"),
             };
             let shown = redacted(&url);
             // Short passwords may be found by chance in the rest of the URL ("1", "redis"): judge what replaced them.
