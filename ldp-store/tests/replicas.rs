@@ -370,25 +370,6 @@ async fn a_close_elsewhere_stops_the_sessions_tasks(a_store: Arc<dyn Store>, b_s
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_close_elsewhere_stops_the_tasks() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
-    a_close_elsewhere_stops_the_sessions_tasks(store.clone(), store).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_close_elsewhere_stops_the_tasks() {
-    let (dir, a, b) = sqlite_pair("close-elsewhere");
-    a_close_elsewhere_stops_the_sessions_tasks(a, b).await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_close_elsewhere_stops_the_tasks() {
-    let (_server, a, b) = redis_pair().await;
-    a_close_elsewhere_stops_the_sessions_tasks(a, b).await;
-}
-
 /// A task that ends on A after a TASK_CANCEL sent to B recorded it cancelled, but before A's next lease renewal
 /// could tell A: A's result is not what the submitter gets. The store's record (cancelled) wins, as it does for every
 /// status query, so the submitter is answered TASK_FAILED CANCELLED, and A's own history says cancelled too.
@@ -418,25 +399,6 @@ async fn a_cancel_elsewhere_overrules_a_result_not_yet_sent(a_store: Arc<dyn Sto
         Body::TaskUpdate(u) => assert_eq!(u.message.as_deref(), Some("cancelled")),
         _ => assert_eq!(error_code(&on_a), codes::CANCELLED),
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_cancel_elsewhere_overrules_the_result() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
-    a_cancel_elsewhere_overrules_a_result_not_yet_sent(store.clone(), store).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_cancel_elsewhere_overrules_the_result() {
-    let (dir, a, b) = sqlite_pair("overrule");
-    a_cancel_elsewhere_overrules_a_result_not_yet_sent(a, b).await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_cancel_elsewhere_overrules_the_result() {
-    let (_server, a, b) = redis_pair().await;
-    a_cancel_elsewhere_overrules_a_result_not_yet_sent(a, b).await;
 }
 
 /// A signed TASK_CANCEL built by hand (the initiator forgets a task once it ended).
@@ -510,63 +472,6 @@ async fn a_refused_submission_leaves_its_task_id_free(a_store: Arc<dyn Store>, b
     let answer = send(&b, &good).await;
     assert!(matches!(answer.body, Body::TaskResult(_)), "the id stayed claimed: {}", error_code(&answer));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_refused_submission_frees_its_id() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
-    a_refused_submission_leaves_its_task_id_free(store.clone(), store).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_refused_submission_frees_its_id() {
-    let (dir, a, b) = sqlite_pair("refused");
-    a_refused_submission_leaves_its_task_id_free(a, b).await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_refused_submission_frees_its_id() {
-    let (_server, a, b) = redis_pair().await;
-    a_refused_submission_leaves_its_task_id_free(a, b).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_cancel_reaches_the_owner() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
-    cancel_reaches_the_replica_running_the_task(store.clone(), store).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_cancel_reaches_the_owner() {
-    let (dir, a, b) = sqlite_pair("cancel");
-    cancel_reaches_the_replica_running_the_task(a, b).await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_cancel_reaches_the_owner() {
-    let (_server, a, b) = redis_pair().await;
-    cancel_reaches_the_replica_running_the_task(a, b).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_replay_total_bound() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
-    replay_window_total_bound_spans_replicas(store.clone(), store).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_replay_total_bound() {
-    let (dir, a, b) = sqlite_pair("bound");
-    replay_window_total_bound_spans_replicas(a, b).await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_replay_total_bound() {
-    let (_server, a, b) = redis_pair().await;
-    replay_window_total_bound_spans_replicas(a, b).await;
 }
 
 /// A throwaway `redis-server` (kept running while the returned handle lives) and two stores on it, as two replicas
@@ -817,30 +722,6 @@ fn sqlite_pair(name: &str) -> (std::path::PathBuf, Arc<dyn Store>, Arc<dyn Store
     (dir, a, b)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_replicas_share_state() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
-    two_replicas_share_state(store.clone(), store).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_replicas_share_state() {
-    let dir = std::env::temp_dir().join(format!("ldp-store-replicas-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("state.db");
-    // Two connections to one file, as two processes on one machine would have.
-    let a: Arc<dyn Store> = Arc::new(SqliteStore::open(&path, StoreConfig::new(DELEGATE)).unwrap());
-    let b: Arc<dyn Store> = Arc::new(SqliteStore::open(&path, StoreConfig::new(DELEGATE)).unwrap());
-    two_replicas_share_state(a, b).await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_replicas_share_state() {
-    let (_server, a, b) = redis_pair().await;
-    two_replicas_share_state(a, b).await;
-}
-
 /// Redis down: every message is refused STORE_UNAVAILABLE (retryable) within the store timeout, never hangs; back
 /// up (empty), the replica serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -904,34 +785,15 @@ async fn a_refused_end_returns_the_record_held(a_store: Arc<dyn Store>, b_store:
     assert_eq!(b_store.task(&key).await.unwrap(), Some(cancelled), "what a status query says");
 }
 
-#[tokio::test]
-async fn memory_refused_end_returns_the_record_held() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
-    a_refused_end_returns_the_record_held(store.clone(), store).await;
-}
-
-#[tokio::test]
-async fn sqlite_refused_end_returns_the_record_held() {
-    let (dir, a, b) = sqlite_pair("refused-end");
-    a_refused_end_returns_the_record_held(a, b).await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test]
-async fn redis_refused_end_returns_the_record_held() {
-    let (_server, a, b) = redis_pair().await;
-    a_refused_end_returns_the_record_held(a, b).await;
-}
-
 /// A result longer than the store keeps (`StoreOptions::max_result_bytes`) is answered in full to its submitter, and
 /// kept as failed `RESULT_NOT_KEPT` (not retryable) for status queries on other replicas; its id still refuses a
 /// resend, and a short result is kept as it is. What one task can make the store hold stays bounded.
-async fn a_result_too_long_to_keep_is_answered_but_not_kept(store: Arc<dyn Store>) {
+async fn a_result_too_long_to_keep_is_answered_but_not_kept(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
     const KEEP: usize = 200;
     let runs = Arc::new(AtomicUsize::new(0));
     let options = StoreOptions::new(Duration::from_secs(2), Duration::from_secs(30)).with_max_result_bytes(KEEP);
-    let (a, _ra) = replica_with_options(store.clone(), &runs, SecurityConfig::symmetric(key()), options);
-    let (b, _rb) = replica_with_options(store, &runs, SecurityConfig::symmetric(key()), options);
+    let (a, _ra) = replica_with_options(a_store, &runs, SecurityConfig::symmetric(key()), options);
+    let (b, _rb) = replica_with_options(b_store, &runs, SecurityConfig::symmetric(key()), options);
     let mut init = initiator();
     let session_id = establish(&mut init, &a).await;
 
@@ -961,24 +823,43 @@ async fn a_result_too_long_to_keep_is_answered_but_not_kept(store: Arc<dyn Store
     assert_eq!(r.output.parse::<serde_json::Value>().unwrap(), serde_json::json!({"ran": "short"}));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_result_too_long_to_keep() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
-    a_result_too_long_to_keep_is_answered_but_not_kept(store).await;
+/// The three tests of a scenario on two replicas, one per backend, in a module named for the scenario: one
+/// `MemoryStore` both replicas hold, one SQLite file each opens (two writer threads, as two processes on one machine
+/// would have), one `redis-server` each connects to.
+macro_rules! on_every_backend {
+    ($($name:ident => $scenario:ident),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreConfig::new(DELEGATE)));
+                $scenario(store.clone(), store).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let (dir, a, b) = sqlite_pair(stringify!($name));
+                $scenario(a, b).await;
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                let (_server, a, b) = redis_pair().await;
+                $scenario(a, b).await;
+            }
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_result_too_long_to_keep() {
-    let dir = std::env::temp_dir().join(format!("ldp-store-too-long-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.join("state.db"), StoreConfig::new(DELEGATE)).unwrap());
-    a_result_too_long_to_keep_is_answered_but_not_kept(store).await;
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_result_too_long_to_keep() {
-    let server = ldp_store::test_redis::RedisServer::start().unwrap();
-    let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url(), StoreConfig::new(DELEGATE)).await.unwrap());
-    a_result_too_long_to_keep_is_answered_but_not_kept(store).await;
+on_every_backend! {
+    replicas_share_state => two_replicas_share_state,
+    close_elsewhere_stops_the_tasks => a_close_elsewhere_stops_the_sessions_tasks,
+    cancel_elsewhere_overrules_the_result => a_cancel_elsewhere_overrules_a_result_not_yet_sent,
+    refused_submission_frees_its_id => a_refused_submission_leaves_its_task_id_free,
+    cancel_reaches_the_owner => cancel_reaches_the_replica_running_the_task,
+    replay_total_bound => replay_window_total_bound_spans_replicas,
+    refused_end_returns_the_record_held => a_refused_end_returns_the_record_held,
+    result_too_long_to_keep => a_result_too_long_to_keep_is_answered_but_not_kept,
 }
