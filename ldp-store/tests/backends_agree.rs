@@ -22,6 +22,11 @@ use proptest::test_runner::TestCaseError;
 mod backends;
 use backends::{Backends, run_cases};
 
+#[path = "common/records.rs"]
+#[allow(dead_code)]
+mod records;
+use records::now_ms;
+
 const HOUR: Duration = Duration::from_secs(3600);
 /// Session and task ids, two of them crafted to spell another's key as Redis once wrote them (session `x`'s task
 /// `y}:session` and session `x}:task:y`'s record).
@@ -244,10 +249,6 @@ fn memory_sqlite_and_redis_answer_alike() {
             Ok(())
         })
     });
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 /// A signed message replayed under another principal's credential is refused `Seen` by every backend, and takes

@@ -14,9 +14,10 @@ use ldp_store::StoreConfig;
 mod backends;
 use backends::Backends;
 
-fn now_ms() -> i64 {
-    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
-}
+#[path = "common/records.rs"]
+#[allow(dead_code)]
+mod records;
+use records::now_ms;
 
 /// A signed message's replay entry, outside a session: `principal`'s, kept until `expires`, with a share of 2 and a
 /// total of 4.

@@ -8,24 +8,16 @@ use std::time::Duration;
 
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    Admission, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, TaskAnswer, TaskClaim, TaskFinish,
-    TaskStep,
+    Admission, ReplayClaim, ReplayVerdict, SessionLookup, SharedTask, TaskAnswer, TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
 
-fn now_ms() -> i64 {
-    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
-}
-
-fn session(id: &str) -> SharedSession {
-    serde_json::from_value(serde_json::json!({
-        "session_id": id, "peer": "ldp:delegate:client", "owner": null, "peer_delegate": null,
-        "peer_domain": "default", "mode": "text", "fallback": ["text"], "ttl_secs": 600,
-    }))
-    .unwrap()
-}
+#[path = "common/records.rs"]
+#[allow(dead_code)]
+mod records;
+use records::{now_ms, session};
 
 /// A TASK_SUBMIT's admission: its dedupe entry, its session, its task's claim.
 fn submit(session_id: &str, message: &str, task_id: &str) -> Admission {

@@ -16,9 +16,10 @@ use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
 
-fn now_ms() -> i64 {
-    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
-}
+#[path = "common/records.rs"]
+#[allow(dead_code)]
+mod records;
+use records::now_ms;
 
 #[tokio::test]
 async fn tasks_of_an_older_file_are_kept() {

@@ -12,24 +12,16 @@ use std::time::{Duration, Instant};
 
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    Admission, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus, TaskAnswer,
-    TaskClaim, TaskStep,
+    Admission, ReplayClaim, ReplayVerdict, SessionLookup, SharedTask, SharedTaskStatus, TaskAnswer, TaskClaim, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use ldp_store::{MAX_QUEUED, SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
 
-fn now_ms() -> i64 {
-    i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()).unwrap()
-}
-
-fn session(id: &str) -> SharedSession {
-    serde_json::from_value(serde_json::json!({
-        "session_id": id, "peer": "ldp:delegate:client", "owner": null, "peer_delegate": null,
-        "peer_domain": "default", "mode": "text", "fallback": ["text"], "ttl_secs": 600,
-    }))
-    .unwrap()
-}
+#[path = "common/records.rs"]
+#[allow(dead_code)]
+mod records;
+use records::{now_ms, session};
 
 fn key(task_id: &str) -> TaskKey {
     TaskKey { session_id: "s".to_owned(), task_id: task_id.to_owned() }
