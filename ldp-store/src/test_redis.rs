@@ -264,15 +264,37 @@ impl RedisCluster {
             cluster
                 .cli(&cluster.nodes[0], &["CLUSTER", "MEET", "127.0.0.1", &node.port.to_string(), &bus.to_string()])?;
         }
+        cluster.wait_until_ok()?;
+        Ok(cluster)
+    }
+
+    /// Stops every node (SIGKILL), as an outage of the whole cluster.
+    pub fn stop(&mut self) {
+        for node in &mut self.nodes {
+            node.stop();
+        }
+    }
+
+    /// Starts every node again on its ports; each reads the cluster's layout back from its nodes file (the data is
+    /// gone: nothing is persisted). Waits until the cluster serves every slot again.
+    pub fn restart(&mut self) -> Result<(), TestRedisError> {
+        for node in &mut self.nodes {
+            node.restart()?;
+        }
+        self.wait_until_ok()
+    }
+
+    fn wait_until_ok(&self) -> Result<(), TestRedisError> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let mut ready = true;
-            for node in &cluster.nodes {
-                let info = cluster.cli(node, &["CLUSTER", "INFO"])?;
-                ready &= info.contains("cluster_state:ok") && info.contains(&format!("cluster_known_nodes:{nodes}"));
+            for node in &self.nodes {
+                let info = self.cli(node, &["CLUSTER", "INFO"])?;
+                let known = format!("cluster_known_nodes:{}", self.nodes.len());
+                ready &= info.contains("cluster_state:ok") && info.contains(&known);
             }
             if ready {
-                return Ok(cluster);
+                return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(TestRedisError::Start("the cluster did not reach state ok within 20 s".to_owned()));

@@ -91,6 +91,33 @@ async fn a_server_down_at_open_is_no_error_and_is_used_once_it_is_up() {
     }
 }
 
+/// As for one server: a Redis Cluster that is down when the store opens is no error (the cluster connection is made
+/// on first use), calls meanwhile are refused `Unavailable` (retryable), and the store serves once the cluster is up.
+#[tokio::test]
+async fn a_cluster_down_at_open_is_no_error_and_is_used_once_it_is_up() {
+    let mut cluster = ldp_store::test_redis::RedisCluster::start(3).unwrap();
+    cluster.stop();
+    let started = Instant::now();
+    let store = RedisStore::open(&cluster.url(), config()).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "open waited {:?}", started.elapsed());
+    let down = store.create_session(&session_ttl::session("while-down", 60)).await;
+    assert!(matches!(down, Err(StoreError::Unavailable { .. })), "{down:?}");
+    assert!(down.unwrap_err().to_ldp().retryable);
+
+    cluster.restart().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match round_trip(&store, "after-restart").await {
+            Ok(()) => break,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the store did not recover: {e}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn rediss_with_a_private_ca_works_and_another_ca_is_refused_at_open() {
     let ca = TestCa::new("redis test CA").unwrap();
