@@ -351,6 +351,9 @@ pub enum TaskStep {
         /// the session's claims ([`SessionUsage::tasks`]) and answers [`TaskClaim::LimitReached`] at the limit, so
         /// that the limit holds across replicas even for submissions that race.
         max_tasks: Option<u64>,
+        /// Whether the machine judges the submission by the session's usage (it has a task limit or a budget): the
+        /// store then answers it ([`Admitted::usage`]); without, it reads none (`None`), as a store need not.
+        usage: bool,
     },
     /// Read the task's record, a lapsed lease failed first (a status query).
     Read(crate::TaskKey),
@@ -369,8 +372,8 @@ pub struct Admitted {
     pub session: Option<SessionLookup>,
     /// The task step's answer.
     pub task: Option<TaskAnswer>,
-    /// With a claim step: the session's usage as it stood before the claim, for the machine to judge the
-    /// TASK_SUBMIT by ([`crate::Responder::merge_shared_usage`]).
+    /// With a claim step that asks for it ([`TaskStep::Claim`]'s `usage`): the session's usage as it stood before
+    /// the claim, for the machine to judge the TASK_SUBMIT by ([`crate::Responder::merge_shared_usage`]).
     pub usage: Option<SessionUsage>,
 }
 

@@ -258,9 +258,9 @@ impl Store for MemoryStore {
         }
         let keep = ms(self.cfg.result_ttl);
         admitted.task = admission.task.as_ref().map(|step| match step {
-            TaskStep::Claim { key, task, lease, max_tasks } => {
+            TaskStep::Claim { key, task, lease, max_tasks, usage: read } => {
                 let (claim, usage) = t.claim_counted(key, task, *lease, *max_tasks, now, keep);
-                admitted.usage = Some(usage);
+                admitted.usage = read.then_some(usage);
                 TaskAnswer::Claim(claim)
             }
             TaskStep::Read(key) => TaskAnswer::Read(t.read_task(key, now)),

@@ -47,7 +47,7 @@ const CORRUPT: &str = "corrupt";
 /// One message's admission, every step in one script (KEYS: the replay entry, then, for a message in a session, the
 /// session, the task record, the task lease and the session's usage, all in the session's slot; ARGV: now ms, marker
 /// ms, the replay entry's expiry ms or '', the task step ('', claim, read, cancel), the claim's record, owner, lease
-/// ms, result TTL ms, task limit or ''). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
+/// ms, result TTL ms, task limit or '', '1' to answer the session's usage or ''). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
 ///
 /// - the replay entry: `SET NX PXAT` (present: `seen`, and nothing else runs);
 /// - the session, whose value is `<expiry ms>|<TTL ms>|<record>` (so the script need not decode the record; a
@@ -62,7 +62,8 @@ const CORRUPT: &str = "corrupt";
 /// - claim: `2` at the task limit, counted in the usage hash (`t`); else by the rule of `SharedTask::claimable` (a
 ///   failed task may be claimed again, a completed one never, a running one only once its lease key has expired,
 ///   and an id with no record but a live lease key not at all):
-///   `1` claimed (counted under a limit), `0` taken; then the usage before the claim (tasks, tokens, cost);
+///   `1` claimed (counted under a limit), `0` taken; then, when asked, the usage before the claim (tasks, tokens,
+///   cost; the hash is read only under a limit or when asked);
 /// - read and cancel: the record and whether its lease key exists (the caller fails a lapsed lease, or cancels a
 ///   live one, with a compare-and-set: `LAPSE`, `CANCEL`).
 const ADMIT: &str = r"
@@ -96,9 +97,13 @@ if ttl and stored < now + ttl then
 end
 local step = ARGV[4]
 if step == 'claim' then
-  local u = redis.call('HMGET', KEYS[5], 't', 'k', 'c')
+  local u = {false, false, false}
+  if ARGV[9] ~= '' or ARGV[10] ~= '' then u = redis.call('HMGET', KEYS[5], 't', 'k', 'c') end
   local tasks = tonumber(u[1] or '0') or 0
-  local function answer(code) return {'fresh', record, code, tostring(tasks), u[2] or '0', u[3] or '0'} end
+  local function answer(code)
+    if ARGV[10] == '' then return {'fresh', record, code} end
+    return {'fresh', record, code, tostring(tasks), u[2] or '0', u[3] or '0'}
+  end
   if ARGV[9] ~= '' and tasks >= tonumber(ARGV[9]) then return answer('2') end
   local t = redis.call('GET', KEYS[3])
   if t then
@@ -655,14 +660,15 @@ impl Store for RedisStore {
             .arg(ms(self.cfg.closed_ttl).max(1))
             .arg(admission.replay.as_ref().map(|c| c.expires_at_ms.to_string()).unwrap_or_default());
         match &admission.task {
-            Some(TaskStep::Claim { task, lease, max_tasks, .. }) => {
+            Some(TaskStep::Claim { task, lease, max_tasks, usage, .. }) => {
                 invocation
                     .arg("claim")
                     .arg(encode(task)?)
                     .arg(&task.owner)
                     .arg(ms(*lease).max(1))
                     .arg(ms(self.cfg.result_ttl).max(1))
-                    .arg(max_tasks.map(|n| n.to_string()).unwrap_or_default());
+                    .arg(max_tasks.map(|n| n.to_string()).unwrap_or_default())
+                    .arg(if *usage { "1" } else { "" });
             }
             Some(TaskStep::Read(_)) => {
                 invocation.arg("read");
@@ -693,13 +699,13 @@ impl Store for RedisStore {
         let live = matches!(session, SessionLookup::Live(_));
         admitted.session = Some(session);
         let (Some(step), true) = (&admission.task, live) else { return Ok(admitted) };
-        if let TaskStep::Claim { .. } = step {
+        if let TaskStep::Claim { usage: read, .. } = step {
             let claim = match reply.next().flatten().as_deref() {
                 Some("1") => TaskClaim::Claimed,
                 Some("2") => TaskClaim::LimitReached,
                 _ => TaskClaim::Taken,
             };
-            admitted.usage = Some(usage(reply)?);
+            admitted.usage = if *read { Some(usage(reply)?) } else { None };
             admitted.task = Some(TaskAnswer::Claim(claim));
             return Ok(admitted);
         }

@@ -927,8 +927,8 @@ impl Store for SqliteStore {
                 return Ok(admitted);
             }
             admitted.task = match &admission.task {
-                Some(TaskStep::Claim { key, task, lease, max_tasks }) => {
-                    admitted.usage = Some(usage);
+                Some(TaskStep::Claim { key, task, lease, max_tasks, usage: read }) => {
+                    admitted.usage = read.then_some(usage);
                     Some(TaskAnswer::Claim(claim_counted(conn, cfg, (key, task, *lease, *max_tasks), usage, now)?))
                 }
                 Some(TaskStep::Read(key)) => Some(TaskAnswer::Read(read_task(conn, cfg, key, now)?)),

@@ -64,8 +64,8 @@ enum Op {
 
 #[derive(Debug, Clone, Copy)]
 enum Step {
-    /// Task, owner, the session's task limit.
-    Claim(usize, usize, Option<u64>),
+    /// Task, owner, the session's task limit, whether the usage is asked for.
+    Claim(usize, usize, Option<u64>, bool),
     Read(usize),
     Cancel(usize),
 }
@@ -88,8 +88,8 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     let task_key = (0..SESSIONS.len(), 0..TASKS.len());
     let owner = 0..OWNERS.len();
     let step = prop_oneof![
-        (0..TASKS.len(), 0..OWNERS.len(), proptest::option::of(1..3_u64))
-            .prop_map(|(t, o, limit)| Step::Claim(t, o, limit)),
+        (0..TASKS.len(), 0..OWNERS.len(), proptest::option::of(1..3_u64), any::<bool>())
+            .prop_map(|(t, o, limit, usage)| Step::Claim(t, o, limit, usage)),
         (0..TASKS.len()).prop_map(Step::Read),
         (0..TASKS.len()).prop_map(Step::Cancel),
     ];
@@ -181,11 +181,12 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
             });
             admission.session_id = session.map(|s| SESSIONS[s].to_owned());
             admission.task = match (*session, *step) {
-                (Some(s), Some(Step::Claim(t, o, max_tasks))) => Some(TaskStep::Claim {
+                (Some(s), Some(Step::Claim(t, o, max_tasks, usage))) => Some(TaskStep::Claim {
                     key: key((s, t)),
                     task: SharedTask::running(OWNERS[o], PayloadMode::Text),
                     lease: HOUR,
                     max_tasks,
+                    usage,
                 }),
                 (Some(s), Some(Step::Read(t))) => Some(TaskStep::Read(key((s, t)))),
                 (Some(s), Some(Step::Cancel(t))) => Some(TaskStep::Cancel(key((s, t)))),

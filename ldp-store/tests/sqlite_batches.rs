@@ -29,6 +29,7 @@ fn submit(session_id: &str, message: &str, task_id: &str) -> Admission {
         task: SharedTask::running("replica-a", PayloadMode::Text),
         lease: Duration::from_secs(30),
         max_tasks: None,
+        usage: false,
     });
     admission
 }

@@ -190,6 +190,7 @@ async fn sessions_and_replay_entries_of_the_previous_layout_are_counted() {
         task: SharedTask::running("replica-a", PayloadMode::Text),
         lease: Duration::from_secs(30),
         max_tasks: Some(1),
+        usage: true,
     });
     let admitted = store.admit(&submit).await.unwrap();
     assert_eq!(admitted.usage.map(|u| u.tasks), Some(0));
@@ -203,6 +204,7 @@ async fn sessions_and_replay_entries_of_the_previous_layout_are_counted() {
         task: SharedTask::running("replica-a", PayloadMode::Text),
         lease: Duration::from_secs(30),
         max_tasks: Some(1),
+        usage: true,
     });
     assert_eq!(again.admit(&submit).await.unwrap().task, Some(TaskAnswer::Claim(TaskClaim::LimitReached)));
     drop(again);

@@ -37,6 +37,7 @@ fn submit(message: &str, task_id: &str) -> Admission {
         task: SharedTask::running("replica-a", PayloadMode::Text),
         lease: Duration::from_secs(30),
         max_tasks: None,
+        usage: false,
     });
     admission
 }

@@ -136,6 +136,13 @@ impl Responder {
         self.cfg.limits.max_tasks_per_session
     }
 
+    /// Whether a TASK_SUBMIT is judged by the session's usage (a task limit or a budget), which a store then answers
+    /// with its claim.
+    pub fn judges_by_usage(&self) -> bool {
+        let budget = &self.cfg.limits.session_budget;
+        self.cfg.limits.max_tasks_per_session.is_some() || budget.max_tokens.is_some() || budget.max_cost_usd.is_some()
+    }
+
     /// Takes in a session's spending across replicas as the store has it (read with a TASK_SUBMIT's claim): this
     /// replica's tokens and cost become the larger of its own and the store's, so the budget is judged on what the
     /// session spent everywhere. Its own are the larger only by what the store has not recorded yet (a task that

@@ -231,9 +231,9 @@ impl DelegateRuntime {
         if checked.signature().is_err() {
             return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
         }
-        let (replay, max_tasks) = {
+        let (replay, max_tasks, usage) = {
             let r = lock(&self.inner.responder);
-            (r.replay_claim(peer, env), r.shared_task_limit())
+            (r.replay_claim(peer, env), r.shared_task_limit(), r.judges_by_usage())
         };
         let mut admission = Admission { replay, ..Admission::default() };
         if needs_session(env) {
@@ -245,6 +245,7 @@ impl DelegateRuntime {
                     task: SharedTask::running(link.replica.as_str(), env.payload_mode),
                     lease: link.opts.lease,
                     max_tasks,
+                    usage,
                 }),
                 ldp_types::Body::TaskUpdate(u) => Some(TaskStep::Read(key(&u.task_id))),
                 // A task running here is cancelled by the machine, which then records its end.
