@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_session::runtime::{Delegate, DelegateRuntime, Response, TaskContext};
+use ldp_session::runtime::{Delegate, DelegateRuntime, TaskContext};
 use ldp_session::shared::{SharedTask, TaskClaim};
 use ldp_session::store::{Store, StoreOptions};
 use ldp_session::{
-    Initiator, InitiatorConfig, InitiatorEvent, PeerContext, Responder, ResponderConfig, SecurityConfig, SeededIds,
-    SystemClock, TaskOutput, TaskRequest,
+    Initiator, InitiatorConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TaskOutput,
+    TaskRequest,
 };
 use ldp_store::{MemoryStore, RedisStore, SqliteStore, StoreConfig};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
@@ -38,6 +38,10 @@ impl Delegate for Counting {
         Ok(TaskOutput::new(serde_json::json!({ "ran": input })))
     }
 }
+
+#[path = "common/runtimes.rs"]
+mod runtimes;
+use runtimes::{establish, send, send_bytes};
 
 const DELEGATE: &str = "ldp:delegate:replicated";
 
@@ -89,18 +93,6 @@ fn initiator_as(from: &str) -> Initiator {
     Initiator::new(cfg, DELEGATE, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()))
 }
 
-async fn send(rt: &DelegateRuntime, env: &Envelope) -> Envelope {
-    send_bytes(rt, &env.to_vec().unwrap()).await
-}
-
-async fn send_bytes(rt: &DelegateRuntime, bytes: &[u8]) -> Envelope {
-    match rt.handle(&PeerContext::default(), bytes, None).await {
-        Response::Reply(env) => env,
-        Response::Refused(r) => r.reply.unwrap_or_else(|| panic!("refused without a reply: {:?}", r.error)),
-        Response::Accepted => panic!("no answer"),
-    }
-}
-
 fn error_code(env: &Envelope) -> String {
     match &env.body {
         Body::TaskFailed(f) => f.error.code.as_str().to_owned(),
@@ -138,16 +130,7 @@ async fn two_replicas_share_state(a_store: Arc<dyn Store>, b_store: Arc<dyn Stor
     let mut init = initiator();
 
     // Proposed on A, continued on B.
-    let accept = send(&a, &init.propose(SessionConfig::default())).await;
-    assert!(matches!(accept.body, Body::SessionAccept(_)), "{:?}", accept.body.type_name());
-    init.handle_envelope(accept, None).unwrap();
-    let session_id = loop {
-        match init.poll_event() {
-            Some(InitiatorEvent::SessionEstablished { session_id, .. }) => break session_id,
-            Some(_) => continue,
-            None => panic!("no session"),
-        }
-    };
+    let session_id = establish(&mut init, &a).await;
     let submit = init.submit(&session_id, "work", serde_json::json!({"n": 1}), None, None).unwrap();
     let task_id = submit.body.task_id().unwrap().to_owned();
     let submit_bytes = submit.to_vec().unwrap();
@@ -247,20 +230,6 @@ async fn two_replicas_share_state(a_store: Arc<dyn Store>, b_store: Arc<dyn Stor
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-/// Proposes a session on `rt`; its id.
-async fn establish(init: &mut Initiator, rt: &DelegateRuntime) -> String {
-    let accept = send(rt, &init.propose(SessionConfig::default())).await;
-    assert!(matches!(accept.body, Body::SessionAccept(_)), "{}", accept.body.type_name());
-    init.handle_envelope(accept, None).unwrap();
-    loop {
-        match init.poll_event() {
-            Some(InitiatorEvent::SessionEstablished { session_id, .. }) => break session_id,
-            Some(_) => continue,
-            None => panic!("no session"),
-        }
-    }
-}
-
 /// Submits a task with `input` to replica A (answered in the background: the handle) and waits, for at most 10 s,
 /// until replica B's status query shows it running; `waiting` checks each answer B gives before that. The task id.
 async fn submit_on_a_until_running_on_b(
@@ -287,29 +256,49 @@ async fn submit_on_a_until_running_on_b(
     }
 }
 
+/// Two replicas whose leases are renewed every 200 ms, a session proposed on A, and a task of a minute running on A,
+/// seen running by B: what only a cancel or a close can end while a test runs.
+struct MinuteTaskOnA {
+    runs: Arc<AtomicUsize>,
+    a: DelegateRuntime,
+    b: DelegateRuntime,
+    init: Initiator,
+    session_id: String,
+    task_id: String,
+    /// The submitter's answer, once the task ends.
+    submitted: tokio::task::JoinHandle<Envelope>,
+    /// The replicas' lease renewers, kept running.
+    _renewers: [tokio::task::JoinHandle<()>; 2],
+}
+
+impl MinuteTaskOnA {
+    async fn start(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) -> Self {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let lease = Duration::from_millis(600);
+        let (a, ra) = replica(a_store, &runs, lease);
+        let (b, rb) = replica(b_store, &runs, lease);
+        let mut init = initiator();
+        let session_id = establish(&mut init, &a).await;
+        let (task_id, submitted) = submit_on_a_until_running_on_b(
+            &mut init,
+            &a,
+            &b,
+            &session_id,
+            serde_json::json!({"sleep_ms": 60_000}),
+            |answer| assert_eq!(error_code(answer), codes::TASK_NOT_FOUND),
+        )
+        .await;
+        Self { runs, a, b, init, session_id, task_id, submitted, _renewers: [ra, rb] }
+    }
+}
+
 /// A TASK_CANCEL received by replica B for a task running on replica A reaches it through the store: the canceller
 /// is answered TASK_FAILED CANCELLED by B, A stops the task at its next lease renewal and answers its submitter
 /// TASK_FAILED CANCELLED, and the record says cancelled for every replica.
 async fn cancel_reaches_the_replica_running_the_task(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
-    let runs = Arc::new(AtomicUsize::new(0));
-    // Renewed every 200 ms: the owner sees the cancel within that.
-    let lease = Duration::from_millis(600);
-    let (a, _ra) = replica(a_store, &runs, lease);
-    let (b, _rb) = replica(b_store, &runs, lease);
-    let mut init = initiator();
-    let session_id = establish(&mut init, &a).await;
     // The task takes a minute: only the cancel can end it while this runs.
-    let (task_id, submitted) = submit_on_a_until_running_on_b(
-        &mut init,
-        &a,
-        &b,
-        &session_id,
-        serde_json::json!({"sleep_ms": 60_000}),
-        |answer| {
-            assert_eq!(error_code(answer), codes::TASK_NOT_FOUND);
-        },
-    )
-    .await;
+    let MinuteTaskOnA { runs, a, b, mut init, session_id, task_id, submitted, _renewers } =
+        MinuteTaskOnA::start(a_store, b_store).await;
 
     let key = ldp_session::TaskKey { session_id: session_id.clone(), task_id: task_id.clone() };
     let cancel = init.cancel(&key).unwrap();
@@ -342,22 +331,8 @@ async fn cancel_reaches_the_replica_running_the_task(a_store: Arc<dyn Store>, b_
 /// ends it as a close received there would, stopping the task and answering its submitter TASK_FAILED CANCELLED
 /// (before, the task ran on to its end, renewing its lease in a closed session).
 async fn a_close_elsewhere_stops_the_sessions_tasks(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
-    let runs = Arc::new(AtomicUsize::new(0));
-    // Renewed every 200 ms.
-    let lease = Duration::from_millis(600);
-    let (a, _ra) = replica(a_store, &runs, lease);
-    let (b, _rb) = replica(b_store, &runs, lease);
-    let mut init = initiator();
-    let session_id = establish(&mut init, &a).await;
-    let (_task_id, submitted) = submit_on_a_until_running_on_b(
-        &mut init,
-        &a,
-        &b,
-        &session_id,
-        serde_json::json!({"sleep_ms": 60_000}),
-        |answer| assert_eq!(error_code(answer), codes::TASK_NOT_FOUND),
-    )
-    .await;
+    let MinuteTaskOnA { runs, a: _a, b, mut init, session_id, submitted, _renewers, .. } =
+        MinuteTaskOnA::start(a_store, b_store).await;
     let close = init.close(&session_id, None).unwrap();
     assert!(matches!(send(&b, &close).await.body, Body::SessionClose(_)));
     let stopped = tokio::time::timeout(Duration::from_secs(10), submitted)

@@ -16,19 +16,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_session::runtime::{Delegate, DelegateRuntime, Response, TaskContext};
+use ldp_session::runtime::{Delegate, DelegateRuntime, TaskContext};
 use ldp_session::store::{Store, StoreOptions};
 use ldp_session::{
-    Initiator, InitiatorConfig, InitiatorEvent, PeerContext, Responder, ResponderConfig, SeededIds, SystemClock,
-    TaskOutput, TaskRequest,
+    Initiator, InitiatorConfig, Responder, ResponderConfig, SeededIds, SystemClock, TaskOutput, TaskRequest,
 };
 use ldp_store::{MemoryStore, RedisStore, StoreConfig};
-use ldp_types::{Body, Budget, Capability, DelegateId, Envelope, IdentityCard, LdpError, SessionConfig, codes};
+use ldp_types::{Body, Budget, Capability, DelegateId, Envelope, IdentityCard, LdpError, codes};
 
 #[path = "common/backends.rs"]
 #[allow(dead_code)]
 mod backends;
 use backends::Backends;
+
+#[path = "common/runtimes.rs"]
+#[allow(dead_code)]
+mod runtimes;
+use runtimes::{establish, send};
 
 const DELEGATE: &str = "ldp:delegate:metered";
 
@@ -84,14 +88,6 @@ fn replica(store: Arc<dyn Store>, runs: &Arc<AtomicUsize>, limits: Limits) -> De
     runtime
 }
 
-async fn send(rt: &DelegateRuntime, env: &Envelope) -> Envelope {
-    match rt.handle(&PeerContext::default(), &env.to_vec().unwrap(), None).await {
-        Response::Reply(env) => env,
-        Response::Refused(r) => r.reply.unwrap_or_else(|| panic!("refused without a reply: {:?}", r.error)),
-        Response::Accepted => panic!("no answer"),
-    }
-}
-
 /// The answer's error code, or `"result"` for a TASK_RESULT.
 fn outcome(env: &Envelope) -> String {
     match &env.body {
@@ -115,16 +111,7 @@ async fn two_replicas(
         Arc::new(SystemClock),
         Box::new(SeededIds::from_entropy()),
     );
-    let accept = send(&replicas[0], &init.propose(SessionConfig::default())).await;
-    assert!(matches!(accept.body, Body::SessionAccept(_)), "not accepted: {}", accept.body.type_name());
-    init.handle_envelope(accept, None).unwrap();
-    let session_id = loop {
-        match init.poll_event() {
-            Some(InitiatorEvent::SessionEstablished { session_id, .. }) => break session_id,
-            Some(_) => continue,
-            None => panic!("no session"),
-        }
-    };
+    let session_id = establish(&mut init, &replicas[0]).await;
     (replicas, init, session_id, runs)
 }
 
