@@ -238,28 +238,57 @@ fn looks_like_address(s: &str) -> bool {
         && !s.contains(['/', '\\'])
 }
 
-/// A cluster URL's parts around its password, `(scheme, nodes and the rest, user, password)`, when it has one: a
-/// cluster's node list (`HOST:PORT,HOST:PORT`) is no URL authority, so its credentials are found by hand.
-fn cluster_credentials(url: &str) -> Option<(&str, &str, &str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    if !scheme.ends_with("+cluster") {
-        return None;
+/// A `redis+cluster://` or `rediss+cluster://` URL taken apart. A cluster's node list (`HOST:PORT,HOST:PORT`) is no
+/// URL authority, so no URL parser reads it: this is the one place that does, for connecting, redacting and scrubbing.
+pub(crate) struct ClusterUrl<'a> {
+    /// `redis+cluster` or `rediss+cluster`.
+    pub(crate) scheme: &'a str,
+    /// What stands before the last `@` of the authority (`USER:PASSWORD`, `:PASSWORD` or `USER`), if anything.
+    pub(crate) credentials: Option<&'a str>,
+    /// The comma-separated `HOST:PORT` list.
+    #[cfg_attr(
+        not(any(feature = "redis", test)),
+        expect(dead_code, reason = "only the Redis backend connects to the hosts")
+    )]
+    pub(crate) hosts: &'a str,
+    /// Everything after the credentials' `@` (or after `://` without credentials): the hosts and any path or query.
+    pub(crate) after_credentials: &'a str,
+}
+
+impl<'a> ClusterUrl<'a> {
+    /// `url` taken apart, or `None` when it is not a cluster URL.
+    pub(crate) fn parse(url: &'a str) -> Option<Self> {
+        let (scheme, rest) = url.split_once("://")?;
+        if !scheme.ends_with("+cluster") {
+            return None;
+        }
+        let authority = rest.split(['/', '?']).next().unwrap_or_default();
+        Some(match authority.rsplit_once('@') {
+            Some((credentials, hosts)) => Self {
+                scheme,
+                credentials: Some(credentials),
+                hosts,
+                after_credentials: &rest[credentials.len() + 1..],
+            },
+            None => Self { scheme, credentials: None, hosts: authority, after_credentials: rest },
+        })
     }
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    let (credentials, _) = authority.rsplit_once('@')?;
-    let (user, password) = credentials.split_once(':')?;
-    Some((scheme, &rest[credentials.len() + 1..], user, password))
+
+    /// The `(user, password)` of the credentials, when they hold a password.
+    pub(crate) fn user_and_password(&self) -> Option<(&'a str, &'a str)> {
+        self.credentials?.split_once(':')
+    }
 }
 
 /// `url` with its password, if any, written `***`: in the user part (`redis://user:secret@host`) and in the `pass` or
 /// `password` query parameter (`redis+unix:///sock?pass=secret`). Text that is not a URL is returned as `(not a
 /// URL)` when it holds an `@` (it may hold a password the parser could not find), else as it is.
 pub fn redacted(url: &str) -> String {
-    if let Some((scheme, rest, user, _)) = cluster_credentials(url) {
-        return format!("{scheme}://{user}:***@{rest}");
-    }
-    if url.split_once("://").is_some_and(|(scheme, _)| scheme.ends_with("+cluster")) {
-        return url.to_owned();
+    if let Some(cluster) = ClusterUrl::parse(url) {
+        return match cluster.user_and_password() {
+            Some((user, _)) => format!("{}://{user}:***@{}", cluster.scheme, cluster.after_credentials),
+            None => url.to_owned(),
+        };
     }
     let Ok(mut parsed) = url::Url::parse(url) else {
         return if url.contains('@') { "(not a URL)".to_owned() } else { url.to_owned() };
@@ -303,21 +332,17 @@ fn is_secret(key: &str) -> bool {
 /// what [`redacted`] hides in the URL, hidden wherever else it is quoted.
 #[cfg(feature = "redis")]
 pub(crate) fn scrubbed(url: &str, text: &str) -> String {
-    if let Some((_, _, _, password)) = cluster_credentials(url) {
-        let pair = format!("p={password}");
-        let decoded = url::form_urlencoded::parse(pair.as_bytes()).map(|(_, v)| v.into_owned());
-        let secrets: Vec<String> = std::iter::once(password.to_owned()).chain(decoded).collect();
-        return secrets
-            .iter()
-            .filter(|s| !s.is_empty())
-            .fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "***"));
-    }
-    let Ok(parsed) = url::Url::parse(url) else { return text.to_owned() };
-    let mut secrets: Vec<String> =
-        parsed.query_pairs().filter(|(k, _)| is_secret(k)).map(|(_, v)| v.into_owned()).collect();
-    if let Some(password) = parsed.password() {
-        secrets.push(password.to_owned());
+    let (password, mut secrets) = match ClusterUrl::parse(url) {
+        Some(cluster) => (cluster.user_and_password().map(|(_, password)| password.to_owned()), Vec::new()),
+        None => {
+            let Ok(parsed) = url::Url::parse(url) else { return text.to_owned() };
+            let secrets = parsed.query_pairs().filter(|(k, _)| is_secret(k)).map(|(_, v)| v.into_owned()).collect();
+            (parsed.password().map(str::to_owned), secrets)
+        }
+    };
+    if let Some(password) = password {
         secrets.extend(url::form_urlencoded::parse(format!("p={password}").as_bytes()).map(|(_, v)| v.into_owned()));
+        secrets.push(password);
     }
     secrets.iter().filter(|s| !s.is_empty()).fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "***"))
 }
@@ -462,6 +487,24 @@ mod tests {
         assert_eq!(scrubbed("redis://u:p%40ss@host", said), "AUTH *** failed for ***; socket pass s3cret");
         assert_eq!(scrubbed("redis+unix:///s.sock?pass=s3cret", said), "AUTH p%40ss failed for p@ss; socket pass ***");
         assert_eq!(scrubbed("redis://host", said), said);
+        assert_eq!(
+            scrubbed("redis+cluster://u:p%40ss@h1:7000,h2:7000", said),
+            "AUTH *** failed for ***; socket pass s3cret"
+        );
+        assert_eq!(scrubbed("redis+cluster://h1:7000", said), said);
+    }
+
+    #[test]
+    fn a_cluster_url_is_taken_apart_once_for_every_use() {
+        let cluster = ClusterUrl::parse("rediss+cluster://app:pw@h1:7000,h2:7001/0?x=1").unwrap();
+        assert_eq!(cluster.scheme, "rediss+cluster");
+        assert_eq!(cluster.hosts, "h1:7000,h2:7001");
+        assert_eq!(cluster.user_and_password(), Some(("app", "pw")));
+        assert_eq!(cluster.after_credentials, "h1:7000,h2:7001/0?x=1");
+        let bare = ClusterUrl::parse("redis+cluster://h1:7000").unwrap();
+        assert_eq!((bare.credentials, bare.hosts, bare.user_and_password()), (None, "h1:7000", None));
+        assert_eq!(ClusterUrl::parse("redis+cluster://app@h1:7000").unwrap().user_and_password(), None);
+        assert!(ClusterUrl::parse("redis://u:p@h1:7000").is_none());
     }
 
     proptest::proptest! {

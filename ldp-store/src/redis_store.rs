@@ -318,10 +318,6 @@ fn tls_refused(e: &redis::RedisError) -> bool {
 /// How long one Redis command may take, and one connection attempt, inside the runtime's own timeout.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The URL schemes of a Redis Cluster: `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]` (the nodes to
-/// learn the cluster's layout from), `rediss+cluster://` over TLS.
-const CLUSTER_SCHEMES: [(&str, &str); 2] = [("redis+cluster://", "redis://"), ("rediss+cluster://", "rediss://")];
-
 /// How the store reaches Redis: one server (or a primary behind a proxy), or a cluster, whose client sends each
 /// command to the node owning its keys' slot (every script's keys share one slot, see the module's notes).
 #[derive(Clone)]
@@ -385,18 +381,18 @@ impl redis::aio::ConnectionLike for Connection {
 /// The cluster client for a `redis+cluster://` or `rediss+cluster://` URL: each node of the list as a `redis://`
 /// (`rediss://`) URL with the list's credentials. `None` for any other URL.
 fn cluster_client(url: &str, cfg: &StoreConfig) -> Option<redis::RedisResult<ClusterClient>> {
-    let (scheme, node_scheme) = CLUSTER_SCHEMES.iter().find(|(scheme, _)| url.starts_with(scheme))?;
-    let rest = &url[scheme.len()..];
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    let (credentials, hosts) = match authority.rsplit_once('@') {
-        Some((credentials, hosts)) => (format!("{credentials}@"), hosts),
-        None => (String::new(), authority),
+    let cluster = crate::ClusterUrl::parse(url)?;
+    let node_scheme = match cluster.scheme {
+        "redis+cluster" => "redis://",
+        "rediss+cluster" => "rediss://",
+        _ => return None,
     };
+    let credentials = cluster.credentials.map(|c| format!("{c}@")).unwrap_or_default();
     let nodes: Vec<String> =
-        hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("{node_scheme}{credentials}{h}")).collect();
+        cluster.hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("{node_scheme}{credentials}{h}")).collect();
     let mut builder =
         ClusterClient::builder(nodes).connection_timeout(COMMAND_TIMEOUT).response_timeout(COMMAND_TIMEOUT).retries(1);
-    if let Some(tls) = cfg.redis_tls.as_ref().filter(|_| *node_scheme == "rediss://") {
+    if let Some(tls) = cfg.redis_tls.as_ref().filter(|_| node_scheme == "rediss://") {
         builder = builder.certs(redis::TlsCertificates {
             client_tls: tls
                 .client_pem
