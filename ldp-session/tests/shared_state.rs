@@ -42,7 +42,7 @@ fn a_session_adopted_from_its_record_continues_on_another_machine_for_its_peer_o
     let env = submit(&mut sim, &sid, "on b");
     // Unknown to B until adopted.
     assert_eq!(refused_code(on(&mut b, &sim, &env)), codes::SESSION_NOT_FOUND);
-    b.adopt_session(sim.now(), &record);
+    b.adopt_session(sim.now(), &record).unwrap();
     let env = submit(&mut sim, &sid, "on b");
     assert!(matches!(on(&mut b, &sim, &env), Ok(Outcome::Execute(_))));
     // The owner principal travels with the record: another credential may not use it on B either.
@@ -110,7 +110,7 @@ fn a_status_query_for_a_task_that_ran_elsewhere_is_answered_from_its_record() {
     let record = SharedTask::ended("replica-a", &result).unwrap();
     assert_eq!(record.status, SharedTaskStatus::Completed);
     let mut b = other_replica(&sim);
-    b.adopt_session(sim.now(), &sim.responder.shared_session(&sid).unwrap());
+    b.adopt_session(sim.now(), &sim.responder.shared_session(&sid).unwrap()).unwrap();
     let query =
         |sim: &mut Sim| sim.forge(&sid, TaskUpdate::new(task.key.task_id.clone(), None, None), PayloadMode::Text);
     let ask = |b: &mut Responder, sim: &Sim, env: &Envelope, remote: Option<&SharedTask>| {
@@ -165,7 +165,7 @@ fn a_session_ended_elsewhere_ends_here_and_a_live_record_overrides_a_local_expir
     sim.advance(std::time::Duration::from_secs(record2.ttl_secs + 1));
     let env = submit(&mut sim, &sid, "after");
     assert_eq!(refused_code(sim.send_responder(&env)), codes::SESSION_EXPIRED);
-    sim.responder.adopt_session(sim.now(), &record2);
+    sim.responder.adopt_session(sim.now(), &record2).unwrap();
     let env = submit(&mut sim, &sid, "after");
     assert!(matches!(sim.send_responder(&env), Ok(Outcome::Execute(_))));
     // Discarded (never committed): forgotten without a tombstone.
@@ -173,4 +173,62 @@ fn a_session_ended_elsewhere_ends_here_and_a_live_record_overrides_a_local_expir
     let env = submit(&mut sim, &sid, "gone");
     assert_eq!(refused_code(sim.send_responder(&env)), codes::SESSION_NOT_FOUND);
     let _ = record;
+}
+
+/// A replica at its session limit makes room for a session adopted from the store by dropping its copy of the least
+/// recently used idle one. The store still holds that one: it is no tombstone here (unknown, not ended) and is adopted
+/// again on its next message. With every session busy, the adoption is refused, retryably, and nothing is dropped.
+#[test]
+fn adopting_at_the_session_limit_drops_the_least_recently_used_idle_copy_or_refuses_when_all_are_busy() {
+    let mut sim = Sim::new();
+    let ids: Vec<String> = (0..3).map(|_| sim.session()).collect();
+    let records: Vec<_> = ids.iter().map(|sid| sim.responder.shared_session(sid).unwrap()).collect();
+    let mut cfg = responder_config();
+    cfg.limits.max_sessions = 2;
+    let mut b = Responder::new(cfg, Arc::new(sim.clock.clone()), Box::new(SeededIds::new(99)));
+    b.adopt_session(sim.now(), &records[0]).unwrap();
+    sim.advance(std::time::Duration::from_secs(1));
+    b.adopt_session(sim.now(), &records[1]).unwrap();
+    sim.advance(std::time::Duration::from_secs(1));
+    // Touching the first makes the second the least recently used.
+    b.adopt_session(sim.now(), &records[0]).unwrap();
+    sim.advance(std::time::Duration::from_secs(1));
+    b.adopt_session(sim.now(), &records[2]).unwrap();
+    assert_eq!(b.session_count(), 2);
+    assert!(b.session_state(&ids[0]).is_some() && b.session_state(&ids[2]).is_some());
+    assert_eq!(b.session_state(&ids[1]), None);
+    let env = submit(&mut sim, &ids[1], "dropped here");
+    assert_eq!(refused_code(on(&mut b, &sim, &env)), codes::SESSION_NOT_FOUND, "a dropped copy is no tombstone");
+
+    // Both sessions here run a task: none is idle, so the adoption is refused and neither is dropped.
+    for sid in [&ids[0], &ids[2]] {
+        let env = submit(&mut sim, sid, "busy");
+        assert!(matches!(on(&mut b, &sim, &env), Ok(Outcome::Execute(_))));
+    }
+    let refused = b.adopt_session(sim.now(), &records[1]).unwrap_err();
+    assert_eq!((refused.code.as_str(), refused.retryable), (codes::CAPACITY_EXCEEDED, true));
+    assert_eq!(b.session_count(), 2);
+    assert!(b.session_state(&ids[0]).is_some() && b.session_state(&ids[2]).is_some());
+}
+
+/// However many sessions of other replicas a peer continues here, this replica holds at most `max_sessions`, and
+/// each adopted session still works when its turn comes.
+#[test]
+fn churn_of_adopted_sessions_never_grows_a_replica_past_its_limit() {
+    let mut sim = Sim::new();
+    let sid = sim.session();
+    let record = sim.responder.shared_session(&sid).unwrap();
+    let mut cfg = responder_config();
+    cfg.limits.max_sessions = 3;
+    let mut b = Responder::new(cfg, Arc::new(sim.clock.clone()), Box::new(SeededIds::new(99)));
+    for i in 0..2_000 {
+        let mut other = record.clone();
+        other.session_id = format!("adopted-{i}");
+        b.adopt_session(sim.now(), &other).unwrap();
+        assert!(b.session_count() <= 3, "{} sessions after {i} adoptions", b.session_count());
+        sim.advance(std::time::Duration::from_millis(1));
+    }
+    b.adopt_session(sim.now(), &record).unwrap();
+    let env = submit(&mut sim, &sid, "still served");
+    assert!(matches!(on(&mut b, &sim, &env), Ok(Outcome::Execute(_))));
 }

@@ -72,10 +72,24 @@ fn replica_with_options(
     security: SecurityConfig,
     options: StoreOptions,
 ) -> (DelegateRuntime, tokio::task::JoinHandle<()>) {
+    replica_from(responder_config(security), store, runs, options)
+}
+
+/// The replicas' machine configuration: the delegate's card with its one skill, `work`.
+fn responder_config(security: SecurityConfig) -> ResponderConfig {
     let mut card = IdentityCard::new(DelegateId::new(DELEGATE).unwrap(), "Replicated", "none", "1");
     card.capabilities.push(Capability::new("work"));
     let mut cfg = ResponderConfig::new(card);
     cfg.security = security;
+    cfg
+}
+
+fn replica_from(
+    cfg: ResponderConfig,
+    store: Arc<dyn Store>,
+    runs: &Arc<AtomicUsize>,
+    options: StoreOptions,
+) -> (DelegateRuntime, tokio::task::JoinHandle<()>) {
     let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
     let runtime = DelegateRuntime::new(responder, Arc::new(Counting(runs.clone())));
     let renewer = runtime.attach_store(store, options).unwrap();
@@ -798,6 +812,47 @@ async fn a_result_too_long_to_keep_is_answered_but_not_kept(a_store: Arc<dyn Sto
     assert_eq!(r.output.parse::<serde_json::Value>().unwrap(), serde_json::json!({"ran": "short"}));
 }
 
+/// A replica at its session limit (one session, here) continues sessions proposed on another replica by dropping
+/// its copy of an idle one, which the store still holds and which it adopts again on that session's next message.
+/// With no session idle (its one session runs a task) it refuses the next, CAPACITY_EXCEEDED (retryable), and gives
+/// back the task id its admission claimed: no replica holds that task.
+async fn a_full_replica_makes_room_for_sessions_of_others(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (a, _ra) = replica(a_store, &runs, Duration::from_secs(30));
+    let mut small = responder_config(SecurityConfig::symmetric(key()));
+    small.limits.max_sessions = 1;
+    let (b, _rb) =
+        replica_from(small, b_store, &runs, StoreOptions::new(Duration::from_secs(2), Duration::from_secs(30)));
+    let mut init = initiator();
+    let first = establish(&mut init, &a).await;
+    let second = establish(&mut init, &a).await;
+    for session_id in [&first, &second, &first] {
+        let answer = send(&b, &init.submit(session_id, "work", serde_json::json!({}), None, None).unwrap()).await;
+        assert!(matches!(answer.body, Body::TaskResult(_)), "{}", error_code(&answer));
+    }
+
+    // `first` runs a task on B: B has no idle session to drop.
+    let (_, running) =
+        submit_on_a_until_running_on_b(&mut init, &b, &a, &first, serde_json::json!({"sleep_ms": 1_500}), |answer| {
+            assert_eq!(error_code(answer), codes::TASK_NOT_FOUND)
+        })
+        .await;
+    let refused = init.submit(&second, "work", serde_json::json!({}), None, None).unwrap();
+    let refused_id = refused.body.task_id().unwrap().to_owned();
+    let answer = send(&b, &refused).await;
+    let Body::TaskFailed(f) = &answer.body else { panic!("expected a refusal, got {}", answer.body.type_name()) };
+    assert_eq!((f.error.code.as_str(), f.error.retryable), (codes::CAPACITY_EXCEEDED, true), "{:?}", f.error);
+    let query = status_query(&mut init, &second, &refused_id);
+    assert_eq!(error_code(&send(&a, &query).await), codes::TASK_NOT_FOUND, "the refused task's claim was kept");
+
+    // Once that task ends, B continues `second` again.
+    let ended = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
+    assert!(matches!(ended.body, Body::TaskResult(_)), "{}", error_code(&ended));
+    let answer = send(&b, &init.submit(&second, "work", serde_json::json!({}), None, None).unwrap()).await;
+    assert!(matches!(answer.body, Body::TaskResult(_)), "{}", error_code(&answer));
+    assert_eq!(runs.load(Ordering::SeqCst), 5);
+}
+
 /// The three tests of a scenario on two replicas, one per backend, in a module named for the scenario: one
 /// `MemoryStore` both replicas hold, one SQLite file each opens (two writer threads, as two processes on one machine
 /// would have), one `redis-server` each connects to.
@@ -837,4 +892,5 @@ on_every_backend! {
     replay_total_bound => replay_window_total_bound_spans_replicas,
     refused_end_returns_the_record_held => a_refused_end_returns_the_record_held,
     result_too_long_to_keep => a_result_too_long_to_keep_is_answered_but_not_kept,
+    full_replica_makes_room => a_full_replica_makes_room_for_sessions_of_others,
 }

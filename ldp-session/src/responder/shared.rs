@@ -104,10 +104,24 @@ impl Responder {
     /// A session the store says is live: continued here. Unknown here (established on another replica, or before
     /// a restart), it is installed as the store has it; known, its TTL restarts. The store is the authority on
     /// liveness, so a local tombstone (this replica saw no message for a TTL while others did) gives way.
-    pub fn adopt_session(&mut self, now: Instant, shared: &SharedSession) {
+    ///
+    /// Installing one counts against `max_sessions` as an established session does: at the limit, this replica's
+    /// copy of its least recently used idle session (active, no task running) is dropped to make room. The store
+    /// still holds that session, so its next message here adopts it again; what it loses is only this replica's
+    /// copy of the session's context and task history, as when a session moves to another replica. Without such a
+    /// session (every one here is running a task or suspended), the adoption is refused `CAPACITY_EXCEEDED`
+    /// (retryable), so that peers continuing sessions of other replicas here cannot grow this one past its limit.
+    pub fn adopt_session(&mut self, now: Instant, shared: &SharedSession) -> Result<(), LdpError> {
         if let Some(local) = self.sessions.get_mut(shared.session_id.as_str()) {
             local.last_activity = now;
-            return;
+            return Ok(());
+        }
+        if self.sessions.len() >= self.cfg.limits.max_sessions && !self.drop_idle_copy() {
+            return Err(LdpError::session(
+                codes::CAPACITY_EXCEEDED,
+                "too many sessions on this replica, every one busy; retry later",
+            )
+            .with_retryable(true));
         }
         let id: Box<str> = shared.session_id.as_str().into();
         if self.ended.remove(&id).is_some() {
@@ -128,6 +142,32 @@ impl Responder {
         self.expiry.push(Reverse((session.deadline(), id.clone())));
         self.sessions.insert(id, session);
         *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Drops this replica's copy of its least recently used idle session (active, no task running), which the
+    /// store still holds: no tombstone, no event, nothing aborted. Returns whether there was one. A scan, run only
+    /// at the session limit; the expiry queue's entries it leaves stale are swept out once they outnumber the
+    /// sessions twice, so that churn cannot grow the queue.
+    fn drop_idle_copy(&mut self) -> bool {
+        let idle = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.running.is_empty() && s.state == crate::SessionState::Active)
+            .min_by_key(|(_, s)| s.last_activity)
+            .map(|(id, _)| id.clone());
+        let Some(session) = idle.and_then(|id| self.sessions.remove(&id)) else { return false };
+        let key = principal_key(session.owner.as_deref(), &session.peer);
+        if let Some(n) = self.sessions_per_principal.get_mut(key.as_str()) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.sessions_per_principal.remove(key.as_str());
+            }
+        }
+        if self.expiry.len() > 2 * self.sessions.len().max(16) {
+            self.expiry = self.sessions.iter().map(|(id, s)| Reverse((s.deadline(), id.clone()))).collect();
+        }
+        true
     }
 
     /// The task limit per session that the store counts across replicas ([`crate::shared::TaskStep::Claim`]'s

@@ -261,12 +261,16 @@ impl DelegateRuntime {
         let admitted = link.call(link.store.admit(&admission)).await.map_err(refuse)?;
         let now = self.now();
         // One turn of the machine's lock for the verdict and the session.
-        self.with_responder(|r| {
+        let verdict = self.with_responder(|r| {
             if let Some(refusal) = r.refuse_shared_replay(env, admitted.replay) {
                 return Err(refusal);
             }
             match &admitted.session {
-                Some(SessionLookup::Live(shared)) => r.adopt_session(now, shared),
+                Some(SessionLookup::Live(shared)) => {
+                    if let Err(full) = r.adopt_session(now, shared) {
+                        return Err(r.refusal(env, full));
+                    }
+                }
                 Some(SessionLookup::Closed) => {
                     r.end_shared_session(&env.session_id, crate::SharedEnd::Closed);
                 }
@@ -283,7 +287,17 @@ impl DelegateRuntime {
                 r.merge_shared_usage(&env.session_id, usage);
             }
             Ok(())
-        })?;
+        });
+        if let Err(refusal) = verdict {
+            // A TASK_SUBMIT claimed in the admission that this replica then refused never runs: the claim goes.
+            if let (Some(TaskAnswer::Claim(TaskClaim::Claimed)), ldp_types::Body::TaskSubmit(t)) =
+                (&admitted.task, &env.body)
+            {
+                let key = TaskKey { session_id: env.session_id.clone(), task_id: t.task_id.clone() };
+                self.release_claim(link, &key).await;
+            }
+            return Err(refusal);
+        }
         Ok(admitted)
     }
 
