@@ -94,6 +94,21 @@ pub struct SharedTask {
     /// [`SessionUsage`] when the store records the task's end, so that a session's budget holds across replicas.
     #[serde(default, skip_serializing_if = "TaskCost::is_zero")]
     pub cost: TaskCost,
+    /// The dedupe key of the unsigned TASK_SUBMIT that claimed the task ([`TaskStep::Claim`]'s `dedupe`), lowercase
+    /// hex: such a message has no dedupe entry of its own once its claim is made. The store keeps the key with the
+    /// record for the record's life (an end written over the record keeps it), and takes it as the message's
+    /// dedupe entry until [`SharedTask::message_until_ms`]: the same message resent to any replica in that time is
+    /// refused as a replay, as with the entry ([`SharedTask::holds_message`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_key: Option<String>,
+    /// Until when [`SharedTask::message_key`] stands for the message's dedupe entry (the entry's own expiry), in
+    /// milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "is_zero_ms")]
+    pub message_until_ms: i64,
+}
+
+fn is_zero_ms(ms: &i64) -> bool {
+    *ms == 0
 }
 
 /// What one task spent, as its delegate reported it (its provenance's `tokens_used` and `cost_usd`).
@@ -172,7 +187,23 @@ impl SharedTask {
             provenance: None,
             error: None,
             cost: TaskCost::default(),
+            message_key: None,
+            message_until_ms: 0,
         }
+    }
+
+    /// This record carrying the dedupe entry of the message that claims it, if any ([`SharedTask::message_key`]).
+    pub fn with_message(mut self, entry: Option<&ReplayClaim>) -> Self {
+        self.message_key = entry.map(|e| e.key.clone());
+        self.message_until_ms = entry.map_or(0, |e| e.expires_at_ms);
+        self
+    }
+
+    /// Whether this record stands for `entry`, an unsigned message's dedupe entry, at `now_ms`: the message claimed
+    /// this task, and its entry would still be held. Every backend looks it up, with the entry itself, before
+    /// anything else of the admission runs.
+    pub fn holds_message(&self, entry: &ReplayClaim, now_ms: i64) -> bool {
+        self.message_until_ms > now_ms && self.message_key.as_deref() == Some(entry.key.as_str())
     }
 
     /// The record of a task that ended as the machine answered it (`env` is its TASK_RESULT or TASK_FAILED); `None`
@@ -354,6 +385,14 @@ pub enum TaskStep {
         /// Whether the machine judges the submission by the session's usage (it has a task limit or a budget): the
         /// store then answers it ([`Admitted::usage`]); without, it reads none (`None`), as a store need not.
         usage: bool,
+        /// The message's dedupe entry when the claim stands in for it ([`crate::Responder::claim_dedupes`]: an
+        /// unsigned TASK_SUBMIT, whose [`Admission::replay`] is then `None`; `task` carries it,
+        /// [`SharedTask::with_message`]). The store looks it up first, as it would the replay entry: held as an
+        /// entry, or by the task's record ([`SharedTask::holds_message`]), the message is refused
+        /// [`ReplayVerdict::Seen`] and nothing else runs. It writes the entry only when no claim is made (the
+        /// session is not live, the limit is reached, another submission holds the task): a claim made keeps it in
+        /// the task's record instead, one write fewer per task.
+        dedupe: Option<ReplayClaim>,
     },
     /// Read the task's record, a lapsed lease failed first (a status query).
     Read(crate::TaskKey),

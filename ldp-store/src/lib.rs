@@ -347,6 +347,20 @@ pub(crate) fn scrubbed(url: &str, text: &str) -> String {
     secrets.iter().filter(|s| !s.is_empty()).fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "***"))
 }
 
+/// `task` without its claiming message's entry, for a task's end: the store keeps the one the claim wrote
+/// (`SharedTask::message_key`), whatever the end carries.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+pub(crate) fn without_message_key(
+    task: &ldp_session::shared::SharedTask,
+) -> std::borrow::Cow<'_, ldp_session::shared::SharedTask> {
+    if task.message_key.is_none() && task.message_until_ms == 0 {
+        return std::borrow::Cow::Borrowed(task);
+    }
+    let mut task = task.clone();
+    (task.message_key, task.message_until_ms) = (None, 0);
+    std::borrow::Cow::Owned(task)
+}
+
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

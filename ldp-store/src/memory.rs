@@ -150,6 +150,13 @@ impl Tables {
         ReplayVerdict::Fresh
     }
 
+    /// Whether an unsigned message's dedupe entry is held: as an entry, or by the record of the task it claimed.
+    fn holds_message(&self, key: &TaskKey, entry: &ReplayClaim, now: i64) -> bool {
+        // Expired entries went in this operation's sweep: one still here is live.
+        self.replay.contains_key(&entry.key)
+            || self.tasks.get(key).is_some_and(|(held, expires)| *expires > now && held.holds_message(entry, now))
+    }
+
     /// The session step of an admission: the lookup, restarting a live session's TTL.
     fn touch_session(&mut self, session_id: &str, now: i64, marker: i64) -> SessionLookup {
         let Some((record, expires, _)) = self.sessions.get_mut(session_id) else { return SessionLookup::Unknown };
@@ -242,10 +249,17 @@ impl Store for MemoryStore {
         let marker = ms(self.cfg.closed_ttl);
         let mut t = self.tables();
         t.sweep(now, marker);
-        let replay = match &admission.replay {
-            Some(claim) => t.claim_message(claim),
-            None => ReplayVerdict::Fresh,
+        // A claim standing in for the message's dedupe entry: checked first, written only if no claim is made.
+        let dedupe = match &admission.task {
+            Some(TaskStep::Claim { key, dedupe: Some(entry), .. }) => Some((key, entry)),
+            _ => None,
         };
+        let replay = match (&admission.replay, dedupe) {
+            (Some(claim), _) => t.claim_message(claim),
+            (None, Some((key, entry))) if t.holds_message(key, entry, now) => ReplayVerdict::Seen,
+            (None, _) => ReplayVerdict::Fresh,
+        };
+        let dedupe = dedupe.map(|(_, entry)| entry);
         let mut admitted = Admitted::replay_only(replay);
         let Some(session_id) = admission.session_id.as_deref().filter(|_| replay == ReplayVerdict::Fresh) else {
             return Ok(admitted);
@@ -254,12 +268,18 @@ impl Store for MemoryStore {
         let live = matches!(session, SessionLookup::Live(_));
         admitted.session = Some(session);
         if !live {
+            if let Some(entry) = dedupe {
+                t.claim_message(entry);
+            }
             return Ok(admitted);
         }
         let keep = ms(self.cfg.result_ttl);
         admitted.task = admission.task.as_ref().map(|step| match step {
-            TaskStep::Claim { key, task, lease, max_tasks, usage: read } => {
+            TaskStep::Claim { key, task, lease, max_tasks, usage: read, dedupe } => {
                 let (claim, usage) = t.claim_counted(key, task, *lease, *max_tasks, now, keep);
+                if let (Some(entry), TaskClaim::Taken | TaskClaim::LimitReached) = (dedupe, &claim) {
+                    t.claim_message(entry);
+                }
                 admitted.usage = read.then_some(usage);
                 TaskAnswer::Claim(claim)
             }
@@ -355,12 +375,16 @@ impl Store for MemoryStore {
             return Ok(TaskFinish::Refused(Box::new(held.clone())));
         }
         t.sweep_queued(now);
-        t.put_task(key, task.clone(), now.saturating_add(ms(self.cfg.result_ttl)));
-        if !task.cost.is_zero()
+        // The claiming message's key stays with the record for its life (`SharedTask::message_key`).
+        let (mut ended, cost) = (task.clone(), task.cost);
+        (ended.message_key, ended.message_until_ms) =
+            t.tasks.get(key).map_or((None, 0), |(held, _)| (held.message_key.clone(), held.message_until_ms));
+        t.put_task(key, ended, now.saturating_add(ms(self.cfg.result_ttl)));
+        if !cost.is_zero()
             && let Some((Some(_), expires, usage)) = t.sessions.get_mut(&key.session_id)
             && *expires > now
         {
-            *usage = usage.plus(task.cost);
+            *usage = usage.plus(cost);
         }
         Ok(TaskFinish::Recorded)
     }

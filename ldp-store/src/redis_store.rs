@@ -47,9 +47,13 @@ const CORRUPT: &str = "corrupt";
 /// One message's admission, every step in one script (KEYS: the replay entry, then, for a message in a session, the
 /// session, the task record, the task lease and the session's usage, all in the session's slot; ARGV: now ms, marker
 /// ms, the replay entry's expiry ms or '', the task step ('', claim, read, cancel), the claim's record, owner, lease
-/// ms, result TTL ms, task limit or '', '1' to answer the session's usage or ''). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
+/// ms, result TTL ms, task limit or '', '1' to answer the session's usage or '', the claiming message's key or '',
+/// '1' when the claim stands in for the replay entry or ''). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
 ///
-/// - the replay entry: `SET NX PXAT` (present: `seen`, and nothing else runs);
+/// - the replay entry: `SET NX PXAT` (present: `seen`, and nothing else runs); when the claim stands in for it (an
+///   unsigned TASK_SUBMIT's dedupe entry), only looked up, as an entry and in the task's record (`message_key`
+///   until `message_until_ms`), and written wherever no claim is made (the session not live, the limit reached,
+///   the task taken);
 /// - the session, whose value is `<expiry ms>|<TTL ms>|<record>` (so the script need not decode the record; a
 ///   value of the older `<expiry ms>|<record>` form has its TTL read from the record): past the expiry it is
 ///   `expired`; live, the record is the reply, and when its expiry is short of now + its TTL, the expiry is written
@@ -68,17 +72,30 @@ const CORRUPT: &str = "corrupt";
 ///   live one, with a compare-and-set: `LAPSE`, `CANCEL`).
 const ADMIT: &str = r"
 local now = tonumber(ARGV[1])
+local deferred = ARGV[12] == '1'
 if ARGV[3] ~= '' then
-  if not redis.call('SET', KEYS[1], 1, 'NX', 'PXAT', ARGV[3]) then return {'seen'} end
+  if deferred then
+    if redis.call('EXISTS', KEYS[1]) == 1 then return {'seen'} end
+    local held = redis.call('GET', KEYS[3])
+    local ok, t = pcall(cjson.decode, held or 'null')
+    if ok and type(t) == 'table' and t.message_key == ARGV[11] and (tonumber(t.message_until_ms) or 0) > now then
+      return {'seen'}
+    end
+  elseif not redis.call('SET', KEYS[1], 1, 'NX', 'PXAT', ARGV[3]) then
+    return {'seen'}
+  end
+end
+local function unclaimed()
+  if deferred then redis.call('SET', KEYS[1], 1, 'PXAT', ARGV[3]) end
 end
 if #KEYS < 2 then return {'fresh'} end
 local v = redis.call('GET', KEYS[2])
-if not v then return {'fresh', false} end
-if v == 'closed' then return {'fresh', v} end
+if not v then unclaimed() return {'fresh', false} end
+if v == 'closed' then unclaimed() return {'fresh', v} end
 local bar = string.find(v, '|', 1, true)
 local stored = bar and tonumber(string.sub(v, 1, bar - 1))
-if not stored then return {'fresh', 'corrupt'} end
-if stored <= now then return {'fresh', 'expired'} end
+if not stored then unclaimed() return {'fresh', 'corrupt'} end
+if stored <= now then unclaimed() return {'fresh', 'expired'} end
 local bar2 = string.find(v, '|', bar + 1, true)
 local ttl = bar2 and tonumber(string.sub(v, bar + 1, bar2 - 1))
 local record
@@ -101,6 +118,7 @@ if step == 'claim' then
   if ARGV[9] ~= '' or ARGV[10] ~= '' then u = redis.call('HMGET', KEYS[5], 't', 'k', 'c') end
   local tasks = tonumber(u[1] or '0') or 0
   local function answer(code)
+    if code == '0' or code == '2' then unclaimed() end
     if ARGV[10] == '' then return {'fresh', record, code} end
     return {'fresh', record, code, tostring(tasks), u[2] or '0', u[3] or '0'}
   end
@@ -202,15 +220,22 @@ return v
 /// Records how a task ended and releases its lease, only while it is running under the owner or absent (KEYS:
 /// record, lease, session, the session's usage; ARGV: record, owner, ttl, tokens spent or '' (nothing spent), cost
 /// spent, now ms). What the task spent is added to the usage hash (`k`, `c`) while the session is live, the hash
-/// expiring with the session's key. Answers `{1}` when recorded, `{0, record}` with the record it holds otherwise
+/// expiring with the session's key. The dedupe entry of the message that claimed the task (`message_key`,
+/// `message_until_ms`) stays in the record: put first in the new one, which the caller sends without it. Answers `{1}` when recorded, `{0, record}` with the record it holds otherwise
 /// (decoded by the caller, which reports one that is not JSON as corrupt).
 const FINISH: &str = r"
 local v = redis.call('GET', KEYS[1])
+local record = ARGV[1]
 if v then
   local ok, t = pcall(cjson.decode, v)
   if not ok or t.owner ~= ARGV[2] or t.status ~= 'running' then return {0, v} end
+  if type(t.message_key) == 'string' then
+    local until_ms = string.format('%d', tonumber(t.message_until_ms) or 0)
+    record = '{\034message_key\034:' .. cjson.encode(t.message_key) .. ',\034message_until_ms\034:' .. until_ms
+      .. ',' .. string.sub(record, 2)
+  end
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], record, 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
 if ARGV[4] ~= '' then
   local s = redis.call('GET', KEYS[3])
@@ -631,8 +656,14 @@ impl Store for RedisStore {
             }
         }
         let mut invocation = self.scripts.admit.prepare_invoke();
+        // A claim standing in for the message's dedupe entry: checked first, written only if no claim is made.
+        let dedupe = match &admission.task {
+            Some(TaskStep::Claim { dedupe: Some(entry), .. }) if admission.replay.is_none() => Some(entry),
+            _ => None,
+        };
         // Without a replay entry, a placeholder in the session's slot (the script does not touch it).
-        let replay_key = match (&admission.replay, session_id) {
+        let entry = admission.replay.as_ref().or(dedupe);
+        let replay_key = match (entry, session_id) {
             (Some(claim), _) => self.replay_key(session_id, &claim.key),
             (None, Some(id)) => self.replay_key(Some(id), ""),
             (None, None) => return Ok(Admitted::replay_only(ReplayVerdict::Fresh)),
@@ -654,7 +685,7 @@ impl Store for RedisStore {
         invocation
             .arg(crate::now_ms())
             .arg(ms(self.cfg.closed_ttl).max(1))
-            .arg(admission.replay.as_ref().map(|c| c.expires_at_ms.to_string()).unwrap_or_default());
+            .arg(entry.map(|c| c.expires_at_ms.to_string()).unwrap_or_default());
         match &admission.task {
             Some(TaskStep::Claim { task, lease, max_tasks, usage, .. }) => {
                 invocation
@@ -664,7 +695,9 @@ impl Store for RedisStore {
                     .arg(ms(*lease).max(1))
                     .arg(ms(self.cfg.result_ttl).max(1))
                     .arg(max_tasks.map(|n| n.to_string()).unwrap_or_default())
-                    .arg(if *usage { "1" } else { "" });
+                    .arg(if *usage { "1" } else { "" })
+                    .arg(task.message_key.as_deref().unwrap_or_default())
+                    .arg(if dedupe.is_some() { "1" } else { "" });
             }
             Some(TaskStep::Read(_)) => {
                 invocation.arg("read");
@@ -844,7 +877,7 @@ impl Store for RedisStore {
             .key(&lease_key)
             .key(self.session_key(&key.session_id))
             .key(self.usage_key(&key.session_id))
-            .arg(encode(task)?)
+            .arg(encode(&crate::without_message_key(task))?)
             .arg(&task.owner)
             .arg(ms(self.cfg.result_ttl).max(1))
             .arg(if cost.is_zero() { String::new() } else { cost.tokens.min(i64::MAX as u64).to_string() })

@@ -100,7 +100,9 @@ CREATE TABLE IF NOT EXISTS task_rows (
     session_id TEXT NOT NULL,
     task_id TEXT NOT NULL,
     record TEXT NOT NULL,
-    expires_ms INTEGER NOT NULL
+    expires_ms INTEGER NOT NULL,
+    message_key TEXT,
+    message_until_ms INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX IF NOT EXISTS task_rows_key ON task_rows (session_id, task_id);
 CREATE INDEX IF NOT EXISTS task_rows_expiry ON task_rows (expires_ms);
@@ -123,6 +125,14 @@ const MIGRATE_SESSION_USAGE: &str = "
 ALTER TABLE sessions ADD COLUMN tasks INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN cost REAL NOT NULL DEFAULT 0;
+";
+
+/// The dedupe entry of the unsigned message that claimed a task (`SharedTask::message_key` and `message_until_ms`) is
+/// two columns of its row, which the writes of its end leave as they are; files written before get them, empty, once
+/// at open.
+const MIGRATE_MESSAGE_KEY: &str = "
+ALTER TABLE task_rows ADD COLUMN message_key TEXT;
+ALTER TABLE task_rows ADD COLUMN message_until_ms INTEGER NOT NULL DEFAULT 0;
 ";
 
 /// Each principal's count of replay entries (`replay_shares`), kept as entries come and go; files written before
@@ -365,6 +375,14 @@ impl SqliteStore {
             })
             .and_then(|old| if old { conn.execute_batch(MIGRATE_REPLAY_SHARES) } else { Ok(()) })
             .and_then(|()| {
+                conn.query_row(
+                    "SELECT COUNT(*) = 0 FROM pragma_table_info('task_rows') WHERE name = 'message_key'",
+                    [],
+                    |r| r.get::<_, bool>(0),
+                )
+            })
+            .and_then(|old| if old { conn.execute_batch(MIGRATE_MESSAGE_KEY) } else { Ok(()) })
+            .and_then(|()| {
                 // A file is one delegate's (Redis keys carry the delegate instead): its first opener's, files from
                 // before included.
                 conn.execute(
@@ -605,15 +623,25 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
 }
 
 fn load_task(conn: &Connection, key: &TaskKey, now: i64) -> Result<Option<SharedTask>, StoreError> {
-    let text: Option<String> = conn
-        .prepare_cached("SELECT record FROM task_rows WHERE session_id = ?1 AND task_id = ?2 AND expires_ms > ?3")
-        .and_then(|mut st| st.query_row(params![key.session_id, key.task_id, now], |r| r.get(0)).optional())
+    let row: Option<(String, Option<String>, i64)> = conn
+        .prepare_cached(
+            "SELECT record, message_key, message_until_ms FROM task_rows \
+             WHERE session_id = ?1 AND task_id = ?2 AND expires_ms > ?3",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![key.session_id, key.task_id, now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
         .map_err(unavailable)?;
-    text.as_deref().map(decode).transpose()
+    let Some((text, message_key, message_until_ms)) = row else { return Ok(None) };
+    let mut task: SharedTask = decode(&text)?;
+    (task.message_key, task.message_until_ms) = (message_key, message_until_ms);
+    Ok(Some(task))
 }
 
+/// Writes a task's record; its message key (a column of the row) stays as it is.
 fn put_task(conn: &Connection, key: &TaskKey, task: &SharedTask, expires: i64) -> Result<(), StoreError> {
-    put_task_record(conn, key, &encode(task)?, expires)
+    put_task_record(conn, key, &encode(&crate::without_message_key(task))?, expires)
 }
 
 /// [`put_task`] of a record already encoded.
@@ -747,23 +775,9 @@ fn claim_dedupe(
     claim: &ReplayClaim,
     now: i64,
 ) -> Result<ReplayVerdict, StoreError> {
-    let mut current = meta(conn, "dedupe_current")?.clamp(0, 1);
-    let other = 1 - current;
-    if now.saturating_sub(meta(conn, "dedupe_since_ms")?) >= ms(cfg.sqlite_dedupe_generation)
-        && meta(conn, until_name(other))? <= now
-    {
-        conn.prepare_cached(dedupe_sql(other).2).and_then(|mut st| st.execute([])).map_err(unavailable)?;
-        set_meta(conn, until_name(other), 0)?;
-        set_meta(conn, "dedupe_current", other)?;
-        set_meta(conn, "dedupe_since_ms", now)?;
-        current = other;
-    }
+    let current = dedupe_generation(conn, cfg, now)?;
     let key = dedupe_value(&claim.key);
-    let older: Option<i64> = conn
-        .prepare_cached(dedupe_sql(1 - current).0)
-        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
-        .map_err(unavailable)?;
-    if older.is_some_and(|expires| expires > now) {
+    if dedupe_held(conn, 1 - current, &key, now)? {
         return Ok(ReplayVerdict::Seen);
     }
     let inserted = conn
@@ -777,6 +791,53 @@ fn claim_dedupe(
         set_meta(conn, until_name(current), claim.expires_at_ms.saturating_add(1000))?;
     }
     Ok(ReplayVerdict::Fresh)
+}
+
+/// The current dedupe generation, the older one cleared and made current first when its time has come.
+fn dedupe_generation(conn: &Connection, cfg: &StoreConfig, now: i64) -> Result<i64, StoreError> {
+    let current = meta(conn, "dedupe_current")?.clamp(0, 1);
+    let other = 1 - current;
+    if now.saturating_sub(meta(conn, "dedupe_since_ms")?) >= ms(cfg.sqlite_dedupe_generation)
+        && meta(conn, until_name(other))? <= now
+    {
+        conn.prepare_cached(dedupe_sql(other).2).and_then(|mut st| st.execute([])).map_err(unavailable)?;
+        set_meta(conn, until_name(other), 0)?;
+        set_meta(conn, "dedupe_current", other)?;
+        set_meta(conn, "dedupe_since_ms", now)?;
+        return Ok(other);
+    }
+    Ok(current)
+}
+
+/// Whether generation `generation` holds a live entry for `key`.
+fn dedupe_held(conn: &Connection, generation: i64, key: &rusqlite::types::Value, now: i64) -> Result<bool, StoreError> {
+    let expires: Option<i64> = conn
+        .prepare_cached(dedupe_sql(generation).0)
+        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
+        .map_err(unavailable)?;
+    Ok(expires.is_some_and(|expires| expires > now))
+}
+
+/// Whether an unsigned message's dedupe entry is held, without writing it: as an entry (in either generation), or by
+/// the record of the task the message claimed (`SharedTask::holds_message`).
+fn holds_message(
+    conn: &Connection,
+    cfg: &StoreConfig,
+    task: &TaskKey,
+    claim: &ReplayClaim,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let current = dedupe_generation(conn, cfg, now)?;
+    let key = dedupe_value(&claim.key);
+    if dedupe_held(conn, current, &key, now)? || dedupe_held(conn, 1 - current, &key, now)? {
+        return Ok(true);
+    }
+    conn.prepare_cached(
+        "SELECT 1 FROM task_rows WHERE session_id = ?1 AND task_id = ?2 AND message_key = ?3 \
+         AND message_until_ms > ?4 AND expires_ms > ?4",
+    )
+    .and_then(|mut st| st.exists(params![task.session_id, task.task_id, claim.key, now]))
+    .map_err(unavailable)
 }
 
 /// The session step of an admission: the lookup, restarting a live session's TTL, with the session's usage.
@@ -853,17 +914,20 @@ fn claim_task(
     lease: Duration,
     now: i64,
 ) -> Result<TaskClaim, StoreError> {
-    let mut task = task.clone();
-    task.lease_until_ms = now.saturating_add(ms(lease));
-    let (record, expires) = (encode(&task)?, now.saturating_add(ms(cfg.result_ttl)));
+    let mut running = task.clone();
+    running.lease_until_ms = now.saturating_add(ms(lease));
+    let (message_key, message_until) = (running.message_key.take(), std::mem::take(&mut running.message_until_ms));
+    let (record, expires) = (encode(&running)?, now.saturating_add(ms(cfg.result_ttl)));
     // A task id new to the store (nearly every claim) is claimed by this one statement; one the store holds (even
     // expired) is decided on its record.
     let inserted = conn
         .prepare_cached(
-            "INSERT INTO task_rows (session_id, task_id, record, expires_ms) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (session_id, task_id) DO NOTHING",
+            "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, task_id) DO NOTHING",
         )
-        .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires]))
+        .and_then(|mut st| {
+            st.execute(params![key.session_id, key.task_id, record, expires, message_key, message_until])
+        })
         .map_err(unavailable)?;
     if inserted == 1 {
         return Ok(TaskClaim::Claimed);
@@ -873,7 +937,14 @@ fn claim_task(
     {
         return Ok(TaskClaim::Taken);
     }
-    put_task_record(conn, key, &record, expires)?;
+    conn.prepare_cached(
+        "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, task_id) DO UPDATE SET record = excluded.record, \
+         expires_ms = excluded.expires_ms, message_key = excluded.message_key, \
+         message_until_ms = excluded.message_until_ms",
+    )
+    .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires, message_key, message_until]))
+    .map_err(unavailable)?;
     Ok(TaskClaim::Claimed)
 }
 
@@ -912,10 +983,17 @@ impl Store for SqliteStore {
     async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
         let admission = admission.clone();
         self.tx_while_awaited(move |conn, cfg, now| {
-            let replay = match &admission.replay {
-                Some(claim) => claim_message(conn, cfg, claim, now)?,
-                None => ReplayVerdict::Fresh,
+            // A claim standing in for the message's dedupe entry: checked first, written only if no claim is made.
+            let dedupe = match &admission.task {
+                Some(TaskStep::Claim { key, dedupe: Some(entry), .. }) => Some((key, entry)),
+                _ => None,
             };
+            let replay = match (&admission.replay, dedupe) {
+                (Some(claim), _) => claim_message(conn, cfg, claim, now)?,
+                (None, Some((key, entry))) if holds_message(conn, cfg, key, entry, now)? => ReplayVerdict::Seen,
+                (None, _) => ReplayVerdict::Fresh,
+            };
+            let dedupe = dedupe.map(|(_, entry)| entry);
             let mut admitted = Admitted::replay_only(replay);
             let Some(id) = admission.session_id.as_deref().filter(|_| replay == ReplayVerdict::Fresh) else {
                 return Ok(admitted);
@@ -924,12 +1002,19 @@ impl Store for SqliteStore {
             let live = matches!(session, SessionLookup::Live(_));
             admitted.session = Some(session);
             if !live {
+                if let Some(entry) = dedupe {
+                    claim_dedupe(conn, cfg, entry, now)?;
+                }
                 return Ok(admitted);
             }
             admitted.task = match &admission.task {
-                Some(TaskStep::Claim { key, task, lease, max_tasks, usage: read }) => {
+                Some(TaskStep::Claim { key, task, lease, max_tasks, usage: read, dedupe }) => {
                     admitted.usage = read.then_some(usage);
-                    Some(TaskAnswer::Claim(claim_counted(conn, cfg, (key, task, *lease, *max_tasks), usage, now)?))
+                    let claim = claim_counted(conn, cfg, (key, task, *lease, *max_tasks), usage, now)?;
+                    if let (Some(entry), TaskClaim::Taken | TaskClaim::LimitReached) = (dedupe, &claim) {
+                        claim_dedupe(conn, cfg, entry, now)?;
+                    }
+                    Some(TaskAnswer::Claim(claim))
                 }
                 Some(TaskStep::Read(key)) => Some(TaskAnswer::Read(read_task(conn, cfg, key, now)?)),
                 Some(TaskStep::Cancel(key)) => Some(TaskAnswer::Cancel(cancel_task(conn, cfg, key, now)?)),
@@ -1014,7 +1099,8 @@ impl Store for SqliteStore {
 
     async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
         // Encoded here, on the caller's thread, rather than by the one writer.
-        let (key, record, owner, cost) = (key.clone(), encode(task)?, task.owner.clone(), task.cost.sanitized());
+        let (key, record, owner, cost) =
+            (key.clone(), encode(&crate::without_message_key(task))?, task.owner.clone(), task.cost.sanitized());
         self.tx(move |conn, cfg, now| {
             let recorded = |conn: &Connection| {
                 if !cost.is_zero() {

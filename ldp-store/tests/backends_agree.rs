@@ -64,8 +64,10 @@ enum Op {
 
 #[derive(Debug, Clone, Copy)]
 enum Step {
-    /// Task, owner, the session's task limit, whether the usage is asked for.
-    Claim(usize, usize, Option<u64>, bool),
+    /// Task, owner, the session's task limit, whether the usage is asked for, whether the claim stands in for the
+    /// admission's replay entry when that is an unsigned message's (`TaskStep::Claim::dedupe`, as the runtime sends
+    /// an unsigned TASK_SUBMIT).
+    Claim(usize, usize, Option<u64>, bool, bool),
     Read(usize),
     Cancel(usize),
 }
@@ -88,8 +90,8 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     let task_key = (0..SESSIONS.len(), 0..TASKS.len());
     let owner = 0..OWNERS.len();
     let step = prop_oneof![
-        (0..TASKS.len(), 0..OWNERS.len(), proptest::option::of(1..3_u64), any::<bool>())
-            .prop_map(|(t, o, limit, usage)| Step::Claim(t, o, limit, usage)),
+        (0..TASKS.len(), 0..OWNERS.len(), proptest::option::of(1..3_u64), any::<bool>(), any::<bool>())
+            .prop_map(|(t, o, limit, usage, defer)| Step::Claim(t, o, limit, usage, defer)),
         (0..TASKS.len()).prop_map(Step::Read),
         (0..TASKS.len()).prop_map(Step::Cancel),
     ];
@@ -119,7 +121,8 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 /// A task record as every backend must agree on it: where the lease ends depends on each one's clock.
 fn task_view(task: &SharedTask) -> String {
     let error = task.error.as_ref().map(|e| (e.code.as_str().to_owned(), e.retryable));
-    format!("{:?} {} {:?} {:?} {:?}", task.status, task.owner, task.mode, task.output, error)
+    let message = (&task.message_key, task.message_until_ms);
+    format!("{:?} {} {:?} {:?} {:?} {message:?}", task.status, task.owner, task.mode, task.output, error)
 }
 
 fn admitted_view(admitted: &Admitted) -> String {
@@ -181,13 +184,18 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
             });
             admission.session_id = session.map(|s| SESSIONS[s].to_owned());
             admission.task = match (*session, *step) {
-                (Some(s), Some(Step::Claim(t, o, max_tasks, usage))) => Some(TaskStep::Claim {
-                    key: key((s, t)),
-                    task: SharedTask::running(OWNERS[o], PayloadMode::Text),
-                    lease: HOUR,
-                    max_tasks,
-                    usage,
-                }),
+                (Some(s), Some(Step::Claim(t, o, max_tasks, usage, defer))) => {
+                    let unsigned = admission.replay.as_ref().is_some_and(|c| c.max_per_principal.is_none());
+                    let dedupe = if defer && unsigned { admission.replay.take() } else { None };
+                    Some(TaskStep::Claim {
+                        key: key((s, t)),
+                        task: SharedTask::running(OWNERS[o], PayloadMode::Text).with_message(dedupe.as_ref()),
+                        lease: HOUR,
+                        max_tasks,
+                        usage,
+                        dedupe,
+                    })
+                }
                 (Some(s), Some(Step::Read(t))) => Some(TaskStep::Read(key((s, t)))),
                 (Some(s), Some(Step::Cancel(t))) => Some(TaskStep::Cancel(key((s, t)))),
                 _ => None,

@@ -30,6 +30,7 @@ fn submit(session_id: &str, message: &str, task_id: &str) -> Admission {
         lease: Duration::from_secs(30),
         max_tasks: None,
         usage: false,
+        dedupe: None,
     });
     admission
 }

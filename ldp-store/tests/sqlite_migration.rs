@@ -191,6 +191,7 @@ async fn sessions_and_replay_entries_of_the_previous_layout_are_counted() {
         lease: Duration::from_secs(30),
         max_tasks: Some(1),
         usage: true,
+        dedupe: None,
     });
     let admitted = store.admit(&submit).await.unwrap();
     assert_eq!(admitted.usage.map(|u| u.tasks), Some(0));
@@ -205,8 +206,62 @@ async fn sessions_and_replay_entries_of_the_previous_layout_are_counted() {
         lease: Duration::from_secs(30),
         max_tasks: Some(1),
         usage: true,
+        dedupe: None,
     });
     assert_eq!(again.admit(&submit).await.unwrap().task, Some(TaskAnswer::Claim(TaskClaim::LimitReached)));
     drop(again);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file from before task rows kept their claiming message's dedupe entry (`message_key`, `message_until_ms`) gets
+/// both columns, empty for the tasks it holds, which read as before; a new unsigned submission's claim then stands in
+/// for its entry.
+#[tokio::test]
+async fn task_rows_of_the_previous_layout_get_the_claiming_message() {
+    let dir = std::env::temp_dir().join(format!("ldp-store-message-migration-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    let expires = now_ms() + 300_000;
+    let mut done = SharedTask::running("replica-a", PayloadMode::Text);
+    done.status = SharedTaskStatus::Completed;
+    done.output = Some("{\"n\":1}".into());
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE task_rows (row INTEGER PRIMARY KEY, session_id TEXT NOT NULL, task_id TEXT NOT NULL,
+                 record TEXT NOT NULL, expires_ms INTEGER NOT NULL);
+             CREATE UNIQUE INDEX task_rows_key ON task_rows (session_id, task_id);",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO task_rows (session_id, task_id, record, expires_ms) VALUES ('s', 't-old', ?1, ?2)",
+            rusqlite::params![serde_json::to_string(&done).unwrap(), expires],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:migration")).unwrap();
+    let key = |id: &str| TaskKey { session_id: "s".into(), task_id: id.into() };
+    let old = store.task(&key("t-old")).await.unwrap().unwrap();
+    assert_eq!(
+        (old.status, old.output.as_deref(), old.message_key),
+        (SharedTaskStatus::Completed, Some("{\"n\":1}"), None)
+    );
+    assert!(store.create_session(&records::session("s")).await.unwrap());
+    let entry = ReplayClaim::new("peer", format!("{:032x}", 9), expires);
+    let mut submit = Admission::default();
+    submit.session_id = Some("s".to_owned());
+    submit.task = Some(TaskStep::Claim {
+        key: key("t-new"),
+        task: SharedTask::running("replica-a", PayloadMode::Text).with_message(Some(&entry)),
+        lease: Duration::from_secs(30),
+        max_tasks: None,
+        usage: false,
+        dedupe: Some(entry.clone()),
+    });
+    assert_eq!(store.admit(&submit).await.unwrap().task, Some(TaskAnswer::Claim(TaskClaim::Claimed)));
+    assert_eq!(store.admit(&submit).await.unwrap().replay, ReplayVerdict::Seen);
+    drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }

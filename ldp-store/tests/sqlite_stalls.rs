@@ -38,6 +38,7 @@ fn submit(message: &str, task_id: &str) -> Admission {
         lease: Duration::from_secs(30),
         max_tasks: None,
         usage: false,
+        dedupe: None,
     });
     admission
 }

@@ -86,6 +86,18 @@ impl Responder {
         Some(ReplayClaim { principal, key, expires_at_ms, max_per_principal: max, max_total })
     }
 
+    /// Whether a message's dedupe entry ([`Responder::replay_claim`]) goes with its task's claim
+    /// ([`crate::shared::TaskStep::Claim`]'s `dedupe`) rather than in the admission's replay step: an unsigned
+    /// TASK_SUBMIT (no replay protection). Its claim already makes one store write, keyed by the task, which then
+    /// keeps the message's entry ([`crate::shared::SharedTask::message_key`]); the entry itself is written only when
+    /// no claim is made, or when the machine refuses the task and its claim is given back. Every answer stays as
+    /// with the entry written first (the same message resent to any replica is refused `REPLAY_DETECTED`), for one
+    /// store write per task fewer. Signed messages keep their replay entry: its bounds per principal are a
+    /// protection of their own.
+    pub fn claim_dedupes(&self, env: &Envelope) -> bool {
+        self.cfg.security.replay.is_none() && matches!(env.body, ldp_types::Body::TaskSubmit(_))
+    }
+
     /// The record of a live session for the store (after its SESSION_ACCEPT).
     pub fn shared_session(&self, session_id: &str) -> Option<SharedSession> {
         let s = self.sessions.get(session_id)?;

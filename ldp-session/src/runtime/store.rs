@@ -5,6 +5,7 @@
 //! this file only carries them to the store, each call under the store timeout.
 
 use super::*;
+use crate::shared::ReplayClaim;
 
 /// The most running tasks renewed, or sessions looked up, in one store call.
 const RENEWAL_CHUNK: usize = 32;
@@ -175,11 +176,11 @@ impl DelegateRuntime {
         updates: Option<mpsc::Sender<Envelope>>,
         in_place: bool,
     ) -> Response {
-        let (remote, claimed) = match self.before_machine(link, peer, &checked).await {
-            Ok(admitted) => match admitted.task {
-                Some(TaskAnswer::Claim(claim)) => (None, Some(claim)),
-                Some(TaskAnswer::Read(task) | TaskAnswer::Cancel(task)) => (task, None),
-                _ => (None, None),
+        let (remote, claimed, dedupe) = match self.before_machine(link, peer, &checked).await {
+            Ok((admitted, dedupe)) => match admitted.task {
+                Some(TaskAnswer::Claim(claim)) => (None, Some(claim), dedupe),
+                Some(TaskAnswer::Read(task) | TaskAnswer::Cancel(task)) => (task, None, None),
+                _ => (None, None, None),
             },
             Err(refusal) => return Response::Refused(refusal),
         };
@@ -199,7 +200,7 @@ impl DelegateRuntime {
                 if claimed == Some(TaskClaim::Claimed)
                     && let Some(key) = submitted
                 {
-                    self.release_claim(link, &key).await;
+                    self.release_claim(link, &key, dedupe).await;
                 }
                 self.after_machine(link, request.as_ref(), &mut response).await;
                 response
@@ -215,13 +216,14 @@ impl DelegateRuntime {
     /// its replay entry (refused if any replica saw it), its session (adopted if live in the store, ended here if
     /// closed or gone there), and its task: a TASK_SUBMIT's claim (not yet admitted by the machine: see
     /// [`DelegateRuntime::settle_claim`]), a status query's record, or the cancel of a task another replica runs. A
-    /// store failure refuses the message, typed and retryable.
+    /// store failure refuses the message, typed and retryable. With the store's answer, the dedupe entry a claim
+    /// stood in for ([`crate::shared::TaskStep::Claim`]'s `dedupe`), for [`DelegateRuntime::release_claim`].
     pub(super) async fn before_machine(
         &self,
         link: &StoreLink,
         peer: &PeerContext,
         checked: &crate::Checked,
-    ) -> Result<Admitted, Refusal> {
+    ) -> Result<(Admitted, Option<ReplayClaim>), Refusal> {
         let env = checked.envelope();
         let refuse = |error: StoreError| {
             tracing::warn!(error = %error, "store call failed; message refused");
@@ -229,12 +231,13 @@ impl DelegateRuntime {
         };
         // A message whose signature fails is refused by the machine without touching the store.
         if checked.signature().is_err() {
-            return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
+            return Ok((Admitted::replay_only(ReplayVerdict::Fresh), None));
         }
-        let (replay, max_tasks, usage) = {
+        let (mut replay, max_tasks, usage, claim_dedupes) = {
             let r = lock(&self.inner.responder);
-            (r.replay_claim(peer, env), r.shared_task_limit(), r.judges_by_usage())
+            (r.replay_claim(peer, env), r.shared_task_limit(), r.judges_by_usage(), r.claim_dedupes(env))
         };
+        let dedupe = if claim_dedupes { replay.take() } else { None };
         let mut admission = Admission { replay, ..Admission::default() };
         if needs_session(env) {
             admission.session_id = Some(env.session_id.clone());
@@ -242,10 +245,11 @@ impl DelegateRuntime {
             admission.task = match &env.body {
                 ldp_types::Body::TaskSubmit(t) => Some(TaskStep::Claim {
                     key: key(&t.task_id),
-                    task: SharedTask::running(link.replica.as_str(), env.payload_mode),
+                    task: SharedTask::running(link.replica.as_str(), env.payload_mode).with_message(dedupe.as_ref()),
                     lease: link.opts.lease,
                     max_tasks,
                     usage,
+                    dedupe,
                 }),
                 ldp_types::Body::TaskUpdate(u) => Some(TaskStep::Read(key(&u.task_id))),
                 // A task running here is cancelled by the machine, which then records its end.
@@ -256,9 +260,13 @@ impl DelegateRuntime {
             };
         }
         if admission.replay.is_none() && admission.session_id.is_none() {
-            return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
+            return Ok((Admitted::replay_only(ReplayVerdict::Fresh), None));
         }
         let admitted = link.call(link.store.admit(&admission)).await.map_err(refuse)?;
+        let dedupe = match admission.task {
+            Some(TaskStep::Claim { dedupe, .. }) => dedupe,
+            _ => None,
+        };
         let now = self.now();
         // One turn of the machine's lock for the verdict and the session.
         let verdict = self.with_responder(|r| {
@@ -294,18 +302,28 @@ impl DelegateRuntime {
                 (&admitted.task, &env.body)
             {
                 let key = TaskKey { session_id: env.session_id.clone(), task_id: t.task_id.clone() };
-                self.release_claim(link, &key).await;
+                self.release_claim(link, &key, dedupe).await;
             }
             return Err(refusal);
         }
-        Ok(admitted)
+        Ok((admitted, dedupe))
     }
 
     /// Takes back a claim made in the admission of a TASK_SUBMIT the machine then refused (it never runs). A
     /// failure is only logged: the claim then holds until its lease lapses, and the task id is free again after.
-    pub(super) async fn release_claim(&self, link: &StoreLink, key: &TaskKey) {
+    /// The dedupe entry the claim stood in for (`dedupe`) is written then, as a message refused before its claim
+    /// has it, so that the same message resent to another replica is refused `REPLAY_DETECTED` there too.
+    pub(super) async fn release_claim(&self, link: &StoreLink, key: &TaskKey, dedupe: Option<ReplayClaim>) {
         if let Err(e) = link.call(link.store.release_task(key, &link.replica)).await {
             tracing::warn!(error = %e, task = %key.task_id, "could not release the claim of a refused task");
+        }
+        if let Some(entry) = dedupe {
+            // In the session's name, as the entry was claimed (a store may keep it in the session's keys).
+            let admission =
+                Admission { replay: Some(entry), session_id: Some(key.session_id.clone()), ..Admission::default() };
+            if let Err(e) = link.call(link.store.admit(&admission)).await {
+                tracing::warn!(error = %e, task = %key.task_id, "could not record a refused task's dedupe entry");
+            }
         }
     }
 
