@@ -77,9 +77,11 @@ if ARGV[3] ~= '' then
   if deferred then
     if redis.call('EXISTS', KEYS[1]) == 1 then return {'seen'} end
     local held = redis.call('GET', KEYS[3])
-    local ok, t = pcall(cjson.decode, held or 'null')
-    if ok and type(t) == 'table' and t.message_key == ARGV[11] and (tonumber(t.message_until_ms) or 0) > now then
-      return {'seen'}
+    if held then
+      local ok, t = pcall(cjson.decode, held)
+      if ok and type(t) == 'table' and t.message_key == ARGV[11] and (tonumber(t.message_until_ms) or 0) > now then
+        return {'seen'}
+      end
     end
   elseif not redis.call('SET', KEYS[1], 1, 'NX', 'PXAT', ARGV[3]) then
     return {'seen'}
