@@ -98,7 +98,9 @@ pub struct SharedTask {
     /// hex: such a message has no dedupe entry of its own once its claim is made. The store keeps the key with the
     /// record for the record's life (an end written over the record keeps it), and takes it as the message's
     /// dedupe entry until [`SharedTask::message_until_ms`]: the same message resent to any replica in that time is
-    /// refused as a replay, as with the entry ([`SharedTask::holds_message`]).
+    /// refused as a replay, as with the entry ([`SharedTask::holds_message`]). Where the record would not last that
+    /// long (a result TTL shorter than the dedupe window, a claim replacing a failed task's record), the store
+    /// writes the entry too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_key: Option<String>,
     /// Until when [`SharedTask::message_key`] stands for the message's dedupe entry (the entry's own expiry), in

@@ -108,7 +108,10 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// - the replay entry, inserted if absent (kept until its `expires_at_ms`) and counted against its principal's
     ///   share and the window's total: `Fresh` when inserted, `Seen` when present, `Full` / `TableFull` (nothing
-    ///   inserted) when the share / the total is at its bound;
+    ///   inserted) when the share / the total is at its bound; when the claim step stands in for it
+    ///   ([`crate::shared::TaskStep::Claim`]'s `dedupe`), only looked up, as an entry or in the task's record
+    ///   ([`SharedTask::holds_message`]), and written where no claim is made, where the record it goes into would
+    ///   expire first, and over a record whose own message's entry is still live (written as an entry then);
     /// - the session, looked up with its TTL restarted when live (closed and expired sessions are kept as markers
     ///   for the backend's marker time);
     /// - the task step, while the session is live: a claim by [`SharedTask::claimable`] (the lease starts), a read
@@ -129,8 +132,15 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError>;
 
     /// Takes back `owner`'s claim of a task the machine then refused (it never ran): the record goes if it is still
-    /// `owner`'s and running.
-    async fn release_task(&self, key: &TaskKey, owner: &str) -> Result<(), StoreError>;
+    /// `owner`'s and running. `dedupe`, the message's dedupe entry the claim stood in for
+    /// ([`crate::shared::TaskStep::Claim`]'s), is written in the same atomic step, so that the refused message
+    /// stays a replay for every replica with no moment between.
+    async fn release_task(
+        &self,
+        key: &TaskKey,
+        owner: &str,
+        dedupe: Option<&crate::shared::ReplayClaim>,
+    ) -> Result<(), StoreError>;
 
     /// Extends the leases of `owner`'s running tasks, and returns those of `keys` that are no longer running
     /// under `owner` in the store, with their records (cancelled through another replica, or failed or taken over

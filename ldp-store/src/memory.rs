@@ -14,7 +14,7 @@ use ldp_session::shared::{
 };
 use ldp_session::store::{Store, StoreError};
 
-use crate::{StoreConfig, ms, now_ms};
+use crate::{StoreConfig, ms, now_ms, outlived, outliving};
 
 /// Shared state in this process's memory.
 #[derive(Debug)]
@@ -210,6 +210,13 @@ impl Tables {
         {
             return TaskClaim::Taken;
         }
+        // The dedupe entries records stand for must outlive them: the one of the record replaced, and the new
+        // one's when it lasts longer than the record will.
+        let replaced =
+            self.tasks.get(key).and_then(|(held, expires)| (*expires > now).then(|| outlived(held, task, now)));
+        for (message, until) in replaced.into_iter().flatten().chain(outliving(task, now.saturating_add(keep))) {
+            self.claim_message(&ReplayClaim::new("", message, until));
+        }
         let mut task = task.clone();
         task.lease_until_ms = now.saturating_add(ms(lease));
         self.put_task(key, task, now.saturating_add(keep));
@@ -323,8 +330,12 @@ impl Store for MemoryStore {
         Ok(t.claim_task(key, task, lease, now, ms(self.cfg.result_ttl)))
     }
 
-    async fn release_task(&self, key: &TaskKey, owner: &str) -> Result<(), StoreError> {
+    async fn release_task(&self, key: &TaskKey, owner: &str, dedupe: Option<&ReplayClaim>) -> Result<(), StoreError> {
         let mut t = self.tables();
+        if let Some(entry) = dedupe {
+            t.sweep(now_ms(), ms(self.cfg.closed_ttl));
+            t.claim_message(entry);
+        }
         if t.tasks.get(key).is_some_and(|(task, _)| task.owner == owner && task.status == SharedTaskStatus::Running) {
             t.tasks.remove(key);
             // Its claim counted against the session's task limit (when it has one): it never ran.

@@ -22,8 +22,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::{
-    Admission, Admitted, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask, SharedTaskStatus,
-    TaskAnswer, TaskClaim, TaskFinish, TaskStep,
+    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
+    SharedTaskStatus, TaskAnswer, TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use redis::aio::ConnectionManager;
@@ -135,6 +135,18 @@ if step == 'claim' then
   elseif redis.call('EXISTS', KEYS[4]) == 1 then
     return answer('0')
   end
+  if deferred then
+    -- The dedupe entries records stand for must outlive them: the one of a record replaced (a failed task submitted
+    -- again), and the new one's when it lasts longer than the record will. Both keys are KEYS[1] with its message
+    -- key swapped (same slot).
+    local decoded, old = pcall(cjson.decode, t or 'null')
+    if decoded and type(old) == 'table' and type(old.message_key) == 'string' and old.message_key ~= ARGV[11]
+      and (tonumber(old.message_until_ms) or 0) > now then
+      local base = string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[11])
+      redis.call('SET', base .. old.message_key, 1, 'PXAT', string.format('%d', old.message_until_ms))
+    end
+    if tonumber(ARGV[3]) > now + tonumber(ARGV[8]) then unclaimed() end
+  end
   redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[8])
   redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[7])
   if ARGV[9] ~= '' then
@@ -189,9 +201,11 @@ redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 ";
 
-/// Takes back a claim of a task that never ran (KEYS: record, lease, the session's usage; ARGV: owner): deleted
-/// while it is the owner's and running, and no longer counted against the session's task limit.
+/// Takes back a claim of a task that never ran (KEYS: record, lease, the session's usage, the dedupe entry the claim
+/// stood in for or a placeholder; ARGV: owner, the entry's expiry ms or ''): deleted while it is the owner's and
+/// running, and no longer counted against the session's task limit; the entry written first.
 const RELEASE: &str = r"
+if ARGV[2] ~= '' then redis.call('SET', KEYS[4], 1, 'PXAT', ARGV[2]) end
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local ok, t = pcall(cjson.decode, v)
@@ -825,15 +839,18 @@ impl Store for RedisStore {
         Ok(if claimed == 1 { TaskClaim::Claimed } else { TaskClaim::Taken })
     }
 
-    async fn release_task(&self, key: &TaskKey, owner: &str) -> Result<(), StoreError> {
+    async fn release_task(&self, key: &TaskKey, owner: &str, dedupe: Option<&ReplayClaim>) -> Result<(), StoreError> {
         let (record, lease_key) = self.task_keys(key);
+        let entry = self.replay_key(Some(&key.session_id), dedupe.map_or("", |e| e.key.as_str()));
         let _: i64 = self
             .scripts
             .release
             .key(&record)
             .key(&lease_key)
             .key(self.usage_key(&key.session_id))
+            .key(entry)
             .arg(owner)
+            .arg(dedupe.map(|e| e.expires_at_ms.to_string()).unwrap_or_default())
             .invoke_async(&mut self.conn())
             .await
             .map_err(unavailable)?;

@@ -929,14 +929,20 @@ fn claim_task(
             st.execute(params![key.session_id, key.task_id, record, expires, message_key, message_until])
         })
         .map_err(unavailable)?;
+    // The dedupe entries records stand for must outlive them: the new one's when it lasts longer than the record
+    // will, and the one of a record replaced (below).
+    let note = |(message, until): (String, i64)| claim_dedupe(conn, cfg, &ReplayClaim::new("", message, until), now);
     if inserted == 1 {
+        crate::outliving(task, expires).map(note).transpose()?;
         return Ok(TaskClaim::Claimed);
     }
-    if let Some(held) = load_task(conn, key, now)?
-        && !held.claimable(held.lease_until_ms > now)
-    {
-        return Ok(TaskClaim::Taken);
+    if let Some(held) = load_task(conn, key, now)? {
+        if !held.claimable(held.lease_until_ms > now) {
+            return Ok(TaskClaim::Taken);
+        }
+        crate::outlived(&held, task, now).map(note).transpose()?;
     }
+    crate::outliving(task, expires).map(note).transpose()?;
     conn.prepare_cached(
         "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, task_id) DO UPDATE SET record = excluded.record, \
@@ -1056,9 +1062,12 @@ impl Store for SqliteStore {
         self.tx_while_awaited(move |conn, cfg, now| claim_task(conn, cfg, &key, &task, lease, now)).await
     }
 
-    async fn release_task(&self, key: &TaskKey, owner: &str) -> Result<(), StoreError> {
-        let (key, owner) = (key.clone(), owner.to_owned());
-        self.tx(move |conn, _, now| {
+    async fn release_task(&self, key: &TaskKey, owner: &str, dedupe: Option<&ReplayClaim>) -> Result<(), StoreError> {
+        let (key, owner, dedupe) = (key.clone(), owner.to_owned(), dedupe.cloned());
+        self.tx(move |conn, cfg, now| {
+            if let Some(entry) = &dedupe {
+                claim_dedupe(conn, cfg, entry, now)?;
+            }
             if load_task(conn, &key, now)?.is_some_and(|t| t.owner == owner && t.status == SharedTaskStatus::Running) {
                 conn.execute(
                     "DELETE FROM task_rows WHERE session_id = ?1 AND task_id = ?2",

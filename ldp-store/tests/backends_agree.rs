@@ -53,7 +53,9 @@ enum Op {
         step: Option<Step>,
     },
     ClaimTask(Key, usize),
-    ReleaseTask(Key, usize),
+    /// Key, owner, and whether the release writes the dedupe entry of an unsigned message of the task's session
+    /// (as the runtime's does for a claim that stood in for it).
+    ReleaseTask(Key, usize, bool),
     /// Owner, and the end: completed with an output, or failed (retryable or not).
     FinishTask(Key, usize, End),
     RenewLeases(usize, Vec<Key>),
@@ -109,7 +111,7 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
                 Op::Admit { replay, session, step }
             }),
         1 => (task_key.clone(), owner.clone()).prop_map(|(k, o)| Op::ClaimTask(k, o)),
-        1 => (task_key.clone(), owner.clone()).prop_map(|(k, o)| Op::ReleaseTask(k, o)),
+        1 => (task_key.clone(), owner.clone(), any::<bool>()).prop_map(|(k, o, m)| Op::ReleaseTask(k, o, m)),
         3 => (task_key.clone(), owner.clone(), end).prop_map(|(k, o, e)| Op::FinishTask(k, o, e)),
         1 => (owner, proptest::collection::vec(task_key.clone(), 0..4)).prop_map(|(o, k)| Op::RenewLeases(o, k)),
         1 => task_key.prop_map(Op::ReadTask),
@@ -206,7 +208,12 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
             .claim_task(&key(*k), &SharedTask::running(OWNERS[*o], PayloadMode::Text), HOUR)
             .await
             .map(|c| format!("{c:?}")),
-        Op::ReleaseTask(k, o) => store.release_task(&key(*k), OWNERS[*o]).await.map(|()| "released".into()),
+        Op::ReleaseTask(k, o, m) => {
+            // An unsigned message's key is of its session (keys 0-2 are unsigned traffic's).
+            let unsigned = (0..3).find(|&n| KEY_SESSION[n] == Some(k.0)).filter(|_| *m);
+            let entry = unsigned.map(|n| ReplayClaim::new(PRINCIPALS[0], format!("key-{n}"), replay_expiry));
+            store.release_task(&key(*k), OWNERS[*o], entry.as_ref()).await.map(|()| "released".into())
+        }
         Op::FinishTask(k, o, end) => store.finish_task(&key(*k), &ended(*o, *end)).await.map(|f| match f {
             ldp_session::shared::TaskFinish::Refused(held) => format!("refused {}", task_view(&held)),
             other => format!("{other:?}"),

@@ -559,8 +559,9 @@ impl Store for Degraded {
         &self,
         key: &ldp_session::TaskKey,
         owner: &str,
+        dedupe: Option<&ldp_session::shared::ReplayClaim>,
     ) -> Result<(), ldp_session::store::StoreError> {
-        self.inner.release_task(key, owner).await
+        self.inner.release_task(key, owner, dedupe).await
     }
     async fn renew_leases(
         &self,

@@ -4,7 +4,9 @@
 //! `DelegateRuntime` without a store as from one with each backend attached (`MemoryStore`, `SqliteStore`,
 //! `RedisStore` on a real `redis-server`), and from two replicas over each backend with the messages dealt to them in
 //! turn, as a round-robin balancer would: replicas behind a balancer are one delegate to their peers. Ids are seeded
-//! alike on every run, so the conversations are the same ones.
+//! alike on every run, so the conversations are the same ones. Message ids are never reused for another message:
+//! across replicas an unsigned TASK_SUBMIT's id is found through its task (ARCHITECTURE, "admission: replay claim"),
+//! the one answer a store changes, for a peer that breaks the RFC's unique ids.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;

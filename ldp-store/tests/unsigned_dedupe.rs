@@ -137,17 +137,77 @@ fn the_record_stands_for_the_entry_only_while_its_window_lasts() {
         for (name, store) in stores {
             let sid = format!("w-{name}");
             assert!(store.create_session(&session(&sid)).await.unwrap());
-            let short = entry(7, Duration::from_millis(300));
+            let short = entry(7, Duration::from_millis(1_000));
             let admitted = store.admit(&submit(&sid, "t1", "replica-a", &short)).await.unwrap();
             assert_eq!(claim(&admitted), Some(&TaskClaim::Claimed), "{name}");
             assert_eq!(
                 store.admit(&submit(&sid, "t1", "replica-b", &short)).await.unwrap().replay,
                 ReplayVerdict::Seen
             );
-            tokio::time::sleep(Duration::from_millis(400)).await;
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
             // Past the window the message is no replay, as its entry would have expired: the task is held, though.
             let late = store.admit(&submit(&sid, "t1", "replica-b", &short)).await.unwrap();
             assert_eq!((late.replay, claim(&late)), (ReplayVerdict::Fresh, Some(&TaskClaim::Taken)), "{name}");
+        }
+    });
+}
+
+/// A record stands for its message's entry only while the record lives: a failed task submitted again under a new
+/// message keeps the first message a replay (its entry is written as the record is replaced), a result TTL shorter
+/// than the dedupe window keeps the message a replay past the record (its entry is written with the claim), and a
+/// claim given back writes the entry in the same step.
+#[test]
+fn the_entry_outlives_the_record_that_stood_for_it() {
+    let backends = Backends::start("unsigned-dedupe-outlives");
+    backends.rt.block_on(async {
+        let mut cfg = StoreConfig::new("ldp:delegate:dedupe-outlives");
+        for (name, store) in backends.open(&cfg, "outlives.db").await {
+            let sid = format!("o-{name}");
+            assert!(store.create_session(&session(&sid)).await.unwrap());
+            let key = TaskKey { session_id: sid.clone(), task_id: "t1".into() };
+
+            // Submitted, failed, submitted again under another message: the first is still a replay.
+            let (first, second) = (entry(11, Duration::from_secs(600)), entry(12, Duration::from_secs(600)));
+            assert_eq!(
+                claim(&store.admit(&submit(&sid, "t1", "replica-a", &first)).await.unwrap()),
+                Some(&TaskClaim::Claimed)
+            );
+            let mut failed = SharedTask::running("replica-a", PayloadMode::Text);
+            failed.status = SharedTaskStatus::Failed;
+            failed.error = Some(Box::new(ldp_types::LdpError::runtime("EXECUTION_FAILED", "failed")));
+            store.finish_task(&key, &failed).await.unwrap();
+            let again = store.admit(&submit(&sid, "t1", "replica-b", &second)).await.unwrap();
+            assert_eq!(claim(&again), Some(&TaskClaim::Claimed), "{name}: a failed task is claimable");
+            let stale = store.admit(&submit(&sid, "t1", "replica-a", &first)).await.unwrap();
+            assert_eq!(stale.replay, ReplayVerdict::Seen, "{name}: the first message ran again");
+
+            // A claim given back with its entry: the message stays a replay.
+            let refused = entry(13, Duration::from_secs(600));
+            let claimed = store.admit(&submit(&sid, "t2", "replica-a", &refused)).await.unwrap();
+            assert_eq!(claim(&claimed), Some(&TaskClaim::Claimed));
+            let t2 = TaskKey { session_id: sid.clone(), task_id: "t2".into() };
+            store.release_task(&t2, "replica-a", Some(&refused)).await.unwrap();
+            assert!(store.task(&t2).await.unwrap().is_none(), "{name}: the claim was not given back");
+            let resent = store.admit(&submit(&sid, "t2", "replica-b", &refused)).await.unwrap();
+            assert_eq!(resent.replay, ReplayVerdict::Seen, "{name}: a refused message ran on another replica");
+        }
+
+        // Results kept 300 ms, the dedupe window 10 s: the message stays a replay once its record is gone.
+        cfg.namespace = "ldp:delegate:dedupe-short".into();
+        cfg.result_ttl = Duration::from_millis(300);
+        for (name, store) in backends.open(&cfg, "short.db").await {
+            let sid = format!("short-{name}");
+            assert!(store.create_session(&session(&sid)).await.unwrap());
+            let message = entry(21, Duration::from_secs(10));
+            assert_eq!(
+                claim(&store.admit(&submit(&sid, "t1", "replica-a", &message)).await.unwrap()),
+                Some(&TaskClaim::Claimed)
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let key = TaskKey { session_id: sid.clone(), task_id: "t1".into() };
+            assert!(store.task(&key).await.unwrap().is_none(), "{name}: the record outlived its TTL");
+            let late = store.admit(&submit(&sid, "t1", "replica-b", &message)).await.unwrap();
+            assert_eq!(late.replay, ReplayVerdict::Seen, "{name}: the task ran twice");
         }
     });
 }

@@ -90,10 +90,12 @@ impl Responder {
     /// ([`crate::shared::TaskStep::Claim`]'s `dedupe`) rather than in the admission's replay step: an unsigned
     /// TASK_SUBMIT (no replay protection). Its claim already makes one store write, keyed by the task, which then
     /// keeps the message's entry ([`crate::shared::SharedTask::message_key`]); the entry itself is written only when
-    /// no claim is made, or when the machine refuses the task and its claim is given back. Every answer stays as
-    /// with the entry written first (the same message resent to any replica is refused `REPLAY_DETECTED`), for one
-    /// store write per task fewer. Signed messages keep their replay entry: its bounds per principal are a
-    /// protection of their own.
+    /// no claim is made, when the machine refuses the task and its claim is given back, or when the record would
+    /// not outlive it. The same TASK_SUBMIT resent to any replica is refused `REPLAY_DETECTED` as before, for one
+    /// store write per task fewer. One answer differs: a peer that reuses a TASK_SUBMIT's message id for another
+    /// message (another task, another type) is refused by the replica that saw the first, not by the others, since
+    /// the record is found by its task. Unsigned message ids are the peer's own to keep unique (RFC); signed
+    /// messages keep their replay entry, whose bounds per principal are a protection of their own.
     pub fn claim_dedupes(&self, env: &Envelope) -> bool {
         self.cfg.security.replay.is_none() && matches!(env.body, ldp_types::Body::TaskSubmit(_))
     }
@@ -129,11 +131,7 @@ impl Responder {
             return Ok(());
         }
         if self.sessions.len() >= self.cfg.limits.max_sessions && !self.drop_idle_copy() {
-            return Err(LdpError::session(
-                codes::CAPACITY_EXCEEDED,
-                "too many sessions on this replica, every one busy; retry later",
-            )
-            .with_retryable(true));
+            return Err(no_room());
         }
         let id: Box<str> = shared.session_id.as_str().into();
         if self.ended.remove(&id).is_some() {
@@ -157,8 +155,20 @@ impl Responder {
         Ok(())
     }
 
+    /// Whether [`Responder::adopt_session`] would take `session_id` now: it is known here, the replica is under
+    /// `max_sessions`, or it has an idle session whose copy can go. A driver asks before its store admission, so
+    /// that a message this replica cannot take is refused before the store acts on it (a cancel, say); the
+    /// adoption itself may still be refused when another took the room meanwhile.
+    pub fn room_for_session(&self, session_id: &str) -> Result<(), LdpError> {
+        let room = self.sessions.contains_key(session_id)
+            || self.sessions.len() < self.cfg.limits.max_sessions
+            || self.sessions.values().any(|s| s.running.is_empty() && s.state == crate::SessionState::Active);
+        if room { Ok(()) } else { Err(no_room()) }
+    }
+
     /// Drops this replica's copy of its least recently used idle session (active, no task running), which the
-    /// store still holds: no tombstone, no event, nothing aborted. Returns whether there was one. A scan, run only
+    /// store still holds: no tombstone, no event, nothing aborted; answers held for it stay (under their own TTL),
+    /// for the session's resume if it is adopted here again. Returns whether there was one. A scan, run only
     /// at the session limit; the expiry queue's entries it leaves stale are swept out once they outnumber the
     /// sessions twice, so that churn cannot grow the queue.
     fn drop_idle_copy(&mut self) -> bool {
@@ -300,4 +310,11 @@ fn hex(bytes: &[u8]) -> String {
         let _ = write!(s, "{b:02x}");
         s
     })
+}
+
+/// The refusal of a session this replica has no room for: at `max_sessions`, every session running a task or
+/// suspended.
+fn no_room() -> LdpError {
+    LdpError::session(codes::CAPACITY_EXCEEDED, "too many sessions on this replica, every one busy; retry later")
+        .with_retryable(true)
 }

@@ -234,7 +234,14 @@ impl DelegateRuntime {
             return Ok((Admitted::replay_only(ReplayVerdict::Fresh), None));
         }
         let (mut replay, max_tasks, usage, claim_dedupes) = {
-            let r = lock(&self.inner.responder);
+            let mut r = lock(&self.inner.responder);
+            // A session this replica could not adopt is refused before the store acts on the message.
+            if needs_session(env)
+                && !matches!(env.body, ldp_types::Body::SessionPropose(_))
+                && let Err(full) = r.room_for_session(&env.session_id)
+            {
+                return Err(r.refusal(env, full));
+            }
             (r.replay_claim(peer, env), r.shared_task_limit(), r.judges_by_usage(), r.claim_dedupes(env))
         };
         let dedupe = if claim_dedupes { replay.take() } else { None };
@@ -311,19 +318,11 @@ impl DelegateRuntime {
 
     /// Takes back a claim made in the admission of a TASK_SUBMIT the machine then refused (it never runs). A
     /// failure is only logged: the claim then holds until its lease lapses, and the task id is free again after.
-    /// The dedupe entry the claim stood in for (`dedupe`) is written then, as a message refused before its claim
-    /// has it, so that the same message resent to another replica is refused `REPLAY_DETECTED` there too.
+    /// The dedupe entry the claim stood in for (`dedupe`) is written with the release, as a message refused before
+    /// its claim has it, so that the same message resent to another replica is refused `REPLAY_DETECTED` there too.
     pub(super) async fn release_claim(&self, link: &StoreLink, key: &TaskKey, dedupe: Option<ReplayClaim>) {
-        if let Err(e) = link.call(link.store.release_task(key, &link.replica)).await {
+        if let Err(e) = link.call(link.store.release_task(key, &link.replica, dedupe.as_ref())).await {
             tracing::warn!(error = %e, task = %key.task_id, "could not release the claim of a refused task");
-        }
-        if let Some(entry) = dedupe {
-            // In the session's name, as the entry was claimed (a store may keep it in the session's keys).
-            let admission =
-                Admission { replay: Some(entry), session_id: Some(key.session_id.clone()), ..Admission::default() };
-            if let Err(e) = link.call(link.store.admit(&admission)).await {
-                tracing::warn!(error = %e, task = %key.task_id, "could not record a refused task's dedupe entry");
-            }
         }
     }
 
