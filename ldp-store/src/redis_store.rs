@@ -139,11 +139,13 @@ if step == 'claim' then
     -- The dedupe entries records stand for must outlive them: the one of a record replaced (a failed task submitted
     -- again), and the new one's when it lasts longer than the record will. Both keys are KEYS[1] with its message
     -- key swapped (same slot).
-    local decoded, old = pcall(cjson.decode, t or 'null')
-    if decoded and type(old) == 'table' and type(old.message_key) == 'string' and old.message_key ~= ARGV[11]
-      and (tonumber(old.message_until_ms) or 0) > now then
-      local base = string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[11])
-      redis.call('SET', base .. old.message_key, 1, 'PXAT', string.format('%d', old.message_until_ms))
+    if t then
+      local decoded, old = pcall(cjson.decode, t)
+      if decoded and type(old) == 'table' and type(old.message_key) == 'string' and old.message_key ~= ARGV[11]
+        and (tonumber(old.message_until_ms) or 0) > now then
+        local base = string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[11])
+        redis.call('SET', base .. old.message_key, 1, 'PXAT', string.format('%d', old.message_until_ms))
+      end
     end
     if tonumber(ARGV[3]) > now + tonumber(ARGV[8]) then unclaimed() end
   end
