@@ -815,8 +815,8 @@ async fn a_result_too_long_to_keep_is_answered_but_not_kept(a_store: Arc<dyn Sto
 
 /// A replica at its session limit (one session, here) continues sessions proposed on another replica by dropping
 /// its copy of an idle one, which the store still holds and which it adopts again on that session's next message.
-/// With no session idle (its one session runs a task) it refuses the next, CAPACITY_EXCEEDED (retryable), and gives
-/// back the task id its admission claimed: no replica holds that task.
+/// With no session idle (its one session runs a task) it refuses the next, CAPACITY_EXCEEDED (retryable), before the
+/// store acts on it: no replica holds the task it submitted, and a cancel it carried leaves its task running.
 async fn a_full_replica_makes_room_for_sessions_of_others(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let (a, _ra) = replica(a_store, &runs, Duration::from_secs(30));
@@ -832,6 +832,12 @@ async fn a_full_replica_makes_room_for_sessions_of_others(a_store: Arc<dyn Store
         assert!(matches!(answer.body, Body::TaskResult(_)), "{}", error_code(&answer));
     }
 
+    // A task of `second` runs on A, for a cancel B must not act on.
+    let (on_a, on_a_done) =
+        submit_on_a_until_running_on_b(&mut init, &a, &a, &second, serde_json::json!({"sleep_ms": 3_000}), |answer| {
+            assert_eq!(error_code(answer), codes::TASK_NOT_FOUND)
+        })
+        .await;
     // `first` runs a task on B: B has no idle session to drop.
     let (_, running) =
         submit_on_a_until_running_on_b(&mut init, &b, &a, &first, serde_json::json!({"sleep_ms": 1_500}), |answer| {
@@ -845,13 +851,19 @@ async fn a_full_replica_makes_room_for_sessions_of_others(a_store: Arc<dyn Store
     assert_eq!((f.error.code.as_str(), f.error.retryable), (codes::CAPACITY_EXCEEDED, true), "{:?}", f.error);
     let query = status_query(&mut init, &second, &refused_id);
     assert_eq!(error_code(&send(&a, &query).await), codes::TASK_NOT_FOUND, "the refused task's claim was kept");
+    // A cancel B cannot take is refused before the store acts on it: the task on A runs on.
+    assert_eq!(error_code(&send(&b, &cancel_envelope(&second, &on_a)).await), codes::CAPACITY_EXCEEDED);
+    let on_a_now = send(&a, &status_query(&mut init, &second, &on_a)).await;
+    assert!(matches!(on_a_now.body, Body::TaskUpdate(_)), "the refused cancel was applied: {}", error_code(&on_a_now));
 
     // Once that task ends, B continues `second` again.
     let ended = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
     assert!(matches!(ended.body, Body::TaskResult(_)), "{}", error_code(&ended));
     let answer = send(&b, &init.submit(&second, "work", serde_json::json!({}), None, None).unwrap()).await;
     assert!(matches!(answer.body, Body::TaskResult(_)), "{}", error_code(&answer));
-    assert_eq!(runs.load(Ordering::SeqCst), 5);
+    let done = tokio::time::timeout(Duration::from_secs(10), on_a_done).await.unwrap().unwrap();
+    assert!(matches!(done.body, Body::TaskResult(_)), "{}", error_code(&done));
+    assert_eq!(runs.load(Ordering::SeqCst), 6);
 }
 
 /// The three tests of a scenario on two replicas, one per backend, in a module named for the scenario: one
