@@ -929,28 +929,28 @@ fn claim_task(
             st.execute(params![key.session_id, key.task_id, record, expires, message_key, message_until])
         })
         .map_err(unavailable)?;
-    // The dedupe entries records stand for must outlive them: the new one's when it lasts longer than the record
-    // will, and the one of a record replaced (below).
+    // The dedupe entries records stand for must outlive them: the one of a record replaced (a failed task submitted
+    // again), and the new one's when it lasts longer than the record will.
     let note = |(message, until): (String, i64)| claim_dedupe(conn, cfg, &ReplayClaim::new("", message, until), now);
-    if inserted == 1 {
-        crate::outliving(task, expires).map(note).transpose()?;
-        return Ok(TaskClaim::Claimed);
-    }
-    if let Some(held) = load_task(conn, key, now)? {
-        if !held.claimable(held.lease_until_ms > now) {
-            return Ok(TaskClaim::Taken);
+    if inserted == 0 {
+        if let Some(held) = load_task(conn, key, now)? {
+            if !held.claimable(held.lease_until_ms > now) {
+                return Ok(TaskClaim::Taken);
+            }
+            crate::outlived(&held, task, now).map(note).transpose()?;
         }
-        crate::outlived(&held, task, now).map(note).transpose()?;
+        conn.prepare_cached(
+            "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, task_id) DO UPDATE SET \
+             record = excluded.record, expires_ms = excluded.expires_ms, message_key = excluded.message_key, \
+             message_until_ms = excluded.message_until_ms",
+        )
+        .and_then(|mut st| {
+            st.execute(params![key.session_id, key.task_id, record, expires, message_key, message_until])
+        })
+        .map_err(unavailable)?;
     }
     crate::outliving(task, expires).map(note).transpose()?;
-    conn.prepare_cached(
-        "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, task_id) DO UPDATE SET record = excluded.record, \
-         expires_ms = excluded.expires_ms, message_key = excluded.message_key, \
-         message_until_ms = excluded.message_until_ms",
-    )
-    .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires, message_key, message_until]))
-    .map_err(unavailable)?;
     Ok(TaskClaim::Claimed)
 }
 

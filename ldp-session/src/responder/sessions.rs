@@ -95,6 +95,12 @@ impl ResponderSession {
         resumed
     }
 
+    /// Whether this replica's copy may be dropped for a session adopted from the store: active, no task running
+    /// (a suspended session waits for its resume here).
+    pub(super) fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.state == SessionState::Active
+    }
+
     pub(super) fn deadline(&self) -> Instant {
         self.last_activity + self.ttl
     }

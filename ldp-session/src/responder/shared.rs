@@ -162,7 +162,7 @@ impl Responder {
     pub fn room_for_session(&self, session_id: &str) -> Result<(), LdpError> {
         let room = self.sessions.contains_key(session_id)
             || self.sessions.len() < self.cfg.limits.max_sessions
-            || self.sessions.values().any(|s| s.running.is_empty() && s.state == crate::SessionState::Active);
+            || self.sessions.values().any(ResponderSession::is_idle);
         if room { Ok(()) } else { Err(no_room()) }
     }
 
@@ -175,7 +175,7 @@ impl Responder {
         let idle = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.running.is_empty() && s.state == crate::SessionState::Active)
+            .filter(|(_, s)| s.is_idle())
             .min_by_key(|(_, s)| s.last_activity)
             .map(|(id, _)| id.clone());
         let Some(session) = idle.and_then(|id| self.sessions.remove(&id)) else { return false };
