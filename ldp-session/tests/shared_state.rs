@@ -232,3 +232,61 @@ fn churn_of_adopted_sessions_never_grows_a_replica_past_its_limit() {
     let env = submit(&mut sim, &sid, "still served");
     assert!(matches!(on(&mut b, &sim, &env), Ok(Outcome::Execute(_))));
 }
+
+/// Adopted sessions count against `max_sessions_per_principal` too: at a principal's limit, the copy that goes is the
+/// least recently used idle one of that principal, never another's, even an older one; with every session of that
+/// principal busy, its adoption is refused (retryably) and the pre-check says so first, while other principals'
+/// sessions are still adopted. A proposal meets the same count.
+#[test]
+fn adopting_at_a_principals_limit_drops_only_that_principals_idle_copy_or_refuses() {
+    let mut sim = Sim::new();
+    let ids: Vec<String> = (0..3).map(|_| sim.session()).collect();
+    let records: Vec<_> = ids.iter().map(|sid| sim.responder.shared_session(sid).unwrap()).collect();
+    let of_other = |n: usize| {
+        let mut other = records[0].clone();
+        (other.session_id, other.peer, other.owner) = (format!("other-{n}"), "another-agent".into(), None);
+        other
+    };
+    let mut cfg = responder_config();
+    cfg.limits.max_sessions = 10;
+    cfg.limits.max_sessions_per_principal = 2;
+    let mut b = Responder::new(cfg, Arc::new(sim.clock.clone()), Box::new(SeededIds::new(99)));
+    let step = std::time::Duration::from_secs(1);
+    // Another principal's session is the least recently used of all.
+    b.adopt_session(sim.now(), &of_other(0)).unwrap();
+    sim.advance(step);
+    b.adopt_session(sim.now(), &records[0]).unwrap();
+    sim.advance(step);
+    b.adopt_session(sim.now(), &records[1]).unwrap();
+    sim.advance(step);
+    b.adopt_session(sim.now(), &records[2]).unwrap();
+    assert_eq!(b.session_count(), 3);
+    assert_eq!(b.session_state(&ids[0]), None, "the principal's least recently used copy went");
+    assert!(b.session_state("other-0").is_some(), "another principal's older session stays");
+    assert!(b.session_state(&ids[1]).is_some() && b.session_state(&ids[2]).is_some());
+    let back = submit(&mut sim, &ids[0], "back");
+    assert_eq!(b.room_for_session(&sim.peer, &back), Ok(()), "an idle copy of the principal can go");
+
+    // A proposal from the principal meets the same count.
+    let propose = sim.initiator.propose(ldp_types::SessionConfig::default());
+    assert_eq!(refused_code(on(&mut b, &sim, &propose)), codes::CAPACITY_EXCEEDED);
+
+    // Both of the principal's sessions here run a task: its next adoption is refused, nothing is dropped, and
+    // another principal is still served.
+    for sid in [&ids[1], &ids[2]] {
+        let env = submit(&mut sim, sid, "busy");
+        assert!(matches!(on(&mut b, &sim, &env), Ok(Outcome::Execute(_))));
+    }
+    let early = b.room_for_session(&sim.peer, &back).unwrap_err();
+    let refused = b.adopt_session(sim.now(), &records[0]).unwrap_err();
+    for e in [&early, &refused] {
+        assert_eq!((e.code.as_str(), e.retryable), (codes::CAPACITY_EXCEEDED, true));
+    }
+    assert_eq!(b.session_count(), 3);
+    assert!(b.session_state("other-0").is_some());
+    b.adopt_session(sim.now(), &of_other(1)).unwrap();
+    assert_eq!(b.session_count(), 4);
+    // A known session needs no room.
+    let busy = submit(&mut sim, &ids[1], "known");
+    assert_eq!(b.room_for_session(&sim.peer, &busy), Ok(()));
+}

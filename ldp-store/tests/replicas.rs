@@ -818,10 +818,24 @@ async fn a_result_too_long_to_keep_is_answered_but_not_kept(a_store: Arc<dyn Sto
 /// With no session idle (its one session runs a task) it refuses the next, CAPACITY_EXCEEDED (retryable), before the
 /// store acts on it: no replica holds the task it submitted, and a cancel it carried leaves its task running.
 async fn a_full_replica_makes_room_for_sessions_of_others(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    a_replica_at_a_limit_makes_room(a_store, b_store, |limits| limits.max_sessions = 1).await;
+}
+
+/// The same at the peer's own limit on the replica (`max_sessions_per_principal`, one here), the replica itself far
+/// from full: one principal cannot take more of a replica by continuing its sessions there than by proposing them.
+async fn a_replica_at_a_principals_limit_makes_room(a_store: Arc<dyn Store>, b_store: Arc<dyn Store>) {
+    a_replica_at_a_limit_makes_room(a_store, b_store, |limits| limits.max_sessions_per_principal = 1).await;
+}
+
+async fn a_replica_at_a_limit_makes_room(
+    a_store: Arc<dyn Store>,
+    b_store: Arc<dyn Store>,
+    limit: impl FnOnce(&mut ldp_session::Limits),
+) {
     let runs = Arc::new(AtomicUsize::new(0));
     let (a, _ra) = replica(a_store, &runs, Duration::from_secs(30));
     let mut small = responder_config(SecurityConfig::symmetric(key()));
-    small.limits.max_sessions = 1;
+    limit(&mut small.limits);
     let (b, _rb) =
         replica_from(small, b_store, &runs, StoreOptions::new(Duration::from_secs(2), Duration::from_secs(30)));
     let mut init = initiator();
@@ -906,4 +920,5 @@ on_every_backend! {
     refused_end_returns_the_record_held => a_refused_end_returns_the_record_held,
     result_too_long_to_keep => a_result_too_long_to_keep_is_answered_but_not_kept,
     full_replica_makes_room => a_full_replica_makes_room_for_sessions_of_others,
+    principal_limit_makes_room => a_replica_at_a_principals_limit_makes_room,
 }

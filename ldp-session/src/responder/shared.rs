@@ -119,18 +119,24 @@ impl Responder {
     /// a restart), it is installed as the store has it; known, its TTL restarts. The store is the authority on
     /// liveness, so a local tombstone (this replica saw no message for a TTL while others did) gives way.
     ///
-    /// Installing one counts against `max_sessions` as an established session does: at the limit, this replica's
-    /// copy of its least recently used idle session (active, no task running) is dropped to make room. The store
-    /// still holds that session, so its next message here adopts it again; what it loses is only this replica's
-    /// copy of the session's context and task history, as when a session moves to another replica. Without such a
-    /// session (every one here is running a task or suspended), the adoption is refused `CAPACITY_EXCEEDED`
-    /// (retryable), so that peers continuing sessions of other replicas here cannot grow this one past its limit.
+    /// Installing one counts against both session limits as an established session does. At
+    /// `max_sessions_per_principal` for the session's principal, this replica's copy of that principal's least
+    /// recently used idle session (active, no task running) is dropped to make room; at `max_sessions`, that of
+    /// any principal. The store still holds a dropped session, so its next message here adopts it again; what it
+    /// loses is only this replica's copy of the session's context and task history, as when a session moves to
+    /// another replica. Without such a session (every one is running a task or suspended), the adoption is refused
+    /// `CAPACITY_EXCEEDED` (retryable), so that peers continuing sessions of other replicas here cannot grow this
+    /// one past either limit, nor one principal take more of it than a principal may.
     pub fn adopt_session(&mut self, now: Instant, shared: &SharedSession) -> Result<(), LdpError> {
         if let Some(local) = self.sessions.get_mut(shared.session_id.as_str()) {
             local.last_activity = now;
             return Ok(());
         }
-        if self.sessions.len() >= self.cfg.limits.max_sessions && !self.drop_idle_copy() {
+        let key = principal_key(shared.owner.as_deref(), &shared.peer);
+        if self.principal_full(&key) && !self.drop_idle_copy(Some(&key)) {
+            return Err(no_room_for_principal());
+        }
+        if self.sessions.len() >= self.cfg.limits.max_sessions && !self.drop_idle_copy(None) {
             return Err(no_room());
         }
         let id: Box<str> = shared.session_id.as_str().into();
@@ -148,34 +154,51 @@ impl Responder {
             now,
             None,
         );
-        let key = principal_key(session.owner.as_deref(), &session.peer);
         self.expiry.push(Reverse((session.deadline(), id.clone())));
         self.sessions.insert(id, session);
         *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;
         Ok(())
     }
 
-    /// Whether [`Responder::adopt_session`] would take `session_id` now: it is known here, the replica is under
-    /// `max_sessions`, or it has an idle session whose copy can go. A driver asks before its store admission, so
-    /// that a message this replica cannot take is refused before the store acts on it (a cancel, say); the
-    /// adoption itself may still be refused when another took the room meanwhile.
-    pub fn room_for_session(&self, session_id: &str) -> Result<(), LdpError> {
-        let room = self.sessions.contains_key(session_id)
-            || self.sessions.len() < self.cfg.limits.max_sessions
-            || self.sessions.values().any(ResponderSession::is_idle);
+    /// Whether [`Responder::adopt_session`] would take the session `env` is for, sent by `peer`, now: it is known
+    /// here, or both limits leave room (the principal's sessions here, then all of them), each either under its
+    /// limit or with an idle session whose copy can go. A driver asks before its store admission, so that a message
+    /// this replica cannot take is refused before the store acts on it (a cancel, say); the adoption itself may
+    /// still be refused when another took the room meanwhile. The principal is the sender's, which is the
+    /// session's own for every message the machine would take (a message from another peer is refused anyway).
+    pub fn room_for_session(&self, peer: &PeerContext, env: &Envelope) -> Result<(), LdpError> {
+        if self.sessions.contains_key(env.session_id.as_str()) {
+            return Ok(());
+        }
+        let key = principal_key(peer.principal().as_deref(), &env.from);
+        if self.principal_full(&key) && !self.idle_of(&key) {
+            return Err(no_room_for_principal());
+        }
+        let room =
+            self.sessions.len() < self.cfg.limits.max_sessions || self.sessions.values().any(ResponderSession::is_idle);
         if room { Ok(()) } else { Err(no_room()) }
     }
 
-    /// Drops this replica's copy of its least recently used idle session (active, no task running), which the
-    /// store still holds: no tombstone, no event, nothing aborted; answers held for it stay (under their own TTL),
-    /// for the session's resume if it is adopted here again. Returns whether there was one. A scan, run only
-    /// at the session limit; the expiry queue's entries it leaves stale are swept out once they outnumber the
-    /// sessions twice, so that churn cannot grow the queue.
-    fn drop_idle_copy(&mut self) -> bool {
+    /// Whether the principal `key` holds `max_sessions_per_principal` sessions here.
+    fn principal_full(&self, key: &str) -> bool {
+        self.sessions_per_principal.get(key).copied().unwrap_or(0) >= self.cfg.limits.max_sessions_per_principal
+    }
+
+    /// Whether the principal `key` has an idle session here. A scan, run only at its limit.
+    fn idle_of(&self, key: &str) -> bool {
+        self.sessions.values().any(|s| s.is_idle() && principal_key(s.owner.as_deref(), &s.peer) == key)
+    }
+
+    /// Drops this replica's copy of its least recently used idle session (active, no task running), of the
+    /// principal `of` or of any, which the store still holds: no tombstone, no event, nothing aborted; answers held
+    /// for it stay (under their own TTL), for the session's resume if it is adopted here again. Returns whether
+    /// there was one. A scan, run only at a session limit; the expiry queue's entries it leaves stale are swept out
+    /// once they outnumber the sessions twice, so that churn cannot grow the queue.
+    fn drop_idle_copy(&mut self, of: Option<&str>) -> bool {
         let idle = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.is_idle())
+            .filter(|(_, s)| s.is_idle() && of.is_none_or(|key| principal_key(s.owner.as_deref(), &s.peer) == key))
             .min_by_key(|(_, s)| s.last_activity)
             .map(|(id, _)| id.clone());
         let Some(session) = idle.and_then(|id| self.sessions.remove(&id)) else { return false };
@@ -317,4 +340,14 @@ fn hex(bytes: &[u8]) -> String {
 fn no_room() -> LdpError {
     LdpError::session(codes::CAPACITY_EXCEEDED, "too many sessions on this replica, every one busy; retry later")
         .with_retryable(true)
+}
+
+/// The refusal of a session whose principal holds `max_sessions_per_principal` sessions here, every one running a
+/// task or suspended.
+fn no_room_for_principal() -> LdpError {
+    LdpError::session(
+        codes::CAPACITY_EXCEEDED,
+        "this peer holds the most sessions allowed on this replica, every one busy; retry later",
+    )
+    .with_retryable(true)
 }

@@ -238,7 +238,7 @@ impl DelegateRuntime {
             // A session this replica could not adopt is refused before the store acts on the message.
             if needs_session(env)
                 && !matches!(env.body, ldp_types::Body::SessionPropose(_))
-                && let Err(full) = r.room_for_session(&env.session_id)
+                && let Err(full) = r.room_for_session(peer, env)
             {
                 return Err(r.refusal(env, full));
             }
