@@ -12,8 +12,9 @@
 //! `ldp serve --store memory|sqlite:PATH|redis://HOST:PORT[/DB]` picks one ([`StoreSpec`]); `memory` there means no
 //! store at all: the machine's own tables, today's behaviour and speed. Redis may also be `rediss://` (TLS, with
 //! [`StoreConfig::redis_tls`] for a private CA or a client certificate) or `redis+unix:///PATH`, and any of them may
-//! carry a user and password, or be a Redis Cluster, `redis+cluster://HOST:PORT[,HOST:PORT...]`; no error or `Debug`
-//! output of this crate shows a password ([`redacted`]).
+//! carry a user and password, or be a Redis Cluster, `redis+cluster://HOST:PORT[,HOST:PORT...]`, or the primary that
+//! Redis Sentinels name, `redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` (followed across failovers); no
+//! error or `Debug` output of this crate shows a password ([`redacted`]).
 //!
 //! A store is driven by the runtime, but its operations can be called directly; here a TASK_SUBMIT's id is claimed
 //! once, and a second claim (a resend to another replica) is refused:
@@ -183,7 +184,8 @@ pub enum StoreSpec {
     /// An SQLite database file (created if absent).
     Sqlite(std::path::PathBuf),
     /// A Redis server: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://...` (TLS) or `redis+unix:///PATH[?db=N]`;
-    /// or a Redis Cluster, `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]` (`rediss+cluster://`).
+    /// or a Redis Cluster, `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]` (`rediss+cluster://`); or
+    /// the primary that Redis Sentinels name, `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]`.
     Redis(String),
 }
 
@@ -199,8 +201,8 @@ impl std::fmt::Debug for StoreSpec {
 }
 
 /// The URL schemes a Redis store is reached by.
-const REDIS_SCHEMES: [&str; 6] =
-    ["redis://", "rediss://", "redis+unix://", "unix://", "redis+cluster://", "rediss+cluster://"];
+const REDIS_SCHEMES: [&str; 7] =
+    ["redis://", "rediss://", "redis+unix://", "unix://", "redis+cluster://", "rediss+cluster://", "redis+sentinel://"];
 
 impl std::str::FromStr for StoreSpec {
     type Err = OpenError;
@@ -238,10 +240,11 @@ fn looks_like_address(s: &str) -> bool {
         && !s.contains(['/', '\\'])
 }
 
-/// A `redis+cluster://` or `rediss+cluster://` URL taken apart. A cluster's node list (`HOST:PORT,HOST:PORT`) is no
-/// URL authority, so no URL parser reads it: this is the one place that does, for connecting, redacting and scrubbing.
-pub(crate) struct ClusterUrl<'a> {
-    /// `redis+cluster` or `rediss+cluster`.
+/// A URL whose authority is a list of hosts taken apart: a Redis Cluster's (`redis+cluster://`, `rediss+cluster://`)
+/// or a Redis Sentinel deployment's (`redis+sentinel://`). Such a list (`HOST:PORT,HOST:PORT`) is no URL authority,
+/// so no URL parser reads it: this is the one place that does, for connecting, redacting and scrubbing.
+pub(crate) struct HostListUrl<'a> {
+    /// `redis+cluster`, `rediss+cluster` or `redis+sentinel`.
     pub(crate) scheme: &'a str,
     /// What stands before the last `@` of the authority (`USER:PASSWORD`, `:PASSWORD` or `USER`), if anything.
     pub(crate) credentials: Option<&'a str>,
@@ -255,11 +258,11 @@ pub(crate) struct ClusterUrl<'a> {
     pub(crate) after_credentials: &'a str,
 }
 
-impl<'a> ClusterUrl<'a> {
-    /// `url` taken apart, or `None` when it is not a cluster URL.
+impl<'a> HostListUrl<'a> {
+    /// `url` taken apart, or `None` when it is not a cluster or sentinel URL.
     pub(crate) fn parse(url: &'a str) -> Option<Self> {
         let (scheme, rest) = url.split_once("://")?;
-        if !scheme.ends_with("+cluster") {
+        if !scheme.ends_with("+cluster") && !scheme.ends_with("+sentinel") {
             return None;
         }
         let authority = rest.split(['/', '?']).next().unwrap_or_default();
@@ -274,6 +277,12 @@ impl<'a> ClusterUrl<'a> {
         })
     }
 
+    /// What follows the hosts: a path and query, or nothing (a sentinel URL's `/SERVICE[/DB]`).
+    #[cfg_attr(not(any(feature = "redis", test)), expect(dead_code, reason = "only the Redis backend reads the path"))]
+    pub(crate) fn after_hosts(&self) -> &'a str {
+        &self.after_credentials[self.hosts.len()..]
+    }
+
     /// The `(user, password)` of the credentials, when they hold a password.
     pub(crate) fn user_and_password(&self) -> Option<(&'a str, &'a str)> {
         self.credentials?.split_once(':')
@@ -284,7 +293,7 @@ impl<'a> ClusterUrl<'a> {
 /// `password` query parameter (`redis+unix:///sock?pass=secret`). Text that is not a URL is returned as `(not a
 /// URL)` when it holds an `@` (it may hold a password the parser could not find), else as it is.
 pub fn redacted(url: &str) -> String {
-    if let Some(cluster) = ClusterUrl::parse(url) {
+    if let Some(cluster) = HostListUrl::parse(url) {
         return match cluster.user_and_password() {
             Some((user, _)) => format!("{}://{user}:***@{}", cluster.scheme, cluster.after_credentials),
             None => url.to_owned(),
@@ -332,7 +341,7 @@ fn is_secret(key: &str) -> bool {
 /// what [`redacted`] hides in the URL, hidden wherever else it is quoted.
 #[cfg(feature = "redis")]
 pub(crate) fn scrubbed(url: &str, text: &str) -> String {
-    let (password, mut secrets) = match ClusterUrl::parse(url) {
+    let (password, mut secrets) = match HostListUrl::parse(url) {
         Some(cluster) => (cluster.user_and_password().map(|(_, password)| password.to_owned()), Vec::new()),
         None => {
             let Ok(parsed) = url::Url::parse(url) else { return text.to_owned() };
@@ -388,7 +397,8 @@ pub enum OpenError {
     /// The `--store` value is none of the accepted forms (shown with any password redacted).
     #[error(
         "{0:?} is not a store: expected memory, sqlite:PATH, redis://HOST:PORT[/DB], rediss://..., \
-         redis+unix:///PATH, unix:///PATH or redis+cluster://HOST:PORT[,HOST:PORT...]"
+         redis+unix:///PATH, unix:///PATH, redis+cluster://HOST:PORT[,HOST:PORT...] or \
+         redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]"
     )]
     Spec(String),
     /// A bare `HOST:PORT` (shown without any `USER:PASSWORD@`): a Redis address without its scheme, far likelier
@@ -530,15 +540,20 @@ mod tests {
 
     #[test]
     fn a_cluster_url_is_taken_apart_once_for_every_use() {
-        let cluster = ClusterUrl::parse("rediss+cluster://app:pw@h1:7000,h2:7001/0?x=1").unwrap();
+        let cluster = HostListUrl::parse("rediss+cluster://app:pw@h1:7000,h2:7001/0?x=1").unwrap();
         assert_eq!(cluster.scheme, "rediss+cluster");
         assert_eq!(cluster.hosts, "h1:7000,h2:7001");
         assert_eq!(cluster.user_and_password(), Some(("app", "pw")));
         assert_eq!(cluster.after_credentials, "h1:7000,h2:7001/0?x=1");
-        let bare = ClusterUrl::parse("redis+cluster://h1:7000").unwrap();
+        let bare = HostListUrl::parse("redis+cluster://h1:7000").unwrap();
         assert_eq!((bare.credentials, bare.hosts, bare.user_and_password()), (None, "h1:7000", None));
-        assert_eq!(ClusterUrl::parse("redis+cluster://app@h1:7000").unwrap().user_and_password(), None);
-        assert!(ClusterUrl::parse("redis://u:p@h1:7000").is_none());
+        assert_eq!(HostListUrl::parse("redis+cluster://app@h1:7000").unwrap().user_and_password(), None);
+        assert!(HostListUrl::parse("redis://u:p@h1:7000").is_none());
+        let sentinel = HostListUrl::parse("redis+sentinel://:pw@s1:26379,s2:26379/svc/3").unwrap();
+        assert_eq!((sentinel.hosts, sentinel.after_hosts()), ("s1:26379,s2:26379", "/svc/3"));
+        assert_eq!(sentinel.user_and_password(), Some(("", "pw")));
+        assert_eq!(redacted("redis+sentinel://:pw@s1:26379/svc"), "redis+sentinel://:***@s1:26379/svc");
+        assert_eq!(HostListUrl::parse("redis+sentinel://s1:26379").unwrap().after_hosts(), "");
     }
 
     proptest::proptest! {

@@ -15,7 +15,10 @@
 //! <principal>` and `ldp:<ns>:{replay-count}:total`.
 //!
 //! Each call goes through `redis`'s `ConnectionManager` (one multiplexed connection, reconnected in the background
-//! after a failure) with its own response and connection timeouts; the runtime adds its own timeout on top.
+//! after a failure) with its own response and connection timeouts; the runtime adds its own timeout on top. Behind
+//! Redis Sentinel (`redis+sentinel://`), the connection goes to the primary the sentinels name (checked with `ROLE`),
+//! and is dropped, to be made again from what the sentinels then say, when a call finds the primary gone or demoted
+//! (`READONLY`): see `SentinelLink`.
 
 use std::time::Duration;
 
@@ -27,8 +30,10 @@ use ldp_session::shared::{
 };
 use ldp_session::store::{Store, StoreError};
 use redis::aio::ConnectionManager;
+use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{AsyncCommands, Script};
 
 use crate::{OpenError, StoreConfig, corrupt, ms};
@@ -367,6 +372,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 enum Connection {
     Node(ConnectionManager),
     Cluster(std::sync::Arc<ClusterLink>),
+    Sentinel(std::sync::Arc<SentinelLink>),
 }
 
 /// A cluster connection, made on first use and kept: a cluster that cannot be reached at start is no error, as a
@@ -391,11 +397,124 @@ impl ClusterLink {
     }
 }
 
+/// The primary that Redis Sentinels name for a service, connected to on first use and kept until a call finds it
+/// gone (the connection failed) or demoted (`READONLY`: a failover made it a replica), or until the sentinels name
+/// another (asked every [`SENTINEL_CHECK`] by a task of the store's, `SentinelLink::watch`): after a failover the old
+/// primary may take writes for a while before the sentinels demote it, and a full resync then drops them. The next
+/// call asks the sentinels again, and `redis` checks that the node they name says it is the primary (`ROLE`) before
+/// it is used. Calls made while no primary can be reached fail (typed, retryable) without each asking the
+/// sentinels: one asks at a time, and not again for [`SENTINEL_RETRY`] after a failed attempt.
+struct SentinelLink {
+    client: tokio::sync::Mutex<SentinelClient>,
+    /// The connection and its generation (so that a failure drops only the connection it happened on).
+    conn: tokio::sync::Mutex<SentinelConn>,
+}
+
+#[derive(Default)]
+struct SentinelConn {
+    current: Option<(u64, MultiplexedConnection)>,
+    /// The address of the primary `current` is connected to.
+    primary: Option<redis::ConnectionAddr>,
+    generation: u64,
+    /// When the last attempt to find and reach the primary failed, and why.
+    failed: Option<(std::time::Instant, redis::RedisError)>,
+}
+
+/// How long after a failed attempt to reach the primary calls fail at once rather than ask the sentinels again.
+const SENTINEL_RETRY: Duration = Duration::from_millis(200);
+
+/// How often the sentinels are asked which node is the primary while a connection is in use.
+const SENTINEL_CHECK: Duration = Duration::from_secs(1);
+
+impl SentinelLink {
+    async fn connection(&self) -> redis::RedisResult<(u64, MultiplexedConnection)> {
+        let mut held = self.conn.lock().await;
+        if let Some((generation, conn)) = held.current.as_ref() {
+            return Ok((*generation, conn.clone()));
+        }
+        if let Some((at, error)) = held.failed.as_ref()
+            && at.elapsed() < SENTINEL_RETRY
+        {
+            return Err(error.clone());
+        }
+        let timed_out = || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(COMMAND_TIMEOUT))
+            .set_response_timeout(Some(COMMAND_TIMEOUT));
+        let made = tokio::time::timeout(COMMAND_TIMEOUT, async {
+            let client = self.client.lock().await.async_get_client().await?;
+            let primary = client.get_connection_info().addr().clone();
+            Ok((client.get_multiplexed_async_connection_with_config(&config).await?, primary))
+        })
+        .await
+        .map_err(|_| timed_out())
+        .and_then(|made| made);
+        match made {
+            Ok((conn, primary)) => {
+                held.generation += 1;
+                held.current = Some((held.generation, conn.clone()));
+                held.primary = Some(primary);
+                held.failed = None;
+                Ok((held.generation, conn))
+            }
+            Err(e) => {
+                held.failed = Some((std::time::Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts the task that asks the sentinels every [`SENTINEL_CHECK`] which node is the primary, and drops the
+    /// connection when they name another than the one it goes to. It ends when the store is dropped.
+    fn watch(link: &std::sync::Arc<Self>) {
+        let link = std::sync::Arc::downgrade(link);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SENTINEL_CHECK);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let Some(link) = link.upgrade() else { return };
+                if link.conn.lock().await.current.is_none() {
+                    continue;
+                }
+                let named = tokio::time::timeout(COMMAND_TIMEOUT, async {
+                    link.client.lock().await.async_get_client().await.map(|c| c.get_connection_info().addr().clone())
+                })
+                .await;
+                // Sentinels that cannot say keep the connection as it is: calls judge it themselves.
+                let Ok(Ok(named)) = named else { continue };
+                let mut held = link.conn.lock().await;
+                if held.primary.as_ref().is_some_and(|primary| *primary != named) {
+                    tracing::warn!(primary = %named, "the Redis sentinels name another primary; reconnecting");
+                    (held.current, held.primary) = (None, None);
+                }
+            }
+        });
+    }
+
+    /// Drops the connection of `generation` when `outcome` says its node is no longer the primary to use.
+    async fn judge<T>(&self, generation: u64, outcome: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if let Err(e) = &outcome
+            && (unreachable(e) || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
+        {
+            let mut held = self.conn.lock().await;
+            if held.current.as_ref().is_some_and(|(g, _)| *g == generation) {
+                held.current = None;
+            }
+        }
+        outcome
+    }
+}
+
 impl redis::aio::ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
         match self {
             Self::Node(conn) => conn.req_packed_command(cmd),
             Self::Cluster(link) => Box::pin(async move { link.connection().await?.req_packed_command(cmd).await }),
+            Self::Sentinel(link) => Box::pin(async move {
+                let (generation, mut conn) = link.connection().await?;
+                link.judge(generation, conn.req_packed_command(cmd).await).await
+            }),
         }
     }
 
@@ -410,21 +529,55 @@ impl redis::aio::ConnectionLike for Connection {
             Self::Cluster(link) => {
                 Box::pin(async move { link.connection().await?.req_packed_commands(pipeline, offset, count).await })
             }
+            Self::Sentinel(link) => Box::pin(async move {
+                let (generation, mut conn) = link.connection().await?;
+                link.judge(generation, conn.req_packed_commands(pipeline, offset, count).await).await
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Self::Node(conn) => conn.get_db(),
-            Self::Cluster(_) => 0,
+            Self::Cluster(_) | Self::Sentinel(_) => 0,
         }
     }
+}
+
+/// The sentinel client for a `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` URL: the
+/// sentinels at the hosts (asked without credentials), the primary of `SERVICE` with the URL's user, password and
+/// database. `None` for any other URL.
+fn sentinel_client(url: &str) -> Option<Result<SentinelClient, String>> {
+    let parsed = crate::HostListUrl::parse(url).filter(|u| u.scheme == "redis+sentinel")?;
+    let mut path = parsed.after_hosts().split('?').next().unwrap_or_default().trim_start_matches('/').split('/');
+    let service = path.next().filter(|s| !s.is_empty());
+    let Some(service) = service else {
+        return Some(Err("a sentinel URL names its service: redis+sentinel://HOST:PORT/SERVICE[/DB]".to_owned()));
+    };
+    let db = match path.next().filter(|d| !d.is_empty()).map(str::parse::<u32>) {
+        None => 0,
+        Some(Ok(db)) => db,
+        Some(Err(_)) => return Some(Err("the database after the service is a number: /SERVICE/DB".to_owned())),
+    };
+    if path.any(|rest| !rest.is_empty()) {
+        return Some(Err("a sentinel URL's path is /SERVICE[/DB], nothing more".to_owned()));
+    }
+    // The credentials as `redis` reads them in a `redis://` URL (percent-decoded), for the primary only.
+    let credentials = parsed.credentials.map(|c| format!("{c}@")).unwrap_or_default();
+    let node = match redis::IntoConnectionInfo::into_connection_info(format!("redis://{credentials}127.0.0.1/{db}")) {
+        Ok(info) => info.redis_settings().clone(),
+        Err(e) => return Some(Err(e.to_string())),
+    };
+    let sentinels: Vec<String> =
+        parsed.hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{h}")).collect();
+    let info = SentinelNodeConnectionInfo::default().set_redis_connection_info(node);
+    Some(SentinelClient::build(sentinels, service, Some(info), SentinelServerType::Master).map_err(|e| e.to_string()))
 }
 
 /// The cluster client for a `redis+cluster://` or `rediss+cluster://` URL: each node of the list as a `redis://`
 /// (`rediss://`) URL with the list's credentials. `None` for any other URL.
 fn cluster_client(url: &str, cfg: &StoreConfig) -> Option<redis::RedisResult<ClusterClient>> {
-    let cluster = crate::ClusterUrl::parse(url)?;
+    let cluster = crate::HostListUrl::parse(url)?;
     let node_scheme = match cluster.scheme {
         "redis+cluster" => "redis://",
         "rediss+cluster" => "rediss://",
@@ -466,12 +619,23 @@ impl RedisStore {
                 reason: "TLS files were given for a URL that is not rediss:// or rediss+cluster://".to_owned(),
             });
         }
-        let conn = match cluster_client(url, &cfg) {
-            Some(client) => Connection::Cluster(std::sync::Arc::new(ClusterLink {
+        let conn = match (cluster_client(url, &cfg), sentinel_client(url)) {
+            (Some(client), _) => Connection::Cluster(std::sync::Arc::new(ClusterLink {
                 client: client.map_err(fail)?,
                 conn: tokio::sync::Mutex::new(None),
             })),
-            None => {
+            (None, Some(client)) => {
+                let link = std::sync::Arc::new(SentinelLink {
+                    client: tokio::sync::Mutex::new(client.map_err(|reason| OpenError::Redis {
+                        url: crate::redacted(url),
+                        reason: crate::scrubbed(url, &reason),
+                    })?),
+                    conn: tokio::sync::Mutex::new(SentinelConn::default()),
+                });
+                SentinelLink::watch(&link);
+                Connection::Sentinel(link)
+            }
+            (None, None) => {
                 let client = match &cfg.redis_tls {
                     Some(tls) if url.starts_with("rediss://") => {
                         let certificates = redis::TlsCertificates {

@@ -314,20 +314,9 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
-    /// Runs `redis-cli` (beside the `redis-server` binary, as Debian installs them) against `node`; its output.
+    /// Runs `redis-cli` against `node`; its output.
     fn cli(&self, node: &RedisServer, args: &[&str]) -> Result<String, TestRedisError> {
-        let beside = node.binary.with_file_name("redis-cli");
-        let cli = if beside.exists() { beside } else { PathBuf::from("redis-cli") };
-        let out = Command::new(cli)
-            .args(["-h", "127.0.0.1", "-p", &node.port.to_string()])
-            .args(args)
-            .output()
-            .map_err(|e| TestRedisError::Start(format!("redis-cli: {e}")))?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if !out.status.success() || text.starts_with("ERR") {
-            return Err(TestRedisError::Start(format!("redis-cli {args:?}: {text}")));
-        }
-        Ok(text)
+        cli(&node.binary, node.port, args)
     }
 }
 
@@ -338,6 +327,205 @@ impl Drop for RedisCluster {
         }
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
+}
+
+/// A throwaway Redis Sentinel deployment on loopback: a primary, one replica of it, and one sentinel (quorum 1)
+/// watching them as the service [`RedisSentinel::SERVICE`], quick to judge a primary down (1 s). Its servers are
+/// killed and its files removed on drop.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    /// The two data nodes; which one is the primary changes with failovers.
+    nodes: Vec<RedisServer>,
+    sentinel: Option<Child>,
+    sentinel_port: u16,
+    scratch: PathBuf,
+}
+
+impl RedisSentinel {
+    /// The service name the sentinel watches.
+    pub const SERVICE: &'static str = "ldp-test";
+
+    /// Starts the primary, its replica and the sentinel, and waits until the sentinel knows the replica (so that a
+    /// failover can pick it).
+    pub fn start() -> Result<Self, TestRedisError> {
+        let fail = |e: std::io::Error| TestRedisError::Start(e.to_string());
+        let sentinel_port = free_port().map_err(fail)?;
+        let scratch =
+            std::env::temp_dir().join(format!("ldp-test-redis-sentinel-{}-{sentinel_port}", std::process::id()));
+        // Each node works in a directory of its own: a replica writes the snapshot of its full sync there
+        // (`dump.rdb`), which a server started later in the same directory would load.
+        let node_dir = |name: &str| {
+            let dir = scratch.join(name);
+            std::fs::create_dir_all(&dir).map(|()| dir.display().to_string())
+        };
+        let primary =
+            RedisServer::start_with(RedisServerOptions::default().config("dir", &node_dir("a").map_err(fail)?))?;
+        let replica = RedisServer::start_with(
+            RedisServerOptions::default()
+                .config("dir", &node_dir("b").map_err(fail)?)
+                .config("replicaof", &format!("127.0.0.1 {}", primary.port)),
+        )?;
+        // The sentinel rewrites its configuration file, so it gets one of its own.
+        let conf = scratch.join("sentinel.conf");
+        let service = Self::SERVICE;
+        std::fs::write(
+            &conf,
+            format!(
+                "bind 127.0.0.1\nport {sentinel_port}\ndir {}\nsentinel monitor {service} 127.0.0.1 {} 1\n\
+                 sentinel down-after-milliseconds {service} 1000\nsentinel failover-timeout {service} 3000\n",
+                scratch.display(),
+                primary.port
+            ),
+        )
+        .map_err(fail)?;
+        let child = Command::new(&primary.binary)
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(fail)?;
+        let deployment = Self { nodes: vec![primary, replica], sentinel: Some(child), sentinel_port, scratch };
+        deployment.wait_for(Duration::from_secs(30), "the sentinel to know the replica", |d| d.replicated())?;
+        Ok(deployment)
+    }
+
+    /// `redis+sentinel://127.0.0.1:SENTINEL_PORT/SERVICE`.
+    pub fn url(&self) -> String {
+        format!("redis+sentinel://127.0.0.1:{}/{}", self.sentinel_port, Self::SERVICE)
+    }
+
+    /// The port of the node the sentinel names as the primary.
+    pub fn primary_port(&self) -> Result<u16, TestRedisError> {
+        let said = self.sentinel_cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::SERVICE])?;
+        said.lines()
+            .nth(1)
+            .and_then(|port| port.trim().parse().ok())
+            .ok_or_else(|| TestRedisError::Start(format!("the sentinel names no primary: {said:?}")))
+    }
+
+    /// Waits until the replica has every write the primary took, as a failover that must lose nothing needs.
+    pub fn sync(&self) -> Result<(), TestRedisError> {
+        // After a failover the sentinel makes the old primary a replica of the new one on its next look at it.
+        self.wait_for(Duration::from_secs(40), "the replica to take every write", |d| d.replicated())
+    }
+
+    /// Whether the replica is online and has taken everything the primary has (its acknowledged offset has reached
+    /// the primary's), and the sentinel knows it as a replica it could promote. (`WAIT` would not do: it counts the
+    /// writes of its own connection only.)
+    fn replicated(&self) -> Result<bool, TestRedisError> {
+        let primary = self.primary()?;
+        let info = cli(&primary.binary, primary.port, &["INFO", "replication"])?;
+        let field = |line: &str, name: &str| {
+            line.split(',').find_map(|f| f.split_once('=').filter(|(k, _)| *k == name).map(|(_, v)| v.to_owned()))
+        };
+        let offset: Option<u64> =
+            info.lines().find_map(|l| l.strip_prefix("master_repl_offset:")).and_then(|v| v.trim().parse().ok());
+        let caught_up = info.lines().filter(|l| l.starts_with("slave")).any(|line| {
+            let acked: Option<u64> = field(line, "offset").and_then(|v| v.trim().parse().ok());
+            field(line, "state").as_deref() == Some("online") && acked.is_some() && acked >= offset
+        });
+        let known = self.sentinel_cli(&["SENTINEL", "REPLICAS", Self::SERVICE])?;
+        Ok(caught_up && known.contains("slave") && !known.contains("disconnected") && !known.contains("s_down"))
+    }
+
+    fn primary(&self) -> Result<&RedisServer, TestRedisError> {
+        let port = self.primary_port()?;
+        self.nodes
+            .iter()
+            .find(|n| n.port == port)
+            .ok_or_else(|| TestRedisError::Start(format!("the sentinel names an unknown primary, port {port}")))
+    }
+
+    /// Has the sentinel fail the primary over to the replica (`SENTINEL FAILOVER`): the old primary is made a
+    /// replica of the new one (it answers writes `READONLY`). Returns once the sentinel names the new primary, it
+    /// takes writes, and the old one says it is a replica (until then, it too takes writes, which its resync from
+    /// the new primary then drops: Redis's own window, not the client's).
+    pub fn failover(&self) -> Result<(), TestRedisError> {
+        let before = self.primary_port()?;
+        self.wait_for(Duration::from_secs(20), "the sentinel to start a failover", |d| {
+            Ok(d.sentinel_cli(&["SENTINEL", "FAILOVER", Self::SERVICE]).is_ok())
+        })?;
+        self.wait_for(Duration::from_secs(40), "the failover to end", |d| {
+            let now = d.primary_port()?;
+            Ok(now != before && d.role(now)?.starts_with("master") && d.role(before)?.starts_with("slave"))
+        })
+    }
+
+    /// Kills the primary (SIGKILL), as a crash: the sentinel judges it down after a second and fails over to the
+    /// replica. Returns once the sentinel names the new primary and it takes writes.
+    pub fn kill_primary(&mut self) -> Result<(), TestRedisError> {
+        let before = self.primary_port()?;
+        if let Some(node) = self.nodes.iter_mut().find(|n| n.port == before) {
+            node.stop();
+        }
+        self.wait_for(Duration::from_secs(30), "the sentinel to fail the dead primary over", |d| {
+            let now = d.primary_port()?;
+            Ok(now != before && d.role(now)?.starts_with("master"))
+        })
+    }
+
+    fn role(&self, port: u16) -> Result<String, TestRedisError> {
+        let binary = &self.nodes[0].binary;
+        cli(binary, port, &["ROLE"])
+    }
+
+    fn sentinel_cli(&self, args: &[&str]) -> Result<String, TestRedisError> {
+        cli(&self.nodes[0].binary, self.sentinel_port, args)
+    }
+
+    fn wait_for(
+        &self,
+        within: Duration,
+        what: &str,
+        done: impl Fn(&Self) -> Result<bool, TestRedisError>,
+    ) -> Result<(), TestRedisError> {
+        let deadline = Instant::now() + within;
+        let mut last = None;
+        while Instant::now() < deadline {
+            match done(self) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(TestRedisError::Start(format!("waited {within:?} for {what}; last error: {last:?}")))
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.sentinel.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for node in &mut self.nodes {
+            node.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// Runs `redis-cli` (beside the `redis-server` binary, as Debian installs them) against the loopback `port`; its
+/// output, or an error when it failed or the server answered an error.
+fn cli(server_binary: &std::path::Path, port: u16, args: &[&str]) -> Result<String, TestRedisError> {
+    let beside = server_binary.with_file_name("redis-cli");
+    let binary = if beside.exists() { beside } else { PathBuf::from("redis-cli") };
+    let out = Command::new(binary)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .map_err(|e| TestRedisError::Start(format!("redis-cli: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success()
+        || text.starts_with("ERR")
+        || text.starts_with("NOGOODSLAVE")
+        || text.starts_with("(error)")
+    {
+        return Err(TestRedisError::Start(format!("redis-cli {args:?}: {text}")));
+    }
+    Ok(text)
 }
 
 fn free_port() -> std::io::Result<u16> {

@@ -1,0 +1,114 @@
+//! Redis Sentinel (`redis+sentinel://HOST:PORT/SERVICE`), against a real primary, replica and sentinel (started by
+//! `test_redis::RedisSentinel`; `redis-server` installed by `scripts/redis-server.sh` when missing, never skipped):
+//! the store writes to the primary the sentinel names and follows it across a failover (the old primary, demoted,
+//! answers `READONLY`) and a crash of the primary (its connection fails). Calls in between fail `Unavailable`
+//! (typed, retryable), never hang, and state the replica had taken survives: a replay seen before is still a replay,
+//! a session still lives.
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "common/session_ttl.rs"]
+#[allow(dead_code)]
+mod session_ttl;
+
+use std::time::{Duration, Instant};
+
+use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SessionLookup};
+use ldp_session::store::{Store, StoreError};
+use ldp_store::test_redis::RedisSentinel;
+use ldp_store::{OpenError, RedisStore, StoreConfig};
+
+fn config() -> StoreConfig {
+    StoreConfig::new("ldp:delegate:sentinel")
+}
+
+async fn replay(store: &RedisStore, message: &str) -> Result<ReplayVerdict, StoreError> {
+    let claim = ReplayClaim::new("ldp:delegate:client", message, session_ttl::now_ms() + 600_000);
+    let mut admission = Admission::default();
+    admission.replay = Some(claim);
+    Ok(store.admit(&admission).await?.replay)
+}
+
+async fn lookup(store: &RedisStore, id: &str) -> SessionLookup {
+    let mut admission = Admission::default();
+    admission.session_id = Some(id.to_owned());
+    store.admit(&admission).await.unwrap().session.expect("a session step")
+}
+
+/// Sends fresh messages until one is taken; each failure before must be `Unavailable` and come within the store's
+/// own timeouts. Returns how many failed.
+async fn until_served(store: &RedisStore, phase: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for attempt in 0.. {
+        assert!(Instant::now() < deadline, "the store did not follow the primary within 30 s ({phase})");
+        let started = Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(10), replay(store, &format!("{phase}-{attempt}")))
+            .await
+            .unwrap_or_else(|_| panic!("a call hung ({phase})"));
+        match answer {
+            Ok(verdict) => {
+                assert_eq!(verdict, ReplayVerdict::Fresh, "{phase}: a fresh message is no replay");
+                return attempt;
+            }
+            Err(e) => {
+                assert!(matches!(e, StoreError::Unavailable { .. }), "{phase}: {e:?}");
+                assert!(started.elapsed() < Duration::from_secs(6), "{phase}: a failure took {:?}", started.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    unreachable!()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_follows_the_primary_across_a_failover_and_a_crash() {
+    let mut deployment = RedisSentinel::start().unwrap();
+    let store = RedisStore::open(&deployment.url(), config()).await.unwrap();
+    assert!(store.create_session(&session_ttl::session("followed", 600)).await.unwrap());
+    assert_eq!(replay(&store, "before").await.unwrap(), ReplayVerdict::Fresh);
+    deployment.sync().unwrap();
+    let first = deployment.primary_port().unwrap();
+
+    // A failover: the old primary is now a replica, and the store's connection to it meets `READONLY`.
+    deployment.failover().unwrap();
+    let second = deployment.primary_port().unwrap();
+    assert_ne!(second, first);
+    until_served(&store, "failover").await;
+    assert_eq!(replay(&store, "before").await.unwrap(), ReplayVerdict::Seen, "a replay seen before the failover");
+    assert!(matches!(lookup(&store, "followed").await, SessionLookup::Live(_)));
+    assert_eq!(replay(&store, "between").await.unwrap(), ReplayVerdict::Fresh);
+
+    // A crash of the new primary: the store's connection fails, and the sentinel promotes the first one again.
+    deployment.sync().unwrap();
+    deployment.kill_primary().unwrap();
+    assert_eq!(deployment.primary_port().unwrap(), first);
+    until_served(&store, "crash").await;
+    for message in ["before", "between"] {
+        assert_eq!(replay(&store, message).await.unwrap(), ReplayVerdict::Seen, "{message}");
+    }
+    assert!(matches!(lookup(&store, "followed").await, SessionLookup::Live(_)));
+}
+
+/// A sentinel URL must name its service; its database and credentials are those of the primary, and no error shows
+/// the password.
+#[tokio::test]
+async fn a_sentinel_url_is_checked_at_open() {
+    for (url, says) in [
+        ("redis+sentinel://127.0.0.1:1", "names its service"),
+        ("redis+sentinel://127.0.0.1:1/", "names its service"),
+        ("redis+sentinel://127.0.0.1:1/svc/x", "is a number"),
+        ("redis+sentinel://:hunter2@127.0.0.1:1/svc/0/more", "nothing more"),
+    ] {
+        let Err(e) = RedisStore::open(url, config()).await else { panic!("{url} opened") };
+        assert!(matches!(e, OpenError::Redis { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains(says) && !text.contains("hunter2"), "{url}: {text}");
+    }
+    // No sentinel listens: not an open error (as a Redis down at start is not), calls fail retryably.
+    let store = RedisStore::open("redis+sentinel://:hunter2@127.0.0.1:1/svc/2", config()).await.unwrap();
+    let failed = replay(&store, "x").await.unwrap_err();
+    assert!(matches!(failed, StoreError::Unavailable { .. }), "{failed:?}");
+    assert!(!format!("{failed:?}").contains("hunter2"));
+    let spec: ldp_store::StoreSpec = "redis+sentinel://u:hunter2@h1:26379,h2:26379/svc".parse().unwrap();
+    assert_eq!(format!("{spec:?}"), r#"Redis("redis+sentinel://u:***@h1:26379,h2:26379/svc")"#);
+}
