@@ -101,6 +101,15 @@ impl ResponderSession {
         self.running.is_empty() && self.state == SessionState::Active
     }
 
+    /// Whether the session counts against the principal `key` ([`principal_key`]), without building the session's
+    /// own key: scans at a session limit ask this of every session.
+    pub(super) fn counts_against(&self, key: &str) -> bool {
+        match &self.owner {
+            Some(principal) => key.strip_prefix("auth:") == Some(&**principal),
+            None => key.strip_prefix("from:") == Some(&*self.peer),
+        }
+    }
+
     pub(super) fn deadline(&self) -> Instant {
         self.last_activity + self.ttl
     }
@@ -353,5 +362,42 @@ impl Responder {
             .get(session_id)
             .map(|s| s.peer.to_string())
             .ok_or_else(|| Misuse::UnknownSession(session_id.to_owned()).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(peer: &str, owner: Option<&str>) -> ResponderSession {
+        let modes = (PayloadMode::Text, Box::from([PayloadMode::Text]));
+        ResponderSession::active(
+            peer.into(),
+            owner.map(Into::into),
+            None,
+            "d".into(),
+            modes,
+            Duration::from_secs(1),
+            Instant::now(),
+            None,
+        )
+    }
+
+    proptest::proptest! {
+        /// A session counts against exactly the key [`principal_key`] builds for it, whatever the names hold (a
+        /// sender named like another's key included).
+        #[test]
+        fn a_session_counts_against_its_principal_key_only(
+            peer in "(auth:|from:)?[a-z:]{0,6}",
+            owner in proptest::option::of("(auth:|from:)?[a-z:]{0,6}"),
+            other_peer in "(auth:|from:)?[a-z:]{0,6}",
+            other_owner in proptest::option::of("(auth:|from:)?[a-z:]{0,6}"),
+        ) {
+            let s = session(&peer, owner.as_deref());
+            proptest::prop_assert!(s.counts_against(&principal_key(owner.as_deref(), &peer)));
+            let other = principal_key(other_owner.as_deref(), &other_peer);
+            let same = other == principal_key(owner.as_deref(), &peer);
+            proptest::prop_assert_eq!(s.counts_against(&other), same);
+        }
     }
 }

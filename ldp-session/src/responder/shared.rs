@@ -186,7 +186,7 @@ impl Responder {
 
     /// Whether the principal `key` has an idle session here. A scan, run only at its limit.
     fn idle_of(&self, key: &str) -> bool {
-        self.sessions.values().any(|s| s.is_idle() && principal_key(s.owner.as_deref(), &s.peer) == key)
+        self.sessions.values().any(|s| s.is_idle() && s.counts_against(key))
     }
 
     /// Drops this replica's copy of its least recently used idle session (active, no task running), of the
@@ -198,7 +198,7 @@ impl Responder {
         let idle = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.is_idle() && of.is_none_or(|key| principal_key(s.owner.as_deref(), &s.peer) == key))
+            .filter(|(_, s)| s.is_idle() && of.is_none_or(|key| s.counts_against(key)))
             .min_by_key(|(_, s)| s.last_activity)
             .map(|(id, _)| id.clone());
         let Some(session) = idle.and_then(|id| self.sessions.remove(&id)) else { return false };
