@@ -175,6 +175,36 @@ async fn two_replicas_on_a_redis_cluster_serve_one_session() {
     two_replicas_serve_one_session(&cluster.url()).await;
 }
 
+/// As on one Redis, with `--store redis+sentinel://` on a primary, its replica and a sentinel; then a session goes
+/// on across a failover: messages while the store follows the new primary are refused `STORE_UNAVAILABLE`
+/// (retryable), and the session's next task is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_redis_sentinel_serve_one_session_across_a_failover() {
+    let sentinel = ldp_store::test_redis::RedisSentinel::start().unwrap();
+    two_replicas_serve_one_session(&sentinel.url()).await;
+
+    let (_a, a) = replica(&sentinel.url(), &[]);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, false);
+    let session_id = establish(&http, &a, &mut init).await;
+    let submit = init.submit(&session_id, "echo", serde_json::json!("before"), None, None).unwrap();
+    assert_eq!(output(&send(&http, &a, &submit).await), serde_json::json!({"echo": "before"}));
+    sentinel.sync().unwrap();
+    sentinel.failover().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let submit = init.submit(&session_id, "echo", serde_json::json!("after"), None, None).unwrap();
+        let answer = send(&http, &a, &submit).await;
+        if let Body::TaskResult(_) = &answer.body {
+            assert_eq!(output(&answer), serde_json::json!({"echo": "after"}));
+            break;
+        }
+        assert_eq!(failure(&answer), (codes::STORE_UNAVAILABLE.to_owned(), true));
+        assert!(Instant::now() < deadline, "the session did not go on within 20 s of the failover");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Two `ldp serve` replicas on the store at `url`: a session proposed on A continues on B, a message accepted by A
 /// and replayed to B is refused, a task resent to B under a new id is DUPLICATE_TASK, B answers a status query for
 /// A's task with its result, and a close on B ends the session on A.
