@@ -232,7 +232,8 @@ pub struct StoreArgs {
     /// and kill -9; a bare PATH means the same), or `redis://[USER:PASSWORD@]HOST:PORT[/DB]` (replicas of this
     /// delegate behind a load balancer share sessions, the replay window, task claims and results; `rediss://` for
     /// TLS, `redis+unix:///PATH` for a socket, `redis+cluster://HOST:PORT[,HOST:PORT...]` for a Redis Cluster,
-    /// `redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` for the primary Redis Sentinels name).
+    /// `redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB][?sentinel_password=...]` for the primary Redis
+    /// Sentinels name).
     /// Replicas must be configured alike. A wrong password or database, or a TLS certificate that does not verify,
     /// stops the start; a Redis that is down does not (messages are refused STORE_UNAVAILABLE, retryable, until it
     /// is up). From LDP_STORE when not given, which keeps a password out of the process list.

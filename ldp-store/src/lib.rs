@@ -249,10 +249,6 @@ pub(crate) struct HostListUrl<'a> {
     /// What stands before the last `@` of the authority (`USER:PASSWORD`, `:PASSWORD` or `USER`), if anything.
     pub(crate) credentials: Option<&'a str>,
     /// The comma-separated `HOST:PORT` list.
-    #[cfg_attr(
-        not(any(feature = "redis", test)),
-        expect(dead_code, reason = "only the Redis backend connects to the hosts")
-    )]
     pub(crate) hosts: &'a str,
     /// Everything after the credentials' `@` (or after `://` without credentials): the hosts and any path or query.
     pub(crate) after_credentials: &'a str,
@@ -278,10 +274,28 @@ impl<'a> HostListUrl<'a> {
     }
 
     /// What follows the hosts: a path and query, or nothing (a sentinel URL's `/SERVICE[/DB]`).
-    #[cfg_attr(not(any(feature = "redis", test)), expect(dead_code, reason = "only the Redis backend reads the path"))]
     pub(crate) fn after_hosts(&self) -> &'a str {
         &self.after_credentials[self.hosts.len()..]
     }
+
+    /// The query after the hosts and path (`sentinel_password=...`), empty without one.
+    pub(crate) fn query(&self) -> &'a str {
+        self.after_hosts().split_once('?').map_or("", |(_, query)| query)
+    }
+
+    /// The query's values that may be secret (all but [`HostListUrl::SHOWN`]'s), each as written and as decoded.
+    #[cfg(feature = "redis")]
+    fn query_secrets(&self) -> Vec<String> {
+        let hidden = |k: &str| !Self::SHOWN.contains(&k);
+        let raw = self.query().split('&').filter_map(|pair| pair.split_once('=')).filter(|(k, _)| hidden(k));
+        let decoded =
+            url::form_urlencoded::parse(self.query().as_bytes()).filter(|(k, _)| hidden(k)).map(|(_, v)| v.into());
+        raw.map(|(_, v)| v.to_owned()).chain(decoded).collect()
+    }
+
+    /// The query parameters whose values are no secret. Every other value is hidden, a mistyped
+    /// `sentinel_password` included (the sentinel URL refuses it, and the refusal shows the URL).
+    const SHOWN: [&'static str; 1] = ["sentinel_user"];
 
     /// The `(user, password)` of the credentials, when they hold a password.
     pub(crate) fn user_and_password(&self) -> Option<(&'a str, &'a str)> {
@@ -293,11 +307,25 @@ impl<'a> HostListUrl<'a> {
 /// `password` query parameter (`redis+unix:///sock?pass=secret`). Text that is not a URL is returned as `(not a
 /// URL)` when it holds an `@` (it may hold a password the parser could not find), else as it is.
 pub fn redacted(url: &str) -> String {
-    if let Some(cluster) = HostListUrl::parse(url) {
-        return match cluster.user_and_password() {
-            Some((user, _)) => format!("{}://{user}:***@{}", cluster.scheme, cluster.after_credentials),
-            None => url.to_owned(),
+    if let Some(list) = HostListUrl::parse(url) {
+        let (rest, query) = (list.after_credentials, list.query());
+        let before_query = rest.strip_suffix(query).and_then(|r| r.strip_suffix('?')).filter(|_| !query.is_empty());
+        let (before_query, query) = match before_query {
+            Some(before) => {
+                let pairs = query.split('&').map(|pair| match pair.split_once('=') {
+                    Some((k, _)) if !HostListUrl::SHOWN.contains(&k) => format!("{k}=***"),
+                    _ => pair.to_owned(),
+                });
+                (before, Some(format!("?{}", pairs.collect::<Vec<_>>().join("&"))))
+            }
+            None => (rest, None),
         };
+        let credentials = match (list.user_and_password(), list.credentials) {
+            (Some((user, _)), _) => format!("{user}:***@"),
+            (None, Some(user)) => format!("{user}@"),
+            (None, None) => String::new(),
+        };
+        return format!("{}://{credentials}{before_query}{}", list.scheme, query.unwrap_or_default());
     }
     let Ok(mut parsed) = url::Url::parse(url) else {
         return if url.contains('@') { "(not a URL)".to_owned() } else { url.to_owned() };
@@ -332,9 +360,10 @@ fn unmasked_password(text: &str) -> bool {
         .is_some_and(|(_, password)| password != "***")
 }
 
-/// Whether a URL's query parameter holds a password (`redis+unix:///sock?pass=...`).
+/// Whether a URL's query parameter holds a password (`redis+unix:///sock?pass=...`,
+/// `redis+sentinel://...?sentinel_password=...`).
 fn is_secret(key: &str) -> bool {
-    key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password")
+    key.eq_ignore_ascii_case("pass") || key.to_ascii_lowercase().ends_with("password")
 }
 
 /// `text` (an error's, say) with every password `url` holds written `***`, as it stands in the URL and decoded:
@@ -342,7 +371,7 @@ fn is_secret(key: &str) -> bool {
 #[cfg(feature = "redis")]
 pub(crate) fn scrubbed(url: &str, text: &str) -> String {
     let (password, mut secrets) = match HostListUrl::parse(url) {
-        Some(cluster) => (cluster.user_and_password().map(|(_, password)| password.to_owned()), Vec::new()),
+        Some(list) => (list.user_and_password().map(|(_, password)| password.to_owned()), list.query_secrets()),
         None => {
             let Ok(parsed) = url::Url::parse(url) else { return text.to_owned() };
             let secrets = parsed.query_pairs().filter(|(k, _)| is_secret(k)).map(|(_, v)| v.into_owned()).collect();
@@ -536,6 +565,10 @@ mod tests {
             "AUTH *** failed for ***; socket pass s3cret"
         );
         assert_eq!(scrubbed("redis+cluster://h1:7000", said), said);
+        assert_eq!(
+            scrubbed("redis+sentinel://s1:1/svc?sentinel_password=p%40ss", said),
+            "AUTH *** failed for ***; socket pass s3cret"
+        );
     }
 
     #[test]
@@ -554,6 +587,15 @@ mod tests {
         assert_eq!(sentinel.user_and_password(), Some(("", "pw")));
         assert_eq!(redacted("redis+sentinel://:pw@s1:26379/svc"), "redis+sentinel://:***@s1:26379/svc");
         assert_eq!(HostListUrl::parse("redis+sentinel://s1:26379").unwrap().after_hosts(), "");
+        assert_eq!(
+            redacted("redis+sentinel://u@s1:1/svc?sentinel_user=a&sentinel_password=p%40ss&x=1"),
+            "redis+sentinel://u@s1:1/svc?sentinel_user=a&sentinel_password=***&x=***"
+        );
+        assert_eq!(redacted("redis+cluster://h1:1?password=pw"), "redis+cluster://h1:1?password=***");
+        assert_eq!(
+            redacted("redis+sentinel://s1:1/svc?sentinel_pasword=pw"),
+            "redis+sentinel://s1:1/svc?sentinel_pasword=***"
+        );
     }
 
     proptest::proptest! {

@@ -545,8 +545,10 @@ impl redis::aio::ConnectionLike for Connection {
 }
 
 /// The sentinel client for a `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` URL: the
-/// sentinels at the hosts (asked without credentials), the primary of `SERVICE` with the URL's user, password and
-/// database. `None` for any other URL.
+/// sentinels at the hosts, the primary of `SERVICE` with the URL's user, password and database. Sentinels that want a
+/// password of their own (`requirepass` in their configuration) get `?sentinel_password=...` (and
+/// `sentinel_user=...`), percent-encoded; any other parameter is refused, so that a mistyped one is not ignored.
+/// `None` for any other URL.
 fn sentinel_client(url: &str) -> Option<Result<SentinelClient, String>> {
     let parsed = crate::HostListUrl::parse(url).filter(|u| u.scheme == "redis+sentinel")?;
     let mut path = parsed.after_hosts().split('?').next().unwrap_or_default().trim_start_matches('/').split('/');
@@ -562,14 +564,40 @@ fn sentinel_client(url: &str) -> Option<Result<SentinelClient, String>> {
     if path.any(|rest| !rest.is_empty()) {
         return Some(Err("a sentinel URL's path is /SERVICE[/DB], nothing more".to_owned()));
     }
+    let (mut sentinel_user, mut sentinel_password) = (None, None);
+    for (key, value) in url::form_urlencoded::parse(parsed.query().as_bytes()) {
+        match &*key {
+            "sentinel_user" => sentinel_user = Some(value.into_owned()),
+            "sentinel_password" => sentinel_password = Some(value.into_owned()),
+            // The key only: a mistyped password parameter's value may be a password.
+            other => {
+                return Some(Err(format!(
+                    "a sentinel URL takes sentinel_user and sentinel_password as parameters, not {other:?}"
+                )));
+            }
+        }
+    }
     // The credentials as `redis` reads them in a `redis://` URL (percent-decoded), for the primary only.
     let credentials = parsed.credentials.map(|c| format!("{c}@")).unwrap_or_default();
     let node = match redis::IntoConnectionInfo::into_connection_info(format!("redis://{credentials}127.0.0.1/{db}")) {
         Ok(info) => info.redis_settings().clone(),
         Err(e) => return Some(Err(e.to_string())),
     };
-    let sentinels: Vec<String> =
-        parsed.hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("redis://{h}")).collect();
+    let mut sentinels = Vec::new();
+    for host in parsed.hosts.split(',').filter(|h| !h.is_empty()) {
+        let info = match redis::IntoConnectionInfo::into_connection_info(format!("redis://{host}")) {
+            Ok(info) => info,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        let mut settings = info.redis_settings().clone();
+        if let Some(user) = &sentinel_user {
+            settings = settings.set_username(user);
+        }
+        if let Some(password) = &sentinel_password {
+            settings = settings.set_password(password);
+        }
+        sentinels.push(info.set_redis_settings(settings));
+    }
     let info = SentinelNodeConnectionInfo::default().set_redis_connection_info(node);
     Some(SentinelClient::build(sentinels, service, Some(info), SentinelServerType::Master).map_err(|e| e.to_string()))
 }

@@ -338,6 +338,8 @@ pub struct RedisSentinel {
     nodes: Vec<RedisServer>,
     sentinel: Option<Child>,
     sentinel_port: u16,
+    /// The sentinel's own password (`requirepass`), if it has one.
+    sentinel_password: Option<String>,
     scratch: PathBuf,
 }
 
@@ -348,6 +350,12 @@ impl RedisSentinel {
     /// Starts the primary, its replica and the sentinel, and waits until the sentinel knows the replica (so that a
     /// failover can pick it).
     pub fn start() -> Result<Self, TestRedisError> {
+        Self::start_with(None)
+    }
+
+    /// [`RedisSentinel::start`], the sentinel wanting `sentinel_password` from its clients (`requirepass`) when
+    /// given; the data nodes want none.
+    pub fn start_with(sentinel_password: Option<&str>) -> Result<Self, TestRedisError> {
         let fail = |e: std::io::Error| TestRedisError::Start(e.to_string());
         let sentinel_port = free_port().map_err(fail)?;
         let scratch =
@@ -372,9 +380,10 @@ impl RedisSentinel {
             &conf,
             format!(
                 "bind 127.0.0.1\nport {sentinel_port}\ndir {}\nsentinel monitor {service} 127.0.0.1 {} 1\n\
-                 sentinel down-after-milliseconds {service} 1000\nsentinel failover-timeout {service} 3000\n",
+                 sentinel down-after-milliseconds {service} 1000\nsentinel failover-timeout {service} 3000\n{}",
                 scratch.display(),
-                primary.port
+                primary.port,
+                sentinel_password.map(|p| format!("requirepass {p}\n")).unwrap_or_default(),
             ),
         )
         .map_err(fail)?;
@@ -385,7 +394,13 @@ impl RedisSentinel {
             .stderr(Stdio::null())
             .spawn()
             .map_err(fail)?;
-        let deployment = Self { nodes: vec![primary, replica], sentinel: Some(child), sentinel_port, scratch };
+        let deployment = Self {
+            nodes: vec![primary, replica],
+            sentinel: Some(child),
+            sentinel_port,
+            sentinel_password: sentinel_password.map(str::to_owned),
+            scratch,
+        };
         deployment.wait_for(Duration::from_secs(30), "the sentinel to know the replica", |d| d.replicated())?;
         Ok(deployment)
     }
@@ -471,7 +486,14 @@ impl RedisSentinel {
     }
 
     fn sentinel_cli(&self, args: &[&str]) -> Result<String, TestRedisError> {
-        cli(&self.nodes[0].binary, self.sentinel_port, args)
+        match &self.sentinel_password {
+            Some(password) => {
+                let mut authed = vec!["--no-auth-warning", "-a", password.as_str()];
+                authed.extend_from_slice(args);
+                cli(&self.nodes[0].binary, self.sentinel_port, &authed)
+            }
+            None => cli(&self.nodes[0].binary, self.sentinel_port, args),
+        }
     }
 
     fn wait_for(

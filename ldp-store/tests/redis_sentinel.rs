@@ -112,3 +112,25 @@ async fn a_sentinel_url_is_checked_at_open() {
     let spec: ldp_store::StoreSpec = "redis+sentinel://u:hunter2@h1:26379,h2:26379/svc".parse().unwrap();
     assert_eq!(format!("{spec:?}"), r#"Redis("redis+sentinel://u:***@h1:26379,h2:26379/svc")"#);
 }
+
+/// Sentinels that want a password of their own get the URL's `sentinel_password` (the primary gets the URL's
+/// credentials, none here); a wrong or missing one is refused at open without being shown, and an unknown parameter
+/// (a mistyped one) is refused rather than ignored.
+#[tokio::test]
+async fn sentinels_that_want_a_password_get_the_one_in_the_url() {
+    let deployment = RedisSentinel::start_with(Some("sentinel-Pa55")).unwrap();
+    let store =
+        RedisStore::open(&format!("{}?sentinel_password=sentinel-Pa55", deployment.url()), config()).await.unwrap();
+    assert!(store.create_session(&session_ttl::session("authed", 60)).await.unwrap());
+    assert_eq!(replay(&store, "authed").await.unwrap(), ReplayVerdict::Fresh);
+
+    for url in [format!("{}?sentinel_password=not-it-999", deployment.url()), deployment.url()] {
+        let Err(e) = RedisStore::open(&url, config()).await else { panic!("opened without the sentinels' password") };
+        assert!(matches!(e, OpenError::Redis { .. }), "{e:?}");
+        assert!(!e.to_string().contains("not-it-999"), "{e}");
+    }
+    let Err(e) = RedisStore::open(&format!("{}?sentinel_pasword=x-secret", deployment.url()), config()).await else {
+        panic!("a mistyped parameter was ignored")
+    };
+    assert!(e.to_string().contains("sentinel_pasword") && !e.to_string().contains("x-secret"), "{e}");
+}
