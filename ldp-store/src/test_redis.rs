@@ -480,6 +480,28 @@ impl RedisSentinel {
         })
     }
 
+    /// Makes the replica a primary and has the sentinel name it, without a failover: the old primary is not
+    /// demoted and keeps its clients (a split brain, set up on purpose, of the kind a failover leaves until the
+    /// sentinels reach the old primary). Returns the new primary's port.
+    pub fn split_brain(&self) -> Result<u16, TestRedisError> {
+        let before = self.primary_port()?;
+        let Some(replica) = self.nodes.iter().map(|n| n.port).find(|p| *p != before) else {
+            return Err(TestRedisError::Start("no replica to promote".to_owned()));
+        };
+        cli(&self.nodes[0].binary, replica, &["REPLICAOF", "NO", "ONE"])?;
+        self.sentinel_cli(&["SENTINEL", "REMOVE", Self::SERVICE])?;
+        self.sentinel_cli(&["SENTINEL", "MONITOR", Self::SERVICE, "127.0.0.1", &replica.to_string(), "1"])?;
+        self.wait_for(Duration::from_secs(10), "the sentinel to name the promoted replica", |d| {
+            Ok(d.primary_port()? == replica)
+        })?;
+        Ok(replica)
+    }
+
+    /// Runs `redis-cli` against the data node on `port` (either node, whatever its role); its output.
+    pub fn node_cli(&self, port: u16, args: &[&str]) -> Result<String, TestRedisError> {
+        cli(&self.nodes[0].binary, port, args)
+    }
+
     fn role(&self, port: u16) -> Result<String, TestRedisError> {
         let binary = &self.nodes[0].binary;
         cli(binary, port, &["ROLE"])

@@ -89,6 +89,25 @@ async fn the_store_follows_the_primary_across_a_failover_and_a_crash() {
     assert!(matches!(lookup(&store, "followed").await, SessionLookup::Live(_)));
 }
 
+/// The store leaves a primary the sentinels no longer name even while that node still takes writes and keeps its
+/// clients: the sentinel is made to name the replica, promoted by hand, without the old primary being demoted (a
+/// split brain, as a failover leaves until the sentinels reach the old primary). Within the store's look at the
+/// sentinels, its writes land on the primary they name, not on the node its connection goes to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_leaves_a_primary_the_sentinels_no_longer_name() {
+    let deployment = RedisSentinel::start().unwrap();
+    let store = RedisStore::open(&deployment.url(), config()).await.unwrap();
+    assert_eq!(replay(&store, "connected").await.unwrap(), ReplayVerdict::Fresh);
+    let old = deployment.primary_port().unwrap();
+    let named = deployment.split_brain().unwrap();
+    // Two of the store's looks at the sentinels.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let attempt = until_served(&store, "watched").await;
+    let key = format!("ldp:ldp:delegate:sentinel:replay:{{watched-{attempt}}}");
+    assert_eq!(deployment.node_cli(named, &["EXISTS", &key]).unwrap().trim(), "1", "not on the named primary");
+    assert_eq!(deployment.node_cli(old, &["EXISTS", &key]).unwrap().trim(), "0", "on the old primary");
+}
+
 /// A sentinel URL must name its service; its database and credentials are those of the primary, and no error shows
 /// the password.
 #[tokio::test]
