@@ -278,18 +278,22 @@ impl<'a> HostListUrl<'a> {
         &self.after_credentials[self.hosts.len()..]
     }
 
-    /// The query after the hosts and path (`sentinel_password=...`), empty without one.
-    pub(crate) fn query(&self) -> &'a str {
-        self.after_hosts().split_once('?').map_or("", |(_, query)| query)
+    /// The path after the hosts (a sentinel URL's `/SERVICE[/DB]`), empty without one.
+    pub(crate) fn path(&self) -> &'a str {
+        self.after_hosts().split_once('?').map_or(self.after_hosts(), |(path, _)| path)
+    }
+
+    /// The query after the path (`sentinel_password=...`), if there is a `?`.
+    pub(crate) fn query(&self) -> Option<&'a str> {
+        self.after_hosts().split_once('?').map(|(_, query)| query)
     }
 
     /// The query's values that may be secret (all but [`HostListUrl::SHOWN`]'s), each as written and as decoded.
     #[cfg(feature = "redis")]
     fn query_secrets(&self) -> Vec<String> {
-        let hidden = |k: &str| !Self::SHOWN.contains(&k);
-        let raw = self.query().split('&').filter_map(|pair| pair.split_once('=')).filter(|(k, _)| hidden(k));
-        let decoded =
-            url::form_urlencoded::parse(self.query().as_bytes()).filter(|(k, _)| hidden(k)).map(|(_, v)| v.into());
+        let (hidden, query) = (|k: &str| !Self::SHOWN.contains(&k), self.query().unwrap_or_default());
+        let raw = query.split('&').filter_map(|pair| pair.split_once('=')).filter(|(k, _)| hidden(k));
+        let decoded = url::form_urlencoded::parse(query.as_bytes()).filter(|(k, _)| hidden(k)).map(|(_, v)| v.into());
         raw.map(|(_, v)| v.to_owned()).chain(decoded).collect()
     }
 
@@ -308,24 +312,20 @@ impl<'a> HostListUrl<'a> {
 /// URL)` when it holds an `@` (it may hold a password the parser could not find), else as it is.
 pub fn redacted(url: &str) -> String {
     if let Some(list) = HostListUrl::parse(url) {
-        let (rest, query) = (list.after_credentials, list.query());
-        let before_query = rest.strip_suffix(query).and_then(|r| r.strip_suffix('?')).filter(|_| !query.is_empty());
-        let (before_query, query) = match before_query {
-            Some(before) => {
-                let pairs = query.split('&').map(|pair| match pair.split_once('=') {
-                    Some((k, _)) if !HostListUrl::SHOWN.contains(&k) => format!("{k}=***"),
-                    _ => pair.to_owned(),
-                });
-                (before, Some(format!("?{}", pairs.collect::<Vec<_>>().join("&"))))
-            }
-            None => (rest, None),
-        };
+        let query = list.query().map(|query| {
+            let pairs = query.split('&').map(|pair| match pair.split_once('=') {
+                Some((k, _)) if !HostListUrl::SHOWN.contains(&k) => format!("{k}=***"),
+                _ => pair.to_owned(),
+            });
+            format!("?{}", pairs.collect::<Vec<_>>().join("&"))
+        });
         let credentials = match (list.user_and_password(), list.credentials) {
             (Some((user, _)), _) => format!("{user}:***@"),
             (None, Some(user)) => format!("{user}@"),
             (None, None) => String::new(),
         };
-        return format!("{}://{credentials}{before_query}{}", list.scheme, query.unwrap_or_default());
+        let (scheme, hosts, path) = (list.scheme, list.hosts, list.path());
+        return format!("{scheme}://{credentials}{hosts}{path}{}", query.unwrap_or_default());
     }
     let Ok(mut parsed) = url::Url::parse(url) else {
         return if url.contains('@') { "(not a URL)".to_owned() } else { url.to_owned() };

@@ -391,10 +391,15 @@ impl ClusterLink {
         }
         let made = tokio::time::timeout(COMMAND_TIMEOUT, self.client.get_async_connection())
             .await
-            .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+            .map_err(|_| timed_out())??;
         *held = Some(made.clone());
         Ok(made)
     }
+}
+
+/// The error of a connection attempt that outlasted [`COMMAND_TIMEOUT`]: a timeout, retryable as the server's own are.
+fn timed_out() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
 }
 
 /// The primary that Redis Sentinels name for a service, connected to on first use and kept until a call finds it
@@ -412,9 +417,8 @@ struct SentinelLink {
 
 #[derive(Default)]
 struct SentinelConn {
-    current: Option<(u64, MultiplexedConnection)>,
-    /// The address of the primary `current` is connected to.
-    primary: Option<redis::ConnectionAddr>,
+    /// The connection, its generation, and the address of the primary it goes to.
+    current: Option<(u64, MultiplexedConnection, redis::ConnectionAddr)>,
     generation: u64,
     /// When the last attempt to find and reach the primary failed, and why.
     failed: Option<(std::time::Instant, redis::RedisError)>,
@@ -429,7 +433,7 @@ const SENTINEL_CHECK: Duration = Duration::from_secs(1);
 impl SentinelLink {
     async fn connection(&self) -> redis::RedisResult<(u64, MultiplexedConnection)> {
         let mut held = self.conn.lock().await;
-        if let Some((generation, conn)) = held.current.as_ref() {
+        if let Some((generation, conn, _)) = held.current.as_ref() {
             return Ok((*generation, conn.clone()));
         }
         if let Some((at, error)) = held.failed.as_ref()
@@ -437,12 +441,11 @@ impl SentinelLink {
         {
             return Err(error.clone());
         }
-        let timed_out = || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(COMMAND_TIMEOUT))
             .set_response_timeout(Some(COMMAND_TIMEOUT));
         let made = tokio::time::timeout(COMMAND_TIMEOUT, async {
-            let client = self.client.lock().await.async_get_client().await?;
+            let client = self.named().await?;
             let primary = client.get_connection_info().addr().clone();
             Ok((client.get_multiplexed_async_connection_with_config(&config).await?, primary))
         })
@@ -452,8 +455,7 @@ impl SentinelLink {
         match made {
             Ok((conn, primary)) => {
                 held.generation += 1;
-                held.current = Some((held.generation, conn.clone()));
-                held.primary = Some(primary);
+                held.current = Some((held.generation, conn.clone(), primary));
                 held.failed = None;
                 Ok((held.generation, conn))
             }
@@ -477,19 +479,21 @@ impl SentinelLink {
                 if link.conn.lock().await.current.is_none() {
                     continue;
                 }
-                let named = tokio::time::timeout(COMMAND_TIMEOUT, async {
-                    link.client.lock().await.async_get_client().await.map(|c| c.get_connection_info().addr().clone())
-                })
-                .await;
                 // Sentinels that cannot say keep the connection as it is: calls judge it themselves.
-                let Ok(Ok(named)) = named else { continue };
+                let Ok(Ok(named)) = tokio::time::timeout(COMMAND_TIMEOUT, link.named()).await else { continue };
+                let named = named.get_connection_info().addr().clone();
                 let mut held = link.conn.lock().await;
-                if held.primary.as_ref().is_some_and(|primary| *primary != named) {
+                if held.current.as_ref().is_some_and(|(_, _, primary)| *primary != named) {
                     tracing::warn!(primary = %named, "the Redis sentinels name another primary; reconnecting");
-                    (held.current, held.primary) = (None, None);
+                    held.current = None;
                 }
             }
         });
+    }
+
+    /// A client for the primary the sentinels name now (its `ROLE` checked by `redis`).
+    async fn named(&self) -> redis::RedisResult<redis::Client> {
+        self.client.lock().await.async_get_client().await
     }
 
     /// Drops the connection of `generation` when `outcome` says its node is no longer the primary to use.
@@ -498,7 +502,7 @@ impl SentinelLink {
             && (unreachable(e) || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
         {
             let mut held = self.conn.lock().await;
-            if held.current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            if held.current.as_ref().is_some_and(|(g, _, _)| *g == generation) {
                 held.current = None;
             }
         }
@@ -549,31 +553,33 @@ impl redis::aio::ConnectionLike for Connection {
 /// password of their own (`requirepass` in their configuration) get `?sentinel_password=...` (and
 /// `sentinel_user=...`), percent-encoded; any other parameter is refused, so that a mistyped one is not ignored.
 /// `None` for any other URL.
-fn sentinel_client(url: &str) -> Option<Result<SentinelClient, String>> {
+fn sentinel_client(url: &str) -> Option<redis::RedisResult<SentinelClient>> {
     let parsed = crate::HostListUrl::parse(url).filter(|u| u.scheme == "redis+sentinel")?;
-    let mut path = parsed.after_hosts().split('?').next().unwrap_or_default().trim_start_matches('/').split('/');
-    let service = path.next().filter(|s| !s.is_empty());
-    let Some(service) = service else {
-        return Some(Err("a sentinel URL names its service: redis+sentinel://HOST:PORT/SERVICE[/DB]".to_owned()));
+    let invalid = |reason: String| {
+        Some(Err(redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "invalid sentinel URL", reason))))
+    };
+    let mut path = parsed.path().trim_start_matches('/').split('/');
+    let Some(service) = path.next().filter(|s| !s.is_empty()) else {
+        return invalid("a sentinel URL names its service: redis+sentinel://HOST:PORT/SERVICE[/DB]".to_owned());
     };
     let db = match path.next().filter(|d| !d.is_empty()).map(str::parse::<u32>) {
         None => 0,
         Some(Ok(db)) => db,
-        Some(Err(_)) => return Some(Err("the database after the service is a number: /SERVICE/DB".to_owned())),
+        Some(Err(_)) => return invalid("the database after the service is a number: /SERVICE/DB".to_owned()),
     };
     if path.any(|rest| !rest.is_empty()) {
-        return Some(Err("a sentinel URL's path is /SERVICE[/DB], nothing more".to_owned()));
+        return invalid("a sentinel URL's path is /SERVICE[/DB], nothing more".to_owned());
     }
     let (mut sentinel_user, mut sentinel_password) = (None, None);
-    for (key, value) in url::form_urlencoded::parse(parsed.query().as_bytes()) {
+    for (key, value) in url::form_urlencoded::parse(parsed.query().unwrap_or_default().as_bytes()) {
         match &*key {
             "sentinel_user" => sentinel_user = Some(value.into_owned()),
             "sentinel_password" => sentinel_password = Some(value.into_owned()),
             // The key only: a mistyped password parameter's value may be a password.
             other => {
-                return Some(Err(format!(
+                return invalid(format!(
                     "a sentinel URL takes sentinel_user and sentinel_password as parameters, not {other:?}"
-                )));
+                ));
             }
         }
     }
@@ -581,13 +587,13 @@ fn sentinel_client(url: &str) -> Option<Result<SentinelClient, String>> {
     let credentials = parsed.credentials.map(|c| format!("{c}@")).unwrap_or_default();
     let node = match redis::IntoConnectionInfo::into_connection_info(format!("redis://{credentials}127.0.0.1/{db}")) {
         Ok(info) => info.redis_settings().clone(),
-        Err(e) => return Some(Err(e.to_string())),
+        Err(e) => return Some(Err(e)),
     };
     let mut sentinels = Vec::new();
     for host in parsed.hosts.split(',').filter(|h| !h.is_empty()) {
         let info = match redis::IntoConnectionInfo::into_connection_info(format!("redis://{host}")) {
             Ok(info) => info,
-            Err(e) => return Some(Err(e.to_string())),
+            Err(e) => return Some(Err(e)),
         };
         let mut settings = info.redis_settings().clone();
         if let Some(user) = &sentinel_user {
@@ -599,7 +605,7 @@ fn sentinel_client(url: &str) -> Option<Result<SentinelClient, String>> {
         sentinels.push(info.set_redis_settings(settings));
     }
     let info = SentinelNodeConnectionInfo::default().set_redis_connection_info(node);
-    Some(SentinelClient::build(sentinels, service, Some(info), SentinelServerType::Master).map_err(|e| e.to_string()))
+    Some(SentinelClient::build(sentinels, service, Some(info), SentinelServerType::Master))
 }
 
 /// The cluster client for a `redis+cluster://` or `rediss+cluster://` URL: each node of the list as a `redis://`
@@ -654,10 +660,7 @@ impl RedisStore {
             })),
             (None, Some(client)) => {
                 let link = std::sync::Arc::new(SentinelLink {
-                    client: tokio::sync::Mutex::new(client.map_err(|reason| OpenError::Redis {
-                        url: crate::redacted(url),
-                        reason: crate::scrubbed(url, &reason),
-                    })?),
+                    client: tokio::sync::Mutex::new(client.map_err(fail)?),
                     conn: tokio::sync::Mutex::new(SentinelConn::default()),
                 });
                 SentinelLink::watch(&link);

@@ -462,8 +462,7 @@ impl RedisSentinel {
             Ok(d.sentinel_cli(&["SENTINEL", "FAILOVER", Self::SERVICE]).is_ok())
         })?;
         self.wait_for(Duration::from_secs(40), "the failover to end", |d| {
-            let now = d.primary_port()?;
-            Ok(now != before && d.role(now)?.starts_with("master") && d.role(before)?.starts_with("slave"))
+            Ok(d.names_another_primary(before)? && d.role(before)?.starts_with("slave"))
         })
     }
 
@@ -475,9 +474,14 @@ impl RedisSentinel {
             node.stop();
         }
         self.wait_for(Duration::from_secs(30), "the sentinel to fail the dead primary over", |d| {
-            let now = d.primary_port()?;
-            Ok(now != before && d.role(now)?.starts_with("master"))
+            d.names_another_primary(before)
         })
+    }
+
+    /// Whether the sentinel names a primary other than the one on `before`, and that one takes writes.
+    fn names_another_primary(&self, before: u16) -> Result<bool, TestRedisError> {
+        let now = self.primary_port()?;
+        Ok(now != before && self.role(now)?.starts_with("master"))
     }
 
     /// Makes the replica a primary and has the sentinel name it, without a failover: the old primary is not
