@@ -233,7 +233,7 @@ pub struct StoreArgs {
     /// delegate behind a load balancer share sessions, the replay window, task claims and results; `rediss://` for
     /// TLS, `redis+unix:///PATH` for a socket, `redis+cluster://HOST:PORT[,HOST:PORT...]` for a Redis Cluster,
     /// `redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB][?sentinel_password=...]` for the primary Redis
-    /// Sentinels name).
+    /// Sentinels name; `rediss+cluster://` and `rediss+sentinel://` over TLS).
     /// Replicas must be configured alike. A wrong password or database, or a TLS certificate that does not verify,
     /// stops the start; a Redis that is down does not (messages are refused STORE_UNAVAILABLE, retryable, until it
     /// is up). From LDP_STORE when not given, which keeps a password out of the process list.
@@ -276,8 +276,8 @@ pub struct StoreArgs {
     /// with pread and a 64 MiB page cache (for storage whose read errors must not be a SIGBUS, such as NFS).
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
     pub sqlite_mmap_bytes: u64,
-    /// Redis over TLS (`--store rediss://...`): trust the CA certificates in this PEM file instead of the system's
-    /// roots.
+    /// Redis over TLS (`--store rediss://...`, `rediss+cluster://...`, `rediss+sentinel://...`): trust the CA
+    /// certificates in this PEM file instead of the system's roots (for sentinels and primary alike).
     #[arg(long, value_name = "FILE")]
     pub redis_ca: Option<std::path::PathBuf>,
     /// Redis over TLS: present this client certificate chain (PEM) to a server that asks for one
@@ -290,7 +290,8 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    /// The TLS files of a `rediss://` store, read; `None` when no --redis-* file is given.
+    /// The TLS files of a `rediss://` (`rediss+cluster://`, `rediss+sentinel://`) store, read; `None` when no
+    /// --redis-* file is given.
     fn redis_tls(&self) -> Result<Option<ldp_store::RedisTls>, String> {
         if self.redis_ca.is_none() && self.redis_cert.is_none() {
             return Ok(None);

@@ -509,6 +509,34 @@ async fn replicas_share_a_session_over_mutual_tls_to_redis() {
     assert_eq!(failure(&send(&http, &a, &resend(&bytes, false)).await).0, codes::DUPLICATE_TASK);
 }
 
+/// Two replicas on `rediss+sentinel://`, a Sentinel deployment that speaks only TLS, given its private CA with
+/// `--redis-ca`: a session proposed on one goes on on the other, and a resent task is not run twice. Without the CA,
+/// the sentinels' certificate does not verify and the start stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_session_over_tls_to_redis_sentinel() {
+    let ca = ldp_transport_http::test_pki::TestCa::new("sentinel CA").unwrap();
+    let cert = ca.server_cert().unwrap();
+    let sentinel = ldp_store::test_redis::RedisSentinel::start_tls(&cert.cert_pem, &cert.key_pem, &ca.pem()).unwrap();
+    let url = sentinel.url();
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    let dir = TempDir::new("store-sentinel-tls");
+    let ca_file = dir.write("ca.pem", &ca.pem());
+
+    let (code, stderr) = serve_to_exit(&["--store", &url]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+
+    let (_a, a) = replica(&url, &["--redis-ca", &ca_file]);
+    let (_b, b) = replica(&url, &["--redis-ca", &ca_file]);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, false);
+    let session_id = establish(&http, &a, &mut init).await;
+    let submit = init.submit(&session_id, "echo", serde_json::json!("over TLS"), None, None).unwrap();
+    let bytes = submit.to_vec().unwrap();
+    assert_eq!(output(&post(&http, &b, bytes.clone()).await), serde_json::json!({"echo": "over TLS"}));
+    assert_eq!(failure(&send(&http, &a, &resend(&bytes, false)).await).0, codes::DUPLICATE_TASK);
+}
+
 /// A Redis that may evict keys when full (any `maxmemory-policy` but `noeviction` under a `maxmemory`, as some
 /// managed services ship) could drop replay entries and accept a replayed message: `ldp serve` says so at start. A
 /// server that never evicts gets no such warning.

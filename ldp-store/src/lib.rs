@@ -13,7 +13,8 @@
 //! store at all: the machine's own tables, today's behaviour and speed. Redis may also be `rediss://` (TLS, with
 //! [`StoreConfig::redis_tls`] for a private CA or a client certificate) or `redis+unix:///PATH`, and any of them may
 //! carry a user and password, or be a Redis Cluster, `redis+cluster://HOST:PORT[,HOST:PORT...]`, or the primary that
-//! Redis Sentinels name, `redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` (followed across failovers); no
+//! Redis Sentinels name, `redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` (followed across failovers;
+//! `rediss+sentinel://` over TLS); no
 //! error or `Debug` output of this crate shows a password ([`redacted`]).
 //!
 //! A store is driven by the runtime, but its operations can be called directly; here a TASK_SUBMIT's id is claimed
@@ -185,7 +186,8 @@ pub enum StoreSpec {
     Sqlite(std::path::PathBuf),
     /// A Redis server: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://...` (TLS) or `redis+unix:///PATH[?db=N]`;
     /// or a Redis Cluster, `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]` (`rediss+cluster://`); or
-    /// the primary that Redis Sentinels name, `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]`.
+    /// the primary that Redis Sentinels name, `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]`
+    /// (`rediss+sentinel://`: TLS to the sentinels and to the primary).
     Redis(String),
 }
 
@@ -201,8 +203,16 @@ impl std::fmt::Debug for StoreSpec {
 }
 
 /// The URL schemes a Redis store is reached by.
-const REDIS_SCHEMES: [&str; 7] =
-    ["redis://", "rediss://", "redis+unix://", "unix://", "redis+cluster://", "rediss+cluster://", "redis+sentinel://"];
+const REDIS_SCHEMES: [&str; 8] = [
+    "redis://",
+    "rediss://",
+    "redis+unix://",
+    "unix://",
+    "redis+cluster://",
+    "rediss+cluster://",
+    "redis+sentinel://",
+    "rediss+sentinel://",
+];
 
 impl std::str::FromStr for StoreSpec {
     type Err = OpenError;
@@ -241,10 +251,11 @@ fn looks_like_address(s: &str) -> bool {
 }
 
 /// A URL whose authority is a list of hosts taken apart: a Redis Cluster's (`redis+cluster://`, `rediss+cluster://`)
-/// or a Redis Sentinel deployment's (`redis+sentinel://`). Such a list (`HOST:PORT,HOST:PORT`) is no URL authority,
-/// so no URL parser reads it: this is the one place that does, for connecting, redacting and scrubbing.
+/// or a Redis Sentinel deployment's (`redis+sentinel://`, `rediss+sentinel://`). Such a list (`HOST:PORT,HOST:PORT`)
+/// is no URL authority, so no URL parser reads it: this is the one place that does, for connecting, redacting and
+/// scrubbing.
 pub(crate) struct HostListUrl<'a> {
-    /// `redis+cluster`, `rediss+cluster` or `redis+sentinel`.
+    /// `redis+cluster`, `rediss+cluster`, `redis+sentinel` or `rediss+sentinel`.
     pub(crate) scheme: &'a str,
     /// What stands before the last `@` of the authority (`USER:PASSWORD`, `:PASSWORD` or `USER`), if anything.
     pub(crate) credentials: Option<&'a str>,
@@ -426,8 +437,8 @@ pub enum OpenError {
     /// The `--store` value is none of the accepted forms (shown with any password redacted).
     #[error(
         "{0:?} is not a store: expected memory, sqlite:PATH, redis://HOST:PORT[/DB], rediss://..., \
-         redis+unix:///PATH, unix:///PATH, redis+cluster://HOST:PORT[,HOST:PORT...] or \
-         redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]"
+         redis+unix:///PATH, unix:///PATH, redis+cluster://HOST:PORT[,HOST:PORT...] (rediss+cluster://) or \
+         redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB] (rediss+sentinel://)"
     )]
     Spec(String),
     /// A bare `HOST:PORT` (shown without any `USER:PASSWORD@`): a Redis address without its scheme, far likelier
@@ -508,6 +519,8 @@ mod tests {
             "unix:///run/r.sock",
             "redis+cluster://10.0.0.1:7000,10.0.0.2:7000",
             "rediss+cluster://app:pw@10.0.0.1:7000,10.0.0.2:7000",
+            "redis+sentinel://10.0.0.1:26379/svc",
+            "rediss+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26379/svc/1",
         ] {
             assert_eq!(url.parse::<StoreSpec>().unwrap(), StoreSpec::Redis(url.into()));
         }
@@ -586,6 +599,10 @@ mod tests {
         assert_eq!((sentinel.hosts, sentinel.after_hosts()), ("s1:26379,s2:26379", "/svc/3"));
         assert_eq!(sentinel.user_and_password(), Some(("", "pw")));
         assert_eq!(redacted("redis+sentinel://:pw@s1:26379/svc"), "redis+sentinel://:***@s1:26379/svc");
+        assert_eq!(
+            redacted("rediss+sentinel://u:pw@s1:26379/svc?sentinel_password=sp"),
+            "rediss+sentinel://u:***@s1:26379/svc?sentinel_password=***"
+        );
         assert_eq!(HostListUrl::parse("redis+sentinel://s1:26379").unwrap().after_hosts(), "");
         assert_eq!(
             redacted("redis+sentinel://u@s1:1/svc?sentinel_user=a&sentinel_password=p%40ss&x=1"),

@@ -16,7 +16,7 @@
 //!
 //! Each call goes through `redis`'s `ConnectionManager` (one multiplexed connection, reconnected in the background
 //! after a failure) with its own response and connection timeouts; the runtime adds its own timeout on top. Behind
-//! Redis Sentinel (`redis+sentinel://`), the connection goes to the primary the sentinels name (checked with `ROLE`),
+//! Redis Sentinel (`redis+sentinel://`, `rediss+sentinel://`), the connection goes to the primary the sentinels name (checked with `ROLE`),
 //! and is dropped, to be made again from what the sentinels then say, when a call finds the primary gone or demoted
 //! (`READONLY`): see `SentinelLink`.
 
@@ -33,7 +33,7 @@ use redis::aio::ConnectionManager;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{AsyncCommands, Script};
 
 use crate::{OpenError, StoreConfig, corrupt, ms};
@@ -552,9 +552,15 @@ impl redis::aio::ConnectionLike for Connection {
 /// sentinels at the hosts, the primary of `SERVICE` with the URL's user, password and database. Sentinels that want a
 /// password of their own (`requirepass` in their configuration) get `?sentinel_password=...` (and
 /// `sentinel_user=...`), percent-encoded; any other parameter is refused, so that a mistyped one is not ignored.
-/// `None` for any other URL.
-fn sentinel_client(url: &str) -> Option<redis::RedisResult<SentinelClient>> {
-    let parsed = crate::HostListUrl::parse(url).filter(|u| u.scheme == "redis+sentinel")?;
+/// `rediss+sentinel://` speaks TLS to the sentinels and to the primary alike, both checked against the system's roots
+/// or [`StoreConfig::redis_tls`]'s CA, and both shown its client certificate. `None` for any other URL.
+fn sentinel_client(url: &str, cfg: &StoreConfig) -> Option<redis::RedisResult<SentinelClient>> {
+    let parsed = crate::HostListUrl::parse(url)?;
+    let node_scheme = match parsed.scheme {
+        "redis+sentinel" => "redis://",
+        "rediss+sentinel" => "rediss://",
+        _ => return None,
+    };
     let invalid = |reason: String| {
         Some(Err(redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "invalid sentinel URL", reason))))
     };
@@ -585,27 +591,54 @@ fn sentinel_client(url: &str) -> Option<redis::RedisResult<SentinelClient>> {
     }
     // The credentials as `redis` reads them in a `redis://` URL (percent-decoded), for the primary only.
     let credentials = parsed.credentials.map(|c| format!("{c}@")).unwrap_or_default();
-    let node = match redis::IntoConnectionInfo::into_connection_info(format!("redis://{credentials}127.0.0.1/{db}")) {
+    let primary = match redis::IntoConnectionInfo::into_connection_info(format!("redis://{credentials}127.0.0.1")) {
         Ok(info) => info.redis_settings().clone(),
         Err(e) => return Some(Err(e)),
     };
     let mut sentinels = Vec::new();
     for host in parsed.hosts.split(',').filter(|h| !h.is_empty()) {
-        let info = match redis::IntoConnectionInfo::into_connection_info(format!("redis://{host}")) {
-            Ok(info) => info,
+        match redis::IntoConnectionInfo::into_connection_info(format!("{node_scheme}{host}")) {
+            Ok(info) => sentinels.push(info.addr().clone()),
             Err(e) => return Some(Err(e)),
-        };
-        let mut settings = info.redis_settings().clone();
+        }
+    }
+    let built = SentinelClientBuilder::new(sentinels, service, SentinelServerType::Master).map(|builder| {
+        let mut builder = builder.set_client_to_redis_db(i64::from(db));
+        if let Some(user) = primary.username() {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = primary.password() {
+            builder = builder.set_client_to_redis_password(password);
+        }
         if let Some(user) = &sentinel_user {
-            settings = settings.set_username(user);
+            builder = builder.set_client_to_sentinel_username(user);
         }
         if let Some(password) = &sentinel_password {
-            settings = settings.set_password(password);
+            builder = builder.set_client_to_sentinel_password(password);
         }
-        sentinels.push(info.set_redis_settings(settings));
+        if node_scheme == "rediss://" {
+            // The sentinels' addresses are TLS ones already (from their `rediss://` form).
+            builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+            if let Some(tls) = &cfg.redis_tls {
+                builder = builder
+                    .set_client_to_sentinel_certificates(tls_certificates(tls))
+                    .set_client_to_redis_certificates(tls_certificates(tls));
+            }
+        }
+        builder
+    });
+    Some(built.and_then(SentinelClientBuilder::build))
+}
+
+/// What `redis` presents and trusts over TLS, from [`StoreConfig::redis_tls`].
+fn tls_certificates(tls: &crate::RedisTls) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: tls
+            .client_pem
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig { client_cert: cert.clone(), client_key: key.clone() }),
+        root_cert: tls.ca_pem.clone(),
     }
-    let info = SentinelNodeConnectionInfo::default().set_redis_connection_info(node);
-    Some(SentinelClient::build(sentinels, service, Some(info), SentinelServerType::Master))
 }
 
 /// The cluster client for a `redis+cluster://` or `rediss+cluster://` URL: each node of the list as a `redis://`
@@ -623,22 +656,17 @@ fn cluster_client(url: &str, cfg: &StoreConfig) -> Option<redis::RedisResult<Clu
     let mut builder =
         ClusterClient::builder(nodes).connection_timeout(COMMAND_TIMEOUT).response_timeout(COMMAND_TIMEOUT).retries(1);
     if let Some(tls) = cfg.redis_tls.as_ref().filter(|_| node_scheme == "rediss://") {
-        builder = builder.certs(redis::TlsCertificates {
-            client_tls: tls
-                .client_pem
-                .as_ref()
-                .map(|(cert, key)| redis::ClientTlsConfig { client_cert: cert.clone(), client_key: key.clone() }),
-            root_cert: tls.ca_pem.clone(),
-        });
+        builder = builder.certs(tls_certificates(tls));
     }
     Some(builder.build())
 }
 
 impl RedisStore {
     /// Connects to `url`: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://...` (TLS: the system's roots, or
-    /// [`StoreConfig::redis_tls`]), `redis+unix:///PATH[?db=N]`, or a Redis Cluster,
-    /// `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]` (`rediss+cluster://` over TLS). It asks the server once (`PING`): credentials it
-    /// refuses, a database it does not have, or TLS files that do not parse are an [`OpenError`], since they will
+    /// [`StoreConfig::redis_tls`]), `redis+unix:///PATH[?db=N]`, a Redis Cluster,
+    /// `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]`, or the primary Redis Sentinels name,
+    /// `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` (`rediss+cluster://` and
+    /// `rediss+sentinel://` over TLS). It asks the server once (`PING`): credentials it refuses, a database it does not have, or TLS files that do not parse are an [`OpenError`], since they will
     /// not mend. A server that cannot be reached is not: the connection is remade after failures, so a Redis that is
     /// down at start (logged as a warning) or later only makes calls fail (typed, retryable) until it is back.
     pub async fn open(url: &str, cfg: StoreConfig) -> Result<Self, OpenError> {
@@ -650,10 +678,11 @@ impl RedisStore {
         if tls_elsewhere {
             return Err(OpenError::Redis {
                 url: crate::redacted(url),
-                reason: "TLS files were given for a URL that is not rediss:// or rediss+cluster://".to_owned(),
+                reason: "TLS files were given for a URL that is not rediss://, rediss+cluster:// or rediss+sentinel://"
+                    .to_owned(),
             });
         }
-        let conn = match (cluster_client(url, &cfg), sentinel_client(url)) {
+        let conn = match (cluster_client(url, &cfg), sentinel_client(url, &cfg)) {
             (Some(client), _) => Connection::Cluster(std::sync::Arc::new(ClusterLink {
                 client: client.map_err(fail)?,
                 conn: tokio::sync::Mutex::new(None),
@@ -669,14 +698,7 @@ impl RedisStore {
             (None, None) => {
                 let client = match &cfg.redis_tls {
                     Some(tls) if url.starts_with("rediss://") => {
-                        let certificates = redis::TlsCertificates {
-                            client_tls: tls.client_pem.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
-                                client_cert: cert.clone(),
-                                client_key: key.clone(),
-                            }),
-                            root_cert: tls.ca_pem.clone(),
-                        };
-                        redis::Client::build_with_tls(url, certificates).map_err(fail)?
+                        redis::Client::build_with_tls(url, tls_certificates(tls)).map_err(fail)?
                     }
                     _ => redis::Client::open(url).map_err(fail)?,
                 };

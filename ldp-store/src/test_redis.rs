@@ -340,6 +340,8 @@ pub struct RedisSentinel {
     sentinel_port: u16,
     /// The sentinel's own password (`requirepass`), if it has one.
     sentinel_password: Option<String>,
+    /// Whether every server speaks TLS only (and `redis-cli` must too: these are its TLS arguments).
+    cli_tls: Vec<String>,
     scratch: PathBuf,
 }
 
@@ -356,6 +358,24 @@ impl RedisSentinel {
     /// [`RedisSentinel::start`], the sentinel wanting `sentinel_password` from its clients (`requirepass`) when
     /// given; the data nodes want none.
     pub fn start_with(sentinel_password: Option<&str>) -> Result<Self, TestRedisError> {
+        Self::start_inner(sentinel_password, None)
+    }
+
+    /// [`RedisSentinel::start`] over TLS only: the primary, the replica and the sentinel each listen on a TLS port
+    /// alone and present `cert_pem` (with `key_pem`, issued for 127.0.0.1); replication and the sentinel's own
+    /// connections to the nodes are TLS too (`tls-replication`), each checked against `ca_pem`. Clients need no
+    /// certificate. [`RedisSentinel::url`] is then `rediss+sentinel://`.
+    pub fn start_tls(cert_pem: &str, key_pem: &str, ca_pem: &str) -> Result<Self, TestRedisError> {
+        let tls = ServerTls {
+            cert_pem: cert_pem.to_owned(),
+            key_pem: key_pem.to_owned(),
+            ca_pem: ca_pem.to_owned(),
+            require_client_cert: false,
+        };
+        Self::start_inner(None, Some(tls))
+    }
+
+    fn start_inner(sentinel_password: Option<&str>, tls: Option<ServerTls>) -> Result<Self, TestRedisError> {
         let fail = |e: std::io::Error| TestRedisError::Start(e.to_string());
         let sentinel_port = free_port().map_err(fail)?;
         let scratch =
@@ -366,20 +386,41 @@ impl RedisSentinel {
             let dir = scratch.join(name);
             std::fs::create_dir_all(&dir).map(|()| dir.display().to_string())
         };
-        let primary =
-            RedisServer::start_with(RedisServerOptions::default().config("dir", &node_dir("a").map_err(fail)?))?;
-        let replica = RedisServer::start_with(
-            RedisServerOptions::default()
-                .config("dir", &node_dir("b").map_err(fail)?)
-                .config("replicaof", &format!("127.0.0.1 {}", primary.port)),
-        )?;
+        let node = |name: &str| -> Result<RedisServerOptions, TestRedisError> {
+            let options = RedisServerOptions::default().config("dir", &node_dir(name).map_err(fail)?);
+            Ok(match &tls {
+                Some(t) => options.tls(&t.cert_pem, &t.key_pem, &t.ca_pem, false).config("tls-replication", "yes"),
+                None => options,
+            })
+        };
+        let primary = RedisServer::start_with(node("a")?)?;
+        let replica = RedisServer::start_with(node("b")?.config("replicaof", &format!("127.0.0.1 {}", primary.port)))?;
         // The sentinel rewrites its configuration file, so it gets one of its own.
         let conf = scratch.join("sentinel.conf");
         let service = Self::SERVICE;
+        let (listen, cli_tls) = match &tls {
+            Some(t) => {
+                let file = |name: &str, pem: &str| {
+                    let path = scratch.join(name);
+                    std::fs::write(&path, pem).map(|()| path.display().to_string())
+                };
+                let (cert, key, ca) = (
+                    file("sentinel.pem", &t.cert_pem).map_err(fail)?,
+                    file("sentinel.key", &t.key_pem).map_err(fail)?,
+                    file("ca.pem", &t.ca_pem).map_err(fail)?,
+                );
+                let listen = format!(
+                    "port 0\ntls-port {sentinel_port}\ntls-cert-file {cert}\ntls-key-file {key}\n\
+                     tls-ca-cert-file {ca}\ntls-replication yes\ntls-auth-clients no\n"
+                );
+                (listen, vec!["--tls".to_owned(), "--cacert".to_owned(), ca])
+            }
+            None => (format!("port {sentinel_port}\n"), Vec::new()),
+        };
         std::fs::write(
             &conf,
             format!(
-                "bind 127.0.0.1\nport {sentinel_port}\ndir {}\nsentinel monitor {service} 127.0.0.1 {} 1\n\
+                "bind 127.0.0.1\n{listen}dir {}\nsentinel monitor {service} 127.0.0.1 {} 1\n\
                  sentinel down-after-milliseconds {service} 1000\nsentinel failover-timeout {service} 3000\n{}",
                 scratch.display(),
                 primary.port,
@@ -399,15 +440,17 @@ impl RedisSentinel {
             sentinel: Some(child),
             sentinel_port,
             sentinel_password: sentinel_password.map(str::to_owned),
+            cli_tls,
             scratch,
         };
         deployment.wait_for(Duration::from_secs(30), "the sentinel to know the replica", |d| d.replicated())?;
         Ok(deployment)
     }
 
-    /// `redis+sentinel://127.0.0.1:SENTINEL_PORT/SERVICE`.
+    /// `redis+sentinel://127.0.0.1:SENTINEL_PORT/SERVICE` (`rediss+sentinel://` over TLS).
     pub fn url(&self) -> String {
-        format!("redis+sentinel://127.0.0.1:{}/{}", self.sentinel_port, Self::SERVICE)
+        let scheme = if self.cli_tls.is_empty() { "redis+sentinel" } else { "rediss+sentinel" };
+        format!("{scheme}://127.0.0.1:{}/{}", self.sentinel_port, Self::SERVICE)
     }
 
     /// The port of the node the sentinel names as the primary.
@@ -430,7 +473,7 @@ impl RedisSentinel {
     /// writes of its own connection only.)
     fn replicated(&self) -> Result<bool, TestRedisError> {
         let primary = self.primary()?;
-        let info = cli(&primary.binary, primary.port, &["INFO", "replication"])?;
+        let info = self.node_cli(primary.port, &["INFO", "replication"])?;
         let field = |line: &str, name: &str| {
             line.split(',').find_map(|f| f.split_once('=').filter(|(k, _)| *k == name).map(|(_, v)| v.to_owned()))
         };
@@ -492,7 +535,7 @@ impl RedisSentinel {
         let Some(replica) = self.nodes.iter().map(|n| n.port).find(|p| *p != before) else {
             return Err(TestRedisError::Start("no replica to promote".to_owned()));
         };
-        cli(&self.nodes[0].binary, replica, &["REPLICAOF", "NO", "ONE"])?;
+        self.node_cli(replica, &["REPLICAOF", "NO", "ONE"])?;
         self.sentinel_cli(&["SENTINEL", "REMOVE", Self::SERVICE])?;
         self.sentinel_cli(&["SENTINEL", "MONITOR", Self::SERVICE, "127.0.0.1", &replica.to_string(), "1"])?;
         self.wait_for(Duration::from_secs(10), "the sentinel to name the promoted replica", |d| {
@@ -503,23 +546,22 @@ impl RedisSentinel {
 
     /// Runs `redis-cli` against the data node on `port` (either node, whatever its role); its output.
     pub fn node_cli(&self, port: u16, args: &[&str]) -> Result<String, TestRedisError> {
-        cli(&self.nodes[0].binary, port, args)
+        let mut all: Vec<&str> = self.cli_tls.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        cli(&self.nodes[0].binary, port, &all)
     }
 
     fn role(&self, port: u16) -> Result<String, TestRedisError> {
-        let binary = &self.nodes[0].binary;
-        cli(binary, port, &["ROLE"])
+        self.node_cli(port, &["ROLE"])
     }
 
     fn sentinel_cli(&self, args: &[&str]) -> Result<String, TestRedisError> {
-        match &self.sentinel_password {
-            Some(password) => {
-                let mut authed = vec!["--no-auth-warning", "-a", password.as_str()];
-                authed.extend_from_slice(args);
-                cli(&self.nodes[0].binary, self.sentinel_port, &authed)
-            }
-            None => cli(&self.nodes[0].binary, self.sentinel_port, args),
-        }
+        let mut all = match &self.sentinel_password {
+            Some(password) => vec!["--no-auth-warning", "-a", password.as_str()],
+            None => Vec::new(),
+        };
+        all.extend_from_slice(args);
+        self.node_cli(self.sentinel_port, &all)
     }
 
     fn wait_for(

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SessionLookup};
 use ldp_session::store::{Store, StoreError};
 use ldp_store::test_redis::RedisSentinel;
-use ldp_store::{OpenError, RedisStore, StoreConfig};
+use ldp_store::{OpenError, RedisStore, RedisTls, StoreConfig};
+use ldp_transport_http::test_pki::TestCa;
 
 fn config() -> StoreConfig {
     StoreConfig::new("ldp:delegate:sentinel")
@@ -152,4 +153,51 @@ async fn sentinels_that_want_a_password_get_the_one_in_the_url() {
         panic!("a mistyped parameter was ignored")
     };
     assert!(e.to_string().contains("sentinel_pasword") && !e.to_string().contains("x-secret"), "{e}");
+}
+
+/// `rediss+sentinel://`: TLS to the sentinels and to the primary, both checked against the CA the store is given,
+/// and the primary's database the URL names. The store follows the primary across a failover as over plain TCP. Certificates the store cannot verify (the
+/// system's roots, another CA) are refused at open, as a mistake that will not mend; so are TLS files given for a
+/// plain `redis+sentinel://` URL, and a plain URL to TLS sentinels gets no answer (an outage to wait out, as a
+/// sentinel that is down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_store_verifies_sentinels_and_primary_and_follows_a_failover() {
+    let ca = TestCa::new("sentinel test CA").unwrap();
+    let cert = ca.server_cert().unwrap();
+    let deployment = RedisSentinel::start_tls(&cert.cert_pem, &cert.key_pem, &ca.pem()).unwrap();
+    let url = deployment.url();
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    let trusting = |pem: String| {
+        let mut cfg = config();
+        cfg.redis_tls = Some(RedisTls::default().with_ca(pem.into_bytes()));
+        cfg
+    };
+
+    // The primary's database 3, as the URL says.
+    let store = RedisStore::open(&format!("{url}/3"), trusting(ca.pem())).await.unwrap();
+    assert!(store.create_session(&session_ttl::session("over-tls", 600)).await.unwrap());
+    assert_eq!(replay(&store, "before").await.unwrap(), ReplayVerdict::Fresh);
+    let key = "ldp:ldp:delegate:sentinel:replay:{before}";
+    let primary = deployment.primary_port().unwrap();
+    assert_eq!(deployment.node_cli(primary, &["-n", "3", "EXISTS", key]).unwrap().trim(), "1", "not in database 3");
+    assert_eq!(deployment.node_cli(primary, &["EXISTS", key]).unwrap().trim(), "0", "in database 0");
+    deployment.sync().unwrap();
+    deployment.failover().unwrap();
+    assert_ne!(deployment.primary_port().unwrap(), primary);
+    until_served(&store, "tls-failover").await;
+    assert_eq!(replay(&store, "before").await.unwrap(), ReplayVerdict::Seen, "a replay seen before the failover");
+    assert!(matches!(lookup(&store, "over-tls").await, SessionLookup::Live(_)));
+
+    let other = TestCa::new("another CA").unwrap();
+    for (what, cfg) in [("the system's roots", config()), ("another CA", trusting(other.pem()))] {
+        let Err(e) = RedisStore::open(&url, cfg).await else { panic!("opened trusting {what}") };
+        assert!(matches!(e, OpenError::Redis { .. }), "{what}: {e:?}");
+        assert!(e.to_string().to_lowercase().contains("certificate"), "{what}: {e}");
+    }
+    let plain = url.replacen("rediss+", "redis+", 1);
+    let Err(e) = RedisStore::open(&plain, trusting(ca.pem())).await else { panic!("TLS files for a plain URL") };
+    assert!(e.to_string().contains("rediss+sentinel://"), "{e}");
+    let store = RedisStore::open(&plain, config()).await.unwrap();
+    let failed = replay(&store, "plain").await.unwrap_err();
+    assert!(matches!(failed, StoreError::Unavailable { .. }), "{failed:?}");
 }
