@@ -16,9 +16,9 @@
 //!
 //! Each call goes through `redis`'s `ConnectionManager` (one multiplexed connection, reconnected in the background
 //! after a failure) with its own response and connection timeouts; the runtime adds its own timeout on top. Behind
-//! Redis Sentinel (`redis+sentinel://`, `rediss+sentinel://`), the connection goes to the primary the sentinels name (checked with `ROLE`),
-//! and is dropped, to be made again from what the sentinels then say, when a call finds the primary gone or demoted
-//! (`READONLY`): see `SentinelLink`.
+//! Redis Sentinel (`redis+sentinel://`, `rediss+sentinel://`), the connection goes to the primary the sentinels name
+//! (checked with `ROLE`), and is dropped, to be made again from what the sentinels then say, when a call finds the
+//! primary gone or demoted (`READONLY`): see `SentinelLink`.
 
 use std::time::Duration;
 
@@ -666,9 +666,11 @@ impl RedisStore {
     /// [`StoreConfig::redis_tls`]), `redis+unix:///PATH[?db=N]`, a Redis Cluster,
     /// `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]`, or the primary Redis Sentinels name,
     /// `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` (`rediss+cluster://` and
-    /// `rediss+sentinel://` over TLS). It asks the server once (`PING`): credentials it refuses, a database it does not have, or TLS files that do not parse are an [`OpenError`], since they will
-    /// not mend. A server that cannot be reached is not: the connection is remade after failures, so a Redis that is
-    /// down at start (logged as a warning) or later only makes calls fail (typed, retryable) until it is back.
+    /// `rediss+sentinel://` over TLS). It asks the server once (`PING`): credentials it refuses, a database it does
+    /// not have, TLS files that do not parse or a certificate that does not verify are an [`OpenError`], since they
+    /// will not mend. A server that cannot be reached is not: the connection is remade after failures, so a Redis
+    /// that is down at start (logged as a warning) or later only makes calls fail (typed, retryable) until it is
+    /// back.
     pub async fn open(url: &str, cfg: StoreConfig) -> Result<Self, OpenError> {
         let fail = |e: redis::RedisError| OpenError::Redis {
             url: crate::redacted(url),

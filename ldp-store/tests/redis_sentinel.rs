@@ -156,10 +156,10 @@ async fn sentinels_that_want_a_password_get_the_one_in_the_url() {
 }
 
 /// `rediss+sentinel://`: TLS to the sentinels and to the primary, both checked against the CA the store is given,
-/// and the primary's database the URL names. The store follows the primary across a failover as over plain TCP. Certificates the store cannot verify (the
-/// system's roots, another CA) are refused at open, as a mistake that will not mend; so are TLS files given for a
-/// plain `redis+sentinel://` URL, and a plain URL to TLS sentinels gets no answer (an outage to wait out, as a
-/// sentinel that is down).
+/// and the primary's database the URL names. The store follows the primary across a failover as over plain TCP.
+/// Certificates the store cannot verify (the system's roots, another CA) are refused at open, as a mistake that will
+/// not mend; so are TLS files given for a plain `redis+sentinel://` URL, and a plain URL to TLS sentinels gets no
+/// answer (an outage to wait out, as a sentinel that is down).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_the_store_verifies_sentinels_and_primary_and_follows_a_failover() {
     let ca = TestCa::new("sentinel test CA").unwrap();
