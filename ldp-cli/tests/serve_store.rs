@@ -516,7 +516,8 @@ async fn replicas_share_a_session_over_mutual_tls_to_redis() {
 async fn replicas_share_a_session_over_tls_to_redis_sentinel() {
     let ca = ldp_transport_http::test_pki::TestCa::new("sentinel CA").unwrap();
     let cert = ca.server_cert().unwrap();
-    let sentinel = ldp_store::test_redis::RedisSentinel::start_tls(&cert.cert_pem, &cert.key_pem, &ca.pem()).unwrap();
+    let sentinel =
+        ldp_store::test_redis::RedisSentinel::start_tls(&cert.cert_pem, &cert.key_pem, &ca.pem(), None).unwrap();
     let url = sentinel.url();
     assert!(url.starts_with("rediss+sentinel://"), "{url}");
     let dir = TempDir::new("store-sentinel-tls");

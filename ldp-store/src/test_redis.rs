@@ -329,6 +329,13 @@ impl Drop for RedisCluster {
     }
 }
 
+/// What a TLS-only Sentinel deployment's servers present and require.
+struct SentinelTls {
+    server: ServerTls,
+    /// The client certificate and key the servers require of every client and present in their own connections.
+    client_pem: Option<(String, String)>,
+}
+
 /// A throwaway Redis Sentinel deployment on loopback: a primary, one replica of it, and one sentinel (quorum 1)
 /// watching them as the service [`RedisSentinel::SERVICE`], quick to judge a primary down (1 s). Its servers are
 /// killed and its files removed on drop.
@@ -363,33 +370,65 @@ impl RedisSentinel {
 
     /// [`RedisSentinel::start`] over TLS only: the primary, the replica and the sentinel each listen on a TLS port
     /// alone and present `cert_pem` (with `key_pem`, issued for 127.0.0.1); replication and the sentinel's own
-    /// connections to the nodes are TLS too (`tls-replication`), each checked against `ca_pem`. Clients need no
-    /// certificate. [`RedisSentinel::url`] is then `rediss+sentinel://`.
-    pub fn start_tls(cert_pem: &str, key_pem: &str, ca_pem: &str) -> Result<Self, TestRedisError> {
-        let tls = ServerTls {
-            cert_pem: cert_pem.to_owned(),
-            key_pem: key_pem.to_owned(),
-            ca_pem: ca_pem.to_owned(),
-            require_client_cert: false,
+    /// connections to the nodes are TLS too (`tls-replication`), each checked against `ca_pem`. With
+    /// `client_pem` (a certificate and its key, issued by the same CA for client use), every server requires a client
+    /// certificate (`tls-auth-clients yes`) and presents that one in its own connections; without, clients need none.
+    /// [`RedisSentinel::url`] is then `rediss+sentinel://`.
+    pub fn start_tls(
+        cert_pem: &str,
+        key_pem: &str,
+        ca_pem: &str,
+        client_pem: Option<(&str, &str)>,
+    ) -> Result<Self, TestRedisError> {
+        let tls = SentinelTls {
+            server: ServerTls {
+                cert_pem: cert_pem.to_owned(),
+                key_pem: key_pem.to_owned(),
+                ca_pem: ca_pem.to_owned(),
+                require_client_cert: client_pem.is_some(),
+            },
+            client_pem: client_pem.map(|(cert, key)| (cert.to_owned(), key.to_owned())),
         };
         Self::start_inner(None, Some(tls))
     }
 
-    fn start_inner(sentinel_password: Option<&str>, tls: Option<ServerTls>) -> Result<Self, TestRedisError> {
+    fn start_inner(sentinel_password: Option<&str>, tls: Option<SentinelTls>) -> Result<Self, TestRedisError> {
         let fail = |e: std::io::Error| TestRedisError::Start(e.to_string());
         let sentinel_port = free_port().map_err(fail)?;
         let scratch =
             std::env::temp_dir().join(format!("ldp-test-redis-sentinel-{}-{sentinel_port}", std::process::id()));
+        std::fs::create_dir_all(&scratch).map_err(fail)?;
         // Each node works in a directory of its own: a replica writes the snapshot of its full sync there
         // (`dump.rdb`), which a server started later in the same directory would load.
         let node_dir = |name: &str| {
             let dir = scratch.join(name);
             std::fs::create_dir_all(&dir).map(|()| dir.display().to_string())
         };
+        let file = |name: &str, pem: &str| {
+            let path = scratch.join(name);
+            std::fs::write(&path, pem).map(|()| path.display().to_string()).map_err(fail)
+        };
+        // The files the sentinel and `redis-cli` read: (certificate, key, CA, the client certificate and key).
+        let files = match &tls {
+            Some(t) => Some((
+                file("server.pem", &t.server.cert_pem)?,
+                file("server.key", &t.server.key_pem)?,
+                file("ca.pem", &t.server.ca_pem)?,
+                match &t.client_pem {
+                    Some((cert, key)) => Some((file("client.pem", cert)?, file("client.key", key)?)),
+                    None => None,
+                },
+            )),
+            None => None,
+        };
         let node = |name: &str| -> Result<RedisServerOptions, TestRedisError> {
             let options = RedisServerOptions::default().config("dir", &node_dir(name).map_err(fail)?);
-            Ok(match &tls {
-                Some(t) => options.tls(&t.cert_pem, &t.key_pem, &t.ca_pem, false).config("tls-replication", "yes"),
+            let (Some(t), Some((_, _, _, client))) = (&tls, &files) else { return Ok(options) };
+            let s = &t.server;
+            let options =
+                options.tls(&s.cert_pem, &s.key_pem, &s.ca_pem, s.require_client_cert).config("tls-replication", "yes");
+            Ok(match client {
+                Some((cert, key)) => options.config("tls-client-cert-file", cert).config("tls-client-key-file", key),
                 None => options,
             })
         };
@@ -398,22 +437,29 @@ impl RedisSentinel {
         // The sentinel rewrites its configuration file, so it gets one of its own.
         let conf = scratch.join("sentinel.conf");
         let service = Self::SERVICE;
-        let (listen, cli_tls) = match &tls {
-            Some(t) => {
-                let file = |name: &str, pem: &str| {
-                    let path = scratch.join(name);
-                    std::fs::write(&path, pem).map(|()| path.display().to_string())
-                };
-                let (cert, key, ca) = (
-                    file("sentinel.pem", &t.cert_pem).map_err(fail)?,
-                    file("sentinel.key", &t.key_pem).map_err(fail)?,
-                    file("ca.pem", &t.ca_pem).map_err(fail)?,
-                );
-                let listen = format!(
+        let (listen, cli_tls) = match &files {
+            Some((cert, key, ca, client)) => {
+                let mut listen = format!(
                     "port 0\ntls-port {sentinel_port}\ntls-cert-file {cert}\ntls-key-file {key}\n\
-                     tls-ca-cert-file {ca}\ntls-replication yes\ntls-auth-clients no\n"
+                     tls-ca-cert-file {ca}\ntls-replication yes\n"
                 );
-                (listen, vec!["--tls".to_owned(), "--cacert".to_owned(), ca])
+                let mut cli_tls = vec!["--tls".to_owned(), "--cacert".to_owned(), ca.clone()];
+                match client {
+                    Some((client_cert, client_key)) => {
+                        listen.push_str(&format!(
+                            "tls-auth-clients yes\ntls-client-cert-file {client_cert}\n\
+                             tls-client-key-file {client_key}\n"
+                        ));
+                        cli_tls.extend([
+                            "--cert".to_owned(),
+                            client_cert.clone(),
+                            "--key".to_owned(),
+                            client_key.clone(),
+                        ]);
+                    }
+                    None => listen.push_str("tls-auth-clients no\n"),
+                }
+                (listen, cli_tls)
             }
             None => (format!("port {sentinel_port}\n"), Vec::new()),
         };

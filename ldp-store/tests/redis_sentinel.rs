@@ -164,7 +164,7 @@ async fn sentinels_that_want_a_password_get_the_one_in_the_url() {
 async fn over_tls_the_store_verifies_sentinels_and_primary_and_follows_a_failover() {
     let ca = TestCa::new("sentinel test CA").unwrap();
     let cert = ca.server_cert().unwrap();
-    let deployment = RedisSentinel::start_tls(&cert.cert_pem, &cert.key_pem, &ca.pem()).unwrap();
+    let deployment = RedisSentinel::start_tls(&cert.cert_pem, &cert.key_pem, &ca.pem(), None).unwrap();
     let url = deployment.url();
     assert!(url.starts_with("rediss+sentinel://"), "{url}");
     let trusting = |pem: String| {
@@ -200,4 +200,39 @@ async fn over_tls_the_store_verifies_sentinels_and_primary_and_follows_a_failove
     let store = RedisStore::open(&plain, config()).await.unwrap();
     let failed = replay(&store, "plain").await.unwrap_err();
     assert!(matches!(failed, StoreError::Unavailable { .. }), "{failed:?}");
+}
+
+/// Sentinels and nodes that require client certificates (`tls-auth-clients yes`): the store presents the one it is
+/// given to the sentinels and to the primary alike, and without one it is refused at open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mutual_tls_the_store_presents_its_certificate_to_sentinels_and_primary() {
+    let ca = TestCa::new("sentinel mtls CA").unwrap();
+    let server = ca.server_cert().unwrap();
+    let client = ca.client_cert("ldp:delegate:replica").unwrap();
+    let deployment = RedisSentinel::start_tls(
+        &server.cert_pem,
+        &server.key_pem,
+        &ca.pem(),
+        Some((&client.cert_pem, &client.key_pem)),
+    )
+    .unwrap();
+
+    let mut with_cert = config();
+    with_cert.redis_tls = Some(
+        RedisTls::default()
+            .with_ca(ca.pem().into_bytes())
+            .with_client_cert(client.cert_pem.clone().into_bytes(), client.key_pem.clone().into_bytes()),
+    );
+    let store = RedisStore::open(&deployment.url(), with_cert).await.unwrap();
+    assert!(store.create_session(&session_ttl::session("mutual", 60)).await.unwrap());
+    assert_eq!(replay(&store, "mutual").await.unwrap(), ReplayVerdict::Fresh);
+    assert_eq!(replay(&store, "mutual").await.unwrap(), ReplayVerdict::Seen);
+
+    let mut without_cert = config();
+    without_cert.redis_tls = Some(RedisTls::default().with_ca(ca.pem().into_bytes()));
+    let Err(e) = RedisStore::open(&deployment.url(), without_cert).await else {
+        panic!("opened without a certificate")
+    };
+    assert!(matches!(e, OpenError::Redis { .. }), "{e:?}");
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
 }
