@@ -66,7 +66,7 @@ struct Args {
     #[arg(long)]
     check: bool,
     /// Instead of the attacks: the store throughput bench (`scripts/store-bench`) over these stores, comma-separated
-    /// (memory, sqlite, sqlite-full, redis).
+    /// (memory, sqlite, sqlite-full, redis, redis-unix: Redis on its Unix socket).
     #[arg(long, value_name = "STORES", value_delimiter = ',')]
     bench_stores: Vec<String>,
     /// Store bench: concurrent clients (a session and a keep-alive connection each); a comma-separated list runs

@@ -2,10 +2,10 @@
 //! real `ldp serve` over HTTP with each state store (issue 17), side by side in one run.
 //!
 //! Each round starts one server per store in turn (`--store memory`, `sqlite:` in both durability modes, a
-//! throwaway `redis-server`), opens one session per client, lets the clients submit tasks back to back over
-//! keep-alive connections for a warm-up and then for the measured seconds, and stops the server. Rounds alternate
-//! the stores, so that a slow phase of the machine falls on every store alike; a store's ratio to the memory store is
-//! taken within each round, and the table shows the median over the rounds.
+//! throwaway `redis-server` on loopback TCP, or on its Unix socket), opens one session per client, lets the clients
+//! submit tasks back to back over keep-alive connections for a warm-up and then for the measured seconds, and stops
+//! the server. Rounds alternate the stores, so that a slow phase of the machine falls on every store alike; a store's
+//! ratio to the memory store is taken within each round, and the table shows the median over the rounds.
 //!
 //! With several client counts (`--bench-clients 32,128`) the whole plan runs at each count in turn, and a last table
 //! sets each store's best median against the memory store's best: a store that answers through a round trip needs
@@ -22,12 +22,13 @@ use serde_json::{Value, json};
 use crate::{Server, SoakError, envelope, percentile_ms, propose_body, random_id};
 
 /// The stores `--bench-stores` knows, as `ldp serve` flags (a `{dir}` is replaced by a fresh directory per server,
-/// `{redis}` by the throwaway Redis's URL).
-const STORES: [(&str, &[&str]); 4] = [
+/// `{redis}` by the throwaway Redis's URL, `{redis-unix}` by the URL of one listening on a Unix socket only).
+const STORES: [(&str, &[&str]); 5] = [
     ("memory", &["--store", "memory"]),
     ("sqlite", &["--store", "sqlite:{dir}/state.db", "--sqlite-durability", "process"]),
     ("sqlite-full", &["--store", "sqlite:{dir}/state.db", "--sqlite-durability", "full"]),
     ("redis", &["--store", "{redis}"]),
+    ("redis-unix", &["--store", "{redis-unix}"]),
 ];
 
 /// What the bench measures.
@@ -68,11 +69,21 @@ pub(crate) fn check_stores(stores: &[String]) -> Result<(), String> {
 
 /// Runs the plan and prints the table.
 pub(crate) async fn run(plan: BenchPlan<'_>) -> Result<(), SoakError> {
-    let needs_redis = plan.stores.iter().any(|s| s == "redis");
-    let redis = if needs_redis {
-        Some(ldp_store::test_redis::RedisServer::start().map_err(|e| SoakError::Setup(e.to_string()))?)
-    } else {
-        None
+    let start = |options: Option<ldp_store::test_redis::RedisServerOptions>| {
+        let started = match options {
+            Some(options) => ldp_store::test_redis::RedisServer::start_with(options),
+            None => ldp_store::test_redis::RedisServer::start(),
+        };
+        started.map_err(|e| SoakError::Setup(e.to_string()))
+    };
+    let redis = Redises {
+        tcp: plan.stores.iter().any(|s| s == "redis").then(|| start(None)).transpose()?,
+        unix: plan
+            .stores
+            .iter()
+            .any(|s| s == "redis-unix")
+            .then(|| start(Some(ldp_store::test_redis::RedisServerOptions::default().unix_socket())))
+            .transpose()?,
     };
     let scratch = std::env::temp_dir().join(format!("ldp-store-bench-{}", std::process::id()));
     let counts: Vec<String> = plan.clients.iter().map(ToString::to_string).collect();
@@ -87,7 +98,7 @@ pub(crate) async fn run(plan: BenchPlan<'_>) -> Result<(), SoakError> {
     let mut tables = Vec::with_capacity(plan.clients.len());
     let ran = async {
         for &clients in &plan.clients {
-            let samples = run_at(&plan, clients, &scratch, redis.as_ref()).await?;
+            let samples = run_at(&plan, clients, &scratch, &redis).await?;
             print_table(&plan, clients, &samples);
             tables.push((clients, samples));
         }
@@ -102,12 +113,20 @@ pub(crate) async fn run(plan: BenchPlan<'_>) -> Result<(), SoakError> {
     Ok(())
 }
 
+/// The throwaway Redis servers of a run, each started only when a store of the plan needs it.
+struct Redises {
+    /// On a loopback TCP port (`redis`).
+    tcp: Option<ldp_store::test_redis::RedisServer>,
+    /// On a Unix socket (`redis-unix`).
+    unix: Option<ldp_store::test_redis::RedisServer>,
+}
+
 /// Every round of the plan at one client count; each store's samples, in the plan's order.
 async fn run_at(
     plan: &BenchPlan<'_>,
     clients: usize,
     scratch: &Path,
-    redis: Option<&ldp_store::test_redis::RedisServer>,
+    redis: &Redises,
 ) -> Result<Vec<Vec<Sample>>, SoakError> {
     let mut samples: Vec<Vec<Sample>> = plan.stores.iter().map(|_| Vec::new()).collect();
     for round in 0..plan.rounds {
@@ -115,8 +134,12 @@ async fn run_at(
             let dir = scratch.join(format!("{store}-{clients}-{round}"));
             std::fs::create_dir_all(&dir).map_err(|e| SoakError::Setup(format!("{}: {e}", dir.display())))?;
             // Each Redis server of the run gets a database of its own, so no round reads another's keys.
-            let redis_url = redis.map(|r| format!("{}/{}", r.url().trim_end_matches('/'), round % 16));
-            let flags = server_flags(store, &dir, redis_url.as_deref(), &plan.extra);
+            let db = round % 16;
+            let urls = Urls {
+                tcp: redis.tcp.as_ref().map(|r| format!("{}/{db}", r.url().trim_end_matches('/'))),
+                unix: redis.unix.as_ref().map(|r| format!("{}?db={db}", r.url())),
+            };
+            let flags = server_flags(store, &dir, &urls, &plan.extra);
             let sample = measure(plan, clients, &flags).await;
             let _ = std::fs::remove_dir_all(&dir);
             let sample = sample?;
@@ -136,11 +159,21 @@ async fn run_at(
     Ok(samples)
 }
 
-fn server_flags(store: &str, dir: &Path, redis: Option<&str>, extra: &[String]) -> Vec<String> {
+/// The URLs of a round's Redis servers (with the round's database).
+struct Urls {
+    tcp: Option<String>,
+    unix: Option<String>,
+}
+
+fn server_flags(store: &str, dir: &Path, redis: &Urls, extra: &[String]) -> Vec<String> {
     let template = STORES.iter().find(|(name, _)| *name == store).map_or(&[][..], |(_, flags)| *flags);
     let mut flags: Vec<String> = template
         .iter()
-        .map(|f| f.replace("{dir}", &dir.display().to_string()).replace("{redis}", redis.unwrap_or_default()))
+        .map(|f| {
+            f.replace("{dir}", &dir.display().to_string())
+                .replace("{redis}", redis.tcp.as_deref().unwrap_or_default())
+                .replace("{redis-unix}", redis.unix.as_deref().unwrap_or_default())
+        })
         .collect();
     flags.extend(extra.iter().cloned());
     flags
