@@ -498,8 +498,14 @@ async fn replicas_share_a_session_over_mutual_tls_to_redis() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
 
-    let (_a, a) = replica(&redis.url(), &tls);
-    let (_b, b) = replica(&redis.url(), &tls);
+    share_a_session_over_tls(&redis.url(), &tls).await;
+}
+
+/// Two replicas on the store at `url`, started with `tls` (their --redis-* flags): a session proposed on one goes on
+/// on the other, and a task resent to the first is `DUPLICATE_TASK`.
+async fn share_a_session_over_tls(url: &str, tls: &[&str]) {
+    let (_a, a) = replica(url, tls);
+    let (_b, b) = replica(url, tls);
     let http = reqwest::Client::new();
     let mut init = initiator(ECHO, false);
     let session_id = establish(&http, &a, &mut init).await;
@@ -527,15 +533,7 @@ async fn replicas_share_a_session_over_tls_to_redis_sentinel() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
 
-    let (_a, a) = replica(&url, &["--redis-ca", &ca_file]);
-    let (_b, b) = replica(&url, &["--redis-ca", &ca_file]);
-    let http = reqwest::Client::new();
-    let mut init = initiator(ECHO, false);
-    let session_id = establish(&http, &a, &mut init).await;
-    let submit = init.submit(&session_id, "echo", serde_json::json!("over TLS"), None, None).unwrap();
-    let bytes = submit.to_vec().unwrap();
-    assert_eq!(output(&post(&http, &b, bytes.clone()).await), serde_json::json!({"echo": "over TLS"}));
-    assert_eq!(failure(&send(&http, &a, &resend(&bytes, false)).await).0, codes::DUPLICATE_TASK);
+    share_a_session_over_tls(&url, &["--redis-ca", &ca_file]).await;
 }
 
 /// A Redis that may evict keys when full (any `maxmemory-policy` but `noeviction` under a `maxmemory`, as some

@@ -312,6 +312,17 @@ impl<'a> HostListUrl<'a> {
     /// `sentinel_password` included (the sentinel URL refuses it, and the refusal shows the URL).
     const SHOWN: [&'static str; 1] = ["sentinel_user"];
 
+    /// The scheme of each host's own URL, `redis://` or `rediss://` (TLS), when this is a `redis+KIND://` or
+    /// `rediss+KIND://` URL (`kind`: `cluster` or `sentinel`).
+    #[cfg(feature = "redis")]
+    pub(crate) fn node_scheme(&self, kind: &str) -> Option<&'static str> {
+        match self.scheme.split_once('+') {
+            Some(("redis", k)) if k == kind => Some("redis://"),
+            Some(("rediss", k)) if k == kind => Some("rediss://"),
+            _ => None,
+        }
+    }
+
     /// The `(user, password)` of the credentials, when they hold a password.
     pub(crate) fn user_and_password(&self) -> Option<(&'a str, &'a str)> {
         self.credentials?.split_once(':')
@@ -593,6 +604,15 @@ mod tests {
         assert_eq!(cluster.after_credentials, "h1:7000,h2:7001/0?x=1");
         let bare = HostListUrl::parse("redis+cluster://h1:7000").unwrap();
         assert_eq!((bare.credentials, bare.hosts, bare.user_and_password()), (None, "h1:7000", None));
+        #[cfg(feature = "redis")]
+        {
+            assert_eq!(cluster.node_scheme("cluster"), Some("rediss://"));
+            assert_eq!(bare.node_scheme("cluster"), Some("redis://"));
+            assert_eq!(cluster.node_scheme("sentinel"), None);
+            let sentinel = HostListUrl::parse("rediss+sentinel://s1:26379/svc").unwrap();
+            assert_eq!(sentinel.node_scheme("sentinel"), Some("rediss://"));
+            assert_eq!(HostListUrl::parse("redisx+sentinel://s1:1/svc").unwrap().node_scheme("sentinel"), None);
+        }
         assert_eq!(HostListUrl::parse("redis+cluster://app@h1:7000").unwrap().user_and_password(), None);
         assert!(HostListUrl::parse("redis://u:p@h1:7000").is_none());
         let sentinel = HostListUrl::parse("redis+sentinel://:pw@s1:26379,s2:26379/svc/3").unwrap();

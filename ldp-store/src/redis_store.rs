@@ -556,11 +556,7 @@ impl redis::aio::ConnectionLike for Connection {
 /// or [`StoreConfig::redis_tls`]'s CA, and both shown its client certificate. `None` for any other URL.
 fn sentinel_client(url: &str, cfg: &StoreConfig) -> Option<redis::RedisResult<SentinelClient>> {
     let parsed = crate::HostListUrl::parse(url)?;
-    let node_scheme = match parsed.scheme {
-        "redis+sentinel" => "redis://",
-        "rediss+sentinel" => "rediss://",
-        _ => return None,
-    };
+    let node_scheme = parsed.node_scheme("sentinel")?;
     let invalid = |reason: String| {
         Some(Err(redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "invalid sentinel URL", reason))))
     };
@@ -645,11 +641,7 @@ fn tls_certificates(tls: &crate::RedisTls) -> redis::TlsCertificates {
 /// (`rediss://`) URL with the list's credentials. `None` for any other URL.
 fn cluster_client(url: &str, cfg: &StoreConfig) -> Option<redis::RedisResult<ClusterClient>> {
     let cluster = crate::HostListUrl::parse(url)?;
-    let node_scheme = match cluster.scheme {
-        "redis+cluster" => "redis://",
-        "rediss+cluster" => "rediss://",
-        _ => return None,
-    };
+    let node_scheme = cluster.node_scheme("cluster")?;
     let credentials = cluster.credentials.map(|c| format!("{c}@")).unwrap_or_default();
     let nodes: Vec<String> =
         cluster.hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("{node_scheme}{credentials}{h}")).collect();
