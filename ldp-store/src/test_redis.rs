@@ -336,6 +336,15 @@ struct SentinelTls {
     client_pem: Option<(String, String)>,
 }
 
+/// The paths of a TLS-only Sentinel deployment's files, as written in its directory.
+struct TlsFiles {
+    cert: String,
+    key: String,
+    ca: String,
+    /// The client certificate and its key, when the servers require one.
+    client: Option<(String, String)>,
+}
+
 /// A throwaway Redis Sentinel deployment on loopback: a primary, one replica of it, and one sentinel (quorum 1)
 /// watching them as the service [`RedisSentinel::SERVICE`], quick to judge a primary down (1 s). Its servers are
 /// killed and its files removed on drop.
@@ -408,26 +417,26 @@ impl RedisSentinel {
             let path = scratch.join(name);
             std::fs::write(&path, pem).map(|()| path.display().to_string()).map_err(fail)
         };
-        // The files the sentinel and `redis-cli` read: (certificate, key, CA, the client certificate and key).
+        // The files the sentinel and `redis-cli` read (the data nodes write their own copies of the server's).
         let files = match &tls {
-            Some(t) => Some((
-                file("server.pem", &t.server.cert_pem)?,
-                file("server.key", &t.server.key_pem)?,
-                file("ca.pem", &t.server.ca_pem)?,
-                match &t.client_pem {
+            Some(t) => Some(TlsFiles {
+                cert: file("server.pem", &t.server.cert_pem)?,
+                key: file("server.key", &t.server.key_pem)?,
+                ca: file("ca.pem", &t.server.ca_pem)?,
+                client: match &t.client_pem {
                     Some((cert, key)) => Some((file("client.pem", cert)?, file("client.key", key)?)),
                     None => None,
                 },
-            )),
+            }),
             None => None,
         };
         let node = |name: &str| -> Result<RedisServerOptions, TestRedisError> {
             let options = RedisServerOptions::default().config("dir", &node_dir(name).map_err(fail)?);
-            let (Some(t), Some((_, _, _, client))) = (&tls, &files) else { return Ok(options) };
+            let (Some(t), Some(files)) = (&tls, &files) else { return Ok(options) };
             let s = &t.server;
             let options =
                 options.tls(&s.cert_pem, &s.key_pem, &s.ca_pem, s.require_client_cert).config("tls-replication", "yes");
-            Ok(match client {
+            Ok(match &files.client {
                 Some((cert, key)) => options.config("tls-client-cert-file", cert).config("tls-client-key-file", key),
                 None => options,
             })
@@ -438,7 +447,7 @@ impl RedisSentinel {
         let conf = scratch.join("sentinel.conf");
         let service = Self::SERVICE;
         let (listen, cli_tls) = match &files {
-            Some((cert, key, ca, client)) => {
+            Some(TlsFiles { cert, key, ca, client }) => {
                 let mut listen = format!(
                     "port 0\ntls-port {sentinel_port}\ntls-cert-file {cert}\ntls-key-file {key}\n\
                      tls-ca-cert-file {ca}\ntls-replication yes\n"

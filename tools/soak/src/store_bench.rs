@@ -69,21 +69,14 @@ pub(crate) fn check_stores(stores: &[String]) -> Result<(), String> {
 
 /// Runs the plan and prints the table.
 pub(crate) async fn run(plan: BenchPlan<'_>) -> Result<(), SoakError> {
-    let start = |options: Option<ldp_store::test_redis::RedisServerOptions>| {
-        let started = match options {
-            Some(options) => ldp_store::test_redis::RedisServer::start_with(options),
-            None => ldp_store::test_redis::RedisServer::start(),
-        };
+    let start = |wanted: &str, options: ldp_store::test_redis::RedisServerOptions| {
+        let needed = plan.stores.iter().any(|s| s == wanted);
+        let started = needed.then(|| ldp_store::test_redis::RedisServer::start_with(options)).transpose();
         started.map_err(|e| SoakError::Setup(e.to_string()))
     };
     let redis = Redises {
-        tcp: plan.stores.iter().any(|s| s == "redis").then(|| start(None)).transpose()?,
-        unix: plan
-            .stores
-            .iter()
-            .any(|s| s == "redis-unix")
-            .then(|| start(Some(ldp_store::test_redis::RedisServerOptions::default().unix_socket())))
-            .transpose()?,
+        tcp: start("redis", Default::default())?,
+        unix: start("redis-unix", ldp_store::test_redis::RedisServerOptions::default().unix_socket())?,
     };
     let scratch = std::env::temp_dir().join(format!("ldp-store-bench-{}", std::process::id()));
     let counts: Vec<String> = plan.clients.iter().map(ToString::to_string).collect();
@@ -133,13 +126,7 @@ async fn run_at(
         for (i, store) in plan.stores.iter().enumerate() {
             let dir = scratch.join(format!("{store}-{clients}-{round}"));
             std::fs::create_dir_all(&dir).map_err(|e| SoakError::Setup(format!("{}: {e}", dir.display())))?;
-            // Each Redis server of the run gets a database of its own, so no round reads another's keys.
-            let db = round % 16;
-            let urls = Urls {
-                tcp: redis.tcp.as_ref().map(|r| format!("{}/{db}", r.url().trim_end_matches('/'))),
-                unix: redis.unix.as_ref().map(|r| format!("{}?db={db}", r.url())),
-            };
-            let flags = server_flags(store, &dir, &urls, &plan.extra);
+            let flags = server_flags(store, &dir, redis, round, &plan.extra);
             let sample = measure(plan, clients, &flags).await;
             let _ = std::fs::remove_dir_all(&dir);
             let sample = sample?;
@@ -159,21 +146,16 @@ async fn run_at(
     Ok(samples)
 }
 
-/// The URLs of a round's Redis servers (with the round's database).
-struct Urls {
-    tcp: Option<String>,
-    unix: Option<String>,
-}
-
-fn server_flags(store: &str, dir: &Path, redis: &Urls, extra: &[String]) -> Vec<String> {
+/// `store`'s `ldp serve` flags for one round: in a fresh directory, or on the round's database of a Redis server
+/// (each round gets a database of its own, so no round reads another's keys).
+fn server_flags(store: &str, dir: &Path, redis: &Redises, round: usize, extra: &[String]) -> Vec<String> {
+    let db = round % 16;
+    let tcp = redis.tcp.as_ref().map(|r| format!("{}/{db}", r.url().trim_end_matches('/'))).unwrap_or_default();
+    let unix = redis.unix.as_ref().map(|r| format!("{}?db={db}", r.url())).unwrap_or_default();
     let template = STORES.iter().find(|(name, _)| *name == store).map_or(&[][..], |(_, flags)| *flags);
     let mut flags: Vec<String> = template
         .iter()
-        .map(|f| {
-            f.replace("{dir}", &dir.display().to_string())
-                .replace("{redis}", redis.tcp.as_deref().unwrap_or_default())
-                .replace("{redis-unix}", redis.unix.as_deref().unwrap_or_default())
-        })
+        .map(|f| f.replace("{dir}", &dir.display().to_string()).replace("{redis}", &tcp).replace("{redis-unix}", &unix))
         .collect();
     flags.extend(extra.iter().cloned());
     flags
