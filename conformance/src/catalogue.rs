@@ -3,7 +3,7 @@
 //! Every requirement names the spec section and the sentence it comes from, its [`Level`], the [`Feature`] it
 //! depends on (when it applies only to implementations that claim something) and the checks that exercise it. The
 //! catalogue is also committed as `conformance/catalogue/ldp-0.1.json` and `.md`; a test fails when they are stale
-//! (regenerate with `UPDATE_CATALOGUE=1 cargo test -p ldp-conformance --test catalogue`).
+//! (regenerate with `UPDATE_CATALOGUE=1 cargo test -p ldp-conformance --test integration catalogue::`).
 
 use std::fmt;
 

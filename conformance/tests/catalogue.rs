@@ -1,5 +1,5 @@
 //! The committed catalogue files are generated from `src/catalogue.rs`, and the checks and the catalogue agree.
-//! Regenerate with `UPDATE_CATALOGUE=1 cargo test -p ldp-conformance --test catalogue`.
+//! Regenerate with `UPDATE_CATALOGUE=1 cargo test -p ldp-conformance --test integration catalogue::`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ fn committed_catalogue_is_current() {
         let committed = std::fs::read_to_string(dir().join(name)).unwrap_or_default();
         assert!(
             committed == *text,
-            "conformance/catalogue/{name} is stale: run UPDATE_CATALOGUE=1 cargo test -p ldp-conformance --test catalogue"
+            "conformance/catalogue/{name} is stale: run UPDATE_CATALOGUE=1 cargo test -p ldp-conformance --test integration catalogue::"
         );
     }
 }

@@ -4,7 +4,7 @@
 //! server requiring client certificates is reached with the one it expects and refused without it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

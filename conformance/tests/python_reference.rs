@@ -1,7 +1,7 @@
 //! The kit against the Python reference delegate (PyPI `ldp-protocol[server]==0.2.0`, `scripts/ref_delegate.py`),
 //! started on 127.0.0.1, compared strictly with the committed baselines under `conformance/baselines/`.
 //!
-//! Regenerate the baselines with `UPDATE_BASELINE=1 cargo test -p ldp-conformance --test python_reference`.
+//! Regenerate the baselines with `UPDATE_BASELINE=1 cargo test -p ldp-conformance --test integration python_reference::`.
 //! These tests never skip: if the SDK cannot be installed they fail with the installer's message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

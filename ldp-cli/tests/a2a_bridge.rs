@@ -4,7 +4,7 @@
 //! cancel, which must reach the model as TASK_CANCEL), hostile requests answered with typed JSON-RPC errors, and an
 //! a2a-sdk agent behind `ldp serve --backend a2a` as an LDP delegate.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

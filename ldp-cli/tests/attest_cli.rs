@@ -2,7 +2,7 @@
 //! router would (exit 0 valid, 1 refused, 2 usage error).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::process::{Command, Output};

@@ -5,7 +5,7 @@
 //! scheme dispatcher's `a2a+http` adapter. Each task is routed by skill, each result carries its provenance, and
 //! the bridged delegates' self-descriptions win them no quality under the claim-trust policy.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! every command shares (0 ok, 1 the operation failed, 2 usage error).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;

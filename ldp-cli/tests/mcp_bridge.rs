@@ -4,7 +4,7 @@
 //! the tools, calls one and reads its provenance, gets progress while a model streams, and cancels a call, which
 //! must reach the delegate as TASK_CANCEL (the provider's stream closes).
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

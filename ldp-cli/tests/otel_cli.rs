@@ -4,7 +4,7 @@
 //! processes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::process::{Command, Output, Stdio};

@@ -4,7 +4,7 @@
 //! installed the test fails with the installer's message.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

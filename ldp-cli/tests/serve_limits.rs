@@ -3,7 +3,7 @@
 //! refused unless `--allow-origin` lists them, and bad values fail cleanly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! API key never shows in the server's output (debug logs included) nor in what the client is told, even when the
 //! provider refuses it and quotes it back.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

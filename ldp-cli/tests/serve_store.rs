@@ -13,7 +13,7 @@
 //!   password stops the start without showing it; replicas over mutual TLS to a TLS-only Redis.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! Every MUST and SHOULD requirement over HTTP, signed, must pass as it does against one server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;

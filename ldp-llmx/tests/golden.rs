@@ -1,13 +1,12 @@
 //! Golden files: the typed JSON view and the LDP envelopes of the spec's example messages, reviewed by hand once and
 //! kept so that any change to either mapping shows up in review. Regenerate with `UPDATE_GOLDEN=1 cargo test -p
-//! ldp-llmx --test golden`.
+//! ldp-llmx --test integration golden::`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use ldp_llmx::{BridgeConfig, parse, to_ldp};
 use serde_json::{Value, json};
 
-#[path = "../benches/corpus.rs"]
-mod corpus;
+use crate::corpus;
 
 fn check(name: &str, actual: &Value) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);

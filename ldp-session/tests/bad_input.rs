@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Bad input to `Responder::handle(bytes)`: every case is a defined, typed refusal, and none disturbs live sessions.
 
-mod support;
+use crate::support;
 
 use ldp_session::{Outcome, SessionState};
 use ldp_types::{Body, ErrorCategory, PayloadMode, codes};

@@ -2,7 +2,7 @@
 //! What a delegate sees and does beyond one task (issue 16): the session's context (RFC 5.3), partial output as
 //! TASK_UPDATE, the cancellation signal, and the result of a finished task fetched by a status query.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

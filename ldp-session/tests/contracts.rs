@@ -2,7 +2,7 @@
 //! Delegation contracts (paper 3.1): client-side validation of results against deadline, budget and delegation
 //! depth, under `fail_closed` and `fail_open`; depth propagation through re-delegation.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

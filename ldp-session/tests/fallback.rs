@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Payload-mode negotiation and fallback (RFC 4.2, 4.3), replaying the RFC's sequence diagram through both machines.
 
-mod support;
+use crate::support;
 
 use ldp_session::{FallbackStyle, InitiatorEvent, Outcome, ResponderEvent, SessionState, TaskOutput};
 use ldp_types::{Body, ErrorCategory, LdpError, Manifest, MessageType, PayloadMode, SessionConfig, codes};

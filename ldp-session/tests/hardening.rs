@@ -2,7 +2,7 @@
 //! Issue 14: protocol-state limits and principal binding in the responder machine (sessions bound to the principal
 //! that opened them, identifier limits, session caps, per-principal replay quotas, unsigned-mode checks).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

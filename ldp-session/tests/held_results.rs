@@ -2,7 +2,7 @@
 //! `Responder::result_not_kept`: the TASK_FAILED a binding sends in place of a result it could not keep for a
 //! suspended session's resume (issue 14, finding 2), addressed like the result and accepted by the initiator.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! RFC 5.1 lifecycle, the handshake messages (RFC 3.3, 5.2, 5.4) and the typed answers to messages that are not
 //! legal in the session's current state.
 
-mod support;
+use crate::support;
 
 use ldp_session::{InitiatorEvent, Limits, Outcome, ResponderEvent, SessionState, TaskOutput};
 use ldp_types::{

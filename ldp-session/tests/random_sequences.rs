@@ -2,7 +2,7 @@
 //! Random message sequences from both sides never panic, never leave the machines in an undefined state, and are
 //! always answered with a legal message.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! Usage receipts (issue 22, paper section 7): a responder with an Ed25519 identity key signs what each task
 //! consumed into the result's provenance; the initiator's side checks it with the key the card publishes.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

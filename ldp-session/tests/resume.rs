@@ -6,7 +6,7 @@
 //! sessions when "the connection" drops, and sends the results the responder held before the answer to the message
 //! that resumed their session (as the WebSocket server does).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

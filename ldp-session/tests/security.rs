@@ -2,7 +2,7 @@
 //! Message security (RFC 7.3, message level): signature policy per peer, replay protection within a timestamp
 //! window, signed replies.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! The machine's side of state shared between replicas (issue 17), without any store: what one machine hands out
 //! (a session's record, a message's replay claim, a task's end) another takes back, with the same rules.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

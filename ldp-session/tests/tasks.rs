@@ -2,7 +2,7 @@
 //! Tasks inside a session: provenance of results (RFC 6.1), session context (RFC 5.3: history, task count, budget),
 //! progress and cancellation, capacity.
 
-mod support;
+use crate::support;
 
 use ldp_session::{
     Delivery, HistoryItem, InitiatorEvent, Limits, Misuse, Outcome, SessionError, TaskOutput, TaskStatus,

@@ -2,7 +2,7 @@
 //! RFC 7.2 trust checks at session establishment, and how the initiator's domain is established
 //! ([`TrustPolicy`]: authenticated, declared, unidentified).
 
-mod support;
+use crate::support;
 
 use ldp_session::{
     AuthenticatedPeer, DeclaredDomains, InitiatorEvent, Outcome, PeerContext, ResponderEvent, SessionState, TrustPolicy,

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Session TTL (RFC 5.4: seconds of inactivity) with the injected monotonic clock.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -18,13 +18,10 @@ use ldp_types::{LdpError, PayloadMode, codes};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-#[path = "common/backends.rs"]
-mod backends;
+use crate::backends;
 use backends::{Backends, run_cases};
 
-#[path = "common/records.rs"]
-#[allow(dead_code)]
-mod records;
+use crate::records;
 use records::now_ms;
 
 const HOUR: Duration = Duration::from_secs(3600);

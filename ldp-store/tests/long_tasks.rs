@@ -10,9 +10,7 @@ use ldp_session::shared::{SharedTask, SharedTaskStatus, TaskClaim};
 use ldp_store::StoreConfig;
 use ldp_types::PayloadMode;
 
-#[path = "common/backends.rs"]
-#[allow(dead_code)]
-mod backends;
+use crate::backends;
 use backends::Backends;
 
 #[test]

@@ -7,9 +7,7 @@
 #![cfg(feature = "redis")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/session_ttl.rs"]
-#[allow(dead_code)]
-mod session_ttl;
+use crate::session_ttl;
 
 use std::time::{Duration, Instant};
 

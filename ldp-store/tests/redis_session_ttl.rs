@@ -5,8 +5,7 @@
 #![cfg(feature = "redis")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/session_ttl.rs"]
-mod session_ttl;
+use crate::session_ttl;
 
 use ldp_store::{RedisStore, StoreConfig};
 use session_ttl::{StoredExpiry, now_ms};

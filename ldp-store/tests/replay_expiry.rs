@@ -9,14 +9,10 @@ use std::time::Duration;
 use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict};
 use ldp_store::StoreConfig;
 
-#[path = "common/backends.rs"]
-#[allow(dead_code)]
-mod backends;
+use crate::backends;
 use backends::Backends;
 
-#[path = "common/records.rs"]
-#[allow(dead_code)]
-mod records;
+use crate::records;
 use records::now_ms;
 
 /// A signed message's replay entry, outside a session: `principal`'s, kept until `expires`, with a share of 2 and a

@@ -39,8 +39,7 @@ impl Delegate for Counting {
     }
 }
 
-#[path = "common/runtimes.rs"]
-mod runtimes;
+use crate::runtimes;
 use runtimes::{establish, send, send_bytes};
 
 const DELEGATE: &str = "ldp:delegate:replicated";

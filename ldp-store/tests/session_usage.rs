@@ -24,14 +24,10 @@ use ldp_session::{
 use ldp_store::{MemoryStore, RedisStore, StoreConfig};
 use ldp_types::{Body, Budget, Capability, DelegateId, Envelope, IdentityCard, LdpError, codes};
 
-#[path = "common/backends.rs"]
-#[allow(dead_code)]
-mod backends;
+use crate::backends;
 use backends::Backends;
 
-#[path = "common/runtimes.rs"]
-#[allow(dead_code)]
-mod runtimes;
+use crate::runtimes;
 use runtimes::{establish, send};
 
 const DELEGATE: &str = "ldp:delegate:metered";

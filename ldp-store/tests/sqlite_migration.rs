@@ -16,9 +16,7 @@ use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
 
-#[path = "common/records.rs"]
-#[allow(dead_code)]
-mod records;
+use crate::records;
 use records::now_ms;
 
 #[tokio::test]

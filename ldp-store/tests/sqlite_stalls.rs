@@ -18,9 +18,7 @@ use ldp_session::store::{Store, StoreError};
 use ldp_store::{MAX_QUEUED, SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
 
-#[path = "common/records.rs"]
-#[allow(dead_code)]
-mod records;
+use crate::records;
 use records::{now_ms, session};
 
 fn key(task_id: &str) -> TaskKey {

@@ -6,8 +6,7 @@
 #![cfg(feature = "sqlite")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "common/session_ttl.rs"]
-mod session_ttl;
+use crate::session_ttl;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -24,9 +24,7 @@ use ldp_types::{
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-#[path = "common/backends.rs"]
-#[allow(dead_code)]
-mod backends;
+use crate::backends;
 use backends::{Backends, run_cases};
 
 const DELEGATE: &str = "ldp:delegate:same";

@@ -18,13 +18,10 @@ use ldp_session::store::Store;
 use ldp_store::StoreConfig;
 use ldp_types::PayloadMode;
 
-#[path = "common/backends.rs"]
-#[allow(dead_code)]
-mod backends;
+use crate::backends;
 use backends::Backends;
 
-#[path = "common/records.rs"]
-mod records;
+use crate::records;
 use records::{now_ms, session};
 
 /// An unsigned message's dedupe entry, as the machine makes it: 32 hex digits, kept `window` from now.

@@ -3,7 +3,7 @@
 //! with an LDP body), binary frame and garbage JSON (error frame, connection stays), oversize (error frame, then
 //! close 1009).
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

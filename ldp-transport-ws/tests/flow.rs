@@ -3,7 +3,7 @@
 //! that speaks both: handshake, provenance, payload fallback, pushed progress, concurrent sessions, cancellation of a
 //! running task, close.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! outputs and never reads, a client that drops its connection while its tasks finish, and cross-origin upgrades.
 //! Limits are small so that every test is fast and bounded.
 
-mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

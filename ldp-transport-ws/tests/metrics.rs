@@ -15,8 +15,7 @@ use ldp_transport_ws::{WsOptions, WsServer, WsServerConfig, WsTransport};
 use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, SessionConfig};
 use serde_json::json;
 
-#[path = "../../ldp-transport-http/tests/support/prometheus.rs"]
-mod prometheus;
+use crate::prometheus;
 
 /// Usage each task reports, as a model backend would in its provenance.
 const TOKENS: u64 = 120;

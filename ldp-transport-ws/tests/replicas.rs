@@ -5,7 +5,7 @@
 //! its status query for the task is answered from the store, so the result arrives exactly once, and the session goes
 //! on over B.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! Disconnect and resume over a real socket: a proxy cuts the connection mid-task; the server suspends the session,
 //! the client reconnects with backoff and resumes it, and the task's result arrives exactly once.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

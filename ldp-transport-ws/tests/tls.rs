@@ -3,7 +3,7 @@
 //! and clients that do not trust the server (or are not trusted) failing with typed errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

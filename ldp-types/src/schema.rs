@@ -12,7 +12,7 @@
 //!
 //! The schemas are always compiled in (no cargo feature): `schemars` is small, and the conformance crate needs them at
 //! run time. They are also committed under `schema/` at the workspace root; `tests/schemas.rs` fails when those files
-//! are stale (regenerate with `UPDATE_SCHEMAS=1 cargo test -p ldp-types --test schemas`).
+//! are stale (regenerate with `UPDATE_SCHEMAS=1 cargo test -p ldp-types --test integration schemas::`).
 //!
 //! ```
 //! let schema = ldp_types::schema::envelope_schema();

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-mod strategies;
+use crate::strategies;
 use strategies::*;
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -10,11 +10,10 @@ use proptest::option;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-mod strategies;
+use crate::strategies;
 use strategies::*;
 
-#[path = "../benches/inputs/mod.rs"]
-mod inputs;
+use crate::inputs;
 
 /// One byte edit of a message's text, biased towards the bytes JSON's grammar turns on.
 fn byte_edit() -> impl Strategy<Value = (usize, u8, u8)> {

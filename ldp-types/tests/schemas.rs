@@ -2,7 +2,7 @@
 //! The committed JSON Schemas under `schema/` are current, and they describe what the decoder accepts: every message
 //! of the RFC transcript and of both reference SDKs' golden vectors validates, and broken messages do not.
 //!
-//! Regenerate the committed files with `UPDATE_SCHEMAS=1 cargo test -p ldp-types --test schemas`.
+//! Regenerate the committed files with `UPDATE_SCHEMAS=1 cargo test -p ldp-types --test integration schemas::`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -79,7 +79,7 @@ fn committed_schemas_are_current() {
     stale.extend(committed.difference(&expected).map(|p| format!("{p} is not generated any more")));
     assert!(
         stale.is_empty(),
-        "schema/ is stale ({}); run UPDATE_SCHEMAS=1 cargo test -p ldp-types --test schemas",
+        "schema/ is stale ({}); run UPDATE_SCHEMAS=1 cargo test -p ldp-types --test integration schemas::",
         stale.join(", ")
     );
 }

@@ -1,0 +1,15 @@
+//! `ldp-router`'s integration tests, linked as one test binary: each file of `tests/` is a module of it (the
+//! crate sets `autotests = false`), so the workspace builds and links one test binary per crate, not one per
+//! file. A new test file is declared below; `scripts/check-test-modules` (run by `.ci/run`) fails until it is.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod issuer_lifecycle;
+mod learner;
+mod paradox;
+mod receipts;
+#[cfg(feature = "runtime")]
+mod registry;
+#[cfg(feature = "runtime")]
+mod route_http;
+mod select;
+mod stats_scipy;
