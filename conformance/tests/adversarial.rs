@@ -4,11 +4,9 @@
 //! per check.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common;
-
 use std::time::{Duration, Instant};
 
-use common::{Break, Setup, config, explain, start};
+use crate::common::{Break, Setup, config, explain, start};
 use ldp_conformance::{Format, Report, Status, TransportKind, Verdict};
 use ldp_types::signing::SignatureAlgorithm;
 

@@ -4,14 +4,12 @@
 //! server requiring client certificates is reached with the one it expects and refused without it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use common::{DOMAIN, TOKEN, UNTRUSTED_TOKEN, card, explain, key};
+use crate::common::{DOMAIN, TOKEN, UNTRUSTED_TOKEN, card, explain, key};
 use ldp_conformance::{
     ClientTls, Config, KIT_DELEGATE_ID, LevelFilter, Report, RunError, Status, TransportKind, UNTRUSTED_DOMAIN, Verdict,
 };

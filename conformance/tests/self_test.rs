@@ -2,9 +2,7 @@
 //! caught by exactly the check meant for it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::common;
-
-use common::{Break, Setup, config, explain, start};
+use crate::common::{Break, Setup, config, explain, start};
 use ldp_conformance::{Report, Status, TransportKind, Verdict};
 use ldp_types::signing::SignatureAlgorithm;
 

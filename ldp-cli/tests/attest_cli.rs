@@ -2,14 +2,12 @@
 //! router would (exit 0 valid, 1 refused, 2 usage error).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::support;
-
 use std::collections::HashMap;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
+use crate::support::TempDir;
 use ldp_types::signing::SigningKey;
-use support::TempDir;
 
 fn ldp(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ldp")).args(args).env_remove("LDP_ISSUER_SEED").output().unwrap()

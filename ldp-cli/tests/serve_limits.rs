@@ -3,14 +3,12 @@
 //! refused unless `--allow-origin` lists them, and bad values fail cleanly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::serve;
+use crate::support::serve;
 
 /// Sends `request` on a new connection and reads until the server closes it (at most `within`).
 fn exchange(addr: &str, request: &str, within: Duration) -> (String, bool) {

@@ -4,14 +4,12 @@
 //! API key never shows in the server's output (debug logs included) nor in what the client is told, even when the
 //! provider refuses it and quotes it back.
 
-use crate::support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::{Guard, TempDir};
 use ldp_llm::stub::{Flavor, Stub, StubConfig};
-use support::{Guard, TempDir};
 
 const KEY: &str = "sk-cli-test-SECRET-42";
 

@@ -3,17 +3,15 @@
 //! Every MUST and SHOULD requirement over HTTP, signed, must pass as it does against one server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::support;
-
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::support::{read_report, serve};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderName, Response, StatusCode, header};
 use ldp_store::test_redis::RedisServer;
-use support::{read_report, serve};
 
 /// A reverse proxy on a free loopback port sending each request to the next of `backends` in turn (bodies and
 /// streamed answers passed through); returns its URL.

@@ -4,19 +4,17 @@
 #![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::support;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{Guard, TempDir};
 use ldp_session::runtime::{Client, Transport};
 use ldp_session::{InitiatorConfig, SeededIds, SystemClock};
 use ldp_transport_http::test_pki::TestCa;
 use ldp_transport_http::{HttpTransport, RetryPolicy};
 use ldp_types::SessionConfig;
-use support::{Guard, TempDir};
 
 #[tokio::test]
 async fn ldp_serve_over_mutual_tls() {

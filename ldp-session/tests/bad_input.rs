@@ -1,12 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Bad input to `Responder::handle(bytes)`: every case is a defined, typed refusal, and none disturbs live sessions.
 
-use crate::support;
-
+use crate::support::*;
 use ldp_session::{Outcome, SessionState};
 use ldp_types::{Body, ErrorCategory, PayloadMode, codes};
 use serde_json::{Value, json};
-use support::*;
 
 fn envelope_json(sim: &mut Sim, session_id: &str, body: Value) -> Value {
     let mut v = sim.forge(session_id, ldp_types::SessionClose::new(None), PayloadMode::Text).to_value().unwrap();

@@ -2,18 +2,16 @@
 //! What a delegate sees and does beyond one task (issue 16): the session's context (RFC 5.3), partial output as
 //! TASK_UPDATE, the cancellation signal, and the result of a finished task fetched by a status query.
 
-use crate::support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::support::{Sim, frame, initiator_config, responder_config};
 use async_trait::async_trait;
 use ldp_session::runtime::{Client, Delegate, DelegateRuntime, MemoryTransport, TaskContext};
 use ldp_session::*;
 use ldp_types::*;
 use serde_json::json;
-use support::{Sim, frame, initiator_config, responder_config};
 
 /// The inputs and outputs of a history, as JSON text, oldest first.
 fn turns(history: &History) -> Vec<(String, Option<String>)> {

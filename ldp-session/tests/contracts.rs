@@ -2,17 +2,15 @@
 //! Delegation contracts (paper 3.1): client-side validation of results against deadline, budget and delegation
 //! depth, under `fail_closed` and `fail_open`; depth propagation through re-delegation.
 
-use crate::support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use ldp_session::{InitiatorEvent, Misuse, PeerMisbehaved, SessionError, TaskOutput, TaskRequest};
 use ldp_types::{
     Budget, DelegationContract, ErrorCategory, FailurePolicy, LineageEntry, PayloadMode, Provenance, TaskResult,
     TaskSubmit, VerificationStatus, codes,
 };
 use serde_json::json;
-use support::*;
 
 fn contract(policy: FailurePolicy) -> DelegationContract {
     DelegationContract::new("ctr-1", "summarise the report").with_failure_policy(policy)

@@ -1,12 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Payload-mode negotiation and fallback (RFC 4.2, 4.3), replaying the RFC's sequence diagram through both machines.
 
-use crate::support;
-
+use crate::support::*;
 use ldp_session::{FallbackStyle, InitiatorEvent, Outcome, ResponderEvent, SessionState, TaskOutput};
 use ldp_types::{Body, ErrorCategory, LdpError, Manifest, MessageType, PayloadMode, SessionConfig, codes};
 use serde_json::{Value, json};
-use support::*;
 
 use PayloadMode::{SemanticFrame as Sf, SemanticGraph as Sg, Text};
 

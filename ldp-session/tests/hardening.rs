@@ -2,16 +2,14 @@
 //! Issue 14: protocol-state limits and principal binding in the responder machine (sessions bound to the principal
 //! that opened them, identifier limits, session caps, per-principal replay quotas, unsigned-mode checks).
 
-use crate::support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use ldp_session::{AuthenticatedPeer, Outcome, PeerContext, SecurityConfig, SessionState, TaskKey, TrustPolicy};
 use ldp_types::signing::{self, SignatureAlgorithm, SigningKey};
 use ldp_types::{
     Attestation, Envelope, ErrorCategory, PayloadMode, SessionClose, TaskCancel, TaskSubmit, TaskUpdate, codes,
 };
-use support::*;
 
 fn token_peer(label: &str, domain: &str) -> PeerContext {
     PeerContext {

@@ -2,14 +2,12 @@
 //! `Responder::result_not_kept`: the TASK_FAILED a binding sends in place of a result it could not keep for a
 //! suspended session's resume (issue 14, finding 2), addressed like the result and accepted by the initiator.
 
-use crate::support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use ldp_session::{SessionState, TaskOutput};
 use ldp_types::{Body, codes};
 use serde_json::json;
-use support::*;
 
 #[test]
 fn a_result_not_kept_is_a_typed_task_failed_the_initiator_accepts() {

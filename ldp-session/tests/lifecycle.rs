@@ -2,8 +2,7 @@
 //! RFC 5.1 lifecycle, the handshake messages (RFC 3.3, 5.2, 5.4) and the typed answers to messages that are not
 //! legal in the session's current state.
 
-use crate::support;
-
+use crate::support::*;
 use ldp_session::{InitiatorEvent, Limits, Outcome, ResponderEvent, SessionState, TaskOutput};
 use ldp_types::{
     Attestation, Body, Capability, CapabilityManifest, Envelope, ErrorCategory, Manifest, PayloadMode, SessionAccept,
@@ -11,7 +10,6 @@ use ldp_types::{
     TaskUpdate, codes,
 };
 use serde_json::json;
-use support::*;
 
 fn manifest_of(env: &Envelope) -> Manifest {
     match &env.body {

@@ -2,11 +2,10 @@
 //! Random message sequences from both sides never panic, never leave the machines in an undefined state, and are
 //! always answered with a legal message.
 
-use crate::support;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::support::*;
 use ldp_session::{Limits, Outcome, ResponderEvent, TaskKey, TaskOutput};
 use ldp_types::{
     Attestation, Body, Budget, CapabilityManifest, Envelope, ErrorCategory, Hello, LdpError, MessageType, PayloadMode,
@@ -15,7 +14,6 @@ use ldp_types::{
 };
 use proptest::prelude::*;
 use serde_json::json;
-use support::*;
 
 const MAX_TASKS: usize = 3;
 const MAX_SESSIONS: usize = 4;

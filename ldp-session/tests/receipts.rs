@@ -2,16 +2,14 @@
 //! Usage receipts (issue 22, paper section 7): a responder with an Ed25519 identity key signs what each task
 //! consumed into the result's provenance; the initiator's side checks it with the key the card publishes.
 
-use crate::support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use ldp_session::{InitiatorEvent, TaskOutput};
 use ldp_types::receipt::receipt_key;
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{Envelope, Error};
 use serde_json::json;
-use support::*;
 
 fn key() -> SigningKey {
     SigningKey::ed25519_from_seed(&[9; 32])

@@ -6,17 +6,15 @@
 //! sessions when "the connection" drops, and sends the results the responder held before the answer to the message
 //! that resumed their session (as the WebSocket server does).
 
-use crate::support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use ldp_session::{
     DEFAULT_RESUME_GRACE, Delivery, Expired, InitiatorEvent, Outcome, PeerMisbehaved, Refusal, ResumeVerdict,
     SessionError, SessionState, TaskKey, TaskOutput, Transmit,
 };
 use ldp_types::{Body, Envelope, LdpError, SessionConfig, codes};
 use serde_json::json;
-use support::*;
 
 /// The answer the responder's binding sends for one inbound message: the reply, or the refusal's reply.
 fn answer_of(outcome: &Result<Outcome, Refusal>) -> Option<Envelope> {

@@ -2,16 +2,14 @@
 //! Message security (RFC 7.3, message level): signature policy per peer, replay protection within a timestamp
 //! window, signed replies.
 
-use crate::support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::support::*;
 use ldp_session::{InitiatorEvent, Outcome, ReplayConfig, SecurityConfig, SessionError, SignaturePolicy, TaskOutput};
 use ldp_types::signing::{self, SignatureAlgorithm, SigningKey};
 use ldp_types::{Body, ErrorCategory, Hello, PayloadMode, SessionConfig, SessionPropose, TaskSubmit, codes};
 use serde_json::{Value, json};
-use support::*;
 
 fn key(alg: SignatureAlgorithm) -> SigningKey {
     match alg {

@@ -2,15 +2,13 @@
 //! The machine's side of state shared between replicas (issue 17), without any store: what one machine hands out
 //! (a session's record, a message's replay claim, a task's end) another takes back, with the same rules.
 
-use crate::support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use ldp_session::shared::{ReplayClaim, SharedTask, SharedTaskStatus};
 use ldp_session::{Outcome, PeerContext, Responder, SeededIds, SharedEnd, TaskOutput};
 use ldp_types::{Body, Envelope, PayloadMode, TaskUpdate, codes};
 use serde_json::json;
-use support::*;
 
 /// A second machine with the same configuration and clocks as the simulation's responder: another replica.
 fn other_replica(sim: &Sim) -> Responder {

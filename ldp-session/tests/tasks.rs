@@ -2,8 +2,7 @@
 //! Tasks inside a session: provenance of results (RFC 6.1), session context (RFC 5.3: history, task count, budget),
 //! progress and cancellation, capacity.
 
-use crate::support;
-
+use crate::support::*;
 use ldp_session::{
     Delivery, HistoryItem, InitiatorEvent, Limits, Misuse, Outcome, SessionError, TaskOutput, TaskStatus,
 };
@@ -12,7 +11,6 @@ use ldp_types::{
     TaskUpdate, VerificationStatus, codes,
 };
 use serde_json::json;
-use support::*;
 
 fn result_provenance(delivery: &Delivery) -> Provenance {
     match delivery {

@@ -2,13 +2,11 @@
 //! RFC 7.2 trust checks at session establishment, and how the initiator's domain is established
 //! ([`TrustPolicy`]: authenticated, declared, unidentified).
 
-use crate::support;
-
+use crate::support::*;
 use ldp_session::{
     AuthenticatedPeer, DeclaredDomains, InitiatorEvent, Outcome, PeerContext, ResponderEvent, SessionState, TrustPolicy,
 };
 use ldp_types::{Body, ErrorCategory, PayloadMode, SessionConfig, SessionPropose, TaskSubmit, TrustDomain, codes};
-use support::*;
 
 const PARTNER: &str = "partner.org";
 const EVIL: &str = "evil.org";

@@ -1,14 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Session TTL (RFC 5.4: seconds of inactivity) with the injected monotonic clock.
 
-use crate::support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use ldp_session::{InitiatorEvent, Limits, ResponderEvent, SessionState, TaskKey, TaskOutput};
 use ldp_types::{Body, ErrorCategory, PayloadMode, SessionConfig, SessionPropose, TaskUpdate, codes};
 use serde_json::json;
-use support::*;
 
 fn ttl(secs: u64) -> SessionConfig {
     SessionConfig { ttl_secs: Some(secs), ..SessionConfig::default() }

@@ -18,11 +18,9 @@ use ldp_types::{LdpError, PayloadMode, codes};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use crate::backends;
-use backends::{Backends, run_cases};
+use crate::backends::{Backends, run_cases};
 
-use crate::records;
-use records::now_ms;
+use crate::records::now_ms;
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// Session and task ids, two of them crafted to spell another's key as Redis once wrote them (session `x`'s task

@@ -4,16 +4,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "common/backends.rs"]
-#[allow(dead_code)]
 mod backends;
 #[path = "common/records.rs"]
-#[allow(dead_code)]
 mod records;
 #[path = "common/runtimes.rs"]
-#[allow(dead_code)]
 mod runtimes;
 #[path = "common/session_ttl.rs"]
-#[allow(dead_code)]
 mod session_ttl;
 
 mod backends_agree;

@@ -10,8 +10,7 @@ use ldp_session::shared::{SharedTask, SharedTaskStatus, TaskClaim};
 use ldp_store::StoreConfig;
 use ldp_types::PayloadMode;
 
-use crate::backends;
-use backends::Backends;
+use crate::backends::Backends;
 
 #[test]
 fn a_task_running_past_the_result_ttl_keeps_its_record() {

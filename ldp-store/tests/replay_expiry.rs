@@ -9,11 +9,9 @@ use std::time::Duration;
 use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict};
 use ldp_store::StoreConfig;
 
-use crate::backends;
-use backends::Backends;
+use crate::backends::Backends;
 
-use crate::records;
-use records::now_ms;
+use crate::records::now_ms;
 
 /// A signed message's replay entry, outside a session: `principal`'s, kept until `expires`, with a share of 2 and a
 /// total of 4.

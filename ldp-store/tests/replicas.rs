@@ -39,8 +39,7 @@ impl Delegate for Counting {
     }
 }
 
-use crate::runtimes;
-use runtimes::{establish, send, send_bytes};
+use crate::runtimes::{establish, send, send_bytes};
 
 const DELEGATE: &str = "ldp:delegate:replicated";
 

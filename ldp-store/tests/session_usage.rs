@@ -24,11 +24,9 @@ use ldp_session::{
 use ldp_store::{MemoryStore, RedisStore, StoreConfig};
 use ldp_types::{Body, Budget, Capability, DelegateId, Envelope, IdentityCard, LdpError, codes};
 
-use crate::backends;
-use backends::Backends;
+use crate::backends::Backends;
 
-use crate::runtimes;
-use runtimes::{establish, send};
+use crate::runtimes::{establish, send};
 
 const DELEGATE: &str = "ldp:delegate:metered";
 

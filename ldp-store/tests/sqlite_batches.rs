@@ -14,8 +14,7 @@ use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
 
-use crate::records;
-use records::{now_ms, session};
+use crate::records::{now_ms, session};
 
 /// A TASK_SUBMIT's admission: its dedupe entry, its session, its task's claim.
 fn submit(session_id: &str, message: &str, task_id: &str) -> Admission {

@@ -18,8 +18,7 @@ use ldp_session::store::{Store, StoreError};
 use ldp_store::{MAX_QUEUED, SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
 
-use crate::records;
-use records::{now_ms, session};
+use crate::records::{now_ms, session};
 
 fn key(task_id: &str) -> TaskKey {
     TaskKey { session_id: "s".to_owned(), task_id: task_id.to_owned() }

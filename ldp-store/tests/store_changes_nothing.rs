@@ -24,8 +24,7 @@ use ldp_types::{
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use crate::backends;
-use backends::{Backends, run_cases};
+use crate::backends::{Backends, run_cases};
 
 const DELEGATE: &str = "ldp:delegate:same";
 const CLIENT: &str = "ldp:delegate:client";

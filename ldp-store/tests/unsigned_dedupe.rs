@@ -18,11 +18,9 @@ use ldp_session::store::Store;
 use ldp_store::StoreConfig;
 use ldp_types::PayloadMode;
 
-use crate::backends;
-use backends::Backends;
+use crate::backends::Backends;
 
-use crate::records;
-use records::{now_ms, session};
+use crate::records::{now_ms, session};
 
 /// An unsigned message's dedupe entry, as the machine makes it: 32 hex digits, kept `window` from now.
 fn entry(n: u8, window: Duration) -> ReplayClaim {

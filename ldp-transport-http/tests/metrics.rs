@@ -12,8 +12,7 @@ use ldp_transport_http::{HttpServerConfig, HttpState, HttpTransport, METRICS_CON
 use ldp_types::{Capability, DelegateId, IdentityCard, PayloadMode, SessionConfig};
 use serde_json::json;
 
-use crate::prometheus;
-use prometheus::parse;
+use crate::prometheus::parse;
 
 async fn scrape(url: &str) -> HashMap<String, f64> {
     let resp = reqwest::get(format!("{url}/metrics")).await.unwrap();

@@ -3,19 +3,17 @@
 //! with an LDP body), binary frame and garbage JSON (error frame, connection stays), oversize (error frame, then
 //! close 1009).
 
-use crate::support;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{TestDelegate, runtime, serve_both};
 use futures::{SinkExt, StreamExt};
 use ldp_session::runtime::Client;
 use ldp_session::{AuthenticatedPeer, InitiatorConfig, SeededIds, SystemClock};
 use ldp_transport_ws::{Error, WsOptions, WsServerConfig, WsTransport};
 use ldp_types::{LdpError, SessionConfig, codes};
 use serde_json::{Value, json};
-use support::{TestDelegate, runtime, serve_both};
 use tokio_tungstenite::tungstenite::{self, Message, client::IntoClientRequest};
 
 const TOKEN: &str = "secret-token";

@@ -3,19 +3,17 @@
 //! that speaks both: handshake, provenance, payload fallback, pushed progress, concurrent sessions, cancellation of a
 //! running task, close.
 
-use crate::support;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{TestDelegate, eventually, runtime, serve_both};
 use ldp_session::runtime::{Client, Transport};
 use ldp_session::{InitiatorConfig, Misuse, SeededIds, SessionError, SystemClock};
 use ldp_transport_http::HttpTransport;
 use ldp_transport_ws::{WsOptions, WsServerConfig, WsTransport};
 use ldp_types::{PayloadMode, SemanticFrame, SessionConfig, codes};
 use serde_json::json;
-use support::{TestDelegate, eventually, runtime, serve_both};
 
 async fn client<T: Transport>(transport: T) -> Client<T> {
     let cfg = InitiatorConfig::new("ldp:delegate:client");

@@ -3,17 +3,15 @@
 //! outputs and never reads, a client that drops its connection while its tasks finish, and cross-origin upgrades.
 //! Limits are small so that every test is fast and bounded.
 
-use crate::support;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{TestDelegate, eventually, runtime, serve_both};
 use futures::{SinkExt, StreamExt};
 use ldp_session::SessionState;
 use ldp_transport_ws::{HeldLimits, WsServerConfig};
 use serde_json::{Value, json};
-use support::{TestDelegate, eventually, runtime, serve_both};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;

@@ -5,19 +5,17 @@
 //! its status query for the task is answered from the store, so the result arrives exactly once, and the session goes
 //! on over B.
 
-use crate::support;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{Proxy, TestDelegate, card, client_via, eventually, runtime, serve_both};
 use ldp_session::SessionState;
 use ldp_session::store::{Store, StoreOptions};
 use ldp_store::{MemoryStore, StoreConfig};
 use ldp_transport_ws::WsServerConfig;
 use ldp_types::{PayloadMode, SessionConfig};
 use serde_json::json;
-use support::{Proxy, TestDelegate, card, client_via, eventually, runtime, serve_both};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_completed_on_one_replica_reaches_a_client_resuming_on_another() {

@@ -3,13 +3,12 @@
 //! and clients that do not trust the server (or are not trusted) failing with typed errors.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::support;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{TestDelegate, runtime};
 use ldp_session::runtime::{Client, Transport};
 use ldp_session::{AuthenticatedPeer, InitiatorConfig, SeededIds, SystemClock};
 use ldp_transport_http::test_pki::TestCa;
@@ -17,7 +16,6 @@ use ldp_transport_http::{ClientAuth, HttpServerConfig, HttpState, ServerTlsConfi
 use ldp_transport_ws::{Error, Reconnect, WsOptions, WsServer, WsServerConfig, WsTransport};
 use ldp_types::{ErrorCategory, SessionConfig};
 use serde_json::json;
-use support::{TestDelegate, runtime};
 use tokio::net::TcpListener;
 
 /// Both bindings on one TLS port; stops when the sender is dropped.

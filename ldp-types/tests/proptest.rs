@@ -15,8 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::strategies;
-use strategies::*;
+use crate::strategies::*;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Round trips

@@ -10,8 +10,7 @@ use proptest::option;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use crate::strategies;
-use strategies::*;
+use crate::strategies::*;
 
 use crate::inputs;
 
