@@ -2,7 +2,9 @@
 //!
 //! - SQLite: `kill -9` mid-session, restart on the same file: the session goes on, a message signed and accepted
 //!   before the restart is refused when replayed after it, the result of a task completed before it is fetched by
-//!   a status query.
+//!   a status query. A full disk (a file-size limit on the server, `prlimit`): every message refused
+//!   `STORE_UNAVAILABLE` (retryable), logged as one outage (a bounded number of lines, not one per refusal), and
+//!   service again once there is room, with what was acknowledged before still there.
 //! - Redis (a real `redis-server` on a free loopback port, installed by `scripts/redis-server.sh` when missing; never
 //!   skipped), two replicas: a session proposed on A continues on B; a signed message accepted by A and replayed to
 //!   B is refused; a status query on B returns the result of a task that ran on A; a close on B ends the session on
@@ -154,6 +156,97 @@ async fn sqlite_state_survives_kill_9() {
     // The completed result is still there.
     let answer = send(&http, &url, &status_query(&session_id, ECHO, &task_id, true)).await;
     assert_eq!(output(&answer), serde_json::json!({"echo": {"n": 1}}));
+}
+
+/// Sets the soft file-size limit of process `pid` (`prlimit`, util-linux): `0` makes every file write fail, as a
+/// full disk does, and `unlimited` gives the room back.
+fn file_size_limit(pid: u32, limit: &str) {
+    let status = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--fsize={limit}:")])
+        .status()
+        .expect("prlimit (util-linux) runs");
+    assert!(status.success(), "prlimit --pid {pid} --fsize={limit}: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_refused_retryably_logged_as_one_outage_then_recovers() {
+    let dir = TempDir::new("store-full-disk");
+    let store = format!("sqlite:{}", dir.path("state.db"));
+    // A file-size limit stands in for a full disk: every write past it fails (EFBIG, where a full disk gives
+    // ENOSPC). SIGXFSZ is ignored, as servers do, so that the write fails instead of the signal killing the process.
+    let mut command = std::process::Command::new("bash");
+    command
+        .args(["-c", "trap '' XFSZ; exec \"$0\" \"$@\"", env!("CARGO_BIN_EXE_ldp"), "serve", "--bind", "127.0.0.1:0"])
+        .args(["--store", &store, "--store-timeout", "1500"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (mut server, url) = support::serve_command(command);
+    let pid = server.0.id();
+    // Its log lines (stderr is a pipe: the limit is on files only).
+    let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stderr = server.0.stderr.take().unwrap();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    let warnings = |lines: &std::sync::Mutex<Vec<String>>| {
+        lines.lock().unwrap().iter().filter(|l| l.contains("WARN")).cloned().collect::<Vec<_>>()
+    };
+
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, false);
+    let session_id = establish(&http, &url, &mut init).await;
+    let before = init.submit(&session_id, "echo", serde_json::json!("before"), None, None).unwrap();
+    let task_before = before.body.task_id().unwrap().to_owned();
+    assert_eq!(output(&send(&http, &url, &before).await), serde_json::json!({"echo": "before"}));
+
+    // The disk is full: every message is refused, typed and retryable, within the store timeout.
+    file_size_limit(pid, "0");
+    const REFUSED: usize = 300;
+    for i in 0..REFUSED {
+        let started = Instant::now();
+        let submit = init.submit(&session_id, "echo", serde_json::json!(i), None, None).unwrap();
+        let (code, retryable) = failure(&send(&http, &url, &submit).await);
+        assert_eq!((code.as_str(), retryable), (codes::STORE_UNAVAILABLE, true), "message {i}");
+        assert!(started.elapsed() < Duration::from_secs(3), "refusal {i} took {:?}", started.elapsed());
+    }
+    let (code, retryable) = failure(&send(&http, &url, &init.propose(SessionConfig::default())).await);
+    assert_eq!((code.as_str(), retryable), (codes::STORE_UNAVAILABLE, true));
+    // A second of the checkpoint thread meeting the full disk too (it tries every 50 ms).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // One outage, not a line per refusal: the runtime's first failure, the checkpoint's, nothing else within 10 s.
+    let during = warnings(&lines);
+    assert!(during.iter().any(|l| l.contains("store call failed; message refused")), "{during:#?}");
+    assert!(during.len() <= 3, "{} warnings for {REFUSED} refusals: {during:#?}", during.len());
+
+    // Room again: the same session goes on, and what was acknowledged before the disk filled is still there.
+    file_size_limit(pid, "unlimited");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let submit = init.submit(&session_id, "echo", serde_json::json!("after"), None, None).unwrap();
+        let answer = send(&http, &url, &submit).await;
+        if matches!(answer.body, Body::TaskResult(_)) {
+            assert_eq!(output(&answer), serde_json::json!({"echo": "after"}));
+            break;
+        }
+        assert_eq!(failure(&answer), (codes::STORE_UNAVAILABLE.to_owned(), true));
+        assert!(Instant::now() < deadline, "no recovery within 15 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let answer = send(&http, &url, &status_query(&session_id, ECHO, &task_before, false)).await;
+    assert_eq!(output(&answer), serde_json::json!({"echo": "before"}));
+    // The outage's end is logged once, with its count.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !warnings(&lines).iter().any(|l| l.contains("the store works again")) {
+        assert!(Instant::now() < deadline, "no end of the outage logged: {:#?}", warnings(&lines));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ended: Vec<String> = warnings(&lines).into_iter().filter(|l| l.contains("the store works again")).collect();
+    assert_eq!(ended.len(), 1, "{ended:#?}");
+    assert!(ended[0].contains("failures="), "{}", ended[0]);
 }
 
 fn replica(redis: &str, extra: &[&str]) -> (Guard, String) {

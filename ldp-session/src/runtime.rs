@@ -29,7 +29,7 @@ use crate::shared::{
     Admission, Admitted, ReplayVerdict, SessionLookup, SharedTask, SharedTaskStatus, TaskAnswer, TaskClaim, TaskFinish,
     TaskStep, needs_session,
 };
-use crate::store::{Store, StoreError, StoreOptions};
+use crate::store::{OutageLog, Store, StoreError, StoreOptions};
 
 /// A TASK_UPDATE from a running task: progress, or a chunk of its output.
 #[derive(Debug, Clone, PartialEq)]

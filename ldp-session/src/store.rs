@@ -167,3 +167,215 @@ pub trait Store: Send + Sync + 'static {
     /// each lease renewal, so that a close received by another replica stops them here too.
     async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError>;
 }
+
+/// Logs a failure that repeats as one outage, not as one line per failure. While a store is down or its disk is full,
+/// every message a peer sends fails the same way, so a line per failure would let any peer fill the operator's logs
+/// (and the full disk they may share) at its request rate. Here the first failure is logged at once; later ones at
+/// most once per [`OutageLog::every`], each line with how many failures went unlogged before it; and when a call
+/// succeeds again after a logged failure, one line says so, with how many failures the outage had and how long it
+/// lasted. So an outage costs about two lines per `every`, whatever the traffic, and its count is never lost.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use ldp_session::store::{OutageLine, OutageLog};
+///
+/// let log = OutageLog::new("the store", Duration::from_secs(10));
+/// let start = Instant::now();
+/// assert_eq!(log.failure(start), Some(OutageLine::Failing { unlogged: 0 }));
+/// assert_eq!(log.failure(start + Duration::from_secs(1)), None); // counted, not logged
+/// assert_eq!(log.failure(start + Duration::from_secs(10)), Some(OutageLine::Failing { unlogged: 1 }));
+/// let ended = log.success(start + Duration::from_secs(12));
+/// assert_eq!(ended, Some(OutageLine::Recovered { failures: 3, lasted: Duration::from_secs(12) }));
+/// assert_eq!(log.success(start + Duration::from_secs(13)), None);
+/// ```
+#[derive(Debug)]
+pub struct OutageLog {
+    what: &'static str,
+    every: Duration,
+    /// Whether a failure came since the last success: the check every success makes, without the lock.
+    failing: std::sync::atomic::AtomicBool,
+    state: std::sync::Mutex<Outage>,
+}
+
+/// What an [`OutageLog`] has seen.
+#[derive(Debug, Default)]
+struct Outage {
+    /// When the current run of failures began (`None`: the last call succeeded).
+    since: Option<std::time::Instant>,
+    /// Failures in the current run.
+    failures: u64,
+    /// Whether a failure of the current run was logged: only then is its end.
+    announced: bool,
+    /// When a failure was last logged, in this run or an earlier one.
+    last_line: Option<std::time::Instant>,
+    /// Failures since that line that were not logged.
+    unlogged: u64,
+}
+
+/// A line an [`OutageLog`] decided to log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OutageLine {
+    /// A failure, logged: `unlogged` failures came since the previous such line without a line of their own.
+    Failing {
+        /// Failures since the previous logged one that were counted, not logged.
+        unlogged: u64,
+    },
+    /// A success after a logged failure: the outage is over.
+    Recovered {
+        /// The failures of the outage, logged or not.
+        failures: u64,
+        /// From its first failure to this success.
+        lasted: Duration,
+    },
+}
+
+impl OutageLog {
+    /// A log of `what`'s outages (`"the store"`, `"the SQLite checkpoint"`: it names the recovery line), at most one
+    /// failure line per `every`.
+    pub fn new(what: &'static str, every: Duration) -> Self {
+        Self {
+            what,
+            every,
+            failing: std::sync::atomic::AtomicBool::new(false),
+            state: std::sync::Mutex::new(Outage::default()),
+        }
+    }
+
+    /// The shortest time between two failure lines.
+    pub fn every(&self) -> Duration {
+        self.every
+    }
+
+    /// Counts a failure at `now`: the line to log, if this one is due one.
+    pub fn failure(&self, now: std::time::Instant) -> Option<OutageLine> {
+        let mut outage = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.failing.store(true, std::sync::atomic::Ordering::Relaxed);
+        outage.since.get_or_insert(now);
+        outage.failures = outage.failures.saturating_add(1);
+        let due = outage.last_line.is_none_or(|last| now.saturating_duration_since(last) >= self.every);
+        if !due {
+            outage.unlogged = outage.unlogged.saturating_add(1);
+            return None;
+        }
+        let unlogged = std::mem::take(&mut outage.unlogged);
+        (outage.last_line, outage.announced) = (Some(now), true);
+        Some(OutageLine::Failing { unlogged })
+    }
+
+    /// Counts a success at `now`: the recovery line, if it ends an outage whose failure was logged. A success with no
+    /// failure before it costs one atomic load.
+    pub fn success(&self, now: std::time::Instant) -> Option<OutageLine> {
+        if !self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let mut outage = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.failing.store(false, std::sync::atomic::Ordering::Relaxed);
+        let since = outage.since.take()?;
+        let failures = std::mem::take(&mut outage.failures);
+        // A run none of whose failures was logged (a line had been logged less than `every` before) ends quietly:
+        // its failures stay counted in `unlogged`, for the next failure line.
+        std::mem::take(&mut outage.announced)
+            .then(|| OutageLine::Recovered { failures, lasted: now.saturating_duration_since(since) })
+    }
+
+    /// Counts a failure now and logs it (a warning, `context` as its message) if it is due a line.
+    pub fn failed(&self, error: &dyn std::fmt::Display, context: &str) {
+        if let Some(OutageLine::Failing { unlogged }) = self.failure(std::time::Instant::now()) {
+            tracing::warn!(
+                error = %error,
+                unlogged_since_last_line = unlogged,
+                "{context} (failures are logged at most once every {:?} while they go on)",
+                self.every
+            );
+        }
+    }
+
+    /// Counts a success now, and logs the end of an outage it ends (a warning too, so that it shows wherever the
+    /// failures did).
+    pub fn succeeded(&self) {
+        if let Some(OutageLine::Recovered { failures, lasted }) = self.success(std::time::Instant::now()) {
+            let lasted_ms = u64::try_from(lasted.as_millis()).unwrap_or(u64::MAX);
+            // At the failures' level: wherever they are seen, so is their end.
+            tracing::warn!(failures, lasted_ms, "{} works again", self.what);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{OutageLine, OutageLog};
+
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn at(start: Instant, ms: u64) -> Instant {
+        start + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_steady_outage_logs_one_line_per_period_with_the_failures_between() {
+        let log = OutageLog::new("the store", EVERY);
+        let start = Instant::now();
+        let mut lines = Vec::new();
+        // 10,000 failures over 25 s, one every 2.5 ms: a peer's traffic against a store that is down.
+        for i in 0..10_000u64 {
+            if let Some(line) = log.failure(at(start, i * 5 / 2)) {
+                lines.push(line);
+            }
+        }
+        let unlogged: Vec<u64> = lines
+            .iter()
+            .map(|line| match line {
+                OutageLine::Failing { unlogged } => *unlogged,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // At 0, 10 and 20 s; every failure counted, logged or not.
+        assert_eq!(unlogged.len(), 3);
+        assert_eq!(unlogged[0], 0);
+        // Each line counts the failures since the one before; the 1,999 after the last wait for the next.
+        assert_eq!(unlogged.iter().sum::<u64>() + unlogged.len() as u64 + 1999, 10_000);
+        let ended = log.success(at(start, 30_000)).unwrap();
+        assert_eq!(ended, OutageLine::Recovered { failures: 10_000, lasted: Duration::from_secs(30) });
+    }
+
+    #[test]
+    fn a_success_without_failures_logs_nothing() {
+        let log = OutageLog::new("the store", EVERY);
+        assert_eq!(log.success(Instant::now()), None);
+    }
+
+    #[test]
+    fn failures_between_successes_cost_at_most_two_lines_a_period() {
+        // One unreadable record asked for again and again among good traffic: failure, success, failure, ...
+        let log = OutageLog::new("the store", EVERY);
+        let start = Instant::now();
+        let mut lines = 0;
+        for i in 0..2_000u64 {
+            lines += usize::from(log.failure(at(start, i * 10)).is_some());
+            lines += usize::from(log.success(at(start, i * 10 + 5)).is_some());
+        }
+        // 20 s: two periods, a failure line and its recovery line in each.
+        assert_eq!(lines, 4);
+    }
+
+    #[test]
+    fn a_quiet_run_ends_without_a_line_and_is_counted_in_the_next() {
+        let log = OutageLog::new("the store", EVERY);
+        let start = Instant::now();
+        assert_eq!(log.failure(start), Some(OutageLine::Failing { unlogged: 0 }));
+        assert!(log.success(at(start, 1)).is_some());
+        // Within the period: counted, and the run's end logs nothing.
+        assert_eq!(log.failure(at(start, 2)), None);
+        assert_eq!(log.failure(at(start, 3)), None);
+        assert_eq!(log.success(at(start, 4)), None);
+        // The next line carries them.
+        assert_eq!(log.failure(at(start, 10_000)), Some(OutageLine::Failing { unlogged: 2 }));
+        assert_eq!(
+            log.success(at(start, 10_500)),
+            Some(OutageLine::Recovered { failures: 1, lasted: Duration::from_millis(500) })
+        );
+    }
+}

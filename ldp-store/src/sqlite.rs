@@ -49,7 +49,7 @@ use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
     SharedTaskStatus, TaskAnswer, TaskClaim, TaskCost, TaskFinish, TaskStep,
 };
-use ldp_session::store::{Store, StoreError};
+use ldp_session::store::{OutageLog, Store, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
@@ -169,6 +169,9 @@ pub struct SqliteStore {
     _checkpointer: Arc<mpsc::Sender<()>>,
 }
 
+/// While checkpoints or sweeps keep failing (a full disk), the shortest time between two log lines about it.
+const OUTAGE_LINE_EVERY: Duration = Duration::from_secs(10);
+
 /// How often the checkpoint thread copies the WAL's committed pages into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
@@ -256,6 +259,7 @@ impl<T: Send> Op for Pending<T> {
 /// rollback has put back as it was, and `now` is the same, so the second run decides as the first did.
 fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn Op>>) {
     let mut ops: u64 = 0;
+    let sweeps = OutageLog::new("the SQLite sweep", OUTAGE_LINE_EVERY);
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -273,8 +277,11 @@ fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn 
         ops += batch.len() as u64;
         let begin = || -> Result<(), StoreError> {
             conn.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
-            if sweep_due && let Err(e) = sweep(&conn, now, ms(cfg.closed_ttl)) {
-                tracing::warn!(error = %e, "could not sweep expired rows");
+            if sweep_due {
+                match sweep(&conn, now, ms(cfg.closed_ttl)) {
+                    Ok(()) => sweeps.succeeded(),
+                    Err(e) => sweeps.failed(&e, "could not sweep expired rows"),
+                }
             }
             Ok(())
         };
@@ -311,10 +318,11 @@ fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn 
 /// what it can without waiting for, or blocking, the writer; the writer starts the WAL over from its beginning once a
 /// checkpoint has copied all of it.
 fn checkpoint_loop(conn: &Connection, stop: &mpsc::Receiver<()>) {
-    let checkpoint = || {
-        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::warn!(error = %e, "could not checkpoint the SQLite WAL");
-        }
+    // A full disk fails every checkpoint, 20 a second: logged as one outage, not a line each.
+    let outage = OutageLog::new("the SQLite checkpoint", OUTAGE_LINE_EVERY);
+    let checkpoint = || match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+        Ok(()) => outage.succeeded(),
+        Err(e) => outage.failed(&e, "could not checkpoint the SQLite WAL"),
     };
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
         checkpoint();

@@ -10,6 +10,9 @@ use crate::shared::ReplayClaim;
 /// The most running tasks renewed, or sessions looked up, in one store call.
 const RENEWAL_CHUNK: usize = 32;
 
+/// While store calls keep failing, the shortest time between two log lines about it ([`OutageLog`]).
+pub(super) const OUTAGE_LINE_EVERY: Duration = Duration::from_secs(10);
+
 /// A runtime's store and how it uses it.
 pub(super) struct StoreLink {
     pub(super) store: Arc<dyn Store>,
@@ -17,15 +20,21 @@ pub(super) struct StoreLink {
     /// This process's name as a task owner in the store: random per runtime, so a restarted replica does not take
     /// over the leases of the tasks its previous life left running.
     pub(super) replica: String,
+    /// The store's failures, logged as outages: a line per failure would let any peer's traffic flood the logs.
+    pub(super) outage: OutageLog,
 }
 
 impl StoreLink {
     /// One store call under the timeout: a late answer is a [`StoreError::Timeout`].
     pub(super) async fn call<T>(&self, op: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.opts.timeout, op).await {
+        let out = match tokio::time::timeout(self.opts.timeout, op).await {
             Ok(out) => out,
             Err(_) => Err(StoreError::Timeout { backend: self.store.backend(), after: self.opts.timeout }),
+        };
+        if out.is_ok() {
+            self.outage.succeeded();
         }
+        out
     }
 }
 
@@ -37,7 +46,8 @@ impl DelegateRuntime {
     /// own tables are the only state, as before.
     pub fn attach_store(&self, store: Arc<dyn Store>, opts: StoreOptions) -> Option<tokio::task::JoinHandle<()>> {
         let replica = format!("{:016x}", rand::random::<u64>());
-        self.inner.store.set(StoreLink { store, opts, replica }).ok()?;
+        let outage = OutageLog::new("the store", OUTAGE_LINE_EVERY);
+        self.inner.store.set(StoreLink { store, opts, replica, outage }).ok()?;
         self.with_responder(|r| r.set_shared(true));
         // A weak handle: the renewer ends with the runtime instead of keeping it alive.
         let weak = Arc::downgrade(&self.inner);
@@ -84,7 +94,7 @@ impl DelegateRuntime {
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::warn!(error = %e, tasks = chunk.len(), "could not renew the leases of running tasks");
+                        link.outage.failed(&e, "could not renew the leases of running tasks");
                     }
                 }
             }
@@ -108,7 +118,7 @@ impl DelegateRuntime {
                         });
                     }
                     Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "could not look up the sessions of running tasks"),
+                    Err(e) => link.outage.failed(&e, "could not look up the sessions of running tasks"),
                 }
             }
         }
@@ -129,7 +139,7 @@ impl DelegateRuntime {
                 // The answer still goes out (the delegate's work is not thrown away), and the record is retried
                 // off the caller's path, so that other replicas' status queries find the result once the store is
                 // back instead of a lapsed lease.
-                tracing::warn!(error = %e, task = %key.task_id, "could not record a task's answer in the store; retrying");
+                link.outage.failed(&e, "could not record a task's answer in the store; retrying");
                 let rt = self.clone();
                 tokio::spawn(async move { rt.record_ended(vec![(key_owned, task)]).await });
                 return answer;
@@ -157,7 +167,7 @@ impl DelegateRuntime {
                 match link.call(link.store.finish_task(&key, &task)).await {
                     Ok(_) => break,
                     Err(e) if attempt == 3 => {
-                        tracing::warn!(error = %e, task = %key.task_id, "could not record an ended task in the store");
+                        link.outage.failed(&e, "could not record an ended task in the store");
                     }
                     Err(_) => tokio::time::sleep(every).await,
                 }
@@ -226,7 +236,7 @@ impl DelegateRuntime {
     ) -> Result<(Admitted, Option<ReplayClaim>), Refusal> {
         let env = checked.envelope();
         let refuse = |error: StoreError| {
-            tracing::warn!(error = %error, "store call failed; message refused");
+            link.outage.failed(&error, "store call failed; message refused");
             self.with_responder(|r| r.refusal(env, error.to_ldp()))
         };
         // A message whose signature fails is refused by the machine without touching the store.
@@ -322,7 +332,7 @@ impl DelegateRuntime {
     /// its claim has it, so that the same message resent to another replica is refused `REPLAY_DETECTED` there too.
     pub(super) async fn release_claim(&self, link: &StoreLink, key: &TaskKey, dedupe: Option<ReplayClaim>) {
         if let Err(e) = link.call(link.store.release_task(key, &link.replica, dedupe.as_ref())).await {
-            tracing::warn!(error = %e, task = %key.task_id, "could not release the claim of a refused task");
+            link.outage.failed(&e, "could not release the claim of a refused task");
         }
     }
 
@@ -342,7 +352,7 @@ impl DelegateRuntime {
                     },
                     Err(e) => e,
                 };
-                tracing::warn!(error = %error, "could not record a new session in the store; proposal refused");
+                link.outage.failed(&error, "could not record a new session in the store; proposal refused");
                 self.with_responder(|r| r.end_shared_session(&id, crate::SharedEnd::Discarded));
                 if let Some(request) = request {
                     *response = Response::Refused(self.with_responder(|r| r.refusal(request, error.to_ldp())));
@@ -350,7 +360,7 @@ impl DelegateRuntime {
             }
             ldp_types::Body::SessionClose(_) => {
                 if let Err(e) = link.call(link.store.close_session(&reply.session_id)).await {
-                    tracing::warn!(error = %e, "could not record a session's close in the store");
+                    link.outage.failed(&e, "could not record a session's close in the store");
                     // The session is closed here; the store (the authority) still has it live, so a retried close
                     // is adopted again and closed then.
                     if let Some(request) = request {
@@ -385,7 +395,7 @@ impl DelegateRuntime {
             Ok(TaskClaim::LimitReached) => self.with_responder(|r| r.refuse_over_limit(&task.key)),
             Ok(_) => self.with_responder(|r| r.refuse_claimed(&task.key)),
             Err(e) => {
-                tracing::warn!(error = %e, task = %task.key.task_id, "could not claim a task in the store; refused");
+                link.outage.failed(&e, "could not claim a task in the store; refused");
                 self.with_responder(|r| r.retract_task(&task.key, e.to_ldp()))
             }
         };
