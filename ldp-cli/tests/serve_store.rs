@@ -11,7 +11,9 @@
 //!   A; 2 replicas × 8 concurrent clients × 500 tasks, each task sent to both replicas, run exactly once (counted by
 //!   the model server behind the delegates) and answered exactly once; Redis stopped: typed, retryable refusals
 //!   within the store timeout, and service again once it is back; a task whose replica is killed mid-task is failed
-//!   `TASK_LEASE_EXPIRED` (retryable) for a status query on the other replica once its lease has passed; a wrong
+//!   `TASK_LEASE_EXPIRED` (retryable) for a status query on the other replica once its lease has passed; Redis full
+//!   (`maxmemory` under `noeviction`): typed, retryable refusals that leave nothing behind, so the same signed
+//!   messages are accepted once there is room, logged as one outage; a wrong
 //!   password stops the start without showing it; replicas over mutual TLS to a TLS-only Redis.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -158,6 +160,36 @@ async fn sqlite_state_survives_kill_9() {
     assert_eq!(output(&answer), serde_json::json!({"echo": {"n": 1}}));
 }
 
+/// The server's log lines (its stderr, piped), as they come.
+fn log_lines(server: &mut Guard) -> Arc<std::sync::Mutex<Vec<String>>> {
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stderr = server.0.stderr.take().expect("stderr piped");
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+/// The warnings among `lines`.
+fn warnings(lines: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
+    lines.lock().unwrap().iter().filter(|l| l.contains("WARN")).cloned().collect()
+}
+
+/// Waits up to 5 s for the log line of an outage's end (`"... works again"`), and returns every such line.
+async fn outage_ends(lines: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
+    let ended = || warnings(lines).into_iter().filter(|l| l.contains("the store works again")).collect::<Vec<_>>();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ended().is_empty() {
+        assert!(Instant::now() < deadline, "no end of the outage logged: {:#?}", warnings(lines));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ended()
+}
+
 /// Sets the soft file-size limit of process `pid` (`prlimit`, util-linux): `0` makes every file write fail, as a
 /// full disk does, and `unlimited` gives the room back.
 fn file_size_limit(pid: u32, limit: &str) {
@@ -183,18 +215,7 @@ async fn a_full_disk_is_refused_retryably_logged_as_one_outage_then_recovers() {
     let (mut server, url) = support::serve_command(command);
     let pid = server.0.id();
     // Its log lines (stderr is a pipe: the limit is on files only).
-    let lines = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let stderr = server.0.stderr.take().unwrap();
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
-    let warnings = |lines: &std::sync::Mutex<Vec<String>>| {
-        lines.lock().unwrap().iter().filter(|l| l.contains("WARN")).cloned().collect::<Vec<_>>()
-    };
+    let lines = log_lines(&mut server);
 
     let http = reqwest::Client::new();
     let mut init = initiator(ECHO, false);
@@ -239,14 +260,60 @@ async fn a_full_disk_is_refused_retryably_logged_as_one_outage_then_recovers() {
     let answer = send(&http, &url, &status_query(&session_id, ECHO, &task_before, false)).await;
     assert_eq!(output(&answer), serde_json::json!({"echo": "before"}));
     // The outage's end is logged once, with its count.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !warnings(&lines).iter().any(|l| l.contains("the store works again")) {
-        assert!(Instant::now() < deadline, "no end of the outage logged: {:#?}", warnings(&lines));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ended: Vec<String> = warnings(&lines).into_iter().filter(|l| l.contains("the store works again")).collect();
+    let ended = outage_ends(&lines).await;
     assert_eq!(ended.len(), 1, "{ended:#?}");
     assert!(ended[0].contains("failures="), "{}", ended[0]);
+}
+
+/// A full Redis (`maxmemory` reached under `noeviction`, the policy the start-up check asks for): every message is
+/// refused `STORE_UNAVAILABLE` (retryable), and nothing of a refused message is left behind (Redis refuses a
+/// script's first write when it starts out of memory, so none of its writes happen), so once there is room the very
+/// same signed messages are accepted, neither replays nor duplicates; logged as one outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_is_refused_retryably_and_the_same_messages_pass_once_there_is_room() {
+    let redis =
+        RedisServer::start_with(RedisServerOptions::default().config("maxmemory-policy", "noeviction")).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"));
+    command
+        .args(["serve", "--bind", "127.0.0.1:0", "--store", &redis.url(), "--store-timeout", "1500"])
+        .args(["--sign", "hmac-sha256-jcs", "--secret", SECRET])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (mut server, url) = support::serve_command(command);
+    let lines = log_lines(&mut server);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, true);
+    let session_id = establish(&http, &url, &mut init).await;
+    let before = init.submit(&session_id, "echo", serde_json::json!("before"), None, None).unwrap();
+    let task_before = before.body.task_id().unwrap().to_owned();
+    assert_eq!(output(&send(&http, &url, &before).await), serde_json::json!({"echo": "before"}));
+
+    // Full: no write fits.
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+    const REFUSED: usize = 100;
+    let mut refused = Vec::new();
+    for i in 0..REFUSED {
+        let submit = init.submit(&session_id, "echo", serde_json::json!(i), None, None).unwrap();
+        let bytes = submit.to_vec().unwrap();
+        let (code, retryable) = failure(&post(&http, &url, bytes.clone()).await);
+        assert_eq!((code.as_str(), retryable), (codes::STORE_UNAVAILABLE, true), "message {i}");
+        refused.push((i, bytes));
+    }
+    let (code, retryable) = failure(&send(&http, &url, &init.propose(SessionConfig::default())).await);
+    assert_eq!((code.as_str(), retryable), (codes::STORE_UNAVAILABLE, true));
+    let during = warnings(&lines);
+    assert!(during.len() <= 2, "{} warnings for {REFUSED} refusals: {during:#?}", during.len());
+
+    // Room again: each refused message, resent byte for byte (its id, nonce and signature), runs now, once.
+    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    for (i, bytes) in &refused {
+        assert_eq!(output(&post(&http, &url, bytes.clone()).await), serde_json::json!({"echo": i}), "message {i}");
+    }
+    let (i, bytes) = &refused[0];
+    assert_eq!(failure(&post(&http, &url, bytes.clone()).await).0, codes::REPLAY_DETECTED, "message {i} again");
+    let answer = send(&http, &url, &status_query(&session_id, ECHO, &task_before, true)).await;
+    assert_eq!(output(&answer), serde_json::json!({"echo": "before"}));
+    assert_eq!(outage_ends(&lines).await.len(), 1);
 }
 
 fn replica(redis: &str, extra: &[&str]) -> (Guard, String) {

@@ -150,6 +150,20 @@ impl RedisServer {
         }
     }
 
+    /// Runs `redis-cli` against the server (over TCP, with its password; not for TLS or socket servers); its output,
+    /// or an error when the server answered one.
+    pub fn cli(&self, args: &[&str]) -> Result<String, TestRedisError> {
+        if self.options.tls.is_some() || self.options.unix_socket {
+            return Err(TestRedisError::Start("RedisServer::cli speaks plain TCP only".into()));
+        }
+        let mut all = match &self.options.password {
+            Some(password) => vec!["--no-auth-warning", "-a", password.as_str()],
+            None => Vec::new(),
+        };
+        all.extend_from_slice(args);
+        cli(&self.binary, self.port, &all)
+    }
+
     /// Stops the server (SIGKILL), as an outage.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
