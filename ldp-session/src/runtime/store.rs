@@ -346,13 +346,20 @@ impl DelegateRuntime {
                 let Some(shared) = lock(&self.inner.responder).shared_session(&id) else { return };
                 let error = match link.call(link.store.create_session(&shared)).await {
                     Ok(true) => return,
-                    Ok(false) => StoreError::Unavailable {
-                        backend: link.store.backend(),
-                        reason: format!("session id {id:?} was taken by another replica meanwhile"),
-                    },
-                    Err(e) => e,
+                    // Two replicas drawing the same random id: no outage of the store, and too rare to flood.
+                    Ok(false) => {
+                        let taken = StoreError::Unavailable {
+                            backend: link.store.backend(),
+                            reason: format!("session id {id:?} was taken by another replica meanwhile"),
+                        };
+                        tracing::warn!(error = %taken, "could not record a new session in the store; proposal refused");
+                        taken
+                    }
+                    Err(e) => {
+                        link.outage.failed(&e, "could not record a new session in the store; proposal refused");
+                        e
+                    }
                 };
-                link.outage.failed(&error, "could not record a new session in the store; proposal refused");
                 self.with_responder(|r| r.end_shared_session(&id, crate::SharedEnd::Discarded));
                 if let Some(request) = request {
                     *response = Response::Refused(self.with_responder(|r| r.refusal(request, error.to_ldp())));
