@@ -190,6 +190,16 @@ async fn outage_ends(lines: &std::sync::Mutex<Vec<String>>) -> Vec<String> {
     ended()
 }
 
+/// Opens a session and runs a task in it (input `"before"`), answered: what an outage that follows must not lose.
+/// Returns the session's id and the task's.
+async fn session_with_a_result(http: &reqwest::Client, url: &str, init: &mut Initiator) -> (String, String) {
+    let session_id = establish(http, url, init).await;
+    let before = init.submit(&session_id, "echo", serde_json::json!("before"), None, None).unwrap();
+    let task_id = before.body.task_id().unwrap().to_owned();
+    assert_eq!(output(&send(http, url, &before).await), serde_json::json!({"echo": "before"}));
+    (session_id, task_id)
+}
+
 /// Sets the soft file-size limit of process `pid` (`prlimit`, util-linux): `0` makes every file write fail, as a
 /// full disk does, and `unlimited` gives the room back.
 fn file_size_limit(pid: u32, limit: &str) {
@@ -219,10 +229,7 @@ async fn a_full_disk_is_refused_retryably_logged_as_one_outage_then_recovers() {
 
     let http = reqwest::Client::new();
     let mut init = initiator(ECHO, false);
-    let session_id = establish(&http, &url, &mut init).await;
-    let before = init.submit(&session_id, "echo", serde_json::json!("before"), None, None).unwrap();
-    let task_before = before.body.task_id().unwrap().to_owned();
-    assert_eq!(output(&send(&http, &url, &before).await), serde_json::json!({"echo": "before"}));
+    let (session_id, task_before) = session_with_a_result(&http, &url, &mut init).await;
 
     // The disk is full: every message is refused, typed and retryable, within the store timeout.
     file_size_limit(pid, "0");
@@ -283,10 +290,7 @@ async fn a_full_redis_is_refused_retryably_and_the_same_messages_pass_once_there
     let lines = log_lines(&mut server);
     let http = reqwest::Client::new();
     let mut init = initiator(ECHO, true);
-    let session_id = establish(&http, &url, &mut init).await;
-    let before = init.submit(&session_id, "echo", serde_json::json!("before"), None, None).unwrap();
-    let task_before = before.body.task_id().unwrap().to_owned();
-    assert_eq!(output(&send(&http, &url, &before).await), serde_json::json!({"echo": "before"}));
+    let (session_id, task_before) = session_with_a_result(&http, &url, &mut init).await;
 
     // Full: no write fits.
     redis.cli(&["CONFIG", "SET", "maxmemory", "1"]).unwrap();
