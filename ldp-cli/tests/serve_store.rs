@@ -249,6 +249,15 @@ async fn a_full_disk_is_refused_retryably_logged_as_one_outage_then_recovers() {
     let during = warnings(&lines);
     assert!(during.iter().any(|l| l.contains("store call failed; message refused")), "{during:#?}");
     assert!(during.len() <= 3, "{} warnings for {REFUSED} refusals: {during:#?}", during.len());
+    // Each refusal is still counted, where operators count: the metrics.
+    let metrics = http.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
+    let counted: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ldp_refusals_total{code=\"STORE_UNAVAILABLE\"} "))
+        .unwrap_or_else(|| panic!("no STORE_UNAVAILABLE refusals counted:\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert_eq!(counted, REFUSED as u64 + 1);
 
     // Room again: the same session goes on, and what was acknowledged before the disk filled is still there.
     file_size_limit(pid, "unlimited");
