@@ -7,7 +7,9 @@
 //! ([`StoreOptions::timeout`]); a failure or timeout becomes a typed, retryable `STORE_UNAVAILABLE` refusal on the
 //! wire ([`StoreError::to_ldp`]), never a 500 or a hang.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ldp_types::{LdpError, codes};
@@ -168,12 +170,17 @@ pub trait Store: Send + Sync + 'static {
     async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError>;
 }
 
+/// The period of the outage logs of the runtime's store calls and of the SQLite store's checkpoints and sweeps: while
+/// failures go on, one line per this.
+pub const OUTAGE_LINE_EVERY: Duration = Duration::from_secs(10);
+
 /// Logs a failure that repeats as one outage, not as one line per failure. While a store is down or its disk is full,
 /// every message a peer sends fails the same way, so a line per failure would let any peer fill the operator's logs
 /// (and the full disk they may share) at its request rate. Here the first failure is logged at once; later ones at
-/// most once per [`OutageLog::every`], each line with how many failures went unlogged before it; and when a call
-/// succeeds again after a logged failure, one line says so, with how many failures the outage had and how long it
-/// lasted. So an outage costs about two lines per `every`, whatever the traffic, and its count is never lost.
+/// most once per period (given to [`OutageLog::new`]; [`OUTAGE_LINE_EVERY`] for the runtime and the SQLite store),
+/// each line with how many failures went unlogged before it; and when a call succeeds again after a logged failure,
+/// one line says so, with how many failures the outage had and how long it lasted. So an outage costs about two lines
+/// per period, whatever the traffic, and its count is never lost.
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -193,21 +200,21 @@ pub struct OutageLog {
     what: &'static str,
     every: Duration,
     /// Whether a failure came since the last success: the check every success makes, without the lock.
-    failing: std::sync::atomic::AtomicBool,
-    state: std::sync::Mutex<Outage>,
+    failing: AtomicBool,
+    state: Mutex<Outage>,
 }
 
 /// What an [`OutageLog`] has seen.
 #[derive(Debug, Default)]
 struct Outage {
     /// When the current run of failures began (`None`: the last call succeeded).
-    since: Option<std::time::Instant>,
+    since: Option<Instant>,
     /// Failures in the current run.
     failures: u64,
     /// Whether a failure of the current run was logged: only then is its end.
     announced: bool,
     /// When a failure was last logged, in this run or an earlier one.
-    last_line: Option<std::time::Instant>,
+    last_line: Option<Instant>,
     /// Failures since that line that were not logged.
     unlogged: u64,
 }
@@ -234,23 +241,13 @@ impl OutageLog {
     /// A log of `what`'s outages (`"the store"`, `"the SQLite checkpoint"`: it names the recovery line), at most one
     /// failure line per `every`.
     pub fn new(what: &'static str, every: Duration) -> Self {
-        Self {
-            what,
-            every,
-            failing: std::sync::atomic::AtomicBool::new(false),
-            state: std::sync::Mutex::new(Outage::default()),
-        }
-    }
-
-    /// The shortest time between two failure lines.
-    pub fn every(&self) -> Duration {
-        self.every
+        Self { what, every, failing: AtomicBool::new(false), state: Mutex::new(Outage::default()) }
     }
 
     /// Counts a failure at `now`: the line to log, if this one is due one.
-    pub fn failure(&self, now: std::time::Instant) -> Option<OutageLine> {
-        let mut outage = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.failing.store(true, std::sync::atomic::Ordering::Relaxed);
+    pub fn failure(&self, now: Instant) -> Option<OutageLine> {
+        let mut outage = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        self.failing.store(true, Ordering::Relaxed);
         outage.since.get_or_insert(now);
         outage.failures = outage.failures.saturating_add(1);
         let due = outage.last_line.is_none_or(|last| now.saturating_duration_since(last) >= self.every);
@@ -265,12 +262,12 @@ impl OutageLog {
 
     /// Counts a success at `now`: the recovery line, if it ends an outage whose failure was logged. A success with no
     /// failure before it costs one atomic load.
-    pub fn success(&self, now: std::time::Instant) -> Option<OutageLine> {
-        if !self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+    pub fn success(&self, now: Instant) -> Option<OutageLine> {
+        if !self.failing.load(Ordering::Relaxed) {
             return None;
         }
-        let mut outage = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.failing.store(false, std::sync::atomic::Ordering::Relaxed);
+        let mut outage = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        self.failing.store(false, Ordering::Relaxed);
         let since = outage.since.take()?;
         let failures = std::mem::take(&mut outage.failures);
         // A run none of whose failures was logged (a line had been logged less than `every` before) ends quietly:
@@ -281,7 +278,7 @@ impl OutageLog {
 
     /// Counts a failure now and logs it (a warning, `context` as its message) if it is due a line.
     pub fn failed(&self, error: &dyn std::fmt::Display, context: &str) {
-        if let Some(OutageLine::Failing { unlogged }) = self.failure(std::time::Instant::now()) {
+        if let Some(OutageLine::Failing { unlogged }) = self.failure(Instant::now()) {
             tracing::warn!(
                 error = %error,
                 unlogged_since_last_line = unlogged,
@@ -294,7 +291,7 @@ impl OutageLog {
     /// Counts a success now, and logs the end of an outage it ends (a warning too, so that it shows wherever the
     /// failures did).
     pub fn succeeded(&self) {
-        if let Some(OutageLine::Recovered { failures, lasted }) = self.success(std::time::Instant::now()) {
+        if let Some(OutageLine::Recovered { failures, lasted }) = self.success(Instant::now()) {
             let lasted_ms = u64::try_from(lasted.as_millis()).unwrap_or(u64::MAX);
             // At the failures' level: wherever they are seen, so is their end.
             tracing::warn!(failures, lasted_ms, "{} works again", self.what);

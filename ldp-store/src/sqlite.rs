@@ -49,7 +49,7 @@ use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
     SharedTaskStatus, TaskAnswer, TaskClaim, TaskCost, TaskFinish, TaskStep,
 };
-use ldp_session::store::{OutageLog, Store, StoreError};
+use ldp_session::store::{OUTAGE_LINE_EVERY, OutageLog, Store, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
@@ -168,9 +168,6 @@ pub struct SqliteStore {
     /// Dropped with the last clone of the store, which ends the checkpoint thread (after a last checkpoint).
     _checkpointer: Arc<mpsc::Sender<()>>,
 }
-
-/// While checkpoints or sweeps keep failing (a full disk), the shortest time between two log lines about it.
-const OUTAGE_LINE_EVERY: Duration = Duration::from_secs(10);
 
 /// How often the checkpoint thread copies the WAL's committed pages into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);

@@ -6,12 +6,10 @@
 
 use super::*;
 use crate::shared::ReplayClaim;
+use crate::store::OUTAGE_LINE_EVERY;
 
 /// The most running tasks renewed, or sessions looked up, in one store call.
 const RENEWAL_CHUNK: usize = 32;
-
-/// While store calls keep failing, the shortest time between two log lines about it ([`OutageLog`]).
-pub(super) const OUTAGE_LINE_EVERY: Duration = Duration::from_secs(10);
 
 /// A runtime's store and how it uses it.
 pub(super) struct StoreLink {
