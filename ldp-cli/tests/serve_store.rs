@@ -2,7 +2,8 @@
 //!
 //! - SQLite: `kill -9` mid-session, restart on the same file: the session goes on, a message signed and accepted
 //!   before the restart is refused when replayed after it, the result of a task completed before it is fetched by
-//!   a status query. A full disk (a file-size limit on the server, `prlimit`): every message refused
+//!   a status query. `kill -9` while 8 clients submit at full speed: every task answered before the kill is there
+//!   after the restart (its result fetched, its message refused as a replay). A full disk (a file-size limit on the server, `prlimit`): every message refused
 //!   `STORE_UNAVAILABLE` (retryable), logged as one outage (a bounded number of lines, not one per refusal), and
 //!   service again once there is room, with what was acknowledged before still there.
 //! - Redis (a real `redis-server` on a free loopback port, installed by `scripts/redis-server.sh` when missing; never
@@ -158,6 +159,124 @@ async fn sqlite_state_survives_kill_9() {
     // The completed result is still there.
     let answer = send(&http, &url, &status_query(&session_id, ECHO, &task_id, true)).await;
     assert_eq!(output(&answer), serde_json::json!({"echo": {"n": 1}}));
+}
+
+/// One task a client saw answered before the server was killed: what the restarted server must still hold.
+struct Acknowledged {
+    session_id: String,
+    task_id: String,
+    n: usize,
+    submit_bytes: Vec<u8>,
+}
+
+/// Submits signed echo tasks in `session_id` back to back until the server stops answering, pushing each one
+/// answered with its result to `acknowledged`. Returns the client and its session, the task in flight when the
+/// connection failed, if any, and any other answer it got (none is expected).
+async fn submit_until_killed(
+    url: String,
+    mut init: Initiator,
+    session_id: String,
+    acknowledged: Arc<std::sync::Mutex<Vec<Acknowledged>>>,
+) -> (Initiator, String, Option<String>, Vec<String>) {
+    let http = reqwest::Client::new();
+    let mut unexpected = Vec::new();
+    for n in 0.. {
+        let submit = init.submit(&session_id, "echo", serde_json::json!({"n": n}), None, None).unwrap();
+        let task_id = submit.body.task_id().unwrap().to_owned();
+        let submit_bytes = submit.to_vec().unwrap();
+        let sent = http
+            .post(format!("{url}/ldp/messages"))
+            .header("content-type", "application/json")
+            .body(submit_bytes.clone())
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        let body = match sent {
+            Ok(resp) => resp.bytes().await,
+            Err(e) => Err(e),
+        };
+        let Ok(body) = body else { return (init, session_id, Some(task_id), unexpected) };
+        match Envelope::from_slice(&body).map(|env| env.body) {
+            Ok(Body::TaskResult(r))
+                if r.output.parse::<serde_json::Value>().ok() == Some(serde_json::json!({"echo": {"n": n}})) =>
+            {
+                acknowledged.lock().unwrap().push(Acknowledged {
+                    session_id: session_id.clone(),
+                    task_id,
+                    n,
+                    submit_bytes,
+                });
+            }
+            other => unexpected.push(format!("{other:?}")),
+        }
+    }
+    unreachable!("the loop ends only by returning")
+}
+
+/// `kill -9` while 8 clients submit at full speed (SQLite's writer committing batches): every task a client saw
+/// answered before the kill is still there after a restart on the same file — its result fetched by a status query,
+/// its signed message refused as a replay — and every session goes on. A batch answered before its commit reached
+/// the file would lose exactly such tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_keeps_every_answered_task_across_kill_9_under_load() {
+    const CLIENTS: usize = 8;
+    const ANSWERED_BEFORE_THE_KILL: usize = 400;
+    let dir = TempDir::new("store-sqlite-load-kill");
+    let store = format!("sqlite:{}", dir.path("state.db"));
+    let args = ["--store", &store, "--sign", "hmac-sha256-jcs", "--secret", SECRET];
+    let (mut first, url) = serve(&args, Stdio::null());
+    let http = reqwest::Client::new();
+    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let mut init = initiator(ECHO, true);
+        let session_id = establish(&http, &url, &mut init).await;
+        clients.push(tokio::spawn(submit_until_killed(url.clone(), init, session_id, acknowledged.clone())));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acknowledged.lock().unwrap().len() < ANSWERED_BEFORE_THE_KILL {
+        assert!(Instant::now() < deadline, "only {} tasks answered in 60 s", acknowledged.lock().unwrap().len());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The clients are still sending: the kill lands with tasks in flight and a batch (perhaps) being written.
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let mut in_flight = Vec::new();
+    let mut sessions = Vec::new();
+    for client in clients {
+        let (init, session_id, pending, unexpected) = client.await.unwrap();
+        assert!(unexpected.is_empty(), "answers other than the task's result before the kill: {unexpected:?}");
+        in_flight.extend(pending.map(|task_id| (session_id.clone(), task_id)));
+        sessions.push((init, session_id));
+    }
+    let acknowledged = std::mem::take(&mut *acknowledged.lock().unwrap());
+    assert!(acknowledged.len() >= ANSWERED_BEFORE_THE_KILL);
+
+    let (_second, url) = serve(&args, Stdio::null());
+    for task in &acknowledged {
+        let answer = send(&http, &url, &status_query(&task.session_id, ECHO, &task.task_id, true)).await;
+        let Body::TaskResult(result) = &answer.body else {
+            panic!("task {} was answered before the kill, now: {}", task.task_id, answer.body.type_name())
+        };
+        assert_eq!(result.output.parse::<serde_json::Value>().unwrap(), serde_json::json!({"echo": {"n": task.n}}));
+        let replayed = post(&http, &url, task.submit_bytes.clone()).await;
+        assert_eq!(failure(&replayed).0, codes::REPLAY_DETECTED, "task {}'s message accepted again", task.task_id);
+    }
+    // A task in flight at the kill was never answered: the restarted server answers for it all the same (its result
+    // if its batch was written, a typed failure or its status otherwise), and never with a 500 (`post` checks).
+    for (session_id, task_id) in &in_flight {
+        let answer = send(&http, &url, &status_query(session_id, ECHO, task_id, true)).await;
+        assert!(
+            matches!(answer.body, Body::TaskResult(_) | Body::TaskFailed(_) | Body::TaskUpdate(_)),
+            "task {task_id} in flight at the kill: {}",
+            answer.body.type_name()
+        );
+    }
+    // Every session goes on.
+    for (init, session_id) in &mut sessions {
+        let next = init.submit(session_id, "echo", serde_json::json!("after"), None, None).unwrap();
+        assert_eq!(output(&send(&http, &url, &next).await), serde_json::json!({"echo": "after"}));
+    }
 }
 
 /// The server's log lines (its stderr, piped), as they come.
