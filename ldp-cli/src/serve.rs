@@ -276,6 +276,11 @@ pub struct StoreArgs {
     /// with pread and a 64 MiB page cache (for storage whose read errors must not be a SIGBUS, such as NFS).
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
     pub sqlite_mmap_bytes: u64,
+    /// SQLite: the most bytes the database file may hold. Past seven eighths of it, the oldest ended tasks' results
+    /// are dropped before --result-ttl (never a running task's); at the bound, writes are refused STORE_UNAVAILABLE
+    /// (retryable), as on a full disk. The WAL is bounded on its own (--sqlite-wal-pages).
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 30)]
+    pub sqlite_max_bytes: u64,
     /// Redis over TLS (`--store rediss://...`, `rediss+cluster://...`, `rediss+sentinel://...`): trust the CA
     /// certificates in this PEM file instead of the system's roots (for sentinels and primary alike).
     #[arg(long, value_name = "FILE")]
@@ -317,6 +322,7 @@ impl StoreArgs {
         cfg.sqlite_durability = self.sqlite_durability;
         cfg.sqlite_wal_pages = self.sqlite_wal_pages.max(1);
         cfg.sqlite_mmap_bytes = self.sqlite_mmap_bytes;
+        cfg.sqlite_max_bytes = self.sqlite_max_bytes;
         cfg.redis_tls = self.redis_tls()?;
         let Some(store) = ldp_store::open(&self.store, cfg).await.map_err(|e| format!("--store: {e}"))? else {
             return Ok("memory".to_owned());

@@ -3,7 +3,9 @@
 //! - SQLite: `kill -9` mid-session, restart on the same file: the session goes on, a message signed and accepted
 //!   before the restart is refused when replayed after it, the result of a task completed before it is fetched by
 //!   a status query. `kill -9` while 8 clients submit at full speed: every task answered before the kill is there
-//!   after the restart (its result fetched, its message refused as a replay). A full disk (a file-size limit on the server, `prlimit`): every message refused
+//!   after the restart (its result fetched, its message refused as a replay). A bounded file
+//!   (`--sqlite-max-bytes`) under a flood of large results: every task answered, the file within its bound, the
+//!   oldest results dropped first, the drops logged as one episode. A full disk (a file-size limit on the server, `prlimit`): every message refused
 //!   `STORE_UNAVAILABLE` (retryable), logged as one outage (a bounded number of lines, not one per refusal), and
 //!   service again once there is room, with what was acknowledged before still there.
 //! - Redis (a real `redis-server` on a free loopback port, installed by `scripts/redis-server.sh` when missing; never
@@ -277,6 +279,46 @@ async fn sqlite_keeps_every_answered_task_across_kill_9_under_load() {
         let next = init.submit(session_id, "echo", serde_json::json!("after"), None, None).unwrap();
         assert_eq!(output(&send(&http, &url, &next).await), serde_json::json!({"echo": "after"}));
     }
+}
+
+/// A flood of large results into a bounded SQLite file (`--sqlite-max-bytes`, 4 MiB; 12 MiB of results): every task
+/// is answered, the file stays within its bound, the oldest results give way to the newest, and the drops are
+/// logged as one episode, not a line per batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_sqlite_file_keeps_serving_a_flood_of_large_results() {
+    const BOUND: u64 = 4 << 20;
+    let dir = TempDir::new("store-sqlite-bound");
+    let file = dir.path("state.db");
+    let store = format!("sqlite:{file}");
+    let args = ["--store", &store, "--sqlite-max-bytes", &BOUND.to_string()];
+    let (mut server, url) = serve(&args, Stdio::piped());
+    let lines = log_lines(&mut server);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, false);
+    let session_id = establish(&http, &url, &mut init).await;
+    let large = "z".repeat(32 << 10);
+    let mut task_ids = Vec::new();
+    for n in 0..384 {
+        let submit = init.submit(&session_id, "echo", serde_json::json!([n, large]), None, None).unwrap();
+        task_ids.push(submit.body.task_id().unwrap().to_owned());
+        assert_eq!(output(&send(&http, &url, &submit).await), serde_json::json!({"echo": [n, large]}), "task {n}");
+    }
+    let newest = send(&http, &url, &status_query(&session_id, ECHO, task_ids.last().unwrap(), false)).await;
+    assert_eq!(output(&newest), serde_json::json!({"echo": [383, large]}));
+
+    // Restarted (the machine's own memory of the tasks gone), the oldest result is no longer in the file.
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    let size = std::fs::metadata(&file).unwrap().len();
+    assert!(size <= BOUND, "the file holds {size} bytes, over its bound of {BOUND}");
+    let drops: Vec<String> = warnings(&lines).into_iter().filter(|l| l.contains("dropped before their TTL")).collect();
+    assert!(!drops.is_empty() && drops.len() <= 3, "the drops are logged as one episode: {drops:#?}");
+    let (_server, url) = serve(&args, Stdio::null());
+    let oldest = send(&http, &url, &status_query(&session_id, ECHO, &task_ids[0], false)).await;
+    assert!(!matches!(oldest.body, Body::TaskResult(_)), "the oldest result was kept");
+    assert_eq!(failure(&oldest), (codes::TASK_NOT_FOUND.to_owned(), false), "answered as an expired result is");
+    let newest = send(&http, &url, &status_query(&session_id, ECHO, task_ids.last().unwrap(), false)).await;
+    assert_eq!(output(&newest), serde_json::json!({"echo": [383, large]}));
 }
 
 /// The server's log lines (its stderr, piped), as they come.

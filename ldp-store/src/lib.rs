@@ -87,6 +87,13 @@ pub struct StoreConfig {
     /// memory (they are the file's, shared with the OS page cache); an I/O error on a mapped page is a `SIGBUS`
     /// rather than an error, so turn it off on storage that reports read errors (a network file system).
     pub sqlite_mmap_bytes: u64,
+    /// SQLite: the most bytes the database file may hold (4 GiB). Past seven eighths of it in use, the writer drops
+    /// the oldest ended tasks' records before their TTL (down to three quarters; a running task's record is never
+    /// dropped, and an unsigned message's dedupe entry kept in a dropped record is written on its own first). At the
+    /// bound itself (`PRAGMA max_page_count`) a write is refused, `STORE_UNAVAILABLE` and retryable, as on a full
+    /// disk. So a peer that submits tasks as fast as it may shortens how long results are kept, and fills neither
+    /// the disk nor the file. The WAL beside the file is bounded on its own ([`StoreConfig::sqlite_wal_pages`]).
+    pub sqlite_max_bytes: u64,
     /// Redis over TLS (`rediss://`): the CA to trust instead of the system's roots, and a client certificate for
     /// servers that ask for one (`tls-auth-clients yes`). `None` trusts the system's roots and sends no certificate.
     pub redis_tls: Option<RedisTls>,
@@ -171,6 +178,7 @@ impl StoreConfig {
             sqlite_wal_pages: 32_768,
             sqlite_dedupe_generation: Duration::from_secs(30),
             sqlite_mmap_bytes: 1 << 30,
+            sqlite_max_bytes: 4 << 30,
             redis_tls: None,
         }
     }

@@ -35,6 +35,11 @@
 //! with no index on their expiry to keep and no entry deleted on its own (see `claim_dedupe`); tasks are rows in
 //! insertion order, so that claims and results land on the table's newest pages.
 //!
+//! **A bounded file** ([`StoreConfig::sqlite_max_bytes`]): `PRAGMA max_page_count` stops the file at its bound, and
+//! each batch first reads how many pages are in use (the pager's count less the free list: no scan); past seven
+//! eighths, the oldest ended tasks' records go before their TTL (see `make_room`), so a flood of tasks shortens how
+//! long results are kept rather than filling the disk or refusing every peer.
+//!
 //! **Expired rows** are deleted every [`SWEEP_EVERY`] operations, each table through an index on its expiry, so the
 //! sweep reads what has expired and not everything the file holds (see `SWEEP_DELETES`).
 
@@ -193,8 +198,12 @@ trait Op: Send {
     /// behind (the writer then rolls the whole batch back and runs it again with [`Op::run_alone`]).
     fn run(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) -> bool;
     /// Runs the operation inside a savepoint of its own: a failure leaves nothing behind, the batch's others commit.
-    fn run_alone(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64);
+    /// `false` when a failure could not be undone alone (its savepoint gone, with the whole transaction when SQLite
+    /// rolled that back itself): the batch then keeps nothing.
+    fn run_alone(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) -> bool;
     fn answer(self: Box<Self>, committed: Result<(), StoreError>);
+    /// The error of its last run, if it failed.
+    fn failure(&self) -> Option<StoreError>;
     /// Whether the operation is one only worth running while its caller waits (an admission, a claim, a read), and
     /// its caller has given up (its timeout): the runtime has refused the message, retryably, so running it later
     /// would leave a replay entry or a claim behind for a message that was refused, and the peer's retry would then
@@ -221,14 +230,19 @@ impl<T: Send> Op for Pending<T> {
         ok
     }
 
-    fn run_alone(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) {
+    fn run_alone(&mut self, conn: &Connection, cfg: &StoreConfig, now: i64) -> bool {
         let statement = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([])).map_err(unavailable);
         let out = statement("SAVEPOINT op").and_then(|_| (self.op)(conn, cfg, now));
-        let ended = match &out {
-            Ok(_) => statement("RELEASE op"),
-            Err(_) => statement("ROLLBACK TO op").and_then(|_| statement("RELEASE op")),
+        let (out, undone) = match out {
+            Ok(value) => match statement("RELEASE op") {
+                Ok(_) => (Ok(value), true),
+                Err(e) => (Err(e), false),
+            },
+            // The operation's own error is the cause, whether or not its savepoint could be rolled back to.
+            Err(e) => (Err(e), statement("ROLLBACK TO op").and_then(|_| statement("RELEASE op")).is_ok()),
         };
-        self.out = Some(ended.and(out));
+        self.out = Some(out);
+        undone
     }
 
     fn answer(self: Box<Self>, committed: Result<(), StoreError>) {
@@ -239,6 +253,10 @@ impl<T: Send> Op for Pending<T> {
         };
         // The caller may have given up (its timeout): nothing to tell it then.
         let _ = this.reply.send(out);
+    }
+
+    fn failure(&self) -> Option<StoreError> {
+        self.out.as_ref().and_then(|out| out.as_ref().err().cloned())
     }
 
     fn abandoned(&self) -> bool {
@@ -254,9 +272,10 @@ impl<T: Send> Op for Pending<T> {
 /// does fail, the whole transaction is rolled back and the batch runs again with a savepoint per operation, so that
 /// only the failed one is undone; operations are `Fn` and read what they decide from the database, which the
 /// rollback has put back as it was, and `now` is the same, so the second run decides as the first did.
-fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn Op>>) {
+fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Receiver<Box<dyn Op>>) {
     let mut ops: u64 = 0;
     let sweeps = OutageLog::new("the SQLite sweep", OUTAGE_LINE_EVERY);
+    let early_drops = OutageLog::new("keeping every result for its TTL", OUTAGE_LINE_EVERY);
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -280,24 +299,40 @@ fn write_loop(conn: Connection, cfg: StoreConfig, queue: mpsc::Receiver<Box<dyn 
                     Err(e) => sweeps.failed(&e, "could not sweep expired rows"),
                 }
             }
+            match room.make(&conn, &cfg, now) {
+                Ok(0) => early_drops.succeeded(),
+                Ok(dropped) => early_drops.failed(
+                    &format_args!("{dropped} ended tasks' records dropped before their TTL"),
+                    "the SQLite file is near its bound (--sqlite-max-bytes): the oldest results go first",
+                ),
+                Err(e) => early_drops.failed(&e, "could not make room in the SQLite file"),
+            }
             Ok(())
         };
         let committed = (|| {
             begin()?;
             // Waiting for the write lock (another process's transaction, `busy_timeout`) may have outlasted callers.
             batch.retain(|op| !op.abandoned());
-            let mut all_ran = true;
-            for op in &mut batch {
-                all_ran &= op.run(&conn, &cfg, now);
-            }
+            // Stops at the first failure: some errors (a full disk or file, an I/O error) have SQLite roll the
+            // transaction back itself, and an operation run after that would commit on its own, outside the batch,
+            // and then run again below.
+            let all_ran = batch.iter_mut().all(|op| op.run(&conn, &cfg, now));
             if !all_ran {
-                // Some errors (a full disk, an I/O error) have SQLite roll the transaction back itself.
                 if !conn.is_autocommit() {
                     conn.execute_batch("ROLLBACK").map_err(unavailable)?;
                 }
                 begin()?;
                 for op in &mut batch {
-                    op.run_alone(&conn, &cfg, now);
+                    if !op.run_alone(&conn, &cfg, now) || conn.is_autocommit() {
+                        // Rolled back by SQLite (the operations released before this one with it), or left half
+                        // done: the batch keeps nothing, and each of its callers is told why.
+                        let cause = match op.failure() {
+                            Some(StoreError::Unavailable { reason, .. }) => reason,
+                            Some(other) => other.to_string(),
+                            None => "no cause given".to_owned(),
+                        };
+                        return Err(unavailable(format!("the batch was rolled back: {cause}")));
+                    }
                 }
             }
             conn.execute_batch("COMMIT").map_err(unavailable)
@@ -425,6 +460,7 @@ impl SqliteStore {
             u64::from(pages) * 4096
         ))
         .map_err(fail)?;
+        let room = Room::new(&conn, cfg.sqlite_max_bytes).map_err(fail)?;
         let checkpoints = Connection::open(path).map_err(fail)?;
         checkpoints.busy_timeout(Duration::from_secs(5)).map_err(fail)?;
         let spawn_error =
@@ -437,7 +473,7 @@ impl SqliteStore {
         let (writer, queue) = mpsc::sync_channel::<Box<dyn Op>>(MAX_QUEUED);
         std::thread::Builder::new()
             .name("ldp-sqlite-writer".into())
-            .spawn(move || write_loop(conn, cfg, queue))
+            .spawn(move || write_loop(conn, cfg, room, queue))
             .map_err(spawn_error)?;
         Ok(Self { writer: Arc::new(writer), _checkpointer: Arc::new(checkpointer) })
     }
@@ -482,6 +518,89 @@ impl SqliteStore {
 /// hour of results), not with what has expired. A task's expiry is its last write plus the result TTL, so the tasks'
 /// expiry index takes its entries at its newest pages, as the tasks themselves do; a live session's row (and so its
 /// index entry) is rewritten about once a second.
+/// The bound of the database file's pages in use ([`StoreConfig::sqlite_max_bytes`]) and the marks between which
+/// the writer drops the oldest ended tasks' records early.
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    /// Past this many pages in use, a batch first drops old records.
+    drop_above: u64,
+    /// ... until this many are in use (or it has dropped [`ROOM_ROWS_PER_BATCH`]).
+    drop_to: u64,
+}
+
+/// The most records one batch drops to make room: a writer that must drop more to get under the mark does so over
+/// the next batches, rather than stalling this one's callers. (A batch's own writes add at most [`MAX_BATCH`] records.)
+const ROOM_ROWS_PER_BATCH: usize = 1024;
+
+/// Records read and dropped at a time while making room, between checks of the pages in use.
+const ROOM_CHUNK: i64 = 64;
+
+/// The oldest ended tasks' records, in insertion order (`?1` at most). A running task's record starts so: `status` is
+/// [`SharedTask`]'s first field, and these are the only records this store writes. Reading that prefix spares
+/// parsing a record, which may hold a result of up to a megabyte.
+const OLDEST_ENDED: &str = "SELECT row, message_key, message_until_ms FROM task_rows \
+     WHERE substr(record, 1, 19) <> '{\"status\":\"running\"' ORDER BY row LIMIT ?1";
+
+impl Room {
+    /// Sets the file's bound on `conn` (`PRAGMA max_page_count`, which never goes below the pages the file has) and
+    /// the marks seven eighths and three quarters of it.
+    fn new(conn: &Connection, max_bytes: u64) -> rusqlite::Result<Self> {
+        let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let max_pages = (max_bytes / u64::try_from(page_size.max(512)).unwrap_or(4096)).max(64);
+        let max_pages = i64::try_from(max_pages).unwrap_or(i64::MAX);
+        conn.query_row(&format!("PRAGMA max_page_count={max_pages}"), [], |_| Ok(()))?;
+        let max_pages = max_pages.unsigned_abs();
+        Ok(Self { drop_above: max_pages / 8 * 7, drop_to: max_pages / 4 * 3 })
+    }
+
+    /// Drops the oldest ended tasks' records while more than [`Room::drop_above`] pages are in use, down to
+    /// [`Room::drop_to`] or [`ROOM_ROWS_PER_BATCH`] records. A dropped record's message dedupe entry, while it
+    /// lasts, is written on its own first, so that a resent unsigned message is still refused. Returns how many it
+    /// dropped.
+    fn make(&self, conn: &Connection, cfg: &StoreConfig, now: i64) -> Result<usize, StoreError> {
+        if pages_in_use(conn)? <= self.drop_above {
+            return Ok(0);
+        }
+        let mut dropped = 0;
+        while dropped < ROOM_ROWS_PER_BATCH {
+            let oldest = conn
+                .prepare_cached(OLDEST_ENDED)
+                .and_then(|mut st| {
+                    st.query_map(params![ROOM_CHUNK], |r| {
+                        Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, i64>(2)?))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(unavailable)?;
+            if oldest.is_empty() {
+                break;
+            }
+            for (row, message_key, message_until) in &oldest {
+                if let Some(key) = message_key.as_ref().filter(|_| *message_until > now) {
+                    claim_dedupe(conn, cfg, &ReplayClaim::new("", key.clone(), *message_until), now)?;
+                }
+                conn.prepare_cached("DELETE FROM task_rows WHERE row = ?1")
+                    .and_then(|mut st| st.execute(params![row]))
+                    .map_err(unavailable)?;
+            }
+            dropped += oldest.len();
+            if pages_in_use(conn)? <= self.drop_to {
+                break;
+            }
+        }
+        Ok(dropped)
+    }
+}
+
+/// The database's pages in use: the pager's count less the free list's (both kept, neither counted by a scan).
+fn pages_in_use(conn: &Connection) -> Result<u64, StoreError> {
+    let used: i64 = conn
+        .prepare_cached("SELECT page_count - freelist_count FROM pragma_page_count(), pragma_freelist_count()")
+        .and_then(|mut st| st.query_row([], |r| r.get(0)))
+        .map_err(unavailable)?;
+    Ok(used.unsigned_abs())
+}
+
 const SWEEP_DELETES: [&str; 3] = [
     // After `EXPIRED_SHARES` has uncounted them.
     "DELETE FROM replay WHERE expires_ms <= ?1",

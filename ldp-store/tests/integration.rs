@@ -21,6 +21,7 @@ mod replay_expiry;
 mod replicas;
 mod session_usage;
 mod sqlite_batches;
+mod sqlite_bound;
 mod sqlite_migration;
 mod sqlite_stalls;
 mod sqlite_wal;

@@ -1,0 +1,194 @@
+//! A bounded SQLite file (`StoreConfig::sqlite_max_bytes`): tasks submitted past the bound still run, and the file
+//! stays within it, because the oldest ended tasks' records go before their TTL — never a running task's, and never
+//! the dedupe entry an unsigned message's record kept. With nothing it may drop, a write at the bound is refused,
+//! retryably, and accepted again once tasks end.
+#![cfg(feature = "sqlite")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::records::{now_ms, session};
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ldp_session::TaskKey;
+use ldp_session::shared::{
+    Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskClaim, TaskFinish, TaskStep,
+};
+use ldp_session::store::{Store, StoreError};
+use ldp_store::{SqliteStore, StoreConfig};
+use ldp_types::PayloadMode;
+
+const MIB: u64 = 1 << 20;
+
+fn scratch(name: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ldp-store-bound-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    (dir, path)
+}
+
+fn key(task: &str) -> TaskKey {
+    TaskKey { session_id: "s".into(), task_id: task.into() }
+}
+
+fn running() -> SharedTask {
+    SharedTask::running("replica-a", PayloadMode::Text)
+}
+
+/// `task`'s record once it completed with `output`.
+fn completed(output: &str) -> SharedTask {
+    let mut done = running();
+    done.status = SharedTaskStatus::Completed;
+    done.output = Some(serde_json::to_string(output).unwrap());
+    done
+}
+
+/// Claims `task` and records it completed with `output`.
+async fn run(store: &SqliteStore, task: &str, output: &str) {
+    let claim = store.claim_task(&key(task), &running(), Duration::from_secs(60)).await.unwrap();
+    assert_eq!(claim, TaskClaim::Claimed, "{task}");
+    assert_eq!(store.finish_task(&key(task), &completed(output)).await.unwrap(), TaskFinish::Recorded, "{task}");
+}
+
+/// The admission of an unsigned TASK_SUBMIT of `task` whose claim stands in for its dedupe entry `entry`.
+fn unsigned_submit(task: &str, entry: &ReplayClaim) -> Admission {
+    let mut admission = Admission::default();
+    admission.session_id = Some("s".to_owned());
+    admission.task = Some(TaskStep::Claim {
+        key: key(task),
+        task: running().with_message(Some(entry)),
+        lease: Duration::from_secs(60),
+        max_tasks: None,
+        usage: false,
+        dedupe: Some(entry.clone()),
+    });
+    admission
+}
+
+/// The database file's pages and their size, read on a connection of the test's own.
+fn file_bytes(path: &Path) -> u64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let (pages, size): (i64, i64) = conn
+        .query_row("SELECT page_count, page_size FROM pragma_page_count(), pragma_page_size()", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    (pages * size).unsigned_abs()
+}
+
+#[tokio::test]
+async fn a_bounded_file_drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entries() {
+    let (dir, path) = scratch("drops");
+    let mut cfg = StoreConfig::new("ldp:delegate:bound");
+    cfg.sqlite_max_bytes = 2 * MIB;
+    let store = Arc::new(SqliteStore::open(&path, cfg).unwrap());
+    assert!(store.create_session(&session("s")).await.unwrap());
+
+    // The oldest record: an unsigned message's task, whose record keeps the message's dedupe entry.
+    let entry = ReplayClaim::new("peer", format!("{:032x}", 7), now_ms() + 300_000);
+    let admitted = store.admit(&unsigned_submit("t-unsigned", &entry)).await.unwrap();
+    assert_eq!(admitted.replay, ReplayVerdict::Fresh);
+    assert_eq!(store.finish_task(&key("t-unsigned"), &completed("first")).await.unwrap(), TaskFinish::Recorded);
+    // A task that keeps running through everything below.
+    assert_eq!(
+        store.claim_task(&key("t-running"), &running(), Duration::from_secs(600)).await.unwrap(),
+        TaskClaim::Claimed
+    );
+
+    // Four times the bound in results of 4 KiB, eight tasks at a time (so that they share commits).
+    let output = "x".repeat(4096);
+    for wave in 0..256 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let (store, output) = (store.clone(), output.clone());
+            tasks.spawn(async move { run(&store, &format!("t-{}", wave * 8 + i), &output).await });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+    }
+
+    assert!(file_bytes(&path) <= 2 * MIB, "the file holds {} bytes, over its bound", file_bytes(&path));
+    // The newest results are kept, the oldest went first.
+    let newest = store.task(&key("t-2047")).await.unwrap().expect("the newest result is kept");
+    assert_eq!(newest.output.as_deref(), Some(serde_json::to_string(&output).unwrap().as_str()));
+    assert!(store.task(&key("t-0")).await.unwrap().is_none(), "the oldest result is dropped");
+    assert!(store.task(&key("t-unsigned")).await.unwrap().is_none(), "the oldest record is dropped");
+    // The running task's record is never dropped: it is still running, and its result is recorded.
+    let held = store.task(&key("t-running")).await.unwrap().expect("a running task is kept");
+    assert_eq!(held.status, SharedTaskStatus::Running);
+    assert_eq!(store.finish_task(&key("t-running"), &completed("late")).await.unwrap(), TaskFinish::Recorded);
+    // The unsigned message, resent, is still refused: its dedupe entry was written on its own before its record went.
+    let resent = store.admit(&unsigned_submit("t-unsigned", &entry)).await.unwrap();
+    assert_eq!(resent.replay, ReplayVerdict::Seen, "the dropped record's dedupe entry is kept");
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_file_at_its_bound_with_nothing_to_drop_refuses_writes_retryably_until_tasks_end() {
+    let (dir, path) = scratch("full");
+    let mut cfg = StoreConfig::new("ldp:delegate:bound");
+    cfg.sqlite_max_bytes = MIB;
+    let store = Arc::new(SqliteStore::open(&path, cfg).unwrap());
+    // Running tasks only, with long ids: nothing the store may drop, until the file is at its bound.
+    let id = |n: usize| format!("{n:0>200}");
+    let (mut claimed, mut refused) = (Vec::new(), Vec::new());
+    let refusal = 'fill: {
+        for wave in 0..1000 {
+            let mut claims = tokio::task::JoinSet::new();
+            for i in 0..8 {
+                let (store, task) = (store.clone(), id(wave * 8 + i));
+                claims.spawn(async move {
+                    let claim = store.claim_task(&key(&task), &running(), Duration::from_secs(600)).await;
+                    (task, claim)
+                });
+            }
+            let mut refusal = None;
+            while let Some(done) = claims.join_next().await {
+                match done.unwrap() {
+                    (task, Ok(TaskClaim::Claimed)) => claimed.push(task),
+                    (task, Ok(other)) => panic!("{task}: {other:?}"),
+                    (task, Err(e)) => {
+                        refused.push(task);
+                        refusal = Some(e);
+                    }
+                }
+            }
+            if let Some(e) = refusal {
+                break 'fill e;
+            }
+        }
+        panic!("8,000 claims of 200-byte ids fit in a file of 1 MiB");
+    };
+    assert!(matches!(refusal, StoreError::Unavailable { .. }), "a write at the bound: {refusal:?}");
+    assert!(refusal.to_string().contains("full"), "{refusal}");
+    assert!(file_bytes(&path) <= MIB);
+    // Every claim that was answered is there, and no refused one is (SQLite rolls a transaction back itself when the
+    // file is full: a refused claim's batch keeps nothing, rather than committing what ran after the rollback).
+    for task in claimed.iter().step_by(97) {
+        assert_eq!(store.task(&key(task)).await.unwrap().map(|t| t.status), Some(SharedTaskStatus::Running), "{task}");
+    }
+    for task in &refused {
+        assert_eq!(store.task(&key(task)).await.unwrap(), None, "{task} was refused, yet written");
+    }
+
+    // Half the tasks end: their records may now go early, and new claims fit again.
+    for task in claimed.iter().take(claimed.len() / 2) {
+        assert_eq!(store.finish_task(&key(task), &completed("done")).await.unwrap(), TaskFinish::Recorded);
+    }
+    for n in 0..64 {
+        let task = format!("after-{n}");
+        assert_eq!(
+            store.claim_task(&key(&task), &running(), Duration::from_secs(600)).await.unwrap(),
+            TaskClaim::Claimed
+        );
+    }
+    // The tasks still running kept their records.
+    let last = claimed.last().unwrap();
+    assert_eq!(store.task(&key(last)).await.unwrap().map(|t| t.status), Some(SharedTaskStatus::Running));
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
