@@ -276,7 +276,7 @@ pub struct StoreArgs {
     /// with pread and a 64 MiB page cache (for storage whose read errors must not be a SIGBUS, such as NFS).
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
     pub sqlite_mmap_bytes: u64,
-    /// SQLite: the most bytes the database file may hold. Past seven eighths of it, the oldest ended tasks' results
+    /// SQLite: the most bytes the database file may hold (at least 1 MiB). Past seven eighths of it, the oldest ended tasks' results
     /// are dropped before --result-ttl (never a running task's); at the bound, writes are refused STORE_UNAVAILABLE
     /// (retryable), as on a full disk. The WAL is bounded on its own (--sqlite-wal-pages).
     #[arg(long, value_name = "BYTES", default_value_t = 4 << 30)]

@@ -87,7 +87,7 @@ pub struct StoreConfig {
     /// memory (they are the file's, shared with the OS page cache); an I/O error on a mapped page is a `SIGBUS`
     /// rather than an error, so turn it off on storage that reports read errors (a network file system).
     pub sqlite_mmap_bytes: u64,
-    /// SQLite: the most bytes the database file may hold (4 GiB). Past seven eighths of it in use, the writer drops
+    /// SQLite: the most bytes the database file may hold (4 GiB; at least 1 MiB). Past seven eighths of it in use, the writer drops
     /// the oldest ended tasks' records before their TTL (down to three quarters; a running task's record is never
     /// dropped, and an unsigned message's dedupe entry kept in a dropped record is written on its own first). At the
     /// bound itself (`PRAGMA max_page_count`) a write is refused, `STORE_UNAVAILABLE` and retryable, as on a full

@@ -36,8 +36,8 @@
 //! insertion order, so that claims and results land on the table's newest pages.
 //!
 //! **A bounded file** ([`StoreConfig::sqlite_max_bytes`]): `PRAGMA max_page_count` stops the file at its bound, and
-//! each batch first reads how many pages are in use (the pager's count less the free list: no scan); past seven
-//! eighths, the oldest ended tasks' records go before their TTL (see `make_room`), so a flood of tasks shortens how
+//! the writer reads how many pages are in use (the pager's count less the free list: no scan) every
+//! [`ROOM_CHECK_EVERY`] operations, and before every batch while near the bound; past seven eighths, the oldest ended tasks' records go before their TTL (see `make_room`), so a flood of tasks shortens how
 //! long results are kept rather than filling the disk or refusing every peer.
 //!
 //! **Expired rows** are deleted every [`SWEEP_EVERY`] operations, each table through an index on its expiry, so the
@@ -276,6 +276,8 @@ fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Recei
     let mut ops: u64 = 0;
     let sweeps = OutageLog::new("the SQLite sweep", OUTAGE_LINE_EVERY);
     let early_drops = OutageLog::new("keeping every result for its TTL", OUTAGE_LINE_EVERY);
+    // While the file is near its bound, every batch checks; otherwise every `ROOM_CHECK_EVERY` operations.
+    let pressed = std::cell::Cell::new(false);
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -290,6 +292,7 @@ fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Recei
         }
         let now = now_ms();
         let sweep_due = ops / SWEEP_EVERY != (ops + batch.len() as u64) / SWEEP_EVERY;
+        let room_due = pressed.get() || ops / ROOM_CHECK_EVERY != (ops + batch.len() as u64) / ROOM_CHECK_EVERY;
         ops += batch.len() as u64;
         let begin = || -> Result<(), StoreError> {
             conn.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
@@ -299,13 +302,17 @@ fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Recei
                     Err(e) => sweeps.failed(&e, "could not sweep expired rows"),
                 }
             }
-            match room.make(&conn, &cfg, now) {
-                Ok(0) => early_drops.succeeded(),
-                Ok(dropped) => early_drops.failed(
-                    &format_args!("{dropped} ended tasks' records dropped before their TTL"),
-                    "the SQLite file is near its bound (--sqlite-max-bytes): the oldest results go first",
-                ),
-                Err(e) => early_drops.failed(&e, "could not make room in the SQLite file"),
+            if room_due {
+                let made = room.make(&conn, &cfg, now);
+                pressed.set(!matches!(made, Ok(0)));
+                match made {
+                    Ok(0) => early_drops.succeeded(),
+                    Ok(dropped) => early_drops.failed(
+                        &format_args!("{dropped} ended tasks' records dropped before their TTL"),
+                        "the SQLite file is near its bound (--sqlite-max-bytes): the oldest results go first",
+                    ),
+                    Err(e) => early_drops.failed(&e, "could not make room in the SQLite file"),
+                }
             }
             Ok(())
         };
@@ -532,6 +539,14 @@ struct Room {
 /// the next batches, rather than stalling this one's callers. (A batch's own writes add at most [`MAX_BATCH`] records.)
 const ROOM_ROWS_PER_BATCH: usize = 1024;
 
+/// The smallest bound the file takes ([`StoreConfig::sqlite_max_bytes`]); a smaller one is taken as this.
+const MIN_MAX_BYTES: u64 = 1 << 20;
+
+/// How often, in operations, the writer reads the pages in use while the file is not near its bound: between two
+/// reads the file grows by at most this many results (plus a batch's), which the eighth between the mark and the
+/// bound must hold (the smallest bound the store takes, 1 MiB, holds this many results of 8 KiB).
+const ROOM_CHECK_EVERY: u64 = 16;
+
 /// Records read and dropped at a time while making room, between checks of the pages in use.
 const ROOM_CHUNK: i64 = 64;
 
@@ -542,11 +557,11 @@ const OLDEST_ENDED: &str = "SELECT row, message_key, message_until_ms FROM task_
      WHERE substr(record, 1, 19) <> '{\"status\":\"running\"' ORDER BY row LIMIT ?1";
 
 impl Room {
-    /// Sets the file's bound on `conn` (`PRAGMA max_page_count`, which never goes below the pages the file has) and
-    /// the marks seven eighths and three quarters of it.
+    /// Sets the file's bound on `conn` (`PRAGMA max_page_count`, which never goes below the pages the file has; at
+    /// least [`MIN_MAX_BYTES`]) and the marks seven eighths and three quarters of it.
     fn new(conn: &Connection, max_bytes: u64) -> rusqlite::Result<Self> {
         let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
-        let max_pages = (max_bytes / u64::try_from(page_size.max(512)).unwrap_or(4096)).max(64);
+        let max_pages = max_bytes.max(MIN_MAX_BYTES) / u64::try_from(page_size.max(512)).unwrap_or(4096);
         let max_pages = i64::try_from(max_pages).unwrap_or(i64::MAX);
         conn.query_row(&format!("PRAGMA max_page_count={max_pages}"), [], |_| Ok(()))?;
         let max_pages = max_pages.unsigned_abs();
