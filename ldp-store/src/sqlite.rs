@@ -37,8 +37,9 @@
 //!
 //! **A bounded file** ([`StoreConfig::sqlite_max_bytes`]): `PRAGMA max_page_count` stops the file at its bound, and
 //! the writer reads how many pages are in use (the pager's count less the free list: no scan) every
-//! [`ROOM_CHECK_EVERY`] operations, and before every batch while near the bound; past seven eighths, the oldest ended tasks' records go before their TTL (see `make_room`), so a flood of tasks shortens how
-//! long results are kept rather than filling the disk or refusing every peer.
+//! [`ROOM_CHECK_EVERY`] operations, and before every batch while near the bound; past seven eighths, the oldest
+//! ended tasks' records go before their TTL (see `Room::make`), so a flood of tasks shortens how long results are
+//! kept rather than filling the disk or refusing every peer.
 //!
 //! **Expired rows** are deleted every [`SWEEP_EVERY`] operations, each table through an index on its expiry, so the
 //! sweep reads what has expired and not everything the file holds (see `SWEEP_DELETES`).
@@ -314,6 +315,11 @@ fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Recei
                     Err(e) => early_drops.failed(&e, "could not make room in the SQLite file"),
                 }
             }
+            if conn.is_autocommit() {
+                // SQLite rolled the transaction back itself (a full file or disk while sweeping or making room):
+                // the operations must not run outside one.
+                return Err(unavailable("the batch's transaction was rolled back before its operations ran"));
+            }
             Ok(())
         };
         let committed = (|| {
@@ -520,11 +526,6 @@ impl SqliteStore {
     }
 }
 
-/// The sweep's deletes (replay entries, tasks, sessions), each a range of an expiry index: the sweep runs every
-/// [`SWEEP_EVERY`] operations, and a scan of every row would make its cost grow with everything the file holds (an
-/// hour of results), not with what has expired. A task's expiry is its last write plus the result TTL, so the tasks'
-/// expiry index takes its entries at its newest pages, as the tasks themselves do; a live session's row (and so its
-/// index entry) is rewritten about once a second.
 /// The bound of the database file's pages in use ([`StoreConfig::sqlite_max_bytes`]) and the marks between which
 /// the writer drops the oldest ended tasks' records early.
 #[derive(Debug, Clone, Copy)]
@@ -616,6 +617,11 @@ fn pages_in_use(conn: &Connection) -> Result<u64, StoreError> {
     Ok(used.unsigned_abs())
 }
 
+/// The sweep's deletes (replay entries, tasks, sessions), each a range of an expiry index: the sweep runs every
+/// [`SWEEP_EVERY`] operations, and a scan of every row would make its cost grow with everything the file holds (an
+/// hour of results), not with what has expired. A task's expiry is its last write plus the result TTL, so the tasks'
+/// expiry index takes its entries at its newest pages, as the tasks themselves do; a live session's row (and so its
+/// index entry) is rewritten about once a second.
 const SWEEP_DELETES: [&str; 3] = [
     // After `EXPIRED_SHARES` has uncounted them.
     "DELETE FROM replay WHERE expires_ms <= ?1",
