@@ -448,8 +448,11 @@ async fn a_full_disk_is_refused_retryably_logged_as_one_outage_then_recovers() {
 /// same signed messages are accepted, neither replays nor duplicates; logged as one outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_redis_is_refused_retryably_and_the_same_messages_pass_once_there_is_room() {
-    let redis =
-        RedisServer::start_with(RedisServerOptions::default().config("maxmemory-policy", "noeviction")).unwrap();
+    // Configured as the start-up check asks: a memory bound, no eviction. So nothing is logged before the outage.
+    let redis = RedisServer::start_with(
+        RedisServerOptions::default().config("maxmemory", "256mb").config("maxmemory-policy", "noeviction"),
+    )
+    .unwrap();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"));
     command
         .args(["serve", "--bind", "127.0.0.1:0", "--store", &redis.url(), "--store-timeout", "1500"])
@@ -479,7 +482,7 @@ async fn a_full_redis_is_refused_retryably_and_the_same_messages_pass_once_there
     assert!(during.len() <= 2, "{} warnings for {REFUSED} refusals: {during:#?}", during.len());
 
     // Room again: each refused message, resent byte for byte (its id, nonce and signature), runs now, once.
-    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    redis.cli(&["CONFIG", "SET", "maxmemory", "256mb"]).unwrap();
     for (i, bytes) in &refused {
         assert_eq!(output(&post(&http, &url, bytes.clone()).await), serde_json::json!({"echo": i}), "message {i}");
     }
@@ -871,8 +874,9 @@ async fn replicas_share_a_session_over_tls_to_redis_sentinel() {
 }
 
 /// A Redis that may evict keys when full (any `maxmemory-policy` but `noeviction` under a `maxmemory`, as some
-/// managed services ship) could drop replay entries and accept a replayed message: `ldp serve` says so at start. A
-/// server that never evicts gets no such warning.
+/// managed services ship) could drop replay entries and accept a replayed message: `ldp serve` says so at start. So
+/// does one with no `maxmemory` at all, which a flood of tasks grows until its host runs out of memory. A server
+/// bounded and never evicting gets no such warning.
 #[test]
 fn a_redis_that_may_evict_keys_is_warned_of_at_start() {
     let warning = |options: RedisServerOptions| {
@@ -889,7 +893,9 @@ fn a_redis_that_may_evict_keys_is_warned_of_at_start() {
     assert!(evicting.contains("maxmemory-policy noeviction") && evicting.contains("volatile-lru"), "{evicting}");
     let keeping =
         warning(RedisServerOptions::default().config("maxmemory", "64mb").config("maxmemory-policy", "noeviction"));
-    assert!(!keeping.contains("evict"), "{keeping}");
+    assert!(!keeping.contains("evict") && !keeping.contains("maxmemory"), "{keeping}");
+    let unbounded = warning(RedisServerOptions::default().config("maxmemory", "0"));
+    assert!(unbounded.contains("Redis has no maxmemory"), "{unbounded}");
 }
 
 /// `--result-max-bytes`: a result longer than it is answered to its submitter in full, and a status query on the

@@ -721,7 +721,7 @@ impl RedisStore {
         match tokio::time::timeout(COMMAND_TIMEOUT + Duration::from_millis(500), ping.query_async::<String>(&mut conn))
             .await
         {
-            Ok(Ok(_)) => store.warn_if_evicting(url).await,
+            Ok(Ok(_)) => store.warn_of_memory_settings(url).await,
             Ok(Err(e)) if !unreachable(&e) => return Err(fail(e)),
             Ok(Err(e)) => tracing::warn!(
                 url = %crate::redacted(url),
@@ -738,9 +738,11 @@ impl RedisStore {
 
     /// Warns when the server may evict keys under memory pressure: every key of this store has an expiry, so any
     /// policy but `noeviction` (the `volatile-*` ones too, the default of some managed services) may drop replay
-    /// entries, and a captured message would then be accepted again, or live sessions and task claims. A server
-    /// that does not answer `CONFIG GET` (managed services often rename it) is not judged.
-    async fn warn_if_evicting(&self, url: &str) {
+    /// entries, and a captured message would then be accepted again, or live sessions and task claims. Warns too
+    /// when it has no `maxmemory` at all: task results are kept for the result TTL, so a flood of tasks grows the
+    /// server until its host runs out of memory, and a Redis killed for it (without persistence) forgets the replay
+    /// window. A server that does not answer `CONFIG GET` (managed services often rename it) is not judged.
+    async fn warn_of_memory_settings(&self, url: &str) {
         let setting = |name: &'static str| {
             let mut conn = self.conn();
             async move {
@@ -751,7 +753,14 @@ impl RedisStore {
         let (Some(limit), Some(policy)) = (setting("maxmemory").await, setting("maxmemory-policy").await) else {
             return;
         };
-        if evicts(&limit, &policy) {
+        if limit.trim() == "0" {
+            tracing::warn!(
+                url = %crate::redacted(url),
+                "Redis has no maxmemory: task results are kept for --result-ttl, so a flood of tasks grows it until its \
+                 host runs out of memory; set maxmemory, with maxmemory-policy noeviction (full, it refuses writes, and \
+                 messages are refused STORE_UNAVAILABLE instead)"
+            );
+        } else if evicts(&limit, &policy) {
             tracing::warn!(
                 url = %crate::redacted(url),
                 maxmemory = %limit,
