@@ -9,6 +9,9 @@ mod backends;
 mod records;
 #[path = "common/runtimes.rs"]
 mod runtimes;
+#[cfg(feature = "sqlite")]
+#[path = "common/scratch.rs"]
+mod scratch;
 #[path = "common/session_ttl.rs"]
 mod session_ttl;
 

@@ -6,8 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::records::{now_ms, session};
+use crate::scratch::scratch;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,14 +21,6 @@ use ldp_store::{SqliteStore, StoreConfig};
 use ldp_types::PayloadMode;
 
 const MIB: u64 = 1 << 20;
-
-fn scratch(name: &str) -> (PathBuf, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("ldp-store-bound-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("state.db");
-    (dir, path)
-}
 
 fn key(task: &str) -> TaskKey {
     TaskKey { session_id: "s".into(), task_id: task.into() }
@@ -80,7 +73,7 @@ fn file_bytes(path: &Path) -> u64 {
 
 #[tokio::test]
 async fn a_bounded_file_drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entries() {
-    let (dir, path) = scratch("drops");
+    let (dir, path) = scratch("bound-drops");
     let mut cfg = StoreConfig::new("ldp:delegate:bound");
     cfg.sqlite_max_bytes = 2 * MIB;
     let store = Arc::new(SqliteStore::open(&path, cfg).unwrap());
@@ -129,7 +122,7 @@ async fn a_bounded_file_drops_the_oldest_results_first_and_keeps_running_tasks_a
 
 #[tokio::test]
 async fn a_file_at_its_bound_with_nothing_to_drop_refuses_writes_retryably_until_tasks_end() {
-    let (dir, path) = scratch("full");
+    let (dir, path) = scratch("bound-full");
     let mut cfg = StoreConfig::new("ldp:delegate:bound");
     cfg.sqlite_max_bytes = MIB;
     let store = Arc::new(SqliteStore::open(&path, cfg).unwrap());

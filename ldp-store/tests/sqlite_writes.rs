@@ -6,6 +6,7 @@
 #![cfg(feature = "sqlite")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use crate::scratch::scratch;
 use crate::session_ttl;
 
 use std::path::{Path, PathBuf};
@@ -16,14 +17,6 @@ use ldp_session::shared::{Admission, ReplayClaim, ReplayVerdict, SharedTask, Sha
 use ldp_session::store::Store;
 use ldp_store::{SqliteStore, StoreConfig};
 use session_ttl::now_ms;
-
-fn scratch(name: &str) -> (PathBuf, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("ldp-store-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("state.db");
-    (dir, path)
-}
 
 /// An unsigned message's dedupe claim for `key`, kept for `keep`.
 async fn claim(store: &SqliteStore, key: &str, keep: Duration) -> ReplayVerdict {
