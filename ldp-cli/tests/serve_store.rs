@@ -5,9 +5,10 @@
 //!   a status query. `kill -9` while 8 clients submit at full speed: every task answered before the kill is there
 //!   after the restart (its result fetched, its message refused as a replay). A bounded file
 //!   (`--sqlite-max-bytes`) under a flood of large results: every task answered, the file within its bound, the
-//!   oldest results dropped first, the drops logged as one episode. A full disk (a file-size limit on the server, `prlimit`): every message refused
-//!   `STORE_UNAVAILABLE` (retryable), logged as one outage (a bounded number of lines, not one per refusal), and
-//!   service again once there is room, with what was acknowledged before still there.
+//!   oldest results dropped first, the drops logged as one episode. A full disk (a file-size limit on the server,
+//!   `prlimit`): every message refused `STORE_UNAVAILABLE` (retryable), logged as one outage (a bounded number of
+//!   lines, not one per refusal), and service again once there is room, with what was acknowledged before still
+//!   there.
 //! - Redis (a real `redis-server` on a free loopback port, installed by `scripts/redis-server.sh` when missing; never
 //!   skipped), two replicas: a session proposed on A continues on B; a signed message accepted by A and replayed to
 //!   B is refused; a status query on B returns the result of a task that ran on A; a close on B ends the session on
@@ -53,18 +54,22 @@ fn unique() -> String {
     format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
 }
 
+/// POSTs one message to `/ldp/messages`: the answer's status and body, or the error of a server that gave none.
+async fn try_post(
+    http: &reqwest::Client,
+    url: &str,
+    bytes: Vec<u8>,
+) -> reqwest::Result<(reqwest::StatusCode, Vec<u8>)> {
+    let resp =
+        http.post(format!("{url}/ldp/messages")).header("content-type", "application/json").body(bytes).send().await?;
+    let status = resp.status();
+    Ok((status, resp.bytes().await?.to_vec()))
+}
+
 /// POSTs one message to `/ldp/messages` and returns the answer (refusals carry one too, whatever the status).
 async fn post(http: &reqwest::Client, url: &str, bytes: Vec<u8>) -> Envelope {
-    let resp = http
-        .post(format!("{url}/ldp/messages"))
-        .header("content-type", "application/json")
-        .body(bytes)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-    let status = resp.status();
+    let (status, body) = try_post(http, url, bytes).await.unwrap_or_else(|e| panic!("POST {url}: {e}"));
     assert_ne!(status.as_u16(), 500, "a 500");
-    let body = resp.bytes().await.unwrap();
     Envelope::from_slice(&body)
         .unwrap_or_else(|e| panic!("answer {status} is no envelope ({e}): {}", String::from_utf8_lossy(&body)))
 }
@@ -186,18 +191,10 @@ async fn submit_until_killed(
         let submit = init.submit(&session_id, "echo", serde_json::json!({"n": n}), None, None).unwrap();
         let task_id = submit.body.task_id().unwrap().to_owned();
         let submit_bytes = submit.to_vec().unwrap();
-        let sent = http
-            .post(format!("{url}/ldp/messages"))
-            .header("content-type", "application/json")
-            .body(submit_bytes.clone())
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await;
-        let body = match sent {
-            Ok(resp) => resp.bytes().await,
-            Err(e) => Err(e),
+        // A killed server's connection is reset: an error at once.
+        let Ok((_, body)) = try_post(&http, &url, submit_bytes.clone()).await else {
+            return (init, session_id, Some(task_id), unexpected);
         };
-        let Ok(body) = body else { return (init, session_id, Some(task_id), unexpected) };
         match Envelope::from_slice(&body).map(|env| env.body) {
             Ok(Body::TaskResult(r))
                 if r.output.parse::<serde_json::Value>().ok() == Some(serde_json::json!({"echo": {"n": n}})) =>
