@@ -561,11 +561,9 @@ impl Room {
     /// Sets the file's bound on `conn` (`PRAGMA max_page_count`, which never goes below the pages the file has; at
     /// least [`MIN_MAX_BYTES`]) and the marks seven eighths and three quarters of it.
     fn new(conn: &Connection, max_bytes: u64) -> rusqlite::Result<Self> {
-        let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
-        let max_pages = max_bytes.max(MIN_MAX_BYTES) / u64::try_from(page_size.max(512)).unwrap_or(4096);
-        let max_pages = i64::try_from(max_pages).unwrap_or(i64::MAX);
+        let page_size: u32 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let max_pages = max_bytes.max(MIN_MAX_BYTES) / u64::from(page_size.max(512));
         conn.query_row(&format!("PRAGMA max_page_count={max_pages}"), [], |_| Ok(()))?;
-        let max_pages = max_pages.unsigned_abs();
         Ok(Self { drop_above: max_pages / 8 * 7, drop_to: max_pages / 4 * 3 })
     }
 
