@@ -57,6 +57,44 @@ impl Collector {
         tokio::task::spawn_blocking(move || export.flush()).await.unwrap().unwrap();
         self.receiver.spans()
     }
+
+    /// The spans received once `complete` holds of them, flushing again until it does (for at most ten seconds).
+    ///
+    /// A server span closes, and so is exported, only after its reply is written: the client can have its answer
+    /// before the span that handled it is on its way.
+    async fn spans_once(&self, complete: impl Fn(&[Span]) -> bool) -> Vec<Span> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let spans = self.spans().await;
+            if complete(&spans) || tokio::time::Instant::now() >= deadline {
+                return spans;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Whether the span named `root` is received, and in its trace at least `count` spans named `name` with all of their
+/// ancestors.
+fn ancestries_received(spans: &[Span], root: &str, name: &str, count: usize) -> bool {
+    let Some(root) = spans.iter().find(|s| s.name == root) else { return false };
+    let by_id: HashMap<&[u8], &Span> = spans.iter().map(|s| (s.span_id.as_slice(), s)).collect();
+    let named: Vec<&Span> = spans.iter().filter(|s| s.trace_id == root.trace_id && s.name == name).collect();
+    named.len() >= count
+        && named.iter().all(|span| {
+            let mut parent = span.parent_span_id.as_slice();
+            // Bounded: a parent cycle is `ancestry`'s to report.
+            for _ in 0..64 {
+                if parent.is_empty() {
+                    return true;
+                }
+                match by_id.get(parent) {
+                    Some(p) => parent = p.parent_span_id.as_slice(),
+                    None => return false,
+                }
+            }
+            true
+        })
 }
 
 /// A delegate at the end of the chain: answers with its skill and input, reporting 42 tokens.
@@ -160,7 +198,13 @@ async fn a_client_a_router_delegate_and_two_delegates_are_one_trace() {
     assert_eq!(output[0]["answer"], "lookup: \"otters\"", "{output}");
     assert_eq!(output[1]["answer"], "summarize: \"otters\"", "{output}");
 
-    let spans = collector.spans().await;
+    let spans = collector
+        .spans_once(|s| {
+            // The router delegate's task and its two sub-tasks; the client's HELLO and the router's two.
+            ancestries_received(s, "test.client", "ldp.handle TASK_SUBMIT", 3)
+                && ancestries_received(s, "test.client", "ldp.handle HELLO", 3)
+        })
+        .await;
     let client_root = spans.iter().find(|s| s.name == "test.client").expect("the client's span was exported");
     let trace: Vec<&Span> = spans.iter().filter(|s| s.trace_id == client_root.trace_id).collect();
     let by_id: HashMap<Vec<u8>, &Span> = trace.iter().map(|s| (s.span_id.clone(), *s)).collect();
@@ -235,7 +279,17 @@ async fn a_malformed_or_absent_traceparent_starts_a_fresh_trace() {
         assert_eq!(reply["body"]["type"], "CAPABILITY_MANIFEST", "{case}");
         ids.push((case, hello.message_id));
     }
-    let spans = collector.spans().await;
+    let spans = collector
+        .spans_once(|spans| {
+            // Each HELLO's handling and the server span it is a child of.
+            let received: HashSet<&[u8]> = spans.iter().map(|s| s.span_id.as_slice()).collect();
+            ids.iter().all(|(_, id)| {
+                spans.iter().any(|s| {
+                    str_attr(s, "ldp.message_id") == Some(id.as_str()) && received.contains(s.parent_span_id.as_slice())
+                })
+            })
+        })
+        .await;
     let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
     let server_span = |message_id: &str| {
         let handled = spans
@@ -284,7 +338,7 @@ async fn over_websocket_the_frame_member_carries_the_trace() {
     }
     .instrument(root)
     .await;
-    let spans = collector.spans().await;
+    let spans = collector.spans_once(|s| ancestries_received(s, "test.ws-client", "ldp.handle TASK_SUBMIT", 1)).await;
     let client_root = spans.iter().find(|s| s.name == "test.ws-client").expect("the client's span was exported");
     let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
     let handled = spans
@@ -347,7 +401,7 @@ async fn a_delegate_attaches_the_lctl_trace_of_its_task_to_the_task_span() {
     }
     .instrument(root)
     .await;
-    let spans = collector.spans().await;
+    let spans = collector.spans_once(|s| ancestries_received(s, "test.lctl-client", "ldp.handle TASK_SUBMIT", 1)).await;
     let client_root = spans.iter().find(|s| s.name == "test.lctl-client").expect("the client's span was exported");
     let handled = spans
         .iter()
