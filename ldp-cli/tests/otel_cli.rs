@@ -102,8 +102,13 @@ fn serve_and_call_export_one_trace_across_two_processes() {
         &[("OTEL_SERVICE_NAME", "ldp-call-test")],
     );
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // The server span closes after the handling span, and may be exported in a later batch: wait for both.
     let spans = store.wait_for(|spans| {
-        spans.iter().any(|(service, s)| service == "ldp-serve-test" && s.name == "ldp.handle TASK_SUBMIT")
+        spans.iter().any(|(service, handled)| {
+            service == "ldp-serve-test"
+                && handled.name == "ldp.handle TASK_SUBMIT"
+                && spans.iter().any(|(_, server)| server.span_id == handled.parent_span_id)
+        })
     });
     let by_id: HashMap<&[u8], &(String, Span)> = spans.iter().map(|e| (e.1.span_id.as_slice(), e)).collect();
     let (_, call) =
