@@ -94,6 +94,14 @@ pub struct StoreConfig {
     /// disk. So a peer that submits tasks as fast as it may shortens how long results are kept, and fills neither
     /// the disk nor the file. The WAL beside the file is bounded on its own ([`StoreConfig::sqlite_wal_pages`]).
     pub sqlite_max_bytes: u64,
+    /// [`MemoryStore`]: the most bytes its task records are taken to hold (1 GiB; at least 1 MiB), each counted as
+    /// its strings (the result's JSON text above all) and a fixed allowance for the record and the maps around it.
+    /// Past seven eighths of it, the oldest ended tasks' records go before their TTL, down to three quarters, as in
+    /// an SQLite file at its bound: never a running task's record, and an unsigned message's dedupe entry kept in a
+    /// dropped record is written on its own first. With nothing left to drop, a claim is refused,
+    /// `STORE_UNAVAILABLE` and retryable; a result is always recorded, so the bound may be passed by the results of
+    /// tasks claimed before it was reached, until the next writes drop old records again.
+    pub memory_max_bytes: u64,
     /// Redis over TLS (`rediss://`): the CA to trust instead of the system's roots, and a client certificate for
     /// servers that ask for one (`tls-auth-clients yes`). `None` trusts the system's roots and sends no certificate.
     pub redis_tls: Option<RedisTls>,
@@ -179,6 +187,7 @@ impl StoreConfig {
             sqlite_dedupe_generation: Duration::from_secs(30),
             sqlite_mmap_bytes: 1 << 30,
             sqlite_max_bytes: 4 << 30,
+            memory_max_bytes: 1 << 30,
             redis_tls: None,
         }
     }

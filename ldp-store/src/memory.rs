@@ -1,5 +1,10 @@
 //! The in-memory store: one process's tables behind a mutex, for replicas in one process (tests) and as the
 //! reference the other backends follow. Expiries are on this machine's wall clock.
+//!
+//! Its task records are bounded ([`StoreConfig::memory_max_bytes`]): each is counted as it is written, replaced or
+//! removed, and past seven eighths of the bound the oldest ended tasks' records go before their TTL, taken in
+//! expiry order from the queue the sweep uses, so that a peer submitting tasks as fast as it may shortens how long
+//! results are kept rather than growing the process.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -20,8 +25,11 @@ use crate::{StoreConfig, ms, now_ms, outlived, outliving};
 #[derive(Debug)]
 pub struct MemoryStore {
     cfg: StoreConfig,
+    room: Room,
     tables: Mutex<Tables>,
 }
+
+const BACKEND: &str = "memory";
 
 #[derive(Debug, Default)]
 struct Tables {
@@ -37,6 +45,8 @@ struct Tables {
     sessions: HashMap<String, (Option<SharedSession>, i64, SessionUsage)>,
     /// Task -> (record, expiry of the record).
     tasks: HashMap<TaskKey, (SharedTask, i64)>,
+    /// What the task records are taken to hold ([`record_bytes`]), kept as they are written and removed.
+    task_bytes: u64,
     /// Replay entries and tasks in expiry order, so that the sweep takes what has expired instead of reading every
     /// entry the tables hold (an hour of results by default).
     expiries: Expiries,
@@ -57,6 +67,60 @@ struct Expiries {
 /// with every message it carries, so sessions are not queued by expiry: their sweep reads them all, which the
 /// responder's session limits bound.
 const SWEEP_EVERY: usize = 1024;
+
+/// The most records one call drops to make room, so that no caller waits on a long run of drops: a store that must
+/// drop more to get under its mark does so over the next writes.
+const ROOM_RECORDS_PER_CALL: usize = 4096;
+
+/// The smallest bound the task records take ([`StoreConfig::memory_max_bytes`]); a smaller one is taken as this.
+const MIN_MAX_BYTES: u64 = 1 << 20;
+
+/// What a record is counted as besides its strings: the record's own fields, its key, the map's entry and its place
+/// in the expiry queue.
+const RECORD_ALLOWANCE: usize = 256;
+
+/// What a provenance is counted as besides its two free-form names, and each entry of its lists besides.
+const PROVENANCE_ALLOWANCE: usize = 512;
+const PROVENANCE_ENTRY_ALLOWANCE: usize = 256;
+
+/// What `task`'s record under `key` is taken to hold in memory: its strings, which a peer's input and a delegate's
+/// output make as long as they may (the result's JSON text above all), and fixed allowances for the rest. An
+/// estimate, not an allocator's count: it moves with what the record holds, which is what the bound is for.
+fn record_bytes(key: &TaskKey, task: &SharedTask) -> u64 {
+    let len = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    let provenance = task.provenance.as_ref().map_or(0, |p| {
+        let entries = p.evidence.len() + p.lineage.len() + p.contract_violations.len();
+        PROVENANCE_ALLOWANCE
+            + p.produced_by.len()
+            + p.model_version.len()
+            + entries.saturating_mul(PROVENANCE_ENTRY_ALLOWANCE)
+    });
+    let error = task.error.as_ref().map_or(0, |e| e.code.as_str().len() + e.message.len());
+    let bytes = RECORD_ALLOWANCE
+        + key.session_id.len()
+        + key.task_id.len()
+        + task.owner.len()
+        + len(&task.output)
+        + len(&task.message_key)
+        + provenance
+        + error;
+    u64::try_from(bytes).unwrap_or(u64::MAX)
+}
+
+/// The marks of the task records' bound: past `drop_above` bytes the oldest ended records go, down to `drop_to`.
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    max: u64,
+    drop_above: u64,
+    drop_to: u64,
+}
+
+impl Room {
+    fn new(max_bytes: u64) -> Self {
+        let max = max_bytes.max(MIN_MAX_BYTES);
+        Self { max, drop_above: max / 8 * 7, drop_to: max / 4 * 3 }
+    }
+}
 
 impl Tables {
     /// Removes what has expired: the replay entries and tasks at every call (each a pop of its queue), the sessions
@@ -91,9 +155,67 @@ impl Tables {
         {
             let Some(Reverse((expires, key))) = self.expiries.tasks.pop() else { break };
             if self.tasks.get(&key).is_some_and(|(_, held)| *held == expires) {
-                self.tasks.remove(&key);
+                self.remove_task(&key);
             }
         }
+    }
+
+    /// Drops the oldest ended tasks' records while the records hold more than `room.drop_above` bytes, down to
+    /// `room.drop_to` or [`ROOM_RECORDS_PER_CALL`] records, taking them in expiry order (a record's expiry is its
+    /// last write plus the result TTL). A running task's record is kept, unless its lease has lapsed (its owner is
+    /// gone, and a status query would fail it); a dropped record's message dedupe entry, while it lasts, is written
+    /// on its own first, so a resent unsigned message is still refused. Returns how many records it dropped.
+    fn make_room(&mut self, room: Room, now: i64) -> usize {
+        if self.task_bytes <= room.drop_above {
+            return 0;
+        }
+        let mut running = Vec::new();
+        let mut dropped = 0;
+        while self.task_bytes > room.drop_to && dropped < ROOM_RECORDS_PER_CALL {
+            let Some(Reverse((expires, key))) = self.expiries.tasks.pop() else { break };
+            let Some((task, held)) = self.tasks.get(&key) else { continue };
+            if *held != expires {
+                // Rewritten since: its current expiry is queued too.
+                continue;
+            }
+            // A running task's owner renews its lease every third of it, and each renewal moves the record's expiry
+            // to the back of the queue: a running record comes up only behind the results older than its last
+            // renewal, so few are passed over.
+            if task.status == SharedTaskStatus::Running && task.lease_until_ms > now {
+                running.push(Reverse((expires, key)));
+                continue;
+            }
+            if let Some(message) = task.message_key.clone().filter(|_| task.message_until_ms > now) {
+                let until = task.message_until_ms;
+                self.claim_message(&ReplayClaim::new("", message, until));
+            }
+            self.remove_task(&key);
+            dropped += 1;
+        }
+        self.expiries.tasks.extend(running);
+        dropped
+    }
+
+    /// Whether a record of `bytes` more fits under the bound once old records are dropped; `Err` is the refusal.
+    fn room_for(&mut self, room: Room, bytes: u64, now: i64) -> Result<(), StoreError> {
+        self.make_room(room, now);
+        if self.task_bytes.saturating_add(bytes) <= room.max {
+            return Ok(());
+        }
+        Err(StoreError::Unavailable {
+            backend: BACKEND,
+            reason: format!(
+                "the store is full: its task records hold {} bytes of the {} it keeps, all of running tasks",
+                self.task_bytes, room.max
+            ),
+        })
+    }
+
+    /// Removes a task's record.
+    fn remove_task(&mut self, key: &TaskKey) -> Option<(SharedTask, i64)> {
+        let removed = self.tasks.remove(key)?;
+        self.task_bytes = self.task_bytes.saturating_sub(record_bytes(key, &removed.0));
+        Some(removed)
     }
 
     /// One counted replay entry of `principal` fewer.
@@ -110,14 +232,31 @@ impl Tables {
     /// Writes a task's record with its expiry (queued for the sweep).
     fn put_task(&mut self, key: &TaskKey, task: SharedTask, expires: i64) {
         self.expiries.tasks.push(Reverse((expires, key.clone())));
-        self.tasks.insert(key.clone(), (task, expires));
+        self.task_bytes = self.task_bytes.saturating_add(record_bytes(key, &task));
+        if let Some((replaced, _)) = self.tasks.insert(key.clone(), (task, expires)) {
+            self.task_bytes = self.task_bytes.saturating_sub(record_bytes(key, &replaced));
+        }
+    }
+
+    /// Rewrites a task's record in place (its expiry unchanged), keeping the count of what the records hold.
+    fn rewrite_task(&mut self, key: &TaskKey, rewrite: impl FnOnce(&SharedTask) -> SharedTask) -> Option<SharedTask> {
+        let (task, _) = self.tasks.get_mut(key)?;
+        let before = record_bytes(key, task);
+        *task = rewrite(task);
+        self.task_bytes = self.task_bytes.saturating_sub(before).saturating_add(record_bytes(key, task));
+        Some(task.clone())
     }
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new(cfg: StoreConfig) -> Self {
-        Self { cfg, tables: Mutex::new(Tables::default()) }
+        Self { room: Room::new(cfg.memory_max_bytes), cfg, tables: Mutex::new(Tables::default()) }
+    }
+
+    /// What the task records are taken to hold now, in bytes: the figure [`StoreConfig::memory_max_bytes`] bounds.
+    pub fn task_record_bytes(&self) -> u64 {
+        self.tables().task_bytes
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {
@@ -225,30 +364,29 @@ impl Tables {
 
     /// A live task record, a lapsed lease failed first.
     fn read_task(&mut self, key: &TaskKey, now: i64) -> Option<SharedTask> {
-        let (task, expires) = self.tasks.get_mut(key)?;
+        let (task, expires) = self.tasks.get(key)?;
         if *expires <= now {
             return None;
         }
         if task.status == SharedTaskStatus::Running && task.lease_until_ms <= now {
-            *task = task.lease_expired();
+            return self.rewrite_task(key, SharedTask::lease_expired);
         }
         Some(task.clone())
     }
 
     fn cancel_task(&mut self, key: &TaskKey, now: i64) -> Option<SharedTask> {
-        let (task, expires) = self.tasks.get_mut(key)?;
+        let (task, expires) = self.tasks.get(key)?;
         if *expires <= now || task.status != SharedTaskStatus::Running || task.lease_until_ms <= now {
             return None;
         }
-        *task = task.cancelled();
-        Some(task.clone())
+        self.rewrite_task(key, SharedTask::cancelled)
     }
 }
 
 #[async_trait]
 impl Store for MemoryStore {
     fn backend(&self) -> &'static str {
-        "memory"
+        BACKEND
     }
 
     async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
@@ -256,6 +394,10 @@ impl Store for MemoryStore {
         let marker = ms(self.cfg.closed_ttl);
         let mut t = self.tables();
         t.sweep(now, marker);
+        // A claim the records have no room for refuses the message before any of it is written.
+        if let Some(TaskStep::Claim { key, task, .. }) = &admission.task {
+            t.room_for(self.room, record_bytes(key, task), now)?;
+        }
         // A claim standing in for the message's dedupe entry: checked first, written only if no claim is made.
         let dedupe = match &admission.task {
             Some(TaskStep::Claim { key, dedupe: Some(entry), .. }) => Some((key, entry)),
@@ -327,6 +469,7 @@ impl Store for MemoryStore {
         let now = now_ms();
         let mut t = self.tables();
         t.sweep(now, ms(self.cfg.closed_ttl));
+        t.room_for(self.room, record_bytes(key, task), now)?;
         Ok(t.claim_task(key, task, lease, now, ms(self.cfg.result_ttl)))
     }
 
@@ -337,7 +480,7 @@ impl Store for MemoryStore {
             t.claim_message(entry);
         }
         if t.tasks.get(key).is_some_and(|(task, _)| task.owner == owner && task.status == SharedTaskStatus::Running) {
-            t.tasks.remove(key);
+            t.remove_task(key);
             // Its claim counted against the session's task limit (when it has one): it never ran.
             if let Some((_, _, usage)) = t.sessions.get_mut(&key.session_id) {
                 usage.tasks = usage.tasks.saturating_sub(1);
@@ -391,6 +534,8 @@ impl Store for MemoryStore {
         (ended.message_key, ended.message_until_ms) =
             t.tasks.get(key).map_or((None, 0), |(held, _)| (held.message_key.clone(), held.message_until_ms));
         t.put_task(key, ended, now.saturating_add(ms(self.cfg.result_ttl)));
+        // A result is always recorded; older ones make room for it.
+        t.make_room(self.room, now);
         if !cost.is_zero()
             && let Some((Some(_), expires, usage)) = t.sessions.get_mut(&key.session_id)
             && *expires > now
@@ -441,7 +586,7 @@ mod tests {
         t.put_task(&key("rewritten"), task.clone(), 100);
         t.put_task(&key("rewritten"), task.clone(), 300);
         t.put_task(&key("removed"), task.clone(), 100);
-        t.tasks.remove(&key("removed"));
+        t.remove_task(&key("removed"));
         t.put_task(&key("removed"), task.clone(), 400);
         t.put_task(&key("short"), task, 150);
         t.sweep_queued(200);
@@ -503,6 +648,111 @@ mod tests {
         assert_eq!(t.claim_message(&other), ReplayVerdict::TableFull);
         t.sweep(300, 0);
         assert!(t.replay.is_empty() && t.per_principal.is_empty() && t.counted == 0);
+    }
+
+    /// What the records are counted as holding is always the sum over the records held, whatever writes, rewrites,
+    /// removals, expiries and drops came before.
+    mod record_bytes_count {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Claim(u8, usize),
+            Finish(u8, usize),
+            Release(u8),
+            Read(u8),
+            Cancel(u8),
+            Advance(i64),
+            MakeRoom,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0..6u8, 0..300usize).prop_map(|(k, len)| Op::Claim(k, len)),
+                (0..6u8, 0..3000usize).prop_map(|(k, len)| Op::Finish(k, len)),
+                (0..6u8).prop_map(Op::Release),
+                (0..6u8).prop_map(Op::Read),
+                (0..6u8).prop_map(Op::Cancel),
+                (1..400i64).prop_map(Op::Advance),
+                Just(Op::MakeRoom),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn is_the_sum_over_the_records_held(ops in proptest::collection::vec(op(), 1..80)) {
+                let mut t = Tables::default();
+                let room = Room { max: 6_000, drop_above: 4_000, drop_to: 3_000 };
+                let mut now = 1_000;
+                for op in ops {
+                    match op {
+                        Op::Claim(k, len) => {
+                            let task = SharedTask::running("a", PayloadMode::Text)
+                                .with_message(Some(&ReplayClaim::new("", "m".repeat(len), now + 500)));
+                            if t.room_for(room, record_bytes(&key(&k.to_string()), &task), now).is_ok() {
+                                t.claim_task(&key(&k.to_string()), &task, Duration::from_millis(200), now, 1_000);
+                            }
+                        }
+                        Op::Finish(k, len) => {
+                            let mut done = SharedTask::running("a", PayloadMode::Text);
+                            done.status = SharedTaskStatus::Completed;
+                            done.output = Some("x".repeat(len));
+                            t.put_task(&key(&k.to_string()), done, now + 1_000);
+                            t.make_room(room, now);
+                        }
+                        Op::Release(k) => {
+                            t.remove_task(&key(&k.to_string()));
+                        }
+                        Op::Read(k) => {
+                            t.read_task(&key(&k.to_string()), now);
+                        }
+                        Op::Cancel(k) => {
+                            t.cancel_task(&key(&k.to_string()), now);
+                        }
+                        Op::Advance(by) => {
+                            now += by;
+                            t.sweep_queued(now);
+                        }
+                        Op::MakeRoom => {
+                            t.make_room(room, now);
+                        }
+                    }
+                    let sum: u64 = t.tasks.iter().map(|(k, (task, _))| record_bytes(k, task)).sum();
+                    prop_assert_eq!(t.task_bytes, sum);
+                    // Every record held is still queued by its current expiry, for the sweep and for the drops.
+                    for (k, (_, expires)) in &t.tasks {
+                        prop_assert!(t.expiries.tasks.iter().any(|Reverse((e, q))| e == expires && q == k));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Past its mark, the oldest ended records go first, down to the lower mark; running ones stay whatever their age,
+    /// unless their lease has lapsed.
+    #[test]
+    fn make_room_drops_the_oldest_ended_records_and_keeps_running_ones() {
+        let mut t = Tables::default();
+        let mut done = SharedTask::running("a", PayloadMode::Text);
+        done.status = SharedTaskStatus::Completed;
+        done.output = Some("x".repeat(1_000));
+        let mut live = SharedTask::running("a", PayloadMode::Text);
+        live.lease_until_ms = 1_000;
+        t.put_task(&key("old-running"), live, 10);
+        let mut lapsed = SharedTask::running("a", PayloadMode::Text);
+        lapsed.lease_until_ms = 40;
+        t.put_task(&key("lapsed"), lapsed, 20);
+        for i in 0..10 {
+            t.put_task(&key(&format!("done-{i}")), done.clone(), 100 + i);
+        }
+        let one = record_bytes(&key("done-0"), &done);
+        let room = Room { max: 20 * one, drop_above: 8 * one, drop_to: 6 * one };
+        assert_eq!(t.make_room(room, 50), 6, "the lapsed one, then down to the running one and five results");
+        let mut held: Vec<_> = t.tasks.keys().map(|k| k.task_id.clone()).collect();
+        held.sort_unstable();
+        assert_eq!(held, ["done-5", "done-6", "done-7", "done-8", "done-9", "old-running"]);
+        assert_eq!(t.make_room(room, 50), 0, "under the mark: nothing more");
     }
 
     /// Entries claimed without bounds (unsigned traffic's dedupe) are kept but count against no bound, as in the

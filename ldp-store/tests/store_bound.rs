@@ -1,14 +1,12 @@
-//! A bounded SQLite file (`StoreConfig::sqlite_max_bytes`): tasks submitted past the bound still run, and the file
-//! stays within it, because the oldest ended tasks' records go before their TTL — never a running task's, and never
-//! the dedupe entry an unsigned message's record kept. With nothing it may drop, a write at the bound is refused,
-//! retryably, and accepted again once tasks end.
-#![cfg(feature = "sqlite")]
+//! Bounded task records, in an SQLite file (`StoreConfig::sqlite_max_bytes`) and in the in-process store
+//! (`StoreConfig::memory_max_bytes`): tasks submitted past the bound still run, and the records stay within it,
+//! because the oldest ended tasks' records go before their TTL — never a running task's, and never the dedupe entry
+//! an unsigned message's record kept. With nothing it may drop, a claim at the bound is refused, retryably, and
+//! accepted again once tasks end.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::records::{now_ms, session};
-use crate::scratch::scratch;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,10 +15,54 @@ use ldp_session::shared::{
     Admission, ReplayClaim, ReplayVerdict, SharedTask, SharedTaskStatus, TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
-use ldp_store::{SqliteStore, StoreConfig};
+use ldp_store::{MemoryStore, StoreConfig};
 use ldp_types::PayloadMode;
 
 const MIB: u64 = 1 << 20;
+
+/// A store whose records are bounded, and how much of its bound it uses.
+struct Bounded {
+    store: Arc<dyn Store>,
+    held: Box<dyn Fn() -> u64>,
+    /// Removed at the end (an SQLite file's directory).
+    scratch: Option<std::path::PathBuf>,
+}
+
+impl Bounded {
+    /// A store of `backend` (`memory` or `sqlite`) bounded to `max_bytes`.
+    fn open(backend: &str, max_bytes: u64) -> Self {
+        let mut cfg = StoreConfig::new("ldp:delegate:bound");
+        match backend {
+            "memory" => {
+                cfg.memory_max_bytes = max_bytes;
+                let store = Arc::new(MemoryStore::new(cfg));
+                let held = store.clone();
+                Self { store, held: Box::new(move || held.task_record_bytes()), scratch: None }
+            }
+            #[cfg(feature = "sqlite")]
+            "sqlite" => {
+                let (dir, path) = crate::scratch::scratch(&format!("bound-{max_bytes}"));
+                cfg.sqlite_max_bytes = max_bytes;
+                let store = Arc::new(ldp_store::SqliteStore::open(&path, cfg).unwrap());
+                Self { store, held: Box::new(move || file_bytes(&path)), scratch: Some(dir) }
+            }
+            other => panic!("no bounded backend {other}"),
+        }
+    }
+
+    /// What the store holds against its bound: the task records' bytes, or the database file's.
+    fn held(&self) -> u64 {
+        (self.held)()
+    }
+}
+
+impl Drop for Bounded {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.scratch {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
 
 fn key(task: &str) -> TaskKey {
     TaskKey { session_id: "s".into(), task_id: task.into() }
@@ -39,7 +81,7 @@ fn completed(output: &str) -> SharedTask {
 }
 
 /// Claims `task` and records it completed with `output`.
-async fn run(store: &SqliteStore, task: &str, output: &str) {
+async fn run(store: &dyn Store, task: &str, output: &str) {
     let claim = store.claim_task(&key(task), &running(), Duration::from_secs(60)).await.unwrap();
     assert_eq!(claim, TaskClaim::Claimed, "{task}");
     assert_eq!(store.finish_task(&key(task), &completed(output)).await.unwrap(), TaskFinish::Recorded, "{task}");
@@ -61,7 +103,8 @@ fn unsigned_submit(task: &str, entry: &ReplayClaim) -> Admission {
 }
 
 /// The database file's pages and their size, read on a connection of the test's own.
-fn file_bytes(path: &Path) -> u64 {
+#[cfg(feature = "sqlite")]
+fn file_bytes(path: &std::path::Path) -> u64 {
     let conn = rusqlite::Connection::open(path).unwrap();
     let (pages, size): (i64, i64) = conn
         .query_row("SELECT page_count, page_size FROM pragma_page_count(), pragma_page_size()", [], |r| {
@@ -72,11 +115,30 @@ fn file_bytes(path: &Path) -> u64 {
 }
 
 #[tokio::test]
-async fn a_bounded_file_drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entries() {
-    let (dir, path) = scratch("bound-drops");
-    let mut cfg = StoreConfig::new("ldp:delegate:bound");
-    cfg.sqlite_max_bytes = 2 * MIB;
-    let store = Arc::new(SqliteStore::open(&path, cfg).unwrap());
+async fn memory_drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entries() {
+    drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entries("memory").await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entries() {
+    drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entries("sqlite").await;
+}
+
+#[tokio::test]
+async fn memory_at_its_bound_with_nothing_to_drop_refuses_claims_retryably_until_tasks_end() {
+    at_its_bound_with_nothing_to_drop_refuses_claims_retryably_until_tasks_end("memory").await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_at_its_bound_with_nothing_to_drop_refuses_claims_retryably_until_tasks_end() {
+    at_its_bound_with_nothing_to_drop_refuses_claims_retryably_until_tasks_end("sqlite").await;
+}
+
+async fn drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entries(backend: &str) {
+    let bounded = Bounded::open(backend, 2 * MIB);
+    let store = bounded.store.clone();
     assert!(store.create_session(&session("s")).await.unwrap());
 
     // The oldest record: an unsigned message's task, whose record keeps the message's dedupe entry.
@@ -96,14 +158,14 @@ async fn a_bounded_file_drops_the_oldest_results_first_and_keeps_running_tasks_a
         let mut tasks = tokio::task::JoinSet::new();
         for i in 0..8 {
             let (store, output) = (store.clone(), output.clone());
-            tasks.spawn(async move { run(&store, &format!("t-{}", wave * 8 + i), &output).await });
+            tasks.spawn(async move { run(&*store, &format!("t-{}", wave * 8 + i), &output).await });
         }
         while let Some(done) = tasks.join_next().await {
             done.unwrap();
         }
     }
 
-    assert!(file_bytes(&path) <= 2 * MIB, "the file holds {} bytes, over its bound", file_bytes(&path));
+    assert!(bounded.held() <= 2 * MIB, "{backend} holds {} bytes, over its bound", bounded.held());
     // The newest results are kept, the oldest went first.
     let newest = store.task(&key("t-2047")).await.unwrap().expect("the newest result is kept");
     assert_eq!(newest.output.as_deref(), Some(serde_json::to_string(&output).unwrap().as_str()));
@@ -116,16 +178,11 @@ async fn a_bounded_file_drops_the_oldest_results_first_and_keeps_running_tasks_a
     // The unsigned message, resent, is still refused: its dedupe entry was written on its own before its record went.
     let resent = store.admit(&unsigned_submit("t-unsigned", &entry)).await.unwrap();
     assert_eq!(resent.replay, ReplayVerdict::Seen, "the dropped record's dedupe entry is kept");
-    drop(store);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test]
-async fn a_file_at_its_bound_with_nothing_to_drop_refuses_writes_retryably_until_tasks_end() {
-    let (dir, path) = scratch("bound-full");
-    let mut cfg = StoreConfig::new("ldp:delegate:bound");
-    cfg.sqlite_max_bytes = MIB;
-    let store = Arc::new(SqliteStore::open(&path, cfg).unwrap());
+async fn at_its_bound_with_nothing_to_drop_refuses_claims_retryably_until_tasks_end(backend: &str) {
+    let bounded = Bounded::open(backend, MIB);
+    let store = bounded.store.clone();
     // Running tasks only, with long ids: nothing the store may drop, until the file is at its bound.
     let id = |n: usize| format!("{n:0>200}");
     let (mut claimed, mut refused) = (Vec::new(), Vec::new());
@@ -154,11 +211,11 @@ async fn a_file_at_its_bound_with_nothing_to_drop_refuses_writes_retryably_until
                 break 'fill e;
             }
         }
-        panic!("8,000 claims of 200-byte ids fit in a file of 1 MiB");
+        panic!("8,000 claims of 200-byte ids fit in {backend} bounded to 1 MiB");
     };
     assert!(matches!(refusal, StoreError::Unavailable { .. }), "a write at the bound: {refusal:?}");
     assert!(refusal.to_string().contains("full"), "{refusal}");
-    assert!(file_bytes(&path) <= MIB);
+    assert!(bounded.held() <= MIB, "{backend} holds {} bytes", bounded.held());
     // Every claim that was answered is there, and no refused one is (SQLite rolls a transaction back itself when the
     // file is full: a refused claim's batch keeps nothing, rather than committing what ran after the rollback).
     for task in claimed.iter().step_by(97) {
@@ -193,6 +250,4 @@ async fn a_file_at_its_bound_with_nothing_to_drop_refuses_writes_retryably_until
     // The tasks still running kept their records.
     let last = claimed.last().unwrap();
     assert_eq!(store.task(&key(last)).await.unwrap().map(|t| t.status), Some(SharedTaskStatus::Running));
-    drop(store);
-    let _ = std::fs::remove_dir_all(&dir);
 }
