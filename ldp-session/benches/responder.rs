@@ -3,17 +3,26 @@
 //! payload validation) and the TASK_RESULT out through `complete_task` (provenance, envelope, signature), with the
 //! delegate's own work reduced to nothing. Unsigned, and with `hmac-sha256-jcs` signatures and replay protection.
 //!
+//! And the check a driver with a store makes before each message for a session not held here
+//! (`Responder::room_for_session`), for a principal at its session limit with every session busy, on a replica
+//! holding 10,000 sessions of other principals: the worst case, where the check must find that none of the
+//! principal's sessions could give way.
+//!
 //! Run with: `cargo bench -p ldp-session --bench responder`
 
 mod round;
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use ldp_types::Body;
+use ldp_session::shared::SharedSession;
+use ldp_session::{ManualClock, Outcome, PeerContext, Responder, ResponderConfig, SeededIds, WallClock};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
+use ldp_types::{Body, Capability, DelegateId, Envelope, IdentityCard, TaskSubmit};
 use round::setup;
+use serde_json::json;
 
 fn task_submit(c: &mut Criterion) {
     let mut group = c.benchmark_group("responder_task_submit");
@@ -35,9 +44,52 @@ fn task_submit(c: &mut Criterion) {
     group.finish();
 }
 
+fn room_for_session_at_the_principal_limit(c: &mut Criterion) {
+    const RESPONDER: &str = "ldp:delegate:bench-responder";
+    const BUSY: &str = "ldp:delegate:busy";
+    let mut card = IdentityCard::new(DelegateId::new(RESPONDER).unwrap(), "bench", "sim", "1");
+    card.capabilities = vec![Capability::new("echo")];
+    let mut cfg = ResponderConfig::new(card);
+    cfg.limits.max_sessions = 20_000;
+    cfg.limits.max_concurrent_tasks = 1_000;
+    let per_principal = cfg.limits.max_sessions_per_principal;
+    let clock = ManualClock::new(time::macros::datetime!(2026-03-09 10:00:00 UTC));
+    let mut responder = Responder::new(cfg, Arc::new(clock.clone()), Box::new(SeededIds::new(7)));
+    let now = Instant::now();
+    let shared = |id: &str, peer: &str| -> SharedSession {
+        serde_json::from_value(json!({
+            "session_id": id, "peer": peer, "owner": null, "peer_delegate": null, "peer_domain": "default",
+            "mode": "text", "fallback": ["text"], "ttl_secs": 3600,
+        }))
+        .unwrap()
+    };
+    for i in 0..10_000 {
+        responder.adopt_session(now, &shared(&format!("other-{i}"), &format!("ldp:delegate:other-{i}"))).unwrap();
+    }
+    let message = |n: usize, session: &str, body: Body| {
+        let stamp = ldp_types::time::format_timestamp(clock.now_utc());
+        let id = format!("00000000-0000-4000-8000-{n:012x}");
+        Envelope::new(id, stamp, session, BUSY, RESPONDER, body)
+    };
+    // The principal's sessions, each running a task: none may give way to another.
+    for i in 0..per_principal {
+        let session = format!("busy-{i}");
+        responder.adopt_session(now, &shared(&session, BUSY)).unwrap();
+        let submit = message(i, &session, TaskSubmit::new(format!("t-{i}"), "echo".into(), json!(i), None).into());
+        let outcome = responder.handle(now, &PeerContext::default(), &submit.to_vec().unwrap()).unwrap();
+        assert!(matches!(outcome, Outcome::Execute(_)), "{outcome:?}");
+    }
+    let unknown =
+        message(per_principal, "busy-unknown", TaskSubmit::new("t".into(), "echo".into(), json!(0), None).into());
+    assert!(responder.room_for_session(&PeerContext::default(), &unknown).is_err(), "the principal is at its limit");
+    c.bench_function("responder_room_for_session_at_the_principal_limit", |b| {
+        b.iter(|| black_box(responder.room_for_session(&PeerContext::default(), black_box(&unknown)).is_err()))
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(5)).sample_size(50);
-    targets = task_submit
+    targets = task_submit, room_for_session_at_the_principal_limit
 }
 criterion_main!(benches);

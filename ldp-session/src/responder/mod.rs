@@ -50,7 +50,7 @@ mod types;
 pub use context::{History, Turn};
 pub use inbound::{Checked, InboundCheck};
 use inbound::{Dedupe, check_identifiers, decode, reference_category};
-use sessions::{Ended, ResponderSession, principal_key};
+use sessions::{Ended, PrincipalSessions, ResponderSession, principal_key};
 pub use shared::SharedEnd;
 use tasks::TaskDeadline;
 pub use types::{
@@ -64,8 +64,8 @@ pub struct Responder {
     cfg: ResponderConfig,
     wall: Arc<dyn WallClock>,
     ids: Box<dyn IdSource>,
-    sessions: HashMap<Box<str>, ResponderSession>,
-    expiry: BinaryHeap<Reverse<(Instant, Box<str>)>>,
+    sessions: HashMap<Arc<str>, ResponderSession>,
+    expiry: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
     /// Deadlines of running tasks under `fail_closed` contracts, (when, session id, task id); an entry whose task
     /// has ended meanwhile is skipped when it comes due.
     task_deadlines: BinaryHeap<Reverse<TaskDeadline>>,
@@ -74,8 +74,9 @@ pub struct Responder {
     replay: ReplayGuard,
     /// Message ids seen recently, in unsigned mode.
     dedupe: Dedupe,
-    /// Live sessions per principal ([`principal_key`]), for `max_sessions_per_principal`.
-    sessions_per_principal: HashMap<Box<str>, usize>,
+    /// The ids of the live sessions of each principal ([`principal_key`]), for `max_sessions_per_principal`, and so
+    /// that the scans at that limit read one principal's sessions rather than all of them.
+    sessions_per_principal: HashMap<Box<str>, PrincipalSessions>,
     running_total: usize,
     events: VecDeque<ResponderEvent>,
     /// Tasks ended by the machine whose delegate work the driver must stop ([`Responder::poll_aborted`]).

@@ -2,7 +2,9 @@
 //! its peer; touching and resuming it), and their end (close, expiry).
 
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ldp_types::{Body, Envelope, LdpError, PayloadMode, SessionAccept, SessionClose, codes, negotiate};
@@ -101,15 +103,6 @@ impl ResponderSession {
         self.running.is_empty() && self.state == SessionState::Active
     }
 
-    /// Whether the session counts against the principal `key` ([`principal_key`]), without building the session's
-    /// own key: scans at a session limit ask this of every session.
-    pub(super) fn counts_against(&self, key: &str) -> bool {
-        match &self.owner {
-            Some(principal) => key.strip_prefix("auth:") == Some(&**principal),
-            None => key.strip_prefix("from:") == Some(&*self.peer),
-        }
-    }
-
     pub(super) fn deadline(&self) -> Instant {
         self.last_activity + self.ttl
     }
@@ -138,6 +131,51 @@ pub(super) enum Ended {
     Closed,
 }
 
+/// The ids of one principal's live sessions here (at most `max_sessions_per_principal`). Each id is the session
+/// table's own allocation, shared rather than copied, and a principal's one session takes no allocation of its own:
+/// a replica may hold a million idle sessions, each of another principal (`examples/idle_sessions.rs`).
+#[derive(Debug)]
+pub(super) enum PrincipalSessions {
+    One(Arc<str>),
+    Many(Vec<Arc<str>>),
+}
+
+impl PrincipalSessions {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Self::One(_) => 1,
+            Self::Many(ids) => ids.len(),
+        }
+    }
+
+    pub(super) fn iter(&self) -> std::slice::Iter<'_, Arc<str>> {
+        match self {
+            Self::One(id) => std::slice::from_ref(id).iter(),
+            Self::Many(ids) => ids.iter(),
+        }
+    }
+
+    fn push(&mut self, id: Arc<str>) {
+        match self {
+            Self::One(first) => *self = Self::Many(vec![first.clone(), id]),
+            Self::Many(ids) => ids.push(id),
+        }
+    }
+
+    /// Removes `id`; returns whether none is left.
+    fn remove(&mut self, id: &str) -> bool {
+        match self {
+            Self::One(held) => **held == *id,
+            Self::Many(ids) => {
+                if let Some(at) = ids.iter().position(|held| **held == *id) {
+                    ids.swap_remove(at);
+                }
+                ids.is_empty()
+            }
+        }
+    }
+}
+
 /// The key a session counts against in `max_sessions_per_principal`: the authenticated principal, else the
 /// declared sender.
 pub(super) fn principal_key(owner: Option<&str>, from: &str) -> String {
@@ -148,6 +186,28 @@ pub(super) fn principal_key(owner: Option<&str>, from: &str) -> String {
 }
 
 impl Responder {
+    /// How many live sessions the principal `key` holds here.
+    pub(super) fn sessions_of(&self, key: &str) -> usize {
+        self.sessions_per_principal.get(key).map_or(0, PrincipalSessions::len)
+    }
+
+    /// Counts session `id` against the principal `key`.
+    pub(super) fn count_session(&mut self, key: String, id: Arc<str>) {
+        match self.sessions_per_principal.entry(key.into_boxed_str()) {
+            Entry::Occupied(mut held) => held.get_mut().push(id),
+            Entry::Vacant(first) => {
+                first.insert(PrincipalSessions::One(id));
+            }
+        }
+    }
+
+    /// Stops counting session `id` against the principal `key`.
+    pub(super) fn uncount_session(&mut self, key: &str, id: &str) {
+        if self.sessions_per_principal.get_mut(key).is_some_and(|held| held.remove(id)) {
+            self.sessions_per_principal.remove(key);
+        }
+    }
+
     pub(super) fn initiator_domain(&self, peer: &PeerContext, declared: Option<&str>) -> Result<String, LdpError> {
         if let Some(auth) = &peer.authenticated {
             if let Some(d) = declared
@@ -195,7 +255,7 @@ impl Responder {
         }
         let owner = peer.principal();
         let key = principal_key(owner.as_deref(), &env.from);
-        let held = self.sessions_per_principal.get(key.as_str()).copied().unwrap_or(0);
+        let held = self.sessions_of(&key);
         if held >= self.cfg.limits.max_sessions_per_principal {
             let error = session_error(
                 codes::CAPACITY_EXCEEDED,
@@ -233,9 +293,11 @@ impl Responder {
             now,
             peer.connection,
         );
-        self.expiry.push(Reverse((session.deadline(), session_id.as_str().into())));
-        self.sessions.insert(session_id.as_str().into(), session);
-        *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;
+        // One allocation of the id, shared by the session table, the expiry queue and the principal's list.
+        let id: Arc<str> = session_id.as_str().into();
+        self.expiry.push(Reverse((session.deadline(), id.clone())));
+        self.sessions.insert(id.clone(), session);
+        self.count_session(key, id);
         self.events.push_back(ResponderEvent::SessionEstablished {
             session_id: session_id.clone(),
             peer: env.from.clone(),
@@ -315,13 +377,7 @@ impl Responder {
         let Some(session) = self.sessions.remove(id) else { return Vec::new() };
         // Nobody can resume it any more.
         self.held.forget(id);
-        let key = principal_key(session.owner.as_deref(), &session.peer);
-        if let Some(n) = self.sessions_per_principal.get_mut(key.as_str()) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.sessions_per_principal.remove(key.as_str());
-            }
-        }
+        self.uncount_session(&principal_key(session.owner.as_deref(), &session.peer), id);
         self.running_total = self.running_total.saturating_sub(session.running.len());
         let mut running: Vec<(Box<str>, PayloadMode)> = session.running.into_iter().map(|(t, r)| (t, r.mode)).collect();
         // Hash order is not an order: keep aborts (and their ids drawn from the id source) deterministic.
@@ -368,36 +424,80 @@ impl Responder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::SharedSession;
+    use crate::{ResponderConfig, SeededIds, SystemClock};
+    use ldp_types::{Capability, DelegateId, IdentityCard};
+    use std::sync::Arc;
 
-    fn session(peer: &str, owner: Option<&str>) -> ResponderSession {
-        let modes = (PayloadMode::Text, Box::from([PayloadMode::Text]));
-        ResponderSession::active(
-            peer.into(),
-            owner.map(Into::into),
-            None,
-            "d".into(),
-            modes,
-            Duration::from_secs(1),
-            Instant::now(),
-            None,
-        )
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A session of the store, adopted for the principal (owner or sender) given.
+        Adopt { session: u8, principal: u8, authenticated: bool },
+        /// A session ended here (closed or expired).
+        End { session: u8, expired: bool },
+        /// A task started in a session (so that it may not give way) or ended in it.
+        Busy { session: u8, busy: bool },
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..12u8, 0..3u8, any::<bool>()).prop_map(|(session, principal, authenticated)| Op::Adopt {
+                session,
+                principal,
+                authenticated
+            }),
+            (0..12u8, any::<bool>()).prop_map(|(session, expired)| Op::End { session, expired }),
+            (0..12u8, any::<bool>()).prop_map(|(session, busy)| Op::Busy { session, busy }),
+        ]
     }
 
     proptest::proptest! {
-        /// A session counts against exactly the key [`principal_key`] builds for it, whatever the names hold (a
-        /// sender named like another's key included).
+        /// Each principal's index of sessions holds exactly the sessions held here that count against it, whatever
+        /// adoptions (dropping idle copies at either limit), ends and tasks came before; and neither limit is passed.
         #[test]
-        fn a_session_counts_against_its_principal_key_only(
-            peer in "(auth:|from:)?[a-z:]{0,6}",
-            owner in proptest::option::of("(auth:|from:)?[a-z:]{0,6}"),
-            other_peer in "(auth:|from:)?[a-z:]{0,6}",
-            other_owner in proptest::option::of("(auth:|from:)?[a-z:]{0,6}"),
-        ) {
-            let s = session(&peer, owner.as_deref());
-            proptest::prop_assert!(s.counts_against(&principal_key(owner.as_deref(), &peer)));
-            let other = principal_key(other_owner.as_deref(), &other_peer);
-            let same = other == principal_key(owner.as_deref(), &peer);
-            proptest::prop_assert_eq!(s.counts_against(&other), same);
+        fn the_principals_index_holds_exactly_their_sessions(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:r").unwrap(), "r", "sim", "1");
+            card.capabilities.push(Capability::new("echo"));
+            let mut cfg = ResponderConfig::new(card);
+            (cfg.limits.max_sessions, cfg.limits.max_sessions_per_principal) = (5, 3);
+            let mut r = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::new(1)));
+            let now = Instant::now();
+            for op in ops {
+                match op {
+                    Op::Adopt { session, principal, authenticated } => {
+                        let shared: SharedSession = serde_json::from_value(serde_json::json!({
+                            "session_id": format!("s{session}"), "peer": format!("ldp:delegate:p{principal}"),
+                            "owner": authenticated.then(|| format!("p{principal}")), "peer_delegate": null,
+                            "peer_domain": "default", "mode": "text", "fallback": ["text"], "ttl_secs": 600,
+                        }))
+                        .unwrap();
+                        let _ = r.adopt_session(now, &shared);
+                    }
+                    Op::End { session, expired } => {
+                        r.end_session(&format!("s{session}"), if expired { Ended::Expired } else { Ended::Closed });
+                    }
+                    Op::Busy { session, busy } => {
+                        if let Some(s) = r.sessions.get_mut(format!("s{session}").as_str()) {
+                            s.state = if busy { SessionState::Suspended } else { SessionState::Active };
+                        }
+                    }
+                }
+                let mut indexed = 0;
+                for (key, ids) in &r.sessions_per_principal {
+                    proptest::prop_assert!(ids.len() > 0, "{key}: an empty entry is removed");
+                    proptest::prop_assert!(ids.len() <= 3, "{key}: over its limit");
+                    for id in ids.iter() {
+                        let s = r.sessions.get(id);
+                        proptest::prop_assert!(s.is_some(), "{key}: {id} is not held");
+                        let s = s.unwrap();
+                        proptest::prop_assert_eq!(&principal_key(s.owner.as_deref(), &s.peer), &**key);
+                    }
+                    indexed += ids.len();
+                }
+                proptest::prop_assert_eq!(indexed, r.sessions.len(), "every session held is indexed once");
+                proptest::prop_assert!(r.sessions.len() <= 5);
+            }
         }
     }
 }

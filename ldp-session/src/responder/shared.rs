@@ -2,6 +2,7 @@
 //! store, and how it takes back what the store knows. Every rule stays here; the driver only moves the records.
 
 use std::cmp::Reverse;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ldp_types::{Envelope, LdpError, TaskFailed, TaskResult, TaskUpdate, codes};
@@ -11,7 +12,7 @@ use crate::error::Refusal;
 use crate::shared::{ReplayClaim, ReplayVerdict, SessionUsage, SharedSession, SharedTask, SharedTaskStatus};
 
 use super::inbound::{dedupe_key, reference_category};
-use super::sessions::{Ended, ResponderSession, principal_key};
+use super::sessions::{Ended, PrincipalSessions, ResponderSession, principal_key};
 use super::types::PeerContext;
 use super::{MAX_TTL, Responder};
 
@@ -139,9 +140,9 @@ impl Responder {
         if self.sessions.len() >= self.cfg.limits.max_sessions && !self.drop_idle_copy(None) {
             return Err(no_room());
         }
-        let id: Box<str> = shared.session_id.as_str().into();
-        if self.ended.remove(&id).is_some() {
-            self.ended_order.retain(|e| *e != id);
+        let id: Arc<str> = shared.session_id.as_str().into();
+        if self.ended.remove(&*id).is_some() {
+            self.ended_order.retain(|e| **e != *id);
         }
         let ttl = Duration::from_secs(shared.ttl_secs).min(self.cfg.limits.max_ttl).min(MAX_TTL);
         let session = ResponderSession::active(
@@ -155,8 +156,8 @@ impl Responder {
             None,
         );
         self.expiry.push(Reverse((session.deadline(), id.clone())));
-        self.sessions.insert(id, session);
-        *self.sessions_per_principal.entry(key.into_boxed_str()).or_insert(0) += 1;
+        self.sessions.insert(id.clone(), session);
+        self.count_session(key, id);
         Ok(())
     }
 
@@ -181,12 +182,19 @@ impl Responder {
 
     /// Whether the principal `key` holds `max_sessions_per_principal` sessions here.
     fn principal_full(&self, key: &str) -> bool {
-        self.sessions_per_principal.get(key).copied().unwrap_or(0) >= self.cfg.limits.max_sessions_per_principal
+        self.sessions_of(key) >= self.cfg.limits.max_sessions_per_principal
     }
 
-    /// Whether the principal `key` has an idle session here. A scan, run only at its limit.
+    /// Whether the principal `key` has an idle session here. Run only at its limit, it reads that principal's
+    /// sessions alone: a peer at its limit that sends messages for sessions not held here costs a scan of its own
+    /// sessions, not of every session this replica holds.
     fn idle_of(&self, key: &str) -> bool {
-        self.sessions.values().any(|s| s.is_idle() && s.counts_against(key))
+        self.ids_of(key).any(|id| self.sessions.get(id).is_some_and(ResponderSession::is_idle))
+    }
+
+    /// The ids of the principal `key`'s live sessions here.
+    fn ids_of<'a>(&'a self, key: &str) -> impl Iterator<Item = &'a Arc<str>> + 'a {
+        self.sessions_per_principal.get(key).into_iter().flat_map(PrincipalSessions::iter)
     }
 
     /// Drops this replica's copy of its least recently used idle session (active, no task running), of the
@@ -195,20 +203,15 @@ impl Responder {
     /// there was one. A scan, run only at a session limit; the expiry queue's entries it leaves stale are swept out
     /// once they outnumber the sessions twice, so that churn cannot grow the queue.
     fn drop_idle_copy(&mut self, of: Option<&str>) -> bool {
-        let idle = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.is_idle() && of.is_none_or(|key| s.counts_against(key)))
-            .min_by_key(|(_, s)| s.last_activity)
-            .map(|(id, _)| id.clone());
-        let Some(session) = idle.and_then(|id| self.sessions.remove(&id)) else { return false };
-        let key = principal_key(session.owner.as_deref(), &session.peer);
-        if let Some(n) = self.sessions_per_principal.get_mut(key.as_str()) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.sessions_per_principal.remove(key.as_str());
-            }
-        }
+        let least_recent = |sessions: &mut dyn Iterator<Item = (&Arc<str>, &ResponderSession)>| {
+            sessions.filter(|(_, s)| s.is_idle()).min_by_key(|(_, s)| s.last_activity).map(|(id, _)| id.clone())
+        };
+        let idle = match of {
+            Some(key) => least_recent(&mut self.ids_of(key).filter_map(|id| Some((id, self.sessions.get(id)?)))),
+            None => least_recent(&mut self.sessions.iter()),
+        };
+        let Some((id, session)) = idle.and_then(|id| self.sessions.remove_entry(&*id)) else { return false };
+        self.uncount_session(&principal_key(session.owner.as_deref(), &session.peer), &id);
         if self.expiry.len() > 2 * self.sessions.len().max(16) {
             self.expiry = self.sessions.iter().map(|(id, s)| Reverse((s.deadline(), id.clone()))).collect();
         }
