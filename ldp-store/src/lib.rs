@@ -9,6 +9,12 @@
 //! | [`SqliteStore`] (feature `sqlite`) | one replica that must survive restarts and `kill -9` | WAL journal, group commit; [`Durability::Process`] (default, `synchronous=NORMAL`): a call that returned survives the process dying; [`Durability::Full`] (`synchronous=FULL`): also a power cut |
 //! | [`RedisStore`] (feature `redis`) | N replicas behind a load balancer | Redis's own (RDB/AOF as the operator configures it) |
 //!
+//! Results are kept for [`StoreConfig::result_ttl`], so what a store holds grows with the task rate; each is bounded.
+//! [`MemoryStore`] and [`SqliteStore`] drop the oldest ended tasks' records early past seven eighths of their bound
+//! ([`StoreConfig::memory_max_bytes`], [`StoreConfig::sqlite_max_bytes`]); with nothing left to drop, the memory
+//! store refuses new claims and the SQLite file any write, retryably. A Redis is bounded by its `maxmemory` (under
+//! `noeviction`, refusing writes when full).
+//!
 //! `ldp serve --store memory|sqlite:PATH|redis://HOST:PORT[/DB]` picks one ([`StoreSpec`]); `memory` there means no
 //! store at all: the machine's own tables, today's behaviour and speed. Redis may also be `rediss://` (TLS, with
 //! [`StoreConfig::redis_tls`] for a private CA or a client certificate) or `redis+unix:///PATH`, and any of them may
