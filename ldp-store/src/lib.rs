@@ -522,6 +522,16 @@ pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// The smallest bound a store's task records take ([`StoreConfig::memory_max_bytes`],
+/// [`StoreConfig::sqlite_max_bytes`]); a smaller one is taken as this.
+pub(crate) const MIN_BOUND_BYTES: u64 = 1 << 20;
+
+/// The marks of a bound of `max` (bytes or pages, as the store counts): past the first, the oldest ended tasks'
+/// records are dropped, down to the second. Seven eighths and three quarters, the same for every bounded store.
+pub(crate) fn drop_marks(max: u64) -> (u64, u64) {
+    (max / 8 * 7, max / 4 * 3)
+}
+
 /// A duration in milliseconds, saturating.
 pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)

@@ -19,7 +19,7 @@ use ldp_session::shared::{
 };
 use ldp_session::store::{Store, StoreError};
 
-use crate::{StoreConfig, ms, now_ms, outlived, outliving};
+use crate::{MIN_BOUND_BYTES, StoreConfig, drop_marks, ms, now_ms, outlived, outliving};
 
 /// Shared state in this process's memory.
 #[derive(Debug)]
@@ -72,9 +72,6 @@ const SWEEP_EVERY: usize = 1024;
 /// drop more to get under its mark does so over the next writes.
 const ROOM_RECORDS_PER_CALL: usize = 4096;
 
-/// The smallest bound the task records take ([`StoreConfig::memory_max_bytes`]); a smaller one is taken as this.
-const MIN_MAX_BYTES: u64 = 1 << 20;
-
 /// What a record is counted as besides its strings: the record's own fields, its key, the map's entry and its place
 /// in the expiry queue.
 const RECORD_ALLOWANCE: usize = 256;
@@ -117,8 +114,9 @@ struct Room {
 
 impl Room {
     fn new(max_bytes: u64) -> Self {
-        let max = max_bytes.max(MIN_MAX_BYTES);
-        Self { max, drop_above: max / 8 * 7, drop_to: max / 4 * 3 }
+        let max = max_bytes.max(MIN_BOUND_BYTES);
+        let (drop_above, drop_to) = drop_marks(max);
+        Self { max, drop_above, drop_to }
     }
 }
 

@@ -59,7 +59,7 @@ use ldp_session::store::{OUTAGE_LINE_EVERY, OutageLog, Store, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use crate::{Durability, OpenError, StoreConfig, corrupt, ms, now_ms};
+use crate::{Durability, MIN_BOUND_BYTES, OpenError, StoreConfig, corrupt, drop_marks, ms, now_ms};
 
 const BACKEND: &str = "sqlite";
 
@@ -540,9 +540,6 @@ struct Room {
 /// the next batches, rather than stalling this one's callers. (A batch's own writes add at most [`MAX_BATCH`] records.)
 const ROOM_ROWS_PER_BATCH: usize = 1024;
 
-/// The smallest bound the file takes ([`StoreConfig::sqlite_max_bytes`]); a smaller one is taken as this.
-const MIN_MAX_BYTES: u64 = 1 << 20;
-
 /// How often, in operations, the writer reads the pages in use while the file is not near its bound: between two
 /// reads the file grows by at most this many results (plus a batch's), which the eighth between the mark and the
 /// bound must hold (the smallest bound the store takes, 1 MiB, holds this many results of 8 KiB).
@@ -559,12 +556,13 @@ const OLDEST_ENDED: &str = "SELECT row, message_key, message_until_ms FROM task_
 
 impl Room {
     /// Sets the file's bound on `conn` (`PRAGMA max_page_count`, which never goes below the pages the file has; at
-    /// least [`MIN_MAX_BYTES`]) and the marks seven eighths and three quarters of it.
+    /// least [`MIN_BOUND_BYTES`]) and its marks ([`drop_marks`]).
     fn new(conn: &Connection, max_bytes: u64) -> rusqlite::Result<Self> {
         let page_size: u32 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
-        let max_pages = max_bytes.max(MIN_MAX_BYTES) / u64::from(page_size.max(512));
+        let max_pages = max_bytes.max(MIN_BOUND_BYTES) / u64::from(page_size.max(512));
         conn.query_row(&format!("PRAGMA max_page_count={max_pages}"), [], |_| Ok(()))?;
-        Ok(Self { drop_above: max_pages / 8 * 7, drop_to: max_pages / 4 * 3 })
+        let (drop_above, drop_to) = drop_marks(max_pages);
+        Ok(Self { drop_above, drop_to })
     }
 
     /// Drops the oldest ended tasks' records while more than [`Room::drop_above`] pages are in use, down to

@@ -427,7 +427,6 @@ mod tests {
     use crate::shared::SharedSession;
     use crate::{ResponderConfig, SeededIds, SystemClock};
     use ldp_types::{Capability, DelegateId, IdentityCard};
-    use std::sync::Arc;
 
     #[derive(Debug, Clone)]
     enum Op {

@@ -203,13 +203,12 @@ impl Responder {
     /// there was one. A scan, run only at a session limit; the expiry queue's entries it leaves stale are swept out
     /// once they outnumber the sessions twice, so that churn cannot grow the queue.
     fn drop_idle_copy(&mut self, of: Option<&str>) -> bool {
-        let least_recent = |sessions: &mut dyn Iterator<Item = (&Arc<str>, &ResponderSession)>| {
-            sessions.filter(|(_, s)| s.is_idle()).min_by_key(|(_, s)| s.last_activity).map(|(id, _)| id.clone())
+        let candidates: Box<dyn Iterator<Item = (&Arc<str>, &ResponderSession)>> = match of {
+            Some(key) => Box::new(self.ids_of(key).filter_map(|id| Some((id, self.sessions.get(id)?)))),
+            None => Box::new(self.sessions.iter()),
         };
-        let idle = match of {
-            Some(key) => least_recent(&mut self.ids_of(key).filter_map(|id| Some((id, self.sessions.get(id)?)))),
-            None => least_recent(&mut self.sessions.iter()),
-        };
+        let idle =
+            candidates.filter(|(_, s)| s.is_idle()).min_by_key(|(_, s)| s.last_activity).map(|(id, _)| id.clone());
         let Some((id, session)) = idle.and_then(|id| self.sessions.remove_entry(&*id)) else { return false };
         self.uncount_session(&principal_key(session.owner.as_deref(), &session.peer), &id);
         if self.expiry.len() > 2 * self.sessions.len().max(16) {
