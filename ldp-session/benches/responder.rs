@@ -8,6 +8,10 @@
 //! holding 10,000 sessions of other principals: the worst case, where the check must find that none of the
 //! principal's sessions could give way.
 //!
+//! And the same replica at its own cap (`max_sessions`, 10,000 sessions of as many principals): adopting a session
+//! from the store, which drops this replica's copy of the least recently used idle session; and the check before
+//! a message when no session is idle (every one suspended), which must refuse.
+//!
 //! Run with: `cargo bench -p ldp-session --bench responder`
 
 mod round;
@@ -87,9 +91,81 @@ fn room_for_session_at_the_principal_limit(c: &mut Criterion) {
     });
 }
 
+/// A responder at `max_sessions` (10,000), each session adopted from the store for a principal of its own.
+fn at_the_session_cap() -> (Responder, ManualClock, Instant) {
+    let mut card = IdentityCard::new(DelegateId::new("ldp:delegate:bench-responder").unwrap(), "bench", "sim", "1");
+    card.capabilities = vec![Capability::new("echo")];
+    let mut cfg = ResponderConfig::new(card);
+    cfg.limits.max_sessions = 10_000;
+    let clock = ManualClock::new(time::macros::datetime!(2026-03-09 10:00:00 UTC));
+    let mut responder = Responder::new(cfg, Arc::new(clock.clone()), Box::new(SeededIds::new(7)));
+    let now = Instant::now();
+    for i in 0..10_000 {
+        // Each a microsecond after the last, so that the least recently used is one session.
+        let at = now + Duration::from_micros(i);
+        responder.adopt_session(at, &shared(&format!("s-{i}"), &format!("ldp:delegate:p-{i}"))).unwrap();
+    }
+    (responder, clock, now + Duration::from_secs(1))
+}
+
+fn shared(id: &str, peer: &str) -> SharedSession {
+    serde_json::from_value(json!({
+        "session_id": id, "peer": peer, "owner": null, "peer_delegate": null, "peer_domain": "default",
+        "mode": "text", "fallback": ["text"], "ttl_secs": 3600,
+    }))
+    .unwrap()
+}
+
+fn at_the_session_cap_cases(c: &mut Criterion) {
+    let (mut responder, _clock, now) = at_the_session_cap();
+    let mut next = 0u64;
+    c.bench_function("responder_adopt_at_the_session_cap", |b| {
+        b.iter(|| {
+            next += 1;
+            // A new session each time: the least recently used idle one gives way.
+            responder
+                .adopt_session(
+                    now + Duration::from_nanos(next),
+                    &shared(&format!("new-{next}"), &format!("ldp:delegate:new-{next}")),
+                )
+                .unwrap()
+        })
+    });
+
+    let (mut responder, clock, now) = at_the_session_cap();
+    for i in 0..10_000u64 {
+        let stamp = ldp_types::time::format_timestamp(clock.now_utc());
+        let body = ldp_types::TaskUpdate::new("t".into(), None, None);
+        let id = format!("00000000-0000-4000-8000-{i:012x}");
+        let env = Envelope::new(
+            id,
+            stamp,
+            format!("s-{i}"),
+            format!("ldp:delegate:p-{i}"),
+            "ldp:delegate:bench-responder",
+            Body::from(body),
+        );
+        let peer = PeerContext { connection: Some(1), ..PeerContext::default() };
+        let _ = responder.handle(now, &peer, &env.to_vec().unwrap());
+    }
+    responder.suspend_connection(1);
+    let unknown = Envelope::new(
+        "00000000-0000-4000-8000-ffffffffffff",
+        ldp_types::time::format_timestamp(clock.now_utc()),
+        "s-unknown",
+        "ldp:delegate:new",
+        "ldp:delegate:bench-responder",
+        Body::from(TaskSubmit::new("t".into(), "echo".into(), json!(0), None)),
+    );
+    assert!(responder.room_for_session(&PeerContext::default(), &unknown).is_err(), "every session is suspended");
+    c.bench_function("responder_room_for_session_at_the_session_cap", |b| {
+        b.iter(|| black_box(responder.room_for_session(&PeerContext::default(), black_box(&unknown)).is_err()))
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(5)).sample_size(50);
-    targets = task_submit, room_for_session_at_the_principal_limit
+    targets = task_submit, room_for_session_at_the_principal_limit, at_the_session_cap_cases
 }
 criterion_main!(benches);

@@ -50,7 +50,7 @@ mod types;
 pub use context::{History, Turn};
 pub use inbound::{Checked, InboundCheck};
 use inbound::{Dedupe, check_identifiers, decode, reference_category};
-use sessions::{Ended, PrincipalSessions, ResponderSession, principal_key};
+use sessions::{Ended, IdleOrder, PrincipalSessions, ResponderSession, principal_key};
 pub use shared::SharedEnd;
 use tasks::TaskDeadline;
 pub use types::{
@@ -77,6 +77,14 @@ pub struct Responder {
     /// The ids of the live sessions of each principal ([`principal_key`]), for `max_sessions_per_principal`, and so
     /// that the scans at that limit read one principal's sessions rather than all of them.
     sessions_per_principal: HashMap<Box<str>, PrincipalSessions>,
+    /// How many sessions held are idle ([`ResponderSession::is_idle`]), kept at every start and end of a task and
+    /// every suspend and resume, so that at `max_sessions` whether one can give way is known without a scan.
+    idle_total: usize,
+    /// The idle sessions by last activity, for the least recently used to give way at `max_sessions`
+    /// ([`Responder::adopt_session`]). Built when that limit first needs it, so that a replica under its cap keeps
+    /// none; then each session that becomes idle is queued. Kept lazily, as the expiry queue is: an entry whose
+    /// session was used, became busy or left since is corrected or skipped when it comes up.
+    idle_order: Option<IdleOrder>,
     running_total: usize,
     events: VecDeque<ResponderEvent>,
     /// Tasks ended by the machine whose delegate work the driver must stop ([`Responder::poll_aborted`]).
@@ -125,6 +133,8 @@ impl Responder {
             replay: ReplayGuard::default(),
             sessions_per_principal: HashMap::new(),
             dedupe: Dedupe::default(),
+            idle_total: 0,
+            idle_order: None,
             running_total: 0,
             events: VecDeque::new(),
             aborted: VecDeque::new(),

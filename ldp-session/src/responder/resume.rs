@@ -16,6 +16,9 @@ impl Responder {
     pub fn suspend_connection(&mut self, connection: u64) {
         for (id, s) in &mut self.sessions {
             if s.connection == Some(connection) && s.state == SessionState::Active {
+                if s.is_idle() {
+                    self.idle_total = self.idle_total.saturating_sub(1);
+                }
                 s.state = SessionState::Suspended;
                 self.events.push_back(ResponderEvent::SessionSuspended { session_id: id.to_string() });
             }

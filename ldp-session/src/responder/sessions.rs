@@ -3,7 +3,7 @@
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -176,6 +176,14 @@ impl PrincipalSessions {
     }
 }
 
+/// Idle sessions by last activity, least recent first: (last activity, session id).
+pub(super) type IdleOrder = BinaryHeap<Reverse<(Instant, Arc<str>)>>;
+
+/// The idle sessions of `sessions` by last activity, for [`Responder`]'s idle order.
+pub(super) fn idle_order_of(sessions: &HashMap<Arc<str>, ResponderSession>) -> IdleOrder {
+    sessions.iter().filter(|(_, s)| s.is_idle()).map(|(id, s)| Reverse((s.last_activity, id.clone()))).collect()
+}
+
 /// The key a session counts against in `max_sessions_per_principal`: the authenticated principal, else the
 /// declared sender.
 pub(super) fn principal_key(owner: Option<&str>, from: &str) -> String {
@@ -206,6 +214,25 @@ impl Responder {
         if self.sessions_per_principal.get_mut(key).is_some_and(|held| held.remove(id)) {
             self.sessions_per_principal.remove(key);
         }
+    }
+
+    /// Counts session `id` as idle: new here, its last task ended, or it resumed. It is queued in the idle order
+    /// when that is kept; the order is rebuilt when its entries outnumber the sessions twice (each session that
+    /// runs task after task queues itself once per task), so that it cannot grow past that.
+    pub(super) fn count_idle(&mut self, id: &str) {
+        self.idle_total += 1;
+        let Some(order) = &mut self.idle_order else { return };
+        if let Some((id, s)) = self.sessions.get_key_value(id) {
+            order.push(Reverse((s.last_activity, id.clone())));
+        }
+        if order.len() > 2 * self.sessions.len() + 64 {
+            *order = idle_order_of(&self.sessions);
+        }
+    }
+
+    /// Stops counting a session as idle: a task started in it, it was suspended, or it left.
+    pub(super) fn uncount_idle(&mut self) {
+        self.idle_total = self.idle_total.saturating_sub(1);
     }
 
     pub(super) fn initiator_domain(&self, peer: &PeerContext, declared: Option<&str>) -> Result<String, LdpError> {
@@ -298,6 +325,7 @@ impl Responder {
         self.expiry.push(Reverse((session.deadline(), id.clone())));
         self.sessions.insert(id.clone(), session);
         self.count_session(key, id);
+        self.count_idle(&session_id);
         self.events.push_back(ResponderEvent::SessionEstablished {
             session_id: session_id.clone(),
             peer: env.from.clone(),
@@ -325,6 +353,9 @@ impl Responder {
                 return Err(self.refuse(env, error));
             }
             if session.touch(now, peer.connection) {
+                if session.is_idle() {
+                    self.count_idle(id);
+                }
                 self.events.push_back(ResponderEvent::SessionResumed { session_id: id.to_owned() });
             }
             return Ok(());
@@ -375,6 +406,9 @@ impl Responder {
 
     pub(super) fn end_session(&mut self, id: &str, how: Ended) -> Vec<TaskKey> {
         let Some(session) = self.sessions.remove(id) else { return Vec::new() };
+        if session.is_idle() {
+            self.uncount_idle();
+        }
         // Nobody can resume it any more.
         self.held.forget(id);
         self.uncount_session(&principal_key(session.owner.as_deref(), &session.peer), id);
@@ -496,6 +530,141 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(indexed, r.sessions.len(), "every session held is indexed once");
                 proptest::prop_assert!(r.sessions.len() <= 5);
+            }
+        }
+    }
+
+    /// What happens to the sessions of a responder at its `max_sessions`, for the idle count and order.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A session of the store adopted here (dropping the least recently used idle one at the cap).
+        Adopt { session: u8 },
+        /// A task submitted in a session, over connection `connection` (which resumes it if suspended).
+        Submit { session: u8, connection: u8 },
+        /// A session's first running task ends: completed, failed, cancelled by its peer or taken back.
+        EndTask { session: u8, how: u8 },
+        /// A connection drops: its sessions are suspended.
+        Suspend { connection: u8 },
+        /// A session is closed here.
+        Close { session: u8 },
+        /// Time passes (sessions live 20 s) and expired sessions are reaped.
+        Wait { secs: u8 },
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0..10u8).prop_map(|session| Step::Adopt { session }),
+            4 => (0..10u8, 0..3u8).prop_map(|(session, connection)| Step::Submit { session, connection }),
+            3 => (0..10u8, 0..4u8).prop_map(|(session, how)| Step::EndTask { session, how }),
+            1 => (0..3u8).prop_map(|connection| Step::Suspend { connection }),
+            1 => (0..10u8).prop_map(|session| Step::Close { session }),
+            1 => (0..12u8).prop_map(|secs| Step::Wait { secs }),
+        ]
+    }
+
+    /// The idle sessions, by the definition, with their last activity.
+    fn idle_now(r: &Responder) -> Vec<(String, Instant)> {
+        r.sessions.iter().filter(|(_, s)| s.is_idle()).map(|(id, s)| (id.to_string(), s.last_activity)).collect()
+    }
+
+    proptest::proptest! {
+        /// Whatever tasks start and end, connections drop and sessions resume, close, expire and come from the
+        /// store: the idle count is the number of idle sessions; once kept, the idle order queues every idle session
+        /// at or before its last use; and a session adopted at `max_sessions` takes the place of the least recently
+        /// used idle session, or is refused when none is idle.
+        #[test]
+        fn the_idle_count_and_order_follow_the_sessions(steps in proptest::collection::vec(step(), 1..80)) {
+            use crate::{ManualClock, TaskOutput, WallClock};
+            use ldp_types::{TaskCancel, TaskSubmit};
+            const ME: &str = "ldp:delegate:r";
+            let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
+            card.capabilities.push(Capability::new("echo"));
+            let mut cfg = ResponderConfig::new(card);
+            (cfg.limits.max_sessions, cfg.limits.max_concurrent_tasks) = (4, 100);
+            let wall = ManualClock::new(time::macros::datetime!(2026-03-09 10:00:00 UTC));
+            let mut r = Responder::new(cfg, Arc::new(wall.clone()), Box::new(SeededIds::new(1)));
+            let mut now = Instant::now();
+            let mut sent = 0u64;
+            for step in steps {
+                match step {
+                    Step::Adopt { session } => {
+                        let id = format!("s{session}");
+                        let shared: SharedSession = serde_json::from_value(serde_json::json!({
+                            "session_id": id, "peer": format!("ldp:delegate:p{session}"), "owner": null,
+                            "peer_delegate": null, "peer_domain": "default", "mode": "text", "fallback": ["text"],
+                            "ttl_secs": 20,
+                        }))
+                        .unwrap();
+                        let held = r.sessions.contains_key(id.as_str());
+                        let idle = idle_now(&r);
+                        let full = r.sessions.len() >= 4;
+                        let oldest = idle.iter().map(|(_, at)| *at).min();
+                        let adopted = r.adopt_session(now, &shared);
+                        if !held && full {
+                            proptest::prop_assert_eq!(adopted.is_ok(), oldest.is_some(), "refused only when none is idle");
+                            if let Some(oldest) = oldest {
+                                let gone: Vec<_> =
+                                    idle.iter().filter(|(id, _)| !r.sessions.contains_key(id.as_str())).collect();
+                                proptest::prop_assert_eq!(gone.len(), 1, "one idle session gives way");
+                                proptest::prop_assert_eq!(gone[0].1, oldest, "the least recently used one");
+                            }
+                        }
+                    }
+                    Step::Submit { session, connection } => {
+                        sent += 1;
+                        let stamp = ldp_types::time::format_timestamp(wall.now_utc());
+                        let body = TaskSubmit::new(format!("t{sent}"), "echo".into(), serde_json::json!(sent), None);
+                        let env = Envelope::new(
+                            format!("00000000-0000-4000-8000-{sent:012x}"), stamp, format!("s{session}"),
+                            format!("ldp:delegate:p{session}"), ME, Body::from(body),
+                        );
+                        let peer = PeerContext { connection: Some(u64::from(connection)), ..PeerContext::default() };
+                        let _ = r.handle(now, &peer, &env.to_vec().unwrap());
+                    }
+                    Step::EndTask { session, how } => {
+                        let id = format!("s{session}");
+                        let Some(task) = r.sessions.get(id.as_str()).and_then(|s| s.running.keys().min().cloned())
+                        else { continue };
+                        let key = TaskKey { session_id: id.clone(), task_id: task.to_string() };
+                        match how {
+                            0 => { let _ = r.complete_task(now, &key, TaskOutput::new("done")); }
+                            1 => { let _ = r.fail_task(now, &key, LdpError::runtime("FAILED", "no")); }
+                            2 => {
+                                sent += 1;
+                                let stamp = ldp_types::time::format_timestamp(wall.now_utc());
+                                let env = Envelope::new(
+                                    format!("00000000-0000-4000-8000-{sent:012x}"), stamp, id,
+                                    format!("ldp:delegate:p{session}"), ME, Body::from(TaskCancel::new(task.to_string())),
+                                );
+                                let _ = r.handle(now, &PeerContext::default(), &env.to_vec().unwrap());
+                            }
+                            _ => { let _ = r.retract_task(&key, LdpError::runtime("STORE_UNAVAILABLE", "down")); }
+                        }
+                    }
+                    Step::Suspend { connection } => r.suspend_connection(u64::from(connection)),
+                    Step::Close { session } => {
+                        r.end_session(&format!("s{session}"), Ended::Closed);
+                    }
+                    Step::Wait { secs } => {
+                        now += Duration::from_secs(u64::from(secs));
+                        wall.advance(Duration::from_secs(u64::from(secs)));
+                        let _ = r.handle_timeout(now);
+                    }
+                }
+                while r.poll_aborted().is_some() {}
+                let idle = idle_now(&r);
+                proptest::prop_assert_eq!(r.idle_total, idle.len(), "the idle count");
+                proptest::prop_assert!(r.sessions.len() <= 4);
+                if let Some(order) = &r.idle_order {
+                    for (id, last) in &idle {
+                        proptest::prop_assert!(
+                            order.iter().any(|Reverse((at, queued))| **queued == **id && at <= last),
+                            "{} is idle but not queued", id
+                        );
+                    }
+                    proptest::prop_assert!(order.len() <= 2 * r.sessions.len() + 65, "the order is bounded");
+                }
             }
         }
     }

@@ -12,7 +12,7 @@ use crate::error::Refusal;
 use crate::shared::{ReplayClaim, ReplayVerdict, SessionUsage, SharedSession, SharedTask, SharedTaskStatus};
 
 use super::inbound::{dedupe_key, reference_category};
-use super::sessions::{Ended, PrincipalSessions, ResponderSession, principal_key};
+use super::sessions::{Ended, PrincipalSessions, ResponderSession, idle_order_of, principal_key};
 use super::types::PeerContext;
 use super::{MAX_TTL, Responder};
 
@@ -158,6 +158,7 @@ impl Responder {
         self.expiry.push(Reverse((session.deadline(), id.clone())));
         self.sessions.insert(id.clone(), session);
         self.count_session(key, id);
+        self.count_idle(&shared.session_id);
         Ok(())
     }
 
@@ -175,8 +176,7 @@ impl Responder {
         if self.principal_full(&key) && !self.idle_of(&key) {
             return Err(no_room_for_principal());
         }
-        let room =
-            self.sessions.len() < self.cfg.limits.max_sessions || self.sessions.values().any(ResponderSession::is_idle);
+        let room = self.sessions.len() < self.cfg.limits.max_sessions || self.idle_total > 0;
         if room { Ok(()) } else { Err(no_room()) }
     }
 
@@ -200,21 +200,50 @@ impl Responder {
     /// Drops this replica's copy of its least recently used idle session (active, no task running), of the
     /// principal `of` or of any, which the store still holds: no tombstone, no event, nothing aborted; answers held
     /// for it stay (under their own TTL), for the session's resume if it is adopted here again. Returns whether
-    /// there was one. A scan, run only at a session limit; the expiry queue's entries it leaves stale are swept out
-    /// once they outnumber the sessions twice, so that churn cannot grow the queue.
+    /// there was one. Run only at a session limit: a principal's are found by a scan of its own sessions (at most
+    /// `max_sessions_per_principal`), any principal's from the idle order, without a scan. The expiry queue's
+    /// entries it leaves stale are swept out once they outnumber the sessions twice, so that churn cannot grow the
+    /// queue.
     fn drop_idle_copy(&mut self, of: Option<&str>) -> bool {
-        let candidates: Box<dyn Iterator<Item = (&Arc<str>, &ResponderSession)>> = match of {
-            Some(key) => Box::new(self.ids_of(key).filter_map(|id| Some((id, self.sessions.get(id)?)))),
-            None => Box::new(self.sessions.iter()),
+        let idle = match of {
+            Some(key) => self
+                .ids_of(key)
+                .filter_map(|id| Some((id, self.sessions.get(id)?)))
+                .filter(|(_, s)| s.is_idle())
+                .min_by_key(|(_, s)| s.last_activity)
+                .map(|(id, _)| id.clone()),
+            None => self.least_recent_idle(),
         };
-        let idle =
-            candidates.filter(|(_, s)| s.is_idle()).min_by_key(|(_, s)| s.last_activity).map(|(id, _)| id.clone());
         let Some((id, session)) = idle.and_then(|id| self.sessions.remove_entry(&*id)) else { return false };
+        self.uncount_idle();
         self.uncount_session(&principal_key(session.owner.as_deref(), &session.peer), &id);
         if self.expiry.len() > 2 * self.sessions.len().max(16) {
             self.expiry = self.sessions.iter().map(|(id, s)| Reverse((s.deadline(), id.clone()))).collect();
         }
         true
+    }
+
+    /// The least recently used idle session, from the idle order (built here the first time it is needed). Entries
+    /// whose session left or is busy are dropped (a session queues itself again when it is next idle); one whose
+    /// session was used since is queued again at its last use. Each entry is so handled once per use or change of
+    /// its session, so the cost is bounded by what peers did, not by the sessions held.
+    fn least_recent_idle(&mut self) -> Option<Arc<str>> {
+        if self.idle_total == 0 {
+            return None;
+        }
+        let sessions = &self.sessions;
+        let order = self.idle_order.get_or_insert_with(|| idle_order_of(sessions));
+        while let Some(Reverse((at, id))) = order.pop() {
+            let Some(s) = sessions.get(&id).filter(|s| s.is_idle()) else { continue };
+            if s.last_activity != at {
+                order.push(Reverse((s.last_activity, id)));
+                continue;
+            }
+            return Some(id);
+        }
+        // Unreachable while every idle session is queued; should one not be, a rebuild finds it.
+        *order = idle_order_of(sessions);
+        order.peek().map(|Reverse((_, id))| id.clone())
     }
 
     /// The task limit per session that the store counts across replicas ([`crate::shared::TaskStep::Claim`]'s
@@ -284,6 +313,9 @@ impl Responder {
         let task = s.running.remove(key.task_id.as_str())?;
         s.tasks_submitted = s.tasks_submitted.saturating_sub(1);
         let peer = s.peer.to_string();
+        if s.is_idle() {
+            self.count_idle(&key.session_id);
+        }
         self.running_total = self.running_total.saturating_sub(1);
         let body = TaskFailed::new(key.task_id.clone(), reference_category(&error));
         let reply = self.envelope(&key.session_id, &peer, body, task.mode);

@@ -90,6 +90,9 @@ impl Responder {
         let Body::TaskSubmit(TaskSubmit { task_id, skill, input, contract, .. }) = body else {
             return Err(Refusal { error: internal(), reply: None });
         };
+        if session.is_idle() {
+            self.idle_total = self.idle_total.saturating_sub(1);
+        }
         session.tasks_submitted += 1;
         let history = session.context.snapshot();
         let keep_input = self.cfg.limits.context_turns > 0;
@@ -239,6 +242,9 @@ impl Responder {
             s.context.push(turn, None, limits.context_turns, limits.context_bytes);
         }
         s.record_history(&key.task_id, task.skill, status, limits.history_len);
+        if s.is_idle() {
+            self.count_idle(&key.session_id);
+        }
         Some(task.mode)
     }
 
@@ -317,6 +323,9 @@ impl Responder {
         let skill = (task.input.is_some()).then(|| task.skill.to_string());
         s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);
         let peer = s.peer.to_string();
+        if s.is_idle() {
+            self.count_idle(&key.session_id);
+        }
         self.running_total = self.running_total.saturating_sub(1);
         let mode = task.mode;
         let mut provenance =
@@ -401,6 +410,9 @@ impl Responder {
         let peer = session.peer.to_string();
         let history_len = self.cfg.limits.history_len;
         session.record_history(task_id, task.skill, TaskStatus::Failed, history_len);
+        if session.is_idle() {
+            self.count_idle(session_id);
+        }
         self.running_total = self.running_total.saturating_sub(1);
         let contract = task.contract_id.as_deref().unwrap_or_default();
         let error = LdpError::policy(
