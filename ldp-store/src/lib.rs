@@ -13,7 +13,9 @@
 //! [`MemoryStore`] and [`SqliteStore`] drop the oldest ended tasks' records early past seven eighths of their bound
 //! ([`StoreConfig::memory_max_bytes`], [`StoreConfig::sqlite_max_bytes`]); with nothing left to drop, the memory
 //! store refuses new claims and the SQLite file any write, retryably. A Redis is bounded by its `maxmemory` (under
-//! `noeviction`, refusing writes when full).
+//! `noeviction`): [`RedisStore`] reads each primary's memory at most once a second after writes, and past seven
+//! eighths, or when Redis refused a write for memory, drops the oldest ended tasks' records there, sampled with
+//! `SCAN` ([`RedisStore::make_room`]); full of what may not be dropped, Redis refuses writes, retryably.
 //!
 //! `ldp serve --store memory|sqlite:PATH|redis://HOST:PORT[/DB]` picks one ([`StoreSpec`]); `memory` there means no
 //! store at all: the machine's own tables, today's behaviour and speed. Redis may also be `rediss://` (TLS, with
@@ -61,7 +63,7 @@ pub mod test_redis;
 
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
-pub use redis_store::RedisStore;
+pub use redis_store::{RedisStore, RoomPass};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{MAX_BATCH, MAX_QUEUED, SqliteStore};
 

@@ -14,6 +14,10 @@
 //! replay). Signed traffic's bounds are sorted sets scored by expiry in one slot, `ldp:<ns>:{replay-count}:share:
 //! <principal>` and `ldp:<ns>:{replay-count}:total`.
 //!
+//! Near its `maxmemory`, or refused a write for memory, the store drops the oldest ended tasks' records early, as the
+//! other backends do at their bounds (`room.rs`); a result is always recorded, a status query and a close always
+//! answered, even when Redis is full (their scripts delete before they write, or only read).
+//!
 //! Each call goes through `redis`'s `ConnectionManager` (one multiplexed connection, reconnected in the background
 //! after a failure) with its own response and connection timeouts; the runtime adds its own timeout on top. Behind
 //! Redis Sentinel (`redis+sentinel://`, `rediss+sentinel://`), the connection goes to the primary the sentinels name
@@ -37,6 +41,9 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{AsyncCommands, Script};
 
 use crate::{OpenError, StoreConfig, corrupt, ms};
+
+mod room;
+pub use room::RoomPass;
 
 const BACKEND: &str = "redis";
 
@@ -240,11 +247,30 @@ end
 return v
 ";
 
+/// A task's record and whether its lease key exists, read at one instant (KEYS: record, lease). A script rather than
+/// `MULTI`: a full Redis (`maxmemory`) refuses every command queued in a transaction, reads too, and a status query
+/// must still be answered then.
+const READ: &str = r"
+return {redis.call('GET', KEYS[1]), redis.call('EXISTS', KEYS[2])}
+";
+
+/// Marks a session closed and deletes its usage (KEYS: session, usage; ARGV: the closed marker, its TTL ms). The
+/// delete goes first: Redis refuses a script's first write when it is full (`maxmemory`), and a close must still end
+/// the session everywhere then.
+const CLOSE: &str = r"
+redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+";
+
 /// Records how a task ended and releases its lease, only while it is running under the owner or absent (KEYS:
 /// record, lease, session, the session's usage; ARGV: record, owner, ttl, tokens spent or '' (nothing spent), cost
 /// spent, now ms). What the task spent is added to the usage hash (`k`, `c`) while the session is live, the hash
 /// expiring with the session's key. The dedupe entry of the message that claimed the task (`message_key`,
-/// `message_until_ms`) stays in the record: put first in the new one, which the caller sends without it. Answers `{1}` when recorded, `{0, record}` with the record it holds otherwise
+/// `message_until_ms`) stays in the record: put first in the new one, which the caller sends without it. The lease
+/// goes before the record is written: Redis refuses a script's first write when it is full (`maxmemory`), and a
+/// delete first lets the result be recorded even then, as the other backends always record one (room is then made
+/// from the oldest ended records, `room.rs`). Answers `{1}` when recorded, `{0, record}` with the record it holds otherwise
 /// (decoded by the caller, which reports one that is not JSON as corrupt).
 const FINISH: &str = r"
 local v = redis.call('GET', KEYS[1])
@@ -258,8 +284,8 @@ if v then
       .. ',' .. string.sub(record, 2)
   end
 end
-redis.call('SET', KEYS[1], record, 'PX', ARGV[3])
 redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[1], record, 'PX', ARGV[3])
 if ARGV[4] ~= '' then
   local s = redis.call('GET', KEYS[3])
   local bar = s and string.find(s, '|', 1, true)
@@ -304,6 +330,8 @@ pub struct RedisStore {
     prefix: String,
     conn: Connection,
     scripts: std::sync::Arc<Scripts>,
+    /// When Redis's memory was last read, and whether room is being made (`room.rs`).
+    room: std::sync::Arc<room::Room>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -321,6 +349,21 @@ struct Scripts {
     finish: Script,
     lapse: Script,
     cancel: Script,
+    drop_ended: Script,
+    read: Script,
+    close: Script,
+}
+
+impl RedisStore {
+    /// A write Redis failed: `Unavailable` (retryable), and when Redis refused it for memory, room is made at once
+    /// (`room.rs`), so that a retry finds it.
+    fn refused(&self, e: redis::RedisError) -> StoreError {
+        if room::out_of_memory(&e) {
+            self.after_refusal();
+            return unavailable(format!("Redis is full (maxmemory); room is being made, retry: {e}"));
+        }
+        unavailable(e)
+    }
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -714,8 +757,17 @@ impl RedisStore {
             finish: Script::new(FINISH),
             lapse: Script::new(LAPSE),
             cancel: Script::new(CANCEL),
+            drop_ended: Script::new(room::DROP_ENDED),
+            read: Script::new(READ),
+            close: Script::new(CLOSE),
         };
-        let store = Self { prefix: format!("ldp:{namespace}:"), cfg, conn, scripts: std::sync::Arc::new(scripts) };
+        let store = Self {
+            prefix: format!("ldp:{namespace}:"),
+            cfg,
+            conn,
+            scripts: std::sync::Arc::new(scripts),
+            room: room::new_room(),
+        };
         let mut conn = store.conn();
         let ping = redis::cmd("PING");
         match tokio::time::timeout(COMMAND_TIMEOUT + Duration::from_millis(500), ping.query_async::<String>(&mut conn))
@@ -757,8 +809,8 @@ impl RedisStore {
             tracing::warn!(
                 url = %crate::redacted(url),
                 "Redis has no maxmemory: task results are kept for --result-ttl, so a flood of tasks grows it until its \
-                 host runs out of memory; set maxmemory, with maxmemory-policy noeviction (full, it refuses writes, and \
-                 messages are refused STORE_UNAVAILABLE instead)"
+                 host runs out of memory; set maxmemory, with maxmemory-policy noeviction (near it, the oldest ended \
+                 tasks' results are dropped early; full, it refuses writes, and messages are refused STORE_UNAVAILABLE)"
             );
         } else if evicts(&limit, &policy) {
             tracing::warn!(
@@ -766,8 +818,8 @@ impl RedisStore {
                 maxmemory = %limit,
                 policy = %policy,
                 "Redis may evict this store's keys when full: replay entries (a replayed message is then accepted), \
-                 sessions and task claims; set maxmemory-policy noeviction (full, it refuses writes, and messages are \
-                 refused STORE_UNAVAILABLE instead)"
+                 sessions and task claims; set maxmemory-policy noeviction (near maxmemory, the oldest ended tasks' \
+                 results are dropped early; full, it refuses writes, and messages are refused STORE_UNAVAILABLE)"
             );
         }
     }
@@ -886,7 +938,7 @@ impl Store for RedisStore {
                 .arg(crate::now_ms())
                 .invoke_async(&mut conn)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.refused(e))?;
             match counted {
                 0 => return Ok(Admitted::replay_only(ReplayVerdict::Full)),
                 2 => return Ok(Admitted::replay_only(ReplayVerdict::TableFull)),
@@ -947,7 +999,8 @@ impl Store for RedisStore {
                 invocation.arg("");
             }
         }
-        let reply: Vec<Option<String>> = invocation.invoke_async(&mut conn).await.map_err(unavailable)?;
+        let reply: Vec<Option<String>> = invocation.invoke_async(&mut conn).await.map_err(|e| self.refused(e))?;
+        self.after_write();
         let mut reply = reply.into_iter();
         if reply.next().flatten().as_deref() == Some("seen") {
             return Ok(Admitted::replay_only(ReplayVerdict::Seen));
@@ -1024,22 +1077,23 @@ impl Store for RedisStore {
             .arg(ttl.saturating_add(ms(self.cfg.closed_ttl)))
             .query_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.refused(e))?;
         Ok(set.is_some())
     }
 
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let ttl = u64::try_from(ms(self.cfg.closed_ttl).max(1)).unwrap_or(1);
-        let _: () = redis::pipe()
-            .atomic()
-            .pset_ex(self.session_key(session_id), CLOSED, ttl)
-            .ignore()
-            .del(self.usage_key(session_id))
-            .ignore()
-            .query_async(&mut conn)
+        let _: i64 = self
+            .scripts
+            .close
+            .key(self.session_key(session_id))
+            .key(self.usage_key(session_id))
+            .arg(CLOSED)
+            .arg(ttl)
+            .invoke_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.refused(e))?;
         Ok(())
     }
 
@@ -1057,7 +1111,8 @@ impl Store for RedisStore {
             .arg(ms(self.cfg.result_ttl).max(1))
             .invoke_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.refused(e))?;
+        self.after_write();
         Ok(if claimed == 1 { TaskClaim::Claimed } else { TaskClaim::Taken })
     }
 
@@ -1075,7 +1130,7 @@ impl Store for RedisStore {
             .arg(dedupe.map(|e| e.expires_at_ms.to_string()).unwrap_or_default())
             .invoke_async(&mut self.conn())
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.refused(e))?;
         Ok(())
     }
 
@@ -1099,7 +1154,7 @@ impl Store for RedisStore {
                 .arg(ms(self.cfg.result_ttl).max(1))
                 .invoke_async(&mut conn)
                 .await
-                .map_err(unavailable)?;
+                .map_err(|e| self.refused(e))?;
             if let Some(text) = held {
                 lost.push((key.clone(), decode(&text)?));
             }
@@ -1126,7 +1181,8 @@ impl Store for RedisStore {
             .arg(crate::now_ms())
             .invoke_async(&mut conn)
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| self.refused(e))?;
+        self.after_write();
         match answer.as_slice() {
             [redis::Value::Int(1)] => Ok(TaskFinish::Recorded),
             [redis::Value::Int(0), held] => {
@@ -1141,7 +1197,7 @@ impl Store for RedisStore {
         let mut conn = self.conn();
         let (record, lease_key) = self.task_keys(key);
         let (text, leased): (Option<String>, bool) =
-            redis::pipe().atomic().get(&record).exists(&lease_key).query_async(&mut conn).await.map_err(unavailable)?;
+            self.scripts.read.key(&record).key(&lease_key).invoke_async(&mut conn).await.map_err(unavailable)?;
         let Some(text) = text else { return Ok(None) };
         let task: SharedTask = decode(&text)?;
         if task.status != SharedTaskStatus::Running || leased {

@@ -329,6 +329,14 @@ impl RedisCluster {
     }
 
     /// Runs `redis-cli` against `node`; its output.
+    /// Sets a configuration directive on every node (`CONFIG SET NAME VALUE`), such as `maxmemory`.
+    pub fn config_set(&self, name: &str, value: &str) -> Result<(), TestRedisError> {
+        for node in &self.nodes {
+            self.cli(node, &["CONFIG", "SET", name, value])?;
+        }
+        Ok(())
+    }
+
     fn cli(&self, node: &RedisServer, args: &[&str]) -> Result<String, TestRedisError> {
         cli(&node.binary, node.port, args)
     }

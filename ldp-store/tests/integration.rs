@@ -18,6 +18,7 @@ mod session_ttl;
 mod backends_agree;
 mod long_tasks;
 mod redis_connections;
+mod redis_room;
 mod redis_sentinel;
 mod redis_session_ttl;
 mod replay_expiry;

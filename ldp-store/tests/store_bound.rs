@@ -64,16 +64,16 @@ impl Drop for Bounded {
     }
 }
 
-fn key(task: &str) -> TaskKey {
+pub(crate) fn key(task: &str) -> TaskKey {
     TaskKey { session_id: "s".into(), task_id: task.into() }
 }
 
-fn running() -> SharedTask {
+pub(crate) fn running() -> SharedTask {
     SharedTask::running("replica-a", PayloadMode::Text)
 }
 
 /// `task`'s record once it completed with `output`.
-fn completed(output: &str) -> SharedTask {
+pub(crate) fn completed(output: &str) -> SharedTask {
     let mut done = running();
     done.status = SharedTaskStatus::Completed;
     done.output = Some(serde_json::to_string(output).unwrap());
@@ -88,7 +88,7 @@ async fn run(store: &dyn Store, task: &str, output: &str) {
 }
 
 /// The admission of an unsigned TASK_SUBMIT of `task` whose claim stands in for its dedupe entry `entry`.
-fn unsigned_submit(task: &str, entry: &ReplayClaim) -> Admission {
+pub(crate) fn unsigned_submit(task: &str, entry: &ReplayClaim) -> Admission {
     let mut admission = Admission::default();
     admission.session_id = Some("s".to_owned());
     admission.task = Some(TaskStep::Claim {
