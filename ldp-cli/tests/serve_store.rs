@@ -492,6 +492,59 @@ async fn a_full_redis_is_refused_retryably_and_the_same_messages_pass_once_there
     assert_eq!(outage_ends(&lines).await.len(), 1);
 }
 
+/// A flood of tasks into a Redis four times too small for their results: every task is answered (a refusal for memory
+/// is retryable, and the same message resent finds the room the store made meanwhile from the oldest results), and
+/// Redis stays within its `maxmemory`, holding the newest results and not the oldest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_tasks_into_a_small_redis_is_answered_and_the_oldest_results_make_room() {
+    let redis = RedisServer::start_with(
+        RedisServerOptions::default().config("maxmemory", "8mb").config("maxmemory-policy", "noeviction"),
+    )
+    .unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"));
+    command
+        .args(["serve", "--bind", "127.0.0.1:0", "--store", &redis.url(), "--store-timeout", "1500"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let (_server, url) = support::serve_command(command);
+    let http = reqwest::Client::new();
+    let mut init = initiator(ECHO, false);
+    let session_id = establish(&http, &url, &mut init).await;
+    // 1,000 results of 32 KiB: 32 MiB.
+    let input = "x".repeat(32 * 1024);
+    let (mut tasks, mut refused) = (Vec::new(), 0);
+    for _ in 0..1000 {
+        let submit = init.submit(&session_id, "echo", serde_json::json!(input), None, None).unwrap();
+        tasks.push(submit.body.task_id().unwrap().to_owned());
+        let bytes = submit.to_vec().unwrap();
+        let mut attempts = 0;
+        loop {
+            let answer = post(&http, &url, bytes.clone()).await;
+            if let Body::TaskResult(_) = &answer.body {
+                assert_eq!(output(&answer), serde_json::json!({"echo": input}));
+                break;
+            }
+            let (code, retryable) = failure(&answer);
+            assert_eq!((code.as_str(), retryable), (codes::STORE_UNAVAILABLE, true));
+            attempts += 1;
+            refused += 1;
+            assert!(attempts < 200, "still refused after 200 attempts over 4 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let info = redis.cli(&["INFO", "memory"]).unwrap();
+    let field = |name: &str| -> u64 {
+        info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok()).unwrap()
+    };
+    let (used, max) = (field("used_memory"), field("maxmemory"));
+    assert!(used <= max + max / 8, "Redis holds {used} bytes of its {max}");
+    let newest = send(&http, &url, &status_query(&session_id, ECHO, tasks.last().unwrap(), false)).await;
+    assert_eq!(output(&newest), serde_json::json!({"echo": input}), "the newest result is kept");
+    let oldest = send(&http, &url, &status_query(&session_id, ECHO, &tasks[0], false)).await;
+    assert_eq!(failure(&oldest).0, codes::TASK_NOT_FOUND, "the oldest result made room");
+    eprintln!("{refused} submissions refused for memory and resent, of 1,000");
+}
+
 fn replica(redis: &str, extra: &[&str]) -> (Guard, String) {
     let mut args = vec!["--store", redis, "--store-timeout", "1500"];
     args.extend_from_slice(extra);
