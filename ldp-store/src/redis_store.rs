@@ -263,15 +263,15 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 ";
 
-/// Records how a task ended and releases its lease, only while it is running under the owner or absent (KEYS:
-/// record, lease, session, the session's usage; ARGV: record, owner, ttl, tokens spent or '' (nothing spent), cost
-/// spent, now ms). What the task spent is added to the usage hash (`k`, `c`) while the session is live, the hash
-/// expiring with the session's key. The dedupe entry of the message that claimed the task (`message_key`,
-/// `message_until_ms`) stays in the record: put first in the new one, which the caller sends without it. The lease
-/// goes before the record is written: Redis refuses a script's first write when it is full (`maxmemory`), and a
-/// delete first lets the result be recorded even then, as the other backends always record one (room is then made
-/// from the oldest ended records, `room.rs`). Answers `{1}` when recorded, `{0, record}` with the record it holds otherwise
-/// (decoded by the caller, which reports one that is not JSON as corrupt).
+/// Records how a task ended and releases its lease, only while it is running under the owner or absent (KEYS: record,
+/// lease, session, the session's usage; ARGV: record, owner, ttl, tokens spent or '' (nothing spent), cost spent, now
+/// ms). What the task spent is added to the usage hash (`k`, `c`) while the session is live, the hash expiring with the
+/// session's key. The dedupe entry of the message that claimed the task (`message_key`, `message_until_ms`) stays in
+/// the record: put first in the new one, which the caller sends without it. The lease goes before the record is
+/// written: Redis refuses a script's first write when it is full (`maxmemory`), and a delete first lets the result be
+/// recorded even then, as the other backends always record one (room is then made from the oldest ended records,
+/// `room.rs`). Answers `{1}` when recorded, `{0, record}` with the record it holds otherwise (decoded by the caller,
+/// which reports one that is not JSON as corrupt).
 const FINISH: &str = r"
 local v = redis.call('GET', KEYS[1])
 local record = ARGV[1]

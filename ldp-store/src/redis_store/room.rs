@@ -12,10 +12,11 @@
 //! [`SCAN_PER_PASS`] keys read per pass, one pass at a time per store, and a refusal starts one at most every
 //! [`REFUSED_EVERY_MS`]. Which records are oldest is sampled, as Redis's own eviction samples: `SCAN` gathers up to
 //! [`SAMPLE`] task keys, and since every ended record was given the result TTL when it ended, those with the least
-//! time to live ended first; the oldest ended records of each sample, a quarter of it, go. A running task's record is never dropped, nor
-//! any session, lease or replay entry. An unsigned message's dedupe entry kept in a dropped record is written on its
-//! own, in the same script (after the delete, which Redis lets a script do even when full: only a script's first
-//! write is refused for memory).
+//! time to live ended first; the oldest ended records of each sample, a quarter of it, go. A running task's record
+//! is never dropped, nor any session, lease or replay entry. An unsigned message's dedupe entry kept in a dropped
+//! record is written on its own, in the same script (after the delete, which Redis lets a script do even when full:
+//! only a script's first write is refused for memory). No index of records by age is kept: its key would be one
+//! slot of a cluster, and its upkeep a command more per task.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -53,10 +54,11 @@ fn due(next: &AtomicI64, every: i64) -> bool {
 }
 
 /// Drops an ended task's record (KEYS: the record; ARGV: now ms, the replay entries' key prefix of the record's
-/// session). A running task's record, or one that is gone or unreadable, is kept. When the record keeps the dedupe
-/// entry of the unsigned message that claimed the task (`message_key` until `message_until_ms`), that entry is
-/// written on its own after the delete: a script's first write is the one Redis refuses when full, so the delete
-/// goes first and the entry is always written. Replies the bytes the record held, 0 when kept.
+/// session, so that the entry the script writes is in the record's slot, under the session's hash tag). A running
+/// task's record, or one that is gone or unreadable, is kept. When the record keeps the dedupe entry of the unsigned
+/// message that claimed the task (`message_key` until `message_until_ms`), that entry is written on its own after the
+/// delete: a script's first write is the one Redis refuses when full, so the delete goes first and the entry is always
+/// written. Replies the bytes the record held, 0 when kept.
 pub(super) const DROP_ENDED: &str = r"
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
@@ -122,7 +124,7 @@ impl RedisStore {
             return;
         }
         let store = self.clone();
-        // Outside a runtime (a store used from plain threads) there is nothing to spawn on; the next write in one tries.
+        // Outside a runtime (a store used from plain threads) there is nothing to spawn on; a later write in one tries.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             self.room.running.store(false, Ordering::Release);
             return;
