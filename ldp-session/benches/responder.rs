@@ -10,7 +10,8 @@
 //!
 //! And the same replica at its own cap (`max_sessions`, 10,000 sessions of as many principals): adopting a session
 //! from the store, which drops this replica's copy of the least recently used idle session; and the check before
-//! a message when no session is idle (every one suspended), which must refuse.
+//! a message when no session is idle (every one suspended), which must refuse. And a WebSocket connection's drop
+//! there (`Responder::suspend_connection`), the connection carrying one of the 10,000 sessions.
 //!
 //! Run with: `cargo bench -p ldp-session --bench responder`
 
@@ -163,9 +164,34 @@ fn at_the_session_cap_cases(c: &mut Criterion) {
     });
 }
 
+/// A connection's drop on a replica holding 10,000 sessions, each over a connection of its own: the dropped
+/// connection carries one session, which a message on it resumes before each drop.
+fn suspend_a_connection(c: &mut Criterion) {
+    let (mut responder, clock, now) = at_the_session_cap();
+    let message = |n: u64, session: &str, peer: &str| {
+        let stamp = ldp_types::time::format_timestamp(clock.now_utc());
+        let body = Body::from(ldp_types::TaskUpdate::new("t".into(), None, None));
+        let id = format!("00000000-0000-4000-8000-{n:012x}");
+        Envelope::new(id, stamp, session, peer, "ldp:delegate:bench-responder", body).to_vec().unwrap()
+    };
+    for i in 0..10_000u64 {
+        let peer = PeerContext { connection: Some(1_000 + i), ..PeerContext::default() };
+        let _ = responder.handle(now, &peer, &message(i, &format!("s-{i}"), &format!("ldp:delegate:p-{i}")));
+    }
+    let on_one = PeerContext { connection: Some(1), ..PeerContext::default() };
+    let mut next = 10_000u64;
+    c.bench_function("responder_suspend_a_connection", |b| {
+        b.iter(|| {
+            next += 1;
+            let _ = responder.handle(now, &on_one, &message(next, "s-0", "ldp:delegate:p-0"));
+            responder.suspend_connection(1);
+        })
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(5)).sample_size(50);
-    targets = task_submit, room_for_session_at_the_principal_limit, at_the_session_cap_cases
+    targets = task_submit, room_for_session_at_the_principal_limit, at_the_session_cap_cases, suspend_a_connection
 }
 criterion_main!(benches);

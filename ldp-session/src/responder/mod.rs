@@ -85,6 +85,11 @@ pub struct Responder {
     /// none; then each session that becomes idle is queued. Kept lazily, as the expiry queue is: an entry whose
     /// session was used, became busy or left since is corrected or skipped when it comes up.
     idle_order: Option<IdleOrder>,
+    /// The sessions made active over each connection (WebSocket), so that a connection's drop suspends its own
+    /// sessions without reading the others ([`Responder::suspend_connection`]). An entry is added when a session is
+    /// established over a connection, moves to it or resumes on it; one whose session ended or moved since is
+    /// skipped, and a connection's list is dropped with the connection, or pruned when it doubles.
+    sessions_per_connection: HashMap<u64, Vec<Arc<str>>>,
     running_total: usize,
     events: VecDeque<ResponderEvent>,
     /// Tasks ended by the machine whose delegate work the driver must stop ([`Responder::poll_aborted`]).
@@ -135,6 +140,7 @@ impl Responder {
             dedupe: Dedupe::default(),
             idle_total: 0,
             idle_order: None,
+            sessions_per_connection: HashMap::new(),
             running_total: 0,
             events: VecDeque::new(),
             aborted: VecDeque::new(),

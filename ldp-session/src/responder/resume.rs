@@ -14,7 +14,10 @@ impl Responder {
     /// Suspends every active session last used over `connection` (the connection dropped). Their TTL keeps
     /// running; results finished meanwhile are held (bounded) for [`Responder::take_held`].
     pub fn suspend_connection(&mut self, connection: u64) {
-        for (id, s) in &mut self.sessions {
+        // The connection's own sessions only: a peer opening and dropping connections costs no pass over the rest.
+        let Some(ids) = self.sessions_per_connection.remove(&connection) else { return };
+        for id in ids {
+            let Some(s) = self.sessions.get_mut(&id) else { continue };
             if s.connection == Some(connection) && s.state == SessionState::Active {
                 if s.is_idle() {
                     self.idle_total = self.idle_total.saturating_sub(1);
@@ -22,6 +25,19 @@ impl Responder {
                 s.state = SessionState::Suspended;
                 self.events.push_back(ResponderEvent::SessionSuspended { session_id: id.to_string() });
             }
+        }
+    }
+
+    /// Lists session `id` under `connection`, which it was just established over, moved to or resumed on. A list is
+    /// pruned of sessions that ended or moved when it reaches a power of two from 64 on, so that sessions coming and
+    /// going over one long connection cannot grow it past twice those active there.
+    pub(super) fn index_connection(&mut self, connection: u64, id: &str) {
+        let Some((id, _)) = self.sessions.get_key_value(id) else { return };
+        let listed = self.sessions_per_connection.entry(connection).or_default();
+        listed.push(id.clone());
+        if listed.len() >= 64 && listed.len().is_power_of_two() {
+            let sessions = &self.sessions;
+            listed.retain(|id| sessions.get(id).is_some_and(|s| s.connection == Some(connection)));
         }
     }
 

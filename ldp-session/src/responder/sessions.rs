@@ -84,13 +84,15 @@ impl ResponderSession {
 
     /// A message from the session's peer arrived on `connection` (when the transport has connections): the TTL
     /// restarts, the session's answers go to that connection, and a suspended session resumes. Returns whether it
-    /// resumed.
+    /// resumed. A message with no connection (HTTP) leaves an active session's connection as it is (its peer may
+    /// use both), but one that resumes the session forgets it: a session is suspended only when its connection
+    /// drops, so that connection is gone.
     pub(super) fn touch(&mut self, now: Instant, connection: Option<u64>) -> bool {
         self.last_activity = now;
-        if connection.is_some() {
+        let resumed = self.state == SessionState::Suspended;
+        if connection.is_some() || resumed {
             self.connection = connection;
         }
-        let resumed = self.state == SessionState::Suspended;
         if resumed {
             self.state = SessionState::Active;
         }
@@ -326,6 +328,9 @@ impl Responder {
         self.sessions.insert(id.clone(), session);
         self.count_session(key, id);
         self.count_idle(&session_id);
+        if let Some(connection) = peer.connection {
+            self.index_connection(connection, &session_id);
+        }
         self.events.push_back(ResponderEvent::SessionEstablished {
             session_id: session_id.clone(),
             peer: env.from.clone(),
@@ -352,8 +357,14 @@ impl Responder {
                         .with_retryable(false);
                 return Err(self.refuse(env, error));
             }
-            if session.touch(now, peer.connection) {
-                if session.is_idle() {
+            let moved = peer.connection.is_some() && session.connection != peer.connection;
+            let resumed = session.touch(now, peer.connection);
+            let idle = session.is_idle();
+            if let Some(connection) = peer.connection.filter(|_| moved || resumed) {
+                self.index_connection(connection, id);
+            }
+            if resumed {
+                if idle {
                     self.count_idle(id);
                 }
                 self.events.push_back(ResponderEvent::SessionResumed { session_id: id.to_owned() });
@@ -545,6 +556,9 @@ mod tests {
         EndTask { session: u8, how: u8 },
         /// A connection drops: its sessions are suspended.
         Suspend { connection: u8 },
+        /// A message that arrived over a connection before it dropped is handled after the drop (resuming its
+        /// session there), and the transport, seeing the connection gone, suspends the connection again.
+        Late { session: u8, connection: u8 },
         /// A session is closed here.
         Close { session: u8 },
         /// Time passes (sessions live 20 s) and expired sessions are reaped.
@@ -558,6 +572,7 @@ mod tests {
             4 => (0..10u8, 0..3u8).prop_map(|(session, connection)| Step::Submit { session, connection }),
             3 => (0..10u8, 0..4u8).prop_map(|(session, how)| Step::EndTask { session, how }),
             1 => (0..3u8).prop_map(|connection| Step::Suspend { connection }),
+            1 => (0..10u8, 0..3u8).prop_map(|(session, connection)| Step::Late { session, connection }),
             1 => (0..10u8).prop_map(|session| Step::Close { session }),
             1 => (0..12u8).prop_map(|secs| Step::Wait { secs }),
         ]
@@ -586,6 +601,9 @@ mod tests {
             let mut r = Responder::new(cfg, Arc::new(wall.clone()), Box::new(SeededIds::new(1)));
             let mut now = Instant::now();
             let mut sent = 0u64;
+            // A transport never reuses a connection's id: each drop of connection `c` starts its next generation.
+            let mut generation = [0u64; 3];
+            let live = |generation: &[u64; 3], c: u8| u64::from(c) + 3 * generation[usize::from(c)];
             for step in steps {
                 match step {
                     Step::Adopt { session } => {
@@ -619,7 +637,8 @@ mod tests {
                             format!("00000000-0000-4000-8000-{sent:012x}"), stamp, format!("s{session}"),
                             format!("ldp:delegate:p{session}"), ME, Body::from(body),
                         );
-                        let peer = PeerContext { connection: Some(u64::from(connection)), ..PeerContext::default() };
+                        let peer =
+                            PeerContext { connection: Some(live(&generation, connection)), ..PeerContext::default() };
                         let _ = r.handle(now, &peer, &env.to_vec().unwrap());
                     }
                     Step::EndTask { session, how } => {
@@ -642,7 +661,34 @@ mod tests {
                             _ => { let _ = r.retract_task(&key, LdpError::runtime("STORE_UNAVAILABLE", "down")); }
                         }
                     }
-                    Step::Suspend { connection } => r.suspend_connection(u64::from(connection)),
+                    Step::Suspend { connection } => {
+                        r.suspend_connection(live(&generation, connection));
+                        generation[usize::from(connection)] += 1;
+                    }
+                    Step::Late { session, connection } => {
+                        let Some(previous) = generation[usize::from(connection)].checked_sub(1) else { continue };
+                        let dropped = u64::from(connection) + 3 * previous;
+                        sent += 1;
+                        let stamp = ldp_types::time::format_timestamp(wall.now_utc());
+                        let body = ldp_types::TaskUpdate::new("t".into(), None, None);
+                        let env = Envelope::new(
+                            format!("00000000-0000-4000-8000-{sent:012x}"),
+                            stamp,
+                            format!("s{session}"),
+                            format!("ldp:delegate:p{session}"),
+                            ME,
+                            Body::from(body),
+                        );
+                        let peer = PeerContext { connection: Some(dropped), ..PeerContext::default() };
+                        let _ = r.handle(now, &peer, &env.to_vec().unwrap());
+                        r.suspend_connection(dropped);
+                        for (id, s) in &r.sessions {
+                            proptest::prop_assert!(
+                                !(s.connection == Some(dropped) && s.state == SessionState::Active),
+                                "{} is active over the dropped connection {}", id, dropped
+                            );
+                        }
+                    }
                     Step::Close { session } => {
                         r.end_session(&format!("s{session}"), Ended::Closed);
                     }
@@ -664,6 +710,16 @@ mod tests {
                         );
                     }
                     proptest::prop_assert!(order.len() <= 2 * r.sessions.len() + 65, "the order is bounded");
+                }
+                // Every session active over a connection still open is listed under it.
+                for (id, s) in &r.sessions {
+                    if let (Some(connection), SessionState::Active) = (s.connection, s.state) {
+                        let listed = r.sessions_per_connection.get(&connection);
+                        proptest::prop_assert!(
+                            listed.is_some_and(|ids| ids.iter().any(|listed| listed == id)),
+                            "{} is active over connection {} but not listed under it", id, connection
+                        );
+                    }
                 }
             }
         }
