@@ -217,7 +217,8 @@ impl RedisServer {
                 Some(socket) => std::os::unix::net::UnixStream::connect(socket).is_ok(),
                 None => TcpStream::connect(("127.0.0.1", self.port)).is_ok(),
             };
-            if listening {
+            // Listening, and by this server: one that could not bind its port has exited.
+            if listening && self.child.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None))) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -695,6 +696,18 @@ fn cli(server_binary: &std::path::Path, port: u16, args: &[&str]) -> Result<Stri
     Ok(text)
 }
 
+/// A loopback port no other listener holds now, and that this process has not handed out before. The port is free
+/// only until something binds it; without the record, two servers starting at once on other threads of one test
+/// binary (a server's port and a cluster node's bus port, say) could be handed the same port, and the server that
+/// lost the race would be found "listening" through the other's socket.
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut handed = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !handed.contains(&port) {
+            handed.push(port);
+            return Ok(port);
+        }
+    }
 }

@@ -5,12 +5,12 @@
 //! `scripts/redis-server.sh` when missing; never skipped).
 #![cfg(feature = "redis")]
 
-use crate::records::{now_ms, session};
-use crate::store_bound::{completed, key, running, unsigned_submit};
+use crate::records::session;
+use crate::store_bound::{completed, key, oldest_and_running, running, the_oldest_went_first};
 
 use std::time::Duration;
 
-use ldp_session::shared::{ReplayClaim, ReplayVerdict, SessionLookup, SharedTaskStatus, TaskClaim, TaskFinish};
+use ldp_session::shared::{SessionLookup, SharedTaskStatus, TaskClaim, TaskFinish};
 use ldp_session::store::{Store, StoreError};
 use ldp_store::test_redis::{RedisServer, RedisServerOptions};
 use ldp_store::{RedisStore, StoreConfig};
@@ -57,14 +57,8 @@ where
 #[tokio::test]
 async fn a_full_redis_drops_the_oldest_results_and_keeps_running_tasks_and_dedupe_entries() {
     let (_server, store, mut conn) = full_at("4mb").await;
-    assert!(store.create_session(&session("s")).await.unwrap());
-    // The oldest record: an unsigned message's task, whose record keeps the message's dedupe entry.
-    let entry = ReplayClaim::new("peer", format!("{:032x}", 7), now_ms() + 300_000);
-    assert_eq!(store.admit(&unsigned_submit("t-unsigned", &entry)).await.unwrap().replay, ReplayVerdict::Fresh);
-    assert_eq!(store.finish_task(&key("t-unsigned"), &completed("first")).await.unwrap(), TaskFinish::Recorded);
-    // A task that keeps running through everything below.
+    let entry = oldest_and_running(&store).await;
     let long = Duration::from_secs(600);
-    assert_eq!(store.claim_task(&key("t-running"), &running(), long).await.unwrap(), TaskClaim::Claimed);
 
     // Four times maxmemory in results of 4 KiB, each task claimed and ended as the runtime would, retried when
     // Redis is full.
@@ -81,16 +75,7 @@ async fn a_full_redis_drops_the_oldest_results_and_keeps_running_tasks_and_dedup
 
     let (used, max) = memory(&mut conn).await;
     assert!(used <= max + max / 8, "Redis holds {used} bytes of its {max}");
-    let newest = store.task(&key("t-4095")).await.unwrap().expect("the newest result is kept");
-    assert_eq!(newest.output.as_deref(), Some(serde_json::to_string(&output).unwrap().as_str()));
-    assert!(store.task(&key("t-0")).await.unwrap().is_none(), "the oldest result is dropped");
-    assert!(store.task(&key("t-unsigned")).await.unwrap().is_none(), "the oldest record is dropped");
-    let held = store.task(&key("t-running")).await.unwrap().expect("a running task is kept");
-    assert_eq!(held.status, SharedTaskStatus::Running);
-    assert_eq!(store.finish_task(&key("t-running"), &completed("late")).await.unwrap(), TaskFinish::Recorded);
-    // The unsigned message, resent, is still refused: its dedupe entry was written on its own as its record went.
-    let resent = store.admit(&unsigned_submit("t-unsigned", &entry)).await.unwrap();
-    assert_eq!(resent.replay, ReplayVerdict::Seen, "the dropped record's dedupe entry is kept");
+    the_oldest_went_first(&store, "t-4095", &output, &entry).await;
     // The session is untouched.
     assert!(store.create_session(&session("s2")).await.unwrap());
     eprintln!("{refusals} writes refused for memory and retried, of 8,192");

@@ -139,18 +139,7 @@ async fn sqlite_at_its_bound_with_nothing_to_drop_refuses_claims_retryably_until
 async fn drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entries(backend: &str) {
     let bounded = Bounded::open(backend, 2 * MIB);
     let store = bounded.store.clone();
-    assert!(store.create_session(&session("s")).await.unwrap());
-
-    // The oldest record: an unsigned message's task, whose record keeps the message's dedupe entry.
-    let entry = ReplayClaim::new("peer", format!("{:032x}", 7), now_ms() + 300_000);
-    let admitted = store.admit(&unsigned_submit("t-unsigned", &entry)).await.unwrap();
-    assert_eq!(admitted.replay, ReplayVerdict::Fresh);
-    assert_eq!(store.finish_task(&key("t-unsigned"), &completed("first")).await.unwrap(), TaskFinish::Recorded);
-    // A task that keeps running through everything below.
-    assert_eq!(
-        store.claim_task(&key("t-running"), &running(), Duration::from_secs(600)).await.unwrap(),
-        TaskClaim::Claimed
-    );
+    let entry = oldest_and_running(&*store).await;
 
     // Four times the bound in results of 4 KiB, eight tasks at a time (so that they share commits).
     let output = "x".repeat(4096);
@@ -166,17 +155,36 @@ async fn drops_the_oldest_results_first_and_keeps_running_tasks_and_dedupe_entri
     }
 
     assert!(bounded.held() <= 2 * MIB, "{backend} holds {} bytes, over its bound", bounded.held());
-    // The newest results are kept, the oldest went first.
-    let newest = store.task(&key("t-2047")).await.unwrap().expect("the newest result is kept");
-    assert_eq!(newest.output.as_deref(), Some(serde_json::to_string(&output).unwrap().as_str()));
+    the_oldest_went_first(&*store, "t-2047", &output, &entry).await;
+}
+
+/// Opens session `s` with its oldest record, an unsigned message's task (whose record keeps the message's dedupe
+/// entry, returned), and a task `t-running` that keeps running through what follows.
+pub(crate) async fn oldest_and_running(store: &dyn Store) -> ReplayClaim {
+    assert!(store.create_session(&session("s")).await.unwrap());
+    let entry = ReplayClaim::new("peer", format!("{:032x}", 7), now_ms() + 300_000);
+    let admitted = store.admit(&unsigned_submit("t-unsigned", &entry)).await.unwrap();
+    assert_eq!(admitted.replay, ReplayVerdict::Fresh);
+    assert_eq!(store.finish_task(&key("t-unsigned"), &completed("first")).await.unwrap(), TaskFinish::Recorded);
+    assert_eq!(
+        store.claim_task(&key("t-running"), &running(), Duration::from_secs(600)).await.unwrap(),
+        TaskClaim::Claimed
+    );
+    entry
+}
+
+/// After tasks `t-0`.. ended with `output`, the last of them `newest`, and the store made room: the newest result is
+/// kept and the oldest went first, the unsigned message's record too, while its dedupe entry stayed (written on its
+/// own before its record went), and the running task's record was never dropped.
+pub(crate) async fn the_oldest_went_first(store: &dyn Store, newest: &str, output: &str, entry: &ReplayClaim) {
+    let kept = store.task(&key(newest)).await.unwrap().expect("the newest result is kept");
+    assert_eq!(kept.output.as_deref(), Some(serde_json::to_string(output).unwrap().as_str()));
     assert!(store.task(&key("t-0")).await.unwrap().is_none(), "the oldest result is dropped");
     assert!(store.task(&key("t-unsigned")).await.unwrap().is_none(), "the oldest record is dropped");
-    // The running task's record is never dropped: it is still running, and its result is recorded.
     let held = store.task(&key("t-running")).await.unwrap().expect("a running task is kept");
     assert_eq!(held.status, SharedTaskStatus::Running);
     assert_eq!(store.finish_task(&key("t-running"), &completed("late")).await.unwrap(), TaskFinish::Recorded);
-    // The unsigned message, resent, is still refused: its dedupe entry was written on its own before its record went.
-    let resent = store.admit(&unsigned_submit("t-unsigned", &entry)).await.unwrap();
+    let resent = store.admit(&unsigned_submit("t-unsigned", entry)).await.unwrap();
     assert_eq!(resent.replay, ReplayVerdict::Seen, "the dropped record's dedupe entry is kept");
 }
 
