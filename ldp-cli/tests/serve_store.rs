@@ -439,6 +439,21 @@ async fn a_full_disk_is_refused_retryably_logged_as_one_outage_then_recovers() {
     assert!(ended[0].contains("failures="), "{}", ended[0]);
 }
 
+/// A `redis-server` configured as the start-up check asks: a memory bound of `maxmemory`, no eviction.
+fn bounded_redis(maxmemory: &str) -> RedisServer {
+    let options = RedisServerOptions::default().config("maxmemory", maxmemory).config("maxmemory-policy", "noeviction");
+    RedisServer::start_with(options).unwrap()
+}
+
+/// `ldp serve` on `redis` as its store (a 1.5 s store timeout), stdout piped for its URL; the caller adds the rest.
+fn serve_on(redis: &RedisServer) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"));
+    command
+        .args(["serve", "--bind", "127.0.0.1:0", "--store", &redis.url(), "--store-timeout", "1500"])
+        .stdout(Stdio::piped());
+    command
+}
+
 /// A full Redis (`maxmemory` reached under `noeviction`, the policy the start-up check asks for): every message is
 /// refused `STORE_UNAVAILABLE` (retryable), and nothing of a refused message is left behind (Redis refuses a
 /// script's first write when it starts out of memory, so none of its writes happen), so once there is room the very
@@ -446,16 +461,9 @@ async fn a_full_disk_is_refused_retryably_logged_as_one_outage_then_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_redis_is_refused_retryably_and_the_same_messages_pass_once_there_is_room() {
     // Configured as the start-up check asks: a memory bound, no eviction. So nothing is logged before the outage.
-    let redis = RedisServer::start_with(
-        RedisServerOptions::default().config("maxmemory", "256mb").config("maxmemory-policy", "noeviction"),
-    )
-    .unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"));
-    command
-        .args(["serve", "--bind", "127.0.0.1:0", "--store", &redis.url(), "--store-timeout", "1500"])
-        .args(["--sign", "hmac-sha256-jcs", "--secret", SECRET])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let redis = bounded_redis("256mb");
+    let mut command = serve_on(&redis);
+    command.args(["--sign", "hmac-sha256-jcs", "--secret", SECRET]).stderr(Stdio::piped());
     let (mut server, url) = support::serve_command(command);
     let lines = log_lines(&mut server);
     let http = reqwest::Client::new();
@@ -497,15 +505,9 @@ async fn a_full_redis_is_refused_retryably_and_the_same_messages_pass_once_there
 /// Redis stays within its `maxmemory`, holding the newest results and not the oldest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_tasks_into_a_small_redis_is_answered_and_the_oldest_results_make_room() {
-    let redis = RedisServer::start_with(
-        RedisServerOptions::default().config("maxmemory", "8mb").config("maxmemory-policy", "noeviction"),
-    )
-    .unwrap();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ldp"));
-    command
-        .args(["serve", "--bind", "127.0.0.1:0", "--store", &redis.url(), "--store-timeout", "1500"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+    let redis = bounded_redis("8mb");
+    let mut command = serve_on(&redis);
+    command.stderr(Stdio::null());
     let (_server, url) = support::serve_command(command);
     let http = reqwest::Client::new();
     let mut init = initiator(ECHO, false);

@@ -766,7 +766,7 @@ impl RedisStore {
             cfg,
             conn,
             scripts: std::sync::Arc::new(scripts),
-            room: room::new_room(),
+            room: std::sync::Arc::default(),
         };
         let mut conn = store.conn();
         let ping = redis::cmd("PING");

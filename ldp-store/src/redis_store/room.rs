@@ -18,7 +18,6 @@
 //! only a script's first write is refused for memory). No index of records by age is kept: its key would be one
 //! slot of a cluster, and its upkeep a command more per task.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -94,6 +93,7 @@ enum Node {
 
 /// What a pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RoomPass {
     /// Records dropped.
     pub dropped: usize,
@@ -311,9 +311,4 @@ impl RedisStore {
 /// Whether Redis refused a write for memory (`OOM`, with `maxmemory` reached under `noeviction`).
 pub(super) fn out_of_memory(e: &redis::RedisError) -> bool {
     e.code() == Some("OOM")
-}
-
-/// The state a store's passes share.
-pub(super) fn new_room() -> Arc<Room> {
-    Arc::new(Room::default())
 }
