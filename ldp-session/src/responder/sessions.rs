@@ -232,6 +232,15 @@ impl Responder {
         }
     }
 
+    /// A task left its session's running tasks (ended, aborted or taken back): one fewer running here, and the
+    /// session, `idle` now (that was its last task and it is active), counts as idle again.
+    pub(super) fn count_task_left(&mut self, session_id: &str, idle: bool) {
+        self.running_total = self.running_total.saturating_sub(1);
+        if idle {
+            self.count_idle(session_id);
+        }
+    }
+
     /// Stops counting a session as idle: a task started in it, it was suspended, or it left.
     pub(super) fn uncount_idle(&mut self) {
         self.idle_total = self.idle_total.saturating_sub(1);

@@ -313,10 +313,8 @@ impl Responder {
         let task = s.running.remove(key.task_id.as_str())?;
         s.tasks_submitted = s.tasks_submitted.saturating_sub(1);
         let peer = s.peer.to_string();
-        if s.is_idle() {
-            self.count_idle(&key.session_id);
-        }
-        self.running_total = self.running_total.saturating_sub(1);
+        let idle = s.is_idle();
+        self.count_task_left(&key.session_id, idle);
         let body = TaskFailed::new(key.task_id.clone(), reference_category(&error));
         let reply = self.envelope(&key.session_id, &peer, body, task.mode);
         Some(Refusal { error, reply: Some(reply) })

@@ -236,15 +236,13 @@ impl Responder {
         let limits = &self.cfg.limits;
         let s = self.sessions.get_mut(key.session_id.as_str())?;
         let task = s.running.remove(key.task_id.as_str())?;
-        self.running_total = self.running_total.saturating_sub(1);
         if let Some(input) = task.input {
             let turn = Turn { task_id: key.task_id.clone(), skill: task.skill.to_string(), input, output: None };
             s.context.push(turn, None, limits.context_turns, limits.context_bytes);
         }
         s.record_history(&key.task_id, task.skill, status, limits.history_len);
-        if s.is_idle() {
-            self.count_idle(&key.session_id);
-        }
+        let idle = s.is_idle();
+        self.count_task_left(&key.session_id, idle);
         Some(task.mode)
     }
 
@@ -323,10 +321,8 @@ impl Responder {
         let skill = (task.input.is_some()).then(|| task.skill.to_string());
         s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);
         let peer = s.peer.to_string();
-        if s.is_idle() {
-            self.count_idle(&key.session_id);
-        }
-        self.running_total = self.running_total.saturating_sub(1);
+        let idle = s.is_idle();
+        self.count_task_left(&key.session_id, idle);
         let mode = task.mode;
         let mut provenance =
             Provenance::new(self.cfg.card.delegate_id.as_str(), self.cfg.card.model_version.as_str(), mode);
@@ -410,10 +406,8 @@ impl Responder {
         let peer = session.peer.to_string();
         let history_len = self.cfg.limits.history_len;
         session.record_history(task_id, task.skill, TaskStatus::Failed, history_len);
-        if session.is_idle() {
-            self.count_idle(session_id);
-        }
-        self.running_total = self.running_total.saturating_sub(1);
+        let idle = session.is_idle();
+        self.count_task_left(session_id, idle);
         let contract = task.contract_id.as_deref().unwrap_or_default();
         let error = LdpError::policy(
             codes::CONTRACT_VIOLATED,
