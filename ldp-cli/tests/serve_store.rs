@@ -559,6 +559,14 @@ async fn two_replicas_on_one_redis_serve_one_session() {
     two_replicas_serve_one_session(&redis.url()).await;
 }
 
+/// As on one Redis, with two processes on one SQLite file (`--store sqlite:PATH`): replicas on one machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_sqlite_file_serve_one_session() {
+    let dir = TempDir::new("store-sqlite-replicas");
+    let store = format!("sqlite:{}", dir.path("shared.db"));
+    two_replicas_serve_one_session(&store).await;
+}
+
 /// As on one Redis, with `--store redis+cluster://` on a cluster of three primaries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_on_a_redis_cluster_serve_one_session() {
@@ -640,18 +648,30 @@ async fn two_replicas_serve_one_session(url: &str) {
 /// by the model server behind both replicas, and gets exactly one TASK_RESULT, the other copy DUPLICATE_TASK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_task_runs_once_across_two_replicas() {
-    const CLIENTS: usize = 2 * 8;
-    const TASKS: usize = 500;
     let redis = RedisServer::start().unwrap();
+    every_task_runs_once_across_two_replicas_on(&redis.url(), 8, 500).await;
+}
+
+/// As on Redis, with two processes on one SQLite file, whose writers take turns at the file's write lock: 2 replicas
+/// × 4 clients × 250 tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_runs_once_across_two_replicas_on_one_sqlite_file() {
+    let dir = TempDir::new("store-sqlite-once");
+    every_task_runs_once_across_two_replicas_on(&format!("sqlite:{}", dir.path("shared.db")), 4, 250).await;
+}
+
+/// 2 replicas on the store at `url` × `per_replica` clients each × `tasks` tasks per client, each task sent to both.
+async fn every_task_runs_once_across_two_replicas_on(url: &str, per_replica: usize, tasks: usize) {
+    let client_count = 2 * per_replica;
     let stub = Stub::start(StubConfig::new(Flavor::OpenAi)).await.unwrap();
     let base = stub.base_url();
     let llm = ["--backend", "openai", "--base-url", &base, "--model", "m", "--skill", "chat", "--no-stream"];
-    let (_a, a) = replica(&redis.url(), &llm);
-    let (_b, b) = replica(&redis.url(), &llm);
+    let (_a, a) = replica(url, &llm);
+    let (_b, b) = replica(url, &llm);
     let delegate = "ldp:delegate:llm";
     let started = Instant::now();
     let mut clients = Vec::new();
-    for c in 0..CLIENTS {
+    for c in 0..client_count {
         let (a, b) = (a.clone(), b.clone());
         clients.push(tokio::spawn(async move {
             let http = reqwest::Client::new();
@@ -659,7 +679,7 @@ async fn every_task_runs_once_across_two_replicas() {
             let (first, second) = if c % 2 == 0 { (a, b) } else { (b, a) };
             let session_id = establish(&http, &first, &mut init).await;
             let (mut results, mut duplicates) = (0usize, 0usize);
-            for i in 0..TASKS {
+            for i in 0..tasks {
                 let input = format!("client {c} task {i}");
                 let submit = init.submit(&session_id, "chat", serde_json::json!(input), None, None).unwrap();
                 let bytes = submit.to_vec().unwrap();
@@ -688,13 +708,13 @@ async fn every_task_runs_once_across_two_replicas() {
     let mut results = 0;
     for client in clients {
         let (r, d) = tokio::time::timeout(Duration::from_secs(600), client).await.expect("bounded").unwrap();
-        assert_eq!((r, d), (TASKS, TASKS));
+        assert_eq!((r, d), (tasks, tasks));
         results += r;
     }
-    assert_eq!(results, CLIENTS * TASKS);
+    assert_eq!(results, client_count * tasks);
     // Counted on the delegate side: the model server saw each task once.
-    assert_eq!(stub.requests(), CLIENTS * TASKS, "tasks run on the delegate side");
-    eprintln!("{} tasks (each sent to both replicas) in {:?}", CLIENTS * TASKS, started.elapsed());
+    assert_eq!(stub.requests(), client_count * tasks, "tasks run on the delegate side");
+    eprintln!("{} tasks (each sent to both replicas) in {:?}", client_count * tasks, started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
