@@ -29,15 +29,20 @@ impl Responder {
     }
 
     /// Lists session `id` under `connection`, which it was just established over, moved to or resumed on. A list is
-    /// pruned of sessions that ended or moved when it reaches a power of two from 64 on, so that sessions coming and
-    /// going over one long connection cannot grow it past twice those active there.
+    /// pruned of sessions that ended or moved, and of repeats, when it reaches a power of two from 64 on, so that
+    /// sessions coming and going over one long connection, or one session moved back and forth between two, cannot
+    /// grow it past twice the sessions active there (or 64).
     pub(super) fn index_connection(&mut self, connection: u64, id: &str) {
         let Some((id, _)) = self.sessions.get_key_value(id) else { return };
         let listed = self.sessions_per_connection.entry(connection).or_default();
         listed.push(id.clone());
         if listed.len() >= 64 && listed.len().is_power_of_two() {
             let sessions = &self.sessions;
-            listed.retain(|id| sessions.get(id).is_some_and(|s| s.connection == Some(connection)));
+            let mut seen = std::collections::HashSet::with_capacity(listed.len());
+            listed.retain(|id| {
+                sessions.get(id).is_some_and(|s| s.connection == Some(connection))
+                    && seen.insert(std::sync::Arc::clone(id))
+            });
         }
     }
 

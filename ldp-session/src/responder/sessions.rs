@@ -733,4 +733,39 @@ mod tests {
             }
         }
     }
+
+    /// One session moved back and forth between two WebSocket connections by its peer, message after message: each
+    /// move lists it under the connection it moved to, and the lists stay bounded (their repeats pruned), where they
+    /// grew by an entry per move before.
+    #[test]
+    fn a_session_moved_back_and_forth_keeps_the_connection_lists_bounded() {
+        use crate::{ManualClock, WallClock};
+        const ME: &str = "ldp:delegate:r";
+        let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
+        card.capabilities.push(Capability::new("echo"));
+        let wall = ManualClock::new(time::macros::datetime!(2026-03-09 10:00:00 UTC));
+        let mut r = Responder::new(ResponderConfig::new(card), Arc::new(wall.clone()), Box::new(SeededIds::new(1)));
+        let now = Instant::now();
+        let shared: SharedSession = serde_json::from_value(serde_json::json!({
+            "session_id": "s", "peer": "ldp:delegate:p", "owner": null, "peer_delegate": null,
+            "peer_domain": "default", "mode": "text", "fallback": ["text"], "ttl_secs": 600,
+        }))
+        .unwrap();
+        r.adopt_session(now, &shared).unwrap();
+        for sent in 0..10_000u64 {
+            let connection = 1 + sent % 2;
+            let stamp = ldp_types::time::format_timestamp(wall.now_utc());
+            let body = ldp_types::TaskUpdate::new("t".into(), None, None);
+            let id = format!("00000000-0000-4000-8000-{sent:012x}");
+            let env = Envelope::new(id, stamp, "s", "ldp:delegate:p", ME, Body::from(body));
+            let peer = PeerContext { connection: Some(connection), ..PeerContext::default() };
+            let _ = r.handle(now, &peer, &env.to_vec().unwrap());
+            assert_eq!(r.connection_of("s"), Some(connection), "the message moved the session");
+        }
+        for (connection, listed) in &r.sessions_per_connection {
+            assert!(listed.len() <= 64, "connection {connection} lists {} entries for one session", listed.len());
+        }
+        r.suspend_connection(2);
+        assert_eq!(r.session_state("s"), Some(SessionState::Suspended), "the drop still finds the session");
+    }
 }
