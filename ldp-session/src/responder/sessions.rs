@@ -482,6 +482,17 @@ mod tests {
     use crate::{ResponderConfig, SeededIds, SystemClock};
     use ldp_types::{Capability, DelegateId, IdentityCard};
 
+    /// The responder of the tests below.
+    const ME: &str = "ldp:delegate:r";
+
+    /// Message number `sent` (its id made of it) of session `session` from `peer` to [`ME`], stamped by `wall`.
+    fn message(wall: &crate::ManualClock, sent: u64, session: &str, peer: &str, body: Body) -> Vec<u8> {
+        use crate::WallClock;
+        let stamp = ldp_types::time::format_timestamp(wall.now_utc());
+        let env = Envelope::new(format!("00000000-0000-4000-8000-{sent:012x}"), stamp, session, peer, ME, body);
+        env.to_vec().unwrap()
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         /// A session of the store, adopted for the principal (owner or sender) given.
@@ -599,10 +610,9 @@ mod tests {
         /// used idle session, or is refused when none is idle.
         #[test]
         fn the_idle_count_and_order_follow_the_sessions(steps in proptest::collection::vec(step(), 1..80)) {
-            use crate::{ManualClock, TaskOutput, WallClock};
+            use crate::{ManualClock, TaskOutput};
             use ldp_types::{TaskCancel, TaskSubmit};
-            const ME: &str = "ldp:delegate:r";
-            let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
+                let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
             card.capabilities.push(Capability::new("echo"));
             let mut cfg = ResponderConfig::new(card);
             (cfg.limits.max_sessions, cfg.limits.max_concurrent_tasks) = (4, 100);
@@ -640,15 +650,12 @@ mod tests {
                     }
                     Step::Submit { session, connection } => {
                         sent += 1;
-                        let stamp = ldp_types::time::format_timestamp(wall.now_utc());
                         let body = TaskSubmit::new(format!("t{sent}"), "echo".into(), serde_json::json!(sent), None);
-                        let env = Envelope::new(
-                            format!("00000000-0000-4000-8000-{sent:012x}"), stamp, format!("s{session}"),
-                            format!("ldp:delegate:p{session}"), ME, Body::from(body),
-                        );
+                        let bytes =
+                            message(&wall, sent, &format!("s{session}"), &format!("ldp:delegate:p{session}"), body.into());
                         let peer =
                             PeerContext { connection: Some(live(&generation, connection)), ..PeerContext::default() };
-                        let _ = r.handle(now, &peer, &env.to_vec().unwrap());
+                        let _ = r.handle(now, &peer, &bytes);
                     }
                     Step::EndTask { session, how } => {
                         let id = format!("s{session}");
@@ -660,12 +667,9 @@ mod tests {
                             1 => { let _ = r.fail_task(now, &key, LdpError::runtime("FAILED", "no")); }
                             2 => {
                                 sent += 1;
-                                let stamp = ldp_types::time::format_timestamp(wall.now_utc());
-                                let env = Envelope::new(
-                                    format!("00000000-0000-4000-8000-{sent:012x}"), stamp, id,
-                                    format!("ldp:delegate:p{session}"), ME, Body::from(TaskCancel::new(task.to_string())),
-                                );
-                                let _ = r.handle(now, &PeerContext::default(), &env.to_vec().unwrap());
+                                let body = Body::from(TaskCancel::new(task.to_string()));
+                                let bytes = message(&wall, sent, &id, &format!("ldp:delegate:p{session}"), body);
+                                let _ = r.handle(now, &PeerContext::default(), &bytes);
                             }
                             _ => { let _ = r.retract_task(&key, LdpError::runtime("STORE_UNAVAILABLE", "down")); }
                         }
@@ -678,18 +682,10 @@ mod tests {
                         let Some(previous) = generation[usize::from(connection)].checked_sub(1) else { continue };
                         let dropped = u64::from(connection) + 3 * previous;
                         sent += 1;
-                        let stamp = ldp_types::time::format_timestamp(wall.now_utc());
-                        let body = ldp_types::TaskUpdate::new("t".into(), None, None);
-                        let env = Envelope::new(
-                            format!("00000000-0000-4000-8000-{sent:012x}"),
-                            stamp,
-                            format!("s{session}"),
-                            format!("ldp:delegate:p{session}"),
-                            ME,
-                            Body::from(body),
-                        );
+                        let body = Body::from(ldp_types::TaskUpdate::new("t".into(), None, None));
+                        let bytes = message(&wall, sent, &format!("s{session}"), &format!("ldp:delegate:p{session}"), body);
                         let peer = PeerContext { connection: Some(dropped), ..PeerContext::default() };
-                        let _ = r.handle(now, &peer, &env.to_vec().unwrap());
+                        let _ = r.handle(now, &peer, &bytes);
                         r.suspend_connection(dropped);
                         for (id, s) in &r.sessions {
                             proptest::prop_assert!(
@@ -739,8 +735,7 @@ mod tests {
     /// grew by an entry per move before.
     #[test]
     fn a_session_moved_back_and_forth_keeps_the_connection_lists_bounded() {
-        use crate::{ManualClock, WallClock};
-        const ME: &str = "ldp:delegate:r";
+        use crate::ManualClock;
         let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
         card.capabilities.push(Capability::new("echo"));
         let wall = ManualClock::new(time::macros::datetime!(2026-03-09 10:00:00 UTC));
@@ -754,12 +749,9 @@ mod tests {
         r.adopt_session(now, &shared).unwrap();
         for sent in 0..10_000u64 {
             let connection = 1 + sent % 2;
-            let stamp = ldp_types::time::format_timestamp(wall.now_utc());
-            let body = ldp_types::TaskUpdate::new("t".into(), None, None);
-            let id = format!("00000000-0000-4000-8000-{sent:012x}");
-            let env = Envelope::new(id, stamp, "s", "ldp:delegate:p", ME, Body::from(body));
+            let body = Body::from(ldp_types::TaskUpdate::new("t".into(), None, None));
             let peer = PeerContext { connection: Some(connection), ..PeerContext::default() };
-            let _ = r.handle(now, &peer, &env.to_vec().unwrap());
+            let _ = r.handle(now, &peer, &message(&wall, sent, "s", "ldp:delegate:p", body));
             assert_eq!(r.connection_of("s"), Some(connection), "the message moved the session");
         }
         for (connection, listed) in &r.sessions_per_connection {
