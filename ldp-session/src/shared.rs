@@ -203,7 +203,7 @@ impl SharedTask {
 
     /// Whether this record stands for `entry`, an unsigned message's dedupe entry, at `now_ms`: the message claimed
     /// this task, and its entry would still be held. Every backend looks it up, with the entry itself, before
-    /// anything else of the admission runs.
+    /// anything of the admission is written.
     pub fn holds_message(&self, entry: &ReplayClaim, now_ms: i64) -> bool {
         self.message_until_ms > now_ms && self.message_key.as_deref() == Some(entry.key.as_str())
     }

@@ -36,10 +36,10 @@
 //! insertion order, so that claims and results land on the table's newest pages.
 //!
 //! **A bounded file** ([`StoreConfig::sqlite_max_bytes`]): `PRAGMA max_page_count` stops the file at its bound, and
-//! the writer reads how many pages are in use (the pager's count less the free list: no scan) every
-//! [`ROOM_CHECK_EVERY`] operations, and before every batch while near the bound; past seven eighths, the oldest
-//! ended tasks' records go before their TTL (see `Room::make`), so a flood of tasks shortens how long results are
-//! kept rather than filling the disk or refusing every peer.
+//! the writer reads how many pages are in use (the pager's count less the free list: no scan) every few hundred
+//! operations (fewer for a small bound: see `Room::check_every`), and before every batch while near the bound or
+//! after one failed; past seven eighths, the oldest ended tasks' records go before their TTL (see `Room::make`), so a
+//! flood of tasks shortens how long results are kept rather than filling the disk or refusing every peer.
 //!
 //! **Expired rows** are deleted every [`SWEEP_EVERY`] operations, each table through an index on its expiry, so the
 //! sweep reads what has expired and not everything the file holds (see `SWEEP_DELETES`).
@@ -277,7 +277,8 @@ fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Recei
     let mut ops: u64 = 0;
     let sweeps = OutageLog::new("the SQLite sweep", OUTAGE_LINE_EVERY);
     let early_drops = OutageLog::new("keeping every result for its TTL", OUTAGE_LINE_EVERY);
-    // While the file is near its bound, every batch checks; otherwise every `ROOM_CHECK_EVERY` operations.
+    // While the file is near its bound (or after a batch failed), every batch checks; otherwise every
+    // `room.check_every` operations.
     let pressed = std::cell::Cell::new(false);
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
@@ -293,7 +294,7 @@ fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Recei
         }
         let now = now_ms();
         let sweep_due = ops / SWEEP_EVERY != (ops + batch.len() as u64) / SWEEP_EVERY;
-        let room_due = pressed.get() || ops / ROOM_CHECK_EVERY != (ops + batch.len() as u64) / ROOM_CHECK_EVERY;
+        let room_due = pressed.get() || ops / room.check_every != (ops + batch.len() as u64) / room.check_every;
         ops += batch.len() as u64;
         let begin = || -> Result<(), StoreError> {
             conn.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
@@ -350,8 +351,12 @@ fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Recei
             }
             conn.execute_batch("COMMIT").map_err(unavailable)
         })();
-        if committed.is_err() && !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
+        if committed.is_err() {
+            // A batch that failed for a full file makes room before the next one, not a few hundred operations on.
+            pressed.set(true);
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
         }
         for op in batch {
             op.answer(committed.clone());
@@ -534,16 +539,24 @@ struct Room {
     drop_above: u64,
     /// ... until this many are in use (or it has dropped [`ROOM_ROWS_PER_BATCH`]).
     drop_to: u64,
+    /// How often, in operations, the writer reads the pages in use while the file is not near its bound
+    /// ([`Room::check_every`]).
+    check_every: u64,
 }
 
 /// The most records one batch drops to make room: a writer that must drop more to get under the mark does so over
 /// the next batches, rather than stalling this one's callers. (A batch's own writes add at most [`MAX_BATCH`] records.)
 const ROOM_ROWS_PER_BATCH: usize = 1024;
 
-/// How often, in operations, the writer reads the pages in use while the file is not near its bound: between two
-/// reads the file grows by at most this many results (plus a batch's), which the eighth between the mark and the
-/// bound must hold (the smallest bound the store takes, 1 MiB, holds this many results of 8 KiB).
+/// The fewest operations between two reads of the pages in use while the file is not near its bound.
 const ROOM_CHECK_EVERY: u64 = 16;
+
+/// The most operations between two such reads. Each read costs about as much as a claim (the pager's page counts
+/// through two table-valued pragmas), so a bound with room to spare is read less often.
+const ROOM_CHECK_MOST: u64 = 256;
+
+/// The result size the eighth between the mark and the bound is sized for (see [`Room::check_every`]).
+const ROOM_RESULT_BYTES: u64 = 8 << 10;
 
 /// Records read and dropped at a time while making room, between checks of the pages in use.
 const ROOM_CHUNK: i64 = 64;
@@ -562,7 +575,16 @@ impl Room {
         let max_pages = max_bytes.max(MIN_BOUND_BYTES) / u64::from(page_size.max(512));
         conn.query_row(&format!("PRAGMA max_page_count={max_pages}"), [], |_| Ok(()))?;
         let (drop_above, drop_to) = drop_marks(max_pages);
-        Ok(Self { drop_above, drop_to })
+        let eighth = max_pages.saturating_sub(drop_above).saturating_mul(u64::from(page_size.max(512)));
+        Ok(Self { drop_above, drop_to, check_every: Self::check_every(eighth) })
+    }
+
+    /// How often to read the pages in use, given the bytes between the mark and the bound (`eighth`): between two
+    /// reads the file grows by at most that many results (plus a batch's), which the eighth must hold. The smallest
+    /// bound the store takes, 1 MiB, holds [`ROOM_CHECK_EVERY`] results of [`ROOM_RESULT_BYTES`]; the default bound
+    /// (4 GiB) holds [`ROOM_CHECK_MOST`] results of a megabyte.
+    fn check_every(eighth: u64) -> u64 {
+        (eighth / ROOM_RESULT_BYTES).clamp(ROOM_CHECK_EVERY, ROOM_CHECK_MOST)
     }
 
     /// Drops the oldest ended tasks' records while more than [`Room::drop_above`] pages are in use, down to
@@ -870,12 +892,6 @@ fn dedupe_sql(generation: i64) -> (&'static str, &'static str, &'static str) {
     }
 }
 
-fn meta(conn: &Connection, name: &str) -> Result<i64, StoreError> {
-    conn.prepare_cached("SELECT value FROM meta WHERE name = ?1")
-        .and_then(|mut st| st.query_row(params![name], |r| r.get(0)))
-        .map_err(unavailable)
-}
-
 fn set_meta(conn: &Connection, name: &str, value: i64) -> Result<(), StoreError> {
     conn.prepare_cached("UPDATE meta SET value = ?2 WHERE name = ?1")
         .and_then(|mut st| st.execute(params![name, value]))
@@ -916,7 +932,7 @@ fn claim_dedupe(
     claim: &ReplayClaim,
     now: i64,
 ) -> Result<ReplayVerdict, StoreError> {
-    let current = dedupe_generation(conn, cfg, now)?;
+    let (current, until) = dedupe_generation(conn, cfg, now)?;
     let key = dedupe_value(&claim.key);
     if dedupe_held(conn, 1 - current, &key, now)? {
         return Ok(ReplayVerdict::Seen);
@@ -928,26 +944,36 @@ fn claim_dedupe(
     if inserted == 0 {
         return Ok(ReplayVerdict::Seen);
     }
-    if claim.expires_at_ms > meta(conn, until_name(current))? {
+    if claim.expires_at_ms > until {
         set_meta(conn, until_name(current), claim.expires_at_ms.saturating_add(1000))?;
     }
     Ok(ReplayVerdict::Fresh)
 }
 
-/// The current dedupe generation, the older one cleared and made current first when its time has come.
-fn dedupe_generation(conn: &Connection, cfg: &StoreConfig, now: i64) -> Result<i64, StoreError> {
-    let current = meta(conn, "dedupe_current")?.clamp(0, 1);
-    let other = 1 - current;
-    if now.saturating_sub(meta(conn, "dedupe_since_ms")?) >= ms(cfg.sqlite_dedupe_generation)
-        && meta(conn, until_name(other))? <= now
-    {
+/// The current dedupe generation and how long its entries last (`dedupe_N_until_ms`), the older one cleared and made
+/// current first when its time has come.
+fn dedupe_generation(conn: &Connection, cfg: &StoreConfig, now: i64) -> Result<(i64, i64), StoreError> {
+    // One statement for the four values: this runs for nearly every unsigned message.
+    let (current, since, until): (i64, i64, [i64; 2]) = conn
+        .prepare_cached(
+            "SELECT (SELECT value FROM meta WHERE name = 'dedupe_current'), \
+             (SELECT value FROM meta WHERE name = 'dedupe_since_ms'), \
+             (SELECT value FROM meta WHERE name = 'dedupe_0_until_ms'), \
+             (SELECT value FROM meta WHERE name = 'dedupe_1_until_ms')",
+        )
+        .and_then(|mut st| {
+            st.query_row([], |r| Ok((r.get::<_, i64>(0)?.clamp(0, 1), r.get(1)?, [r.get(2)?, r.get(3)?])))
+        })
+        .map_err(unavailable)?;
+    let (other, until_of) = (1 - current, |generation: i64| until[usize::from(generation != 0)]);
+    if now.saturating_sub(since) >= ms(cfg.sqlite_dedupe_generation) && until_of(other) <= now {
         conn.prepare_cached(dedupe_sql(other).2).and_then(|mut st| st.execute([])).map_err(unavailable)?;
         set_meta(conn, until_name(other), 0)?;
         set_meta(conn, "dedupe_current", other)?;
         set_meta(conn, "dedupe_since_ms", now)?;
-        return Ok(other);
+        return Ok((other, 0));
     }
-    Ok(current)
+    Ok((current, until_of(current)))
 }
 
 /// Whether generation `generation` holds a live entry for `key`.
@@ -959,20 +985,17 @@ fn dedupe_held(conn: &Connection, generation: i64, key: &rusqlite::types::Value,
     Ok(expires.is_some_and(|expires| expires > now))
 }
 
-/// Whether an unsigned message's dedupe entry is held, without writing it: as an entry (in either generation), or by
-/// the record of the task the message claimed (`SharedTask::holds_message`).
-fn holds_message(
-    conn: &Connection,
-    cfg: &StoreConfig,
-    task: &TaskKey,
-    claim: &ReplayClaim,
-    now: i64,
-) -> Result<bool, StoreError> {
-    let current = dedupe_generation(conn, cfg, now)?;
+/// Whether an unsigned message's dedupe entry is held as an entry (in either generation), without writing it. The
+/// record of the task the message claimed may hold it too ([`record_holds`]).
+fn dedupe_holds(conn: &Connection, cfg: &StoreConfig, claim: &ReplayClaim, now: i64) -> Result<bool, StoreError> {
+    let (current, _) = dedupe_generation(conn, cfg, now)?;
     let key = dedupe_value(&claim.key);
-    if dedupe_held(conn, current, &key, now)? || dedupe_held(conn, 1 - current, &key, now)? {
-        return Ok(true);
-    }
+    Ok(dedupe_held(conn, current, &key, now)? || dedupe_held(conn, 1 - current, &key, now)?)
+}
+
+/// Whether the record of `task` holds an unsigned message's dedupe entry (`SharedTask::holds_message`): the message
+/// claimed the task before.
+fn record_holds(conn: &Connection, task: &TaskKey, claim: &ReplayClaim, now: i64) -> Result<bool, StoreError> {
     conn.prepare_cached(
         "SELECT 1 FROM task_rows WHERE session_id = ?1 AND task_id = ?2 AND message_key = ?3 \
          AND message_until_ms > ?4 AND expires_ms > ?4",
@@ -981,30 +1004,38 @@ fn holds_message(
     .map_err(unavailable)
 }
 
-/// The session step of an admission: the lookup, restarting a live session's TTL, with the session's usage.
-fn touch_session(
+/// The session step of an admission, read only: the lookup, with the session's usage and the expiry to write if the
+/// message is admitted ([`renew_session`]): the write waits for the admission's replay verdict, which a task's record
+/// may decide after this ([`claim_task`]), so that a replayed message changes nothing.
+fn admission_session(
     conn: &Connection,
     id: &str,
     now: i64,
     marker: i64,
-) -> Result<(SessionLookup, SessionUsage), StoreError> {
+) -> Result<(SessionLookup, SessionUsage, Option<i64>), StoreError> {
     let row = load_session_usage(conn, id)?;
     let stored = row.as_ref().map(|(_, expires, _)| *expires);
     let usage = row.as_ref().map(|(_, _, usage)| *usage).unwrap_or_default();
     let found = lookup(row.map(|(record, expires, _)| (record, expires)), now, marker)?;
+    let mut renew = None;
     if let (SessionLookup::Live(session), Some(stored)) = (&found, stored) {
         let ttl = ms(Duration::from_secs(session.ttl_secs));
         let due = now.saturating_add(ttl);
         // Written ahead by a tenth of the TTL (at most a second), so that a busy session's row is rewritten about
         // once a second rather than by every commit; the session lives that much longer at most, never shorter.
         if stored < due {
-            let ahead = (ttl / 10).min(1000);
-            conn.prepare_cached("UPDATE sessions SET expires_ms = ?2 WHERE id = ?1")
-                .and_then(|mut st| st.execute(params![id, due.saturating_add(ahead)]))
-                .map_err(unavailable)?;
+            renew = Some(due.saturating_add((ttl / 10).min(1000)));
         }
     }
-    Ok((found, usage))
+    Ok((found, usage, renew))
+}
+
+/// Restarts a live session's TTL: its row expires at `until`.
+fn renew_session(conn: &Connection, id: &str, until: i64) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE sessions SET expires_ms = ?2 WHERE id = ?1")
+        .and_then(|mut st| st.execute(params![id, until]))
+        .map_err(unavailable)?;
+    Ok(())
 }
 
 /// Adds what a task spent to its session's usage, while the session is live.
@@ -1021,22 +1052,40 @@ fn add_session_cost(conn: &Connection, id: &str, cost: TaskCost, now: i64) -> Re
 }
 
 /// The claim step of an admission: refused at the session's task limit, counted in the session's row under one.
+/// `message` is the unsigned message's dedupe entry the claim stands in for, if any: [`Claimed::Replayed`] when the
+/// task's record holds it already.
 fn claim_counted(
     conn: &Connection,
     cfg: &StoreConfig,
     step: (&TaskKey, &SharedTask, Duration, Option<u64>),
     usage: SessionUsage,
+    message: Option<&ReplayClaim>,
     now: i64,
-) -> Result<TaskClaim, StoreError> {
+) -> Result<Claimed, StoreError> {
     let (key, task, lease, max_tasks) = step;
     if max_tasks.is_some_and(|max| usage.tasks >= max) {
-        return Ok(TaskClaim::LimitReached);
+        if let Some(entry) = message
+            && record_holds(conn, key, entry, now)?
+        {
+            return Ok(Claimed::Replayed);
+        }
+        return Ok(Claimed::Answer(TaskClaim::LimitReached));
     }
-    let claim = claim_task(conn, cfg, key, task, lease, now)?;
-    if claim == TaskClaim::Claimed && max_tasks.is_some() {
+    let claim = claim_task(conn, cfg, (key, task, lease), message, now)?;
+    if claim == Claimed::Answer(TaskClaim::Claimed) && max_tasks.is_some() {
         count_session_tasks(conn, &key.session_id, 1)?;
     }
     Ok(claim)
+}
+
+/// How a claim went: answered, or the message that made it is a replay.
+#[derive(Debug, Clone, PartialEq)]
+enum Claimed {
+    /// The store's answer to the claim.
+    Answer(TaskClaim),
+    /// The task's record holds the claiming message's dedupe entry (`SharedTask::holds_message`): the same unsigned
+    /// message claimed it before, and nothing was written.
+    Replayed,
 }
 
 /// Adds `delta` to a session's count of admitted tasks, never below 0.
@@ -1047,14 +1096,15 @@ fn count_session_tasks(conn: &Connection, id: &str, delta: i64) -> Result<(), St
     Ok(())
 }
 
+/// Claims a task for `task.owner`. `message` is as for [`claim_counted`]: whether the record holds it is read only
+/// when the task is in the store already, so a new task id (nearly every claim) costs no lookup before its insert.
 fn claim_task(
     conn: &Connection,
     cfg: &StoreConfig,
-    key: &TaskKey,
-    task: &SharedTask,
-    lease: Duration,
+    (key, task, lease): (&TaskKey, &SharedTask, Duration),
+    message: Option<&ReplayClaim>,
     now: i64,
-) -> Result<TaskClaim, StoreError> {
+) -> Result<Claimed, StoreError> {
     let mut running = task.clone();
     running.lease_until_ms = now.saturating_add(ms(lease));
     let (message_key, message_until) = (running.message_key.take(), std::mem::take(&mut running.message_until_ms));
@@ -1075,8 +1125,11 @@ fn claim_task(
     let note = |(message, until): (String, i64)| claim_dedupe(conn, cfg, &ReplayClaim::new("", message, until), now);
     if inserted == 0 {
         if let Some(held) = load_task(conn, key, now)? {
+            if message.is_some_and(|entry| held.holds_message(entry, now)) {
+                return Ok(Claimed::Replayed);
+            }
             if !held.claimable(held.lease_until_ms > now) {
-                return Ok(TaskClaim::Taken);
+                return Ok(Claimed::Answer(TaskClaim::Taken));
             }
             crate::outlived(&held, task, now).map(note).transpose()?;
         }
@@ -1092,7 +1145,7 @@ fn claim_task(
         .map_err(unavailable)?;
     }
     crate::outliving(task, expires).map(note).transpose()?;
-    Ok(TaskClaim::Claimed)
+    Ok(Claimed::Answer(TaskClaim::Claimed))
 }
 
 /// A task's record, a lapsed lease failed first.
@@ -1130,34 +1183,41 @@ impl Store for SqliteStore {
     async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
         let admission = admission.clone();
         self.tx_while_awaited(move |conn, cfg, now| {
-            // A claim standing in for the message's dedupe entry: checked first, written only if no claim is made.
+            // A claim standing in for the message's dedupe entry: checked first against the dedupe entries, then
+            // against the task's record where the claim finds one (`claim_task`); written only if no claim is made.
             let dedupe = match &admission.task {
                 Some(TaskStep::Claim { key, dedupe: Some(entry), .. }) => Some((key, entry)),
                 _ => None,
             };
             let replay = match (&admission.replay, dedupe) {
                 (Some(claim), _) => claim_message(conn, cfg, claim, now)?,
-                (None, Some((key, entry))) if holds_message(conn, cfg, key, entry, now)? => ReplayVerdict::Seen,
+                (None, Some((_, entry))) if dedupe_holds(conn, cfg, entry, now)? => ReplayVerdict::Seen,
                 (None, _) => ReplayVerdict::Fresh,
             };
-            let dedupe = dedupe.map(|(_, entry)| entry);
+            let replayed = || Ok(Admitted::replay_only(ReplayVerdict::Seen));
             let mut admitted = Admitted::replay_only(replay);
             let Some(id) = admission.session_id.as_deref().filter(|_| replay == ReplayVerdict::Fresh) else {
                 return Ok(admitted);
             };
-            let (session, usage) = touch_session(conn, id, now, ms(cfg.closed_ttl))?;
-            let live = matches!(session, SessionLookup::Live(_));
-            admitted.session = Some(session);
-            if !live {
-                if let Some(entry) = dedupe {
+            let (session, usage, renew) = admission_session(conn, id, now, ms(cfg.closed_ttl))?;
+            if !matches!(session, SessionLookup::Live(_)) {
+                if let Some((key, entry)) = dedupe {
+                    if record_holds(conn, key, entry, now)? {
+                        return replayed();
+                    }
                     claim_dedupe(conn, cfg, entry, now)?;
                 }
+                admitted.session = Some(session);
                 return Ok(admitted);
             }
             admitted.task = match &admission.task {
                 Some(TaskStep::Claim { key, task, lease, max_tasks, usage: read, dedupe }) => {
                     admitted.usage = read.then_some(usage);
-                    let claim = claim_counted(conn, cfg, (key, task, *lease, *max_tasks), usage, now)?;
+                    let step = (key, task, *lease, *max_tasks);
+                    let claim = match claim_counted(conn, cfg, step, usage, dedupe.as_ref(), now)? {
+                        Claimed::Answer(claim) => claim,
+                        Claimed::Replayed => return replayed(),
+                    };
                     if let (Some(entry), TaskClaim::Taken | TaskClaim::LimitReached) = (dedupe, &claim) {
                         claim_dedupe(conn, cfg, entry, now)?;
                     }
@@ -1167,6 +1227,10 @@ impl Store for SqliteStore {
                 Some(TaskStep::Cancel(key)) => Some(TaskAnswer::Cancel(cancel_task(conn, cfg, key, now)?)),
                 _ => None,
             };
+            if let Some(until) = renew {
+                renew_session(conn, id, until)?;
+            }
+            admitted.session = Some(session);
             Ok(admitted)
         })
         .await
@@ -1200,7 +1264,12 @@ impl Store for SqliteStore {
 
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError> {
         let (key, task) = (key.clone(), task.clone());
-        self.tx_while_awaited(move |conn, cfg, now| claim_task(conn, cfg, &key, &task, lease, now)).await
+        self.tx_while_awaited(move |conn, cfg, now| match claim_task(conn, cfg, (&key, &task, lease), None, now)? {
+            Claimed::Answer(claim) => Ok(claim),
+            // Without a message to hold, no record holds it.
+            Claimed::Replayed => Ok(TaskClaim::Taken),
+        })
+        .await
     }
 
     async fn release_task(&self, key: &TaskKey, owner: &str, dedupe: Option<&ReplayClaim>) -> Result<(), StoreError> {
@@ -1308,7 +1377,30 @@ impl Store for SqliteStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::{Connection, EXPIRED_OF_PRINCIPAL, EXPIRED_SHARES, SCHEMA, SWEEP_DELETES};
+    use super::{
+        Connection, EXPIRED_OF_PRINCIPAL, EXPIRED_SHARES, MIN_BOUND_BYTES, ROOM_CHECK_EVERY, ROOM_CHECK_MOST,
+        ROOM_RESULT_BYTES, Room, SCHEMA, SWEEP_DELETES,
+    };
+
+    /// Between two reads of the pages in use, the file may grow by as many results as operations run: the eighth
+    /// between the drop mark and the bound holds them at [`ROOM_RESULT_BYTES`] each for every bound, and the default
+    /// bound holds them at a megabyte each.
+    #[test]
+    fn the_pages_in_use_are_read_before_the_bound_can_be_reached() {
+        let default_bound = crate::StoreConfig::new("x").sqlite_max_bytes;
+        for max_bytes in [MIN_BOUND_BYTES, 4 << 20, 64 << 20, 1 << 30, default_bound] {
+            let conn = Connection::open_in_memory().unwrap();
+            let room = Room::new(&conn, max_bytes).unwrap();
+            let page = conn.query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0)).unwrap().unsigned_abs();
+            let eighth = (max_bytes / page - room.drop_above) * page;
+            assert!((ROOM_CHECK_EVERY..=ROOM_CHECK_MOST).contains(&room.check_every), "{max_bytes}");
+            assert!(room.check_every * ROOM_RESULT_BYTES <= eighth, "{max_bytes}: every {}", room.check_every);
+            if max_bytes == default_bound {
+                assert_eq!(room.check_every, ROOM_CHECK_MOST);
+                assert!(room.check_every << 20 <= eighth, "the default bound holds a megabyte per operation");
+            }
+        }
+    }
 
     /// Each step of a query plan (`EXPLAIN QUERY PLAN`), with zeros for its parameters.
     fn plan(conn: &Connection, sql: &str) -> Vec<String> {

@@ -123,6 +123,52 @@ fn a_claim_made_stands_for_the_dedupe_entry_and_one_not_made_writes_it() {
     });
 }
 
+/// A message its task's record stands for is a replay wherever the admission would otherwise end: at the session's
+/// task limit (not `LimitReached`), and with its session closed (not a closed session's answer). A replay changes
+/// nothing: SQLite's session row keeps its expiry, where the message, were it fresh, would restart the TTL.
+#[test]
+fn a_message_its_record_holds_is_a_replay_at_the_task_limit_and_changes_nothing() {
+    let backends = Backends::start("unsigned-dedupe-limit");
+    backends.rt.block_on(async {
+        let cfg = StoreConfig::new("ldp:delegate:dedupe-limit");
+        for (name, store) in backends.open(&cfg, "limit.db").await {
+            let sid = format!("l-{name}");
+            let mut record = session(&sid);
+            // A TTL of a second: SQLite writes a live session's expiry a tenth of it ahead, so 150 ms on, a fresh
+            // message would rewrite it.
+            record.ttl_secs = 1;
+            assert!(store.create_session(&record).await.unwrap());
+            let limited = |dedupe: &ReplayClaim, task: &str| {
+                let mut admission = submit(&sid, task, "replica-a", dedupe);
+                if let Some(TaskStep::Claim { max_tasks, .. }) = &mut admission.task {
+                    *max_tasks = Some(1);
+                }
+                admission
+            };
+            let message = entry(31, Duration::from_secs(600));
+            let first = store.admit(&limited(&message, "t1")).await.unwrap();
+            assert_eq!(claim(&first), Some(&TaskClaim::Claimed), "{name}");
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let expiry = || -> Option<i64> {
+                (name == "sqlite").then(|| {
+                    let conn = rusqlite::Connection::open(backends.dir.join("limit.db")).unwrap();
+                    conn.query_row("SELECT expires_ms FROM sessions WHERE id = ?1", [&sid], |r| r.get(0)).unwrap()
+                })
+            };
+            let before = expiry();
+            let again = store.admit(&limited(&message, "t1")).await.unwrap();
+            assert_eq!((again.replay, claim(&again)), (ReplayVerdict::Seen, None), "{name}: at the task limit");
+            assert_eq!(expiry(), before, "{name}: a replay restarted the session's TTL");
+            // Another message at the limit is refused so, and its entry written.
+            let other = entry(32, Duration::from_secs(600));
+            let over = store.admit(&limited(&other, "t2")).await.unwrap();
+            assert_eq!((over.replay, claim(&over)), (ReplayVerdict::Fresh, Some(&TaskClaim::LimitReached)), "{name}");
+            assert_eq!(store.admit(&limited(&other, "t2")).await.unwrap().replay, ReplayVerdict::Seen, "{name}");
+            assert!(name != "sqlite" || expiry() > before, "{name}: a fresh message left the session's TTL as it was");
+        }
+    });
+}
+
 #[test]
 fn the_record_stands_for_the_entry_only_while_its_window_lasts() {
     let backends = Backends::start("unsigned-dedupe-window");
