@@ -26,7 +26,9 @@
 //! cache beside it (see `SqliteStore::open` for why small).
 //!
 //! There is no reader pool: almost every operation the runtime makes writes (the replay or dedupe entry of every
-//! message, a task's claim or result), so reads on other connections would only add a second round trip.
+//! message, a task's claim or result), so reads on other connections would only add a second round trip. Within the
+//! writer, an admission reads as little as its verdict needs: an unsigned TASK_SUBMIT's claim is one insert, and its
+//! task's record is read only when the insert finds one there (a resend, whose record may hold the message).
 //!
 //! **Fewer pages per commit.** Each page a commit changes is one more frame in the WAL (two `write()`s, and a copy
 //! at the next checkpoint), so rows that every message would touch are written less often: a live session's TTL
