@@ -996,14 +996,9 @@ fn dedupe_holds(conn: &Connection, cfg: &StoreConfig, claim: &ReplayClaim, now: 
 }
 
 /// Whether the record of `task` holds an unsigned message's dedupe entry (`SharedTask::holds_message`): the message
-/// claimed the task before.
+/// claimed the task before. Read only where no claim's insert has found the record ([`claim_task`]).
 fn record_holds(conn: &Connection, task: &TaskKey, claim: &ReplayClaim, now: i64) -> Result<bool, StoreError> {
-    conn.prepare_cached(
-        "SELECT 1 FROM task_rows WHERE session_id = ?1 AND task_id = ?2 AND message_key = ?3 \
-         AND message_until_ms > ?4 AND expires_ms > ?4",
-    )
-    .and_then(|mut st| st.exists(params![task.session_id, task.task_id, claim.key, now]))
-    .map_err(unavailable)
+    Ok(load_task(conn, task, now)?.is_some_and(|held| held.holds_message(claim, now)))
 }
 
 /// The session step of an admission, read only: the lookup, with the session's usage and the expiry to write if the

@@ -612,7 +612,7 @@ mod tests {
         fn the_idle_count_and_order_follow_the_sessions(steps in proptest::collection::vec(step(), 1..80)) {
             use crate::{ManualClock, TaskOutput};
             use ldp_types::{TaskCancel, TaskSubmit};
-                let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
+            let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
             card.capabilities.push(Capability::new("echo"));
             let mut cfg = ResponderConfig::new(card);
             (cfg.limits.max_sessions, cfg.limits.max_concurrent_tasks) = (4, 100);
