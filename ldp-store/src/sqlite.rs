@@ -996,7 +996,8 @@ fn dedupe_holds(conn: &Connection, cfg: &StoreConfig, claim: &ReplayClaim, now: 
 }
 
 /// Whether the record of `task` holds an unsigned message's dedupe entry (`SharedTask::holds_message`): the message
-/// claimed the task before. Read only where no claim's insert has found the record ([`claim_task`]).
+/// claimed the task before. Only the paths that make no claim read it (the task limit, a session no longer live): a
+/// claim learns it from its insert ([`claim_task`]).
 fn record_holds(conn: &Connection, task: &TaskKey, claim: &ReplayClaim, now: i64) -> Result<bool, StoreError> {
     Ok(load_task(conn, task, now)?.is_some_and(|held| held.holds_message(claim, now)))
 }
