@@ -134,7 +134,7 @@ async fn start(cfg: ResponderConfig, delegate: Arc<dyn Delegate>) -> Result<Serv
     let runtime = DelegateRuntime::new(responder, delegate);
     let ws = WsServer::new(runtime.clone(), WsServerConfig::default());
     let app =
-        ldp_transport_http::router(HttpState::new(runtime.clone(), HttpServerConfig::default())).merge(ws.router());
+        ldp_transport_http::router_with(HttpState::new(runtime.clone(), HttpServerConfig::default()), ws.router());
     let listener =
         tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("cannot start a delegate: {e}"))?;
     let url = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);

@@ -131,6 +131,11 @@ pub struct LimitArgs {
     /// beyond it 429 with Retry-After [default: off].
     #[arg(long, value_name = "N/s")]
     pub rate_limit: Option<ldp_transport_http::RateLimit>,
+    /// A proxy (address or network, e.g. 10.0.0.0/8) whose X-Forwarded-For names the client; repeatable. An
+    /// unauthenticated peer's quotas are keyed on its client address: list only proxies you run [default: none,
+    /// the socket's peer is the client].
+    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_proxy)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// A WebSocket that sends nothing, not even a pong to the server's pings, for this long is closed, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 45)]
     pub ws_idle_timeout: u64,
@@ -567,8 +572,17 @@ pub(crate) fn build(
         tokens,
         limits: args.limits.connection_limits(),
         rate_limit: args.limits.rate_limit,
+        trusted_proxies: args.limits.trusted_proxies.clone(),
     };
     Ok((cfg, http))
+}
+
+/// A `--trusted-proxy`: a network (`10.0.0.0/8`) or one address (`10.0.0.1`).
+fn parse_proxy(s: &str) -> Result<ipnet::IpNet, String> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{s:?} is neither an address nor a network (CIDR)"))
 }
 
 /// Registers the SIGINT and SIGTERM handlers at once and returns a future that resolves on either. Registering before
@@ -673,7 +687,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let state = HttpState::new(runtime.clone(), http);
     // One /metrics for both bindings.
     ws.report_to(state.metrics());
-    let app = ldp_transport_http::router_with(state, bridges).merge(ws.router()).merge(public);
+    // The WebSocket route is an extra route too: its upgrades are authenticated, rate limited and keyed on the
+    // client's address (behind `--trusted-proxy`, the client the proxy names) as the other routes are.
+    let app = ldp_transport_http::router_with(state, bridges.merge(ws.router())).merge(public);
     let signal = shutdown_signal();
     {
         let mut out = std::io::stdout().lock();

@@ -61,6 +61,7 @@ mod config;
 mod error;
 mod held;
 mod initiator;
+mod refusals;
 mod responder;
 mod security;
 pub mod shared;
@@ -77,11 +78,12 @@ pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, Respon
 pub use error::{Misuse, PeerMisbehaved, Refusal, SessionError};
 pub use held::{HeldAnswer, HeldLimits, HeldStats};
 pub use initiator::{DEFAULT_RESUME_GRACE, Expired, Initiator, InitiatorEvent, ResumeVerdict, Transmit, fit_payload};
+pub use refusals::{REFUSAL_LINE_EVERY, REFUSAL_QUIET_AFTER, RefusalLine, RefusalLog};
 pub use responder::{
     Aborted, AuthenticatedPeer, Checked, Delivery, History, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
-    ResponderEvent, SharedEnd, TaskOutput, TaskRequest, TaskStatus, Turn,
+    ResponderEvent, SharedEnd, TaskOutput, TaskRequest, TaskStatus, Turn, source_of,
 };
-pub use security::{ReplayConfig, ReplayGuard, SecurityConfig, SignaturePolicy};
+pub use security::{ReplayConfig, ReplayGuard, SecurityConfig, SignaturePolicy, replay_room};
 
 /// The RFC 5.1 session lifecycle states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

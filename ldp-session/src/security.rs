@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use ldp_types::signing::{self, SigningKey, VerifyingKey};
 use ldp_types::{Body, Envelope, LdpError, codes};
+
+use crate::shared::ReplayVerdict;
 use serde_json::Value;
 use time::OffsetDateTime;
 
@@ -34,9 +36,10 @@ pub struct ReplayConfig {
     pub future_skew: Duration,
     /// Most messages remembered at once; beyond it new messages are refused, never old entries evicted.
     pub max_entries: usize,
-    /// Most messages remembered at once for one principal (the authenticated credential, else the declared `from`),
-    /// so that one key holder filling its share cannot lock others out of signed traffic. A shared-secret holder
-    /// without a transport credential can spread over many `from` values; `max_entries` still bounds them all.
+    /// Most messages remembered at once for one source (the authenticated credential, else the sender's own signing
+    /// key, else its network address; never the declared `from` alone), so that one key holder filling its share
+    /// cannot lock others out of signed traffic. Holders of one shared secret are one trust group, told apart by
+    /// address. A source is also held under the room the window has left ([`replay_room`]).
     pub max_entries_per_principal: usize,
 }
 
@@ -152,11 +155,15 @@ impl ReplayGuard {
             return Err(replay_detected(env));
         }
         let held = self.per_principal.get_key_value(principal);
-        if held.is_some_and(|(_, n)| *n >= cfg.max_entries_per_principal) {
-            return Err(share_full());
-        }
-        if self.seen.len() >= cfg.max_entries {
-            return Err(table_full());
+        match replay_room(
+            held.map_or(0, |(_, n)| *n),
+            self.seen.len(),
+            Some(cfg.max_entries_per_principal),
+            Some(cfg.max_entries),
+        ) {
+            ReplayVerdict::Fresh | ReplayVerdict::Seen => {}
+            ReplayVerdict::Full => return Err(share_full()),
+            ReplayVerdict::TableFull => return Err(table_full()),
         }
         // One allocation per principal, shared by its entries.
         let principal = held.map_or_else(|| Arc::from(principal), |(p, _)| p.clone());
@@ -165,6 +172,28 @@ impl ReplayGuard {
         self.by_expiry.insert((expiry, key.clone()));
         self.seen.insert(key, principal);
         Ok(())
+    }
+}
+
+/// Whether a replay window holding `total` entries, `held` of them counted against one source, has room for one
+/// more of that source's: [`ReplayVerdict::Full`] when the source holds its share (`max_per_principal`) or as many
+/// entries as the window has room left, [`ReplayVerdict::TableFull`] when the window holds `max_total`, else
+/// [`ReplayVerdict::Fresh`]. The room-left rule means one source can fill at most half the window, `n` sources
+/// `n / (n + 1)` of it, and the heaviest are refused first: a source holding little is admitted while a heavy one is
+/// refused. The one rule of every replay window, the machine's own and each store's.
+pub fn replay_room(
+    held: usize,
+    total: usize,
+    max_per_principal: Option<usize>,
+    max_total: Option<usize>,
+) -> ReplayVerdict {
+    if max_per_principal.is_some_and(|max| held >= max) {
+        return ReplayVerdict::Full;
+    }
+    match max_total {
+        Some(max) if total >= max => ReplayVerdict::TableFull,
+        Some(max) if held >= max - total => ReplayVerdict::Full,
+        _ => ReplayVerdict::Fresh,
     }
 }
 
@@ -292,11 +321,15 @@ mod tests {
         let full = g.check_for(&cfg, &env("f3", "n", ts), "flooder", now).unwrap_err();
         assert_eq!(full.code, codes::CAPACITY_EXCEEDED);
         assert!(full.retryable);
-        // Everyone else keeps working, up to the global bound.
+        // Everyone else keeps working, up to the global bound; as the window fills, a source holding as many entries
+        // as there is room left is refused while a source holding none is still admitted.
         g.check_for(&cfg, &env("o1", "n", ts), "other", now).unwrap();
         g.check_for(&cfg, &env("t1", "n", ts), "third", now).unwrap();
-        g.check_for(&cfg, &env("t2", "n", ts), "third", now).unwrap();
-        assert_eq!(g.check_for(&cfg, &env("o2", "n", ts), "other", now).unwrap_err().code, codes::CAPACITY_EXCEEDED);
+        let heavy = g.check_for(&cfg, &env("t2", "n", ts), "third", now).unwrap_err();
+        assert_eq!(heavy.message, share_full().message);
+        g.check_for(&cfg, &env("q1", "n", ts), "quiet", now).unwrap();
+        let full = g.check_for(&cfg, &env("o2", "n", ts), "other", now).unwrap_err();
+        assert_eq!(full.message, table_full().message);
         // Entries leave with the window, and their shares with them.
         let later = t("2026-01-01T00:02:00Z");
         g.prune(later);
@@ -304,6 +337,32 @@ mod tests {
         assert!(g.per_principal.is_empty());
         let ts = "2026-01-01T00:01:59Z";
         g.check_for(&cfg, &env("f4", "n", ts), "flooder", later).unwrap();
+    }
+
+    proptest::proptest! {
+        /// Whatever sources add entries in whatever order: none passes its share, the window never passes its bound,
+        /// one source never holds more than about half of it, and a source holding nothing is admitted exactly while
+        /// the window is not full.
+        #[test]
+        fn the_room_rule_bounds_every_source(
+            sources in proptest::collection::vec(0..6usize, 1..400),
+            max_total in 1..64usize,
+            max_per in 1..64usize,
+        ) {
+            let (mut held, mut total) = ([0usize; 6], 0usize);
+            for s in sources {
+                if replay_room(held[s], total, Some(max_per), Some(max_total)) == ReplayVerdict::Fresh {
+                    held[s] += 1;
+                    total += 1;
+                }
+                let quiet = replay_room(0, total, Some(max_per), Some(max_total));
+                proptest::prop_assert_eq!(quiet == ReplayVerdict::Fresh, total < max_total);
+                proptest::prop_assert!(total <= max_total);
+                for h in held {
+                    proptest::prop_assert!(h <= max_per && 2 * h <= max_total + 1, "{h} of {max_total}");
+                }
+            }
+        }
     }
 
     fn t(s: &str) -> OffsetDateTime {
@@ -334,10 +393,12 @@ mod tests {
         let mut g = ReplayGuard::default();
         let now = t("2026-01-01T00:01:00Z");
         g.check(&cfg, &env("victim", "n", "2026-01-01T00:00:59Z"), now).unwrap();
+        // Flooders of one source each (one source alone would be held to the room left).
         for i in 0..2 {
-            g.check(&cfg, &env(&format!("flood{i}"), "n", "2026-01-01T00:00:59Z"), now).unwrap();
+            let flooder = format!("flooder{i}");
+            g.check_for(&cfg, &env(&format!("flood{i}"), "n", "2026-01-01T00:00:59Z"), &flooder, now).unwrap();
         }
-        let full = g.check(&cfg, &env("flood9", "n", "2026-01-01T00:00:59Z"), now).unwrap_err();
+        let full = g.check_for(&cfg, &env("flood9", "n", "2026-01-01T00:00:59Z"), "flooder9", now).unwrap_err();
         assert_eq!(full.code, codes::CAPACITY_EXCEEDED);
         assert!(full.retryable);
         let replay = g.check(&cfg, &env("victim", "n", "2026-01-01T00:00:59Z"), now).unwrap_err();

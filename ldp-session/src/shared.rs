@@ -29,6 +29,11 @@ pub struct SharedSession {
     pub peer: String,
     /// The authenticated principal that opened it, if any: only it may use the session.
     pub owner: Option<String>,
+    /// The source it counts against in the per-source session limits (its credential, signing key or address; see
+    /// [`crate::PeerContext::source`]), so that every replica that adopts it counts it against the same one. Records
+    /// written without it count against their owner, else their declared peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
     /// The authenticated delegate id of the peer, if the credential names one.
     pub peer_delegate: Option<String>,
     /// The initiator's trust domain as established.

@@ -16,6 +16,7 @@ fn token_peer(label: &str, domain: &str) -> PeerContext {
         authenticated: Some(AuthenticatedPeer { delegate_id: None, trust_domain: domain.to_owned() }),
         connection: Some(1),
         principal: Some(Arc::from(label)),
+        address: None,
     }
 }
 
@@ -63,7 +64,7 @@ fn another_token_of_the_same_or_another_domain_cannot_use_a_session() {
     for intruder in [
         token_peer("bearer:b", DOMAIN),
         token_peer("bearer:c", "other.org"),
-        PeerContext { authenticated: None, connection: Some(2), principal: None },
+        PeerContext { authenticated: None, connection: Some(2), principal: None, address: None },
     ] {
         sim.peer = intruder;
         assert_not_session_peer(&mut sim, &sid, &running, None);
@@ -96,6 +97,7 @@ fn without_a_principal_label_the_authenticated_identity_binds_the_session() {
         authenticated: Some(AuthenticatedPeer { delegate_id: None, trust_domain: domain.to_owned() }),
         connection: Some(1),
         principal: None,
+        address: None,
     };
     sim.peer = auth(DOMAIN);
     let sid = sim.session();
@@ -219,7 +221,7 @@ fn sessions_are_capped_per_principal_and_globally_and_counts_drop_when_they_end(
     let env = proposal_from(&mut sim, "ldp:delegate:d");
     capacity_refused(sim.send_responder(&env));
     // Closing one of a's sessions gives a (and the global count) room again.
-    sim.peer = PeerContext { authenticated: None, connection: Some(1), principal: None };
+    sim.peer = PeerContext { authenticated: None, connection: Some(1), principal: None, address: None };
     let mut close = sim.forge(&mine[0], SessionClose::new(None), PayloadMode::Text);
     close.from = "ldp:delegate:a".into();
     assert!(matches!(sim.send_responder(&close), Ok(Outcome::Cancel { .. })));
@@ -242,7 +244,7 @@ fn one_key_holder_flooding_the_replay_table_does_not_lock_out_others() {
     let mut r = responder_config();
     r.security = SecurityConfig::symmetric(key.clone());
     r.security.replay = Some(ldp_session::ReplayConfig {
-        max_entries: 10,
+        max_entries: 20,
         max_entries_per_principal: 3,
         ..ldp_session::ReplayConfig::default()
     });
@@ -262,7 +264,8 @@ fn one_key_holder_flooding_the_replay_table_does_not_lock_out_others() {
     sim.peer = token_peer("bearer:victim", DOMAIN);
     let sid = sim.session();
     sim.submit(&sid, "echo", frame("still works")).task();
-    // Unauthenticated senders are counted by their declared `from`.
+    // Unauthenticated senders of a transport that knows no address (in process) are counted by their declared
+    // `from`; over a network, by their address (`ldp-cli/tests/quotas.rs`).
     sim.peer = PeerContext::default();
     for _ in 0..3 {
         let hello = sim.initiator.hello();

@@ -243,6 +243,8 @@ fn adopting_at_a_principals_limit_drops_only_that_principals_idle_copy_or_refuse
     let of_other = |n: usize| {
         let mut other = records[0].clone();
         (other.session_id, other.peer, other.owner) = (format!("other-{n}"), "another-agent".into(), None);
+        // The source it counts against is that of its own peer.
+        other.quota = None;
         other
     };
     let mut cfg = responder_config();

@@ -12,12 +12,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_session::TaskKey;
 use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
     SharedTaskStatus, TaskAnswer, TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
+use ldp_session::{TaskKey, replay_room};
 
 use crate::{MIN_BOUND_BYTES, StoreConfig, drop_marks, ms, now_ms, outlived, outliving};
 
@@ -272,11 +272,9 @@ impl Tables {
         }
         let counted = claim.max_per_principal.is_some() || claim.max_total.is_some();
         let held = self.per_principal.get(&claim.principal).copied().unwrap_or(0);
-        if claim.max_per_principal.is_some_and(|max| held >= max) {
-            return ReplayVerdict::Full;
-        }
-        if claim.max_total.is_some_and(|max| self.counted >= max) {
-            return ReplayVerdict::TableFull;
+        match replay_room(held, self.counted, claim.max_per_principal, claim.max_total) {
+            ReplayVerdict::Fresh => {}
+            refused => return refused,
         }
         self.expiries.replay.push(Reverse((claim.expires_at_ms, claim.key.clone())));
         self.replay.insert(claim.key.clone(), (counted.then(|| claim.principal.clone()), claim.expires_at_ms));

@@ -181,14 +181,21 @@ return {'fresh', record}
 /// scored by expiry in one slot (KEYS: share, total; ARGV: entry, expiry ms, the most per principal or '', the most in
 /// total or '', now ms): prunes entries past their expiry; `1` counted, or counted already under any principal (a
 /// replay, which the admission then refuses `seen`, as the other backends do, without counting it against the
-/// replaying principal's share), `0` the share is full, `2` the total is.
+/// replaying principal's share), `0` the share is full (or as large as the room the window has left: the rule of
+/// `ldp_session::replay_room`, which the other backends call), `2` the total is.
 const ACCOUNT: &str = r"
 local now = ARGV[5]
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 1 end
-if ARGV[3] ~= '' and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-if ARGV[4] ~= '' and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 2 end
+local held = redis.call('ZCARD', KEYS[1])
+if ARGV[3] ~= '' and held >= tonumber(ARGV[3]) then return 0 end
+if ARGV[4] ~= '' then
+  local max = tonumber(ARGV[4])
+  local total = redis.call('ZCARD', KEYS[2])
+  if total >= max then return 2 end
+  if held >= max - total then return 0 end
+end
 for i = 1, 2 do
   redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1])
   local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')

@@ -52,12 +52,12 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_session::TaskKey;
 use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
     SharedTaskStatus, TaskAnswer, TaskClaim, TaskCost, TaskFinish, TaskStep,
 };
 use ldp_session::store::{OUTAGE_LINE_EVERY, OutageLog, Store, StoreError};
+use ldp_session::{TaskKey, replay_room};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
@@ -850,22 +850,20 @@ fn claim_message(
     }
     // Counts kept as entries come and go: a principal's share in O(1), where counting its entries took a time that
     // grew with them, on the one writer every message waits for.
-    if let Some(max) = claim.max_per_principal
-        && share(conn, &claim.principal)? >= max
-    {
-        // Expired entries still count until deleted: delete this principal's now before refusing.
-        delete_expired_replay(conn, now, Some(&claim.principal))?;
-        if share(conn, &claim.principal)? >= max {
-            return Ok(ReplayVerdict::Full);
+    let room = |conn: &Connection| -> Result<ReplayVerdict, StoreError> {
+        Ok(replay_room(share(conn, &claim.principal)?, replay_rows(conn)?, claim.max_per_principal, claim.max_total))
+    };
+    let mut verdict = room(conn)?;
+    // Expired entries still count until deleted: delete this principal's, then everyone's, before refusing.
+    for of in [Some(claim.principal.as_str()), None] {
+        if verdict == ReplayVerdict::Fresh {
+            break;
         }
+        delete_expired_replay(conn, now, of)?;
+        verdict = room(conn)?;
     }
-    if let Some(max) = claim.max_total
-        && replay_rows(conn)? >= max
-    {
-        delete_expired_replay(conn, now, None)?;
-        if replay_rows(conn)? >= max {
-            return Ok(ReplayVerdict::TableFull);
-        }
+    if verdict != ReplayVerdict::Fresh {
+        return Ok(verdict);
     }
     conn.prepare_cached("INSERT INTO replay (key, principal, expires_ms) VALUES (?1, ?2, ?3)")
         .and_then(|mut st| st.execute(params![claim.key, claim.principal, claim.expires_at_ms]))

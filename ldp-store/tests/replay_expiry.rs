@@ -1,5 +1,6 @@
-//! The replay window's bounds count live entries only, on every backend: a principal at its share, or a window at
-//! its total, is refused until entries expire, and admitted after, without any sweep having run in between; an
+//! The replay window's bounds count live entries only, on every backend: a principal at its share (or at the room
+//! the window has left, `ldp_session::replay_room`), or a window at its total, is refused until entries expire, and
+//! admitted after, without any sweep having run in between; an
 //! expired key is fresh again and counted once. (The SQLite store keeps these counts as entries come and go rather
 //! than counting a principal's entries on every signed message.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -44,11 +45,12 @@ fn expired_entries_leave_the_bounds() {
             assert_eq!(verdict(signed("r", "g", later)).await, ReplayVerdict::TableFull, "{name}: the total is 4");
 
             tokio::time::sleep(Duration::from_millis(600)).await;
-            // a and b expired: a's key is fresh again, and p has room for two (a and c), counted once each.
+            // a and b expired: a's key is fresh again and counted once; p then holds as many entries as the window
+            // has room left (d, e and a leave one), so that place goes to a source holding none.
             assert_eq!(verdict(signed("p", "a", later)).await, ReplayVerdict::Fresh, "{name}");
-            assert_eq!(verdict(signed("p", "c", later)).await, ReplayVerdict::Fresh, "{name}");
-            assert_eq!(verdict(signed("p", "h", later)).await, ReplayVerdict::Full, "{name}");
-            // a, c, d, e: the window is full again.
+            assert_eq!(verdict(signed("p", "c", later)).await, ReplayVerdict::Full, "{name}: p holds the room left");
+            assert_eq!(verdict(signed("s", "i", later)).await, ReplayVerdict::Fresh, "{name}");
+            // a, d, e, i: the window is full again.
             assert_eq!(verdict(signed("q", "f", later)).await, ReplayVerdict::TableFull, "{name}");
             assert_eq!(verdict(signed("p", "a", later)).await, ReplayVerdict::Seen, "{name}");
         }

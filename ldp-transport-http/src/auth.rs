@@ -16,6 +16,7 @@ use ldp_session::{AuthenticatedPeer, PeerContext};
 use subtle::ConstantTimeEq;
 
 use crate::error::HttpError;
+use crate::source::ambiguous_credentials;
 
 /// Token-to-identity table. Empty means authentication is off: every request is an unauthenticated peer whose
 /// declarations the session layer judges by its trust policy.
@@ -63,6 +64,9 @@ impl BearerAuth {
     /// token, an unauthenticated one when no tokens are configured, and [`HttpError::Unauthenticated`] when tokens
     /// are configured and the header is missing, malformed or carries an unknown token.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<PeerContext, HttpError> {
+        if ambiguous_credentials(headers) {
+            return Err(HttpError::AmbiguousCredentials);
+        }
         if !self.is_enabled() {
             return Ok(PeerContext::default());
         }
@@ -83,7 +87,7 @@ impl BearerAuth {
         }
         let (peer, label) = found.ok_or(HttpError::Unauthenticated("unknown bearer token"))?;
         // The label, not the trust domain, is the principal: two tokens of one domain are two principals.
-        Ok(PeerContext { authenticated: Some(peer.clone()), connection: None, principal: Some(label.clone()) })
+        Ok(PeerContext { authenticated: Some(peer.clone()), principal: Some(label.clone()), ..PeerContext::default() })
     }
 }
 
@@ -107,7 +111,9 @@ pub async fn require_bearer(State(auth): State<BearerAuth>, mut req: Request, ne
         return next.run(req).await;
     }
     match auth.authenticate(req.headers()) {
-        Ok(peer) => {
+        Ok(mut peer) => {
+            // The client's address, which the edge found (`identify_client`), stays with the credential.
+            peer.address = req.extensions().get::<PeerContext>().and_then(|p| p.address);
             req.extensions_mut().insert(peer);
             next.run(req).await
         }

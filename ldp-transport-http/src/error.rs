@@ -50,6 +50,10 @@ pub enum HttpError {
     /// The bearer token is missing, malformed or unknown.
     #[error("unauthenticated: {0}")]
     Unauthenticated(&'static str),
+    /// The request carries more than one `Authorization` header (which one counts would differ between servers and
+    /// proxies, so none does).
+    #[error("more than one Authorization header")]
+    AmbiguousCredentials,
     /// The request's content type is not `application/json`.
     #[error("unsupported content type {0:?}; expected application/json")]
     UnsupportedMediaType(String),
@@ -100,7 +104,7 @@ impl HttpError {
         match self {
             Self::Refused(r) => r.error.clone(),
             Self::Unauthenticated(why) => LdpError::identity(codes::UNAUTHENTICATED, *why),
-            Self::UnsupportedMediaType(_) => {
+            Self::UnsupportedMediaType(_) | Self::AmbiguousCredentials => {
                 LdpError::runtime(codes::MALFORMED_MESSAGE, self.to_string()).with_retryable(false)
             }
             Self::PayloadTooLarge { .. } => {
@@ -124,7 +128,7 @@ impl HttpError {
             Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::UnreadableBody => StatusCode::BAD_REQUEST,
+            Self::UnreadableBody | Self::AmbiguousCredentials => StatusCode::BAD_REQUEST,
             Self::BodyTimeout(_) | Self::BodyTooSlow { .. } | Self::HeadTimeout(_) | Self::HeadTooSlow { .. } => {
                 StatusCode::REQUEST_TIMEOUT
             }

@@ -151,6 +151,7 @@ mod metrics;
 pub mod otlp;
 mod rate;
 mod server;
+mod source;
 pub mod sse;
 #[cfg(feature = "test-pki")]
 pub mod test_pki;

@@ -16,7 +16,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
-use ldp_session::PeerContext;
+use ldp_session::{PeerContext, RefusalLog};
 use ldp_types::{LdpError, codes};
 
 use crate::auth::BearerAuth;
@@ -24,9 +24,10 @@ use crate::conn::refusal_with_retry;
 
 /// How many requests each principal may send: a sustained rate per second with an equal burst.
 ///
-/// The principal is the authenticated peer (a bearer token's or a mapped client certificate's identity) when there
-/// is one, otherwise the client's IP address (an IPv6 client by its /64 prefix, which one host usually controls
-/// whole). Parsed from `N/s` or `N/m` (`--rate-limit 50/s`).
+/// The principal is the authenticated credential (a bearer token, a mapped client certificate) when there is one,
+/// otherwise the client's address (an IPv6 client by its /64 prefix, which one host usually controls whole; behind a
+/// trusted proxy, the client it names: [`HttpServerConfig::trusted_proxies`](crate::HttpServerConfig)). Never what
+/// the request body declares. Parsed from `N/s` or `N/m` (`--rate-limit 50/s`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
     quota: Quota,
@@ -86,10 +87,8 @@ impl FromStr for RateLimit {
 /// Who a request counts against.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Principal {
-    Peer {
-        domain: Box<str>,
-        delegate: Option<Box<str>>,
-    },
+    /// An authenticated credential, by its label ([`PeerContext::principal`]).
+    Peer(Box<str>),
     Ip(IpAddr),
     /// Clients beyond the table, and requests with no known address.
     Shared,
@@ -106,6 +105,8 @@ struct Inner {
     clock: DefaultClock,
     max_principals: usize,
     auth: BearerAuth,
+    /// The attack signal: a line when the limit starts refusing, a few while it goes on, one when it stops.
+    refusals: RefusalLog,
     /// Milliseconds since `epoch` of the last sweep of idle principals (sweeps cost one pass over the table).
     last_sweep: AtomicU64,
     epoch: Instant,
@@ -122,6 +123,7 @@ impl Limiter {
                 clock: DefaultClock::default(),
                 max_principals: rate.max_principals.max(1),
                 auth,
+                refusals: RefusalLog::new("the rate limit"),
                 last_sweep: AtomicU64::new(0),
                 epoch: Instant::now(),
             }),
@@ -129,23 +131,23 @@ impl Limiter {
     }
 
     fn principal(&self, req: &Request) -> Principal {
-        let peer = req.extensions().get::<PeerContext>().and_then(|p| p.authenticated.clone());
-        let peer = peer.or_else(|| self.inner.auth.authenticate(req.headers()).ok().and_then(|p| p.authenticated));
-        if let Some(peer) = peer {
-            // The token table is configured, so these keys are bounded by it.
-            return Principal::Peer { domain: peer.trust_domain.into(), delegate: peer.delegate_id.map(Into::into) };
+        let known = req.extensions().get::<PeerContext>();
+        if let Some(label) = known.and_then(PeerContext::principal) {
+            return Principal::Peer(label.into());
         }
-        let Some(ConnectInfo(addr)) = req.extensions().get::<ConnectInfo<SocketAddr>>() else {
+        let checked = self.inner.auth.authenticate(req.headers()).ok();
+        if let Some(label) = checked.as_ref().and_then(PeerContext::principal) {
+            // The token table is configured, so these keys are bounded by it.
+            return Principal::Peer(label.into());
+        }
+        // The client's address as the edge found it (a trusted proxy's client), else the socket's peer.
+        let address = known
+            .and_then(|p| p.address)
+            .or_else(|| req.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip()));
+        let Some(address) = address else {
             return Principal::Shared;
         };
-        let ip = match addr.ip() {
-            IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
-                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-                IpAddr::V6(prefix.into())
-            }
-            IpAddr::V6(v6) => IpAddr::V4(v6.to_ipv4_mapped().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED)),
-            v4 => v4,
-        };
+        let ip = ldp_session::source_of(address);
         let inner = &self.inner;
         if inner.limiter.len() >= inner.max_principals {
             let now = inner.epoch.elapsed().as_millis() as u64;
@@ -174,11 +176,15 @@ impl Limiter {
 pub(crate) async fn limit_rate(State(limiter): State<Limiter>, req: Request, next: Next) -> Response {
     let principal = limiter.principal(&req);
     match limiter.inner.limiter.check_key(&principal) {
-        Ok(()) => next.run(req).await,
+        Ok(()) => {
+            limiter.inner.refusals.tick(Instant::now());
+            next.run(req).await
+        }
         Err(not_until) => {
             let wait = not_until.wait_time_from(limiter.inner.clock.now());
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             tracing::debug!(?principal, ?wait, "request refused: rate limit");
+            limiter.inner.refusals.refused(Instant::now());
             let error = LdpError::runtime(codes::CAPACITY_EXCEEDED, format!("rate limit exceeded; retry in {secs} s"))
                 .with_retryable(true);
             refusal_with_retry(StatusCode::TOO_MANY_REQUESTS, &error, secs)

@@ -32,6 +32,7 @@ use crate::conn::{ConnectionLimits, ConnectionStats, Establish, Plain, body_too_
 use crate::error::{HttpError, error_body, json_response};
 use crate::metrics::{HttpMetrics, METRICS_CONTENT_TYPE, ResponderGauges};
 use crate::rate::{Limiter, RateLimit};
+use crate::source::{TrustedProxies, identify_client};
 use crate::trace_context;
 
 /// Path of the RFC 2.3 identity card.
@@ -66,6 +67,11 @@ pub struct HttpServerConfig {
     pub limits: ConnectionLimits,
     /// Requests per second allowed to each principal (off by default); see [`RateLimit`].
     pub rate_limit: Option<RateLimit>,
+    /// Proxies (addresses or networks) whose `X-Forwarded-For` names the client (empty by default: nobody's, the
+    /// socket's peer is the client). An unauthenticated peer's quotas (sessions, the replay window, the rate limit,
+    /// the WebSocket inbound rate) are keyed on its client address, so list only proxies you run: a listed address
+    /// can make its requests count against any client it names.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl Default for HttpServerConfig {
@@ -76,6 +82,7 @@ impl Default for HttpServerConfig {
             tokens: HashMap::new(),
             limits: ConnectionLimits::default(),
             rate_limit: None,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -207,7 +214,11 @@ pub fn router_with(state: HttpState, extra: Router<HttpState>) -> Router {
         )),
         None => app,
     };
-    app.layer(TraceLayer::new_for_http()).with_state(state)
+    // Outermost: every layer and route after it knows the client's address.
+    let proxies = TrustedProxies::new(&state.config.trusted_proxies);
+    app.layer(axum::middleware::from_fn_with_state(proxies, identify_client))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
 }
 
 /// Serves `router(state)` on `listener` until `shutdown` resolves, then drains in-flight requests. Also reaps

@@ -24,6 +24,8 @@ pub(crate) struct InboundBudget {
     rate: u64,
     burst: u64,
     debts: Mutex<HashMap<Box<str>, Debt>>,
+    /// The attack signal: a line when principals start being held back, a few while it goes on, one when it stops.
+    throttled: ldp_session::RefusalLog,
 }
 
 #[derive(Clone, Copy)]
@@ -43,7 +45,12 @@ impl Debt {
 impl InboundBudget {
     /// `rate` bytes per second (0: no budget); debt up to `burst` bytes costs no wait.
     pub(crate) fn new(rate: u64, burst: u64) -> Self {
-        Self { rate, burst: burst.max(1), debts: Mutex::new(HashMap::new()) }
+        Self {
+            rate,
+            burst: burst.max(1),
+            debts: Mutex::new(HashMap::new()),
+            throttled: ldp_session::RefusalLog::new("the WebSocket inbound rate"),
+        }
     }
 
     fn debts(&self) -> MutexGuard<'_, HashMap<Box<str>, Debt>> {
@@ -66,8 +73,15 @@ impl InboundBudget {
         let debt = debts.entry(Box::from(key)).or_insert(Debt { bytes: 0.0, at: now });
         let owed = debt.drained(self.rate, now) + bytes as f64;
         *debt = Debt { bytes: owed, at: now };
+        drop(debts);
         let over = owed - self.burst as f64;
-        if over <= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(over / self.rate as f64) }
+        if over <= 0.0 {
+            self.throttled.tick(now.into_std());
+            Duration::ZERO
+        } else {
+            self.throttled.refused(now.into_std());
+            Duration::from_secs_f64(over / self.rate as f64)
+        }
     }
 }
 

@@ -313,7 +313,7 @@ impl DelegateBuilder {
 fn app(runtime: &DelegateRuntime) -> (axum::Router, WsServer) {
     let ws = WsServer::new(runtime.clone(), WsServerConfig::default());
     let app =
-        ldp_transport_http::router(HttpState::new(runtime.clone(), HttpServerConfig::default())).merge(ws.router());
+        ldp_transport_http::router_with(HttpState::new(runtime.clone(), HttpServerConfig::default()), ws.router());
     (app, ws)
 }
 

@@ -34,6 +34,7 @@ use crate::clock::{IdSource, WallClock};
 use crate::config::ResponderConfig;
 use crate::error::Refusal;
 use crate::held::HeldStore;
+use crate::refusals::RefusalLog;
 use crate::security::{Received, ReplayGuard, SecurityConfig, sign_outbound, verify_inbound};
 use crate::shared::SharedTask;
 use crate::{SessionState, TaskKey};
@@ -50,12 +51,12 @@ mod types;
 pub use context::{History, Turn};
 pub use inbound::{Checked, InboundCheck};
 use inbound::{Dedupe, check_identifiers, decode, reference_category};
-use sessions::{Ended, IdleOrder, PrincipalSessions, ResponderSession, principal_key};
+use sessions::{Ended, HeavySources, IdleOrder, PrincipalSessions, ResponderSession};
 pub use shared::SharedEnd;
 use tasks::TaskDeadline;
 pub use types::{
     Aborted, AuthenticatedPeer, Delivery, HistoryItem, Outcome, PeerContext, ResponderEvent, TaskOutput, TaskRequest,
-    TaskStatus,
+    TaskStatus, source_of,
 };
 
 /// The responder machine. See the module docs for the calling order.
@@ -74,9 +75,13 @@ pub struct Responder {
     replay: ReplayGuard,
     /// Message ids seen recently, in unsigned mode.
     dedupe: Dedupe,
-    /// The ids of the live sessions of each principal ([`principal_key`]), for `max_sessions_per_principal`, and so
-    /// that the scans at that limit read one principal's sessions rather than all of them.
-    sessions_per_principal: HashMap<Box<str>, PrincipalSessions>,
+    /// The ids of the live sessions of each source ([`Responder::quota_key`]), for `max_sessions_per_principal`, and
+    /// so that the scans at that limit read one source's sessions rather than all of them.
+    sessions_per_principal: HashMap<Arc<str>, PrincipalSessions>,
+    /// The sources holding two sessions or more, by count, for the heaviest to give way in a full table.
+    heavy: HeavySources,
+    /// The attack signals of the machine's limits.
+    refusals: Refusals,
     /// How many sessions held are idle ([`ResponderSession::is_idle`]), kept at every start and end of a task and
     /// every suspend and resume, so that at `max_sessions` whether one can give way is known without a scan.
     idle_total: usize,
@@ -137,6 +142,8 @@ impl Responder {
             ended_order: VecDeque::new(),
             replay: ReplayGuard::default(),
             sessions_per_principal: HashMap::new(),
+            heavy: HeavySources::new(),
+            refusals: Refusals::default(),
             dedupe: Dedupe::default(),
             idle_total: 0,
             idle_order: None,
@@ -228,6 +235,7 @@ impl Responder {
     /// stopped); each is also queued, with its submitter's answer, for [`Responder::poll_aborted`].
     #[must_use = "the delegates' work of the returned tasks must be stopped (or drain `poll_aborted`)"]
     pub fn handle_timeout(&mut self, now: Instant) -> Vec<TaskKey> {
+        self.refusals.tick(now);
         let mut aborted = Vec::new();
         while let Some(Reverse((deadline, _))) = self.expiry.peek() {
             if *deadline > now {
@@ -342,8 +350,11 @@ impl Responder {
         }
         if let Some(replay) = self.cfg.security.replay {
             let wall = self.wall.now_utc();
-            let principal = principal_key(peer.principal().as_deref(), &env.from);
+            let principal = self.quota_key(peer, &env);
             if let Err(error) = self.replay.check_for(&replay, &env, &principal, wall) {
+                if error.code == codes::CAPACITY_EXCEEDED {
+                    self.refusals.replay_window.refused(now);
+                }
                 return Err(self.refuse(&env, error));
             }
         } else {
@@ -449,6 +460,33 @@ impl Responder {
     fn manifest_reply(&mut self, env: &Envelope) -> Envelope {
         let manifest = self.manifest.clone();
         self.envelope(&env.session_id, &env.from, CapabilityManifest::new(manifest), PayloadMode::Text)
+    }
+}
+
+/// The attack signals of the machine's limits (one log line when each starts refusing, a few while it goes on, one
+/// when it stops; [`RefusalLog`]).
+#[derive(Debug)]
+struct Refusals {
+    session_table: RefusalLog,
+    session_share: RefusalLog,
+    replay_window: RefusalLog,
+}
+
+impl Default for Refusals {
+    fn default() -> Self {
+        Self {
+            session_table: RefusalLog::new("the session table (max_sessions)"),
+            session_share: RefusalLog::new("a source's share of sessions (max_sessions_per_principal)"),
+            replay_window: RefusalLog::new("the replay window"),
+        }
+    }
+}
+
+impl Refusals {
+    fn tick(&self, now: Instant) {
+        self.session_table.tick(now);
+        self.session_share.tick(now);
+        self.replay_window.tick(now);
     }
 }
 

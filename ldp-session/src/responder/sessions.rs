@@ -3,7 +3,7 @@
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,7 @@ use ldp_types::{Body, Envelope, LdpError, PayloadMode, SessionAccept, SessionClo
 
 use crate::config::DeclaredDomains;
 use crate::error::{Misuse, Refusal, SessionError};
+use crate::security::SignaturePolicy;
 use crate::{SessionState, TaskKey};
 
 use super::context::Context;
@@ -24,6 +25,9 @@ pub(super) struct ResponderSession {
     pub(super) peer: Box<str>,
     /// The authenticated principal that opened the session ([`PeerContext::principal`]); only it may use it.
     pub(super) owner: Option<Box<str>>,
+    /// The source the session counts against in the per-source limits ([`Responder::quota_key`]), shared with the
+    /// principals' index.
+    pub(super) quota: Arc<str>,
     pub(super) peer_delegate: Option<Box<str>>,
     pub(super) peer_domain: Box<str>,
     pub(super) state: SessionState,
@@ -47,6 +51,7 @@ impl ResponderSession {
     pub(super) fn active(
         peer: Box<str>,
         owner: Option<Box<str>>,
+        quota: Arc<str>,
         peer_delegate: Option<Box<str>>,
         peer_domain: Box<str>,
         (mode, fallback): (PayloadMode, Box<[PayloadMode]>),
@@ -57,6 +62,7 @@ impl ResponderSession {
         Self {
             peer,
             owner,
+            quota,
             peer_delegate,
             peer_domain,
             state: SessionState::Active,
@@ -131,6 +137,8 @@ pub(super) struct HistoryEntry {
 pub(super) enum Ended {
     Expired,
     Closed,
+    /// Closed to make room in a full session table for a peer of a lighter source ([`Responder::make_room_for`]).
+    Evicted,
 }
 
 /// The ids of one principal's live sessions here (at most `max_sessions_per_principal`). Each id is the session
@@ -186,36 +194,113 @@ pub(super) fn idle_order_of(sessions: &HashMap<Arc<str>, ResponderSession>) -> I
     sessions.iter().filter(|(_, s)| s.is_idle()).map(|(id, s)| Reverse((s.last_activity, id.clone()))).collect()
 }
 
-/// The key a session counts against in `max_sessions_per_principal`: the authenticated principal, else the
-/// declared sender.
-pub(super) fn principal_key(owner: Option<&str>, from: &str) -> String {
+/// The quota key of a session record that names none (written before records carried one): its authenticated
+/// principal, else its declared sender.
+pub(super) fn recorded_quota(owner: Option<&str>, from: &str) -> Arc<str> {
     match owner {
-        Some(p) => format!("auth:{p}"),
-        None => format!("from:{from}"),
+        Some(p) => format!("auth:{p}").into(),
+        None => format!("from:{from}").into(),
     }
 }
 
+/// The sources holding two sessions or more, by count: the heaviest is the last. A source with one session is not
+/// kept, so a replica holding a million sessions of a million peers keeps nothing here.
+pub(super) type HeavySources = BTreeSet<(usize, Arc<str>)>;
+
 impl Responder {
-    /// How many live sessions the principal `key` holds here.
+    /// The source a message's sender counts against in the per-source limits (sessions, the replay window): what
+    /// the peer cannot choose. Its transport credential (a bearer token, a client certificate); else the signing
+    /// key the machine verified the message with, when its sender has a key of its own; else its network address.
+    /// The declared `from` alone only for transports that know none of these (in process).
+    pub(super) fn quota_key(&self, peer: &PeerContext, env: &Envelope) -> Arc<str> {
+        if let Some(principal) = peer.principal() {
+            return format!("auth:{principal}").into();
+        }
+        if env.signature.is_some()
+            && matches!(self.cfg.security.peer_policies.get(env.from.as_str()), Some(SignaturePolicy::Require(_)))
+        {
+            return format!("signer:{}", env.from).into();
+        }
+        match peer.source() {
+            Some(source) => format!("addr:{source}").into(),
+            None => format!("from:{}", env.from).into(),
+        }
+    }
+
+    /// How many live sessions the source `key` holds here.
     pub(super) fn sessions_of(&self, key: &str) -> usize {
         self.sessions_per_principal.get(key).map_or(0, PrincipalSessions::len)
     }
 
-    /// Counts session `id` against the principal `key`.
-    pub(super) fn count_session(&mut self, key: String, id: Arc<str>) {
-        match self.sessions_per_principal.entry(key.into_boxed_str()) {
-            Entry::Occupied(mut held) => held.get_mut().push(id),
+    /// Counts session `id` against the source `key`.
+    pub(super) fn count_session(&mut self, key: Arc<str>, id: Arc<str>) {
+        let held = match self.sessions_per_principal.entry(key.clone()) {
+            Entry::Occupied(mut held) => {
+                held.get_mut().push(id);
+                held.get().len()
+            }
             Entry::Vacant(first) => {
                 first.insert(PrincipalSessions::One(id));
+                1
+            }
+        };
+        if held >= 2 {
+            self.heavy.remove(&(held - 1, key.clone()));
+            self.heavy.insert((held, key));
+        }
+    }
+
+    /// Stops counting session `id` against the source `key`.
+    pub(super) fn uncount_session(&mut self, key: &Arc<str>, id: &str) {
+        let Some(held) = self.sessions_per_principal.get_mut(key) else { return };
+        let before = held.len();
+        if held.remove(id) {
+            self.sessions_per_principal.remove(key);
+        }
+        if before >= 2 {
+            self.heavy.remove(&(before, key.clone()));
+            if before > 2 {
+                self.heavy.insert((before - 1, key.clone()));
             }
         }
     }
 
-    /// Stops counting session `id` against the principal `key`.
-    pub(super) fn uncount_session(&mut self, key: &str, id: &str) {
-        if self.sessions_per_principal.get_mut(key).is_some_and(|held| held.remove(id)) {
-            self.sessions_per_principal.remove(key);
+    /// Makes room in a full session table for a proposal of the source `key`, which holds `held` sessions: the
+    /// least recently used idle session of the heaviest source goes, if that source holds at least two more than
+    /// `held` (so that sessions only ever move from heavier sources to lighter ones, and the table tends to equal
+    /// shares). Without a store it ends ([`Ended::Evicted`]: its peer is told to establish a new one); with one, only
+    /// this replica's copy goes. Returns whether a session went. Sources of equal weight never displace each other:
+    /// a table filled by many sources of one session each (many addresses) refuses newcomers, which no single-node
+    /// rule can tell from honest load (THREAT_MODEL.md).
+    pub(super) fn make_room_for(&mut self, key: &str, held: usize) -> bool {
+        // The few heaviest sources, in case the heaviest has every session busy.
+        let candidates: Vec<Arc<str>> = self
+            .heavy
+            .iter()
+            .rev()
+            .take_while(|(n, heavy)| *n >= held.saturating_add(2) && **heavy != *key)
+            .take(4)
+            .map(|(_, heavy)| heavy.clone())
+            .collect();
+        for heavy in candidates {
+            let idle = self
+                .sessions_per_principal
+                .get(&heavy)
+                .into_iter()
+                .flat_map(PrincipalSessions::iter)
+                .filter_map(|id| Some((id, self.sessions.get(id)?)))
+                .filter(|(_, s)| s.is_idle())
+                .min_by_key(|(_, s)| s.last_activity)
+                .map(|(id, _)| id.clone());
+            let Some(id) = idle else { continue };
+            if self.shared {
+                self.drop_copy(&id);
+            } else {
+                self.end_session(&id, Ended::Evicted);
+            }
+            return true;
         }
+        false
     }
 
     /// Counts session `id` as idle: new here, its last task ended, or it resumed. It is queued in the idle order
@@ -287,19 +372,21 @@ impl Responder {
         if let Err(v) = self.cfg.card.trust_domain.check_session(&domain, config.required_trust_domain.as_deref()) {
             return Err(self.refuse(&env, LdpError::from(&v)));
         }
-        if self.sessions.len() >= self.cfg.limits.max_sessions {
-            let error = session_error(codes::CAPACITY_EXCEEDED, "too many sessions; retry later").with_retryable(true);
-            return Err(self.refuse(&env, error));
-        }
         let owner = peer.principal();
-        let key = principal_key(owner.as_deref(), &env.from);
+        let key = self.quota_key(peer, &env);
         let held = self.sessions_of(&key);
         if held >= self.cfg.limits.max_sessions_per_principal {
+            self.refusals.session_share.refused(now);
             let error = session_error(
                 codes::CAPACITY_EXCEEDED,
                 format!("this peer holds {held} sessions, the most allowed; close one or retry later"),
             )
             .with_retryable(true);
+            return Err(self.refuse(&env, error));
+        }
+        if self.sessions.len() >= self.cfg.limits.max_sessions && !self.make_room_for(&key, held) {
+            self.refusals.session_table.refused(now);
+            let error = session_error(codes::CAPACITY_EXCEEDED, "too many sessions; retry later").with_retryable(true);
             return Err(self.refuse(&env, error));
         }
         let negotiated =
@@ -324,6 +411,7 @@ impl Responder {
         let session = ResponderSession::active(
             env.from.as_str().into(),
             owner.map(Into::into),
+            key.clone(),
             peer.authenticated.as_ref().and_then(|a| a.delegate_id.as_deref()).map(Into::into),
             domain.as_str().into(),
             (negotiated.mode, negotiated.fallback_chain.clone().into_boxed_slice()),
@@ -388,6 +476,13 @@ impl Responder {
             Some(Ended::Expired) => {
                 session_error(codes::SESSION_EXPIRED, format!("session {id:?} expired; establish a new one"))
             }
+            Some(Ended::Evicted) => session_error(
+                codes::SESSION_EXPIRED,
+                format!(
+                    "session {id:?} was idle when the session table filled and was closed to make room for other \
+                     sources' sessions; establish a new one"
+                ),
+            ),
             Some(Ended::Closed) => {
                 session_error(codes::SESSION_CLOSED, format!("session {id:?} is closed")).with_retryable(false)
             }
@@ -431,14 +526,14 @@ impl Responder {
         }
         // Nobody can resume it any more.
         self.held.forget(id);
-        self.uncount_session(&principal_key(session.owner.as_deref(), &session.peer), id);
+        self.uncount_session(&session.quota, id);
         self.running_total = self.running_total.saturating_sub(session.running.len());
         let mut running: Vec<(Box<str>, PayloadMode)> = session.running.into_iter().map(|(t, r)| (t, r.mode)).collect();
         // Hash order is not an order: keep aborts (and their ids drawn from the id source) deterministic.
         running.sort_unstable();
         let why = match how {
             Ended::Expired => "because the session expired",
-            Ended::Closed => "because the session was closed",
+            Ended::Closed | Ended::Evicted => "because the session was closed",
         };
         let mut cancelled = Vec::with_capacity(running.len());
         for (task_id, mode) in running {
@@ -448,7 +543,9 @@ impl Responder {
         }
         self.tombstone(id, how);
         self.events.push_back(match how {
-            Ended::Expired => ResponderEvent::SessionExpired { session_id: id.to_owned(), aborted: cancelled.clone() },
+            Ended::Expired | Ended::Evicted => {
+                ResponderEvent::SessionExpired { session_id: id.to_owned(), aborted: cancelled.clone() }
+            }
             Ended::Closed => ResponderEvent::SessionClosed { session_id: id.to_owned(), aborted: cancelled.clone() },
         });
         cancelled
@@ -555,10 +652,18 @@ mod tests {
                         let s = r.sessions.get(id);
                         proptest::prop_assert!(s.is_some(), "{key}: {id} is not held");
                         let s = s.unwrap();
-                        proptest::prop_assert_eq!(&principal_key(s.owner.as_deref(), &s.peer), &**key);
+                        proptest::prop_assert_eq!(&*recorded_quota(s.owner.as_deref(), &s.peer), &**key);
+                        proptest::prop_assert_eq!(&s.quota, key);
                     }
                     indexed += ids.len();
                 }
+                let heavy: HeavySources = r
+                    .sessions_per_principal
+                    .iter()
+                    .filter(|(_, ids)| ids.len() >= 2)
+                    .map(|(key, ids)| (ids.len(), key.clone()))
+                    .collect();
+                proptest::prop_assert_eq!(&heavy, &r.heavy, "the heavy sources are those holding two or more");
                 proptest::prop_assert_eq!(indexed, r.sessions.len(), "every session held is indexed once");
                 proptest::prop_assert!(r.sessions.len() <= 5);
             }

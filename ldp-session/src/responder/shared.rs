@@ -12,7 +12,7 @@ use crate::error::Refusal;
 use crate::shared::{ReplayClaim, ReplayVerdict, SessionUsage, SharedSession, SharedTask, SharedTaskStatus};
 
 use super::inbound::{dedupe_key, reference_category};
-use super::sessions::{Ended, PrincipalSessions, ResponderSession, idle_order_of, principal_key};
+use super::sessions::{Ended, PrincipalSessions, ResponderSession, idle_order_of, recorded_quota};
 use super::types::PeerContext;
 use super::{MAX_TTL, Responder};
 
@@ -51,6 +51,9 @@ impl Responder {
             ReplayVerdict::Full => crate::security::share_full(),
             ReplayVerdict::TableFull => crate::security::table_full(),
         };
+        if verdict != ReplayVerdict::Seen {
+            self.refusals.replay_window.refused(Instant::now());
+        }
         Some(self.refuse(env, error))
     }
 
@@ -62,7 +65,7 @@ impl Responder {
     /// window or unparseable): the machine refuses it with its own typed error.
     pub fn replay_claim(&self, peer: &PeerContext, env: &Envelope) -> Option<ReplayClaim> {
         let wall = self.wall.now_utc();
-        let principal = principal_key(peer.principal().as_deref(), &env.from);
+        let principal = self.quota_key(peer, env).to_string();
         let (key, expires, max, max_total) = match self.cfg.security.replay {
             Some(replay) => {
                 let ts = crate::security::timestamp_in_window(&replay, env, wall).ok()?;
@@ -108,6 +111,7 @@ impl Responder {
             session_id: session_id.to_owned(),
             peer: s.peer.to_string(),
             owner: s.owner.as_deref().map(str::to_owned),
+            quota: Some(s.quota.to_string()),
             peer_delegate: s.peer_delegate.as_deref().map(str::to_owned),
             peer_domain: s.peer_domain.to_string(),
             mode: s.mode,
@@ -133,7 +137,10 @@ impl Responder {
             local.last_activity = now;
             return Ok(());
         }
-        let key = principal_key(shared.owner.as_deref(), &shared.peer);
+        let key = match &shared.quota {
+            Some(quota) => Arc::from(quota.as_str()),
+            None => recorded_quota(shared.owner.as_deref(), &shared.peer),
+        };
         if self.principal_full(&key) && !self.drop_idle_copy(Some(&key)) {
             return Err(no_room_for_principal());
         }
@@ -148,6 +155,7 @@ impl Responder {
         let session = ResponderSession::active(
             shared.peer.as_str().into(),
             shared.owner.as_deref().map(Into::into),
+            key.clone(),
             shared.peer_delegate.as_deref().map(Into::into),
             shared.peer_domain.as_str().into(),
             (shared.mode, shared.fallback.clone().into_boxed_slice()),
@@ -172,7 +180,7 @@ impl Responder {
         if self.sessions.contains_key(env.session_id.as_str()) {
             return Ok(());
         }
-        let key = principal_key(peer.principal().as_deref(), &env.from);
+        let key = self.quota_key(peer, env);
         if self.principal_full(&key) && !self.idle_of(&key) {
             return Err(no_room_for_principal());
         }
@@ -214,9 +222,15 @@ impl Responder {
                 .map(|(id, _)| id.clone()),
             None => self.least_recent_idle(),
         };
-        let Some((id, session)) = idle.and_then(|id| self.sessions.remove_entry(&*id)) else { return false };
+        idle.is_some_and(|id| self.drop_copy(&id))
+    }
+
+    /// Drops this replica's copy of the idle session `id`, which the store still holds (see
+    /// [`Responder::drop_idle_copy`]). Returns whether it was held.
+    pub(super) fn drop_copy(&mut self, id: &str) -> bool {
+        let Some((id, session)) = self.sessions.remove_entry(id) else { return false };
         self.uncount_idle();
-        self.uncount_session(&principal_key(session.owner.as_deref(), &session.peer), &id);
+        self.uncount_session(&session.quota, &id);
         if self.expiry.len() > 2 * self.sessions.len().max(16) {
             self.expiry = self.sessions.iter().map(|(id, s)| Reverse((s.deadline(), id.clone()))).collect();
         }

@@ -2,6 +2,7 @@
 //! and what it reports.
 
 use std::borrow::Cow;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 use ldp_types::{
@@ -24,9 +25,19 @@ pub struct PeerContext {
     /// two labels even when they map to the same trust domain: sessions and quotas are bound to it (see
     /// [`PeerContext::principal`]). Never the credential itself.
     pub principal: Option<Arc<str>>,
+    /// The network address the peer connects from, as the transport determined it (the socket's peer, or the
+    /// client a trusted proxy names). An unauthenticated peer's quotas are keyed on it ([`PeerContext::source`]),
+    /// never on the `from` it declares alone. `None` for in-process transports.
+    pub address: Option<IpAddr>,
 }
 
 impl PeerContext {
+    /// The source an unauthenticated peer's quotas count against: its address, an IPv6 one by its /64 prefix (which
+    /// one host usually controls whole), an IPv4-mapped one as the IPv4 address.
+    pub fn source(&self) -> Option<IpAddr> {
+        self.address.map(source_of)
+    }
+
     /// The principal sessions, session caps and replay quotas are bound to when the peer is authenticated: the
     /// transport's credential label, or else the authenticated delegate id and trust domain. `None` for an
     /// unauthenticated peer, which the machine knows only by the `from` it declares.
@@ -37,6 +48,18 @@ impl PeerContext {
         self.authenticated.as_ref().map(|a| {
             Cow::Owned(format!("domain:{}/delegate:{}", a.trust_domain, a.delegate_id.as_deref().unwrap_or("")))
         })
+    }
+}
+
+/// The quota source of `address`: IPv6 addresses by their /64 prefix, IPv4-mapped ones as IPv4, IPv4 as they are.
+/// Every limit keyed on a network address uses it, so that they agree on who one source is.
+pub fn source_of(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+        v4 => v4,
     }
 }
 

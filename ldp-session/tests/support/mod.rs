@@ -146,7 +146,7 @@ impl Sim {
             clock,
             base: Instant::now(),
             offset: Duration::ZERO,
-            peer: PeerContext { authenticated: None, connection: Some(1), principal: None },
+            peer: PeerContext { authenticated: None, connection: Some(1), principal: None, address: None },
             wire: Vec::new(),
             tasks: VecDeque::new(),
         }

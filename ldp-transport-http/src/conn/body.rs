@@ -54,8 +54,8 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
         if let Some((peer, principal)) = &self.peer {
             req.extensions_mut().insert(PeerContext {
                 authenticated: Some(peer.clone()),
-                connection: None,
                 principal: Some(principal.clone()),
+                ..PeerContext::default()
             });
         }
         let future = self.app.call(req);

@@ -208,9 +208,10 @@ impl WsServer {
     {
         let hub = &self.hub;
         let conn = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
-        let budget_key: Box<str> = match (peer.principal(), address) {
+        let source = peer.source().or_else(|| address.map(|a| ldp_session::source_of(a.ip())));
+        let budget_key: Box<str> = match (peer.principal(), source) {
             (Some(principal), _) => format!("principal:{principal}").into(),
-            (None, Some(address)) => format!("address:{}", address.ip()).into(),
+            (None, Some(source)) => format!("address:{source}").into(),
             (None, None) => format!("connection:{conn}").into(),
         };
         let peer = PeerContext { connection: Some(conn), ..peer };

@@ -42,13 +42,20 @@ pub(super) async fn upgrade(
         return json_error(StatusCode::FORBIDDEN, &error);
     }
     // Authenticate before anything else: an unauthenticated peer learns nothing, not even whether it upgraded right.
-    let peer = match peer {
-        Some(Extension(peer)) => peer,
-        None => match server.hub.auth.authenticate(&headers) {
-            Ok(peer) => peer,
+    let mut peer = match peer {
+        // Authenticated by the HTTP binding's layer, or unauthenticated there with the client's address on it.
+        Some(Extension(peer)) if peer.authenticated.is_some() || !server.hub.auth.is_enabled() => peer,
+        other => match server.hub.auth.authenticate(&headers) {
+            Ok(mut peer) => {
+                peer.address = other.and_then(|Extension(p)| p.address);
+                peer
+            }
             Err(e) => return e.into_response(),
         },
     };
+    if peer.address.is_none() {
+        peer.address = address.map(|a| a.ip());
+    }
     let ws = match ws {
         Ok(ws) => ws,
         Err(rejection) => {
