@@ -357,10 +357,16 @@ pub struct ProtocolLimitArgs {
     /// ones get 400 MALFORMED_MESSAGE.
     #[arg(long, value_name = "BYTES", default_value_t = 256)]
     pub max_id_len: usize,
-    /// With --sign: most signed messages of one peer remembered in the replay window (of 1,000,000 in all); beyond
-    /// it that peer gets CAPACITY_EXCEEDED (retryable), others are unaffected.
+    /// With --sign: most signed messages of one peer remembered in the replay window (of --replay-entries in all);
+    /// beyond it, or beyond the room the window has left, that peer gets CAPACITY_EXCEEDED (retryable), others are
+    /// unaffected. A peer is its token or certificate, else its own signing key, else its address: holders of one
+    /// shared secret are told apart by address only.
     #[arg(long, value_name = "N", default_value_t = 100_000)]
     pub replay_entries_per_peer: usize,
+    /// With --sign: most signed messages remembered in the replay window in all (for its 300 s); beyond it new
+    /// messages get CAPACITY_EXCEEDED (retryable), never an old entry evicted.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub replay_entries: usize,
 }
 
 impl ProtocolLimitArgs {
@@ -370,6 +376,7 @@ impl ProtocolLimitArgs {
         cfg.limits.max_identifier_len = self.max_id_len;
         if let Some(replay) = &mut cfg.security.replay {
             replay.max_entries_per_principal = self.replay_entries_per_peer;
+            replay.max_entries = self.replay_entries;
         }
     }
 }

@@ -14,6 +14,7 @@ mod lctl_cli;
 mod llmx_memory;
 mod mcp_bridge;
 mod otel_cli;
+mod quotas;
 mod serve;
 mod serve_limits;
 mod serve_llm;

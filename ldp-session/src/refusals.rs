@@ -122,6 +122,15 @@ impl RefusalLog {
         Some(RefusalLine::Stopped { total, lasted: last.saturating_duration_since(since) })
     }
 
+    /// When the current run of refusals ends if no refusal comes before (`None`: no run), for a driver's timer.
+    pub fn quiet_deadline(&self) -> Option<Instant> {
+        if !self.refusing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let run = self.run.lock().unwrap_or_else(PoisonError::into_inner);
+        run.since.map(|(_, last, _)| last + self.quiet_after)
+    }
+
     /// Counts a refusal at `now` and logs it, if due, as a warning.
     pub fn refused(&self, now: Instant) {
         if let Some(line) = self.refusal(now) {

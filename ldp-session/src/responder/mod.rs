@@ -218,10 +218,7 @@ impl Responder {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let session = self.expiry.peek().map(|Reverse((t, _))| *t);
         let task = self.task_deadlines.peek().map(|Reverse((t, _, _))| *t);
-        match (session, task) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [session, task, self.refusals.quiet_deadline()].into_iter().flatten().min()
     }
 
     /// The next task the machine ended while it was running: its delegate's work must be stopped and `reply` sent
@@ -483,10 +480,17 @@ impl Default for Refusals {
 }
 
 impl Refusals {
+    fn all(&self) -> [&RefusalLog; 3] {
+        [&self.session_table, &self.session_share, &self.replay_window]
+    }
+
     fn tick(&self, now: Instant) {
-        self.session_table.tick(now);
-        self.session_share.tick(now);
-        self.replay_window.tick(now);
+        self.all().into_iter().for_each(|log| log.tick(now));
+    }
+
+    /// When the first run of refusals ends if none comes before, so that its end is logged on time.
+    fn quiet_deadline(&self) -> Option<Instant> {
+        self.all().into_iter().filter_map(RefusalLog::quiet_deadline).min()
     }
 }
 
