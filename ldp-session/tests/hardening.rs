@@ -321,3 +321,166 @@ fn an_unsigned_duplicate_proposal_does_not_open_a_second_session() {
     // Same id after the window: accepted as a message again (the task id is now a duplicate task instead).
     assert_ne!(sim.send_responder(&late).unwrap_err().error.code, codes::REPLAY_DETECTED);
 }
+
+/// Sends a proposal under `from`.
+#[allow(clippy::result_large_err)] // The machine's own answer, passed on as `Sim::send_responder` gives it.
+fn propose_as(sim: &mut Sim, from: &str) -> Result<Outcome, ldp_session::Refusal> {
+    let env = proposal_from(sim, from);
+    sim.send_responder(&env)
+}
+
+/// An unauthenticated peer at `address`, as a network transport reports it.
+fn from_address(address: &str) -> PeerContext {
+    PeerContext { address: Some(address.parse().unwrap()), ..PeerContext::default() }
+}
+
+/// The session a proposal opened, from its SESSION_ACCEPT.
+fn accepted(outcome: Result<Outcome, ldp_session::Refusal>) -> String {
+    match outcome {
+        Ok(Outcome::Reply(env)) => match env.body {
+            ldp_types::Body::SessionAccept(a) => a.session_id,
+            other => panic!("expected SESSION_ACCEPT, got {}", other.type_name()),
+        },
+        other => panic!("expected SESSION_ACCEPT, got {other:?}"),
+    }
+}
+
+/// Issue 58: an unauthenticated peer counts against its address, whatever `from` it declares; in a full table the
+/// heaviest source's least recently used idle session makes room for a lighter source, never the other way round,
+/// never a session running a task, and never between sources of equal weight.
+#[test]
+fn a_full_session_table_makes_room_from_the_heaviest_source_only() {
+    let mut cfg = responder_config();
+    (cfg.limits.max_sessions, cfg.limits.max_sessions_per_principal) = (6, 100);
+    let mut sim = Sim::with(cfg, initiator_config());
+    // The attacker fills the table rotating `from`: one source all the same.
+    sim.peer = from_address("127.0.0.1");
+    let mut flood = Vec::new();
+    for i in 0..6 {
+        let env = proposal_from(&mut sim, &format!("ldp:delegate:bot-{i}"));
+        flood.push((env.from.clone(), accepted(sim.send_responder(&env))));
+        sim.advance(std::time::Duration::from_secs(1));
+    }
+    capacity_refused(propose_as(&mut sim, "ldp:delegate:bot-6"));
+    // The oldest of the attacker's sessions is busy: it stays, the next oldest idle one goes.
+    let (busy_from, busy) = flood[0].clone();
+    let mut submit = sim.forge(&busy, TaskSubmit::new("t".into(), "echo".into(), frame("x"), None), PayloadMode::Text);
+    submit.from = busy_from;
+    assert!(matches!(sim.send_responder(&submit), Ok(Outcome::Execute(_))));
+    sim.peer = from_address("127.0.0.2");
+    let honest = accepted(propose_as(&mut sim, "ldp:delegate:honest"));
+    assert_eq!(sim.responder.session_count(), 6);
+    assert_eq!(sim.responder.session_state(&busy), Some(SessionState::Active));
+    assert_eq!(sim.responder.session_state(&flood[1].1), None, "the least recently used idle one went");
+    // Its peer is told why, and may establish another.
+    sim.peer = from_address("127.0.0.1");
+    let mut late = sim.forge(&flood[1].1, TaskUpdate::new("t".into(), None, None), PayloadMode::Text);
+    late.from = flood[1].0.clone();
+    let error = sim.step(late).error();
+    assert_eq!(error.code, codes::SESSION_EXPIRED);
+    assert!(error.message.contains("make room"), "{}", error.message);
+    // The attacker (5 sessions) cannot take the honest client's (1) back: only heavier sources give way.
+    capacity_refused(propose_as(&mut sim, "ldp:delegate:bot-7"));
+    assert_eq!(sim.responder.session_state(&honest), Some(SessionState::Active));
+    // A second quiet source still gets in; then two of them hold 1 each and the attacker 4.
+    sim.peer = from_address("127.0.0.3");
+    accepted(propose_as(&mut sim, "ldp:delegate:quiet"));
+    sim.peer = from_address("127.0.0.2");
+    accepted(propose_as(&mut sim, "ldp:delegate:honest"));
+    // Sources of equal weight never displace each other: a table of three sources of one session each is full.
+    let mut cfg = responder_config();
+    cfg.limits.max_sessions = 3;
+    let mut sim = Sim::with(cfg, initiator_config());
+    for i in 1..=3 {
+        sim.peer = from_address(&format!("10.0.0.{i}"));
+        accepted(propose_as(&mut sim, &format!("ldp:delegate:p{i}")));
+    }
+    sim.peer = from_address("10.0.0.9");
+    capacity_refused(propose_as(&mut sim, "ldp:delegate:p9"));
+}
+
+/// Issue 58: proposals under a victim's `from` from another address do not use the victim's share; an IPv6 source
+/// is its /64, so rotating the low bits of one address gains nothing.
+#[test]
+fn a_victims_share_is_its_addresses_not_its_declared_id() {
+    let mut cfg = responder_config();
+    cfg.limits.max_sessions_per_principal = 3;
+    let mut sim = Sim::with(cfg, initiator_config());
+    for i in 0..5 {
+        sim.peer = from_address(&format!("2001:db8::{i}"));
+        let outcome = propose_as(&mut sim, "ldp:delegate:victim");
+        if i < 3 {
+            accepted(outcome);
+        } else {
+            capacity_refused(outcome);
+        }
+    }
+    sim.peer = from_address("2001:db8:1::1");
+    accepted(propose_as(&mut sim, "ldp:delegate:victim"));
+}
+
+/// Issue 58: holders of one shared secret are told apart by address; a peer that signs with a key of its own counts
+/// against that key wherever it sends from.
+#[test]
+fn replay_shares_are_keyed_by_address_for_a_shared_secret_and_by_key_for_a_peers_own() {
+    let shared = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "shared by everyone").unwrap();
+    let own = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "the initiator's own").unwrap();
+    let mut r = responder_config();
+    r.security = SecurityConfig::symmetric(shared.clone());
+    r.security.replay = Some(ldp_session::ReplayConfig {
+        max_entries: 100,
+        max_entries_per_principal: 3,
+        ..ldp_session::ReplayConfig::default()
+    });
+    let mut i = initiator_config();
+    i.security = SecurityConfig::symmetric(shared.clone());
+    let mut sim = Sim::with(r.clone(), i);
+    let hello_from = |sim: &mut Sim, from: &str| {
+        let mut env = sim.initiator.hello();
+        env.from = from.to_owned();
+        env.nonce = Some(format!("n-{}", sim.wire.len()));
+        env.message_id = format!("m-{}", sim.wire.len());
+        env
+    };
+    let signed = |env: &mut Envelope, key: &SigningKey| signing::sign(env, key).unwrap();
+    // One address rotating `from`: one share.
+    sim.peer = from_address("127.0.0.1");
+    for n in 0..4 {
+        let mut env = hello_from(&mut sim, &format!("ldp:delegate:bot-{n}"));
+        signed(&mut env, &shared);
+        let outcome = sim.send_responder(&env);
+        if n < 3 {
+            assert!(matches!(outcome, Ok(Outcome::Reply(_))), "{outcome:?}");
+        } else {
+            capacity_refused_any(outcome);
+        }
+    }
+    // Another address holding the same secret keeps working.
+    sim.peer = from_address("127.0.0.2");
+    let mut env = hello_from(&mut sim, "ldp:delegate:bot-0");
+    signed(&mut env, &shared);
+    assert!(matches!(sim.send_responder(&env), Ok(Outcome::Reply(_))));
+
+    // A peer with a key of its own counts against the key, from any address.
+    r.security
+        .peer_policies
+        .insert("ldp:delegate:own".into(), ldp_session::SignaturePolicy::Require(own.verifying_key()));
+    let mut sim = Sim::with(r, initiator_config());
+    for n in 0..4 {
+        sim.peer = from_address(&format!("10.9.0.{n}"));
+        let mut env = hello_from(&mut sim, "ldp:delegate:own");
+        signed(&mut env, &own);
+        let outcome = sim.send_responder(&env);
+        if n < 3 {
+            assert!(matches!(outcome, Ok(Outcome::Reply(_))), "{outcome:?}");
+        } else {
+            capacity_refused_any(outcome);
+        }
+    }
+}
+
+fn capacity_refused_any(r: Result<Outcome, ldp_session::Refusal>) {
+    let refusal = r.unwrap_err();
+    assert_eq!(refusal.error.code, codes::CAPACITY_EXCEEDED);
+    assert!(refusal.error.retryable);
+}
