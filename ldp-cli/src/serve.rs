@@ -58,6 +58,10 @@ pub struct ServeArgs {
     /// Longest session TTL granted, in seconds (proposals asking for more get this).
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub ttl: u64,
+    /// On SIGTERM or SIGINT, how long running tasks may go on before they are answered TASK_FAILED CANCELLED
+    /// (retryable), in seconds; new sessions and tasks are refused from the signal on.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub shutdown_grace: u64,
     /// Largest request body accepted, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
     pub max_body: usize,
@@ -184,6 +188,17 @@ impl LimitArgs {
         }
     }
 
+    /// The answers kept for disconnected sessions' resume: the machine's limits, whichever binding serves them.
+    fn held_limits(&self) -> HeldLimits {
+        HeldLimits {
+            per_session_results: self.held_results_per_session,
+            per_session_bytes: self.held_bytes_per_session,
+            total_results: self.held_results_total,
+            total_bytes: self.held_bytes_total,
+            ..HeldLimits::default()
+        }
+    }
+
     fn ws_config(&self, http: &HttpServerConfig) -> WsServerConfig {
         let idle = Duration::from_secs(self.ws_idle_timeout.max(1));
         WsServerConfig {
@@ -196,13 +211,6 @@ impl LimitArgs {
             max_outbound_bytes: self.ws_max_outbound.max(1),
             max_in_flight_bytes: self.ws_max_in_flight.max(1),
             max_inbound_rate: self.ws_max_inbound_rate,
-            held: HeldLimits {
-                per_session_results: self.held_results_per_session,
-                per_session_bytes: self.held_bytes_per_session,
-                total_results: self.held_results_total,
-                total_bytes: self.held_bytes_total,
-                ..HeldLimits::default()
-            },
             allowed_origins: self.allow_origins.clone(),
             ..Default::default()
         }
@@ -573,6 +581,7 @@ pub(crate) fn build(
         cfg.set_receipt_key(key).map_err(|e| format!("--receipt-key: {e}"))?;
     }
     args.protocol_limits.apply(&mut cfg);
+    cfg.limits.held = args.limits.held_limits();
     let http = HttpServerConfig {
         max_body: args.max_body,
         request_timeout: Duration::from_secs(request_timeout(args).max(1)),
@@ -715,8 +724,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         }
         let _ = out.flush();
     }
+    let (draining, grace) = (runtime.clone(), Duration::from_secs(args.shutdown_grace));
     let shutdown = async move {
         signal.await;
+        eprintln!("ldp serve: shutting down: new sessions refused, running tasks have {grace:?} to finish");
+        draining.drain(grace).await;
         ws.shutdown();
         // Ends the MCP sessions' and A2A tasks' event streams, which would otherwise hold the drain open.
         bridge_stop.cancel();

@@ -18,6 +18,7 @@ mod quotas;
 mod serve;
 mod serve_limits;
 mod serve_llm;
+mod serve_shutdown;
 mod serve_store;
 mod serve_store_conformance;
 mod serve_tls;

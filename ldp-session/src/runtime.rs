@@ -183,6 +183,13 @@ struct RuntimeInner {
 /// The default of [`DelegateRuntime::set_cancel_grace`].
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(1);
 
+/// How often [`DelegateRuntime::drain`] looks whether the running tasks have finished.
+const DRAIN_TICK: Duration = Duration::from_millis(20);
+
+/// The grace period a graceful shutdown gives running tasks by default (`ldp serve --shutdown-grace`, the front
+/// door's `shutdown_grace`).
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
 /// Where a runtime or driver reads monotonic time: the one hook, so that tests can simulate time.
 pub type TimeSource = Arc<dyn Fn() -> Instant + Send + Sync>;
 
@@ -315,6 +322,28 @@ impl DelegateRuntime {
             }
             (WindDown::InPlace(fut), None) => drop(fut),
         }
+    }
+
+    /// A graceful shutdown's first half: new sessions and tasks are refused from now on
+    /// ([`Responder::start_draining`]), running tasks get up to `grace` to finish, and those still running then are
+    /// answered TASK_FAILED `CANCELLED` (retryable) and their work stopped. Returns how many were cancelled. Stop the
+    /// transports after it, so that every answer reaches its submitter first.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        self.with_responder(Responder::start_draining);
+        let deadline = tokio::time::Instant::now() + grace;
+        // Polled: a shutdown happens once, and a tick of this length is far below any grace worth giving.
+        while self.with_responder(|r| r.running_tasks()) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + DRAIN_TICK)).await;
+        }
+        let cancelled = self.with_responder(|r| r.cancel_running("because the delegate is shutting down"));
+        if !cancelled.is_empty() {
+            tracing::warn!(
+                cancelled = cancelled.len(),
+                ?grace,
+                "shutdown: tasks still running after the grace were cancelled"
+            );
+        }
+        cancelled.len()
     }
 
     /// The current monotonic time, from the runtime's [`TimeSource`].

@@ -436,3 +436,37 @@ fn capability_entries_in_the_manifest_carry_the_card_metadata() {
     let m = manifest_of(&sim.step(hello).reply());
     assert_eq!(m.capabilities[0].description.as_deref(), Some("repeats its input"));
 }
+
+/// Issue 50, graceful shutdown in the machine: once draining, a new session and a new task are refused (retryable),
+/// while the running task's session still answers its messages; at the end of the grace, the task still running is
+/// answered TASK_FAILED `CANCELLED`, retryable, and its work is to be stopped.
+#[test]
+fn draining_refuses_new_work_and_cancels_what_runs_at_the_end() {
+    let mut sim = Sim::new();
+    let sid = sim.session();
+    let running = sim.submit(&sid, "echo", frame("long")).task();
+    sim.responder.start_draining();
+    assert!(sim.responder.is_draining());
+    let propose = sim.initiator.propose(SessionConfig::default());
+    let refused = sim.step(propose).error();
+    assert_eq!((refused.code.as_str(), refused.retryable), (codes::CAPACITY_EXCEEDED, true));
+    let submit = sim.initiator.submit(&sid, "echo", frame("more"), None, None).unwrap();
+    let refused = sim.step(submit).error();
+    assert_eq!((refused.code.as_str(), refused.retryable), (codes::CAPACITY_EXCEEDED, true));
+    // A status query of the running task is still answered.
+    let query = sim.forge(&sid, TaskUpdate::new(running.key.task_id.clone(), None, None), PayloadMode::Text);
+    assert!(sim.step(query).outcome.is_ok());
+    let cancelled = sim.responder.cancel_running("because the delegate is shutting down");
+    assert_eq!(cancelled, vec![running.key.clone()]);
+    let aborted = sim.responder.poll_aborted().expect("the task's work is to be stopped");
+    assert_eq!(aborted.key, running.key);
+    match &aborted.reply.body {
+        Body::TaskFailed(f) => {
+            assert_eq!((f.error.code.as_str(), f.error.retryable), (codes::CANCELLED, true));
+            assert!(f.error.message.contains("shutting down"), "{}", f.error.message);
+        }
+        other => panic!("expected TASK_FAILED, got {other:?}"),
+    }
+    assert_eq!(sim.responder.running_tasks(), 0);
+    assert!(sim.responder.cancel_running("again").is_empty());
+}

@@ -97,11 +97,12 @@ async fn a_client_that_never_reads_is_closed_and_what_it_costs_stays_bounded() {
         total_bytes: 600 * 1024,
         ..HeldLimits::default()
     };
+    // The held answers' limits are the machine's, whichever binding serves it.
+    rt.with_responder(|r| r.set_held_limits(held));
     let config = WsServerConfig {
         write_timeout: Duration::from_millis(500),
         max_outbound_bytes: 128 * 1024,
         outbound_queue: 4,
-        held,
         ..Default::default()
     };
     let server = serve_both(&rt, HashMap::new(), config).await;
@@ -162,7 +163,8 @@ async fn a_client_that_drops_gets_every_result_or_a_typed_task_failed_when_it_re
     let delegate = Arc::new(TestDelegate::default());
     let rt = runtime(delegate.clone());
     let held = HeldLimits { per_session_results: 3, ..HeldLimits::default() };
-    let server = serve_both(&rt, HashMap::new(), WsServerConfig { held, ..Default::default() }).await;
+    rt.with_responder(|r| r.set_held_limits(held));
+    let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
     let url = server.ws_url();
     let mut ws = connect(&url, 1 << 20).await;
     let session = open_session(&mut ws).await;

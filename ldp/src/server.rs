@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_session::runtime::{Delegate as RunDelegate, DelegateRuntime, TaskContext};
+use ldp_session::runtime::{DEFAULT_SHUTDOWN_GRACE, Delegate as RunDelegate, DelegateRuntime, TaskContext};
 use ldp_session::{Limits, Responder, ResponderConfig, SeededIds, SystemClock, TaskOutput, TaskRequest};
 use ldp_transport_http::{HttpServerConfig, HttpState};
 use ldp_transport_ws::{WsServer, WsServerConfig};
@@ -148,6 +148,7 @@ pub struct DelegateBuilder {
     trust_domain: Option<String>,
     limits: Limits,
     cancel_grace: Option<Duration>,
+    shutdown_grace: Duration,
     skills: Vec<(Capability, Handler)>,
     duplicate: Option<String>,
 }
@@ -175,6 +176,7 @@ impl Delegate {
             trust_domain: None,
             limits: Limits::default(),
             cancel_grace: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             skills: Vec::new(),
             duplicate: None,
         }
@@ -209,6 +211,29 @@ impl DelegateBuilder {
             }) as BoxFuture
         });
         self.skills.push((capability, run));
+        self
+    }
+
+    /// The description of the skill declared last, on the card (and the tool description MCP hosts see through the
+    /// bridge); without one the card names the skill only.
+    #[must_use]
+    pub fn describe(mut self, description: impl Into<String>) -> Self {
+        if let Some((capability, _)) = self.skills.last_mut() {
+            capability.description = Some(description.into());
+        }
+        self
+    }
+
+    /// An example input of the skill declared last, added to its input schema's `examples` (JSON Schema), which
+    /// the card, MCP tools and generated forms show.
+    #[must_use]
+    pub fn example(mut self, input: Value) -> Self {
+        if let Some(Value::Object(schema)) = self.skills.last_mut().and_then(|(c, _)| c.input_schema.as_mut()) {
+            match schema.entry("examples").or_insert_with(|| Value::Array(Vec::new())) {
+                Value::Array(examples) => examples.push(input),
+                other => *other = Value::Array(vec![input]),
+            }
+        }
         self
     }
 
@@ -247,8 +272,21 @@ impl DelegateBuilder {
         self
     }
 
+    /// How long a graceful shutdown ([`Server::shutdown`], a signal to [`DelegateBuilder::serve`]) lets running
+    /// tasks finish before they are answered TASK_FAILED `CANCELLED` (default 30 s). New sessions and tasks are
+    /// refused from its start.
+    #[must_use]
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
     /// The identity card and the runtime serving it (for a transport of your own).
     pub fn runtime(self) -> Result<DelegateRuntime, Error> {
+        self.into_runtime().map(|(runtime, _)| runtime)
+    }
+
+    fn into_runtime(self) -> Result<(DelegateRuntime, Duration), Error> {
         if let Some(name) = self.duplicate {
             return Err(Error::DuplicateSkill(name));
         }
@@ -270,7 +308,7 @@ impl DelegateBuilder {
         if let Some(grace) = self.cancel_grace {
             runtime.set_cancel_grace(grace);
         }
-        Ok(runtime)
+        Ok((runtime, self.shutdown_grace))
     }
 
     /// An axum app answering LDP over HTTP (RFC 8: identity, messages, SSE stream) and WebSocket (`/ldp/ws`), to
@@ -288,25 +326,59 @@ impl DelegateBuilder {
 
     /// Binds `addr` (`127.0.0.1:0` for a free port) and serves HTTP and WebSocket there on a background task.
     pub async fn spawn(self, addr: impl tokio::net::ToSocketAddrs) -> Result<Server, Error> {
-        let runtime = self.runtime()?;
+        let (runtime, grace) = self.into_runtime()?;
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (app, ws) = app(&runtime);
         let (stop, stopped) = oneshot::channel::<()>();
         let limits = HttpServerConfig::default().limits;
+        let served = runtime.clone();
         let join =
-            tokio::spawn(ldp_transport_http::serve_router_with_limits(listener, runtime, app, limits, async move {
+            tokio::spawn(ldp_transport_http::serve_router_with_limits(listener, served, app, limits, async move {
                 let _ = stopped.await;
                 ws.shutdown();
             }));
-        Ok(Server { addr, stop: Some(stop), join })
+        Ok(Server { addr, runtime, grace, stop: Some(stop), join })
     }
 
-    /// Serves HTTP and WebSocket on `addr` until Ctrl-C.
+    /// Serves HTTP and WebSocket on `addr` until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully
+    /// ([`Server::shutdown`]).
     pub async fn serve(self, addr: impl tokio::net::ToSocketAddrs) -> Result<(), Error> {
+        self.serve_until(addr, shutdown_signal()?).await
+    }
+
+    /// Serves HTTP and WebSocket on `addr` until `stop` resolves, then shuts down gracefully ([`Server::shutdown`]).
+    pub async fn serve_until(
+        self,
+        addr: impl tokio::net::ToSocketAddrs,
+        stop: impl Future<Output = ()> + Send,
+    ) -> Result<(), Error> {
         let server = self.spawn(addr).await?;
-        tokio::signal::ctrl_c().await?;
+        stop.await;
         server.shutdown().await
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM (on Unix; Ctrl-C elsewhere). The handlers are registered before it returns, so a
+/// signal sent as soon as the server listens is not lost.
+fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, Error> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }
 
@@ -321,6 +393,8 @@ fn app(runtime: &DelegateRuntime) -> (axum::Router, WsServer) {
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
+    runtime: DelegateRuntime,
+    grace: Duration,
     stop: Option<oneshot::Sender<()>>,
     join: JoinHandle<std::io::Result<()>>,
 }
@@ -336,8 +410,12 @@ impl Server {
         format!("http://{}", self.addr)
     }
 
-    /// Stops accepting, drains in-flight requests and waits for the server to end.
+    /// Shuts down gracefully: new sessions and tasks are refused at once (`CAPACITY_EXCEEDED`, retryable), running
+    /// tasks get the shutdown grace to finish ([`DelegateBuilder::shutdown_grace`]), those still running are then
+    /// answered TASK_FAILED `CANCELLED`; then the server stops accepting, drains in-flight requests, closes its
+    /// WebSocket connections and ends.
     pub async fn shutdown(mut self) -> Result<(), Error> {
+        self.runtime.drain(self.grace).await;
         if let Some(stop) = self.stop.take() {
             // The server may have ended already; then nobody listens.
             let _ = stop.send(());
@@ -346,5 +424,23 @@ impl Server {
             Ok(served) => Ok(served?),
             Err(e) => Err(Error::Io(std::io::Error::other(e))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ldp_session::HeldLimits;
+
+    /// The limits given to the builder are the machine's, whichever binding serves it: the WebSocket binding kept
+    /// its own copy of the held-answer limits and wrote it over the machine's.
+    #[tokio::test]
+    async fn the_builders_limits_are_the_machines_over_every_binding() {
+        let held = HeldLimits { per_session_results: 3, ttl: Duration::from_secs(5), ..HeldLimits::default() };
+        let limits = Limits { held, max_sessions: 7, ..Limits::default() };
+        let runtime = Delegate::builder("ldp:delegate:limited").limits(limits).runtime().expect("a valid builder");
+        let (_app, _ws) = app(&runtime);
+        let served = runtime.with_responder(|r| r.config().limits.clone());
+        assert_eq!((served.held, served.max_sessions), (held, 7));
     }
 }

@@ -141,3 +141,67 @@ async fn the_router_mounts_in_an_app_of_ones_own() {
     assert_eq!(up.output, "MOUNTED");
     serving.abort();
 }
+
+/// Issue 50: a skill's description and examples reach the card.
+#[tokio::test]
+async fn skills_carry_their_description_and_examples_on_the_card() {
+    let server = Delegate::builder("ldp:delegate:described")
+        .skill("add", |input: Sum, _cx: TaskContext| async move { Ok(Total { total: input.a + input.b }) })
+        .describe("Adds two integers.")
+        .example(json!({"a": 1, "b": 2}))
+        .skill("upper", |input: String, _cx: TaskContext| async move { Ok(input.to_uppercase()) })
+        .spawn("127.0.0.1:0")
+        .await
+        .unwrap();
+    let card = ldp::connect(server.url()).await.unwrap().card().clone();
+    let add = &card.capabilities[0];
+    assert_eq!(add.description.as_deref(), Some("Adds two integers."));
+    assert_eq!(add.input_schema.as_ref().unwrap()["examples"], json!([{"a": 1, "b": 2}]));
+    assert_eq!(card.capabilities[1].description, None, "only the skill declared before describe()");
+    server.shutdown().await.unwrap();
+}
+
+/// Issue 50: a graceful shutdown lets a running task finish within the grace, refuses new sessions meanwhile, and
+/// answers a task past the grace TASK_FAILED `CANCELLED` (retryable) before the server ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_running_tasks_up_to_the_grace() {
+    let slow = |grace_ms: u64, work_ms: u64| {
+        Delegate::builder("ldp:delegate:slow")
+            .shutdown_grace(std::time::Duration::from_millis(grace_ms))
+            .skill("wait", move |input: String, _cx: TaskContext| async move {
+                tokio::time::sleep(std::time::Duration::from_millis(work_ms)).await;
+                Ok(input)
+            })
+            .spawn("127.0.0.1:0")
+    };
+    // Within the grace: the answer is the result.
+    let server = slow(5_000, 600).await.unwrap();
+    let client = ldp::connect(server.url()).await.unwrap();
+    let call = tokio::spawn(async move { client.call::<String>("wait", "done").await });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let url = server.url();
+    let stopping = tokio::spawn(server.shutdown());
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let late = ldp::connect(&url).await.unwrap().call::<String>("wait", "late").await;
+    match late {
+        Err(Error::Session(ldp_session::SessionError::Peer(e))) => {
+            assert_eq!((e.code.as_str(), e.retryable), ("CAPACITY_EXCEEDED", true), "{e:?}")
+        }
+        other => panic!("a new session while draining: {other:?}"),
+    }
+    assert_eq!(call.await.unwrap().unwrap().output, "done");
+    stopping.await.unwrap().unwrap();
+
+    // Past the grace: cancelled, retryable, and the server still ends.
+    let server = slow(300, 30_000).await.unwrap();
+    let client = ldp::connect(server.url()).await.unwrap();
+    let call = tokio::spawn(async move { client.call::<String>("wait", "never").await });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    tokio::time::timeout(std::time::Duration::from_secs(10), server.shutdown()).await.unwrap().unwrap();
+    match call.await.unwrap() {
+        Err(Error::Session(ldp_session::SessionError::Peer(e))) => {
+            assert_eq!((e.code.as_str(), e.retryable), ("CANCELLED", true), "{e:?}");
+        }
+        other => panic!("a task past the grace: {other:?}"),
+    }
+}

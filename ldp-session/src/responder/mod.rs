@@ -82,6 +82,8 @@ pub struct Responder {
     heavy: HeavySources,
     /// The attack signals of the machine's limits.
     refusals: Refusals,
+    /// Shutting down ([`Responder::start_draining`]): new sessions and tasks are refused, running tasks finish.
+    draining: bool,
     /// How many sessions held are idle ([`ResponderSession::is_idle`]), kept at every start and end of a task and
     /// every suspend and resume, so that at `max_sessions` whether one can give way is known without a scan.
     idle_total: usize,
@@ -144,6 +146,7 @@ impl Responder {
             sessions_per_principal: HashMap::new(),
             heavy: HeavySources::new(),
             refusals: Refusals::default(),
+            draining: false,
             dedupe: Dedupe::default(),
             idle_total: 0,
             idle_order: None,
@@ -381,6 +384,14 @@ impl Responder {
                 codes::UNAUTHENTICATED,
                 format!("sender {:?} does not match the authenticated identity {id:?}", env.from),
             );
+            return Err(self.refuse(&env, error));
+        }
+        if self.draining && matches!(env.body, Body::SessionPropose(_) | Body::TaskSubmit(_)) {
+            let error = LdpError::runtime(
+                codes::CAPACITY_EXCEEDED,
+                "the delegate is shutting down; retry on another replica or later",
+            )
+            .with_retryable(true);
             return Err(self.refuse(&env, error));
         }
         match &env.body {

@@ -232,6 +232,40 @@ impl Responder {
 
     /// Removes a running task and records it in the history. Returns the mode it ran in, `None` if it was not
     /// running.
+    /// Starts a graceful shutdown: from now on new sessions and new tasks are refused (`CAPACITY_EXCEEDED`,
+    /// retryable: another replica, or this one after a restart, takes them), while running tasks go on and every
+    /// other message (status queries, cancels, closes) is answered as before.
+    pub fn start_draining(&mut self) {
+        self.draining = true;
+    }
+
+    /// Whether [`Responder::start_draining`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Ends every running task, each submitter answered TASK_FAILED `CANCELLED` (retryable) saying `why`, its work
+    /// stopped (queued for [`Responder::poll_aborted`]): the end of a shutdown's grace period. Returns the tasks.
+    pub fn cancel_running(&mut self, why: &str) -> Vec<TaskKey> {
+        let mut keys: Vec<TaskKey> = self
+            .sessions
+            .iter()
+            .flat_map(|(sid, s)| {
+                s.running.keys().map(|t| TaskKey { session_id: sid.to_string(), task_id: t.to_string() })
+            })
+            .collect();
+        // Hash order is not an order: keep the answers (and the ids they draw) deterministic.
+        keys.sort_unstable_by(|a, b| (&a.session_id, &a.task_id).cmp(&(&b.session_id, &b.task_id)));
+        for key in &keys {
+            let error = LdpError::runtime(codes::CANCELLED, format!("cancelled {why}")).with_retryable(true);
+            let Some(peer) = self.sessions.get(key.session_id.as_str()).map(|s| s.peer.to_string()) else { continue };
+            if let Some(mode) = self.end_task(key, TaskStatus::Cancelled) {
+                self.abort_with(&peer, mode, key.clone(), error);
+            }
+        }
+        keys
+    }
+
     pub(super) fn end_task(&mut self, key: &TaskKey, status: TaskStatus) -> Option<PayloadMode> {
         let limits = &self.cfg.limits;
         let s = self.sessions.get_mut(key.session_id.as_str())?;

@@ -6,7 +6,6 @@ use std::time::Duration;
 use ldp_session::AuthenticatedPeer;
 
 use crate::wire::WireError;
-use ldp_session::HeldLimits;
 
 /// Server settings of the WebSocket binding.
 #[derive(Debug, Clone)]
@@ -40,15 +39,6 @@ pub struct WsServerConfig {
     /// Bytes of frames queued for one connection's writer (default 4 MiB; a larger frame waits for an empty queue).
     /// With `outbound_queue` it bounds what a client that does not read costs before the write timeout closes it.
     pub max_outbound_bytes: usize,
-    /// How long task answers completed for a disconnected session are kept for its resume (default 1 h, the RFC's
-    /// default session TTL). With `held`, set on the runtime's responder when the server is built: the session
-    /// machine keeps the answers ([`Responder::take_held`](ldp_session::Responder::take_held)).
-    pub held_ttl: Duration,
-    /// How many answers, and how many bytes, are kept for resume per session and in total. What does not fit is
-    /// dropped oldest first, and the resuming client gets a TASK_FAILED `RESULT_NOT_KEPT` for each dropped task.
-    /// Set on the runtime's responder when the server is built ([`Limits::held`](ldp_session::Limits::held); its
-    /// `ttl` is `held_ttl`), replacing what its configuration said.
-    pub held: HeldLimits,
     /// Origins (`scheme://host[:port]`, or `*`) whose web pages may open a WebSocket. An upgrade with an `Origin`
     /// header that is neither listed nor the server's own (matching `Host`) is refused with 403: otherwise any page
     /// a browser visits could drive a local server. Requests without `Origin` (non-browser clients) are allowed.
@@ -74,8 +64,6 @@ impl Default for WsServerConfig {
             idle_timeout: Duration::from_secs(45),
             write_timeout: Duration::from_secs(30),
             max_outbound_bytes: 4 * 1024 * 1024,
-            held_ttl: Duration::from_secs(3600),
-            held: HeldLimits::default(),
             allowed_origins: Vec::new(),
             io_buffer: 16 * 1024,
             tokens: HashMap::new(),

@@ -40,7 +40,7 @@ use tokio::task::JoinHandle;
 
 use crate::inbound::InboundBudget;
 use crate::wire::{Message, WireError};
-use ldp_session::{HeldLimits, HeldStats};
+use ldp_session::HeldStats;
 
 mod config;
 mod hub;
@@ -84,8 +84,6 @@ impl WsServer {
         let burst =
             config.max_inbound_rate.max(u64::try_from(config.max_message).unwrap_or(u64::MAX).saturating_mul(2));
         let inbound = InboundBudget::new(config.max_inbound_rate, burst);
-        let held = HeldLimits { ttl: config.held_ttl, ..config.held };
-        runtime.with_responder(|r| r.set_held_limits(held));
         Self {
             hub: Arc::new(Hub {
                 runtime,

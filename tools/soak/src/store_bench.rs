@@ -157,6 +157,8 @@ fn server_flags(store: &str, dir: &Path, redis: &Redises, round: usize, extra: &
         .iter()
         .map(|f| f.replace("{dir}", &dir.display().to_string()).replace("{redis}", &tcp).replace("{redis-unix}", &unix))
         .collect();
+    // Every client connects from this one address, which is one source to the per-source session cap (issue 58).
+    flags.extend(["--max-sessions-per-peer".to_owned(), "100000".to_owned()]);
     flags.extend(extra.iter().cloned());
     flags
 }
