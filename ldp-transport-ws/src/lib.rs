@@ -71,8 +71,7 @@
 //! may have been processed.
 //!
 //! Results kept for resume are bounded by the machine ([`HeldLimits`]: per session and in total, by count and bytes;
-//! [`WsServerConfig::held`] sets them). Beyond the
-//! limits the oldest are dropped, and the resuming client receives, for each dropped task, a TASK_FAILED with code
+//! the responder's `Limits::held` sets them, whichever binding serves it). Beyond the limits the oldest are dropped, and the resuming client receives, for each dropped task, a TASK_FAILED with code
 //! `RESULT_NOT_KEPT` (not retryable: the task ran) in place of its result, so no task is left waiting silently.
 //! [`WsServer::held_stats`] reports what is held and what was dropped.
 //!

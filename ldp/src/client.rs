@@ -1,10 +1,13 @@
 //! Calling: one connection to a delegate, one session opened on first use and reused.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use ldp_session::runtime::{Client, Progress, TaskOutcome};
-use ldp_session::{InitiatorConfig, SeededIds, SessionError, SystemClock};
-use ldp_transport_http::HttpTransport;
+use ldp_session::runtime::{Client, Progress, TaskOutcome, Transport};
+use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock};
+use ldp_transport_http::{ClientTls, HttpTransport, RetryPolicy};
+use ldp_transport_ws::{Reconnect, WsOptions, WsTransport};
+use ldp_types::signing::SigningKey;
 use ldp_types::{IdentityCard, Provenance, RawJson, SessionConfig, codes};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -17,23 +20,157 @@ use crate::Error;
 pub const CLIENT_ID: &str = "ldp:delegate:client";
 
 /// Discovers the delegate at `url` (its identity card) and greets it (HELLO); the session is opened by the first
-/// call. Over HTTP, with SSE for [`Connection::stream`].
+/// call. The transport follows the URL's scheme: `http(s)://` (SSE for [`Connection::stream`]) or `ws(s)://`.
+/// [`connect_with`] takes tokens, signing, TLS and timeouts.
 pub async fn connect(url: impl Into<String>) -> Result<Connection, Error> {
-    let transport = HttpTransport::new(url)?;
-    let client = Client::connect(
-        transport,
-        InitiatorConfig::new(CLIENT_ID),
-        Arc::new(SystemClock),
-        Box::new(SeededIds::from_entropy()),
-    )
-    .await?;
+    connect_with(url, ClientOptions::default()).await
+}
+
+/// How a client connects and who it is ([`connect_with`]): one set of options for either transport.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// The delegate id the client sends as (default [`CLIENT_ID`]).
+    pub delegate_id: String,
+    /// A bearer token sent with every request (and the WebSocket upgrade).
+    pub token: Option<String>,
+    /// Signs every message with this key and requires the delegate's answers signed with it (or, for
+    /// `ed25519-jcs`, with the matching public key), with replay protection on the answers.
+    pub signing_key: Option<SigningKey>,
+    /// TLS trust roots and a client identity, for `https://` and `wss://` (default: the public roots).
+    pub tls: ClientTls,
+    /// Longest wait for one answer (default: the transport's; HTTP 60 s, WebSocket none beyond the task's own).
+    pub timeout: Option<Duration>,
+    /// Longest wait to connect (default 5 s).
+    pub connect_timeout: Duration,
+    /// Retries of a request that never reached the delegate (HTTP), or reconnects after a dropped connection
+    /// (WebSocket), before failing (default 3).
+    pub retries: u32,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            delegate_id: CLIENT_ID.to_owned(),
+            token: None,
+            signing_key: None,
+            tls: ClientTls::default(),
+            timeout: None,
+            connect_timeout: Duration::from_secs(5),
+            retries: 3,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sends as `id` (`ldp:delegate:<name>`).
+    #[must_use]
+    pub fn delegate_id(mut self, id: impl Into<String>) -> Self {
+        self.delegate_id = id.into();
+        self
+    }
+
+    /// Sends `Authorization: Bearer <token>`.
+    #[must_use]
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Signs with `key` and requires signed answers.
+    #[must_use]
+    pub fn signing_key(mut self, key: SigningKey) -> Self {
+        self.signing_key = Some(key);
+        self
+    }
+
+    /// TLS trust roots and client identity.
+    #[must_use]
+    pub fn tls(mut self, tls: ClientTls) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Longest wait for one answer.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Longest wait to connect.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Retries (HTTP) or reconnects (WebSocket) before failing.
+    #[must_use]
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// The transport `url`'s scheme asks for, built from these options.
+    async fn transport(&self, url: &str) -> Result<Arc<dyn Transport>, Error> {
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
+        match scheme.as_str() {
+            "http" | "https" => {
+                let retry = RetryPolicy { max_retries: self.retries, ..RetryPolicy::default() };
+                let mut http = HttpTransport::builder(url)
+                    .tls(self.tls.clone())
+                    .connect_timeout(self.connect_timeout)
+                    .retry(retry);
+                if let Some(token) = &self.token {
+                    http = http.bearer_token(token.clone());
+                }
+                if let Some(timeout) = self.timeout {
+                    http = http.timeout(timeout);
+                }
+                Ok(Arc::new(http.build()?))
+            }
+            "ws" | "wss" => {
+                let reconnect = Reconnect { max_attempts: self.retries, ..Reconnect::default() };
+                let mut ws = WsOptions::default()
+                    .tls(self.tls.clone())
+                    .connect_timeout(self.connect_timeout)
+                    .reconnect(reconnect);
+                if let Some(token) = &self.token {
+                    ws = ws.bearer_token(token.clone());
+                }
+                if let Some(timeout) = self.timeout {
+                    ws = ws.request_timeout(timeout);
+                }
+                Ok(Arc::new(WsTransport::connect(url, ws).await?))
+            }
+            _ => Err(Error::UnsupportedScheme(url.to_owned())),
+        }
+    }
+}
+
+/// [`connect`] with `options`: the transport chosen by the URL's scheme (`http://`, `https://`, `ws://`, `wss://`),
+/// the same [`Connection`] API on both.
+pub async fn connect_with(url: impl Into<String>, options: ClientOptions) -> Result<Connection, Error> {
+    let url = url.into();
+    let transport = options.transport(&url).await?;
+    let mut cfg = InitiatorConfig::new(options.delegate_id.as_str());
+    if let Some(key) = options.signing_key {
+        cfg.security = SecurityConfig::symmetric(key);
+    }
+    let client = Client::connect(transport, cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy())).await?;
     Ok(Connection { client: Arc::new(client), session: Mutex::new(None) })
 }
 
-/// A connection to one delegate ([`connect`]).
+/// A connection to one delegate ([`connect`], [`connect_with`]), over HTTP or WebSocket.
 #[derive(Debug)]
 pub struct Connection {
-    client: Arc<Client<HttpTransport>>,
+    client: Arc<Client<Arc<dyn Transport>>>,
     /// The session, once opened.
     session: Mutex<Option<String>>,
 }
@@ -71,7 +208,7 @@ impl Connection {
     }
 
     /// The session-layer client underneath, for what this API does not cover (contracts, cancel, other sessions).
-    pub fn client(&self) -> &Client<HttpTransport> {
+    pub fn client(&self) -> &Client<Arc<dyn Transport>> {
         &self.client
     }
 

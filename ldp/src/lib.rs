@@ -16,6 +16,12 @@
 //! [`types`] (wire types), [`session`] (the sans-IO machines and runtime), [`http`] and [`ws`] (the bindings),
 //! [`router`] (selection, attestations); [`issuers`] fetches attestation issuers' documents for the router.
 //!
+//! A delegate can require bearer tokens and signatures ([`DelegateBuilder::token`], [`DelegateBuilder::signing_key`]),
+//! describe its skills on the card ([`DelegateBuilder::describe`]), and shuts down gracefully on SIGTERM or SIGINT
+//! ([`DelegateBuilder::serve`], [`Server::shutdown`]: new work refused, running tasks given a grace). A client picks
+//! HTTP or WebSocket by the URL's scheme and takes a token, a signing key, TLS roots and timeouts from one
+//! [`ClientOptions`] ([`connect_with`]).
+//!
 //! A delegate and a client, on loopback:
 //!
 //! ```
@@ -45,7 +51,7 @@ mod client;
 pub mod issuers;
 mod server;
 
-pub use client::{Answer, CLIENT_ID, Connection, Event, Stream, connect};
+pub use client::{Answer, CLIENT_ID, ClientOptions, Connection, Event, Stream, connect, connect_with};
 pub use ldp_session::runtime::TaskContext;
 pub use ldp_session::{History, Limits, TaskOutput, Turn};
 pub use ldp_types::{LdpError, Provenance, RawJson};
@@ -79,6 +85,12 @@ pub enum Error {
     /// The HTTP client could not be built (a bad URL).
     #[error("http: {0}")]
     Http(#[from] ldp_transport_http::Error),
+    /// The WebSocket client could not connect (a bad URL, a refused upgrade, TLS).
+    #[error("websocket: {0}")]
+    Ws(#[from] ldp_transport_ws::Error),
+    /// The URL's scheme is none of `http`, `https`, `ws`, `wss`.
+    #[error("unsupported URL {0:?}: expected http://, https://, ws:// or wss://")]
+    UnsupportedScheme(String),
     /// The session layer or the delegate refused or failed (the delegate's typed error is inside).
     #[error(transparent)]
     Session(#[from] ldp_session::SessionError),

@@ -9,9 +9,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ldp_session::runtime::{DEFAULT_SHUTDOWN_GRACE, Delegate as RunDelegate, DelegateRuntime, TaskContext};
-use ldp_session::{Limits, Responder, ResponderConfig, SeededIds, SystemClock, TaskOutput, TaskRequest};
+use ldp_session::{
+    AuthenticatedPeer, Limits, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TaskOutput,
+    TaskRequest,
+};
 use ldp_transport_http::{HttpServerConfig, HttpState};
 use ldp_transport_ws::{WsServer, WsServerConfig};
+use ldp_types::signing::SigningKey;
 use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, PayloadMode, RawJson, Score, TrustDomain};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -149,6 +153,8 @@ pub struct DelegateBuilder {
     limits: Limits,
     cancel_grace: Option<Duration>,
     shutdown_grace: Duration,
+    tokens: HashMap<String, AuthenticatedPeer>,
+    signing_key: Option<SigningKey>,
     skills: Vec<(Capability, Handler)>,
     duplicate: Option<String>,
 }
@@ -177,6 +183,8 @@ impl Delegate {
             limits: Limits::default(),
             cancel_grace: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            tokens: HashMap::new(),
+            signing_key: None,
             skills: Vec::new(),
             duplicate: None,
         }
@@ -281,12 +289,30 @@ impl DelegateBuilder {
         self
     }
 
-    /// The identity card and the runtime serving it (for a transport of your own).
-    pub fn runtime(self) -> Result<DelegateRuntime, Error> {
-        self.into_runtime().map(|(runtime, _)| runtime)
+    /// Requires a bearer token on every protected route (messages, stream, WebSocket): `token` authenticates its
+    /// holder as a peer of `trust_domain` (repeatable; with none, no token is asked for). The session layer then
+    /// trusts the token's domain, not what the peer declares, and binds sessions and quotas to the token.
+    #[must_use]
+    pub fn token(mut self, token: impl Into<String>, trust_domain: impl Into<String>) -> Self {
+        let peer = AuthenticatedPeer { delegate_id: None, trust_domain: trust_domain.into() };
+        self.tokens.insert(token.into(), peer);
+        self
     }
 
-    fn into_runtime(self) -> Result<(DelegateRuntime, Duration), Error> {
+    /// Signs every answer with `key` and requires every message signed with it (or, for `ed25519-jcs`, with the
+    /// matching public key), with replay protection.
+    #[must_use]
+    pub fn signing_key(mut self, key: SigningKey) -> Self {
+        self.signing_key = Some(key);
+        self
+    }
+
+    /// The identity card and the runtime serving it (for a transport of your own).
+    pub fn runtime(self) -> Result<DelegateRuntime, Error> {
+        self.into_runtime().map(|(runtime, _, _)| runtime)
+    }
+
+    fn into_runtime(self) -> Result<(DelegateRuntime, Duration, HashMap<String, AuthenticatedPeer>), Error> {
         if let Some(name) = self.duplicate {
             return Err(Error::DuplicateSkill(name));
         }
@@ -303,20 +329,23 @@ impl DelegateBuilder {
         }
         let mut cfg = ResponderConfig::new(card);
         cfg.limits = self.limits;
+        if let Some(key) = self.signing_key {
+            cfg.security = SecurityConfig::symmetric(key);
+        }
         let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
         let runtime = DelegateRuntime::new(responder, Arc::new(Skills(skills)));
         if let Some(grace) = self.cancel_grace {
             runtime.set_cancel_grace(grace);
         }
-        Ok((runtime, self.shutdown_grace))
+        Ok((runtime, self.shutdown_grace, self.tokens))
     }
 
     /// An axum app answering LDP over HTTP (RFC 8: identity, messages, SSE stream) and WebSocket (`/ldp/ws`), to
     /// mount in an existing app. Call it within a tokio runtime: it starts the task that reaps expired sessions
     /// there (without one, sessions expire when next touched).
     pub fn router(self) -> Result<axum::Router, Error> {
-        let runtime = self.runtime()?;
-        let (app, _ws) = app(&runtime);
+        let (runtime, _, tokens) = self.into_runtime()?;
+        let (app, _ws) = app(&runtime, tokens);
         if tokio::runtime::Handle::try_current().is_ok() {
             // Detached: it runs as long as the runtime, which is as long as the app can be served.
             drop(runtime.spawn_reaper());
@@ -326,10 +355,10 @@ impl DelegateBuilder {
 
     /// Binds `addr` (`127.0.0.1:0` for a free port) and serves HTTP and WebSocket there on a background task.
     pub async fn spawn(self, addr: impl tokio::net::ToSocketAddrs) -> Result<Server, Error> {
-        let (runtime, grace) = self.into_runtime()?;
+        let (runtime, grace, tokens) = self.into_runtime()?;
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let (app, ws) = app(&runtime);
+        let (app, ws) = app(&runtime, tokens);
         let (stop, stopped) = oneshot::channel::<()>();
         let limits = HttpServerConfig::default().limits;
         let served = runtime.clone();
@@ -382,10 +411,10 @@ fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, Error> {
     }
 }
 
-fn app(runtime: &DelegateRuntime) -> (axum::Router, WsServer) {
-    let ws = WsServer::new(runtime.clone(), WsServerConfig::default());
-    let app =
-        ldp_transport_http::router_with(HttpState::new(runtime.clone(), HttpServerConfig::default()), ws.router());
+fn app(runtime: &DelegateRuntime, tokens: HashMap<String, AuthenticatedPeer>) -> (axum::Router, WsServer) {
+    let ws = WsServer::new(runtime.clone(), WsServerConfig { tokens: tokens.clone(), ..WsServerConfig::default() });
+    let http = HttpServerConfig { tokens, ..HttpServerConfig::default() };
+    let app = ldp_transport_http::router_with(HttpState::new(runtime.clone(), http), ws.router());
     (app, ws)
 }
 
@@ -439,7 +468,7 @@ mod tests {
         let held = HeldLimits { per_session_results: 3, ttl: Duration::from_secs(5), ..HeldLimits::default() };
         let limits = Limits { held, max_sessions: 7, ..Limits::default() };
         let runtime = Delegate::builder("ldp:delegate:limited").limits(limits).runtime().expect("a valid builder");
-        let (_app, _ws) = app(&runtime);
+        let (_app, _ws) = app(&runtime, HashMap::new());
         let served = runtime.with_responder(|r| r.config().limits.clone());
         assert_eq!((served.held, served.max_sessions), (held, 7));
     }

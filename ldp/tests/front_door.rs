@@ -205,3 +205,62 @@ async fn shutdown_drains_running_tasks_up_to_the_grace() {
         other => panic!("a task past the grace: {other:?}"),
     }
 }
+
+/// Issue 50: one set of client options over either transport, chosen by the URL's scheme: a delegate that wants a
+/// token and signs is called over HTTP and WebSocket alike; a wrong token, no signing key and an unknown scheme are
+/// each a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_with_takes_token_signing_and_the_transport_from_the_url() {
+    use ldp::ClientOptions;
+    use ldp_types::signing::{SignatureAlgorithm, SigningKey};
+    let key = || SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "front door secret").unwrap();
+    let server = Delegate::builder("ldp:delegate:guarded")
+        .trust_domain("acme")
+        .token("tok-1", "acme")
+        .signing_key(key())
+        .skill("upper", |input: String, _cx: TaskContext| async move { Ok(input.to_uppercase()) })
+        .spawn("127.0.0.1:0")
+        .await
+        .unwrap();
+    let options = || {
+        ClientOptions::new()
+            .token("tok-1")
+            .signing_key(key())
+            .delegate_id("ldp:delegate:caller")
+            .timeout(std::time::Duration::from_secs(10))
+    };
+    let ws_url = server.url().replacen("http://", "ws://", 1);
+    for url in [server.url(), ws_url.clone()] {
+        let conn = ldp::connect_with(&url, options()).await.unwrap();
+        let up: Answer<String> = conn.call("upper", "over either").await.unwrap();
+        assert_eq!(up.output, "OVER EITHER", "{url}");
+        // The same connection streams too.
+        let mut stream = conn.stream("upper", "streamed").await.unwrap();
+        let mut last = None;
+        while let Some(event) = stream.next().await {
+            last = Some(event.unwrap());
+        }
+        assert!(matches!(last, Some(Event::Done(_))), "{url}");
+    }
+    // A wrong token: refused before any session, over HTTP and WebSocket.
+    for url in [server.url(), ws_url] {
+        let wrong = ClientOptions::new().token("tok-2").signing_key(key());
+        let refused = match ldp::connect_with(&url, wrong).await {
+            Ok(conn) => conn.call::<String>("upper", "x").await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        assert!(refused.is_err(), "{url}: a wrong token was served");
+    }
+    // No signing key: the delegate requires signatures.
+    let unsigned = ldp::connect_with(server.url(), ClientOptions::new().token("tok-1")).await;
+    let refused = match unsigned {
+        Ok(conn) => conn.call::<String>("upper", "x").await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    assert!(refused.is_err(), "an unsigned call was served");
+    assert!(matches!(
+        ldp::connect_with("ftp://127.0.0.1:1", ClientOptions::new()).await,
+        Err(Error::UnsupportedScheme(_))
+    ));
+    server.shutdown().await.unwrap();
+}
