@@ -44,7 +44,8 @@ struct Args {
     /// The `ldp` binary to attack (build it with `cargo build --release -p ldp-cli`).
     #[arg(long, default_value = "target/release/ldp")]
     ldp: PathBuf,
-    /// Attacks to run (repeatable): session-flood, ws-nonreading, ws-dropping, slowloris, replay-flood.
+    /// Attacks to run (repeatable): session-flood, ws-nonreading, ws-dropping, slowloris, replay-flood,
+    /// from-rotation, victim-lockout, secret-replay-fill.
     #[arg(long = "attack", value_name = "NAME")]
     attacks: Vec<String>,
     /// Seconds each attack lasts.
@@ -81,7 +82,16 @@ struct Args {
     bench_seconds: u64,
 }
 
-const ALL_ATTACKS: [&str; 5] = ["session-flood", "ws-nonreading", "ws-dropping", "slowloris", "replay-flood"];
+const ALL_ATTACKS: [&str; 8] = [
+    "session-flood",
+    "ws-nonreading",
+    "ws-dropping",
+    "slowloris",
+    "replay-flood",
+    "from-rotation",
+    "victim-lockout",
+    "secret-replay-fill",
+];
 
 /// Errors of the soak driver itself (not of the server under test, which are measurements).
 #[derive(Debug)]
@@ -107,7 +117,13 @@ struct Server {
     pid: u32,
     url: String,
     addr: SocketAddr,
+    /// The server's log lines about a limit refusing ("... started refusing", "... still refusing"), the first
+    /// [`MAX_REFUSAL_LINES`]: the server's own account of the attack, beside what the attacker saw.
+    refusal_lines: Arc<std::sync::Mutex<Vec<String>>>,
 }
+
+/// Most refusal log lines kept per server (a limit logs one when it starts refusing, then one per 10 s at most).
+const MAX_REFUSAL_LINES: usize = 16;
 
 impl Server {
     async fn start(ldp: &PathBuf, flags: &[String], fd_limit: Option<u64>) -> Result<Self, SoakError> {
@@ -119,11 +135,31 @@ impl Server {
             .arg(ldp)
             .args(flags)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| SoakError::Server(format!("cannot start {}: {e}", ldp.display())))?;
         let pid = child.id().ok_or_else(|| SoakError::Server("no pid".into()))?;
+        let refusal_lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        if let Some(stderr) = child.stderr.take() {
+            let kept = refusal_lines.clone();
+            // Drained to its end as bytes (a line that is not UTF-8 must not stop the draining: a server blocked on
+            // a full pipe would measure this driver, not itself).
+            tokio::spawn(async move {
+                let mut stderr = BufReader::new(stderr);
+                let mut line = Vec::new();
+                while matches!(stderr.read_until(b'\n', &mut line).await, Ok(n) if n > 0) {
+                    let text = String::from_utf8_lossy(&line);
+                    if text.contains(" refusing")
+                        && let Ok(mut kept) = kept.lock()
+                        && kept.len() < MAX_REFUSAL_LINES
+                    {
+                        kept.push(truncate(strip_ansi(&text).trim(), 300).to_owned());
+                    }
+                    line.clear();
+                }
+            });
+        }
         let stdout = child.stdout.take().ok_or_else(|| SoakError::Server("no stdout".into()))?;
         let mut lines = BufReader::new(stdout).lines();
         let listening = tokio::time::timeout(Duration::from_secs(20), async {
@@ -154,7 +190,12 @@ impl Server {
             .trim_start_matches("http://")
             .parse()
             .map_err(|e| SoakError::Server(format!("bad listening address {url}: {e}")))?;
-        Ok(Self { child, pid, url, addr })
+        Ok(Self { child, pid, url, addr, refusal_lines })
+    }
+
+    /// The refusal log lines so far.
+    fn refusal_lines(&self) -> Vec<String> {
+        self.refusal_lines.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     /// Peak resident set size so far (VmHWM), in MiB.
@@ -172,6 +213,25 @@ impl Server {
     async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
+}
+
+/// `line` without its terminal colour codes (`ESC [ ... m`), which the server's log lines may carry.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // Skip to the end of the escape sequence (a letter), or of the line.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn now_rfc3339() -> String {
@@ -208,16 +268,22 @@ fn propose_body() -> Value {
     json!({"type": "SESSION_PROPOSE", "config": {"preferred_payload_modes": ["text"], "ttl_secs": 600}})
 }
 
-/// The legitimate client: one session, then one small task after another.
+/// The legitimate client: one session, then one small task after another; with `reopen_every`, it also closes its
+/// session and proposes a new one every so many tasks.
 struct Legit {
     http: reqwest::Client,
     url: String,
     token: Option<String>,
     key: Option<SigningKey>,
     session_id: String,
+    /// Every this many tasks, a SESSION_CLOSE of the client's session and a SESSION_PROPOSE of a new one (None:
+    /// the session opened at set-up serves every task). The attacks on the session table and on a peer's share of
+    /// it would go unseen by a client that never proposes again.
+    reopen_every: Option<u64>,
 }
 
-/// Latencies and outcomes of the legitimate client over one phase.
+/// Latencies and outcomes of the legitimate client over one phase: one per request it needed served (a task, and
+/// with [`Legit::reopen_every`] a close or a proposal), each after its retries.
 #[derive(Default)]
 struct Phase {
     latencies: Vec<Duration>,
@@ -250,26 +316,52 @@ fn percentile_ms(samples: &[Duration], q: f64) -> f64 {
 }
 
 enum Attempt {
-    Ok,
+    /// The answer expected, with its envelope.
+    Ok(Value),
     /// A refusal the client may retry (429/503, connection refused), with the wait the server asked for.
     Retry(Duration, String),
     Failed(String),
 }
 
+/// One request of the legitimate client.
+enum Step<'a> {
+    /// A task in this session.
+    Task(&'a str),
+    /// Closing this session.
+    Close(&'a str),
+    /// Proposing a new session.
+    Propose,
+}
+
+impl Step<'_> {
+    /// The body type of the answer that means success.
+    fn expected(&self) -> &'static str {
+        match self {
+            Self::Task(_) => "TASK_RESULT",
+            Self::Close(_) => "SESSION_CLOSE",
+            Self::Propose => "SESSION_ACCEPT",
+        }
+    }
+}
+
 impl Legit {
-    async fn open(url: &str, token: Option<String>, key: Option<SigningKey>) -> Result<Self, SoakError> {
+    async fn open(
+        url: &str,
+        token: Option<String>,
+        key: Option<SigningKey>,
+        reopen_every: Option<u64>,
+    ) -> Result<Self, SoakError> {
         // A fresh connection per request: the client must get through whatever the attack does to connections.
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             .timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| SoakError::Setup(e.to_string()))?;
-        let mut legit = Self { http, url: url.to_owned(), token, key, session_id: String::new() };
+        let mut legit = Self { http, url: url.to_owned(), token, key, session_id: String::new(), reopen_every };
         let env = envelope("", LEGIT_FROM, propose_body(), legit.key.as_ref());
         let (status, reply) = legit.post(&env).await.map_err(SoakError::Setup)?;
-        let session = reply["body"]["session_id"].as_str().or_else(|| reply["session_id"].as_str());
-        match (status, reply["body"]["type"].as_str(), session) {
-            (200, Some("SESSION_ACCEPT"), Some(id)) => legit.session_id = id.to_owned(),
+        match (status, reply["body"]["type"].as_str(), accepted_session(&reply)) {
+            (200, Some("SESSION_ACCEPT"), Some(id)) => legit.session_id = id,
             _ => return Err(SoakError::Setup(format!("proposal answered {status}: {reply}"))),
         }
         Ok(legit)
@@ -286,9 +378,16 @@ impl Legit {
         Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
     }
 
-    async fn attempt(&self, task_id: &str) -> Attempt {
-        let body = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "echo", "input": "ping"});
-        let env = envelope(&self.session_id, LEGIT_FROM, body, self.key.as_ref());
+    /// Sends `step` once (a fresh message id and nonce each time, so that a retry is no replay).
+    async fn attempt(&self, step: &Step<'_>, task_id: &str) -> Attempt {
+        let env = match step {
+            Step::Task(session) => {
+                let body = json!({"type": "TASK_SUBMIT", "task_id": task_id, "skill": "echo", "input": "ping"});
+                envelope(session, LEGIT_FROM, body, self.key.as_ref())
+            }
+            Step::Close(session) => envelope(session, LEGIT_FROM, json!({"type": "SESSION_CLOSE"}), self.key.as_ref()),
+            Step::Propose => envelope("", LEGIT_FROM, propose_body(), self.key.as_ref()),
+        };
         let mut req = self.http.post(format!("{}/ldp/messages", self.url)).json(&env);
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
@@ -310,51 +409,91 @@ impl Legit {
             Err(e) => return Attempt::Failed(format!("read: {e}")),
         };
         match (status, reply["body"]["type"].as_str()) {
-            (200, Some("TASK_RESULT")) => Attempt::Ok,
+            (200, Some(t)) if t == step.expected() => Attempt::Ok(reply),
             (429 | 503, _) => Attempt::Retry(retry_after, format!("{status}")),
-            _ => Attempt::Failed(format!("{status} {}", truncate(&reply.to_string(), 200))),
+            // A SESSION_REJECT, even a retryable one, is a failure: a full table or share must make room for a
+            // light source at once, not after the client has waited.
+            _ => {
+                Attempt::Failed(format!("{} answered {status} {}", step.expected(), truncate(&reply.to_string(), 200)))
+            }
         }
     }
 
-    /// Runs tasks back to back until `deadline`; a refused attempt is retried up to three times.
-    async fn run(&self, deadline: Instant) -> Phase {
-        let mut phase = Phase::default();
-        while Instant::now() < deadline {
-            let task_id = random_id();
-            let start = Instant::now();
-            let mut tries = 0;
-            loop {
-                tries += 1;
-                match self.attempt(&task_id).await {
-                    Attempt::Ok => {
-                        phase.latencies.push(start.elapsed());
-                        phase.eventually_ok += 1;
-                        if tries == 1 {
-                            phase.first_try_ok += 1;
-                        }
-                        break;
+    /// Sends `step`, retrying a retryable refusal up to three times; records its latency and outcome in `phase`
+    /// and returns the answer when it succeeded.
+    async fn request(&self, step: &Step<'_>, phase: &mut Phase) -> Option<Value> {
+        let task_id = random_id();
+        let start = Instant::now();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.attempt(step, &task_id).await {
+                Attempt::Ok(reply) => {
+                    phase.latencies.push(start.elapsed());
+                    phase.eventually_ok += 1;
+                    if tries == 1 {
+                        phase.first_try_ok += 1;
                     }
-                    Attempt::Retry(wait, why) if tries < 4 => {
-                        if phase.failures.len() < 5 {
-                            phase.failures.push(format!("retried: {why}"));
-                        }
-                        tokio::time::sleep(wait).await;
+                    return Some(reply);
+                }
+                Attempt::Retry(wait, why) if tries < 4 => {
+                    if phase.failures.len() < 5 {
+                        phase.failures.push(format!("retried: {why}"));
                     }
-                    Attempt::Retry(_, why) | Attempt::Failed(why) => {
-                        phase.latencies.push(start.elapsed());
-                        phase.failed += 1;
-                        if phase.failures.len() < 10 {
-                            phase.failures.push(why);
-                        }
-                        break;
+                    tokio::time::sleep(wait).await;
+                }
+                Attempt::Retry(_, why) | Attempt::Failed(why) => {
+                    phase.latencies.push(start.elapsed());
+                    phase.failed += 1;
+                    if phase.failures.len() < 10 {
+                        phase.failures.push(why);
                     }
+                    return None;
                 }
             }
+        }
+    }
+
+    /// Runs tasks back to back until `deadline`, reopening its session every [`Legit::reopen_every`] tasks.
+    async fn run(&self, deadline: Instant) -> Phase {
+        let mut phase = Phase::default();
+        // A reopening run works in sessions of its own, the first proposed at once: an earlier run may have closed
+        // what it used. Only the sessions a run opened are closed; the last one is left to the server's end.
+        let mut session = self.session_id.clone();
+        let mut own = false;
+        let mut tasks = 0u64;
+        while Instant::now() < deadline {
+            if self.reopen_every.is_some_and(|every| !own || tasks.is_multiple_of(every.max(1))) {
+                if own {
+                    // Closed or not, it is not used again: a failed close is counted, not retried forever.
+                    let _ = self.request(&Step::Close(&session), &mut phase).await;
+                    own = false;
+                }
+                match self.request(&Step::Propose, &mut phase).await.as_ref().and_then(accepted_session) {
+                    Some(id) => {
+                        session = id;
+                        own = true;
+                    }
+                    // No session: the next step proposes again (after the pause below), and the tasks wait for it.
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let _ = self.request(&Step::Task(&session), &mut phase).await;
+            tasks += 1;
             // A client that works, not a flood: about a hundred tasks a second at most.
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         phase
     }
+}
+
+/// The session id a SESSION_ACCEPT names.
+fn accepted_session(reply: &Value) -> Option<String> {
+    reply["body"]["session_id"].as_str().or_else(|| reply["session_id"].as_str()).map(str::to_owned)
 }
 
 fn truncate(s: &str, n: usize) -> &str {
@@ -368,20 +507,38 @@ fn truncate(s: &str, n: usize) -> &str {
 #[derive(Default)]
 struct AttackStats {
     sent: AtomicU64,
+    /// Of `sent`, the messages the server refused, when the attack counts them ([`AttackStats::counting_refusals`]).
+    refused: Option<AtomicU64>,
     by_status: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl AttackStats {
+    /// Counters that also count the server's refusals, for the attacks on a limit: how many of the attacker's
+    /// messages the limit refused shows it working.
+    fn counting_refusals() -> Self {
+        Self { refused: Some(AtomicU64::new(0)), ..Self::default() }
+    }
     fn record(&self, what: impl Into<String>) {
         self.sent.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut m) = self.by_status.lock() {
             *m.entry(what.into()).or_default() += 1;
         }
     }
+    /// Records an answer, and counts it as a refusal when `refused` (an answer nonetheless: not a transport error).
+    fn record_answer(&self, what: impl Into<String>, refused: bool) {
+        if refused && let Some(n) = &self.refused {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        self.record(what);
+    }
     fn summary(&self) -> String {
         let m = self.by_status.lock().map(|m| m.clone()).unwrap_or_default();
         let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        format!("{} sent ({})", self.sent.load(Ordering::Relaxed), parts.join(", "))
+        let sent = self.sent.load(Ordering::Relaxed);
+        match &self.refused {
+            Some(n) => format!("{sent} sent, {} refused ({})", n.load(Ordering::Relaxed), parts.join(", ")),
+            None => format!("{sent} sent ({})", parts.join(", ")),
+        }
     }
 }
 
@@ -588,6 +745,28 @@ async fn peer_open(s: &mut tokio::net::TcpStream) -> bool {
     }
 }
 
+/// Sends one attacker message over `http` (with the bearer `token` if any) and records the answer in `stats` as
+/// `status type code`. A refusal is an `{"error"}` body, an in-protocol TASK_FAILED/SESSION_REJECT envelope, or any
+/// other 4xx/5xx; a transport failure is recorded as such, neither answer nor refusal.
+async fn send_attack(http: &reqwest::Client, url: &str, token: Option<&str>, env: &Value, stats: &AttackStats) {
+    let mut req = http.post(format!("{url}/ldp/messages")).json(env);
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    match req.send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let v: Value = r.json().await.unwrap_or(Value::Null);
+            let code = v["error"]["code"].as_str().or_else(|| v["body"]["error"]["code"].as_str());
+            let kind = v["body"]["type"].as_str().unwrap_or("");
+            let refused = status >= 400 || code.is_some() || matches!(kind, "SESSION_REJECT" | "TASK_FAILED");
+            stats.record_answer(format!("{status} {kind} {}", code.unwrap_or("")).trim().to_owned(), refused);
+        }
+        Err(e) if e.is_timeout() => stats.record("timeout"),
+        Err(_) => stats.record("error"),
+    }
+}
+
 /// One shared-secret holder sends signed messages, each with a fresh id and nonce, as fast as it can.
 async fn replay_flood(server_url: String, deadline: Instant, stats: Arc<AttackStats>) {
     let Ok(key) = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, SOAK_SECRET) else { return };
@@ -601,24 +780,64 @@ async fn replay_flood(server_url: String, deadline: Instant, stats: Arc<AttackSt
                 let body =
                     json!({"type": "HELLO", "delegate_id": "ldp:delegate:attacker", "supported_modes": ["text"]});
                 let env = envelope("", "ldp:delegate:attacker", body, Some(&key));
-                let what = match http
-                    .post(format!("{url}/ldp/messages"))
-                    .bearer_auth("attacker-token")
-                    .json(&env)
-                    .send()
-                    .await
-                {
-                    Ok(r) => {
-                        let status = r.status().as_u16();
-                        let v: Value = r.json().await.unwrap_or(Value::Null);
-                        // A refusal is an `{"error"}` body or an in-protocol TASK_FAILED/SESSION_REJECT envelope.
-                        let code = v["error"]["code"].as_str().or_else(|| v["body"]["error"]["code"].as_str());
-                        let kind = v["body"]["type"].as_str().unwrap_or("");
-                        format!("{status} {kind} {}", code.unwrap_or("")).trim().to_owned()
-                    }
-                    Err(_) => "error".into(),
-                };
-                stats.record(what);
+                send_attack(&http, &url, Some("attacker-token"), &env, &stats).await;
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+}
+
+/// Unauthenticated SESSION_PROPOSE from the attacker's address, 16 workers as fast as they can, the `n`th message
+/// declaring the sender `from(n)`. Each accepted proposal holds a session (TTL 600 s) that is never used again.
+async fn propose_flood(server_url: String, deadline: Instant, stats: Arc<AttackStats>, from: fn(u64) -> String) {
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..16 {
+        let (url, stats, sent) = (server_url.clone(), stats.clone(), sent.clone());
+        workers.push(tokio::spawn(async move {
+            let http = attacker_http();
+            while Instant::now() < deadline {
+                let env = envelope("", &from(sent.fetch_add(1, Ordering::Relaxed)), propose_body(), None);
+                send_attack(&http, &url, None, &env, &stats).await;
+            }
+        }));
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+}
+
+/// `from-rotation`: a thousand declared senders from one address. Were the per-source session share keyed on
+/// `from`, they would hold a hundred thousand sessions between them, and fill a table of 2,000 in a blink.
+async fn from_rotation(server_url: String, deadline: Instant, stats: Arc<AttackStats>) {
+    propose_flood(server_url, deadline, stats, |n| format!("ldp:delegate:rotating-{}", n % 1000)).await;
+}
+
+/// `victim-lockout`: proposals declaring the legitimate client's own id, to use up its share of sessions were the
+/// share keyed on `from`.
+async fn victim_lockout(server_url: String, deadline: Instant, stats: Arc<AttackStats>) {
+    propose_flood(server_url, deadline, stats, |_| LEGIT_FROM.to_owned()).await;
+}
+
+/// `secret-replay-fill`: a holder of the shared secret (no bearer token, so it is known by its address only)
+/// sends signed HELLOs, each a replay-window entry, rotating ten declared senders, 16 workers as fast as they can.
+/// Were the replay share keyed on `from`, the ten would together take the whole window and lock everyone out.
+async fn secret_replay_fill(server_url: String, deadline: Instant, stats: Arc<AttackStats>) {
+    let Ok(key) = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, SOAK_SECRET) else { return };
+    let key = Arc::new(key);
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..16 {
+        let (url, stats, key, sent) = (server_url.clone(), stats.clone(), key.clone(), sent.clone());
+        workers.push(tokio::spawn(async move {
+            let http = attacker_http();
+            while Instant::now() < deadline {
+                let from = format!("ldp:delegate:signer-{}", sent.fetch_add(1, Ordering::Relaxed) % 10);
+                let body = json!({"type": "HELLO", "delegate_id": from, "supported_modes": ["text"]});
+                let env = envelope("", &from, body, Some(&key));
+                send_attack(&http, &url, None, &env, &stats).await;
             }
         }));
     }
@@ -634,6 +853,8 @@ struct Report {
     idle: Phase,
     attacked: Phase,
     attack_stats: String,
+    /// The server's refusal log lines ([`Server::refusal_lines`]).
+    server_lines: Vec<String>,
 }
 
 impl Report {
@@ -667,13 +888,39 @@ async fn run_attack(args: &Args, attack: &str) -> Result<Report, SoakError> {
             fd_limit = Some(args.fd_limit);
             (None, None)
         }
+        // A table small enough for a thousand `from` values of a hundred sessions each to fill at once.
+        "from-rotation" => {
+            flags.extend(["--max-sessions", "2000"].map(str::to_owned));
+            (None, None)
+        }
+        "secret-replay-fill" => {
+            // A window of 200,000 and shares of 20,000 rather than the defaults (1,000,000 and 100,000): the
+            // attacker sends some 20 thousand signed messages a second on a 2-core machine, so ten `from`-keyed
+            // shares would fill this window in about 10 s, within the attack's 20, where the default window would
+            // take nearly a minute. No bearer tokens: the attacker and the legitimate client are told apart by
+            // their addresses only.
+            flags.extend(
+                ["--sign", "hmac-sha256-jcs", "--secret", SOAK_SECRET]
+                    .into_iter()
+                    .chain(["--replay-entries", "200000", "--replay-entries-per-peer", "20000"])
+                    .map(str::to_owned),
+            );
+            let key = SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, SOAK_SECRET)
+                .map_err(|e| SoakError::Setup(e.to_string()))?;
+            (None, Some(key))
+        }
         _ => (None, None),
     };
+    // An attack on the session table or a source's share of it is only seen by a client that proposes again: these
+    // clients close their session and propose a new one every ten tasks (signed in the replay fill, where each of
+    // those is a replay entry too), idle as well as attacked, so that the two p99s measure the same work.
+    let reopen_every = matches!(attack, "from-rotation" | "victim-lockout" | "secret-replay-fill").then_some(10);
     let server = Server::start(&args.ldp, &flags, fd_limit).await?;
-    let legit = Arc::new(Legit::open(&server.url, token, key).await?);
+    let legit = Arc::new(Legit::open(&server.url, token, key, reopen_every).await?);
     let idle = on_own_thread(legit.clone(), Instant::now() + Duration::from_secs(args.idle_seconds)).await;
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
-    let stats = Arc::new(AttackStats::default());
+    let stats =
+        Arc::new(if reopen_every.is_some() { AttackStats::counting_refusals() } else { AttackStats::default() });
     let attacker = {
         let (url, addr, stats, sockets) = (server.url.clone(), server.addr, stats.clone(), args.slow_sockets);
         let attack = attack.to_owned();
@@ -684,6 +931,9 @@ async fn run_attack(args: &Args, attack: &str) -> Result<Report, SoakError> {
                 "ws-dropping" => ws_dropping(addr, deadline, stats).await,
                 "slowloris" => slowloris(addr, sockets, deadline, stats).await,
                 "replay-flood" => replay_flood(url, deadline, stats).await,
+                "from-rotation" => from_rotation(url, deadline, stats).await,
+                "victim-lockout" => victim_lockout(url, deadline, stats).await,
+                "secret-replay-fill" => secret_replay_fill(url, deadline, stats).await,
                 _ => {}
             }
         })
@@ -694,8 +944,9 @@ async fn run_attack(args: &Args, attack: &str) -> Result<Report, SoakError> {
     // Attackers stop at the deadline; a wedged one is abandoned after a grace period.
     let _ = tokio::time::timeout(Duration::from_secs(15), attacker).await;
     let peak_rss_mib = server.peak_rss_mib();
+    let server_lines = server.refusal_lines();
     server.stop().await;
-    Ok(Report { attack: attack.to_owned(), peak_rss_mib, idle, attacked, attack_stats: stats.summary() })
+    Ok(Report { attack: attack.to_owned(), peak_rss_mib, idle, attacked, attack_stats: stats.summary(), server_lines })
 }
 
 /// Runs the legitimate client on a thread and runtime of its own, so that its latency is the server's answer time
@@ -777,6 +1028,9 @@ async fn main() -> ExitCode {
                 );
                 for f in r.attacked.failures.iter().chain(r.idle.failures.iter()) {
                     eprintln!("soak: {attack}: legitimate client: {f}");
+                }
+                for line in &r.server_lines {
+                    eprintln!("soak: {attack}: server: {line}");
                 }
             }
             Err(e) => {
