@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use crate::client_tls::ClientTls;
 use crate::error::Error;
-use crate::server::{IDENTITY, MESSAGES, STREAM, WELL_KNOWN_IDENTITY};
+use crate::paths::{IDENTITY, MESSAGES, STREAM, WELL_KNOWN_IDENTITY};
 use crate::trace_context::TraceHeaders;
 
 /// When and how often to retry. Only failures that are `transport` errors marked retryable are retried: the

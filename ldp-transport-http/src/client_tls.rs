@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+#[cfg(feature = "client")]
 use crate::Error;
 
 /// What a client trusts beyond the built-in web PKI roots, and the certificate it presents for mutual TLS.
@@ -62,8 +63,9 @@ impl ClientTls {
         self.identity.as_ref().map(|(chain, key)| (chain.as_slice(), key.as_slice()))
     }
 
-    /// Adds the roots and the client identity to a `reqwest` client builder. Fails with [`Error::Tls`] when a root
+    /// Adds the roots and the client identity to a `reqwest` client builder (feature `client`). Fails with [`Error::Tls`] when a root
     /// text holds no certificate or a PEM text does not parse.
+    #[cfg(feature = "client")]
     pub fn configure(&self, mut builder: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, Error> {
         for pem in &self.roots {
             let certs =

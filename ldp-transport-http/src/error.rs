@@ -3,11 +3,16 @@
 //!
 //! [`status_for`] is the one place where an LDP failure becomes an HTTP status (see the crate docs for the table).
 
+#[cfg(feature = "server")]
 use std::time::Duration;
 
+#[cfg(feature = "server")]
 use axum::http::{HeaderValue, StatusCode, header};
+#[cfg(feature = "server")]
 use axum::response::{IntoResponse, Response};
+#[cfg(feature = "server")]
 use ldp_session::Refusal;
+#[cfg(feature = "server")]
 use ldp_types::{ErrorCategory, LdpError, codes};
 
 /// Errors of this crate's API (not a peer's fault).
@@ -18,6 +23,7 @@ pub enum Error {
     #[error("invalid url {0:?}: expected http://host[:port][/path] or https://...")]
     InvalidUrl(String),
     /// The HTTP client could not be built (e.g. the TLS backend failed to initialise).
+    #[cfg(feature = "client")]
     #[error("http client: {0}")]
     Client(#[source] reqwest::Error),
     /// Binding or serving failed.
@@ -31,12 +37,14 @@ pub enum Error {
     Otlp(String),
 }
 
+#[cfg(feature = "server")]
 impl From<Refusal> for HttpError {
     fn from(refusal: Refusal) -> Self {
         Self::Refused(Box::new(refusal))
     }
 }
 
+#[cfg(feature = "server")]
 /// A request the server refuses, as it answers it: an HTTP status and an LDP body.
 ///
 /// The body is the reply envelope when the session layer produced one (a TASK_FAILED or SESSION_REJECT addressed to
@@ -98,6 +106,7 @@ pub enum HttpError {
     Internal(String),
 }
 
+#[cfg(feature = "server")]
 impl HttpError {
     /// The typed wire error for this failure.
     pub fn to_ldp_error(&self) -> LdpError {
@@ -138,6 +147,7 @@ impl HttpError {
     }
 }
 
+#[cfg(feature = "server")]
 /// The HTTP status for a refusal carrying `error`; `has_reply` says whether an in-protocol reply envelope goes with
 /// it. This is the single mapping of the crate; the table is in the crate docs.
 pub fn status_for(error: &LdpError, has_reply: bool) -> StatusCode {
@@ -158,11 +168,14 @@ pub fn status_for(error: &LdpError, has_reply: bool) -> StatusCode {
     }
 }
 
+#[cfg(feature = "server")]
 /// `WWW-Authenticate` for a 401 caused by a missing or unknown bearer token.
 const BEARER_CHALLENGE: &str = "Bearer realm=\"ldp\"";
+#[cfg(feature = "server")]
 /// `WWW-Authenticate` for a 401 caused by a message signature, replay or timestamp failure.
 const SIGNATURE_CHALLENGE: &str = "LDP-Signature realm=\"ldp\"";
 
+#[cfg(feature = "server")]
 /// A JSON response from already-encoded bytes.
 pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut resp = (status, body).into_response();
@@ -170,6 +183,7 @@ pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     resp
 }
 
+#[cfg(feature = "server")]
 /// `{"error": <LdpError>}`.
 pub(crate) fn error_body(error: &LdpError) -> Vec<u8> {
     // Serialising an LdpError cannot fail unless `partial_output` holds a non-finite float, which JSON cannot
@@ -178,6 +192,7 @@ pub(crate) fn error_body(error: &LdpError) -> Vec<u8> {
         .unwrap_or_else(|_| br#"{"error":{"code":"EXECUTION_FAILED","category":"runtime","message":"internal error","severity":"error","retryable":true}}"#.to_vec())
 }
 
+#[cfg(feature = "server")]
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let status = self.status();

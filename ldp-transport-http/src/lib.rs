@@ -141,16 +141,24 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::exhaustive_enums)]
 
+#[cfg(feature = "server")]
 mod auth;
+#[cfg(feature = "client")]
 mod client;
 mod client_tls;
+#[cfg(feature = "server")]
 mod conn;
 mod error;
+#[cfg(feature = "server")]
 mod metrics;
 #[cfg(feature = "otlp")]
 pub mod otlp;
+mod paths;
+#[cfg(feature = "server")]
 mod rate;
+#[cfg(feature = "server")]
 mod server;
+#[cfg(feature = "server")]
 mod source;
 pub mod sse;
 #[cfg(feature = "test-pki")]
@@ -159,18 +167,27 @@ pub mod test_pki;
 mod tls;
 pub mod trace_context;
 
+#[cfg(feature = "server")]
 pub use auth::{BearerAuth, require_bearer};
+#[cfg(feature = "client")]
 pub use client::{
     DEFAULT_MAX_RESPONSE_BYTES, HttpTransport, HttpTransportBuilder, RetryPolicy, fetch_identity, identity_urls,
 };
 pub use client_tls::ClientTls;
+#[cfg(feature = "server")]
 pub use conn::{ConnectionLimits, ConnectionStats};
-pub use error::{Error, HttpError, status_for};
+pub use error::Error;
+#[cfg(feature = "server")]
+pub use error::{HttpError, status_for};
+#[cfg(feature = "server")]
 pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures, TransportSource};
+pub use paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
+#[cfg(feature = "server")]
 pub use rate::{InvalidRate, RateLimit};
+#[cfg(feature = "server")]
 pub use server::{
-    CAPABILITIES, HEALTHZ, HttpServerConfig, HttpState, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, ServerHandle,
-    WELL_KNOWN_IDENTITY, router, router_with, serve, serve_router, serve_router_with_limits, spawn,
+    HttpServerConfig, HttpState, ServerHandle, router, router_with, serve, serve_router, serve_router_with_limits,
+    spawn,
 };
 #[cfg(feature = "tls")]
 pub use tls::{

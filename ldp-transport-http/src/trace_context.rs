@@ -43,6 +43,7 @@ impl TraceHeaders {
     }
 
     /// Adds the headers to an outgoing HTTP request.
+    #[cfg(feature = "client")]
     pub fn apply(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         let request = request.header(TRACEPARENT, &self.traceparent);
         match &self.tracestate {
@@ -69,7 +70,7 @@ pub fn adopt_remote_parent(span: &tracing::Span, traceparent: Option<&str>, stat
 }
 
 /// [`adopt_remote_parent`] from an HTTP request's headers.
-pub fn adopt_from_headers(span: &tracing::Span, headers: &axum::http::HeaderMap) -> bool {
+pub fn adopt_from_headers(span: &tracing::Span, headers: &http::HeaderMap) -> bool {
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     adopt_remote_parent(span, value(TRACEPARENT), value(TRACESTATE))
 }

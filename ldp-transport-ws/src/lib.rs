@@ -115,18 +115,28 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(clippy::exhaustive_enums)]
+// With neither side there is nothing to use the shared wire helpers.
+#![cfg_attr(not(any(feature = "server", feature = "client")), allow(dead_code, unused_imports))]
 
+#[cfg(feature = "client")]
 mod client;
 mod error;
+#[cfg(feature = "server")]
 mod inbound;
+#[cfg(feature = "server")]
 mod server;
 mod wire;
 
+/// The path of the WebSocket binding.
+pub const WS_PATH: &str = "/ldp/ws";
+
+#[cfg(feature = "client")]
 pub use client::{Reconnect, WsOptions, WsStats, WsTransport, rustls_client_config};
 pub use error::Error;
 /// The bounds on task answers held for resume, and what is held (the session machine's: [`ldp_session::Limits::held`]).
 pub use ldp_session::{HeldLimits, HeldStats};
 /// The TLS settings [`WsOptions::tls`] takes (re-exported from `ldp-transport-http`, which uses the same type).
 pub use ldp_transport_http::ClientTls;
-pub use server::{ConnectionEnd, WS_PATH, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};
+#[cfg(feature = "server")]
+pub use server::{ConnectionEnd, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};
 pub use wire::{CloseFrame, IN_REPLY_TO, Message, WireError, close_code};

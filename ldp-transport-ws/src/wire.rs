@@ -3,9 +3,12 @@
 
 use std::borrow::Cow;
 
+#[cfg(feature = "server")]
 use ldp_types::{Envelope, LdpError};
 use serde::Deserialize;
+#[cfg(feature = "client")]
 use serde_json::value::RawValue;
+#[cfg(feature = "server")]
 use serde_json::{Map, Value};
 
 /// The envelope extension member naming the message a server frame answers (set on replies, pushed TASK_UPDATEs
@@ -152,9 +155,11 @@ impl Head {
     }
 }
 
+#[cfg(feature = "server")]
 /// The fixed body used if an error cannot be encoded (only a non-finite float in `partial_output` can cause that).
 const FALLBACK_ERROR: &str = r#"{"error":{"code":"EXECUTION_FAILED","category":"runtime","message":"internal error","severity":"error","retryable":true}}"#;
 
+#[cfg(feature = "server")]
 /// `{"error": <LdpError>, "in_reply_to": <id>}` (the latter when known).
 pub(crate) fn error_frame(error: &LdpError, in_reply_to: Option<&str>) -> String {
     let mut map = Map::new();
@@ -166,11 +171,13 @@ pub(crate) fn error_frame(error: &LdpError, in_reply_to: Option<&str>) -> String
     serde_json::to_string(&Value::Object(map)).unwrap_or_else(|_| FALLBACK_ERROR.to_owned())
 }
 
+#[cfg(feature = "server")]
 /// `{"accepted": true, "in_reply_to": <id>}`: the message was accepted and has no reply (an ATTESTATION).
 pub(crate) fn accepted_frame(in_reply_to: &str) -> String {
     serde_json::json!({ "accepted": true, IN_REPLY_TO: in_reply_to }).to_string()
 }
 
+#[cfg(feature = "server")]
 /// Encodes `env` with `in_reply_to` set (when non-empty).
 pub(crate) fn envelope_frame(mut env: Envelope, in_reply_to: Option<&str>) -> Result<String, ldp_types::Error> {
     if let Some(id) = in_reply_to.filter(|id| !id.is_empty()) {
@@ -179,6 +186,7 @@ pub(crate) fn envelope_frame(mut env: Envelope, in_reply_to: Option<&str>) -> Re
     env.to_json()
 }
 
+#[cfg(feature = "client")]
 /// `text`, a JSON object, without its top-level members named `name`: every other member kept as received (its
 /// value byte for byte) and in order, so that a signature over the rest still verifies. `None` when `text` is not a
 /// JSON object. Used to take this binding's correlation member off an envelope without decoding the envelope.

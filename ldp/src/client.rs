@@ -6,6 +6,7 @@ use std::time::Duration;
 use ldp_session::runtime::{Client, Progress, TaskOutcome, Transport};
 use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock};
 use ldp_transport_http::{ClientTls, HttpTransport, RetryPolicy};
+#[cfg(feature = "ws")]
 use ldp_transport_ws::{Reconnect, WsOptions, WsTransport};
 use ldp_types::signing::SigningKey;
 use ldp_types::{IdentityCard, Provenance, RawJson, SessionConfig, codes};
@@ -135,6 +136,7 @@ impl ClientOptions {
                 }
                 Ok(Arc::new(http.build()?))
             }
+            #[cfg(feature = "ws")]
             "ws" | "wss" => {
                 let reconnect = Reconnect { max_attempts: self.retries, ..Reconnect::default() };
                 let mut ws = WsOptions::default()

@@ -47,14 +47,19 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "client")]
 mod client;
+#[cfg(feature = "client")]
 pub mod issuers;
+#[cfg(feature = "server")]
 mod server;
 
+#[cfg(feature = "client")]
 pub use client::{Answer, CLIENT_ID, ClientOptions, Connection, Event, Stream, connect, connect_with};
 pub use ldp_session::runtime::TaskContext;
 pub use ldp_session::{History, Limits, TaskOutput, Turn};
 pub use ldp_types::{LdpError, Provenance, RawJson};
+#[cfg(feature = "server")]
 pub use server::{Delegate, DelegateBuilder, INVALID_INPUT, IntoOutput, Output, Server};
 
 /// Routing by verified quality, attestations and their issuers (`ldp-router`).
@@ -64,6 +69,7 @@ pub use ldp_session as session;
 /// The HTTP/SSE binding (`ldp-transport-http`).
 pub use ldp_transport_http as http;
 /// The WebSocket binding (`ldp-transport-ws`).
+#[cfg(feature = "ws")]
 pub use ldp_transport_ws as ws;
 /// The wire types (`ldp-types`).
 pub use ldp_types as types;
@@ -86,9 +92,10 @@ pub enum Error {
     #[error("http: {0}")]
     Http(#[from] ldp_transport_http::Error),
     /// The WebSocket client could not connect (a bad URL, a refused upgrade, TLS).
+    #[cfg(feature = "ws")]
     #[error("websocket: {0}")]
     Ws(#[from] ldp_transport_ws::Error),
-    /// The URL's scheme is none of `http`, `https`, `ws`, `wss`.
+    /// The URL's scheme is none of `http`, `https`, `ws`, `wss` (`ws` and `wss` with the `ws` feature).
     #[error("unsupported URL {0:?}: expected http://, https://, ws:// or wss://")]
     UnsupportedScheme(String),
     /// The session layer or the delegate refused or failed (the delegate's typed error is inside).
@@ -141,6 +148,7 @@ pub enum Error {
         limit: usize,
     },
     /// An issuer document is not the JSON object it should be.
+    #[cfg(feature = "client")]
     #[error("GET {url}: not a {document}: {reason}")]
     IssuerMalformed {
         /// The document's URL.
@@ -162,6 +170,7 @@ pub enum Error {
     },
     /// The router refused an issuer document (signer not trusted, bad signature, older than the one held, too
     /// many entries): the documents held before stay in force.
+    #[cfg(feature = "client")]
     #[error("{url}: {document} refused: {error}")]
     IssuerRefused {
         /// The document's URL.

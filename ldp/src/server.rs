@@ -14,6 +14,7 @@ use ldp_session::{
     TaskRequest,
 };
 use ldp_transport_http::{HttpServerConfig, HttpState};
+#[cfg(feature = "ws")]
 use ldp_transport_ws::{WsServer, WsServerConfig};
 use ldp_types::signing::SigningKey;
 use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, PayloadMode, RawJson, Score, TrustDomain};
@@ -411,11 +412,34 @@ fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, Error> {
     }
 }
 
-fn app(runtime: &DelegateRuntime, tokens: HashMap<String, AuthenticatedPeer>) -> (axum::Router, WsServer) {
+/// What serves beside the HTTP routes and must be told of a shutdown: the WebSocket server (feature `ws`).
+struct Sockets {
+    #[cfg(feature = "ws")]
+    ws: WsServer,
+}
+
+impl Sockets {
+    /// Closes the WebSocket connections (1001, going away).
+    fn shutdown(&self) {
+        #[cfg(feature = "ws")]
+        self.ws.shutdown();
+    }
+}
+
+/// The HTTP routes, with `/ldp/ws` among them under the `ws` feature, behind one edge (authentication, limits).
+fn app(runtime: &DelegateRuntime, tokens: HashMap<String, AuthenticatedPeer>) -> (axum::Router, Sockets) {
+    #[cfg(feature = "ws")]
     let ws = WsServer::new(runtime.clone(), WsServerConfig { tokens: tokens.clone(), ..WsServerConfig::default() });
-    let http = HttpServerConfig { tokens, ..HttpServerConfig::default() };
-    let app = ldp_transport_http::router_with(HttpState::new(runtime.clone(), http), ws.router());
-    (app, ws)
+    let state = HttpState::new(runtime.clone(), HttpServerConfig { tokens, ..HttpServerConfig::default() });
+    #[cfg(feature = "ws")]
+    let app = ldp_transport_http::router_with(state, ws.router());
+    #[cfg(not(feature = "ws"))]
+    let app = ldp_transport_http::router(state);
+    #[cfg(feature = "ws")]
+    let sockets = Sockets { ws };
+    #[cfg(not(feature = "ws"))]
+    let sockets = Sockets {};
+    (app, sockets)
 }
 
 /// A running delegate ([`DelegateBuilder::spawn`]).

@@ -30,8 +30,8 @@ use self::connection::{Outgoing, Target, drive, open};
 use self::options::http_client;
 pub use self::options::{Reconnect, WsOptions, rustls_client_config};
 use self::pending::{Entry, Inner, Kind, Pending, lock};
+use crate::WS_PATH;
 use crate::error::Error;
-use crate::server::WS_PATH;
 
 /// Counters of a [`WsTransport`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -38,6 +38,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::WS_PATH;
 use crate::inbound::InboundBudget;
 use crate::wire::{Message, WireError};
 use ldp_session::HeldStats;
@@ -53,9 +54,6 @@ use hub::{Conns, Figures, Hub, NEXT_CONNECTION, lock};
 use loops::{FLUSH_TIMEOUT, read_loop, write_loop};
 use outbound::{MAX_OUTBOUND_BUDGET, Outbound, Unconfirmed};
 use upgrade::upgrade;
-
-/// The path of the WebSocket binding.
-pub const WS_PATH: &str = "/ldp/ws";
 
 /// The WebSocket binding's server: serves a [`DelegateRuntime`] over any number of connections. Cheap to clone.
 ///
