@@ -14,7 +14,7 @@ use ldp_session::{Initiator, InitiatorConfig, InitiatorEvent, SecurityConfig, Se
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{Body, Envelope, SessionConfig};
 
-use crate::support::{Guard, serve};
+use crate::support::{Guard, send, serve};
 
 const SECRET: &str = "one secret every peer holds";
 const ATTACKER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
@@ -33,22 +33,6 @@ fn initiator(from: &str, to: &str, signed: bool) -> Initiator {
             SecurityConfig::symmetric(SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, SECRET).unwrap());
     }
     Initiator::new(cfg, to, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()))
-}
-
-/// POSTs one message and returns the answer envelope (refusals carry one too); never a 5xx.
-async fn send(http: &reqwest::Client, url: &str, env: &Envelope) -> Envelope {
-    let resp = http
-        .post(format!("{url}/ldp/messages"))
-        .header("content-type", "application/json")
-        .body(env.to_vec().unwrap())
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-    let status = resp.status();
-    assert!(!status.is_server_error(), "{status}");
-    let body = resp.bytes().await.unwrap();
-    Envelope::from_slice(&body)
-        .unwrap_or_else(|e| panic!("answer {status} is no envelope ({e}): {}", String::from_utf8_lossy(&body)))
 }
 
 /// The error code of a refusal, or `None` for an answer that is not one.

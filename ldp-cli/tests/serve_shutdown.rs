@@ -11,7 +11,7 @@ use ldp_llm::stub::{Flavor, Stub, StubConfig};
 use ldp_session::{Initiator, InitiatorConfig, InitiatorEvent, SeededIds, SystemClock};
 use ldp_types::{Body, Envelope, SessionConfig};
 
-use crate::support::{Guard, serve_command};
+use crate::support::{Guard, send, serve_command};
 
 /// `ldp serve` fronting a stub model that answers after `latency`, with `--shutdown-grace grace`.
 async fn slow_delegate(latency: Duration, grace: u64) -> (Guard, String, Stub) {
@@ -26,17 +26,6 @@ async fn slow_delegate(latency: Duration, grace: u64) -> (Guard, String, Stub) {
         .stderr(Stdio::null());
     let (guard, url) = serve_command(command);
     (guard, url, stub)
-}
-
-async fn send(http: &reqwest::Client, url: &str, env: &Envelope) -> Envelope {
-    let resp = http
-        .post(format!("{url}/ldp/messages"))
-        .header("content-type", "application/json")
-        .body(env.to_vec().unwrap())
-        .send()
-        .await
-        .unwrap();
-    Envelope::from_slice(&resp.bytes().await.unwrap()).unwrap()
 }
 
 /// A session, and a task submitted in it whose answer is awaited on a task of its own.

@@ -159,3 +159,19 @@ pub fn read_report(path: &std::path::Path) -> (serde_json::Value, Vec<String>) {
         .unwrap_or_default();
     (json, failing)
 }
+
+/// POSTs one message and returns the answer envelope (refusals carry one too); never a 5xx.
+pub async fn send(http: &reqwest::Client, url: &str, env: &ldp_types::Envelope) -> ldp_types::Envelope {
+    let resp = http
+        .post(format!("{url}/ldp/messages"))
+        .header("content-type", "application/json")
+        .body(env.to_vec().unwrap())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    let status = resp.status();
+    assert!(!status.is_server_error(), "{status}");
+    let body = resp.bytes().await.unwrap();
+    ldp_types::Envelope::from_slice(&body)
+        .unwrap_or_else(|e| panic!("answer {status} is no envelope ({e}): {}", String::from_utf8_lossy(&body)))
+}
