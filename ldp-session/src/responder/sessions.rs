@@ -254,13 +254,19 @@ impl Responder {
     pub(super) fn uncount_session(&mut self, key: &Arc<str>, id: &str) {
         let Some(held) = self.sessions_per_principal.get_mut(key) else { return };
         let before = held.len();
-        if held.remove(id) {
+        let after = if held.remove(id) {
             self.sessions_per_principal.remove(key);
-        }
-        if before >= 2 {
-            self.heavy.remove(&(before, key.clone()));
-            if before > 2 {
-                self.heavy.insert((before - 1, key.clone()));
+            0
+        } else {
+            held.len()
+        };
+        // An id this source does not hold changes nothing.
+        if before != after {
+            if before >= 2 {
+                self.heavy.remove(&(before, key.clone()));
+            }
+            if after >= 2 {
+                self.heavy.insert((after, key.clone()));
             }
         }
     }
@@ -864,5 +870,131 @@ mod tests {
         }
         r.suspend_connection(2);
         assert_eq!(r.session_state("s"), Some(SessionState::Suspended), "the drop still finds the session");
+    }
+
+    /// What peers at a few addresses do to a small session table, for the per-source rules.
+    #[derive(Debug, Clone)]
+    enum Flood {
+        /// A proposal from the peer at `10.0.0.<source>`, under a `from` of its choosing.
+        Propose { source: u8, from: u8 },
+        /// A held session ends (closed here).
+        End { nth: u8 },
+        /// A held session becomes busy (suspended) or idle again.
+        Busy { nth: u8, busy: bool },
+    }
+
+    fn flood() -> impl proptest::strategy::Strategy<Value = Flood> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => (0..4u8, 0..8u8).prop_map(|(source, from)| Flood::Propose { source, from }),
+            1 => any::<u8>().prop_map(|nth| Flood::End { nth }),
+            2 => (any::<u8>(), any::<bool>()).prop_map(|(nth, busy)| Flood::Busy { nth, busy }),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever peers at four addresses propose under whatever `from`: no source passes its share, the table never
+        /// passes its bound, the source index and the heavy sources stay exact, and a proposal the full table
+        /// refuses is refused only when no source holding two or more sessions than the proposer has an idle one;
+        /// when the table makes room, the session that goes is an idle one of the heaviest such source.
+        #[test]
+        fn a_full_table_gives_way_only_from_heavier_sources(ops in proptest::collection::vec(flood(), 1..80)) {
+            use crate::ManualClock;
+            use ldp_types::{SessionConfig, SessionPropose};
+            let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
+            card.capabilities.push(Capability::new("echo"));
+            let mut cfg = ResponderConfig::new(card);
+            (cfg.limits.max_sessions, cfg.limits.max_sessions_per_principal) = (6, 4);
+            let wall = ManualClock::new(time::macros::datetime!(2026-03-09 10:00:00 UTC));
+            let mut r = Responder::new(cfg, Arc::new(wall.clone()), Box::new(SeededIds::new(1)));
+            let mut now = Instant::now();
+            let mut sent = 0u64;
+            for op in ops {
+                now += std::time::Duration::from_millis(10);
+                let ids: Vec<Arc<str>> = {
+                    let mut ids: Vec<Arc<str>> = r.sessions.keys().cloned().collect();
+                    ids.sort();
+                    ids
+                };
+                match op {
+                    Flood::Propose { source, from } => {
+                        sent += 1;
+                        let peer = PeerContext {
+                            address: Some(std::net::IpAddr::from([10, 0, 0, source])),
+                            ..PeerContext::default()
+                        };
+                        let key = format!("addr:10.0.0.{source}");
+                        let held = r.sessions_of(&key);
+                        let full = r.sessions.len() >= 6;
+                        // The idle sessions of the sources that may give way, by count.
+                        let givers: Vec<(usize, Arc<str>, Arc<str>)> = r
+                            .sessions
+                            .iter()
+                            .filter(|(_, s)| s.is_idle() && *s.quota != *key)
+                            .map(|(id, s)| (r.sessions_of(&s.quota), s.quota.clone(), id.clone()))
+                            .filter(|(n, _, _)| *n >= held + 2)
+                            .collect();
+                        let before: Vec<Arc<str>> = ids.clone();
+                        let body = Body::SessionPropose(SessionPropose::new(SessionConfig::default()));
+                        let bytes = message(&wall, sent, "", &format!("ldp:delegate:p{from}"), body);
+                        let outcome = r.handle(now, &peer, &bytes);
+                        if held >= 4 {
+                            proptest::prop_assert!(outcome.is_err(), "over the source's share");
+                        } else if full {
+                            proptest::prop_assert_eq!(outcome.is_ok(), !givers.is_empty(), "refused only without a giver");
+                            if outcome.is_ok() {
+                                let gone: Vec<&Arc<str>> =
+                                    before.iter().filter(|id| !r.sessions.contains_key(&***id)).collect();
+                                proptest::prop_assert_eq!(gone.len(), 1);
+                                let heaviest = givers.iter().map(|(n, _, _)| *n).max().unwrap_or(0);
+                                proptest::prop_assert!(
+                                    givers.iter().any(|(n, _, id)| id == gone[0] && *n == heaviest),
+                                    "an idle session of the heaviest source went"
+                                );
+                            }
+                        } else {
+                            proptest::prop_assert!(outcome.is_ok(), "room in the table and the share");
+                        }
+                    }
+                    Flood::End { nth } => {
+                        if !ids.is_empty() {
+                            r.end_session(&ids[usize::from(nth) % ids.len()], Ended::Closed);
+                        }
+                    }
+                    Flood::Busy { nth, busy } => {
+                        if !ids.is_empty() {
+                            let id = &ids[usize::from(nth) % ids.len()];
+                            if let Some(s) = r.sessions.get_mut(&**id) {
+                                let was_idle = s.is_idle();
+                                s.state = if busy { SessionState::Suspended } else { SessionState::Active };
+                                let idle = s.is_idle();
+                                match (was_idle, idle) {
+                                    (true, false) => r.uncount_idle(),
+                                    (false, true) => r.count_idle(id),
+                                    _ => {}
+                                }
+                            }
+                        }
+                    }
+                }
+                proptest::prop_assert!(r.sessions.len() <= 6);
+                let mut indexed = 0;
+                for (key, ids) in &r.sessions_per_principal {
+                    proptest::prop_assert!(ids.len() <= 4, "{key}: over its share");
+                    for id in ids.iter() {
+                        proptest::prop_assert_eq!(r.sessions.get(id).map(|s| &s.quota), Some(key));
+                    }
+                    indexed += ids.len();
+                }
+                proptest::prop_assert_eq!(indexed, r.sessions.len());
+                let heavy: HeavySources = r
+                    .sessions_per_principal
+                    .iter()
+                    .filter(|(_, ids)| ids.len() >= 2)
+                    .map(|(key, ids)| (ids.len(), key.clone()))
+                    .collect();
+                proptest::prop_assert_eq!(&heavy, &r.heavy);
+            }
+        }
     }
 }
