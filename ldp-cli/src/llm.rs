@@ -8,6 +8,7 @@ use ldp_llm::{
     AnthropicBackend, ApiKey, EchoBackend, HttpOptions, LlmBackend, LlmDelegate, OpenAiBackend, PriceTable,
     PromptTemplate,
 };
+#[cfg(feature = "local-llm")]
 use ldp_llm_local::{LocalBackend, LocalOptions, Precision, Sampling};
 
 /// The provider API a backend speaks.
@@ -33,6 +34,11 @@ impl BackendKind {
         matches!(self, Self::Mcp | Self::A2a)
     }
 }
+
+/// The answer of a binary built without the embedded model runtime to `--backend local` and `paradox --real`.
+#[cfg(not(feature = "local-llm"))]
+pub const NO_LOCAL_LLM: &str = "this ldp was built without the `local-llm` feature, which runs GGUF models in process; \
+     build it with its default features (`cargo install ldp-cli`)";
 
 /// How `--backend local` widens the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -126,6 +132,7 @@ impl LlmArgs {
         })
     }
 
+    #[cfg(feature = "local-llm")]
     fn local(&self) -> Result<LocalBackend, String> {
         let path = self.model.as_deref().unwrap_or_default();
         let mut options = LocalOptions::default();
@@ -154,6 +161,7 @@ impl LlmArgs {
     pub fn delegate(&self) -> Result<Option<ServedModel>, String> {
         // A bridged server is no model: `ldp serve` starts or discovers it itself (`serve_bridges::Bridged`).
         let Some(kind) = self.backend.filter(|k| !k.is_bridge()) else { return Ok(None) };
+        #[cfg_attr(not(feature = "local-llm"), allow(unused_mut))] // Only a local model knows its own window.
         let mut context_window = self.provider_context_window();
         let mut opts = HttpOptions::default();
         opts.request_timeout = Duration::from_secs(self.llm_timeout.max(1));
@@ -172,11 +180,14 @@ impl LlmArgs {
                 Arc::new(AnthropicBackend::new(url, model, key, max, opts).map_err(|e| e.to_string())?)
             }
             BackendKind::Echo | BackendKind::Mcp | BackendKind::A2a => Arc::new(EchoBackend),
+            #[cfg(feature = "local-llm")]
             BackendKind::Local => {
                 let local = self.local()?;
                 context_window = local.context_window() as u64;
                 Arc::new(local)
             }
+            #[cfg(not(feature = "local-llm"))]
+            BackendKind::Local => return Err(NO_LOCAL_LLM.to_owned()),
         };
         let mut delegate = LlmDelegate::new(backend).with_streaming(!self.no_stream);
         if let Some(path) = &self.system_prompt {

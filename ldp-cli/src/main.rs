@@ -22,6 +22,7 @@ mod llm;
 mod llmx;
 mod mcp_proxy;
 mod paradox;
+#[cfg(feature = "local-llm")]
 mod paradox_real;
 mod serve;
 mod serve_bridges;

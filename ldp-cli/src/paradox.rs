@@ -43,6 +43,13 @@ pub struct ParadoxArgs {
 /// Runs the experiment and prints it as a table, JSON or CSV.
 pub fn run(args: ParadoxArgs) -> ExitCode {
     let output = if let (true, Some(model)) = (args.real, &args.model) {
+        #[cfg(not(feature = "local-llm"))]
+        {
+            let _ = model;
+            eprintln!("ldp paradox --real: {}", crate::llm::NO_LOCAL_LLM);
+            return ExitCode::FAILURE;
+        }
+        #[cfg(feature = "local-llm")]
         match crate::paradox_real::run(model, args.tasks.unwrap_or(12), args.calibration, args.seed) {
             Ok(report) => Ok(render(&args, &report, String::new(), || format!("{report}"))),
             Err(error) => {
