@@ -709,6 +709,16 @@ mod tests {
         ]
     }
 
+    /// A responder of the echo skill as [`ME`], with `limits` changed, on a manual wall clock (returned with it).
+    fn echo_responder(limits: impl FnOnce(&mut crate::Limits)) -> (Responder, crate::ManualClock) {
+        let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
+        card.capabilities.push(Capability::new("echo"));
+        let mut cfg = ResponderConfig::new(card);
+        limits(&mut cfg.limits);
+        let wall = crate::ManualClock::new(time::macros::datetime!(2026-03-09 10:00:00 UTC));
+        (Responder::new(cfg, Arc::new(wall.clone()), Box::new(SeededIds::new(1))), wall)
+    }
+
     /// The idle sessions, by the definition, with their last activity.
     fn idle_now(r: &Responder) -> Vec<(String, Instant)> {
         r.sessions.iter().filter(|(_, s)| s.is_idle()).map(|(id, s)| (id.to_string(), s.last_activity)).collect()
@@ -721,14 +731,9 @@ mod tests {
         /// used idle session, or is refused when none is idle.
         #[test]
         fn the_idle_count_and_order_follow_the_sessions(steps in proptest::collection::vec(step(), 1..80)) {
-            use crate::{ManualClock, TaskOutput};
+            use crate::TaskOutput;
             use ldp_types::{TaskCancel, TaskSubmit};
-            let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
-            card.capabilities.push(Capability::new("echo"));
-            let mut cfg = ResponderConfig::new(card);
-            (cfg.limits.max_sessions, cfg.limits.max_concurrent_tasks) = (4, 100);
-            let wall = ManualClock::new(time::macros::datetime!(2026-03-09 10:00:00 UTC));
-            let mut r = Responder::new(cfg, Arc::new(wall.clone()), Box::new(SeededIds::new(1)));
+            let (mut r, wall) = echo_responder(|limits| (limits.max_sessions, limits.max_concurrent_tasks) = (4, 100));
             let mut now = Instant::now();
             let mut sent = 0u64;
             // A transport never reuses a connection's id: each drop of connection `c` starts its next generation.
@@ -899,14 +904,9 @@ mod tests {
         /// when the table makes room, the session that goes is an idle one of the heaviest such source.
         #[test]
         fn a_full_table_gives_way_only_from_heavier_sources(ops in proptest::collection::vec(flood(), 1..80)) {
-            use crate::ManualClock;
             use ldp_types::{SessionConfig, SessionPropose};
-            let mut card = IdentityCard::new(DelegateId::new(ME).unwrap(), "r", "sim", "1");
-            card.capabilities.push(Capability::new("echo"));
-            let mut cfg = ResponderConfig::new(card);
-            (cfg.limits.max_sessions, cfg.limits.max_sessions_per_principal) = (6, 4);
-            let wall = ManualClock::new(time::macros::datetime!(2026-03-09 10:00:00 UTC));
-            let mut r = Responder::new(cfg, Arc::new(wall.clone()), Box::new(SeededIds::new(1)));
+            let (mut r, wall) =
+                echo_responder(|limits| (limits.max_sessions, limits.max_sessions_per_principal) = (6, 4));
             let mut now = Instant::now();
             let mut sent = 0u64;
             for op in ops {
