@@ -663,13 +663,7 @@ mod tests {
                     }
                     indexed += ids.len();
                 }
-                let heavy: HeavySources = r
-                    .sessions_per_principal
-                    .iter()
-                    .filter(|(_, ids)| ids.len() >= 2)
-                    .map(|(key, ids)| (ids.len(), key.clone()))
-                    .collect();
-                proptest::prop_assert_eq!(&heavy, &r.heavy, "the heavy sources are those holding two or more");
+                proptest::prop_assert_eq!(&heavy_of(&r), &r.heavy, "the heavy sources are those holding two or more");
                 proptest::prop_assert_eq!(indexed, r.sessions.len(), "every session held is indexed once");
                 proptest::prop_assert!(r.sessions.len() <= 5);
             }
@@ -707,6 +701,15 @@ mod tests {
             1 => (0..10u8).prop_map(|session| Step::Close { session }),
             1 => (0..12u8).prop_map(|secs| Step::Wait { secs }),
         ]
+    }
+
+    /// The heavy sources as the source index says they are: those holding two sessions or more.
+    fn heavy_of(r: &Responder) -> HeavySources {
+        r.sessions_per_principal
+            .iter()
+            .filter(|(_, ids)| ids.len() >= 2)
+            .map(|(key, ids)| (ids.len(), key.clone()))
+            .collect()
     }
 
     /// A responder of the echo skill as [`ME`], with `limits` changed, on a manual wall clock (returned with it).
@@ -987,13 +990,7 @@ mod tests {
                     indexed += ids.len();
                 }
                 proptest::prop_assert_eq!(indexed, r.sessions.len());
-                let heavy: HeavySources = r
-                    .sessions_per_principal
-                    .iter()
-                    .filter(|(_, ids)| ids.len() >= 2)
-                    .map(|(key, ids)| (ids.len(), key.clone()))
-                    .collect();
-                proptest::prop_assert_eq!(&heavy, &r.heavy);
+                proptest::prop_assert_eq!(&heavy_of(&r), &r.heavy);
             }
         }
     }
