@@ -13,6 +13,7 @@
 //! | `mod.rs` | [`Responder`]: the state, the calling order, [`Responder::handle_timeout`], the checks every message passes in order (`handle_verified`: identifiers, signature, replay or dedupe, authenticated sender) and the dispatch per body; building and signing every outbound message (`envelope`, `refuse`) |
 //! | `inbound.rs` | checks that need no session state: decoding, identifier sizes, [`InboundCheck`], unsigned dedupe, the category a refusal is sent with |
 //! | `sessions.rs` | establishment (`on_propose`: trust domain, caps, TTL), the one in-session check (`with_session`; `ResponderSession::touch` restarts the TTL, moves the session to its connection and resumes it), close and expiry (`end_session`, aborting running tasks) |
+//! | `sources.rs` | who a session or replay entry counts against ([`Responder::quota_key`]: credential, own signing key, address), each source's sessions, and the room a full table makes from the heaviest source (`make_room_for`) |
 //! | `admit.rs` | admission of a TASK_SUBMIT: `admit`, each rule a small function, checked in order (the first broken one is the refusal) |
 //! | `tasks.rs` | `on_submit` (admit, then accept), cancel, status queries, results and failures, contract deadlines, aborts |
 //! | `shared.rs` | state shared with other replicas through a store: the replay claim of a message ([`Responder::replay_claim`]), a session's record and its adoption ([`Responder::shared_session`], [`Responder::adopt_session`], [`Responder::end_shared_session`]), a task another replica holds ([`Responder::refuse_claimed`]) or ran (status queries) |
@@ -45,14 +46,16 @@ mod inbound;
 mod resume;
 mod sessions;
 mod shared;
+mod sources;
 mod tasks;
 mod types;
 
 pub use context::{History, Turn};
 pub use inbound::{Checked, InboundCheck};
 use inbound::{Dedupe, check_identifiers, decode, reference_category};
-use sessions::{Ended, HeavySources, IdleOrder, PrincipalSessions, ResponderSession};
+use sessions::{Ended, IdleOrder, ResponderSession};
 pub use shared::SharedEnd;
+use sources::{HeavySources, PrincipalSessions};
 use tasks::TaskDeadline;
 pub use types::{
     Aborted, AuthenticatedPeer, Delivery, HistoryItem, Outcome, PeerContext, ResponderEvent, TaskOutput, TaskRequest,

@@ -12,7 +12,8 @@ use crate::error::Refusal;
 use crate::shared::{ReplayClaim, ReplayVerdict, SessionUsage, SharedSession, SharedTask, SharedTaskStatus};
 
 use super::inbound::{dedupe_key, reference_category};
-use super::sessions::{Ended, PrincipalSessions, ResponderSession, idle_order_of, recorded_quota};
+use super::sessions::{Ended, ResponderSession, idle_order_of};
+use super::sources::{PrincipalSessions, recorded_quota};
 use super::types::PeerContext;
 use super::{MAX_TTL, Responder};
 
