@@ -26,6 +26,7 @@ mod paradox;
 mod paradox_real;
 mod serve;
 mod serve_bridges;
+mod serve_limits;
 
 /// Exit statuses, the same for every subcommand (listed in `ldp --help`).
 pub(crate) mod exit {

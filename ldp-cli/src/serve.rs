@@ -13,12 +13,13 @@ use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
 use ldp_session::{
     AuthenticatedPeer, ReplayConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TrustPolicy,
 };
-use ldp_transport_http::{ConnectionLimits, HttpServerConfig, HttpState};
-use ldp_transport_ws::{HeldLimits, WsServer, WsServerConfig};
+use ldp_transport_http::{HttpServerConfig, HttpState};
+use ldp_transport_ws::WsServer;
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{Capability, ClaimType, DelegateId, IdentityCard, PayloadMode, Score, TrustDomain};
 
 use crate::serve_bridges::Bridged;
+pub use crate::serve_limits::{LimitArgs, ProtocolLimitArgs};
 
 /// Arguments of `ldp serve`.
 #[derive(Debug, clap::Args)]
@@ -101,120 +102,6 @@ pub struct ServeArgs {
     /// The A2A bridge.
     #[command(flatten, next_help_heading = "A2A (the delegate as an A2A agent: Agent Card, JSON-RPC at /a2a)")]
     pub a2a: crate::serve_bridges::A2aArgs,
-}
-
-/// The connection, timeout and rate flags of `ldp serve` (every one bounds what a peer can hold).
-#[derive(Debug, clap::Args)]
-pub struct LimitArgs {
-    /// Connections open at once (HTTP, TLS handshakes and WebSockets). At the cap, a connection no handler is serving
-    /// (idle, handshaking, or still sending its request) is closed to make room: from the address holding the most
-    /// connections, the one in that state longest; if there is none, 503 with Retry-After (over TLS, closed).
-    #[arg(long, value_name = "N", default_value_t = 512)]
-    pub max_connections: usize,
-    /// Longest time from the first byte of a request to the end of its headers, and for a TLS handshake, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 10)]
-    pub header_timeout: u64,
-    /// Longest time an HTTP connection may stay open without a request in progress (keep-alive), in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    pub idle_timeout: u64,
-    /// Longest time a request body may take to arrive, in seconds (then 408 and the connection closes).
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
-    pub body_timeout: u64,
-    /// Slowest a request head may arrive, in bytes/s, measured over each --min-rate-window from its first byte;
-    /// below it 408 and the connection closes (0: off).
-    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
-    pub min_head_rate: u64,
-    /// Slowest a request body may arrive, in bytes/s, measured over each --min-rate-window from the end of the
-    /// head; below it 408 and the connection closes (0: off).
-    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
-    pub min_body_rate: u64,
-    /// The window the minimum rates are measured over, and the grace before the first check, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 5)]
-    pub min_rate_window: u64,
-    /// Requests allowed per principal (bearer token or client-certificate identity, else client IP): N/s or N/m;
-    /// beyond it 429 with Retry-After [default: off].
-    #[arg(long, value_name = "N/s")]
-    pub rate_limit: Option<ldp_transport_http::RateLimit>,
-    /// A proxy (address or network, e.g. 10.0.0.0/8) whose X-Forwarded-For names the client; repeatable. An
-    /// unauthenticated peer's quotas are keyed on its client address: list only proxies you run [default: none,
-    /// the socket's peer is the client].
-    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_proxy)]
-    pub trusted_proxies: Vec<ipnet::IpNet>,
-    /// A WebSocket that sends nothing, not even a pong to the server's pings, for this long is closed, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 45)]
-    pub ws_idle_timeout: u64,
-    /// A WebSocket client that does not take the server's frames for this long is closed, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
-    pub ws_write_timeout: u64,
-    /// Bytes of frames queued for one WebSocket before its writer is waited on.
-    #[arg(long, value_name = "BYTES", default_value_t = 4 * 1024 * 1024)]
-    pub ws_max_outbound: usize,
-    /// Bytes of inbound messages one WebSocket may have in handling at once; beyond it the socket is not read.
-    #[arg(long, value_name = "BYTES", default_value_t = 8 * 1024 * 1024)]
-    pub ws_max_in_flight: usize,
-    /// Bytes per second of WebSocket messages one principal (bearer token or certificate, else client IP) may send
-    /// across its connections, after a burst of as many bytes; beyond it its sockets are left unread (0: off).
-    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024 * 1024)]
-    pub ws_max_inbound_rate: u64,
-    /// Task results kept per session for a WebSocket client that disconnected (the oldest beyond it are dropped,
-    /// and reported on resume as TASK_FAILED RESULT_NOT_KEPT).
-    #[arg(long, value_name = "N", default_value_t = 64)]
-    pub held_results_per_session: usize,
-    /// Bytes of task results kept per disconnected session.
-    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024 * 1024)]
-    pub held_bytes_per_session: usize,
-    /// Task results kept for all disconnected sessions together.
-    #[arg(long, value_name = "N", default_value_t = 4096)]
-    pub held_results_total: usize,
-    /// Bytes of task results kept for all disconnected sessions together.
-    #[arg(long, value_name = "BYTES", default_value_t = 128 * 1024 * 1024)]
-    pub held_bytes_total: usize,
-    /// A web origin (`scheme://host[:port]`, or `*`) allowed to open /ldp/ws from a browser (repeatable). Other
-    /// cross-origin upgrades get 403; clients that send no Origin header, and the server's own origin, are allowed.
-    #[arg(long = "allow-origin", value_name = "ORIGIN")]
-    pub allow_origins: Vec<String>,
-}
-
-impl LimitArgs {
-    fn connection_limits(&self) -> ConnectionLimits {
-        ConnectionLimits {
-            max_connections: self.max_connections.max(1),
-            header_timeout: Duration::from_secs(self.header_timeout.max(1)),
-            idle_timeout: Duration::from_secs(self.idle_timeout.max(1)),
-            body_timeout: Duration::from_secs(self.body_timeout.max(1)),
-            min_head_rate: self.min_head_rate,
-            min_body_rate: self.min_body_rate,
-            min_rate_window: Duration::from_secs(self.min_rate_window.max(1)),
-        }
-    }
-
-    /// The answers kept for disconnected sessions' resume: the machine's limits, whichever binding serves them.
-    fn held_limits(&self) -> HeldLimits {
-        HeldLimits {
-            per_session_results: self.held_results_per_session,
-            per_session_bytes: self.held_bytes_per_session,
-            total_results: self.held_results_total,
-            total_bytes: self.held_bytes_total,
-            ..HeldLimits::default()
-        }
-    }
-
-    fn ws_config(&self, http: &HttpServerConfig) -> WsServerConfig {
-        let idle = Duration::from_secs(self.ws_idle_timeout.max(1));
-        WsServerConfig {
-            max_message: http.max_body,
-            tokens: http.tokens.clone(),
-            // Three pings per idle period: one lost pong does not kill a live connection.
-            ping_interval: idle / 3,
-            idle_timeout: idle,
-            write_timeout: Duration::from_secs(self.ws_write_timeout.max(1)),
-            max_outbound_bytes: self.ws_max_outbound.max(1),
-            max_in_flight_bytes: self.ws_max_in_flight.max(1),
-            max_inbound_rate: self.ws_max_inbound_rate,
-            allowed_origins: self.allow_origins.clone(),
-            ..Default::default()
-        }
-    }
 }
 
 /// Parses `--store` (or `LDP_STORE`) into a [`ldp_store::StoreSpec`], reporting a refused value only as the store's
@@ -349,43 +236,6 @@ impl StoreArgs {
         // The lease renewer runs for the life of the process.
         let _renewer = runtime.attach_store(store, opts);
         Ok(name.to_owned())
-    }
-}
-
-/// The protocol-state limits of `ldp serve` (issue 14): beyond them, typed refusals.
-#[derive(Debug, clap::Args)]
-pub struct ProtocolLimitArgs {
-    /// Most sessions held at once; further proposals get SESSION_REJECT CAPACITY_EXCEEDED (retryable).
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
-    pub max_sessions: usize,
-    /// Most sessions one peer holds at once (same refusal).
-    #[arg(long, value_name = "N", default_value_t = 100)]
-    pub max_sessions_per_peer: usize,
-    /// Longest identifier accepted (from, to, message_id, session_id, task_id, nonce, skill...), in bytes; longer
-    /// ones get 400 MALFORMED_MESSAGE.
-    #[arg(long, value_name = "BYTES", default_value_t = 256)]
-    pub max_id_len: usize,
-    /// With --sign: most signed messages of one peer remembered in the replay window (of --replay-entries in all);
-    /// beyond it, or beyond the room the window has left, that peer gets CAPACITY_EXCEEDED (retryable), others are
-    /// unaffected. A peer is its token or certificate, else its own signing key, else its address: holders of one
-    /// shared secret are told apart by address only.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
-    pub replay_entries_per_peer: usize,
-    /// With --sign: most signed messages remembered in the replay window in all (for its 300 s); beyond it new
-    /// messages get CAPACITY_EXCEEDED (retryable), never an old entry evicted.
-    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
-    pub replay_entries: usize,
-}
-
-impl ProtocolLimitArgs {
-    fn apply(&self, cfg: &mut ResponderConfig) {
-        cfg.limits.max_sessions = self.max_sessions;
-        cfg.limits.max_sessions_per_principal = self.max_sessions_per_peer;
-        cfg.limits.max_identifier_len = self.max_id_len;
-        if let Some(replay) = &mut cfg.security.replay {
-            replay.max_entries_per_principal = self.replay_entries_per_peer;
-            replay.max_entries = self.replay_entries;
-        }
     }
 }
 
@@ -591,14 +441,6 @@ pub(crate) fn build(
         trusted_proxies: args.limits.trusted_proxies.clone(),
     };
     Ok((cfg, http))
-}
-
-/// A `--trusted-proxy`: a network (`10.0.0.0/8`) or one address (`10.0.0.1`).
-fn parse_proxy(s: &str) -> Result<ipnet::IpNet, String> {
-    let s = s.trim();
-    s.parse::<ipnet::IpNet>()
-        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-        .map_err(|_| format!("{s:?} is neither an address nor a network (CIDR)"))
 }
 
 /// Registers the SIGINT and SIGTERM handlers at once and returns a future that resolves on either. Registering before
