@@ -49,18 +49,24 @@
 
 #[cfg(feature = "client")]
 mod client;
+#[cfg(feature = "server")]
+pub mod config;
 #[cfg(feature = "client")]
 pub mod issuers;
+#[cfg(feature = "server")]
+mod launch;
 #[cfg(feature = "server")]
 mod server;
 
 #[cfg(feature = "client")]
 pub use client::{Answer, CLIENT_ID, ClientOptions, Connection, Event, Stream, connect, connect_with};
+#[cfg(feature = "server")]
+pub use launch::Server;
 pub use ldp_session::runtime::TaskContext;
 pub use ldp_session::{History, Limits, TaskOutput, Turn};
 pub use ldp_types::{LdpError, Provenance, RawJson};
 #[cfg(feature = "server")]
-pub use server::{Delegate, DelegateBuilder, INVALID_INPUT, IntoOutput, Output, Server};
+pub use server::{Delegate, DelegateBuilder, INVALID_INPUT, IntoOutput, Output};
 
 /// Routing by verified quality, attestations and their issuers (`ldp-router`).
 pub use ldp_router as router;
@@ -98,6 +104,40 @@ pub enum Error {
     /// The URL's scheme is none of `http`, `https`, `ws`, `wss` (`ws` and `wss` with the `ws` feature).
     #[error("unsupported URL {0:?}: expected http://, https://, ws:// or wss://")]
     UnsupportedScheme(String),
+    /// The server configuration is malformed or incomplete (the file, line or key is named).
+    #[cfg(feature = "server")]
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// The address to listen on could not be bound.
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        /// The address (`bind`).
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store could not be opened (a wrong password or database, a certificate that does not verify, a
+    /// database file that cannot be created, or a backend this build lacks).
+    #[cfg(feature = "server")]
+    #[error("store: {0}")]
+    Store(#[from] ldp_store::OpenError),
+    /// A key's value could not be put to use: a file that cannot be read, a key that does not parse, a backend or
+    /// bridged server that does not answer.
+    #[error("{key}: {source}")]
+    Setup {
+        /// The configuration key.
+        key: String,
+        /// What went wrong.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A key asks for what this build was compiled without.
+    #[error("{key}: this build lacks the `{feature}` feature")]
+    FeatureMissing {
+        /// The key.
+        key: &'static str,
+        /// The cargo feature of `ldp-sdk` (or `ldp-cli`) that brings it.
+        feature: &'static str,
+    },
     /// The session layer or the delegate refused or failed (the delegate's typed error is inside).
     #[error(transparent)]
     Session(#[from] ldp_session::SessionError),

@@ -2,30 +2,24 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_session::runtime::{DEFAULT_SHUTDOWN_GRACE, Delegate as RunDelegate, DelegateRuntime, TaskContext};
-use ldp_session::{
-    AuthenticatedPeer, Limits, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TaskOutput,
-    TaskRequest,
-};
-use ldp_transport_http::{HttpServerConfig, HttpState};
-#[cfg(feature = "ws")]
-use ldp_transport_ws::{WsServer, WsServerConfig};
+use ldp_session::runtime::{Delegate as RunDelegate, DelegateRuntime, TaskContext};
+use ldp_session::{Limits, TaskOutput, TaskRequest};
 use ldp_types::signing::SigningKey;
-use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, PayloadMode, RawJson, Score, TrustDomain};
+use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, PayloadMode, RawJson, Score};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::Error;
+use crate::config::ServerConfig;
+use crate::launch::{Server, Skillset};
 
 /// The error code of an input that does not fit the skill's input type (category `capability`, not retryable).
 pub const INVALID_INPUT: &str = "INVALID_INPUT";
@@ -145,17 +139,16 @@ impl RunDelegate for Skills {
     }
 }
 
-/// A delegate being declared: its identity and its skills. Start with [`Delegate::builder`].
+/// A delegate being declared: its identity, its skills, and the server around them (a [`ServerConfig`]: tokens,
+/// TLS, store, limits, telemetry, bridges). Start with [`Delegate::builder`].
 pub struct DelegateBuilder {
     id: String,
     name: Option<String>,
     model: (String, String),
-    trust_domain: Option<String>,
-    limits: Limits,
+    limits: Option<Limits>,
     cancel_grace: Option<Duration>,
-    shutdown_grace: Duration,
-    tokens: HashMap<String, AuthenticatedPeer>,
     signing_key: Option<SigningKey>,
+    config: ServerConfig,
     skills: Vec<(Capability, Handler)>,
     duplicate: Option<String>,
 }
@@ -173,19 +166,17 @@ pub struct Delegate;
 
 impl Delegate {
     /// Starts declaring the delegate `id` (`ldp:delegate:<name>`). Defaults: the name part as display name, model
-    /// `none`/`1`, trust domain `default` with permissive trust (the reference SDKs' development behaviour),
-    /// the session layer's default limits.
+    /// `none`/`1`, and [`ServerConfig::default`]: trust domain `default` with permissive trust (the reference SDKs'
+    /// development behaviour), no authentication, the memory store, the session layer's default limits.
     pub fn builder(id: impl Into<String>) -> DelegateBuilder {
         DelegateBuilder {
             id: id.into(),
             name: None,
             model: ("none".to_owned(), "1".to_owned()),
-            trust_domain: None,
-            limits: Limits::default(),
+            limits: None,
             cancel_grace: None,
-            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
-            tokens: HashMap::new(),
             signing_key: None,
+            config: ServerConfig::default(),
             skills: Vec::new(),
             duplicate: None,
         }
@@ -260,17 +251,31 @@ impl DelegateBuilder {
         self
     }
 
-    /// The trust domain on the card.
+    /// The whole server configuration at once (read from a file with [`ServerConfig::from_toml_file`], say); the
+    /// setters below change one part of it. Its `backend` is not used: the skills answer.
     #[must_use]
-    pub fn trust_domain(mut self, domain: impl Into<String>) -> Self {
-        self.trust_domain = Some(domain.into());
+    pub fn config(mut self, config: ServerConfig) -> Self {
+        self.config = config;
         self
     }
 
-    /// The session layer's limits (sessions, tasks, context kept per session, ...).
+    /// The server configuration so far, to change any key the setters do not cover.
+    pub fn config_mut(&mut self) -> &mut ServerConfig {
+        &mut self.config
+    }
+
+    /// The trust domain on the card.
+    #[must_use]
+    pub fn trust_domain(mut self, domain: impl Into<String>) -> Self {
+        self.config.identity.trust_domain = Some(domain.into());
+        self
+    }
+
+    /// The session layer's limits (sessions, tasks, context kept per session, held answers, ...), replacing the
+    /// configuration's `sessions` and `held` keys wholesale.
     #[must_use]
     pub fn limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
+        self.limits = Some(limits);
         self
     }
 
@@ -286,17 +291,16 @@ impl DelegateBuilder {
     /// refused from its start.
     #[must_use]
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
-        self.shutdown_grace = grace;
+        self.config.shutdown_grace = grace;
         self
     }
 
-    /// Requires a bearer token on every protected route (messages, stream, WebSocket): `token` authenticates its
-    /// holder as a peer of `trust_domain` (repeatable; with none, no token is asked for). The session layer then
-    /// trusts the token's domain, not what the peer declares, and binds sessions and quotas to the token.
+    /// Requires a bearer token on every protected route (messages, stream, WebSocket, bridges): `token`
+    /// authenticates its holder as a peer of `trust_domain` (repeatable; with none, no token is asked for). The
+    /// session layer then trusts the token's domain, not what the peer declares, and binds sessions and quotas to it.
     #[must_use]
     pub fn token(mut self, token: impl Into<String>, trust_domain: impl Into<String>) -> Self {
-        let peer = AuthenticatedPeer { delegate_id: None, trust_domain: trust_domain.into() };
-        self.tokens.insert(token.into(), peer);
+        self.config.auth.tokens.push(format!("{}={}", token.into(), trust_domain.into()));
         self
     }
 
@@ -308,45 +312,96 @@ impl DelegateBuilder {
         self
     }
 
-    /// The identity card and the runtime serving it (for a transport of your own).
-    pub fn runtime(self) -> Result<DelegateRuntime, Error> {
-        self.into_runtime().map(|(runtime, _, _)| runtime)
+    /// Serves HTTPS and `wss://` with the certificate chain and private key in these PEM files.
+    #[must_use]
+    pub fn tls(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.config.tls.cert = Some(cert.into());
+        self.config.tls.key = Some(key.into());
+        self
     }
 
-    fn into_runtime(self) -> Result<(DelegateRuntime, Duration, HashMap<String, AuthenticatedPeer>), Error> {
+    /// Mutual TLS: client certificates chaining to a CA of `ca` (PEM) and matching `peer` (`sha256:<hex>` or
+    /// `dns:<name>`, then `=[DELEGATE_ID@]DOMAIN`) authenticate as that peer (repeatable with more peers).
+    #[must_use]
+    pub fn client_cert(mut self, ca: impl Into<PathBuf>, peer: impl Into<String>) -> Self {
+        self.config.tls.client_ca = Some(ca.into());
+        self.config.tls.client_cert_peers.push(peer.into());
+        self
+    }
+
+    /// Keeps sessions, the replay window and task results in this store: `memory`, `sqlite:PATH` (feature `sqlite`)
+    /// or a Redis URL (feature `redis`).
+    #[must_use]
+    pub fn store(mut self, url: impl Into<String>) -> Self {
+        self.config.store.url = url.into();
+        self
+    }
+
+    /// Allows each peer `rate` requests (`50/s`, `600/m`); beyond it 429 with Retry-After.
+    #[must_use]
+    pub fn rate_limit(mut self, rate: impl Into<String>) -> Self {
+        self.config.connections.rate_limit = Some(rate.into());
+        self
+    }
+
+    /// Exports the spans of every message over OTLP/HTTP to this collector (feature `otel`).
+    #[must_use]
+    pub fn otlp(mut self, endpoint: impl Into<String>) -> Self {
+        self.config.telemetry.otlp_endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// Also serves the skills as MCP tools at `/mcp` (feature `mcp`).
+    #[must_use]
+    pub fn mcp(mut self) -> Self {
+        self.config.mcp.enabled = true;
+        self
+    }
+
+    /// Also serves the delegate as an A2A agent at `/a2a` (feature `a2a`).
+    #[must_use]
+    pub fn a2a(mut self) -> Self {
+        self.config.a2a.enabled = true;
+        self
+    }
+
+    /// The identity card and the runtime serving it (for a transport of your own). Only the identity, skills,
+    /// signing and limits of the configuration apply: the rest belongs to a server.
+    pub fn runtime(self) -> Result<DelegateRuntime, Error> {
+        let (config, skills) = self.into_parts()?;
+        crate::launch::runtime(&config, skills, "", &mut Vec::new())
+    }
+
+    /// The configuration and the skills, the card listing them.
+    fn into_parts(self) -> Result<(ServerConfig, Skillset), Error> {
         if let Some(name) = self.duplicate {
             return Err(Error::DuplicateSkill(name));
         }
         let id = DelegateId::new(self.id.as_str()).map_err(|_| Error::InvalidDelegateId(self.id.clone()))?;
         let display = self.name.unwrap_or_else(|| self.id.trim_start_matches(DelegateId::PREFIX).to_owned());
         let mut card = IdentityCard::new(id, display, self.model.0, self.model.1);
-        if let Some(domain) = self.trust_domain {
-            card.trust_domain = TrustDomain::new(domain);
-        }
         let mut skills = HashMap::new();
         for (capability, handler) in self.skills {
             skills.insert(capability.name.clone(), handler);
             card.capabilities.push(capability);
         }
-        let mut cfg = ResponderConfig::new(card);
-        cfg.limits = self.limits;
-        if let Some(key) = self.signing_key {
-            cfg.security = SecurityConfig::symmetric(key);
-        }
-        let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
-        let runtime = DelegateRuntime::new(responder, Arc::new(Skills(skills)));
-        if let Some(grace) = self.cancel_grace {
-            runtime.set_cancel_grace(grace);
-        }
-        Ok((runtime, self.shutdown_grace, self.tokens))
+        let skills = Skillset {
+            card,
+            delegate: Arc::new(Skills(skills)),
+            cancel_grace: self.cancel_grace,
+            limits: self.limits,
+            signing_key: self.signing_key,
+        };
+        Ok((self.config, skills))
     }
 
     /// An axum app answering LDP over HTTP (RFC 8: identity, messages, SSE stream) and WebSocket (`/ldp/ws`), to
-    /// mount in an existing app. Call it within a tokio runtime: it starts the task that reaps expired sessions
-    /// there (without one, sessions expire when next touched).
+    /// mount in an existing app, with the configuration's tokens, body and rate limits. Call it within a tokio
+    /// runtime: it starts the task that reaps expired sessions there (without one, sessions expire when next
+    /// touched). TLS, connection limits and the store belong to a server ([`DelegateBuilder::spawn`]).
     pub fn router(self) -> Result<axum::Router, Error> {
-        let (runtime, _, tokens) = self.into_runtime()?;
-        let (app, _ws) = app(&runtime, tokens);
+        let (config, skills) = self.into_parts()?;
+        let (runtime, app) = crate::launch::app(&config, skills)?;
         if tokio::runtime::Handle::try_current().is_ok() {
             // Detached: it runs as long as the runtime, which is as long as the app can be served.
             drop(runtime.spawn_reaper());
@@ -354,129 +409,29 @@ impl DelegateBuilder {
         Ok(app)
     }
 
-    /// Binds `addr` (`127.0.0.1:0` for a free port) and serves HTTP and WebSocket there on a background task.
-    pub async fn spawn(self, addr: impl tokio::net::ToSocketAddrs) -> Result<Server, Error> {
-        let (runtime, grace, tokens) = self.into_runtime()?;
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
-        let (app, ws) = app(&runtime, tokens);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let limits = HttpServerConfig::default().limits;
-        let served = runtime.clone();
-        let join =
-            tokio::spawn(ldp_transport_http::serve_router_with_limits(listener, served, app, limits, async move {
-                let _ = stopped.await;
-                ws.shutdown();
-            }));
-        Ok(Server { addr, runtime, grace, stop: Some(stop), join })
+    /// Binds `addr` (`127.0.0.1:0` for a free port) and serves there on a background task: HTTP (HTTPS with
+    /// [`DelegateBuilder::tls`]) and WebSocket on one port, with everything the configuration sets.
+    pub async fn spawn(mut self, addr: impl std::fmt::Display) -> Result<Server, Error> {
+        self.config.bind = addr.to_string();
+        let (config, skills) = self.into_parts()?;
+        crate::launch::launch(config, Some(skills)).await
     }
 
-    /// Serves HTTP and WebSocket on `addr` until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully
-    /// ([`Server::shutdown`]).
-    pub async fn serve(self, addr: impl tokio::net::ToSocketAddrs) -> Result<(), Error> {
-        self.serve_until(addr, shutdown_signal()?).await
+    /// Serves on `addr` until SIGINT (Ctrl-C) or SIGTERM, then shuts down gracefully ([`Server::shutdown`]).
+    pub async fn serve(self, addr: impl std::fmt::Display) -> Result<(), Error> {
+        let signal = crate::launch::shutdown_signal()?;
+        self.serve_until(addr, signal).await
     }
 
-    /// Serves HTTP and WebSocket on `addr` until `stop` resolves, then shuts down gracefully ([`Server::shutdown`]).
+    /// Serves on `addr` until `stop` resolves, then shuts down gracefully ([`Server::shutdown`]).
     pub async fn serve_until(
         self,
-        addr: impl tokio::net::ToSocketAddrs,
+        addr: impl std::fmt::Display,
         stop: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
         let server = self.spawn(addr).await?;
         stop.await;
         server.shutdown().await
-    }
-}
-
-/// Resolves on SIGINT or SIGTERM (on Unix; Ctrl-C elsewhere). The handlers are registered before it returns, so a
-/// signal sent as soon as the server listens is not lost.
-fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, Error> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut terminate = signal(SignalKind::terminate())?;
-        let mut interrupt = signal(SignalKind::interrupt())?;
-        Ok(async move {
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = interrupt.recv() => {}
-            }
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        Ok(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-    }
-}
-
-/// What serves beside the HTTP routes and must be told of a shutdown: the WebSocket server (feature `ws`).
-struct Sockets {
-    #[cfg(feature = "ws")]
-    ws: WsServer,
-}
-
-impl Sockets {
-    /// Closes the WebSocket connections (1001, going away).
-    fn shutdown(&self) {
-        #[cfg(feature = "ws")]
-        self.ws.shutdown();
-    }
-}
-
-/// The HTTP routes, with `/ldp/ws` among them under the `ws` feature, behind one edge (authentication, limits).
-fn app(runtime: &DelegateRuntime, tokens: HashMap<String, AuthenticatedPeer>) -> (axum::Router, Sockets) {
-    #[cfg(feature = "ws")]
-    let ws = WsServer::new(runtime.clone(), WsServerConfig { tokens: tokens.clone(), ..WsServerConfig::default() });
-    let state = HttpState::new(runtime.clone(), HttpServerConfig { tokens, ..HttpServerConfig::default() });
-    #[cfg(feature = "ws")]
-    let app = ldp_transport_http::router_with(state, ws.router());
-    #[cfg(not(feature = "ws"))]
-    let app = ldp_transport_http::router(state);
-    #[cfg(feature = "ws")]
-    let sockets = Sockets { ws };
-    #[cfg(not(feature = "ws"))]
-    let sockets = Sockets {};
-    (app, sockets)
-}
-
-/// A running delegate ([`DelegateBuilder::spawn`]).
-#[derive(Debug)]
-pub struct Server {
-    addr: SocketAddr,
-    runtime: DelegateRuntime,
-    grace: Duration,
-    stop: Option<oneshot::Sender<()>>,
-    join: JoinHandle<std::io::Result<()>>,
-}
-
-impl Server {
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// `http://<addr>`, for [`connect`](crate::connect) (WebSocket clients use the same URL).
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Shuts down gracefully: new sessions and tasks are refused at once (`CAPACITY_EXCEEDED`, retryable), running
-    /// tasks get the shutdown grace to finish ([`DelegateBuilder::shutdown_grace`]), those still running are then
-    /// answered TASK_FAILED `CANCELLED`; then the server stops accepting, drains in-flight requests, closes its
-    /// WebSocket connections and ends.
-    pub async fn shutdown(mut self) -> Result<(), Error> {
-        self.runtime.drain(self.grace).await;
-        if let Some(stop) = self.stop.take() {
-            // The server may have ended already; then nobody listens.
-            let _ = stop.send(());
-        }
-        match (&mut self.join).await {
-            Ok(served) => Ok(served?),
-            Err(e) => Err(Error::Io(std::io::Error::other(e))),
-        }
     }
 }
 
@@ -491,8 +446,9 @@ mod tests {
     async fn the_builders_limits_are_the_machines_over_every_binding() {
         let held = HeldLimits { per_session_results: 3, ttl: Duration::from_secs(5), ..HeldLimits::default() };
         let limits = Limits { held, max_sessions: 7, ..Limits::default() };
-        let runtime = Delegate::builder("ldp:delegate:limited").limits(limits).runtime().expect("a valid builder");
-        let (_app, _ws) = app(&runtime, HashMap::new());
+        let builder = Delegate::builder("ldp:delegate:limited").limits(limits);
+        let (config, skills) = builder.into_parts().expect("a valid builder");
+        let (runtime, _app) = crate::launch::app(&config, skills).expect("an app");
         let served = runtime.with_responder(|r| r.config().limits.clone());
         assert_eq!((served.held, served.max_sessions), (held, 7));
     }
