@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use ldp_transport_http::otlp::OtlpExport;
 
 mod attest;
@@ -25,7 +25,7 @@ mod paradox;
 #[cfg(feature = "local-llm")]
 mod paradox_real;
 mod serve;
-mod serve_bridges;
+mod serve_flags;
 mod serve_limits;
 
 /// Exit statuses, the same for every subcommand (listed in `ldp --help`).
@@ -65,7 +65,7 @@ struct Cli {
 
 /// The format of `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines.
     Text,
     /// One JSON object per event (for log collectors).
@@ -75,7 +75,10 @@ enum LogFormat {
 /// Installs the subscriber: logs on stderr filtered by `RUST_LOG` (default `warn`), so stdout stays the command's
 /// output; and, with an OTLP endpoint, the spans (level `info` and above, whatever `RUST_LOG` says) for the exporter,
 /// which is returned so `main` can flush it before exiting.
-fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Option<OtlpExport>, String> {
+pub(crate) fn init_logging(
+    format: LogFormat,
+    telemetry: &ldp::config::TelemetryConfig,
+) -> Result<Option<OtlpExport>, String> {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
@@ -87,9 +90,13 @@ fn init_logging(format: LogFormat, otlp_endpoint: Option<&str>) -> Result<Option
         LogFormat::Text => logs.with_ansi(client::colour_wanted()).boxed(),
         LogFormat::Json => logs.json().with_ansi(false).boxed(),
     };
-    let export = match otlp_endpoint.filter(|e| !e.trim().is_empty()) {
+    let export = match telemetry.otlp_endpoint.as_deref().filter(|e| !e.trim().is_empty()) {
         Some(endpoint) => {
-            let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "ldp".to_owned());
+            let service = telemetry
+                .service_name
+                .clone()
+                .or_else(|| std::env::var("OTEL_SERVICE_NAME").ok())
+                .unwrap_or_else(|| "ldp".to_owned());
             Some(OtlpExport::new(endpoint, &service).map_err(|e| format!("--otlp-endpoint {endpoint:?}: {e}"))?)
         }
         None => None,
@@ -131,8 +138,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let export = match init_logging(cli.log_format, cli.otlp_endpoint.as_deref()) {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // `ldp serve` reads its telemetry from its configuration (flags, variables, file) and sets logging up itself.
+    let serving = matches!(cli.command, Command::Serve(_));
+    let telemetry = ldp::config::TelemetryConfig::with_otlp_endpoint(cli.otlp_endpoint);
+    let export = match if serving { Ok(None) } else { init_logging(cli.log_format, &telemetry) } {
         Ok(export) => export,
         Err(message) => {
             eprintln!("ldp: {message}");
@@ -143,7 +157,9 @@ fn main() -> ExitCode {
         Command::Llmx(cmd) => llmx::run(cmd),
         Command::Lctl(cmd) => lctl::run(cmd),
         Command::Paradox(args) => paradox::run(args),
-        Command::Serve(args) => serve::run(*args),
+        Command::Serve(args) => {
+            serve::run(&args, matches.subcommand_matches("serve").unwrap_or(&matches), cli.log_format)
+        }
         Command::Demo(args) => demo::run(args),
         Command::Conformance(args) => conformance::run(*args),
         Command::Attest(cmd) => attest::run(cmd),

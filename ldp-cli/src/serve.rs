@@ -1,29 +1,30 @@
-//! `ldp serve`: an echo delegate over HTTP and WebSocket (`/ldp/ws`, same port), configured from flags, so anyone can stand one up without code.
-//! With the `tls` feature (default), `--tls-cert`/`--tls-key` serve HTTPS and `--client-ca` adds mutual TLS.
+//! `ldp serve`: a delegate over HTTP and WebSocket (`/ldp/ws`, same port), from flags, `LDP_*` variables and a
+//! `--config` file. This module only maps them onto [`ldp::config::ServerConfig`]; the library assembles and runs
+//! the server ([`ldp::Server`]).
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use ldp_session::runtime::{DelegateRuntime, EchoDelegate};
-use ldp_session::{
-    AuthenticatedPeer, ReplayConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SystemClock, TrustPolicy,
-};
-use ldp_transport_http::{HttpServerConfig, HttpState};
-use ldp_transport_ws::WsServer;
-use ldp_types::signing::{SignatureAlgorithm, SigningKey};
-use ldp_types::{Capability, ClaimType, DelegateId, IdentityCard, PayloadMode, Score, TrustDomain};
+use clap::ArgMatches;
+use clap::parser::ValueSource;
+use ldp::config::{ConfigError, Origin, ServerConfig, Setting};
 
-use crate::serve_bridges::Bridged;
 pub use crate::serve_limits::{LimitArgs, ProtocolLimitArgs};
 
 /// Arguments of `ldp serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
+    /// A TOML configuration file (docs/config.md lists its keys). Flags override `LDP_*` environment variables,
+    /// which override the file, which overrides the defaults.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration (flags, environment and file merged; secrets left out) as TOML that
+    /// --config reads back, and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Print the reference of every configuration key (docs/config.md) as Markdown, and exit.
+    #[arg(long, hide = true)]
+    pub config_reference: bool,
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:8090")]
     pub bind: String,
@@ -38,23 +39,17 @@ pub struct ServeArgs {
     pub trusted_peers: Vec<String>,
     /// A bearer token and the trust domain it authenticates (repeatable). Once any is given, requests without a
     /// known token are refused (401) and the token's domain is authoritative.
-    #[arg(
-        long = "token",
-        value_name = "TOKEN=DOMAIN",
-        env = "LDP_TOKENS",
-        hide_env_values = true,
-        value_delimiter = ','
-    )]
+    #[arg(long = "token", value_name = "TOKEN=DOMAIN", value_delimiter = ',')]
     pub tokens: Vec<String>,
     /// Sign replies and require signed requests: hmac-sha256 (reference SDKs), hmac-sha256-jcs or ed25519-jcs.
-    #[arg(long, value_name = "ALG", requires = "secret", value_parser = ["hmac-sha256", "hmac-sha256-jcs", "ed25519-jcs"])]
+    #[arg(long, value_name = "ALG", value_parser = ["hmac-sha256", "hmac-sha256-jcs", "ed25519-jcs"])]
     pub sign: Option<String>,
     /// The shared secret (hmac-*) or the 64-hex-digit Ed25519 seed (ed25519-jcs).
-    #[arg(long, value_name = "S", requires = "sign", env = "LDP_SECRET", hide_env_values = true)]
+    #[arg(long, value_name = "S")]
     pub secret: Option<String>,
     /// The delegate's Ed25519 identity key (64 hex digits of seed): every result's provenance then carries a usage
     /// receipt signed with it, and the card publishes its public half as `receipt_public_key` (docs/receipts.md).
-    #[arg(long, value_name = "SEED_HEX", env = "LDP_RECEIPT_KEY", hide_env_values = true)]
+    #[arg(long, value_name = "SEED_HEX")]
     pub receipt_key: Option<String>,
     /// Longest session TTL granted, in seconds (proposals asking for more get this).
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
@@ -95,13 +90,13 @@ pub struct ServeArgs {
         flatten,
         next_help_heading = "LLM backend (the task input is the user message, the output the model's text)"
     )]
-    pub llm: crate::llm::LlmArgs,
+    pub llm: crate::serve_flags::LlmArgs,
     /// The MCP bridge.
     #[command(flatten, next_help_heading = "MCP (the delegate's skills as MCP tools, Streamable HTTP at /mcp)")]
-    pub mcp: crate::serve_bridges::McpArgs,
+    pub mcp: crate::serve_flags::McpArgs,
     /// The A2A bridge.
     #[command(flatten, next_help_heading = "A2A (the delegate as an A2A agent: Agent Card, JSON-RPC at /a2a)")]
-    pub a2a: crate::serve_bridges::A2aArgs,
+    pub a2a: crate::serve_flags::A2aArgs,
 }
 
 /// Parses `--store` (or `LDP_STORE`) into a [`ldp_store::StoreSpec`], reporting a refused value only as the store's
@@ -137,14 +132,7 @@ pub struct StoreArgs {
     /// Replicas must be configured alike. A wrong password or database, or a TLS certificate that does not verify,
     /// stops the start; a Redis that is down does not (messages are refused STORE_UNAVAILABLE, retryable, until it
     /// is up). From LDP_STORE when not given, which keeps a password out of the process list.
-    #[arg(
-        long,
-        value_name = "STORE",
-        default_value = "memory",
-        env = "LDP_STORE",
-        hide_env_values = true,
-        value_parser = StoreSpecParser
-    )]
+    #[arg(long, value_name = "STORE", default_value = "memory", value_parser = StoreSpecParser)]
     pub store: ldp_store::StoreSpec,
     /// Longest a store call may take, in milliseconds; beyond it (or when the store is down) the message is refused
     /// STORE_UNAVAILABLE (retryable), never left hanging.
@@ -187,56 +175,11 @@ pub struct StoreArgs {
     pub redis_ca: Option<std::path::PathBuf>,
     /// Redis over TLS: present this client certificate chain (PEM) to a server that asks for one
     /// (`tls-auth-clients`).
-    #[arg(long, value_name = "FILE", requires = "redis_key")]
+    #[arg(long, value_name = "FILE")]
     pub redis_cert: Option<std::path::PathBuf>,
     /// Redis over TLS: the private key (PEM) of --redis-cert.
-    #[arg(long, value_name = "FILE", requires = "redis_cert")]
+    #[arg(long, value_name = "FILE")]
     pub redis_key: Option<std::path::PathBuf>,
-}
-
-impl StoreArgs {
-    /// The TLS files of a `rediss://` (`rediss+cluster://`, `rediss+sentinel://`) store, read; `None` when no
-    /// --redis-* file is given.
-    fn redis_tls(&self) -> Result<Option<ldp_store::RedisTls>, String> {
-        if self.redis_ca.is_none() && self.redis_cert.is_none() {
-            return Ok(None);
-        }
-        let read = |flag: &str, path: &std::path::Path| {
-            std::fs::read(path).map_err(|e| format!("--{flag} {}: {e}", path.display()))
-        };
-        let mut tls = ldp_store::RedisTls::default();
-        if let Some(ca) = &self.redis_ca {
-            tls = tls.with_ca(read("redis-ca", ca)?);
-        }
-        if let (Some(cert), Some(key)) = (&self.redis_cert, &self.redis_key) {
-            tls = tls.with_client_cert(read("redis-cert", cert)?, read("redis-key", key)?);
-        }
-        Ok(Some(tls))
-    }
-
-    /// Opens the store and attaches it to `runtime` (nothing for `memory`). Returns the store's name for the banner.
-    async fn attach(&self, runtime: &DelegateRuntime, delegate_id: &str) -> Result<String, String> {
-        let mut cfg = ldp_store::StoreConfig::new(delegate_id);
-        cfg.result_ttl = Duration::from_secs(self.result_ttl.max(1));
-        cfg.closed_ttl = cfg.result_ttl;
-        cfg.sqlite_durability = self.sqlite_durability;
-        cfg.sqlite_wal_pages = self.sqlite_wal_pages.max(1);
-        cfg.sqlite_mmap_bytes = self.sqlite_mmap_bytes;
-        cfg.sqlite_max_bytes = self.sqlite_max_bytes;
-        cfg.redis_tls = self.redis_tls()?;
-        let Some(store) = ldp_store::open(&self.store, cfg).await.map_err(|e| format!("--store: {e}"))? else {
-            return Ok("memory".to_owned());
-        };
-        let opts = ldp_session::store::StoreOptions::new(
-            Duration::from_millis(self.store_timeout.max(1)),
-            Duration::from_secs(self.task_lease.max(1)),
-        )
-        .with_max_result_bytes(self.result_max_bytes);
-        let name = store.backend();
-        // The lease renewer runs for the life of the process.
-        let _renewer = runtime.attach_store(store, opts);
-        Ok(name.to_owned())
-    }
 }
 
 /// The TLS flags of `ldp serve`.
@@ -244,353 +187,232 @@ impl StoreArgs {
 #[derive(Debug, clap::Args)]
 pub struct TlsArgs {
     /// Serve HTTPS (and wss:// for /ldp/ws) with this certificate chain: PEM, server certificate first.
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert: PEM (PKCS#8, PKCS#1 or SEC1).
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
     /// Mutual TLS: client certificates must chain to a CA in this PEM bundle and match a --client-cert-peer, or
     /// the handshake is refused (see --client-cert-optional).
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(long, value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
     /// A client certificate and the peer it authenticates (repeatable). CERT is `sha256:<hex>`, the certificate's
     /// SHA-256 fingerprint (colons allowed, as `openssl x509 -noout -fingerprint -sha256` prints it), or
     /// `dns:<name>`, any --client-ca certificate whose subjectAltName covers that DNS name. As with --token, the
     /// domain is authoritative; a DELEGATE_ID, if given, must be the sender of every message.
-    #[arg(long = "client-cert-peer", value_name = "CERT=[DELEGATE_ID@]DOMAIN", requires = "client_ca")]
+    #[arg(long = "client-cert-peer", value_name = "CERT=[DELEGATE_ID@]DOMAIN")]
     pub client_cert_peers: Vec<String>,
     /// With --client-ca: also accept clients without a matching certificate; they then need a --token if any is
     /// set, and are anonymous otherwise.
-    #[arg(long, requires = "client_ca")]
+    #[arg(long)]
     pub client_cert_optional: bool,
 }
 
-/// The echo delegate's card: skill `echo`, semantic frames and text. The reference clients send raw input even
-/// after negotiating `semantic_frame`; the responder's transparent fallback runs such tasks in text.
-pub fn echo_card(delegate_id: &str, domain: &str) -> Result<IdentityCard, String> {
-    let id = DelegateId::new(delegate_id).map_err(|e| e.to_string())?;
-    let mut card = IdentityCard::new(id, "Echo", "echo", "1.0");
-    card.description = Some("Answers every task with {\"echo\": <input>}".into());
-    card.context_window = 4096;
-    // An echo is exact and immediate; the claim says so, and says it is only the delegate's own word.
-    let exact = Score::new(1.0).map_err(|e| e.to_string())?;
-    let echo = Capability::new("echo")
-        .with_description("Echoes its input")
-        .with_quality(exact, ClaimType::SelfClaimed)
-        .with_latency_p50_ms(1);
-    card.capabilities.push(echo);
-    card.trust_domain = TrustDomain::new(domain);
-    card.supported_payload_modes = vec![PayloadMode::SemanticFrame, PayloadMode::Text];
-    Ok(card)
+/// How a flag's number is written as a key's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// As given.
+    Same,
+    /// Seconds, a duration.
+    Secs,
+    /// Milliseconds, a duration.
+    Millis,
 }
 
-fn parse_tokens(tokens: &[String]) -> Result<HashMap<String, AuthenticatedPeer>, String> {
-    tokens
-        .iter()
-        .map(|t| match t.split_once('=') {
-            Some((token, domain)) if !token.is_empty() && !domain.is_empty() => {
-                Ok((token.to_owned(), AuthenticatedPeer { delegate_id: None, trust_domain: domain.to_owned() }))
-            }
-            _ => Err(format!("--token {t:?}: expected TOKEN=DOMAIN")),
-        })
-        .collect()
-}
+/// Every flag of `ldp serve` (by clap id) and the configuration key it sets: the whole of the mapping.
+pub(crate) const FLAGS: &[(&str, &str, Unit)] = &[
+    ("bind", "bind", Unit::Same),
+    ("delegate_id", "identity.delegate_id", Unit::Same),
+    ("trust_domain", "identity.trust_domain", Unit::Same),
+    ("trusted_peers", "identity.trusted_peers", Unit::Same),
+    ("card", "identity.card", Unit::Same),
+    ("receipt_key", "identity.receipt_key", Unit::Same),
+    ("tokens", "auth.tokens", Unit::Same),
+    ("sign", "signing.algorithm", Unit::Same),
+    ("secret", "signing.secret", Unit::Same),
+    ("replay_entries_per_peer", "signing.replay_entries_per_peer", Unit::Same),
+    ("replay_entries", "signing.replay_entries", Unit::Same),
+    ("ttl", "sessions.max_ttl", Unit::Secs),
+    ("max_sessions", "sessions.max_sessions", Unit::Same),
+    ("max_sessions_per_peer", "sessions.max_sessions_per_peer", Unit::Same),
+    ("max_id_len", "sessions.max_id_len", Unit::Same),
+    ("shutdown_grace", "shutdown_grace", Unit::Secs),
+    ("max_body", "max_body", Unit::Same),
+    ("timeout", "request_timeout", Unit::Secs),
+    ("store", "store.url", Unit::Same),
+    ("store_timeout", "store.timeout", Unit::Millis),
+    ("task_lease", "store.task_lease", Unit::Secs),
+    ("result_ttl", "store.result_ttl", Unit::Secs),
+    ("result_max_bytes", "store.result_max_bytes", Unit::Same),
+    ("sqlite_durability", "store.sqlite_durability", Unit::Same),
+    ("sqlite_wal_pages", "store.sqlite_wal_pages", Unit::Same),
+    ("sqlite_mmap_bytes", "store.sqlite_mmap_bytes", Unit::Same),
+    ("sqlite_max_bytes", "store.sqlite_max_bytes", Unit::Same),
+    ("redis_ca", "store.redis_ca", Unit::Same),
+    ("redis_cert", "store.redis_cert", Unit::Same),
+    ("redis_key", "store.redis_key", Unit::Same),
+    ("tls_cert", "tls.cert", Unit::Same),
+    ("tls_key", "tls.key", Unit::Same),
+    ("client_ca", "tls.client_ca", Unit::Same),
+    ("client_cert_peers", "tls.client_cert_peers", Unit::Same),
+    ("client_cert_optional", "tls.client_cert_optional", Unit::Same),
+    ("max_connections", "connections.max_connections", Unit::Same),
+    ("header_timeout", "connections.header_timeout", Unit::Secs),
+    ("idle_timeout", "connections.idle_timeout", Unit::Secs),
+    ("body_timeout", "connections.body_timeout", Unit::Secs),
+    ("min_head_rate", "connections.min_head_rate", Unit::Same),
+    ("min_body_rate", "connections.min_body_rate", Unit::Same),
+    ("min_rate_window", "connections.min_rate_window", Unit::Secs),
+    ("rate_limit", "connections.rate_limit", Unit::Same),
+    ("trusted_proxies", "connections.trusted_proxies", Unit::Same),
+    ("ws_idle_timeout", "websocket.idle_timeout", Unit::Secs),
+    ("ws_write_timeout", "websocket.write_timeout", Unit::Secs),
+    ("ws_max_outbound", "websocket.max_outbound", Unit::Same),
+    ("ws_max_in_flight", "websocket.max_in_flight", Unit::Same),
+    ("ws_max_inbound_rate", "websocket.max_inbound_rate", Unit::Same),
+    ("allow_origins", "websocket.allow_origins", Unit::Same),
+    ("held_results_per_session", "held.results_per_session", Unit::Same),
+    ("held_bytes_per_session", "held.bytes_per_session", Unit::Same),
+    ("held_results_total", "held.results_total", Unit::Same),
+    ("held_bytes_total", "held.bytes_total", Unit::Same),
+    ("backend", "backend.kind", Unit::Same),
+    ("base_url", "backend.base_url", Unit::Same),
+    ("model", "backend.model", Unit::Same),
+    ("api_key_env", "backend.api_key_env", Unit::Same),
+    ("system_prompt", "backend.system_prompt", Unit::Same),
+    ("skills", "backend.skills", Unit::Same),
+    ("context_window", "backend.context_window", Unit::Same),
+    ("max_tokens", "backend.max_tokens", Unit::Same),
+    ("no_stream", "backend.no_stream", Unit::Same),
+    ("prices", "backend.prices", Unit::Same),
+    ("llm_timeout", "backend.timeout", Unit::Secs),
+    ("llm_retries", "backend.retries", Unit::Same),
+    ("temperature", "backend.temperature", Unit::Same),
+    ("top_p", "backend.top_p", Unit::Same),
+    ("seed", "backend.seed", Unit::Same),
+    ("repeat_penalty", "backend.repeat_penalty", Unit::Same),
+    ("max_concurrent", "backend.max_concurrent", Unit::Same),
+    ("precision", "backend.precision", Unit::Same),
+    ("mcp_command", "backend.mcp_command", Unit::Same),
+    ("mcp_url", "backend.mcp_url", Unit::Same),
+    ("mcp_token", "backend.mcp_token", Unit::Same),
+    ("a2a_url", "backend.a2a_url", Unit::Same),
+    ("a2a_token", "backend.a2a_token", Unit::Same),
+    ("mcp", "mcp.enabled", Unit::Same),
+    ("mcp_max_sessions", "mcp.max_sessions", Unit::Same),
+    ("mcp_max_calls", "mcp.max_calls", Unit::Same),
+    ("mcp_max_calls_per_session", "mcp.max_calls_per_session", Unit::Same),
+    ("mcp_session_idle", "mcp.session_idle", Unit::Secs),
+    ("mcp_allowed_hosts", "mcp.allowed_hosts", Unit::Same),
+    ("a2a", "a2a.enabled", Unit::Same),
+    ("a2a_max_contexts", "a2a.max_contexts", Unit::Same),
+    ("a2a_max_tasks", "a2a.max_tasks", Unit::Same),
+    ("a2a_max_running", "a2a.max_running", Unit::Same),
+    ("a2a_context_idle", "a2a.context_idle", Unit::Secs),
+    ("a2a_task_ttl", "a2a.task_ttl", Unit::Secs),
+    ("a2a_max_body", "a2a.max_body", Unit::Same),
+    // The global flag of every command; its variable is read by the configuration's own layer.
+    ("otlp_endpoint", "telemetry.otlp_endpoint", Unit::Same),
+];
 
-fn security(sign: Option<&str>, secret: Option<&str>) -> Result<(SecurityConfig, bool), String> {
-    let (Some(alg), Some(secret)) = (sign, secret) else { return Ok((SecurityConfig::default(), true)) };
-    let alg: SignatureAlgorithm = alg.parse().map_err(|e| format!("--sign: {e}"))?;
-    match alg {
-        SignatureAlgorithm::HmacSha256 | SignatureAlgorithm::HmacSha256Jcs => {
-            let key = SigningKey::shared_secret(alg, secret).map_err(|e| format!("--secret: {e}"))?;
-            // hmac-sha256 exists to talk to the reference SDKs, whose PyPI version signs without a nonce.
-            Ok((SecurityConfig::symmetric(key), alg != SignatureAlgorithm::HmacSha256))
+/// The flags given on the command line, onto `config` (a flag's default is not applied: the file's or the
+/// variable's value stands unless the flag is given).
+fn apply_flags(matches: &ArgMatches, config: &mut ServerConfig) -> Result<(), ConfigError> {
+    for &(id, key, unit) in FLAGS {
+        if matches.value_source(id) != Some(ValueSource::CommandLine) {
+            continue;
         }
-        SignatureAlgorithm::Ed25519Jcs => {
-            let key = SigningKey::ed25519_from_hex(secret).map_err(|e| format!("--secret: {e}"))?;
-            if let Some(public) = key.verifying_key().public_hex() {
-                eprintln!("ldp serve: ed25519 public key {public} (requests are not verified: peers' keys unknown)");
-            }
-            let cfg =
-                SecurityConfig { signing_key: Some(key), replay: Some(ReplayConfig::default()), ..Default::default() };
-            Ok((cfg, true))
-        }
-        other => Err(format!("--sign: {other} is not supported by ldp serve")),
+        let values: Vec<String> =
+            matches.get_raw(id).map(|raw| raw.map(|v| v.to_string_lossy().into_owned()).collect()).unwrap_or_default();
+        // A switch (`--mcp`) carries no value of its own.
+        let values = if values.is_empty() { vec!["true".to_owned()] } else { values };
+        let values = values
+            .into_iter()
+            .map(|v| match unit {
+                Unit::Same => v,
+                Unit::Secs => format!("{v}s"),
+                Unit::Millis => format!("{v}ms"),
+            })
+            .collect();
+        config.set(key, Setting::Many(values), Origin::Flag(flag_name(id)))?;
     }
-}
-
-/// `CERT=[DELEGATE_ID@]DOMAIN` of --client-cert-peer.
-#[cfg(feature = "tls")]
-fn parse_cert_peer(arg: &str) -> Result<(ldp_transport_http::ClientCertMatch, AuthenticatedPeer), String> {
-    let bad = |why: String| format!("--client-cert-peer {arg:?}: {why}");
-    let (cert, peer) = arg.split_once('=').ok_or_else(|| bad("expected CERT=[DELEGATE_ID@]DOMAIN".into()))?;
-    let cert = cert.parse().map_err(|e| bad(format!("{e}")))?;
-    let (delegate_id, domain) = match peer.rsplit_once('@') {
-        Some((id, domain)) => (Some(DelegateId::new(id).map_err(|e| bad(e.to_string()))?.as_str().to_owned()), domain),
-        None => (None, peer),
-    };
-    if domain.is_empty() {
-        return Err(bad("the trust domain is empty".into()));
-    }
-    Ok((cert, AuthenticatedPeer { delegate_id, trust_domain: domain.to_owned() }))
-}
-
-/// The TLS configuration of the flags, if --tls-cert is given.
-#[cfg(feature = "tls")]
-pub(crate) fn tls_config(args: &TlsArgs) -> Result<Option<ldp_transport_http::ServerTlsConfig>, String> {
-    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else { return Ok(None) };
-    let client_auth = match &args.client_ca {
-        Some(ca) => {
-            let mut auth = ldp_transport_http::ClientAuth::from_ca_file(ca).map_err(|e| format!("--client-ca: {e}"))?;
-            for arg in &args.client_cert_peers {
-                let (cert, peer) = parse_cert_peer(arg)?;
-                auth = auth.peer(cert, peer);
-            }
-            if args.client_cert_optional {
-                auth = auth.optional();
-            } else if args.client_cert_peers.is_empty() {
-                return Err("--client-ca: give at least one --client-cert-peer (or --client-cert-optional)".into());
-            }
-            Some(auth)
-        }
-        None => None,
-    };
-    let tls = ldp_transport_http::ServerTlsConfig::from_pem_files(cert, key, client_auth)
-        .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?;
-    Ok(Some(tls))
-}
-
-/// Whether some credential authenticates peers (bearer tokens, or client certificates mapped to peers), in which
-/// case only authenticated domains count.
-fn authenticates(args: &ServeArgs) -> bool {
-    #[cfg(feature = "tls")]
-    let certs = !args.tls.client_cert_peers.is_empty();
-    #[cfg(not(feature = "tls"))]
-    let certs = false;
-    !args.tokens.is_empty() || certs
-}
-
-/// The request timeout in force: a request that waits on a model must not be cut before the model's own timeout
-/// (and retries) could answer it, or the peer is told TIMEOUT for a task that then completes unseen.
-fn request_timeout(args: &ServeArgs) -> u64 {
-    match (args.timeout, args.llm.backend) {
-        (Some(secs), _) => secs,
-        (None, None | Some(crate::llm::BackendKind::Mcp | crate::llm::BackendKind::A2a)) => 60,
-        (None, Some(_)) => args.llm.llm_timeout.saturating_mul(u64::from(args.llm.llm_retries) + 1).saturating_add(10),
-    }
-}
-
-/// Everything `ldp serve` needs, checked before anything is bound.
-pub(crate) fn build(
-    args: &ServeArgs,
-    delegate: Option<&crate::llm::ServedModel>,
-    bridged: Option<&Bridged>,
-) -> Result<(ResponderConfig, HttpServerConfig), String> {
-    let mut card = match &args.card {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("--card {}: {e}", path.display()))?;
-            IdentityCard::from_json(&text).map_err(|e| format!("--card {}: {e}", path.display()))?
-        }
-        None => {
-            let domain = args.trust_domain.as_deref().unwrap_or("default");
-            match (delegate, bridged) {
-                (Some(served), _) => {
-                    let id = args.delegate_id.as_deref().unwrap_or("ldp:delegate:llm");
-                    let mut card =
-                        served.delegate.card(DelegateId::new(id).map_err(|e| e.to_string())?, served.context_window);
-                    card.trust_domain = TrustDomain::new(domain);
-                    card
-                }
-                (None, Some(bridged)) => {
-                    let mut card = bridged.card(args.delegate_id.as_deref())?;
-                    card.trust_domain = TrustDomain::new(domain);
-                    card
-                }
-                (None, None) => echo_card(args.delegate_id.as_deref().unwrap_or("ldp:delegate:echo"), domain)?,
-            }
-        }
-    };
-    if let Some(domain) = &args.trust_domain {
-        card.trust_domain.name.clone_from(domain);
-    }
-    for peer in &args.trusted_peers {
-        card.trust_domain = card.trust_domain.clone().trusting(peer.clone());
-    }
-    let tokens = parse_tokens(&args.tokens)?;
-    let (security, hmac_sha256_nonce) = security(args.sign.as_deref(), args.secret.as_deref())?;
-    let mut cfg = ResponderConfig::new(card);
-    // Without tokens or client certificates a declared domain is taken at its word (reference behaviour, for
-    // development); with them only the authenticated domain counts (and unauthenticated requests never reach the
-    // session layer, unless --client-cert-optional lets anonymous peers in, whose declarations then do not count).
-    cfg.trust =
-        if authenticates(args) { TrustPolicy::strict() } else { TrustPolicy::permissive(&cfg.card.trust_domain.name) };
-    cfg.security = security;
-    cfg.hmac_sha256_nonce = hmac_sha256_nonce;
-    cfg.limits.max_ttl = Duration::from_secs(args.ttl.max(1));
-    if let Some(seed) = &args.receipt_key {
-        let key = SigningKey::ed25519_from_hex(seed).map_err(|e| format!("--receipt-key: {e}"))?;
-        cfg.set_receipt_key(key).map_err(|e| format!("--receipt-key: {e}"))?;
-    }
-    args.protocol_limits.apply(&mut cfg);
-    cfg.limits.held = args.limits.held_limits();
-    let http = HttpServerConfig {
-        max_body: args.max_body,
-        request_timeout: Duration::from_secs(request_timeout(args).max(1)),
-        tokens,
-        limits: args.limits.connection_limits(),
-        rate_limit: args.limits.rate_limit,
-        trusted_proxies: args.limits.trusted_proxies.clone(),
-    };
-    Ok((cfg, http))
-}
-
-/// Registers the SIGINT and SIGTERM handlers at once and returns a future that resolves on either. Registering before
-/// the URL is printed means a signal sent as soon as the URL appears stops the server cleanly instead of killing it.
-fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{Signal, SignalKind, signal};
-        let terminate = signal(SignalKind::terminate()).ok();
-        let interrupt = signal(SignalKind::interrupt()).ok();
-        let wait = |s: Option<Signal>| async move {
-            match s {
-                Some(mut s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        async move {
-            tokio::select! {
-                () = wait(terminate) => {}
-                () = wait(interrupt) => {}
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-async fn serve(args: ServeArgs) -> Result<(), String> {
-    let timeout = Duration::from_secs(request_timeout(&args).max(1));
-    let bridged = Bridged::start(args.llm.backend, &args.mcp, &args.a2a, timeout).await?;
-    let llm = args.llm.delegate()?;
-    let (mut cfg, http) = build(&args, llm.as_ref(), bridged.as_ref())?;
-    #[cfg(feature = "tls")]
-    let tls = tls_config(&args.tls)?
-        .map(|tls| tls.with_handshake_timeout(Duration::from_secs(args.limits.header_timeout.max(1))));
-    #[cfg(not(feature = "tls"))]
-    let tls: Option<std::convert::Infallible> = None;
-    let listener =
-        tokio::net::TcpListener::bind(&args.bind).await.map_err(|e| format!("cannot bind {}: {e}", args.bind))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let (scheme, ws_scheme) = if tls.is_some() { ("https", "wss") } else { ("http", "ws") };
-    let url = format!("{scheme}://{addr}");
-    if cfg.card.endpoint.is_empty() {
-        cfg.card.endpoint.clone_from(&url);
-    }
-    let summary = format!(
-        "{} (trust domain {}, skills: {})",
-        cfg.card.delegate_id.as_str(),
-        cfg.card.trust_domain.name,
-        cfg.card.capabilities.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
-    );
-    let auth = if http.tokens.is_empty() { "no authentication" } else { "bearer tokens required" }.to_owned();
-    #[cfg(feature = "tls")]
-    let certs_required = tls
-        .as_ref()
-        .and_then(ldp_transport_http::ServerTlsConfig::client_auth)
-        .is_some_and(|client_auth| client_auth.is_required());
-    #[cfg(not(feature = "tls"))]
-    let certs_required = false;
-    #[cfg(feature = "tls")]
-    let auth = match tls.as_ref().and_then(ldp_transport_http::ServerTlsConfig::client_auth) {
-        Some(client_auth) if client_auth.is_required() => "client certificates required".to_owned(),
-        Some(_) => format!("client certificates optional, otherwise {auth}"),
-        None => auth,
-    };
-    let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
-    let delegate: Arc<dyn ldp_session::runtime::Delegate> = match (llm, bridged) {
-        (Some(served), _) => {
-            let info = served.delegate.backend().info();
-            println!("ldp serve: backend {} model {}", info.provider, info.model);
-            Arc::new(served.delegate)
-        }
-        (None, Some(bridged)) => {
-            println!("ldp serve: backend {}", bridged.describe());
-            bridged.into_delegate()
-        }
-        (None, None) => Arc::new(EchoDelegate),
-    };
-    let delegate_id = responder.config().card.delegate_id.as_str().to_owned();
-    let runtime = DelegateRuntime::new(responder, delegate);
-    let store = args.store.attach(&runtime, &delegate_id).await?;
-    // The WebSocket binding on the same port, with the same tokens and message limit.
-    let ws_config = args.limits.ws_config(&http);
-    let limits = http.limits.clone();
-    let ws = WsServer::new(runtime.clone(), ws_config);
-    // MCP at /mcp and A2A at /a2a, as extra routes of the LDP app: the same bearer or certificate authentication
-    // (the bridges open their LDP sessions as the peer authenticated there), body limit and rate limit. The Agent
-    // Card is public, as the LDP identity card is: A2A clients read it to learn how to authenticate.
-    let bridge_stop = tokio_util::sync::CancellationToken::new();
-    let card = ldp_bridge::a2a::CardOptions {
-        base_url: url.clone(),
-        bearer: !http.tokens.is_empty(),
-        mutual_tls: certs_required,
-    };
-    let (bridges, public) = crate::serve_bridges::routes(&runtime, &args, &http, card, &bridge_stop);
-    let state = HttpState::new(runtime.clone(), http);
-    // One /metrics for both bindings.
-    ws.report_to(state.metrics());
-    // The WebSocket route is an extra route too: its upgrades are authenticated, rate limited and keyed on the
-    // client's address (behind `--trusted-proxy`, the client the proxy names) as the other routes are.
-    let app = ldp_transport_http::router_with(state, bridges.merge(ws.router())).merge(public);
-    let signal = shutdown_signal();
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "ldp serve: {summary}, {auth}, store {store}");
-        let _ = writeln!(out, "ldp serve: listening on {url} (WebSocket: {ws_scheme}://{addr}/ldp/ws)");
-        if args.mcp.mcp {
-            let _ = writeln!(out, "ldp serve: MCP (Streamable HTTP) at {url}{}", ldp_bridge::mcp::PATH);
-        }
-        if args.a2a.a2a {
-            let (card, rpc) = (ldp_bridge::a2a::CARD_PATH, ldp_bridge::a2a::RPC_PATH);
-            let _ = writeln!(
-                out,
-                "ldp serve: A2A {} (JSON-RPC) at {url}{rpc}, Agent Card at {url}{card}",
-                ldp_bridge::a2a::VERSION
-            );
-        }
-        let _ = out.flush();
-    }
-    let (draining, grace) = (runtime.clone(), Duration::from_secs(args.shutdown_grace));
-    let shutdown = async move {
-        signal.await;
-        eprintln!("ldp serve: shutting down: new sessions refused, running tasks have {grace:?} to finish");
-        draining.drain(grace).await;
-        ws.shutdown();
-        // Ends the MCP sessions' and A2A tasks' event streams, which would otherwise hold the drain open.
-        bridge_stop.cancel();
-    };
-    let served = match tls {
-        #[cfg(feature = "tls")]
-        Some(tls) => {
-            ldp_transport_http::serve_router_tls_with_limits(listener, runtime, app, tls, limits, shutdown).await
-        }
-        #[cfg(not(feature = "tls"))]
-        Some(never) => match never {},
-        None => ldp_transport_http::serve_router_with_limits(listener, runtime, app, limits, shutdown).await,
-    };
-    served.map_err(|e| e.to_string())?;
-    eprintln!("ldp serve: stopped");
     Ok(())
 }
 
-/// Runs `ldp serve` until SIGINT or SIGTERM.
-pub fn run(args: ServeArgs) -> ExitCode {
+/// `message` with each configuration key it names followed by its flag: `backend.model (--model)`.
+fn with_flags(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut word = String::new();
+    let is_key_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.';
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(word);
+        if let Some((id, _, _)) = FLAGS.iter().find(|(_, key, _)| *key == word.trim_end_matches('.')) {
+            out.push_str(&format!(" (--{})", flag_name(id)));
+        }
+        word.clear();
+    };
+    for c in message.chars() {
+        if is_key_char(c) {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// The long name of a flag, from its clap id (they differ for the repeatable ones).
+fn flag_name(id: &str) -> String {
+    match id {
+        "tokens" => "token".to_owned(),
+        "trusted_peers" => "trusted-peer".to_owned(),
+        "client_cert_peers" => "client-cert-peer".to_owned(),
+        "trusted_proxies" => "trusted-proxy".to_owned(),
+        "allow_origins" => "allow-origin".to_owned(),
+        "skills" => "skill".to_owned(),
+        "mcp_allowed_hosts" => "mcp-allowed-host".to_owned(),
+        other => other.replace('_', "-"),
+    }
+}
+
+/// The effective configuration: the file, then `LDP_*` variables, then the flags, checked whole.
+pub(crate) fn resolve(args: &ServeArgs, matches: &ArgMatches) -> Result<ServerConfig, ConfigError> {
+    let mut config = match &args.config {
+        Some(path) => ServerConfig::from_toml_file(path)?,
+        None => ServerConfig::default(),
+    };
+    config.apply_env(std::env::vars())?;
+    apply_flags(matches, &mut config)?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// Runs `ldp serve` until SIGINT or SIGTERM. Exits 2, having started nothing, when the configuration is bad.
+pub fn run(args: &ServeArgs, matches: &ArgMatches, log_format: crate::LogFormat) -> ExitCode {
+    if args.config_reference {
+        print!("{}", ldp::config::reference_markdown());
+        return ExitCode::SUCCESS;
+    }
+    let config = match resolve(args, matches) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("ldp serve: {}", with_flags(&e.to_string()));
+            return ExitCode::from(crate::exit::USAGE);
+        }
+    };
+    if args.print_config {
+        print!("{}", config.to_toml_redacted());
+        return ExitCode::SUCCESS;
+    }
+    let export = match crate::init_logging(log_format, &config.telemetry) {
+        Ok(export) => export,
+        Err(message) => {
+            eprintln!("ldp serve: {message}");
+            return ExitCode::from(crate::exit::USAGE);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -598,93 +420,140 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(serve(args)) {
+    let status = match rt.block_on(serve(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ldp serve: {e}");
-            ExitCode::from(2)
+            eprintln!("ldp serve: {}", with_flags(&e.to_string()));
+            ExitCode::from(crate::exit::USAGE)
         }
+    };
+    if let Some(export) = export
+        && let Err(e) = export.shutdown()
+    {
+        eprintln!("ldp serve: exporting spans: {e}");
     }
+    status
 }
 
-#[cfg(all(test, feature = "tls"))]
-mod tls_tests {
-    use super::*;
-
-    #[test]
-    fn client_cert_peers_parse() {
-        let (cert, peer) = parse_cert_peer("dns:planner.example=ldp:delegate:me@research").unwrap();
-        assert_eq!(cert.to_string(), "dns:planner.example");
-        assert_eq!(
-            peer,
-            AuthenticatedPeer { delegate_id: Some("ldp:delegate:me".into()), trust_domain: "research".into() }
-        );
-        let fp = "AB:".repeat(31) + "AB";
-        let (cert, peer) = parse_cert_peer(&format!("sha256:{fp}=partners")).unwrap();
-        assert_eq!(cert.to_string(), format!("sha256:{}", "ab".repeat(32)));
-        assert_eq!(peer, AuthenticatedPeer { delegate_id: None, trust_domain: "partners".into() });
-        for bad in [
-            "dns:planner.example",
-            "dns:planner.example=",
-            "sha256:12=d",
-            "cn:x=d",
-            "dns:a.example=@d",
-            "dns:a.example=x@",
-        ] {
-            assert!(parse_cert_peer(bad).is_err(), "{bad}");
+async fn serve(config: ServerConfig) -> Result<(), ldp::Error> {
+    let grace = config.shutdown_grace;
+    let server = ldp::Server::start(config).await?;
+    let signal = ldp::shutdown_signal()?;
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        for line in server.banner() {
+            let _ = writeln!(out, "ldp serve: {line}");
         }
+        let _ = out.flush();
     }
+    signal.await;
+    eprintln!("ldp serve: shutting down: new sessions refused, running tasks have {grace:?} to finish");
+    server.shutdown().await?;
+    eprintln!("ldp serve: stopped");
+    Ok(())
 }
 
 #[cfg(test)]
-mod limit_tests {
+mod tests {
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
     use super::*;
-    use clap::Parser;
 
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
         serve: ServeArgs,
+        /// Stands for the global flag of the `ldp` binary.
+        #[arg(long)]
+        otlp_endpoint: Option<String>,
+    }
+
+    /// The flags that act on the command itself rather than set a key.
+    const OWN: [&str; 3] = ["config", "print_config", "config_reference"];
+
+    fn resolved(argv: &[&str]) -> Result<ServerConfig, ConfigError> {
+        let matches = Cli::command().try_get_matches_from(argv).expect("the flags parse");
+        let cli = Cli::from_arg_matches(&matches).expect("the flags parse");
+        let mut config = ServerConfig::default();
+        apply_flags(&matches, &mut config)?;
+        let _ = cli.serve;
+        Ok(config)
     }
 
     #[test]
-    fn a_model_backend_gets_a_request_timeout_its_attempts_fit_in() {
-        let http = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None, None).unwrap().1;
-        assert_eq!(http(&["serve"]).request_timeout, Duration::from_secs(60));
-        assert_eq!(http(&["serve", "--timeout", "5"]).request_timeout, Duration::from_secs(5));
-        // 120 s per attempt, 3 attempts, 10 s of slack.
-        assert_eq!(http(&["serve", "--backend", "echo"]).request_timeout, Duration::from_secs(370));
-        let tight = http(&["serve", "--backend", "echo", "--llm-timeout", "20", "--llm-retries", "0"]);
-        assert_eq!(tight.request_timeout, Duration::from_secs(30));
-        assert_eq!(http(&["serve", "--backend", "echo", "--timeout", "9"]).request_timeout, Duration::from_secs(9));
+    fn every_flag_sets_a_key_and_every_mapped_key_exists() {
+        let keys: Vec<String> = ldp::config::keys().into_iter().map(|k| k.key).collect();
+        let command = Cli::command();
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if OWN.contains(&id) || id == "help" {
+                continue;
+            }
+            let mapped = FLAGS.iter().find(|(flag, _, _)| *flag == id);
+            let (_, key, _) = mapped.unwrap_or_else(|| panic!("--{} sets no configuration key", flag_name(id)));
+            assert!(keys.iter().any(|k| k == key), "--{id} maps onto {key}, which is no key");
+            if let Some(long) = arg.get_long() {
+                assert_eq!(long, flag_name(id), "the flag of {id}");
+            }
+        }
+        for (id, _, _) in FLAGS {
+            assert!(command.get_arguments().any(|a| a.get_id() == *id), "FLAGS names {id}, which is no flag");
+        }
+    }
+
+    /// `--help` shows each flag's default; the configuration must have the same one.
+    #[test]
+    fn every_flag_default_is_the_configuration_default() {
+        let command = Cli::command();
+        let mut argv = vec!["serve".to_owned()];
+        for arg in command.get_arguments() {
+            let Some(default) = arg.get_default_values().first() else { continue };
+            if matches!(arg.get_action(), clap::ArgAction::SetTrue) {
+                continue;
+            }
+            argv.push(format!("--{}={}", arg.get_long().unwrap_or_default(), default.to_string_lossy()));
+        }
+        assert!(argv.len() > 40, "{argv:?}");
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        assert_eq!(resolved(&argv).expect("the defaults are valid"), ServerConfig::default(), "{argv:?}");
     }
 
     #[test]
-    fn protocol_limit_flags_reach_the_responder() {
-        let cfg = |argv: &[&str]| build(&Cli::try_parse_from(argv).unwrap().serve, None, None).unwrap().0;
-        let defaults = cfg(&["serve", "--sign", "hmac-sha256-jcs", "--secret", "s"]);
-        assert_eq!(defaults.limits.max_sessions, 10_000);
-        assert_eq!(defaults.limits.max_sessions_per_principal, 100);
-        assert_eq!(defaults.limits.max_identifier_len, 256);
-        assert_eq!(defaults.security.replay.unwrap().max_entries_per_principal, 100_000);
-        let set = cfg(&[
+    fn flags_set_their_keys_in_the_keys_units() {
+        let config = resolved(&[
             "serve",
-            "--sign",
-            "hmac-sha256-jcs",
-            "--secret",
-            "s",
-            "--max-sessions",
-            "7",
+            "--ttl",
+            "90",
+            "--store-timeout",
+            "250",
+            "--token",
+            "a=one,b=two",
+            "--token",
+            "c=three",
+            "--mcp",
+            "--no-stream",
             "--max-sessions-per-peer",
             "3",
-            "--max-id-len",
-            "64",
-            "--replay-entries-per-peer",
-            "5",
-        ]);
-        assert_eq!(set.limits.max_sessions, 7);
-        assert_eq!(set.limits.max_sessions_per_principal, 3);
-        assert_eq!(set.limits.max_identifier_len, 64);
-        assert_eq!(set.security.replay.unwrap().max_entries_per_principal, 5);
+            "--ws-max-outbound",
+            "1024",
+        ])
+        .unwrap();
+        assert_eq!(config.sessions.max_ttl, std::time::Duration::from_secs(90));
+        assert_eq!(config.store.timeout, std::time::Duration::from_millis(250));
+        assert_eq!(config.auth.tokens, ["a=one", "b=two", "c=three"]);
+        assert!(config.mcp.enabled && config.backend.no_stream);
+        assert_eq!(config.sessions.max_sessions_per_peer, 3);
+        assert_eq!(config.websocket.max_outbound, 1024);
+    }
+
+    #[test]
+    fn errors_name_the_flags_of_the_keys_they_name() {
+        assert_eq!(
+            with_flags("backend.kind needs backend.model"),
+            "backend.kind (--backend) needs backend.model (--model)"
+        );
+        assert_eq!(with_flags("auth.tokens: entry 1"), "auth.tokens (--token): entry 1");
+        assert_eq!(with_flags("no key here."), "no key here.");
     }
 }

@@ -1,11 +1,5 @@
 //! The limit flags of `ldp serve`: connections, timeouts, rates and WebSocket bounds (`LimitArgs`), and the
-//! protocol state's bounds (`ProtocolLimitArgs`), each mapped onto the configuration of the layer that owns it.
-
-use std::time::Duration;
-
-use ldp_session::{HeldLimits, ResponderConfig};
-use ldp_transport_http::{ConnectionLimits, HttpServerConfig};
-use ldp_transport_ws::WsServerConfig;
+//! protocol state's bounds (`ProtocolLimitArgs`). [`crate::serve::FLAGS`] maps each onto its key.
 
 /// The connection, timeout and rate flags of `ldp serve` (every one bounds what a peer can hold).
 #[derive(Debug, clap::Args)]
@@ -42,8 +36,8 @@ pub struct LimitArgs {
     /// A proxy (address or network, e.g. 10.0.0.0/8) whose X-Forwarded-For names the client; repeatable. An
     /// unauthenticated peer's quotas are keyed on its client address: list only proxies you run [default: none,
     /// the socket's peer is the client].
-    #[arg(long = "trusted-proxy", value_name = "CIDR", value_parser = parse_proxy)]
-    pub trusted_proxies: Vec<ipnet::IpNet>,
+    #[arg(long = "trusted-proxy", value_name = "CIDR")]
+    pub trusted_proxies: Vec<String>,
     /// A WebSocket that sends nothing, not even a pong to the server's pings, for this long is closed, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 45)]
     pub ws_idle_timeout: u64,
@@ -79,48 +73,6 @@ pub struct LimitArgs {
     pub allow_origins: Vec<String>,
 }
 
-impl LimitArgs {
-    pub(crate) fn connection_limits(&self) -> ConnectionLimits {
-        ConnectionLimits {
-            max_connections: self.max_connections.max(1),
-            header_timeout: Duration::from_secs(self.header_timeout.max(1)),
-            idle_timeout: Duration::from_secs(self.idle_timeout.max(1)),
-            body_timeout: Duration::from_secs(self.body_timeout.max(1)),
-            min_head_rate: self.min_head_rate,
-            min_body_rate: self.min_body_rate,
-            min_rate_window: Duration::from_secs(self.min_rate_window.max(1)),
-        }
-    }
-
-    /// The answers kept for disconnected sessions' resume: the machine's limits, whichever binding serves them.
-    pub(crate) fn held_limits(&self) -> HeldLimits {
-        HeldLimits {
-            per_session_results: self.held_results_per_session,
-            per_session_bytes: self.held_bytes_per_session,
-            total_results: self.held_results_total,
-            total_bytes: self.held_bytes_total,
-            ..HeldLimits::default()
-        }
-    }
-
-    pub(crate) fn ws_config(&self, http: &HttpServerConfig) -> WsServerConfig {
-        let idle = Duration::from_secs(self.ws_idle_timeout.max(1));
-        WsServerConfig {
-            max_message: http.max_body,
-            tokens: http.tokens.clone(),
-            // Three pings per idle period: one lost pong does not kill a live connection.
-            ping_interval: idle / 3,
-            idle_timeout: idle,
-            write_timeout: Duration::from_secs(self.ws_write_timeout.max(1)),
-            max_outbound_bytes: self.ws_max_outbound.max(1),
-            max_in_flight_bytes: self.ws_max_in_flight.max(1),
-            max_inbound_rate: self.ws_max_inbound_rate,
-            allowed_origins: self.allow_origins.clone(),
-            ..Default::default()
-        }
-    }
-}
-
 /// The protocol-state limits of `ldp serve` (issue 14): beyond them, typed refusals.
 #[derive(Debug, clap::Args)]
 pub struct ProtocolLimitArgs {
@@ -144,24 +96,4 @@ pub struct ProtocolLimitArgs {
     /// messages get CAPACITY_EXCEEDED (retryable), never an old entry evicted.
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     pub replay_entries: usize,
-}
-
-impl ProtocolLimitArgs {
-    pub(crate) fn apply(&self, cfg: &mut ResponderConfig) {
-        cfg.limits.max_sessions = self.max_sessions;
-        cfg.limits.max_sessions_per_principal = self.max_sessions_per_peer;
-        cfg.limits.max_identifier_len = self.max_id_len;
-        if let Some(replay) = &mut cfg.security.replay {
-            replay.max_entries_per_principal = self.replay_entries_per_peer;
-            replay.max_entries = self.replay_entries;
-        }
-    }
-}
-
-/// A `--trusted-proxy`: a network (`10.0.0.0/8`) or one address (`10.0.0.1`).
-fn parse_proxy(s: &str) -> Result<ipnet::IpNet, String> {
-    let s = s.trim();
-    s.parse::<ipnet::IpNet>()
-        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-        .map_err(|_| format!("{s:?} is neither an address nor a network (CIDR)"))
 }

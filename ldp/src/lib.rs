@@ -61,7 +61,7 @@ mod server;
 #[cfg(feature = "client")]
 pub use client::{Answer, CLIENT_ID, ClientOptions, Connection, Event, Stream, connect, connect_with};
 #[cfg(feature = "server")]
-pub use launch::Server;
+pub use launch::{Server, shutdown_signal};
 pub use ldp_session::runtime::TaskContext;
 pub use ldp_session::{History, Limits, TaskOutput, Turn};
 pub use ldp_types::{LdpError, Provenance, RawJson};

@@ -166,6 +166,26 @@ impl ServerConfig {
         if self.store.redis_cert.is_some() != self.store.redis_key.is_some() {
             return Err(need("store.redis_cert", "store.redis_key"));
         }
+        let b = &self.backend;
+        if b.kind.is_none() {
+            let set = [
+                ("backend.model", b.model.is_some()),
+                ("backend.base_url", b.base_url.is_some()),
+                ("backend.api_key_env", b.api_key_env.is_some()),
+                ("backend.system_prompt", b.system_prompt.is_some()),
+                ("backend.skills", !b.skills.is_empty()),
+                ("backend.prices", b.prices.is_some()),
+                ("backend.mcp_command", b.mcp_command.is_some()),
+                ("backend.mcp_url", b.mcp_url.is_some()),
+                ("backend.a2a_url", b.a2a_url.is_some()),
+            ];
+            if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {
+                return Err(need(key, "backend.kind"));
+            }
+        }
+        if b.top_p.is_some() && b.temperature.is_none() {
+            return Err(need("backend.top_p", "backend.temperature"));
+        }
         match self.backend.kind {
             Some(BackendKind::Openai | BackendKind::Anthropic | BackendKind::Local) if self.backend.model.is_none() => {
                 Err(need("backend.kind", "backend.model"))

@@ -53,7 +53,7 @@ pub fn env_var(key: &str) -> String {
     format!("LDP_{}", key.replace('.', "_").to_ascii_uppercase())
 }
 
-/// Every key, in declaration order.
+/// Every key: the top level's, then each section's, by name.
 pub fn keys() -> Vec<KeyDoc> {
     let schema = schemars::schema_for!(ServerConfig);
     let root = schema.as_value();
@@ -68,6 +68,7 @@ pub fn keys() -> Vec<KeyDoc> {
             out.push(key_doc(root, name.clone(), property));
         }
     }
+    out.sort_by_key(|k| (k.key.contains('.'), k.key.clone()));
     out
 }
 
@@ -111,10 +112,10 @@ fn kind_of(root: &Value, schema: &Value) -> KeyKind {
     }
     // `Option<Enum>` and documented enumerations: the first alternative that is not null decides.
     for alternatives in ["anyOf", "oneOf"] {
-        if let Some(Value::Array(options)) = schema.get(alternatives) {
-            if let Some(option) = options.iter().find(|o| o.get("type").and_then(Value::as_str) != Some("null")) {
-                return kind_of(root, option);
-            }
+        if let Some(Value::Array(options)) = schema.get(alternatives)
+            && let Some(option) = options.iter().find(|o| o.get("type").and_then(Value::as_str) != Some("null"))
+        {
+            return kind_of(root, option);
         }
     }
     KeyKind::Text

@@ -565,3 +565,10 @@ pub struct TelemetryConfig {
     /// The service name on the spans. Default: `OTEL_SERVICE_NAME`, else `ldp`.
     pub service_name: Option<String>,
 }
+
+impl TelemetryConfig {
+    /// Export to `endpoint` (none: no export), the service named by `OTEL_SERVICE_NAME`, else `ldp`.
+    pub fn with_otlp_endpoint(endpoint: Option<String>) -> Self {
+        Self { otlp_endpoint: endpoint, service_name: None }
+    }
+}

@@ -209,3 +209,33 @@ fn a_model_backend_gets_a_request_timeout_its_attempts_fit_in() {
     cfg.request_timeout = Some(Duration::from_secs(9));
     assert_eq!(cfg.effective_request_timeout(), Duration::from_secs(9));
 }
+
+/// `docs/config.md` is generated; it must be what the keys say today.
+#[test]
+fn the_reference_page_is_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/config.md");
+    let page = std::fs::read_to_string(path).expect("docs/config.md");
+    assert!(
+        page == reference_markdown(),
+        "docs/config.md is stale: run `cargo run -p ldp-cli -- serve --config-reference > docs/config.md`"
+    );
+    for key in keys() {
+        let name = key.key.rsplit('.').next().unwrap_or_default();
+        assert!(page.contains(&format!("| `{name}` | `{}` |", env_var(&key.key))), "{} is not documented", key.key);
+    }
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn client_certificate_peers_are_checked_when_read() {
+    let ok =
+        "[tls]\nclient_cert_peers = [\"dns:planner.example=ldp:delegate:me@research\", \"sha256:AB:CD=partners\"]\n";
+    let peers = |text: &str| ServerConfig::from_toml_str(text, "f").map(|c| c.tls.client_cert_peers);
+    assert!(peers(&ok.replace("AB:CD", &("AB:".repeat(31) + "AB"))).is_ok());
+    for bad in
+        ["dns:planner.example", "dns:planner.example=", "sha256:12=d", "cn:x=d", "dns:a.example=@d", "dns:a.example=x@"]
+    {
+        let text = format!("[tls]\nclient_cert_peers = [{bad:?}]\n");
+        assert!(peers(&text).is_err(), "{bad}");
+    }
+}

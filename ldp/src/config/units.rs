@@ -193,9 +193,7 @@ pub(crate) fn url_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>,
     let text = String::deserialize(d)?;
     match url::Url::parse(&text) {
         Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Ok(Some(text)),
-        Ok(url) => {
-            Err(D::Error::custom(format!("invalid URL {text:?}: scheme {:?}, expected http or https", url.scheme())))
-        }
+        Ok(_) => Err(D::Error::custom(format!("invalid URL {text:?}: not http or https with a host"))),
         Err(e) => Err(D::Error::custom(format!("invalid URL {text:?}: {e}"))),
     }
 }

@@ -180,7 +180,7 @@ fn local(config: &ServerConfig) -> Result<ldp_llm_local::LocalBackend, Error> {
         crate::config::Precision::Quantized => ldp_llm_local::Precision::Quantized,
         _ => ldp_llm_local::Precision::F32,
     };
-    LocalBackend::load(path, options).map_err(|e| setup("backend.model", e))
+    LocalBackend::load(path, options).map_err(|e| setup("backend.model", format!("{path}: {e}")))
 }
 
 #[cfg(any(feature = "mcp", feature = "a2a"))]

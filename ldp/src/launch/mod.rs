@@ -257,7 +257,7 @@ fn tls_requires_certs(_: &Option<std::convert::Infallible>) -> bool {
 
 /// Resolves on SIGINT or SIGTERM (on Unix; Ctrl-C elsewhere). The handlers are registered before it returns, so a
 /// signal sent as soon as the server listens is not lost.
-pub(crate) fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, Error> {
+pub fn shutdown_signal() -> Result<impl Future<Output = ()> + Send, Error> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

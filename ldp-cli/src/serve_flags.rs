@@ -1,0 +1,165 @@
+//! The flags of `ldp serve` for what answers tasks (`--backend` and the model's settings) and for the bridges
+//! (`--mcp`, `--a2a`). They only describe the command line: [`crate::serve::FLAGS`] maps each onto its key.
+
+use std::path::PathBuf;
+
+/// The provider API a backend speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// OpenAI-compatible Chat Completions (OpenAI, vLLM, llama.cpp's server, Ollama's /v1, LM Studio).
+    Openai,
+    /// The Anthropic Messages API.
+    Anthropic,
+    /// No provider: answers with the user's message (for trying the LLM path without a model).
+    Echo,
+    /// A GGUF model run in this process on the CPU (`--model FILE.gguf`): no server, no network.
+    Local,
+    /// No model of ours: an MCP server's tools as the skills (`--mcp-command` or `--mcp-url`), with a generated card.
+    Mcp,
+    /// No model of ours: an A2A agent's skills (`--a2a-url`), with a generated card.
+    A2a,
+}
+
+/// How `--backend local` widens the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrecisionArg {
+    /// Weights widened to f32 at load: exact products, 4 bytes per parameter.
+    F32,
+    /// Weights as the file stores them, with candle's quantized kernels: least memory.
+    Quantized,
+}
+
+/// The LLM flags of `ldp serve`. Without --backend, `ldp serve` serves the echo delegate of the reference SDKs.
+#[derive(Debug, clap::Args)]
+pub struct LlmArgs {
+    /// Serve a language model through this provider API.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendKind>,
+    /// The provider's base URL [default: `https://api.openai.com/v1` (openai: with the API version, as OpenAI's
+    /// SDKs take it), `https://api.anthropic.com` (anthropic)].
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The model name sent to the provider; it is the card's model_version. With `--backend local`, the GGUF
+    /// file to run.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub model: Option<String>,
+    /// The environment variable holding the API key (never printed) [default: OPENAI_API_KEY or ANTHROPIC_API_KEY
+    /// when set; none for a local server].
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// A file whose text is the system prompt.
+    #[arg(long, value_name = "FILE")]
+    pub system_prompt: Option<PathBuf>,
+    /// A skill (repeatable) [default: `chat`]: NAME passes the input as it is; NAME=FILE uses FILE as a prompt
+    /// template where `{{input}}` stands for the input.
+    #[arg(long = "skill", value_name = "NAME[=TEMPLATE_FILE]")]
+    pub skills: Vec<String>,
+    /// The model's context window, in tokens, for the identity card [default: 8192 openai, 200000 anthropic,
+    /// 4096 echo].
+    #[arg(long, value_name = "TOKENS")]
+    pub context_window: Option<u64>,
+    /// The most tokens an answer may have (a contract's budget may lower it); anthropic requires one [default:
+    /// none for openai, 1024 for anthropic].
+    #[arg(long, value_name = "TOKENS")]
+    pub max_tokens: Option<u64>,
+    /// Ask for whole answers instead of streams (budgets are then checked after the answer, not during it).
+    #[arg(long)]
+    pub no_stream: bool,
+    /// A JSON price table, `{"model": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}`, that gives `cost_usd`.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
+    /// Longest wait for the provider (to a whole answer, or to a stream's first byte, and between its pieces).
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub llm_timeout: u64,
+    /// Retries after a provider 5xx, timeout or connection failure.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub llm_retries: u32,
+    /// `--backend local`: sample at this temperature instead of always taking the most likely token.
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// `--backend local`: nucleus sampling cut-off in (0, 1] (with --temperature).
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f64>,
+    /// `--backend local`: the sampling seed (with --temperature): the same seed, the same answers.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// `--backend local`: divide the probability of tokens already in the answer (1.0: off).
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// `--backend local`: answers generated at once; more tasks wait their turn.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub max_concurrent: usize,
+    /// `--backend local`: the arithmetic of the model's matrix products.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    pub precision: PrecisionArg,
+}
+
+/// The flags of `ldp serve --mcp`: MCP's Streamable HTTP transport at `/mcp`, behind the same authentication, body
+/// limit and rate limit as the LDP routes.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// Also serve MCP at /mcp: each capability a tool; an MCP session gets an LDP session; tools/call runs a task.
+    #[arg(long)]
+    pub mcp: bool,
+    /// With --backend mcp: the MCP server to start, `PROGRAM ARG...` split on whitespace; it speaks MCP on its
+    /// standard input and output, and its tools are the skills.
+    #[arg(long, value_name = "COMMAND")]
+    pub mcp_command: Option<String>,
+    /// With --backend mcp: the URL of an MCP server speaking Streamable HTTP (`http://HOST:PORT/mcp`); its tools are
+    /// the skills.
+    #[arg(long, value_name = "URL")]
+    pub mcp_url: Option<String>,
+    /// With --mcp-url: the bearer token sent to that server.
+    #[arg(long, value_name = "TOKEN")]
+    pub mcp_token: Option<String>,
+    /// MCP sessions open at once; an initialize beyond it is refused.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub mcp_max_sessions: usize,
+    /// MCP tool calls in flight, all sessions together; beyond it a call fails with CAPACITY_EXCEEDED.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub mcp_max_calls: usize,
+    /// MCP tool calls in flight in one MCP session.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub mcp_max_calls_per_session: usize,
+    /// An MCP session without a request for this long is closed, with its LDP session, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub mcp_session_idle: u64,
+    /// A Host header value /mcp accepts besides the loopback names and the --bind host (repeatable; DNS-rebinding
+    /// protection); `*` accepts any.
+    #[arg(long = "mcp-allowed-host", value_name = "HOST")]
+    pub mcp_allowed_hosts: Vec<String>,
+}
+
+/// The flags of `ldp serve --a2a` (A2A's Agent Card at `/.well-known/agent-card.json`, public, and its JSON-RPC
+/// binding at `/a2a`, behind the LDP routes' authentication, body limit and rate limit) and of `--backend a2a`.
+#[derive(Debug, clap::Args)]
+pub struct A2aArgs {
+    /// Also serve A2A: the Agent Card at /.well-known/agent-card.json and JSON-RPC (SendMessage,
+    /// SendStreamingMessage, GetTask, CancelTask; the 0.3 names too) at /a2a; an A2A contextId gets an LDP session.
+    #[arg(long)]
+    pub a2a: bool,
+    /// With --backend a2a: the A2A agent's base URL (its card at /.well-known/agent-card.json), or its card's URL.
+    #[arg(long, value_name = "URL")]
+    pub a2a_url: Option<String>,
+    /// With --backend a2a: a bearer token to send to the agent (never printed).
+    #[arg(long, value_name = "TOKEN", env = "LDP_A2A_TOKEN")]
+    pub a2a_token: Option<String>,
+    /// A2A contexts (LDP sessions) held at once; when full the least recently used idle one is closed.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub a2a_max_contexts: usize,
+    /// A2A tasks held at once, running or ended (ended ones stay readable by GetTask for --a2a-task-ttl).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub a2a_max_tasks: usize,
+    /// A2A tasks running at once; beyond it a message is refused with CAPACITY_EXCEEDED.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub a2a_max_running: usize,
+    /// An A2A context without a message for this long is closed, with its LDP session, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub a2a_context_idle: u64,
+    /// How long an ended A2A task stays readable by GetTask, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub a2a_task_ttl: u64,
+    /// Largest A2A request body, in bytes [default: --max-body].
+    #[arg(long, value_name = "BYTES")]
+    pub a2a_max_body: Option<usize>,
+}
