@@ -7,13 +7,13 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use ldp_session::runtime::{Client, Delegate, DelegateRuntime, EchoDelegate, SharedInitiator, TaskContext, Transport};
+use ldp::config::{ServerConfig, SigningAlgorithm};
+use ldp_session::runtime::{Client, Delegate, EchoDelegate, SharedInitiator, TaskContext, Transport};
 use ldp_session::{
-    Initiator, InitiatorConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SessionError, SystemClock,
-    TaskOutput, TaskRequest,
+    Initiator, InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock, TaskOutput, TaskRequest,
 };
-use ldp_transport_http::{HttpServerConfig, HttpState, HttpTransport};
-use ldp_transport_ws::{WsOptions, WsServer, WsServerConfig, WsTransport};
+use ldp_transport_http::HttpTransport;
+use ldp_transport_ws::{WsOptions, WsTransport};
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{
     Body, Budget, Capability, ClaimType, ContractPolicy, DelegateId, DelegationContract, Envelope, FailurePolicy,
@@ -107,44 +107,23 @@ fn vault_card() -> Result<IdentityCard, String> {
     Ok(card)
 }
 
+/// The vault's shared secret (`hmac-sha256-jcs`), which the demo's signing client holds too.
+const VAULT_SECRET: &str = "demo-shared-secret";
+
 fn vault_key() -> Result<SigningKey, String> {
-    SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, "demo-shared-secret").map_err(|e| e.to_string())
+    SigningKey::shared_secret(SignatureAlgorithm::HmacSha256Jcs, VAULT_SECRET).map_err(|e| e.to_string())
 }
 
-/// A delegate serving HTTP and WebSocket on one loopback port.
-struct ServerHandle {
-    url: String,
-    stop: tokio::sync::oneshot::Sender<()>,
-    join: tokio::task::JoinHandle<std::io::Result<()>>,
-}
-
-impl ServerHandle {
-    fn url(&self) -> &str {
-        &self.url
-    }
-
-    async fn shutdown(self) -> std::io::Result<()> {
-        let _ = self.stop.send(());
-        self.join.await.map_err(std::io::Error::other)?
-    }
-}
-
-async fn start(cfg: ResponderConfig, delegate: Arc<dyn Delegate>) -> Result<ServerHandle, String> {
-    let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
-    let runtime = DelegateRuntime::new(responder, delegate);
-    let ws = WsServer::new(runtime.clone(), WsServerConfig::default());
-    let app =
-        ldp_transport_http::router_with(HttpState::new(runtime.clone(), HttpServerConfig::default()), ws.router());
-    let listener =
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("cannot start a delegate: {e}"))?;
-    let url = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async move {
-        let _ = stopped.await;
-        ws.shutdown();
-    };
-    let join = tokio::spawn(ldp_transport_http::serve_router(listener, runtime, app, shutdown));
-    Ok(ServerHandle { url, stop, join })
+/// A delegate serving HTTP and WebSocket on one loopback port: the library's server, as `ldp serve` runs it.
+async fn start(
+    card: IdentityCard,
+    delegate: Arc<dyn Delegate>,
+    configure: impl FnOnce(&mut ServerConfig),
+) -> Result<ldp::Server, String> {
+    let mut config = ServerConfig::default();
+    config.bind = "127.0.0.1:0".to_owned();
+    configure(&mut config);
+    ldp::Server::start_with(config, card, delegate).await.map_err(|e| format!("cannot start a delegate: {e}"))
 }
 
 /// Prints every exchange as `→ TYPE` / `← TYPE`, and keeps the last envelope sent.
@@ -299,17 +278,22 @@ async fn run_demo(kind: TransportKind) -> Result<(), String> {
     println!("LDP demo: delegates on loopback, speaking LDP over {over} (no external service).");
 
     section(1, "Two delegates start, each with its own identity card");
-    let analyst = start(ResponderConfig::new(analyst_card()?), Arc::new(Analyst)).await?;
-    let mut vault_cfg = ResponderConfig::new(vault_card()?);
-    vault_cfg.security = SecurityConfig::symmetric(vault_key()?);
-    let vault = start(vault_cfg, Arc::new(EchoDelegate)).await?;
-    println!("  ✔ ldp:delegate:analyst  {}  research.internal, modes [semantic_frame, text]", analyst.url());
-    println!("  ✔ ldp:delegate:vault    {}  research.internal, hmac-sha256-jcs signatures + replay guard", vault.url());
+    let analyst = start(analyst_card()?, Arc::new(Analyst), |_| {}).await?;
+    let vault = start(vault_card()?, Arc::new(EchoDelegate), |config| {
+        config.signing.algorithm = Some(SigningAlgorithm::HmacSha256Jcs);
+        config.signing.secret = Some(VAULT_SECRET.to_owned());
+    })
+    .await?;
+    println!("  ✔ ldp:delegate:analyst  {}  research.internal, modes [semantic_frame, text]", &analyst.url());
+    println!(
+        "  ✔ ldp:delegate:vault    {}  research.internal, hmac-sha256-jcs signatures + replay guard",
+        &vault.url()
+    );
 
     section(2, "Discovery and handshake: router → analyst");
     let mut cfg = InitiatorConfig::new(ROUTER);
     cfg.trust_domain = Some("research.internal".into());
-    let client = connect(analyst.url(), cfg, kind).await?;
+    let client = connect(&analyst.url(), cfg, kind).await?;
     let session = client.propose(SessionConfig::default()).await.map_err(|e| format!("propose: {e}"))?;
     println!("  ✔ session active, mode {}", session.mode);
 
@@ -360,18 +344,18 @@ async fn run_demo(kind: TransportKind) -> Result<(), String> {
     let propose = initiator.propose(SessionConfig::default());
     println!("  → {}  (from ldp:delegate:stranger)", describe(&propose));
     let http = reqwest::Client::new();
-    let (status, reply) = post_raw(&http, analyst.url(), propose.to_vec().map_err(|e| e.to_string())?).await?;
+    let (status, reply) = post_raw(&http, &analyst.url(), propose.to_vec().map_err(|e| e.to_string())?).await?;
     println!("  ← {}", reply_line(status, &reply));
 
     section(7, "A replay is rejected (vault signs and checks every message)");
     let mut cfg = InitiatorConfig::new(ROUTER);
     cfg.security = SecurityConfig::symmetric(vault_key()?);
-    let signed = connect(vault.url(), cfg, kind).await?;
+    let signed = connect(&vault.url(), cfg, kind).await?;
     let vs = signed.propose(SessionConfig::default()).await.map_err(|e| format!("propose: {e}"))?;
     signed.submit(&vs.session_id, "echo", json!("transfer 10 credits"), None).await.map_err(|e| e.to_string())?;
     let captured = signed.transport().last_sent.lock().ok().and_then(|l| l.clone()).ok_or("nothing was sent")?;
     println!("  an eavesdropper resends the captured TASK_SUBMIT, byte for byte:");
-    let (status, reply) = post_raw(&http, vault.url(), captured.to_vec().map_err(|e| e.to_string())?).await?;
+    let (status, reply) = post_raw(&http, &vault.url(), captured.to_vec().map_err(|e| e.to_string())?).await?;
     println!("  ← {}", reply_line(status, &reply));
     signed.close(&vs.session_id).await.map_err(|e| e.to_string())?;
 
@@ -385,7 +369,7 @@ async fn run_demo(kind: TransportKind) -> Result<(), String> {
     let mut env = initiator.propose(SessionConfig::default());
     env.session_id.clone_from(&session.session_id);
     env.body = Body::TaskSubmit(ldp_types::TaskSubmit::new("late-1".into(), "summarize".into(), json!("hi"), None));
-    let (status, reply) = post_raw(&http, analyst.url(), env.to_vec().map_err(|e| e.to_string())?).await?;
+    let (status, reply) = post_raw(&http, &analyst.url(), env.to_vec().map_err(|e| e.to_string())?).await?;
     println!("  ← {}", reply_line(status, &reply));
 
     analyst.shutdown().await.map_err(|e| e.to_string())?;

@@ -70,6 +70,17 @@ impl Server {
         launch(config, None).await
     }
 
+    /// Starts the server `config` describes with a delegate of your own (a [`RunDelegate`] implementation) under a
+    /// card of your own; the configuration's identity keys (trust domain, trusted peers) apply to the card, and its
+    /// `backend` is not used.
+    pub async fn start_with(
+        config: ServerConfig,
+        card: IdentityCard,
+        delegate: Arc<dyn RunDelegate>,
+    ) -> Result<Self, Error> {
+        launch(config, Some(Skillset::answering(card, delegate))).await
+    }
+
     /// Starts the server `config` describes and runs it until SIGINT or SIGTERM (or Ctrl-C), then shuts down
     /// gracefully ([`Server::shutdown`]).
     pub async fn run(config: ServerConfig) -> Result<(), Error> {
