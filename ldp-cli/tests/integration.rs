@@ -16,6 +16,7 @@ mod mcp_bridge;
 mod otel_cli;
 mod quotas;
 mod serve;
+mod serve_config;
 mod serve_limits;
 mod serve_llm;
 mod serve_shutdown;
