@@ -1,1 +1,3 @@
 //! Examples for the LDP workspace; see the `examples/` folder.
+
+pub mod production;

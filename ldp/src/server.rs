@@ -224,6 +224,16 @@ impl DelegateBuilder {
         self
     }
 
+    /// The quality the delegate claims for the skill declared last, in 0.0-1.0 (out of range: left unset), on the
+    /// card as a self-claimed score (`claim_type: self_claimed`): routers weigh it below attested quality.
+    #[must_use]
+    pub fn quality(mut self, score: f64) -> Self {
+        if let (Some((capability, _)), Ok(score)) = (self.skills.last_mut(), Score::new(score)) {
+            *capability = capability.clone().with_quality(score, ldp_types::ClaimType::SelfClaimed);
+        }
+        self
+    }
+
     /// An example input of the skill declared last, added to its input schema's `examples` (JSON Schema), which
     /// the card, MCP tools and generated forms show.
     #[must_use]
@@ -380,6 +390,8 @@ impl DelegateBuilder {
         let id = DelegateId::new(self.id.as_str()).map_err(|_| Error::InvalidDelegateId(self.id.clone()))?;
         let display = self.name.unwrap_or_else(|| self.id.trim_start_matches(DelegateId::PREFIX).to_owned());
         let mut card = IdentityCard::new(id, display, self.model.0, self.model.1);
+        // `extract` reads a semantic frame as well as text into a skill's input type.
+        card.supported_payload_modes = vec![PayloadMode::SemanticFrame, PayloadMode::Text];
         let mut skills = HashMap::new();
         for (capability, handler) in self.skills {
             skills.insert(capability.name.clone(), handler);
