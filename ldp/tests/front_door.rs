@@ -264,3 +264,31 @@ async fn connect_with_takes_token_signing_and_the_transport_from_the_url() {
     ));
     server.shutdown().await.unwrap();
 }
+
+/// What the builder's configuration bounds is bounded over WebSocket too: the body limit (the WebSocket binding
+/// used its own default of 1 MiB) and the session limits (the machine's, whichever binding).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_set_through_the_builder_hold_over_websocket() {
+    let limits = ldp::Limits { max_sessions_per_principal: 1, ..ldp::Limits::default() };
+    let mut builder = Delegate::builder("ldp:delegate:bounded")
+        .skill("upper", |input: String, _cx: TaskContext| async move { Ok(input.to_uppercase()) })
+        .limits(limits);
+    builder.config_mut().max_body = 4096;
+    let server = builder.spawn("127.0.0.1:0").await.unwrap();
+    let ws_url = server.url().replacen("http", "ws", 1);
+    let options = || ldp::ClientOptions::new().retries(0);
+
+    let first = ldp::connect_with(&ws_url, options()).await.unwrap();
+    let small: Answer<String> = first.call("upper", "small").await.unwrap();
+    assert_eq!(small.output, "SMALL");
+    // A second session of the same peer (127.0.0.1) is one too many.
+    let second = ldp::connect_with(&ws_url, options()).await.unwrap();
+    match second.session().await {
+        Err(Error::Session(e)) => assert!(e.to_string().contains("CAPACITY_EXCEEDED"), "{e}"),
+        other => panic!("a second session was not refused: {other:?}"),
+    }
+    // A message beyond the body limit is refused over WebSocket as over HTTP.
+    let large = "x".repeat(8 * 1024);
+    assert!(first.call::<String>("upper", &large).await.is_err(), "an 8 KiB message passed a 4 KiB limit over ws");
+    server.shutdown().await.unwrap();
+}
