@@ -3,38 +3,14 @@
 
 use std::path::PathBuf;
 
-/// The provider API a backend speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum BackendKind {
-    /// OpenAI-compatible Chat Completions (OpenAI, vLLM, llama.cpp's server, Ollama's /v1, LM Studio).
-    Openai,
-    /// The Anthropic Messages API.
-    Anthropic,
-    /// No provider: answers with the user's message (for trying the LLM path without a model).
-    Echo,
-    /// A GGUF model run in this process on the CPU (`--model FILE.gguf`): no server, no network.
-    Local,
-    /// No model of ours: an MCP server's tools as the skills (`--mcp-command` or `--mcp-url`), with a generated card.
-    Mcp,
-    /// No model of ours: an A2A agent's skills (`--a2a-url`), with a generated card.
-    A2a,
-}
-
-/// How `--backend local` widens the weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum PrecisionArg {
-    /// Weights widened to f32 at load: exact products, 4 bytes per parameter.
-    F32,
-    /// Weights as the file stores them, with candle's quantized kernels: least memory.
-    Quantized,
-}
-
 /// The LLM flags of `ldp serve`. Without --backend, `ldp serve` serves the echo delegate of the reference SDKs.
 #[derive(Debug, clap::Args)]
 pub struct LlmArgs {
-    /// Serve a language model through this provider API.
-    #[arg(long, value_enum)]
-    pub backend: Option<BackendKind>,
+    /// What answers tasks: `openai` (Chat Completions: OpenAI, vLLM, llama.cpp's server, Ollama, LM Studio),
+    /// `anthropic`, `echo` (the LLM path without a model), `local` (a GGUF file in process), `mcp` (an MCP server's
+    /// tools) or `a2a` (an A2A agent's skills) [default: the echo delegate of the reference SDKs].
+    #[arg(long, value_name = "KIND", value_parser = ["openai", "anthropic", "echo", "local", "mcp", "a2a"])]
+    pub backend: Option<String>,
     /// The provider's base URL [default: `https://api.openai.com/v1` (openai: with the API version, as OpenAI's
     /// SDKs take it), `https://api.anthropic.com` (anthropic)].
     #[arg(long, value_name = "URL")]
@@ -89,9 +65,10 @@ pub struct LlmArgs {
     /// `--backend local`: answers generated at once; more tasks wait their turn.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub max_concurrent: usize,
-    /// `--backend local`: the arithmetic of the model's matrix products.
-    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
-    pub precision: PrecisionArg,
+    /// `--backend local`: the arithmetic of the model's matrix products: `f32` (weights widened at load: exact, 4
+    /// bytes per parameter) or `quantized` (as the file stores them: least memory).
+    #[arg(long, value_name = "PRECISION", default_value = "f32", value_parser = ["f32", "quantized"])]
+    pub precision: String,
 }
 
 /// The flags of `ldp serve --mcp`: MCP's Streamable HTTP transport at `/mcp`, behind the same authentication, body

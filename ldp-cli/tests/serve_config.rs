@@ -134,3 +134,14 @@ fn malformed_files_exit_2_naming_the_file_line_and_key_and_start_nothing() {
         "{stderr}"
     );
 }
+
+/// The configuration file README.md shows reads as it is (with its secret from the variable it names).
+#[test]
+fn the_readme_configuration_file_reads() {
+    let readme = std::fs::read_to_string(support::repo().join("README.md")).unwrap();
+    let block = readme.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("a TOML block");
+    let dir = TempDir::new("serve-config-readme");
+    let file = dir.write("server.toml", block);
+    let text = printed(&["--config", &file], &[("LDP_SIGNING_SECRET", "from-the-environment")]);
+    assert!(text.contains("delegate_id = \"ldp:delegate:summarizer\"") && text.contains("kind = \"openai\""), "{text}");
+}

@@ -244,14 +244,16 @@ pub struct ConnectionConfig {
 
 impl Default for ConnectionConfig {
     fn default() -> Self {
+        // The HTTP edge's own defaults, so the two cannot drift apart.
+        let limits = ldp_transport_http::ConnectionLimits::default();
         Self {
-            max_connections: 512,
-            header_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            body_timeout: Duration::from_secs(30),
-            min_head_rate: 1024,
-            min_body_rate: 1024,
-            min_rate_window: Duration::from_secs(5),
+            max_connections: limits.max_connections,
+            header_timeout: limits.header_timeout,
+            idle_timeout: limits.idle_timeout,
+            body_timeout: limits.body_timeout,
+            min_head_rate: limits.min_head_rate,
+            min_body_rate: limits.min_body_rate,
+            min_rate_window: limits.min_rate_window,
             rate_limit: None,
             trusted_proxies: Vec::new(),
         }
