@@ -14,6 +14,7 @@ use ldp::{ClientOptions, connect_with};
 use ldp_examples::production::{self, Pki, TOKEN};
 use serde_json::Value;
 
+/// Starts the delegate, calls it over `https://` and `wss://`, and shuts it down.
 #[tokio::main]
 pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pki = Pki::create(&std::env::temp_dir().join(format!("ldp-production-{}", std::process::id())))?;
