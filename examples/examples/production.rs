@@ -8,9 +8,8 @@
 
 use std::time::Duration;
 
-use ldp::http::ClientTls;
 use ldp::types::signing::{SignatureAlgorithm, SigningKey};
-use ldp::{ClientOptions, connect_with};
+use ldp::{ClientOptions, ConnectSettings, connect_with};
 use ldp_examples::production::{self, Pki, TOKEN};
 use serde_json::Value;
 
@@ -24,10 +23,10 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let options = ClientOptions::new()
         .delegate_id("ldp:delegate:planner")
-        .token(TOKEN)
         .signing_key(key)
-        .tls(ClientTls::new().with_root_certificate_pem(pki.ca_pem.as_str()))
-        .timeout(Duration::from_secs(30));
+        .bearer_token(TOKEN)
+        .tls_root_certificate_pem(pki.ca_pem.as_str())
+        .request_timeout(Duration::from_secs(30));
     for url in [server.url(), server.url().replacen("https", "wss", 1)] {
         let connection = connect_with(&url, options.clone()).await?;
         let answer =

@@ -1,8 +1,8 @@
 //! Run with: cargo run -p ldp-examples --example tls_transports
 //!
 //! One delegate served over TLS on both bindings (`https://` for `/ldp/messages`, `wss://` for `/ldp/ws`), with a
-//! certificate from a private CA made on the spot (`ldp_transport_http::test_pki`). One `ClientTls` that trusts that
-//! CA configures both clients: the same task goes over HTTP and over WebSocket. The conformance kit takes the same
+//! certificate from a private CA made on the spot (`ldp_transport_http::test_pki`). One `ConnectOptions` that trusts
+//! that CA configures both clients: the same task goes over HTTP and over WebSocket. The conformance kit takes the same
 //! settings from the command line: `ldp conformance https://... --ca-cert ca.pem`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,8 +11,11 @@ use std::sync::Arc;
 use ldp_session::runtime::{Client, DelegateRuntime, EchoDelegate, Transport};
 use ldp_session::{InitiatorConfig, Responder, ResponderConfig, SeededIds, SystemClock};
 use ldp_transport_http::test_pki::TestCa;
-use ldp_transport_http::{ClientTls, HttpServerConfig, HttpState, HttpTransport, ServerTlsConfig, serve_router_tls};
-use ldp_transport_ws::{WsOptions, WsServer, WsServerConfig, WsTransport};
+use ldp_transport_http::{
+    ConnectOptions, ConnectSettings, HttpServerConfig, HttpState, HttpTransport, RetryPolicy, ServerTlsConfig,
+    serve_router_tls,
+};
+use ldp_transport_ws::{WsServer, WsServerConfig, WsTransport};
 use ldp_types::{Capability, DelegateId, IdentityCard, PayloadMode, SessionConfig};
 use serde_json::json;
 
@@ -53,13 +56,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }));
     println!("delegate listening on {url} and {}/ldp/ws", url.replacen("https", "wss", 1));
 
-    // One set of client TLS settings for both transports.
-    let trust = ClientTls::new().with_root_certificate_pem(ca.pem());
-    round_trip("https", HttpTransport::builder(&url).tls(trust.clone()).build()?).await?;
-    round_trip("wss", WsTransport::connect(&url, WsOptions::default().tls(trust)).await?).await?;
+    // One set of client options for both transports.
+    let trusting = ConnectOptions::new().tls_root_certificate_pem(ca.pem());
+    round_trip("https", HttpTransport::with_options(&url, trusting.clone())?).await?;
+    round_trip("wss", WsTransport::connect(&url, trusting).await?).await?;
 
     // Without the CA, the handshake is refused: the web PKI roots do not know it.
-    let untrusting = HttpTransport::builder(&url).retry(ldp_transport_http::RetryPolicy::none()).build()?;
+    let untrusting = HttpTransport::with_options(&url, ConnectOptions::new().retry(RetryPolicy::none()))?;
     match untrusting.identity().await {
         Ok(_) => println!("unexpected: a client without the CA connected"),
         Err(e) => println!("without the CA: {e}"),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_session::runtime::{Client, DelegateRuntime, MemoryTransport, Transport};
 use ldp_session::{InitiatorConfig, PeerContext, SeededIds, SessionError, SystemClock};
-use ldp_transport_http::HttpTransport;
+use ldp_transport_http::{ConnectOptions, ConnectSettings, HttpTransport};
 use ldp_types::IdentityCard;
 
 use crate::BridgeError;
@@ -90,11 +90,9 @@ impl Remote {
     }
 
     fn transport(url: &str, token: Option<&str>, timeout: Duration) -> Result<HttpTransport, BridgeError> {
-        let mut builder = HttpTransport::builder(url).timeout(timeout);
-        if let Some(token) = token {
-            builder = builder.bearer_token(token);
-        }
-        Ok(builder.build()?)
+        let mut options = ConnectOptions::new().request_timeout(timeout);
+        options.token = token.map(str::to_owned);
+        Ok(HttpTransport::with_options(url, options)?)
     }
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use ldp_session::runtime::{Client, Progress, TaskOutcome, Transport};
 use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SystemClock};
-use ldp_transport_http::HttpTransport;
-use ldp_transport_ws::{WsOptions, WsTransport};
+use ldp_transport_http::{ConnectOptions, ConnectSettings, HttpTransport};
+use ldp_transport_ws::WsTransport;
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 use ldp_types::{IdentityCard, PayloadMode, RawJson, SessionConfig};
 use serde_json::{Value, json};
@@ -335,24 +335,22 @@ fn transport_kind(conn: &Connection) -> Result<TransportKind, Failure> {
     }
 }
 
+/// What `--timeout` and `--token` ask of either transport.
+fn connect_options(conn: &Connection) -> ConnectOptions {
+    let timeout = Duration::from_secs(conn.timeout);
+    let mut options = ConnectOptions::new().connect_timeout(timeout).request_timeout(timeout);
+    options.token = conn.token.clone();
+    options
+}
+
 fn http_transport(conn: &Connection) -> Result<HttpTransport, Failure> {
-    let mut builder = HttpTransport::builder(&conn.url)
-        .timeout(Duration::from_secs(conn.timeout))
-        .connect_timeout(Duration::from_secs(conn.timeout));
-    if let Some(token) = &conn.token {
-        builder = builder.bearer_token(token);
-    }
-    builder.build().map_err(|e| Failure::Usage(e.to_string()))
+    HttpTransport::with_options(&conn.url, connect_options(conn)).map_err(|e| Failure::Usage(e.to_string()))
 }
 
 async fn ws_transport(conn: &Connection) -> Result<WsTransport, Failure> {
-    let mut options = WsOptions::default()
-        .connect_timeout(Duration::from_secs(conn.timeout))
-        .request_timeout(Duration::from_secs(conn.timeout));
-    if let Some(token) = &conn.token {
-        options = options.bearer_token(token);
-    }
-    WsTransport::connect(&conn.url, options).await.map_err(|e| unreachable_hint(conn, e.to_string(), None))
+    WsTransport::connect(&conn.url, connect_options(conn))
+        .await
+        .map_err(|e| unreachable_hint(conn, e.to_string(), None))
 }
 
 fn session_failure(e: ldp_session::SessionError) -> Failure {

@@ -6,6 +6,7 @@
 //! the bridged delegates' self-descriptions win them no quality under the claim-trust policy.
 
 use crate::support;
+use ldp_transport_http::ConnectSettings;
 
 use std::process::Stdio;
 use std::sync::Arc;

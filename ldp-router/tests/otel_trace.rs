@@ -9,6 +9,7 @@
 //! request is still answered.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use ldp_transport_http::ConnectSettings;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 

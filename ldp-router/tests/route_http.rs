@@ -2,6 +2,7 @@
 //! `ldp-transport-http` on 127.0.0.1:0, discovered by `ldp+http://` URLs through the scheme dispatcher.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use ldp_transport_http::ConnectSettings;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

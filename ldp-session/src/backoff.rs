@@ -1,6 +1,6 @@
 //! The one backoff rule of the workspace's clients: exponential, capped, with "equal jitter" (half of each wait
-//! fixed, half random), so that many clients failing together do not retry in lockstep. The HTTP client's retries
-//! (`RetryPolicy::backoff`) and the WebSocket client's reconnects (`Reconnect::backoff`) both wait by it.
+//! fixed, half random), so that many clients failing together do not retry in lockstep. The transports' retry
+//! policy (`RetryPolicy::backoff`: HTTP retries and WebSocket reconnects) waits by it.
 //!
 //! Sans-IO: the random part comes from the caller, so the rule is deterministic and testable.
 

@@ -6,127 +6,41 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use ldp_session::Backoff;
 use ldp_session::runtime::Transport;
 use ldp_types::{Envelope, ErrorCategory, IdentityCard, LdpError, codes};
-use rand::Rng;
 use reqwest::{RequestBuilder, StatusCode, header};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::client_tls::ClientTls;
 use crate::error::Error;
+use crate::options::{ConnectOptions, ConnectSettings, RetryPolicy};
 use crate::paths::{IDENTITY, MESSAGES, STREAM, WELL_KNOWN_IDENTITY};
 use crate::trace_context::TraceHeaders;
 
-/// When and how often to retry. Only failures that are `transport` errors marked retryable are retried: the
-/// connection could not be made, or the server answered 503/429 before handling the message. A timeout after a
-/// message was sent is not retried (it may have been processed; a resent TASK_SUBMIT would be a duplicate, and a
-/// replay-protected peer would refuse it anyway), except for the idempotent discovery GET.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RetryPolicy {
-    /// Retries after the first attempt.
-    pub max_retries: u32,
-    /// Backoff before the first retry; doubles on each further retry.
-    pub initial_backoff: Duration,
-    /// Upper bound of one backoff.
-    pub max_backoff: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self { max_retries: 3, initial_backoff: Duration::from_millis(100), max_backoff: Duration::from_secs(2) }
-    }
-}
-
-impl RetryPolicy {
-    /// Never retry.
-    pub fn none() -> Self {
-        Self { max_retries: 0, ..Self::default() }
-    }
-
-    /// The wait before retry number `attempt` (0-based): exponential, capped, with "equal jitter" (half fixed,
-    /// half uniformly random) so that many clients failing together do not retry in lockstep.
-    /// The rule is [`ldp_session::Backoff`], shared with the WebSocket client's reconnects.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        Backoff::new(self.initial_backoff, self.max_backoff).delay(attempt, rand::rng().random())
-    }
-}
-
-/// Builds an [`HttpTransport`].
+/// Builds an [`HttpTransport`]: the shared [`ConnectOptions`] (set through [`ConnectSettings`]) and, for HTTP
+/// alone, a caller's own `reqwest` client.
 #[derive(Debug, Clone)]
 pub struct HttpTransportBuilder {
     url: String,
-    token: Option<String>,
-    timeout: Duration,
-    connect_timeout: Duration,
-    retry: RetryPolicy,
+    options: ConnectOptions,
     client: Option<reqwest::Client>,
-    tls: ClientTls,
-    max_response_bytes: usize,
 }
 
-/// The default bound on one answer's body (and on one streamed event): a delegate is a peer, and a body that never
-/// ends must not grow the client's memory.
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+impl ConnectSettings for HttpTransportBuilder {
+    fn connect_options_mut(&mut self) -> &mut ConnectOptions {
+        &mut self.options
+    }
+}
+
+/// The request timeout when [`ConnectOptions::request_timeout`] is not set.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl HttpTransportBuilder {
-    /// The largest answer body (or streamed event) accepted from the delegate, in bytes (default
-    /// [`DEFAULT_MAX_RESPONSE_BYTES`]); a larger one fails with `MESSAGE_TOO_LARGE`, not retried.
-    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
-        self.max_response_bytes = bytes;
-        self
-    }
-
-    /// Sends `Authorization: Bearer <token>` with every message.
-    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
-        self.token = Some(token.into());
-        self
-    }
-
-    /// Timeout of one request, task execution included (default 60 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Timeout of establishing a connection (default 5 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// The retry policy (default: 3 retries, 100 ms doubling up to 2 s, with jitter).
-    pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
-        self
-    }
-
-    /// Uses this `reqwest` client (e.g. for proxies); the timeouts set here are then those of the given client,
-    /// except the per-request timeout, which is still applied. Cannot be combined with the `tls_*` options.
+    /// Uses this `reqwest` client (e.g. for proxies); the connect timeout and TLS settings are then those of the
+    /// given client (setting TLS here as well is refused), the request timeout is still applied.
     pub fn http_client(mut self, client: reqwest::Client) -> Self {
         self.client = Some(client);
-        self
-    }
-
-    /// Trusts the CA certificates in `pem` (one or more `CERTIFICATE` blocks) for `https://` URLs, in addition to
-    /// the built-in web PKI roots: e.g. a private CA, or a self-signed server certificate in tests. Repeatable.
-    pub fn tls_root_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls = self.tls.with_root_certificate_pem(pem);
-        self
-    }
-
-    /// Presents this client certificate for mutual TLS: `cert_chain` holds the certificate first, then any
-    /// intermediates; `key` its private key (PKCS#8, PKCS#1 or SEC1), all PEM.
-    pub fn tls_client_identity_pem(mut self, cert_chain: &[u8], key: &[u8]) -> Self {
-        self.tls = self.tls.with_client_identity_pem(cert_chain, key);
-        self
-    }
-
-    /// Replaces the TLS settings with `tls` (roots and client identity), e.g. one shared with a WebSocket client.
-    pub fn tls(mut self, tls: ClientTls) -> Self {
-        self.tls = tls;
         self
     }
 
@@ -140,8 +54,9 @@ impl HttpTransportBuilder {
         let (true, (Ok(messages), Ok(stream))) = (valid, endpoints) else {
             return Err(Error::InvalidUrl(self.url));
         };
+        let options = self.options;
         let client = match self.client {
-            Some(_) if !self.tls.is_default() => {
+            Some(_) if !options.tls.is_default() => {
                 return Err(Error::Tls(
                     "tls_* options cannot be combined with http_client; configure that client".into(),
                 ));
@@ -149,10 +64,10 @@ impl HttpTransportBuilder {
             Some(c) => c,
             None => {
                 let builder = reqwest::Client::builder()
-                    .connect_timeout(self.connect_timeout)
+                    .connect_timeout(options.connect_timeout)
                     .pool_idle_timeout(Duration::from_secs(90))
                     .tcp_nodelay(true);
-                let builder = self.tls.configure(builder)?;
+                let builder = options.tls.configure(builder)?;
                 builder.build().map_err(Error::Client)?
             }
         };
@@ -161,11 +76,11 @@ impl HttpTransportBuilder {
             stream,
             url,
             client,
-            token: self.token,
-            timeout: self.timeout,
-            retry: self.retry,
+            token: options.token,
+            timeout: options.request_timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
+            retry: options.retry.unwrap_or_default(),
             stream_unsupported: AtomicBool::new(false),
-            max_response_bytes: self.max_response_bytes,
+            max_response_bytes: options.max_message,
         })
     }
 }
@@ -195,18 +110,14 @@ impl HttpTransport {
         Self::builder(url).build()
     }
 
+    /// A transport to the delegate at `url` configured by `options`.
+    pub fn with_options(url: impl Into<String>, options: ConnectOptions) -> Result<Self, Error> {
+        Self::builder(url).connect_options(options).build()
+    }
+
     /// A builder for a transport to `url`.
     pub fn builder(url: impl Into<String>) -> HttpTransportBuilder {
-        HttpTransportBuilder {
-            url: url.into(),
-            token: None,
-            timeout: Duration::from_secs(60),
-            connect_timeout: Duration::from_secs(5),
-            retry: RetryPolicy::default(),
-            client: None,
-            tls: ClientTls::default(),
-            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-        }
+        HttpTransportBuilder { url: url.into(), options: ConnectOptions::default(), client: None }
     }
 
     /// The base URL.

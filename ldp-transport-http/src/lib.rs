@@ -151,6 +151,7 @@ mod conn;
 mod error;
 #[cfg(feature = "server")]
 mod metrics;
+mod options;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 mod paths;
@@ -170,9 +171,7 @@ pub mod trace_context;
 #[cfg(feature = "server")]
 pub use auth::{BearerAuth, require_bearer};
 #[cfg(feature = "client")]
-pub use client::{
-    DEFAULT_MAX_RESPONSE_BYTES, HttpTransport, HttpTransportBuilder, RetryPolicy, fetch_identity, identity_urls,
-};
+pub use client::{DEFAULT_REQUEST_TIMEOUT, HttpTransport, HttpTransportBuilder, fetch_identity, identity_urls};
 pub use client_tls::ClientTls;
 #[cfg(feature = "server")]
 pub use conn::{ConnectionLimits, ConnectionStats};
@@ -181,6 +180,7 @@ pub use error::Error;
 pub use error::{HttpError, status_for};
 #[cfg(feature = "server")]
 pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures, TransportSource};
+pub use options::{ConnectOptions, ConnectSettings, DEFAULT_MAX_RESPONSE_BYTES, RetryPolicy};
 pub use paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
 #[cfg(feature = "server")]
 pub use rate::{InvalidRate, RateLimit};

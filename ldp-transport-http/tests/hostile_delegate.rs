@@ -3,6 +3,7 @@
 //! cut at the client's limit with a typed `MESSAGE_TOO_LARGE`, over a real socket, instead of growing the client's
 //! memory for as long as the delegate keeps sending.
 
+use ldp_transport_http::ConnectSettings;
 use std::time::Duration;
 
 use ldp_session::runtime::Transport;
@@ -84,9 +85,9 @@ fn hello() -> Envelope {
 
 fn transport(url: &str) -> HttpTransport {
     HttpTransport::builder(url)
-        .max_response_bytes(1024 * 1024)
+        .max_message(1024 * 1024)
         .retry(RetryPolicy::none())
-        .timeout(Duration::from_secs(30))
+        .request_timeout(Duration::from_secs(30))
         .build()
         .unwrap()
 }

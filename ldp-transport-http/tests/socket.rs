@@ -2,6 +2,7 @@
 //! timeouts), retries against a flaky endpoint, graceful shutdown.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use ldp_transport_http::ConnectSettings;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,6 +4,7 @@
 #![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use ldp_transport_http::ConnectSettings;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -228,7 +229,7 @@ async fn plain_http_and_garbage_on_the_tls_port_fail_cleanly() {
     let server = server(&ca, None, false).await;
     let plain = HttpTransport::builder(server.url().replacen("https://", "http://", 1))
         .retry(RetryPolicy::none())
-        .timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(5))
         .build()
         .unwrap();
     let e = plain.identity().await.expect_err("plain HTTP to a TLS port must fail");

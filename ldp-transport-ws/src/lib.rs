@@ -54,7 +54,7 @@
 //! machine ([`Responder::take_held`]), as are results that were queued but not yet written (handed to it with
 //! [`Responder::hold`]). Which connection carries a session is the machine's too ([`Responder::connection_of`]):
 //! the server only keeps each open connection's outbound queue. The client reconnects with
-//! backoff ([`Reconnect`]) and hands the tasks it had written on the lost connection to the initiator of its
+//! backoff (its [`RetryPolicy`]) and hands the tasks it had written on the lost connection to the initiator of its
 //! `Client` (attached with `Transport::attach`), whose rules the rest follows
 //! ([`ldp_session::Initiator::handle_disconnect`]): for every such task it sends a **TASK_UPDATE status query** in
 //! the task's session, built and signed like all its messages (RFC 3.2 TASK_UPDATE sent to a responder is answered
@@ -131,12 +131,13 @@ mod wire;
 pub const WS_PATH: &str = "/ldp/ws";
 
 #[cfg(feature = "client")]
-pub use client::{Reconnect, WsOptions, WsStats, WsTransport, rustls_client_config};
+pub use client::{WsOptions, WsStats, WsTransport, rustls_client_config};
 pub use error::Error;
 /// The bounds on task answers held for resume, and what is held (the session machine's: [`ldp_session::Limits::held`]).
 pub use ldp_session::{HeldLimits, HeldStats};
-/// The TLS settings [`WsOptions::tls`] takes (re-exported from `ldp-transport-http`, which uses the same type).
-pub use ldp_transport_http::ClientTls;
+/// The client settings every transport shares (re-exported from `ldp-transport-http`, which uses the same types):
+/// [`WsOptions`] carries a [`ConnectOptions`] and has the [`ConnectSettings`] setters.
+pub use ldp_transport_http::{ClientTls, ConnectOptions, ConnectSettings, RetryPolicy};
 #[cfg(feature = "server")]
 pub use server::{ConnectionEnd, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};
 pub use wire::{CloseFrame, IN_REPLY_TO, Message, WireError, close_code};

@@ -3,6 +3,7 @@
 //! with an LDP body), binary frame and garbage JSON (error frame, connection stays), oversize (error frame, then
 //! close 1009).
 
+use ldp_transport_ws::ConnectSettings;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,6 +3,7 @@
 //! the client reconnects with backoff and resumes it, and the task's result arrives exactly once.
 
 use crate::support;
+use ldp_transport_ws::ConnectSettings;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use ldp_session::runtime::{Client, Transport};
 use ldp_session::{AuthenticatedPeer, InitiatorConfig, SeededIds, SystemClock};
 use ldp_transport_http::test_pki::TestCa;
 use ldp_transport_http::{ClientAuth, HttpServerConfig, HttpState, ServerTlsConfig, serve_router_tls};
-use ldp_transport_ws::{Error, Reconnect, WsOptions, WsServer, WsServerConfig, WsTransport};
+use ldp_transport_ws::{ConnectSettings, Error, RetryPolicy, WsOptions, WsServer, WsServerConfig, WsTransport};
 use ldp_types::{ErrorCategory, SessionConfig};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -38,7 +38,7 @@ async fn serve_tls(ca: &TestCa, client_auth: Option<ClientAuth>) -> (SocketAddr,
 }
 
 fn options() -> WsOptions {
-    WsOptions::default().reconnect(Reconnect::never()).connect_timeout(Duration::from_secs(5))
+    WsOptions::default().retry(RetryPolicy::none()).connect_timeout(Duration::from_secs(5))
 }
 
 /// HELLO (identity card over https), SESSION_PROPOSE, TASK_SUBMIT, SESSION_CLOSE over `wss://`.

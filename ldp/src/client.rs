@@ -1,13 +1,12 @@
 //! Calling: one connection to a delegate, one session opened on first use and reused.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ldp_session::runtime::{Client, Progress, TaskOutcome, Transport};
 use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock};
-use ldp_transport_http::{ClientTls, HttpTransport, RetryPolicy};
+use ldp_transport_http::{ConnectOptions, ConnectSettings, HttpTransport};
 #[cfg(feature = "ws")]
-use ldp_transport_ws::{Reconnect, WsOptions, WsTransport};
+use ldp_transport_ws::WsTransport;
 use ldp_types::signing::SigningKey;
 use ldp_types::{IdentityCard, Provenance, RawJson, SessionConfig, codes};
 use serde::Serialize;
@@ -27,39 +26,42 @@ pub async fn connect(url: impl Into<String>) -> Result<Connection, Error> {
     connect_with(url, ClientOptions::default()).await
 }
 
-/// How a client connects and who it is ([`connect_with`]): one set of options for either transport.
+/// How a client connects and who it is ([`connect_with`]): one set of options for either transport. Who it is and
+/// how it signs are set here; how it reaches the delegate (token, TLS, timeouts, retries) through the
+/// [`ConnectSettings`] setters that the HTTP and WebSocket transports share.
+///
+/// ```
+/// use std::time::Duration;
+/// use ldp::{ClientOptions, ConnectSettings};
+///
+/// let options = ClientOptions::new()
+///     .delegate_id("ldp:delegate:planner")
+///     .bearer_token("s3cret")
+///     .request_timeout(Duration::from_secs(30));
+/// assert_eq!(options.connect.token.as_deref(), Some("s3cret"));
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClientOptions {
     /// The delegate id the client sends as (default [`CLIENT_ID`]).
     pub delegate_id: String,
-    /// A bearer token sent with every request (and the WebSocket upgrade).
-    pub token: Option<String>,
     /// Signs every message with this key and requires the delegate's answers signed with it (or, for
     /// `ed25519-jcs`, with the matching public key), with replay protection on the answers.
     pub signing_key: Option<SigningKey>,
-    /// TLS trust roots and a client identity, for `https://` and `wss://` (default: the public roots).
-    pub tls: ClientTls,
-    /// Longest wait for one answer (default: the transport's; HTTP 60 s, WebSocket none beyond the task's own).
-    pub timeout: Option<Duration>,
-    /// Longest wait to connect (default 5 s).
-    pub connect_timeout: Duration,
-    /// Retries of a request that never reached the delegate (HTTP), or reconnects after a dropped connection
-    /// (WebSocket), before failing (default 3).
-    pub retries: u32,
+    /// How the transport reaches the delegate: token, TLS, timeouts, retries (HTTP) or reconnects (WebSocket),
+    /// the largest answer.
+    pub connect: ConnectOptions,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self {
-            delegate_id: CLIENT_ID.to_owned(),
-            token: None,
-            signing_key: None,
-            tls: ClientTls::default(),
-            timeout: None,
-            connect_timeout: Duration::from_secs(5),
-            retries: 3,
-        }
+        Self { delegate_id: CLIENT_ID.to_owned(), signing_key: None, connect: ConnectOptions::default() }
+    }
+}
+
+impl ConnectSettings for ClientOptions {
+    fn connect_options_mut(&mut self) -> &mut ConnectOptions {
+        &mut self.connect
     }
 }
 
@@ -76,13 +78,6 @@ impl ClientOptions {
         self
     }
 
-    /// Sends `Authorization: Bearer <token>`.
-    #[must_use]
-    pub fn token(mut self, token: impl Into<String>) -> Self {
-        self.token = Some(token.into());
-        self
-    }
-
     /// Signs with `key` and requires signed answers.
     #[must_use]
     pub fn signing_key(mut self, key: SigningKey) -> Self {
@@ -90,67 +85,13 @@ impl ClientOptions {
         self
     }
 
-    /// TLS trust roots and client identity.
-    #[must_use]
-    pub fn tls(mut self, tls: ClientTls) -> Self {
-        self.tls = tls;
-        self
-    }
-
-    /// Longest wait for one answer.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Longest wait to connect.
-    #[must_use]
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Retries (HTTP) or reconnects (WebSocket) before failing.
-    #[must_use]
-    pub fn retries(mut self, retries: u32) -> Self {
-        self.retries = retries;
-        self
-    }
-
     /// The transport `url`'s scheme asks for, built from these options.
     async fn transport(&self, url: &str) -> Result<Arc<dyn Transport>, Error> {
         let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
         match scheme.as_str() {
-            "http" | "https" => {
-                let retry = RetryPolicy { max_retries: self.retries, ..RetryPolicy::default() };
-                let mut http = HttpTransport::builder(url)
-                    .tls(self.tls.clone())
-                    .connect_timeout(self.connect_timeout)
-                    .retry(retry);
-                if let Some(token) = &self.token {
-                    http = http.bearer_token(token.clone());
-                }
-                if let Some(timeout) = self.timeout {
-                    http = http.timeout(timeout);
-                }
-                Ok(Arc::new(http.build()?))
-            }
+            "http" | "https" => Ok(Arc::new(HttpTransport::with_options(url, self.connect.clone())?)),
             #[cfg(feature = "ws")]
-            "ws" | "wss" => {
-                let reconnect = Reconnect { max_attempts: self.retries, ..Reconnect::default() };
-                let mut ws = WsOptions::default()
-                    .tls(self.tls.clone())
-                    .connect_timeout(self.connect_timeout)
-                    .reconnect(reconnect);
-                if let Some(token) = &self.token {
-                    ws = ws.bearer_token(token.clone());
-                }
-                if let Some(timeout) = self.timeout {
-                    ws = ws.request_timeout(timeout);
-                }
-                Ok(Arc::new(WsTransport::connect(url, ws).await?))
-            }
+            "ws" | "wss" => Ok(Arc::new(WsTransport::connect(url, self.connect.clone()).await?)),
             _ => Err(Error::UnsupportedScheme(url.to_owned())),
         }
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ldp::{Answer, Delegate, Error, Event, LdpError, Output, TaskContext};
+use ldp::{Answer, ConnectSettings, Delegate, Error, Event, LdpError, Output, TaskContext};
 use ldp_session::runtime::Client;
 use ldp_session::{InitiatorConfig, SeededIds, SystemClock};
 use schemars::JsonSchema;
@@ -103,7 +103,8 @@ async fn a_stream_yields_partial_output_then_the_answer() {
 #[tokio::test]
 async fn websocket_is_served_on_the_same_port() {
     let server = server().await;
-    let transport = ldp_transport_ws::WsTransport::connect(server.url(), Default::default()).await.unwrap();
+    let transport =
+        ldp_transport_ws::WsTransport::connect(server.url(), ldp_transport_ws::WsOptions::default()).await.unwrap();
     let client = Client::connect(
         transport,
         InitiatorConfig::new("ldp:delegate:ws"),
@@ -224,10 +225,10 @@ async fn connect_with_takes_token_signing_and_the_transport_from_the_url() {
         .unwrap();
     let options = || {
         ClientOptions::new()
-            .token("tok-1")
+            .bearer_token("tok-1")
             .signing_key(key())
             .delegate_id("ldp:delegate:caller")
-            .timeout(std::time::Duration::from_secs(10))
+            .request_timeout(std::time::Duration::from_secs(10))
     };
     let ws_url = server.url().replacen("http://", "ws://", 1);
     for url in [server.url(), ws_url.clone()] {
@@ -244,7 +245,7 @@ async fn connect_with_takes_token_signing_and_the_transport_from_the_url() {
     }
     // A wrong token: refused before any session, over HTTP and WebSocket.
     for url in [server.url(), ws_url] {
-        let wrong = ClientOptions::new().token("tok-2").signing_key(key());
+        let wrong = ClientOptions::new().bearer_token("tok-2").signing_key(key());
         let refused = match ldp::connect_with(&url, wrong).await {
             Ok(conn) => conn.call::<String>("upper", "x").await.map(|_| ()),
             Err(e) => Err(e),
@@ -252,7 +253,7 @@ async fn connect_with_takes_token_signing_and_the_transport_from_the_url() {
         assert!(refused.is_err(), "{url}: a wrong token was served");
     }
     // No signing key: the delegate requires signatures.
-    let unsigned = ldp::connect_with(server.url(), ClientOptions::new().token("tok-1")).await;
+    let unsigned = ldp::connect_with(server.url(), ClientOptions::new().bearer_token("tok-1")).await;
     let refused = match unsigned {
         Ok(conn) => conn.call::<String>("upper", "x").await.map(|_| ()),
         Err(e) => Err(e),
@@ -276,7 +277,7 @@ async fn limits_set_through_the_builder_hold_over_websocket() {
     builder.config_mut().max_body = 4096;
     let server = builder.spawn("127.0.0.1:0").await.unwrap();
     let ws_url = server.url().replacen("http", "ws", 1);
-    let options = || ldp::ClientOptions::new().retries(0);
+    let options = || ldp::ClientOptions::new().retry(ldp::RetryPolicy::none());
 
     let first = ldp::connect_with(&ws_url, options()).await.unwrap();
     let small: Answer<String> = first.call("upper", "small").await.unwrap();

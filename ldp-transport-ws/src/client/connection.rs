@@ -46,21 +46,21 @@ pub(super) async fn open(target: &Target) -> Result<(BoxSink, BoxStream), LdpErr
         target.url.as_str().into_client_request().map_err(|e| {
             LdpError::transport(codes::TRANSPORT_ERROR, format!("bad request: {e}")).with_retryable(false)
         })?;
-    if let Some(token) = &opts.token {
+    if let Some(token) = &opts.connect.token {
         let value = format!("Bearer {token}")
             .parse()
             .map_err(|_| LdpError::identity(codes::UNAUTHENTICATED, "the bearer token is not a valid header value"))?;
         request.headers_mut().insert(tungstenite::http::header::AUTHORIZATION, value);
     }
     let config = tungstenite::protocol::WebSocketConfig::default()
-        .max_message_size(Some(opts.max_message))
-        .max_frame_size(Some(opts.max_message))
+        .max_message_size(Some(opts.connect.max_message))
+        .max_frame_size(Some(opts.connect.max_message))
         // tungstenite's 128 KiB defaults make an idle connection heavy; the buffers grow for larger messages.
         .read_buffer_size(IO_BUFFER)
         .write_buffer_size(IO_BUFFER);
     let connector = target.tls.clone().map(tokio_tungstenite::Connector::Rustls);
     let connecting = tokio_tungstenite::connect_async_tls_with_config(request, Some(config), true, connector);
-    let (socket, _) = match tokio::time::timeout(opts.connect_timeout, connecting).await {
+    let (socket, _) = match tokio::time::timeout(opts.connect.connect_timeout, connecting).await {
         Err(_) => return Err(LdpError::transport(codes::TIMEOUT, "connecting timed out")),
         Ok(Err(tungstenite::Error::Http(resp))) => {
             let status = resp.status();
@@ -80,7 +80,7 @@ pub(super) async fn open(target: &Target) -> Result<(BoxSink, BoxStream), LdpErr
         Ok(Err(e)) => return Err(connect_failure(&e)),
         Ok(Ok(ok)) => ok,
     };
-    let limit = opts.max_message;
+    let limit = opts.connect.max_message;
     let (sink, stream) = socket.split();
     let sink = sink
         .sink_map_err(|e| WireError::Io(e.to_string()))
@@ -181,10 +181,10 @@ async fn reconnect(
     outbound: &mut mpsc::Receiver<Outgoing>,
     carry: &mut Option<Outgoing>,
 ) -> Option<(BoxSink, BoxStream)> {
-    let policy = target.options.reconnect;
+    let policy = target.options.reconnect();
     let mut attempt = 0u32;
     loop {
-        if attempt >= policy.max_attempts {
+        if attempt >= policy.max_retries {
             let error = LdpError::transport(
                 codes::TRANSPORT_ERROR,
                 format!("connection lost and not restored after {attempt} attempts"),

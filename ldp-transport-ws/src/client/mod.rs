@@ -2,7 +2,7 @@
 //! carries any number of sessions, matches answers to requests, pushes TASK_UPDATEs to their submitter, keeps the
 //! connection alive, and reconnects when it drops, handing the resume to the initiator machine.
 //!
-//! - `options`: [`WsOptions`], [`Reconnect`] and the TLS configuration;
+//! - `options`: [`WsOptions`] and the TLS configuration;
 //! - `pending`: the table of outstanding requests and the routing of server frames (to a caller, or to the machine
 //!   whose status query or resubmission they answer);
 //! - `connection`: opening a connection, and the task that runs it, reconnects with backoff and starts the resume;
@@ -28,7 +28,7 @@ use tracing::Instrument;
 
 use self::connection::{Outgoing, Target, drive, open};
 use self::options::http_client;
-pub use self::options::{Reconnect, WsOptions, rustls_client_config};
+pub use self::options::{WsOptions, rustls_client_config};
 use self::pending::{Entry, Inner, Kind, Pending, lock};
 use crate::WS_PATH;
 use crate::error::Error;
@@ -107,16 +107,19 @@ fn normalise(url: &str) -> Result<(String, String), Error> {
 
 impl WsTransport {
     /// Opens a connection to `url` (`ws://host:port`, `ws://host:port/ldp/ws`, or the HTTP binding's
-    /// `http://host:port`; `wss://` and `https://` for TLS, see [`WsOptions::tls_root_certificate_pem`]) and starts the task that drives it. Fails if the first connection cannot be made or the
-    /// server refuses the upgrade (e.g. 401 for a missing token); later drops are repaired by reconnecting.
-    pub async fn connect(url: impl AsRef<str>, options: WsOptions) -> Result<Self, Error> {
+    /// `http://host:port`; `wss://` and `https://` for TLS) with `options` (a [`WsOptions`], or just the shared
+    /// [`ConnectOptions`](crate::ConnectOptions)) and starts the task that drives it. Fails if the first connection
+    /// cannot be made or the server refuses the upgrade (e.g. 401 for a missing token); later drops are repaired by
+    /// reconnecting.
+    pub async fn connect(url: impl AsRef<str>, options: impl Into<WsOptions>) -> Result<Self, Error> {
+        let options = options.into();
         let (ws_url, http_base) = normalise(url.as_ref())?;
         let identity_urls = match &options.identity_url {
             Some(u) => vec![u.clone()],
             None => identity_urls(&http_base),
         };
         // Built for every scheme, so a bad PEM is reported whatever the URL.
-        let tls = rustls_client_config(&options.tls)?;
+        let tls = rustls_client_config(&options.connect.tls)?;
         let http = http_client(&options)?;
         let tls = ws_url.starts_with("wss:").then_some(tls);
         let target = Target { url: ws_url.clone(), options: options.clone(), tls };
@@ -129,7 +132,7 @@ impl WsTransport {
             unmatched: AtomicU64::new(0),
             resumed: AtomicU64::new(0),
             resume_grace: options.resume_grace,
-            request_timeout: options.request_timeout,
+            request_timeout: options.connect.request_timeout,
         });
         let (outbound, rx) = mpsc::channel(options.send_queue.max(1));
         tokio::spawn(drive(inner.clone(), target, sink, stream, rx));
@@ -138,9 +141,9 @@ impl WsTransport {
             outbound,
             identity_urls,
             http,
-            token: options.token,
-            request_timeout: options.request_timeout,
-            max_message: options.max_message,
+            token: options.connect.token,
+            request_timeout: options.connect.request_timeout,
+            max_message: options.connect.max_message,
             url: ws_url,
         })
     }

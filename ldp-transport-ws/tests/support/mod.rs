@@ -13,7 +13,7 @@ use ldp_session::{
     AuthenticatedPeer, Responder, ResponderConfig, SeededIds, SystemClock, TaskKey, TaskOutput, TaskRequest,
 };
 use ldp_transport_http::{HttpServerConfig, HttpState};
-use ldp_transport_ws::{Reconnect, WsOptions, WsServer, WsServerConfig, WsTransport};
+use ldp_transport_ws::{ConnectSettings, RetryPolicy, WsOptions, WsServer, WsServerConfig, WsTransport};
 use ldp_types::{Capability, DelegateId, IdentityCard, LdpError, PayloadMode, codes};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -228,8 +228,8 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 /// Client options for the resume tests: quick reconnects, many attempts, a short idle timeout.
 pub fn resuming() -> WsOptions {
     WsOptions::default()
-        .reconnect(Reconnect {
-            max_attempts: 1000,
+        .retry(RetryPolicy {
+            max_retries: 1000,
             initial_backoff: Duration::from_millis(10),
             max_backoff: Duration::from_millis(50),
         })
