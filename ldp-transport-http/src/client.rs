@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::error::Error;
-use crate::options::{ConnectOptions, ConnectSettings, RetryPolicy};
+use crate::options::{ConnectOptions, ConnectSettings, Credentials, RetryPolicy};
 use crate::paths::{IDENTITY, MESSAGES, STREAM, WELL_KNOWN_IDENTITY};
 use crate::trace_context::TraceHeaders;
 
@@ -76,7 +76,7 @@ impl HttpTransportBuilder {
             stream,
             url,
             client,
-            token: options.token,
+            credentials: options.credentials(),
             timeout: options.request_timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
             retry: options.retry.unwrap_or_default(),
             stream_unsupported: AtomicBool::new(false),
@@ -97,7 +97,7 @@ pub struct HttpTransport {
     messages: reqwest::Url,
     stream: reqwest::Url,
     client: reqwest::Client,
-    token: Option<String>,
+    credentials: Credentials,
     timeout: Duration,
     retry: RetryPolicy,
     stream_unsupported: AtomicBool,
@@ -125,9 +125,9 @@ impl HttpTransport {
         &self.url
     }
 
-    fn authorize(&self, req: RequestBuilder) -> RequestBuilder {
+    fn authorize(&self, req: RequestBuilder, token: Option<&str>) -> RequestBuilder {
         let req = req.timeout(self.timeout);
-        match &self.token {
+        match token {
             Some(t) => req.bearer_auth(t),
             None => req,
         }
@@ -147,8 +147,9 @@ impl HttpTransport {
     }
 
     async fn post_messages(&self, body: &[u8], trace: Option<&TraceHeaders>) -> Result<Option<Vec<u8>>, LdpError> {
+        let token = self.credentials.current().await?;
         let make = || {
-            Self::traced(self.authorize(self.client.post(self.messages.clone())), trace)
+            Self::traced(self.authorize(self.client.post(self.messages.clone()), token.as_deref()), trace)
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(body.to_vec())
         };
@@ -165,8 +166,12 @@ impl HttpTransport {
         updates: &mpsc::Sender<Envelope>,
         trace: Option<&TraceHeaders>,
     ) -> Option<Result<Option<Vec<u8>>, LdpError>> {
+        let token = match self.credentials.current().await {
+            Ok(token) => token,
+            Err(e) => return Some(Err(e)),
+        };
         let make = || {
-            Self::traced(self.authorize(self.client.post(self.stream.clone())), trace)
+            Self::traced(self.authorize(self.client.post(self.stream.clone()), token.as_deref()), trace)
                 .header(header::CONTENT_TYPE, "application/json")
                 .header(header::ACCEPT, "text/event-stream")
                 .body(body.to_vec())
@@ -428,8 +433,8 @@ impl Transport for HttpTransport {
     /// ([`fetch_identity`]).
     async fn identity(&self) -> Result<IdentityCard, LdpError> {
         let urls = identity_urls(&self.url);
-        fetch_identity(&self.client, &urls, self.token.as_deref(), self.timeout, &self.retry, self.max_response_bytes)
-            .await
+        let token = self.credentials.current().await?;
+        fetch_identity(&self.client, &urls, token.as_deref(), self.timeout, &self.retry, self.max_response_bytes).await
     }
 
     async fn exchange(

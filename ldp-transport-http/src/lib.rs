@@ -180,7 +180,7 @@ pub use error::Error;
 pub use error::{HttpError, status_for};
 #[cfg(feature = "server")]
 pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures, TransportSource};
-pub use options::{ConnectOptions, ConnectSettings, DEFAULT_MAX_RESPONSE_BYTES, RetryPolicy};
+pub use options::{ConnectOptions, ConnectSettings, Credentials, DEFAULT_MAX_RESPONSE_BYTES, RetryPolicy, TokenSource};
 pub use paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
 #[cfg(feature = "server")]
 pub use rate::{InvalidRate, RateLimit};

@@ -2,9 +2,13 @@
 //! retries, the largest answer) and the [`ConnectSettings`] setters, written once and shared by the HTTP builder,
 //! the WebSocket options and the front door's client options.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use ldp_session::Backoff;
+use ldp_types::LdpError;
 use rand::Rng;
 
 use crate::client_tls::ClientTls;
@@ -55,6 +59,15 @@ impl RetryPolicy {
 /// an answer that never ends must not grow the client's memory.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Where a client gets a bearer token that changes: short-lived tokens from an identity provider, a secret store,
+/// a command. Asked before every HTTP request and every WebSocket connection, so it should cache and refresh the
+/// token itself; a failure is the request's failure (return an `identity` [`LdpError`] such as `UNAUTHENTICATED`).
+#[async_trait]
+pub trait TokenSource: Send + Sync + fmt::Debug {
+    /// The token to send now.
+    async fn token(&self) -> Result<String, LdpError>;
+}
+
 /// How a client reaches a delegate, for either transport: one value configures an
 /// [`HttpTransport`](crate::HttpTransport), a WebSocket transport, or the front door's `connect_with`.
 ///
@@ -71,11 +84,13 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// assert_eq!(options.token.as_deref(), Some("s3cret"));
 /// assert_eq!(options.retry, Some(RetryPolicy::none()));
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct ConnectOptions {
     /// Sent as `Authorization: Bearer <token>` with every request (and the WebSocket upgrade).
     pub token: Option<String>,
+    /// Asked for the token before every request (and connection) instead, when set.
+    pub token_source: Option<Arc<dyn TokenSource>>,
     /// Trust roots beyond the web PKI, and a client certificate for mutual TLS (`https://`, `wss://`).
     pub tls: ClientTls,
     /// Longest wait to open a connection, TLS and upgrade included (default 5 s).
@@ -95,6 +110,7 @@ impl Default for ConnectOptions {
     fn default() -> Self {
         Self {
             token: None,
+            token_source: None,
             tls: ClientTls::default(),
             connect_timeout: Duration::from_secs(5),
             request_timeout: None,
@@ -104,10 +120,62 @@ impl Default for ConnectOptions {
     }
 }
 
+impl fmt::Debug for ConnectOptions {
+    /// The token left out: options end up in logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_source", &self.token_source)
+            .field("tls", &self.tls)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("retry", &self.retry)
+            .field("max_message", &self.max_message)
+            .finish()
+    }
+}
+
 impl ConnectOptions {
     /// The defaults.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The token to send now: the [`TokenSource`]'s when there is one, else the fixed token, else none.
+    pub async fn current_token(&self) -> Result<Option<String>, LdpError> {
+        self.credentials().current().await
+    }
+
+    /// The token settings alone, for a transport to keep.
+    pub fn credentials(&self) -> Credentials {
+        Credentials { token: self.token.clone(), source: self.token_source.clone() }
+    }
+}
+
+/// The bearer token settings a transport keeps from its [`ConnectOptions`]: a fixed token or a [`TokenSource`].
+/// Its `Debug` leaves the token out.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    token: Option<String>,
+    source: Option<Arc<dyn TokenSource>>,
+}
+
+impl Credentials {
+    /// The token to send now: the source's when there is one, else the fixed token, else none.
+    pub async fn current(&self) -> Result<Option<String>, LdpError> {
+        match &self.source {
+            Some(source) => source.token().await.map(Some),
+            None => Ok(self.token.clone()),
+        }
+    }
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("source", &self.source)
+            .finish()
     }
 }
 
@@ -128,6 +196,13 @@ pub trait ConnectSettings: Sized {
     #[must_use]
     fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.connect_options_mut().token = Some(token.into());
+        self
+    }
+
+    /// Asks `source` for the token before every request (and WebSocket connection), instead of a fixed token.
+    #[must_use]
+    fn token_source(mut self, source: impl TokenSource + 'static) -> Self {
+        self.connect_options_mut().token_source = Some(Arc::new(source));
         self
     }
 
@@ -225,5 +300,25 @@ mod tests {
         assert_eq!(o.tls.root_certificates_pem().count(), 1);
         assert!(o.tls.client_identity_pem().is_some());
         assert_eq!(o.retry, None, "left to the transport's default");
+        assert!(!format!("{o:?}").contains("\"t\""), "the token stays out of Debug: {o:?}");
+    }
+
+    #[derive(Debug)]
+    struct Rotating(std::sync::atomic::AtomicU32);
+
+    #[async_trait]
+    impl TokenSource for Rotating {
+        async fn token(&self) -> Result<String, LdpError> {
+            Ok(format!("tok-{}", self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_source_is_asked_each_time_and_wins_over_the_fixed_token() {
+        let o = ConnectOptions::new().bearer_token("fixed");
+        assert_eq!(o.current_token().await.unwrap().as_deref(), Some("fixed"));
+        let o = o.token_source(Rotating(Default::default()));
+        assert_eq!(o.current_token().await.unwrap().as_deref(), Some("tok-0"));
+        assert_eq!(o.current_token().await.unwrap().as_deref(), Some("tok-1"));
     }
 }

@@ -137,7 +137,7 @@ pub use error::Error;
 pub use ldp_session::{HeldLimits, HeldStats};
 /// The client settings every transport shares (re-exported from `ldp-transport-http`, which uses the same types):
 /// [`WsOptions`] carries a [`ConnectOptions`] and has the [`ConnectSettings`] setters.
-pub use ldp_transport_http::{ClientTls, ConnectOptions, ConnectSettings, RetryPolicy};
+pub use ldp_transport_http::{ClientTls, ConnectOptions, ConnectSettings, RetryPolicy, TokenSource};
 #[cfg(feature = "server")]
 pub use server::{ConnectionEnd, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};
 pub use wire::{CloseFrame, IN_REPLY_TO, Message, WireError, close_code};

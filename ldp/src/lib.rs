@@ -66,7 +66,7 @@ pub use ldp_session::runtime::TaskContext;
 pub use ldp_session::{History, Limits, TaskOutput, Turn};
 /// The transport settings of [`ClientOptions`]: token, TLS, timeouts, retries.
 #[cfg(feature = "client")]
-pub use ldp_transport_http::{ClientTls, ConnectOptions, ConnectSettings, RetryPolicy};
+pub use ldp_transport_http::{ClientTls, ConnectOptions, ConnectSettings, RetryPolicy, TokenSource};
 pub use ldp_types::{LdpError, Provenance, RawJson};
 #[cfg(feature = "server")]
 pub use server::{Delegate, DelegateBuilder, INVALID_INPUT, IntoOutput, Output};

@@ -293,3 +293,52 @@ async fn limits_set_through_the_builder_hold_over_websocket() {
     assert!(first.call::<String>("upper", &large).await.is_err(), "an 8 KiB message passed a 4 KiB limit over ws");
     server.shutdown().await.unwrap();
 }
+
+/// Hands out the tokens of a list in turn, then fails: shows that the client asks before every request.
+#[derive(Debug)]
+struct ListedTokens(std::sync::Mutex<std::collections::VecDeque<&'static str>>);
+
+#[async_trait::async_trait]
+impl ldp::TokenSource for ListedTokens {
+    async fn token(&self) -> Result<String, LdpError> {
+        let next = self.0.lock().unwrap().pop_front();
+        next.map(str::to_owned).ok_or_else(|| LdpError::identity("UNAUTHENTICATED", "the token source ran dry"))
+    }
+}
+
+/// A token source is asked for every HTTP request and every WebSocket connection; a token the delegate does not
+/// know, or a source that fails, fails the call with a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_source_is_asked_for_every_request_and_connection() {
+    let server = Delegate::builder("ldp:delegate:rotating")
+        .token("tok-a", "default")
+        .token("tok-b", "default")
+        .skill("upper", |input: String, _cx: TaskContext| async move { Ok(input.to_uppercase()) })
+        .spawn("127.0.0.1:0")
+        .await
+        .unwrap();
+    let source = |tokens: Vec<&'static str>| ListedTokens(std::sync::Mutex::new(tokens.into()));
+    let options = |tokens| ldp::ClientOptions::new().retry(ldp::RetryPolicy::none()).token_source(source(tokens));
+
+    // HTTP: the identity request, HELLO, SESSION_PROPOSE and TASK_SUBMIT each ask once.
+    let ok = "tok-a";
+    let http = ldp::connect_with(server.url(), options(vec![ok, ok, ok, "wrong"])).await.unwrap();
+    match http.call::<String>("upper", "one").await {
+        Err(e) => assert!(e.to_string().contains("UNAUTHENTICATED"), "{e}"),
+        Ok(_) => panic!("the fourth request did not carry the source's fourth token"),
+    }
+    let http = ldp::connect_with(server.url(), options(vec![ok, ok, ok, ok])).await.unwrap();
+    assert_eq!(http.call::<String>("upper", "one").await.unwrap().output, "ONE");
+    match http.call::<String>("upper", "two").await {
+        Err(e) => assert!(e.to_string().contains("ran dry"), "{e}"),
+        Ok(_) => panic!("a request went out without asking the source"),
+    }
+
+    // WebSocket: the connection and the identity request ask; later messages ride the open connection.
+    let ws_url = server.url().replacen("http", "ws", 1);
+    let ws = ldp::connect_with(&ws_url, options(vec!["tok-b", "tok-b"])).await.unwrap();
+    assert_eq!(ws.call::<String>("upper", "over ws").await.unwrap().output, "OVER WS");
+    assert_eq!(ws.call::<String>("upper", "again").await.unwrap().output, "AGAIN");
+    assert!(ldp::connect_with(&ws_url, options(vec!["wrong", ok])).await.is_err(), "a wrong upgrade token passed");
+    server.shutdown().await.unwrap();
+}

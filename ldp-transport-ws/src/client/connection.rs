@@ -46,7 +46,8 @@ pub(super) async fn open(target: &Target) -> Result<(BoxSink, BoxStream), LdpErr
         target.url.as_str().into_client_request().map_err(|e| {
             LdpError::transport(codes::TRANSPORT_ERROR, format!("bad request: {e}")).with_retryable(false)
         })?;
-    if let Some(token) = &opts.connect.token {
+    // Asked on every connection, reconnects included, so a rotating token is fresh on each.
+    if let Some(token) = opts.connect.current_token().await? {
         let value = format!("Bearer {token}")
             .parse()
             .map_err(|_| LdpError::identity(codes::UNAUTHENTICATED, "the bearer token is not a valid header value"))?;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_session::runtime::{SharedInitiator, Transport};
 use ldp_transport_http::trace_context::TraceHeaders;
-use ldp_transport_http::{RetryPolicy, fetch_identity, identity_urls};
+use ldp_transport_http::{Credentials, RetryPolicy, fetch_identity, identity_urls};
 use ldp_types::trace_context::{TRACEPARENT, TRACESTATE};
 use ldp_types::{Body, Envelope, IdentityCard, LdpError, TaskSubmit, codes};
 use serde_json::Value;
@@ -60,7 +60,7 @@ pub struct WsTransport {
     outbound: mpsc::Sender<Outgoing>,
     identity_urls: Vec<String>,
     http: reqwest::Client,
-    token: Option<String>,
+    credentials: Credentials,
     request_timeout: Option<Duration>,
     /// The bound on the identity card's body too.
     max_message: usize,
@@ -141,7 +141,7 @@ impl WsTransport {
             outbound,
             identity_urls,
             http,
-            token: options.connect.token,
+            credentials: options.connect.credentials(),
             request_timeout: options.connect.request_timeout,
             max_message: options.connect.max_message,
             url: ws_url,
@@ -174,15 +174,9 @@ impl Transport for WsTransport {
     /// is missing: the HTTP client's fetch ([`ldp_transport_http::fetch_identity`]), with its default retries.
     async fn identity(&self) -> Result<IdentityCard, LdpError> {
         let retry = RetryPolicy::default();
-        fetch_identity(
-            &self.http,
-            &self.identity_urls,
-            self.token.as_deref(),
-            IDENTITY_TIMEOUT,
-            &retry,
-            self.max_message,
-        )
-        .await
+        let token = self.credentials.current().await?;
+        fetch_identity(&self.http, &self.identity_urls, token.as_deref(), IDENTITY_TIMEOUT, &retry, self.max_message)
+            .await
     }
 
     /// Resumes `initiator`'s tasks after a reconnect.
