@@ -362,8 +362,9 @@ impl DelegateRuntime {
     }
 
     /// Runs `f` on the machine, then forwards its events and stops the delegates' work of every task the machine
-    /// aborted meanwhile ([`Responder::poll_aborted`]; do not drain that from `f`).
-    pub fn with_responder<R>(&self, f: impl FnOnce(&mut Responder) -> R) -> R {
+    /// aborted meanwhile ([`Responder::poll_aborted`]; do not drain that from `f`). Crate-private: transports ask
+    /// the machine through named methods (`connections.rs`), so its rules cannot be bypassed from outside.
+    pub(crate) fn with_responder<R>(&self, f: impl FnOnce(&mut Responder) -> R) -> R {
         let (out, aborted, ended) = {
             let mut r = lock(&self.inner.responder);
             let out = f(&mut r);
@@ -677,8 +678,10 @@ impl DelegateRuntime {
 }
 
 mod client;
+mod connections;
 mod store;
 mod transport;
 
 pub use client::{Client, SessionInfo, TaskOutcome};
+pub use connections::RuntimeGauges;
 pub use transport::{MemoryTransport, SharedInitiator, Transport};

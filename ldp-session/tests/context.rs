@@ -241,7 +241,7 @@ async fn cancellation_reaches_the_delegate_as_a_signal() {
         let (c2, sid) = (c.clone(), s.session_id.clone());
         let submitter = tokio::spawn(async move { c2.submit(&sid, "slow", json!("x"), None).await });
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(rt.with_responder(|r| r.running_tasks()), 1);
+        assert_eq!(rt.running_tasks(), 1);
         match how {
             "cancel" => {
                 let key = started.lock().unwrap().clone().unwrap();

@@ -119,17 +119,17 @@ async fn closing_a_session_cancels_its_running_task_with_a_definite_answer() {
     let frame = SemanticFrame::new("wait", "take your time").to_input();
     let running = tokio::spawn(async move { c2.submit(&sid, "slow", frame, None).await });
     for _ in 0..400 {
-        if rt.with_responder(|r| r.running_tasks()) == 1 {
+        if rt.running_tasks() == 1 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(rt.with_responder(|r| r.running_tasks()), 1, "the slow task never started");
+    assert_eq!(rt.running_tasks(), 1, "the slow task never started");
     c.close(&s.session_id).await.unwrap();
     let result = tokio::time::timeout(Duration::from_secs(5), running).await.unwrap().unwrap();
     let SessionError::Peer(e) = result.unwrap_err() else { panic!() };
     assert_eq!(e.code, codes::CANCELLED);
-    assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+    assert_eq!(rt.running_tasks(), 0);
 }
 
 #[tokio::test]
@@ -216,22 +216,22 @@ async fn in_place_handling_completes_cancels_streams_and_survives_delegate_panic
     // A panicking delegate fails its task; the runtime keeps serving.
     let SessionError::Peer(e) = c.submit(&s.session_id, "boom", json!("x"), None).await.unwrap_err() else { panic!() };
     assert_eq!(e.code, codes::EXECUTION_FAILED);
-    assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+    assert_eq!(rt.running_tasks(), 0);
     // Closing the session cancels a running task with a definite answer.
     let (c2, sid) = (c.clone(), s.session_id.clone());
     let running = tokio::spawn(async move { c2.submit(&sid, "slow", json!("x"), None).await });
     for _ in 0..400 {
-        if rt.with_responder(|r| r.running_tasks()) == 1 {
+        if rt.running_tasks() == 1 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(rt.with_responder(|r| r.running_tasks()), 1, "the slow task never started");
+    assert_eq!(rt.running_tasks(), 1, "the slow task never started");
     c.close(&s.session_id).await.unwrap();
     let result = tokio::time::timeout(Duration::from_secs(5), running).await.unwrap().unwrap();
     let SessionError::Peer(e) = result.unwrap_err() else { panic!() };
     assert_eq!(e.code, codes::CANCELLED);
-    assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+    assert_eq!(rt.running_tasks(), 0);
 }
 
 #[tokio::test]
@@ -308,7 +308,7 @@ async fn the_echo_delegate_never_panics_on_hostile_input() {
             (_, other) => panic!("{input}: unexpected {other:?}"),
         }
     }
-    assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+    assert_eq!(rt.running_tasks(), 0);
 }
 
 /// Works until stopped: counts its steps, and records that its future was dropped (the runtime stopped it).
@@ -391,16 +391,16 @@ async fn expiry_and_close_stop_the_delegates_work() {
             match end {
                 End::Expiry => {
                     let later = std::time::Instant::now() + Duration::from_secs(61);
-                    let reaped = rt.with_responder(|r| r.handle_timeout(later));
+                    let reaped = rt.machine(|r| r.handle_timeout(later));
                     assert_eq!(reaped.len(), 1, "{end:?}: the expired session's task is handed back");
                 }
                 End::ServerClose => {
-                    let (_, aborted) = rt.with_responder(|r| r.close_session(&s.session_id, None)).unwrap();
+                    let (_, aborted) = rt.machine(|r| r.close_session(&s.session_id, None)).unwrap();
                     assert_eq!(aborted.len(), 1);
                 }
                 End::PeerClose => c.close(&s.session_id).await.unwrap(),
             }
-            assert_eq!(rt.with_responder(|r| r.running_tasks()), 0, "{end:?}: the slot is freed");
+            assert_eq!(rt.running_tasks(), 0, "{end:?}: the slot is freed");
             let answer = tokio::time::timeout(Duration::from_secs(5), submitter).await.unwrap().unwrap();
             let SessionError::Peer(e) = answer.unwrap_err() else { panic!("{end:?}") };
             assert_eq!(e.code, codes::CANCELLED, "{end:?}: {e}");
@@ -463,14 +463,14 @@ async fn the_reaper_expires_sessions_on_simulated_time() {
     let submitter = tokio::spawn(async move { c2.submit(&sid, "echo", json!("spin"), None).await });
     tokio::time::sleep(Duration::from_secs(59)).await;
     assert!(steps.load(Ordering::SeqCst) > 0 && !stopped.load(Ordering::SeqCst), "still working before the TTL");
-    assert_eq!(rt.with_responder(|r| r.running_tasks()), 1);
+    assert_eq!(rt.running_tasks(), 1);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let SessionError::Peer(e) = submitter.await.unwrap().unwrap_err() else { panic!() };
     assert_eq!(e.code, codes::CANCELLED);
     // The delegate's work is dropped once its cancel grace has passed.
     tokio::time::sleep(runtime::DEFAULT_CANCEL_GRACE).await;
     assert!(stopped.load(Ordering::SeqCst), "the expired session's work was not stopped");
-    assert_eq!(rt.with_responder(|r| r.session_count()), 0);
+    assert_eq!(rt.gauges().sessions, 0);
     reaper.abort();
 }
 
@@ -507,11 +507,11 @@ async fn a_fail_closed_deadline_stops_the_work_when_it_passes() {
                 // The delegate is signalled at once and its work dropped after the cancellation grace.
                 tokio::time::sleep(runtime::DEFAULT_CANCEL_GRACE + Duration::from_millis(100)).await;
                 assert!(stopped.load(Ordering::SeqCst), "the work was not stopped after the deadline and grace");
-                assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+                assert_eq!(rt.running_tasks(), 0);
             }
             _ => {
                 assert!(!stopped.load(Ordering::SeqCst), "fail_open: the work goes on past the deadline");
-                assert_eq!(rt.with_responder(|r| r.running_tasks()), 1);
+                assert_eq!(rt.running_tasks(), 1);
                 submitter.abort();
             }
         }
@@ -593,4 +593,46 @@ async fn a_failed_proposal_is_forgotten() {
     assert!(matches!(err, SessionError::Transport(_)), "{err:?}");
     let s = c.propose(SessionConfig::default()).await.unwrap();
     c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap();
+}
+
+/// The connection API a WebSocket server uses: the machine says which connection carries a session, holds what
+/// could not be delivered, and hands held answers out once, only on the connection the session is live on.
+#[tokio::test]
+async fn held_answers_go_out_once_on_the_connection_the_session_is_live_on() {
+    let rt = runtime(Arc::new(EchoDelegate));
+    let mut peer = PeerContext::default();
+    peer.connection = Some(1);
+    let c = Client::connect(
+        MemoryTransport::new(rt.clone(), peer),
+        InitiatorConfig::new("ldp:delegate:client"),
+        Arc::new(SystemClock),
+        Box::new(SeededIds::new(8)),
+    )
+    .await
+    .unwrap();
+    let sid = c.propose(SessionConfig::default()).await.unwrap().session_id;
+    assert_eq!(rt.carrier(&sid), Some(1));
+
+    rt.hold(&sid, "t-1", r#"{"first":true}"#.to_owned());
+    assert_eq!(rt.gauges().held.results, 1);
+    assert!(rt.held_for(&sid, 2).is_empty(), "handed out on a connection that does not carry the session");
+    let held = rt.held_for(&sid, 1);
+    assert_eq!(held.iter().map(HeldAnswer::task_id).collect::<Vec<_>>(), ["t-1"]);
+    assert!(rt.held_for(&sid, 1).is_empty(), "handed out twice");
+
+    // Away: nothing is handed out until a message brings the session back on a connection.
+    rt.connection_closed(1);
+    assert_eq!(rt.session_state(&sid), Some(SessionState::Suspended));
+    assert_eq!(rt.carrier(&sid), None);
+    rt.hold(&sid, "t-2", r#"{"second":true}"#.to_owned());
+    assert!(rt.held_for(&sid, 1).is_empty(), "handed out while the session is away");
+    c.submit(&sid, "echo", json!("back"), None).await.unwrap();
+    assert_eq!(rt.carrier(&sid), Some(1));
+    assert_eq!(rt.held_for(&sid, 1).iter().map(HeldAnswer::task_id).collect::<Vec<_>>(), ["t-2"]);
+    assert_eq!(rt.gauges().held.results, 0);
+
+    // A closed session's held answers are forgotten with it.
+    rt.hold(&sid, "t-3", "{}".to_owned());
+    c.close(&sid).await.unwrap();
+    assert!(rt.held_for(&sid, 1).is_empty());
 }

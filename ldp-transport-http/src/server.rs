@@ -488,7 +488,7 @@ const READY_WITHIN: Duration = Duration::from_secs(2);
 /// `GET /readyz`: the session machine answers within [`READY_WITHIN`] (a wedged or poisoned lock is not ready).
 async fn readyz(State(state): State<HttpState>) -> Response {
     let runtime = state.runtime.clone();
-    let probe = tokio::task::spawn_blocking(move || runtime.with_responder(|r| r.session_count()));
+    let probe = tokio::task::spawn_blocking(move || runtime.gauges());
     match tokio::time::timeout(READY_WITHIN, probe).await {
         Ok(Ok(_)) => (StatusCode::OK, "ready\n").into_response(),
         _ => (StatusCode::SERVICE_UNAVAILABLE, "not ready: the session machine does not answer\n").into_response(),
@@ -499,11 +499,8 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 async fn metrics(State(state): State<HttpState>) -> Response {
     let runtime = state.runtime.clone();
     let gauges = tokio::task::spawn_blocking(move || {
-        runtime.with_responder(|r| ResponderGauges {
-            sessions: r.session_count(),
-            running: r.running_tasks(),
-            replay_window: r.replay_window(),
-        })
+        let g = runtime.gauges();
+        ResponderGauges { sessions: g.sessions, running: g.running, replay_window: g.replay_window }
     });
     let gauges = match tokio::time::timeout(READY_WITHIN, gauges).await {
         Ok(Ok(gauges)) => gauges,

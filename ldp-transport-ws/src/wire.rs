@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 #[cfg(feature = "server")]
-use ldp_types::{Envelope, LdpError};
+use ldp_types::{Envelope, LdpError, MessageType};
 use serde::Deserialize;
 #[cfg(feature = "client")]
 use serde_json::value::RawValue;
@@ -231,7 +231,7 @@ pub(crate) fn without_member(text: &str, name: &str) -> Option<String> {
 
 /// Whether a body type ends a task (the final answer to a TASK_SUBMIT).
 pub(crate) fn is_task_end(kind: &str) -> bool {
-    matches!(kind, "TASK_RESULT" | "TASK_FAILED")
+    kind.parse::<MessageType>().is_ok_and(MessageType::ends_task)
 }
 
 #[cfg(test)]

@@ -78,13 +78,13 @@ async fn flow<T: Transport + 'static>(
         let (c, sid) = (c.clone(), t.session_id.clone());
         tokio::spawn(async move { c.submit(&sid, "wait", json!("never"), None).await })
     };
-    eventually("the task to start", || rt.with_responder(|r| r.running_tasks()) == 1).await;
+    eventually("the task to start", || rt.running_tasks() == 1).await;
     let key = delegate.started.lock().unwrap().iter().rev().find(|k| k.session_id == t.session_id).unwrap().clone();
     c.cancel(&key).await.unwrap();
     let result = tokio::time::timeout(Duration::from_secs(5), running).await.unwrap().unwrap();
     let SessionError::Peer(e) = result.unwrap_err() else { panic!() };
     assert_eq!(e.code, codes::CANCELLED);
-    assert_eq!(rt.with_responder(|r| r.running_tasks()), 0);
+    assert_eq!(rt.running_tasks(), 0);
 
     // Close; the closed session refuses further tasks.
     c.close(&s.session_id).await.unwrap();

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{TestDelegate, eventually, runtime, serve_both};
+use crate::support::{TestDelegate, eventually, runtime, runtime_with, serve_both};
 use futures::{SinkExt, StreamExt};
 use ldp_session::SessionState;
 use ldp_transport_ws::{HeldLimits, WsServerConfig};
@@ -89,7 +89,6 @@ async fn resume(url: &str, session: &str) -> (HashSet<String>, HashSet<String>) 
 #[tokio::test]
 async fn a_client_that_never_reads_is_closed_and_what_it_costs_stays_bounded() {
     let delegate = Arc::new(TestDelegate::default());
-    let rt = runtime(delegate);
     let held = HeldLimits {
         per_session_results: 4,
         per_session_bytes: 300 * 1024,
@@ -98,7 +97,7 @@ async fn a_client_that_never_reads_is_closed_and_what_it_costs_stays_bounded() {
         ..HeldLimits::default()
     };
     // The held answers' limits are the machine's, whichever binding serves it.
-    rt.with_responder(|r| r.set_held_limits(held));
+    let rt = runtime_with(delegate, |cfg| cfg.limits.held = held);
     let config = WsServerConfig {
         write_timeout: Duration::from_millis(500),
         max_outbound_bytes: 128 * 1024,
@@ -120,7 +119,7 @@ async fn a_client_that_never_reads_is_closed_and_what_it_costs_stays_bounded() {
         }
     }
     eventually("the server to close the non-reading connection", || server.ws.connections() == 0).await;
-    eventually("every task to finish", || rt.with_responder(|r| r.running_tasks()) == 0).await;
+    eventually("every task to finish", || rt.running_tasks() == 0).await;
     // Handlers may still be moving answers into the store after their tasks ended: wait until it settles.
     let mut stats = server.ws.held_stats();
     for _ in 0..50 {
@@ -133,7 +132,7 @@ async fn a_client_that_never_reads_is_closed_and_what_it_costs_stays_bounded() {
     }
     assert!(stats.results <= 4 && stats.bytes <= 300 * 1024, "held beyond the limits: {stats:?}");
     assert!(stats.dropped > 0 && stats.tombstones > 0, "{stats:?}");
-    assert_eq!(rt.with_responder(|r| r.session_state(&session)), Some(SessionState::Suspended));
+    assert_eq!(rt.session_state(&session), Some(SessionState::Suspended));
 
     // What reached the old socket before the close, plus what the resume delivers, accounts for every task.
     let mut written = HashSet::new();
@@ -161,9 +160,8 @@ async fn a_client_that_never_reads_is_closed_and_what_it_costs_stays_bounded() {
 #[tokio::test]
 async fn a_client_that_drops_gets_every_result_or_a_typed_task_failed_when_it_resumes() {
     let delegate = Arc::new(TestDelegate::default());
-    let rt = runtime(delegate.clone());
     let held = HeldLimits { per_session_results: 3, ..HeldLimits::default() };
-    rt.with_responder(|r| r.set_held_limits(held));
+    let rt = runtime_with(delegate.clone(), |cfg| cfg.limits.held = held);
     let server = serve_both(&rt, HashMap::new(), WsServerConfig::default()).await;
     let url = server.ws_url();
     let mut ws = connect(&url, 1 << 20).await;
@@ -174,22 +172,17 @@ async fn a_client_that_drops_gets_every_result_or_a_typed_task_failed_when_it_re
             .await
             .unwrap();
     }
-    eventually("the tasks to start", || rt.with_responder(|r| r.running_tasks()) == 10).await;
+    eventually("the tasks to start", || rt.running_tasks() == 10).await;
     drop(ws);
-    eventually("the session to be suspended", || {
-        rt.with_responder(|r| r.session_state(&session)) == Some(SessionState::Suspended)
-    })
-    .await;
+    eventually("the session to be suspended", || rt.session_state(&session) == Some(SessionState::Suspended)).await;
     delegate.gate.add_permits(10);
-    eventually("the tasks to finish and be held", || {
-        rt.with_responder(|r| r.running_tasks()) == 0 && server.ws.held_stats().tombstones == 7
-    })
-    .await;
+    eventually("the tasks to finish and be held", || rt.running_tasks() == 0 && server.ws.held_stats().tombstones == 7)
+        .await;
     let stats = server.ws.held_stats();
     assert_eq!((stats.results, stats.tombstones, stats.dropped), (3, 7, 7), "{stats:?}");
     assert!(stats.bytes > 3 * 20_000 && stats.bytes < 4 * 20_000, "{stats:?}");
     // One bounded store holds them all: the session machine's, which the server reports.
-    assert_eq!(rt.with_responder(|r| r.held_stats()), stats);
+    assert_eq!(rt.gauges().held, stats);
 
     let (results, not_kept) = resume(&url, &session).await;
     assert_eq!((results.len(), not_kept.len()), (3, 7));

@@ -34,18 +34,15 @@ async fn a_result_completed_on_one_replica_reaches_a_client_resuming_on_another(
         let (client, sid) = (client.clone(), sid.clone());
         tokio::spawn(async move { client.submit(&sid, "wait", json!("w1"), None).await })
     };
-    eventually("the task to start on A", || a.with_responder(|r| r.running_tasks()) == 1).await;
+    eventually("the task to start on A", || a.running_tasks() == 1).await;
 
     // A's connection dies; the balancer sends the next one to B. The task ends on A meanwhile.
     balancer.set_open(false);
     balancer.cut();
-    eventually("A to suspend the session", || {
-        a.with_responder(|r| r.session_state(&sid)) == Some(SessionState::Suspended)
-    })
-    .await;
+    eventually("A to suspend the session", || a.session_state(&sid) == Some(SessionState::Suspended)).await;
     balancer.retarget(server_b.addr);
     on_a.gate.add_permits(1);
-    eventually("the task to end on A", || a.with_responder(|r| r.running_tasks()) == 0).await;
+    eventually("the task to end on A", || a.running_tasks() == 0).await;
     balancer.set_open(true);
 
     // The client resumes on B: the result, once.
@@ -55,10 +52,10 @@ async fn a_result_completed_on_one_replica_reaches_a_client_resuming_on_another(
     assert!(stats.connections >= 2, "{stats:?}");
     assert_eq!(stats.unmatched, 0, "{stats:?}");
     assert_eq!(client.transport().outstanding(), 0);
-    assert_eq!(b.with_responder(|r| r.running_tasks()), 0, "B ran nothing");
+    assert_eq!(b.running_tasks(), 0, "B ran nothing");
 
     // The session goes on over B, which adopted it from the store.
     let next = client.submit(&sid, "echo", json!("on B"), None).await.unwrap();
     assert_eq!(next.output, json!({ "echo": "on B" }));
-    assert_eq!(b.with_responder(|r| r.session_state(&sid)), Some(SessionState::Active));
+    assert_eq!(b.session_state(&sid), Some(SessionState::Active));
 }

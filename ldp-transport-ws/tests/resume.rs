@@ -48,27 +48,24 @@ async fn a_result_completed_while_disconnected_is_delivered_once_after_resume() 
         let sid = sid.clone();
         tokio::spawn(async move { c.submit(&sid, "wait", json!("w1"), None).await })
     };
-    eventually("the task to start", || rt.with_responder(|r| r.running_tasks()) == 1).await;
+    eventually("the task to start", || rt.running_tasks() == 1).await;
 
     // The network fails, and stays down while the task completes.
     proxy.set_open(false);
     proxy.cut();
-    eventually("the session to be suspended", || {
-        rt.with_responder(|r| r.session_state(&sid)) == Some(SessionState::Suspended)
-    })
-    .await;
+    eventually("the session to be suspended", || rt.session_state(&sid) == Some(SessionState::Suspended)).await;
     delegate.gate.add_permits(1);
-    eventually("the task to finish", || rt.with_responder(|r| r.running_tasks()) == 0).await;
-    assert_eq!(rt.with_responder(|r| r.session_state(&sid)), Some(SessionState::Suspended));
+    eventually("the task to finish", || rt.running_tasks() == 0).await;
+    assert_eq!(rt.session_state(&sid), Some(SessionState::Suspended));
 
     // The network comes back: reconnect, resume, the held result arrives.
     proxy.set_open(true);
     let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
     assert_eq!(out.output, json!({ "waited": "w1" }));
-    assert_eq!(rt.with_responder(|r| r.session_state(&sid)), Some(SessionState::Active));
+    assert_eq!(rt.session_state(&sid), Some(SessionState::Active));
 
     // Exactly once: nothing left held, nothing unmatched (a duplicate would be), nothing outstanding.
-    assert!(rt.with_responder(|r| r.take_held(&sid)).is_empty());
+    assert_eq!(rt.gauges().held.results, 0, "the held answer was handed out once");
     let stats = c.transport().stats();
     assert!(stats.connections >= 2, "{stats:?}");
     assert_eq!(stats.resumed, 1);
@@ -120,14 +117,10 @@ async fn a_task_still_running_at_resume_answers_on_the_new_connection() {
         let (c, sid) = (c.clone(), sid.clone());
         tasks.push(tokio::spawn(async move { c.submit(&sid, "wait", json!(i), None).await }));
     }
-    eventually("the tasks to start", || rt.with_responder(|r| r.running_tasks()) == 3).await;
+    eventually("the tasks to start", || rt.running_tasks() == 3).await;
     proxy.cut();
-    eventually("the session to be suspended", || {
-        rt.with_responder(|r| r.session_state(&sid)) == Some(SessionState::Suspended)
-    })
-    .await;
-    eventually("the session to resume", || rt.with_responder(|r| r.session_state(&sid)) == Some(SessionState::Active))
-        .await;
+    eventually("the session to be suspended", || rt.session_state(&sid) == Some(SessionState::Suspended)).await;
+    eventually("the session to resume", || rt.session_state(&sid) == Some(SessionState::Active)).await;
     // One completes right away, the others later: all arrive, each once.
     delegate.gate.add_permits(3);
     let mut got = Vec::new();
@@ -189,20 +182,17 @@ async fn a_session_that_requires_signatures_resumes_with_signed_status_queries()
         let sid = sid.clone();
         tokio::spawn(async move { c.submit(&sid, "wait", json!("signed"), None).await })
     };
-    eventually("the task to start", || rt.with_responder(|r| r.running_tasks()) == 1).await;
+    eventually("the task to start", || rt.running_tasks() == 1).await;
     proxy.set_open(false);
     proxy.cut();
-    eventually("the session to be suspended", || {
-        rt.with_responder(|r| r.session_state(&sid)) == Some(SessionState::Suspended)
-    })
-    .await;
+    eventually("the session to be suspended", || rt.session_state(&sid) == Some(SessionState::Suspended)).await;
     delegate.gate.add_permits(1);
-    eventually("the task to finish", || rt.with_responder(|r| r.running_tasks()) == 0).await;
+    eventually("the task to finish", || rt.running_tasks() == 0).await;
     proxy.set_open(true);
     // The status query that resumes the session is signed, so the server accepts it and releases the held result.
     let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
     assert_eq!(out.output, json!({ "waited": "signed" }));
-    assert_eq!(rt.with_responder(|r| r.session_state(&sid)), Some(SessionState::Active));
+    assert_eq!(rt.session_state(&sid), Some(SessionState::Active));
     assert_eq!(c.transport().stats().resumed, 1);
 }
 

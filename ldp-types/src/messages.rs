@@ -80,6 +80,13 @@ impl MessageType {
     }
 }
 
+impl MessageType {
+    /// Whether this type ends a task: the final answer to a TASK_SUBMIT (TASK_RESULT or TASK_FAILED).
+    pub const fn ends_task(self) -> bool {
+        matches!(self, Self::TaskResult | Self::TaskFailed)
+    }
+}
+
 impl fmt::Display for MessageType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

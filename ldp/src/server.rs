@@ -461,7 +461,7 @@ mod tests {
         let builder = Delegate::builder("ldp:delegate:limited").limits(limits);
         let (config, skills) = builder.into_parts().expect("a valid builder");
         let (runtime, _app) = crate::launch::app(&config, skills).expect("an app");
-        let served = runtime.with_responder(|r| r.config().limits.clone());
+        let served = runtime.limits();
         assert_eq!((served.held, served.max_sessions), (held, 7));
     }
 }

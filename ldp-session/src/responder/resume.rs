@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use ldp_types::{Envelope, LdpError, TaskFailed, codes};
 
-use crate::held::{HeldAnswer, HeldLimits, HeldStats};
+use crate::held::{HeldAnswer, HeldStats};
 use crate::{SessionState, TaskKey};
 
 use super::Responder;
@@ -82,12 +82,6 @@ impl Responder {
     /// What the held-answers store holds now, and what it dropped.
     pub fn held_stats(&self) -> HeldStats {
         self.held.stats()
-    }
-
-    /// Replaces the bounds on held answers (a binding's configuration, e.g. the WebSocket server's); answers held
-    /// already stay until the next answer or sweep enforces the new bounds.
-    pub fn set_held_limits(&mut self, limits: HeldLimits) {
-        self.cfg.limits.held = limits;
     }
 
     /// A TASK_FAILED with [`codes::RESULT_NOT_KEPT`] for `task_id`, addressed (and signed, when the session signs)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ldp_session::runtime::SharedInitiator;
 use ldp_session::{Expired, Initiator, ResumeVerdict, TaskKey, Transmit};
-use ldp_types::{Envelope, LdpError, codes};
+use ldp_types::{Envelope, LdpError, MessageType, codes};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -289,7 +289,7 @@ impl Inner {
         };
         let Some(entry) = pending.by_id.get(&target) else { return Vec::new() };
         match &entry.kind {
-            Kind::Submit { .. } if head.kind == "TASK_UPDATE" => {
+            Kind::Submit { .. } if head.kind == MessageType::TaskUpdate.as_str() => {
                 forward_update(entry, &reply);
                 Vec::new()
             }

@@ -43,7 +43,7 @@ pub(super) struct Figures(pub(super) std::sync::Weak<Hub>);
 impl TransportSource for Figures {
     fn figures(&self) -> TransportFigures {
         let Some(hub) = self.0.upgrade() else { return TransportFigures::default() };
-        let held = hub.runtime.with_responder(|r| r.held_stats());
+        let held = hub.runtime.gauges().held;
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         TransportFigures::new(
             n(hub.open.load(Ordering::Relaxed)),
@@ -90,7 +90,7 @@ impl Hub {
         }
         out_rx.close();
         // Suspended first, so that only a session that has moved to another connection is written there.
-        self.runtime.with_responder(|r| r.suspend_connection(conn));
+        self.runtime.connection_closed(conn);
         for (text, reroute) in unconfirmed {
             self.reroute(reroute, text, conn);
         }
@@ -106,7 +106,7 @@ impl Hub {
     /// session now if that has room, else to the session machine, which holds it (bounded) until the session
     /// resumes.
     pub(super) fn reroute(&self, reroute: Reroute, text: String, from: u64) {
-        let target = self.runtime.with_responder(|r| r.connection_of(&reroute.session)).filter(|c| *c != from);
+        let target = self.runtime.carrier(&reroute.session).filter(|c| *c != from);
         let outbound = target.and_then(|c| lock(&self.conns).get(&c).cloned());
         let (text, reroute) = match outbound {
             Some(outbound) => match outbound.try_text(text, reroute) {
@@ -115,15 +115,14 @@ impl Hub {
             },
             None => (text, reroute),
         };
-        let now = self.runtime.now();
-        self.runtime.with_responder(|r| r.hold(now, &reroute.session, &reroute.task_id, text));
+        self.runtime.hold(&reroute.session, &reroute.task_id, text);
     }
 
     /// Writes the answers the session machine held for `session` while it was away to `out`, each once (a
     /// TASK_FAILED `RESULT_NOT_KEPT` for every task whose answer was dropped, then the answers kept), before the
-    /// answer to the message that brought the session back.
+    /// answer to the message that brought the session back; when the machine says the session is live on `conn`.
     pub(super) async fn flush(&self, session: &str, conn: u64, out: &Outbound) {
-        let held = self.runtime.with_responder(|r| r.take_held(session));
+        let held = self.runtime.held_for(session, conn);
         for answer in held {
             let reroute = Reroute { session: session.into(), task_id: answer.task_id().into() };
             if let Err((text, Some(reroute))) = out.text(answer.into_json(), Some(reroute)).await {

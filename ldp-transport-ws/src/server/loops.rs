@@ -9,13 +9,11 @@ use std::time::Duration;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use ldp_session::runtime::Response as RuntimeResponse;
 use ldp_session::{PeerContext, Refusal};
-use ldp_types::{Envelope, LdpError, codes};
+use ldp_types::{Envelope, LdpError, MessageType, codes};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tracing::Instrument;
 
-use crate::wire::{
-    CloseFrame, Head, Message, WireError, accepted_frame, close_code, envelope_frame, error_frame, is_task_end,
-};
+use crate::wire::{CloseFrame, Head, Message, WireError, accepted_frame, close_code, envelope_frame, error_frame};
 
 use super::WS_PATH;
 use super::config::{ConnectionEnd, WsServerConfig};
@@ -257,7 +255,7 @@ pub(super) async fn handle_head(
     _permits: InFlightPermits,
 ) {
     let id = head.message_id.as_str();
-    let is_submit = head.kind == "TASK_SUBMIT";
+    let is_submit = head.kind == MessageType::TaskSubmit.as_str();
     let response = if is_submit {
         let (tx, mut updates) = mpsc::channel::<Envelope>(UPDATE_QUEUE);
         // Boxed: pinned in place, the runtime's future would sit in this one beside the awaits below, and this
@@ -281,30 +279,33 @@ pub(super) async fn handle_head(
     if !open {
         // The connection ended while this message was being handled, and handling it may have made its session
         // live on that connection again: suspend it, so later results are held for the resume.
-        hub.runtime.with_responder(|r| r.suspend_connection(conn));
+        hub.runtime.connection_closed(conn);
     }
-    let (accepted, reply) = match response {
-        RuntimeResponse::Reply(env) => (true, Some(Ok(env))),
+    let reply = match response {
+        RuntimeResponse::Reply(env) => Some(Ok(env)),
         // A TASK_SUBMIT whose result the machine holds: its session was suspended meanwhile; resume delivers it.
-        RuntimeResponse::Accepted if is_submit => (true, None),
-        RuntimeResponse::Accepted => (true, Some(Err(accepted_frame(id)))),
-        RuntimeResponse::Refused(Refusal { reply: Some(env), .. }) => (false, Some(Ok(env))),
-        RuntimeResponse::Refused(Refusal { error, reply: None }) => (false, Some(Err(error_frame(&error, Some(id))))),
+        RuntimeResponse::Accepted if is_submit => None,
+        RuntimeResponse::Accepted => Some(Err(accepted_frame(id))),
+        RuntimeResponse::Refused(Refusal { reply: Some(env), .. }) => Some(Ok(env)),
+        RuntimeResponse::Refused(Refusal { error, reply: None }) => Some(Err(error_frame(&error, Some(id)))),
     };
     let session = match &reply {
         Some(Ok(env)) if !env.session_id.is_empty() => env.session_id.clone(),
         _ => head.session_id.clone(),
     };
-    let (reply_kind, task_id) = match &reply {
-        Some(Ok(env)) => (env.body.type_name().to_owned(), env.body.task_id().unwrap_or_default().to_owned()),
-        _ => (String::new(), String::new()),
-    };
-    if open && accepted && !session.is_empty() && !(is_submit && reply.is_none()) && reply_kind != "SESSION_CLOSE" {
-        // The session is live on this connection: answers the machine held while it was away go first, so they
-        // precede the answer to the message that resumed it (a closed session's were forgotten with it).
+    if open && !session.is_empty() {
+        // Answers the machine held while the session was away go first, so they precede the answer to the message
+        // that resumed it; the machine says whether it did.
         hub.flush(&session, conn, &out).await;
     }
     let Some(reply) = reply else { return };
+    // A task's final answer is rerouted or held if this connection cannot take it; anything else is not.
+    let ended_task = match &reply {
+        Ok(env) if env.body.message_type().is_some_and(MessageType::ends_task) => {
+            Some(env.body.task_id().unwrap_or_default().to_owned())
+        }
+        _ => None,
+    };
     if let (Some(metrics), Ok(env)) = (hub.metrics.get(), &reply) {
         metrics.record_answer(env);
     }
@@ -318,8 +319,9 @@ pub(super) async fn handle_head(
         },
         Err(control) => control,
     };
-    let reroute = (is_submit && is_task_end(&reply_kind) && !session.is_empty())
-        .then(|| Reroute { session: session.as_str().into(), task_id: task_id.into() });
+    let reroute = ended_task
+        .filter(|_| is_submit && !session.is_empty())
+        .map(|task_id| Reroute { session: session.as_str().into(), task_id: task_id.into() });
     if let Err((text, Some(reroute))) = out.text(text, reroute).await {
         hub.reroute(reroute, text, conn);
     }

@@ -125,7 +125,7 @@ impl WsServer {
     /// The task answers kept for resume (by the runtime's responder, for every binding that serves it): how many,
     /// how many bytes, and how many were dropped.
     pub fn held_stats(&self) -> HeldStats {
-        self.hub.runtime.with_responder(|r| r.held_stats())
+        self.hub.runtime.gauges().held
     }
 
     /// Bytes of inbound messages in handling across every connection now (bounded by

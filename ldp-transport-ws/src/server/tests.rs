@@ -168,7 +168,7 @@ async fn a_silent_peer_is_dead_and_its_sessions_are_suspended() {
     assert!(pings >= 3, "pings: {pings}");
     assert_eq!(close.map(|f| f.code), Some(close_code::GOING_AWAY));
     assert_eq!(done.await.unwrap(), ConnectionEnd::IdleTimeout);
-    assert_eq!(rt.with_responder(|r| r.session_state(&session)), Some(SessionState::Suspended));
+    assert_eq!(rt.session_state(&session), Some(SessionState::Suspended));
 }
 
 #[test]

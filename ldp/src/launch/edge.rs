@@ -228,8 +228,7 @@ pub(super) async fn attach_store(
 ) -> Result<(String, Option<tokio::task::JoinHandle<()>>), Error> {
     let s = &config.store;
     let spec: ldp_store::StoreSpec = s.url.parse()?;
-    let mut cfg =
-        ldp_store::StoreConfig::new(runtime.with_responder(|r| r.config().card.delegate_id.as_str().to_owned()));
+    let mut cfg = ldp_store::StoreConfig::new(runtime.with_card(|card| card.delegate_id.as_str().to_owned()));
     cfg.result_ttl = s.result_ttl.max(Duration::from_secs(1));
     cfg.closed_ttl = cfg.result_ttl;
     cfg.sqlite_durability = s.sqlite_durability.parse().unwrap_or_default();

@@ -207,7 +207,7 @@ pub(crate) async fn launch(config: ServerConfig, skills: Option<Skillset>) -> Re
     let addr = listener.local_addr()?;
     let url = format!("{}://{addr}", if tls.is_some() { "https" } else { "http" });
     let runtime = runtime(&config, skills, &url, &mut banner)?;
-    let card = runtime.with_responder(|r| r.config().card.clone());
+    let card = runtime.card();
     let (store, renewer) = edge::attach_store(&runtime, &config).await?;
     let http = edge::http_config(&config, timeout)?;
     let limits = http.limits.clone();
