@@ -600,8 +600,7 @@ async fn a_failed_proposal_is_forgotten() {
 #[tokio::test]
 async fn held_answers_go_out_once_on_the_connection_the_session_is_live_on() {
     let rt = runtime(Arc::new(EchoDelegate));
-    let mut peer = PeerContext::default();
-    peer.connection = Some(1);
+    let peer = PeerContext { connection: Some(1), ..Default::default() };
     let c = Client::connect(
         MemoryTransport::new(rt.clone(), peer),
         InitiatorConfig::new("ldp:delegate:client"),
