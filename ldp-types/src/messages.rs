@@ -14,71 +14,55 @@ use crate::payload::PayloadMode;
 use crate::provenance::Provenance;
 use crate::raw::RawJson;
 
-/// The wire names of the twelve message types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[allow(clippy::exhaustive_enums, reason = "the twelve message types of RFC 3.2; Body::Unknown carries any other")]
-pub enum MessageType {
-    /// `HELLO`
-    Hello,
-    /// `CAPABILITY_MANIFEST`
-    CapabilityManifest,
-    /// `SESSION_PROPOSE`
-    SessionPropose,
-    /// `SESSION_ACCEPT`
-    SessionAccept,
-    /// `SESSION_REJECT`
-    SessionReject,
-    /// `TASK_SUBMIT`
-    TaskSubmit,
-    /// `TASK_UPDATE`
-    TaskUpdate,
-    /// `TASK_RESULT`
-    TaskResult,
-    /// `TASK_FAILED`
-    TaskFailed,
-    /// `TASK_CANCEL`
-    TaskCancel,
-    /// `ATTESTATION`
-    Attestation,
-    /// `SESSION_CLOSE`
-    SessionClose,
-}
-
-impl MessageType {
-    /// All twelve types in RFC table order.
-    pub const ALL: [MessageType; 12] = [
-        Self::Hello,
-        Self::CapabilityManifest,
-        Self::SessionPropose,
-        Self::SessionAccept,
-        Self::SessionReject,
-        Self::TaskSubmit,
-        Self::TaskUpdate,
-        Self::TaskResult,
-        Self::TaskFailed,
-        Self::TaskCancel,
-        Self::Attestation,
-        Self::SessionClose,
-    ];
-
-    /// The wire name, e.g. `TASK_SUBMIT`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Hello => "HELLO",
-            Self::CapabilityManifest => "CAPABILITY_MANIFEST",
-            Self::SessionPropose => "SESSION_PROPOSE",
-            Self::SessionAccept => "SESSION_ACCEPT",
-            Self::SessionReject => "SESSION_REJECT",
-            Self::TaskSubmit => "TASK_SUBMIT",
-            Self::TaskUpdate => "TASK_UPDATE",
-            Self::TaskResult => "TASK_RESULT",
-            Self::TaskFailed => "TASK_FAILED",
-            Self::TaskCancel => "TASK_CANCEL",
-            Self::Attestation => "ATTESTATION",
-            Self::SessionClose => "SESSION_CLOSE",
+/// Calls `$then!` with the twelve message types of RFC 3.2 as `Variant => "WIRE_NAME"` pairs, in the RFC's table
+/// order: the one list that [`MessageType`] and [`Body`](crate::Body) (its variants, conversions and encoder) are
+/// generated from, so a wire name is written once.
+macro_rules! message_types {
+    ($then:ident) => {
+        $then! {
+            Hello => "HELLO",
+            CapabilityManifest => "CAPABILITY_MANIFEST",
+            SessionPropose => "SESSION_PROPOSE",
+            SessionAccept => "SESSION_ACCEPT",
+            SessionReject => "SESSION_REJECT",
+            TaskSubmit => "TASK_SUBMIT",
+            TaskUpdate => "TASK_UPDATE",
+            TaskResult => "TASK_RESULT",
+            TaskFailed => "TASK_FAILED",
+            TaskCancel => "TASK_CANCEL",
+            Attestation => "ATTESTATION",
+            SessionClose => "SESSION_CLOSE",
         }
-    }
+    };
 }
+pub(crate) use message_types;
+
+macro_rules! declare_message_type {
+    ($($variant:ident => $wire:literal,)*) => {
+        /// The wire names of the twelve message types.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[allow(
+            clippy::exhaustive_enums,
+            reason = "the twelve message types of RFC 3.2; Body::Unknown carries any other"
+        )]
+        pub enum MessageType {
+            $(#[doc = concat!("`", $wire, "`")] $variant,)*
+        }
+
+        impl MessageType {
+            /// All twelve types in RFC table order.
+            pub const ALL: [MessageType; 12] = [$(Self::$variant),*];
+
+            /// The wire name, e.g. `TASK_SUBMIT`.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $wire,)*
+                }
+            }
+        }
+    };
+}
+message_types!(declare_message_type);
 
 impl MessageType {
     /// Whether this type ends a task: the final answer to a TASK_SUBMIT (TASK_RESULT or TASK_FAILED).

@@ -16,61 +16,55 @@ use crate::payload::PayloadMode;
 use crate::provenance::Provenance;
 use crate::raw::RawJson;
 
-/// A message body: one of the twelve types, or an explicit unknown.
-#[derive(Debug, Clone, PartialEq)]
-#[allow(
-    clippy::exhaustive_enums,
-    reason = "the twelve message types of RFC 3.2, and Unknown for any other: a type this version does not know already parses as Unknown, and a machine that dispatches on Body must be made to handle a new type"
-)]
-pub enum Body {
-    /// `HELLO`
-    Hello(Hello),
-    /// `CAPABILITY_MANIFEST`
-    CapabilityManifest(CapabilityManifest),
-    /// `SESSION_PROPOSE`
-    SessionPropose(SessionPropose),
-    /// `SESSION_ACCEPT`
-    SessionAccept(SessionAccept),
-    /// `SESSION_REJECT`
-    SessionReject(SessionReject),
-    /// `TASK_SUBMIT`
-    TaskSubmit(TaskSubmit),
-    /// `TASK_UPDATE`
-    TaskUpdate(TaskUpdate),
-    /// `TASK_RESULT`
-    TaskResult(TaskResult),
-    /// `TASK_FAILED`
-    TaskFailed(TaskFailed),
-    /// `TASK_CANCEL`
-    TaskCancel(TaskCancel),
-    /// `ATTESTATION`
-    Attestation(Attestation),
-    /// `SESSION_CLOSE`
-    SessionClose(SessionClose),
-    /// Any other `type`.
-    Unknown(UnknownBody),
+macro_rules! declare_body {
+    ($($variant:ident => $wire:literal,)*) => {
+        /// A message body: one of the twelve types, or an explicit unknown.
+        #[derive(Debug, Clone, PartialEq)]
+        #[allow(
+            clippy::exhaustive_enums,
+            reason = "the twelve message types of RFC 3.2, and Unknown for any other: a type this version does not know already parses as Unknown, and a machine that dispatches on Body must be made to handle a new type"
+        )]
+        pub enum Body {
+            $(#[doc = concat!("`", $wire, "`")] $variant($variant),)*
+            /// Any other `type`.
+            Unknown(UnknownBody),
+        }
+
+        impl Body {
+            /// The message type, or `None` for an unknown body.
+            pub fn message_type(&self) -> Option<MessageType> {
+                match self {
+                    $(Self::$variant(_) => Some(MessageType::$variant),)*
+                    Self::Unknown(_) => None,
+                }
+            }
+
+            /// The body with its `type` tag for the encoder; an unknown body is written as it came.
+            fn tagged(&self) -> Result<TaggedRef<'_>, &UnknownBody> {
+                match self {
+                    $(Self::$variant(b) => Ok(TaggedRef::$variant(b)),)*
+                    Self::Unknown(u) => Err(u),
+                }
+            }
+        }
+
+        $(impl From<$variant> for Body {
+            fn from(b: $variant) -> Self {
+                Body::$variant(b)
+            }
+        })*
+
+        /// A known body borrowed for encoding: serde writes `type` first, then the body's members.
+        #[derive(Serialize)]
+        #[serde(tag = "type")]
+        pub(super) enum TaggedRef<'a> {
+            $(#[serde(rename = $wire)] $variant(&'a $variant),)*
+        }
+    };
 }
+message_types!(declare_body);
 
 impl Body {
-    /// The message type, or `None` for an unknown body.
-    pub fn message_type(&self) -> Option<MessageType> {
-        Some(match self {
-            Self::Hello(_) => MessageType::Hello,
-            Self::CapabilityManifest(_) => MessageType::CapabilityManifest,
-            Self::SessionPropose(_) => MessageType::SessionPropose,
-            Self::SessionAccept(_) => MessageType::SessionAccept,
-            Self::SessionReject(_) => MessageType::SessionReject,
-            Self::TaskSubmit(_) => MessageType::TaskSubmit,
-            Self::TaskUpdate(_) => MessageType::TaskUpdate,
-            Self::TaskResult(_) => MessageType::TaskResult,
-            Self::TaskFailed(_) => MessageType::TaskFailed,
-            Self::TaskCancel(_) => MessageType::TaskCancel,
-            Self::Attestation(_) => MessageType::Attestation,
-            Self::SessionClose(_) => MessageType::SessionClose,
-            Self::Unknown(_) => return None,
-        })
-    }
-
     /// The `type` wire name as it appears (or appeared) on the wire.
     pub fn type_name(&self) -> &str {
         match self {
@@ -92,72 +86,19 @@ impl Body {
     }
 }
 
-macro_rules! body_from {
-    ($($variant:ident),*) => {
-        $(impl From<$variant> for Body {
-            fn from(b: $variant) -> Self {
-                Body::$variant(b)
-            }
-        })*
-    };
-}
-body_from!(
-    Hello,
-    CapabilityManifest,
-    SessionPropose,
-    SessionAccept,
-    SessionReject,
-    TaskSubmit,
-    TaskUpdate,
-    TaskResult,
-    TaskFailed,
-    TaskCancel,
-    Attestation,
-    SessionClose
-);
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
-pub(super) enum TaggedRef<'a> {
-    Hello(&'a Hello),
-    CapabilityManifest(&'a CapabilityManifest),
-    SessionPropose(&'a SessionPropose),
-    SessionAccept(&'a SessionAccept),
-    SessionReject(&'a SessionReject),
-    TaskSubmit(&'a TaskSubmit),
-    TaskUpdate(&'a TaskUpdate),
-    TaskResult(&'a TaskResult),
-    TaskFailed(&'a TaskFailed),
-    TaskCancel(&'a TaskCancel),
-    Attestation(&'a Attestation),
-    SessionClose(&'a SessionClose),
-}
-
 impl Serialize for Body {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let tagged = match self {
-            Self::Hello(b) => TaggedRef::Hello(b),
-            Self::CapabilityManifest(b) => TaggedRef::CapabilityManifest(b),
-            Self::SessionPropose(b) => TaggedRef::SessionPropose(b),
-            Self::SessionAccept(b) => TaggedRef::SessionAccept(b),
-            Self::SessionReject(b) => TaggedRef::SessionReject(b),
-            Self::TaskSubmit(b) => TaggedRef::TaskSubmit(b),
-            Self::TaskUpdate(b) => TaggedRef::TaskUpdate(b),
-            Self::TaskResult(b) => TaggedRef::TaskResult(b),
-            Self::TaskFailed(b) => TaggedRef::TaskFailed(b),
-            Self::TaskCancel(b) => TaggedRef::TaskCancel(b),
-            Self::Attestation(b) => TaggedRef::Attestation(b),
-            Self::SessionClose(b) => TaggedRef::SessionClose(b),
-            Self::Unknown(u) => {
+        match self.tagged() {
+            Ok(tagged) => tagged.serialize(serializer),
+            Err(u) => {
                 let mut map = serializer.serialize_map(Some(u.fields.len() + 1))?;
                 map.serialize_entry("type", &u.type_name)?;
                 for (k, v) in &u.fields {
                     map.serialize_entry(k, v)?;
                 }
-                return map.end();
+                map.end()
             }
-        };
-        tagged.serialize(serializer)
+        }
     }
 }
 
