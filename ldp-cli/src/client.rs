@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use ldp_session::runtime::{Client, Progress, TaskOutcome, Transport};
+use ldp_session::runtime::{Client, Progress, Submission, TaskOutcome, Transport};
 use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SystemClock};
 use ldp_transport_http::{ConnectOptions, ConnectSettings, HttpTransport};
 use ldp_transport_ws::WsTransport;
@@ -226,7 +226,7 @@ async fn call_over<T: Transport>(
     let (progress_tx, progress_rx) = mpsc::channel::<Progress>(64);
     let printer = tokio::spawn(print_progress(progress_rx, conn.json));
     let progress = args.stream.then_some(progress_tx);
-    let outcome = client.submit_with(&session.session_id, &args.skill, input, None, None, progress).await;
+    let outcome = client.submit_task(Submission::new(&session.session_id, &args.skill, input).progress(progress)).await;
     // The printer ends once every sender is gone, after the last update.
     let _ = printer.await;
     // A failed close leaves the session to expire on its TTL; the task's outcome is what the caller asked for.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use ldp::config::{ServerConfig, SigningAlgorithm};
-use ldp_session::runtime::{Client, Delegate, EchoDelegate, SharedInitiator, TaskContext, Transport};
+use ldp_session::runtime::{Client, Delegate, EchoDelegate, SharedInitiator, Submission, TaskContext, Transport};
 use ldp_session::{
     Initiator, InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock, TaskOutput, TaskRequest,
 };
@@ -423,7 +423,7 @@ async fn run_llm_tour(url: &str, skill: &str, kind: TransportKind) -> Result<(),
         pieces
     });
     let out2 = client
-        .submit_with(&session.session_id, skill, second, None, None, Some(tx))
+        .submit_task(Submission::new(&session.session_id, skill, second).progress(tx))
         .await
         .map_err(|e| e.to_string())?;
     let pieces = printer.await.map_err(|e| e.to_string())?;

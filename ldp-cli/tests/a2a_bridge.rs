@@ -5,6 +5,7 @@
 //! a2a-sdk agent behind `ldp serve --backend a2a` as an LDP delegate.
 
 use crate::support;
+use ldp_session::runtime::Submission;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -226,7 +227,8 @@ async fn an_a2a_sdk_agent_behind_ldp_serve_is_an_ldp_delegate() {
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     let key = std::sync::Mutex::new(None);
     let note = |k: &ldp::session::TaskKey| *key.lock().unwrap() = Some(k.clone());
-    let submit = ldp.client().submit_keyed(&session, "slow", json!({"steps": 3}), None, None, Some(tx), note);
+    let submit =
+        ldp.client().submit_task(Submission::new(&session, "slow", json!({"steps": 3})).progress(tx).on_key(note));
     let watch = async {
         let mut updates = Vec::new();
         while updates.len() < 3 {

@@ -5,6 +5,7 @@
 //! must reach the delegate as TASK_CANCEL (the provider's stream closes).
 
 use crate::support;
+use ldp_session::runtime::Submission;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -226,7 +227,8 @@ async fn an_mcp_server_behind_ldp_serve_is_an_ldp_delegate() {
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     let key = std::sync::Mutex::new(None);
     let note = |k: &ldp::session::TaskKey| *key.lock().unwrap() = Some(k.clone());
-    let submit = ldp.client().submit_keyed(&session, "slow", json!({"steps": 3}), None, None, Some(tx), note);
+    let submit =
+        ldp.client().submit_task(Submission::new(&session, "slow", json!({"steps": 3})).progress(tx).on_key(note));
     let watch = async {
         // Until the last step's update: an update overtaken by a later one is dropped as stale (the MCP SDK's
         // notifications may arrive out of order), so fewer than three may come, never one going backwards.

@@ -10,7 +10,7 @@ use ldp_llm::stub::{Behavior, Flavor, Stub, StubConfig};
 use ldp_llm::{
     AnthropicBackend, HttpOptions, LlmBackend, LlmDelegate, OpenAiBackend, Price, PriceTable, PromptTemplate,
 };
-use ldp_session::runtime::{Client, Delegate, DelegateRuntime, MemoryTransport, TaskContext};
+use ldp_session::runtime::{Client, Delegate, DelegateRuntime, MemoryTransport, Submission, TaskContext};
 use ldp_session::{
     InitiatorConfig, PeerContext, Responder, ResponderConfig, SeededIds, SessionError, SystemClock, TaskKey,
     TaskOutput, TaskRequest,
@@ -249,7 +249,7 @@ async fn streamed_pieces_reach_the_initiator_as_partial_output() {
         let stub = Stub::start(StubConfig::new(flavor).with_reply("one two three four")).await.unwrap();
         let (client, sid) = client(LlmDelegate::new(backend(&stub, flavor))).await;
         let (tx, mut rx) = tokio::sync::mpsc::channel(64);
-        let out = client.submit_with(&sid, "chat", "go", None, None, Some(tx)).await.unwrap();
+        let out = client.submit_task(Submission::new(&sid, "chat", "go").progress(tx)).await.unwrap();
         assert_eq!(out.output.as_string().unwrap(), "one two three four");
         let mut pieces = Vec::new();
         while let Ok(Some(p)) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await {

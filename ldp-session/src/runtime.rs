@@ -682,6 +682,6 @@ mod connections;
 mod store;
 mod transport;
 
-pub use client::{Client, SessionInfo, TaskOutcome};
+pub use client::{Client, SessionInfo, Submission, TaskOutcome};
 pub use connections::RuntimeGauges;
 pub use transport::{MemoryTransport, SharedInitiator, Transport};

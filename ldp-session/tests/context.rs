@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::{Sim, frame, initiator_config, responder_config};
 use async_trait::async_trait;
-use ldp_session::runtime::{Client, Delegate, DelegateRuntime, MemoryTransport, TaskContext};
+use ldp_session::runtime::{Client, Delegate, DelegateRuntime, MemoryTransport, Submission, TaskContext};
 use ldp_session::*;
 use ldp_types::*;
 use serde_json::json;
@@ -215,7 +215,7 @@ async fn partial_output_reaches_a_streaming_submitter_in_order() {
     let c = client(&rt).await;
     let s = c.propose(SessionConfig::default()).await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-    let out = c.submit_with(&s.session_id, "stream", json!("go"), None, None, Some(tx)).await.unwrap();
+    let out = c.submit_task(Submission::new(&s.session_id, "stream", json!("go")).progress(tx)).await.unwrap();
     assert_eq!(out.output, json!("abc"));
     let mut chunks = String::new();
     while let Ok(Some(p)) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {

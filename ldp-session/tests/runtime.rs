@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_session::runtime::{Client, Delegate, DelegateRuntime, EchoDelegate, MemoryTransport, TaskContext};
+use ldp_session::runtime::{Client, Delegate, DelegateRuntime, EchoDelegate, MemoryTransport, Submission, TaskContext};
 use ldp_session::*;
 use ldp_types::*;
 use serde_json::json;
@@ -141,7 +141,7 @@ async fn progress_reaches_a_streaming_submitter() {
         .await
         .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-    let out = c.submit_with(&s.session_id, "echo", json!("x"), None, None, Some(tx)).await.unwrap();
+    let out = c.submit_task(Submission::new(&s.session_id, "echo", json!("x")).progress(tx)).await.unwrap();
     assert_eq!(out.output, json!({ "got": "x" }));
     let p = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
     assert_eq!(p.progress, Some(0.5));
@@ -210,7 +210,7 @@ async fn in_place_handling_completes_cancels_streams_and_survives_delegate_panic
     let s = c.propose(text).await.unwrap();
     // Completes, with progress streamed.
     let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-    let out = c.submit_with(&s.session_id, "echo", json!("x"), None, None, Some(tx)).await.unwrap();
+    let out = c.submit_task(Submission::new(&s.session_id, "echo", json!("x")).progress(tx)).await.unwrap();
     assert_eq!(out.output, json!({ "got": "x" }));
     assert_eq!(rx.recv().await.unwrap().progress, Some(0.5));
     // A panicking delegate fails its task; the runtime keeps serving.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ldp_session::runtime::{Client, Delegate, DelegateRuntime, EchoDelegate, TaskContext, Transport};
+use ldp_session::runtime::{Client, Delegate, DelegateRuntime, EchoDelegate, Submission, TaskContext, Transport};
 use ldp_session::{
     AuthenticatedPeer, InitiatorConfig, Responder, ResponderConfig, SecurityConfig, SeededIds, SessionError,
     SystemClock, TaskOutput, TaskRequest, TrustPolicy,
@@ -116,7 +116,7 @@ async fn progress_streams_over_sse() {
     let client = connect(HttpTransport::new(server.url()).unwrap(), InitiatorConfig::new("ldp:delegate:me")).await;
     let session = client.propose(SessionConfig::default()).await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    let out = client.submit_with(&session.session_id, "echo", json!("x"), None, None, Some(tx)).await.unwrap();
+    let out = client.submit_task(Submission::new(&session.session_id, "echo", json!("x")).progress(tx)).await.unwrap();
     assert_eq!(out.output, json!({ "echo": "x" }));
     let mut seen = Vec::new();
     while let Ok(Some(p)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
@@ -125,7 +125,8 @@ async fn progress_streams_over_sse() {
     assert_eq!(seen, ["step 1", "step 2", "step 3"]);
     // A refusal on the stream endpoint keeps its HTTP status (no stream was started).
     let (tx, _rx) = tokio::sync::mpsc::channel(16);
-    let err = client.submit_with(&session.session_id, "nope", json!("x"), None, None, Some(tx)).await.unwrap_err();
+    let err =
+        client.submit_task(Submission::new(&session.session_id, "nope", json!("x")).progress(tx)).await.unwrap_err();
     assert!(matches!(err, SessionError::Peer(ref e) if e.code == "SKILL_NOT_FOUND"), "{err:?}");
     server.shutdown().await.unwrap();
 }

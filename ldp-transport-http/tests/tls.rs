@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ldp_session::runtime::{Client, DelegateRuntime, EchoDelegate, Transport};
+use ldp_session::runtime::{Client, DelegateRuntime, EchoDelegate, Submission, Transport};
 use ldp_session::{
     AuthenticatedPeer, InitiatorConfig, Responder, ResponderConfig, SeededIds, SessionError, SystemClock, TrustPolicy,
 };
@@ -111,7 +111,7 @@ async fn full_flow_over_https_with_a_private_ca() {
     let client = connect(transport(&by_name, &ca, None, None), None).await.unwrap();
     let session = client.propose(SessionConfig::default()).await.unwrap();
     let (tx, _rx) = tokio::sync::mpsc::channel(8);
-    let out = client.submit_with(&session.session_id, "echo", json!(1), None, None, Some(tx)).await.unwrap();
+    let out = client.submit_task(Submission::new(&session.session_id, "echo", json!(1)).progress(tx)).await.unwrap();
     assert_eq!(out.output, json!({ "echo": 1 }));
     // A client that does not trust the CA refuses the server, and says why.
     let untrusting = HttpTransport::builder(server.url()).retry(RetryPolicy::none()).build().unwrap();

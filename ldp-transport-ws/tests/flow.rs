@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::{TestDelegate, eventually, runtime, serve_both};
-use ldp_session::runtime::{Client, Transport};
+use ldp_session::runtime::{Client, Submission, Transport};
 use ldp_session::{InitiatorConfig, Misuse, SeededIds, SessionError, SystemClock};
 use ldp_transport_http::HttpTransport;
 use ldp_transport_ws::{WsOptions, WsServerConfig, WsTransport};
@@ -49,7 +49,7 @@ async fn flow<T: Transport + 'static>(
     // Progress pushed while the task runs.
     let t = c.propose(text_only()).await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-    let out = c.submit_with(&t.session_id, "progress", json!("p"), None, None, Some(tx)).await.unwrap();
+    let out = c.submit_task(Submission::new(&t.session_id, "progress", json!("p")).progress(tx)).await.unwrap();
     assert_eq!(out.output, json!({ "got": "p" }));
     let p = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
     assert_eq!((p.progress, p.message.as_deref()), (Some(0.5), Some("half")));

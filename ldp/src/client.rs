@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use ldp_session::runtime::{Client, Progress, TaskOutcome, Transport};
+use ldp_session::runtime::{Client, Progress, Submission, TaskOutcome, Transport};
 use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock};
 use ldp_transport_http::{ConnectOptions, ConnectSettings, HttpTransport};
 #[cfg(feature = "ws")]
@@ -180,7 +180,10 @@ impl Connection {
         let (tx, rx) = mpsc::channel(64);
         let client = self.client.clone();
         let skill = skill.to_owned();
-        let done = tokio::spawn(async move { client.submit_with(&session, &skill, input, None, None, Some(tx)).await });
+        let done =
+            tokio::spawn(
+                async move { client.submit_task(Submission::new(&session, &skill, input).progress(tx)).await },
+            );
         Ok(Stream { updates: rx, done: Some(done) })
     }
 

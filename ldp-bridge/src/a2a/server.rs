@@ -18,7 +18,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use ldp_session::runtime::Progress;
+use ldp_session::runtime::{Progress, Submission};
 use ldp_session::{PeerContext, SessionError};
 use ldp_types::{LdpError, RawJson, SessionConfig, codes};
 use serde_json::{Value, json};
@@ -395,7 +395,9 @@ impl<U: Upstream> Run<U> {
                 *slot = Some(key.clone());
             }
         };
-        let submit = opened.client.submit_keyed(&opened.session_id, skill, input, None, None, Some(progress), note);
+        let submit = opened
+            .client
+            .submit_task(Submission::new(&opened.session_id, skill, input).progress(progress).on_key(note));
         tokio::pin!(submit);
         let timeout = tokio::select! {
             done = &mut submit => return done.map(|o| (o.output, o.provenance)).map_err(|e| e.to_ldp_error()),

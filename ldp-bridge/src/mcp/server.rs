@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ldp_session::runtime::{Client, Progress};
+use ldp_session::runtime::{Client, Progress, Submission};
 use ldp_session::{PeerContext, TaskKey};
 use ldp_types::{RawJson, SessionConfig};
 use rmcp::model::{
@@ -181,7 +181,8 @@ impl<U: Upstream> LdpTools<U> {
             }
         };
         let client = &opened.client;
-        let submit = client.submit_keyed(&opened.session_id, skill, input, None, None, progress, note);
+        let submit =
+            client.submit_task(Submission::new(&opened.session_id, skill, input).progress(progress).on_key(note));
         tokio::pin!(submit);
         let stop = tokio::select! {
             done = &mut submit => return done.map(|o| (o.output, o.provenance)).map_err(BridgeError::from),

@@ -27,6 +27,67 @@ pub struct SessionInfo {
     pub fallback_chain: Vec<PayloadMode>,
 }
 
+/// One task for [`Client::submit_task`]: the session, skill and input, and what else the submission carries.
+#[must_use]
+pub struct Submission<'a> {
+    session_id: &'a str,
+    skill: &'a str,
+    input: ldp_types::RawJson,
+    contract: Option<DelegationContract>,
+    parent: Option<&'a TaskRequest>,
+    progress: Option<mpsc::Sender<Progress>>,
+    on_key: Option<OnKey<'a>>,
+}
+
+/// What [`Submission::on_key`] calls with the task's key.
+type OnKey<'a> = Box<dyn FnOnce(&TaskKey) + Send + 'a>;
+
+impl<'a> Submission<'a> {
+    /// `skill` with `input`, in session `session_id`.
+    pub fn new(session_id: &'a str, skill: &'a str, input: impl Into<ldp_types::RawJson>) -> Self {
+        Self { session_id, skill, input: input.into(), contract: None, parent: None, progress: None, on_key: None }
+    }
+
+    /// Under this delegation contract (budget, deadline, failure policy, success criteria).
+    pub fn contract(mut self, contract: impl Into<Option<DelegationContract>>) -> Self {
+        self.contract = contract.into();
+        self
+    }
+
+    /// As a sub-task of `parent` (a task this delegate is running): the delegation depth and budget follow its
+    /// contract.
+    pub fn parent(mut self, parent: &'a TaskRequest) -> Self {
+        self.parent = Some(parent);
+        self
+    }
+
+    /// Forwards the task's progress and partial output to `progress` as they arrive.
+    pub fn progress(mut self, progress: impl Into<Option<mpsc::Sender<Progress>>>) -> Self {
+        self.progress = progress.into();
+        self
+    }
+
+    /// Hands the task's key to `on_key` once the machine has built the TASK_SUBMIT and before it is sent, so that
+    /// another future can [`Client::cancel`] the task while this one waits (the machine chooses task ids; a
+    /// bridge relaying another protocol's cancellation needs the id).
+    pub fn on_key(mut self, on_key: impl FnOnce(&TaskKey) + Send + 'a) -> Self {
+        self.on_key = Some(Box::new(on_key));
+        self
+    }
+}
+
+impl std::fmt::Debug for Submission<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Submission")
+            .field("session_id", &self.session_id)
+            .field("skill", &self.skill)
+            .field("contract", &self.contract.is_some())
+            .field("parent", &self.parent.map(|p| &p.key))
+            .field("progress", &self.progress.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// The outcome of a completed task.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskOutcome {
@@ -130,7 +191,8 @@ impl<T: Transport> Client<T> {
         result
     }
 
-    /// Submits a task and waits for its outcome, resubmitting automatically along the fallback chain.
+    /// Submits a task and waits for its outcome, resubmitting automatically along the fallback chain. For
+    /// progress, a parent task or the task's key, use [`Client::submit_task`].
     pub async fn submit(
         &self,
         session_id: &str,
@@ -138,41 +200,19 @@ impl<T: Transport> Client<T> {
         input: impl Into<ldp_types::RawJson>,
         contract: Option<DelegationContract>,
     ) -> Result<TaskOutcome, SessionError> {
-        self.submit_with(session_id, skill, input, contract, None, None).await
+        self.submit_task(Submission::new(session_id, skill, input).contract(contract)).await
     }
 
-    /// [`Client::submit`] with progress forwarding and an optional parent task (for re-delegation depth limits).
-    pub async fn submit_with(
-        &self,
-        session_id: &str,
-        skill: &str,
-        input: impl Into<ldp_types::RawJson>,
-        contract: Option<DelegationContract>,
-        parent: Option<&TaskRequest>,
-        progress: Option<mpsc::Sender<Progress>>,
-    ) -> Result<TaskOutcome, SessionError> {
-        self.submit_keyed(session_id, skill, input, contract, parent, progress, |_| {}).await
-    }
-
-    /// [`Client::submit_with`] that hands the task's key to `on_key` once the machine has built the TASK_SUBMIT
-    /// and before it is sent, so that another future can [`Client::cancel`] the task while this one waits for its
-    /// answer (the machine chooses task ids; a bridge relaying another protocol's cancellation needs the id).
-    #[allow(clippy::too_many_arguments)] // `submit_with`'s arguments and the one hook; a builder would hide the order.
-    pub async fn submit_keyed(
-        &self,
-        session_id: &str,
-        skill: &str,
-        input: impl Into<ldp_types::RawJson>,
-        contract: Option<DelegationContract>,
-        parent: Option<&TaskRequest>,
-        progress: Option<mpsc::Sender<Progress>>,
-        on_key: impl FnOnce(&TaskKey) + Send,
-    ) -> Result<TaskOutcome, SessionError> {
+    /// Submits `task` and waits for its outcome, resubmitting automatically along the fallback chain.
+    pub async fn submit_task(&self, task: Submission<'_>) -> Result<TaskOutcome, SessionError> {
+        let Submission { session_id, skill, input, contract, parent, progress, on_key } = task;
         let env = lock(&self.initiator).submit(session_id, skill, input, contract, parent)?;
-        on_key(&TaskKey {
-            session_id: env.session_id.clone(),
-            task_id: env.body.task_id().unwrap_or_default().to_owned(),
-        });
+        if let Some(on_key) = on_key {
+            on_key(&TaskKey {
+                session_id: env.session_id.clone(),
+                task_id: env.body.task_id().unwrap_or_default().to_owned(),
+            });
+        }
         let result = self.await_result(env.clone(), progress).await;
         if result.is_err() {
             // A transport failure, or a reply the initiator could not take, leaves the task in the machine with no
