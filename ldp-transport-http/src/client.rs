@@ -7,16 +7,18 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use ldp_session::runtime::Transport;
-use ldp_types::{Envelope, ErrorCategory, IdentityCard, LdpError, codes};
+use ldp_types::{Envelope, IdentityCard, LdpError, codes};
 use reqwest::{RequestBuilder, StatusCode, header};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::error::Error;
-use crate::options::{ConnectOptions, ConnectSettings, Credentials, RetryPolicy};
-use crate::paths::{IDENTITY, MESSAGES, STREAM, WELL_KNOWN_IDENTITY};
-use crate::trace_context::TraceHeaders;
+use ldp_edge::Error;
+use ldp_edge::trace_context::TraceHeaders;
+use ldp_edge::{ConnectOptions, ConnectSettings, Credentials, RetryPolicy};
+use ldp_edge::{
+    MESSAGES, STREAM, fetch_identity, identity_urls, read_body, request_error, send_retrying, status_error,
+};
 
 /// Builds an [`HttpTransport`]: the shared [`ConnectOptions`] (set through [`ConnectSettings`]) and, for HTTP
 /// alone, a caller's own `reqwest` client.
@@ -246,78 +248,6 @@ async fn read_events(
     }
 }
 
-/// Sends a request built by `make`, retrying retryable transport failures (and 503/429 answers) per `retry`.
-async fn send_retrying(
-    make: impl Fn() -> RequestBuilder,
-    idempotent: bool,
-    retry: &RetryPolicy,
-    url: &str,
-) -> Result<reqwest::Response, LdpError> {
-    let mut attempt = 0;
-    loop {
-        let error = match make().send().await {
-            Ok(resp) if matches!(resp.status(), StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) => {
-                LdpError::transport(codes::TRANSPORT_ERROR, format!("HTTP {} from {url}", resp.status()))
-            }
-            Ok(resp) => return Ok(resp),
-            Err(e) => request_error(&e, idempotent),
-        };
-        if !(error.category == ErrorCategory::Transport && error.retryable) || attempt >= retry.max_retries {
-            return Err(error);
-        }
-        let wait = retry.backoff(attempt);
-        tracing::debug!(attempt, ?wait, %error, "retrying");
-        tokio::time::sleep(wait).await;
-        attempt += 1;
-    }
-}
-
-/// Where a delegate at the base URL `base` serves its identity card: the RFC 2.3 well-known path, then the reference
-/// SDKs' `/ldp/identity`.
-pub fn identity_urls(base: &str) -> Vec<String> {
-    let base = base.trim_end_matches('/');
-    vec![format!("{base}{WELL_KNOWN_IDENTITY}"), format!("{base}{IDENTITY}")]
-}
-
-/// The one identity fetch of the workspace's clients (HTTP and WebSocket): `GET` each of `urls` in turn (see
-/// [`identity_urls`]), with `token` as bearer token, each request within `timeout`, transport failures retried per
-/// `retry`, the body bounded by `max_bytes`. Only a missing card (404) moves on to the next URL; any other status is
-/// the server's answer and fails with its `transport` error (retryable for 503 and 429).
-pub async fn fetch_identity(
-    client: &reqwest::Client,
-    urls: &[String],
-    token: Option<&str>,
-    timeout: Duration,
-    retry: &RetryPolicy,
-    max_bytes: usize,
-) -> Result<IdentityCard, LdpError> {
-    let mut last = None;
-    for url in urls {
-        let make = || {
-            let req = client.get(url).timeout(timeout);
-            match token {
-                Some(t) => req.bearer_auth(t),
-                None => req,
-            }
-        };
-        let resp = send_retrying(make, true, retry, url).await?;
-        let status = resp.status();
-        let bytes = read_body(resp, max_bytes, true).await?;
-        if status == StatusCode::NOT_FOUND {
-            last = Some(status_error(status, url));
-            continue;
-        }
-        if !status.is_success() {
-            return Err(status_error(status, &String::from_utf8_lossy(&bytes[..bytes.len().min(200)])));
-        }
-        return serde_json::from_slice(&bytes).map_err(|e| {
-            LdpError::runtime(codes::MALFORMED_MESSAGE, format!("identity card does not parse: {e}"))
-                .with_retryable(false)
-        });
-    }
-    Err(last.unwrap_or_else(|| status_error(StatusCode::NOT_FOUND, "no identity card")))
-}
-
 fn error_from_body(value: &Value) -> Option<LdpError> {
     serde_json::from_value(value.get("error")?.clone()).ok()
 }
@@ -354,79 +284,6 @@ fn decode_reply(status: StatusCode, bytes: Vec<u8>) -> Result<Option<Vec<u8>>, L
     Err(error_from_body(&value).unwrap_or_else(|| status_error(status, &value.to_string())))
 }
 
-fn status_error(status: StatusCode, snippet: &str) -> LdpError {
-    let retryable = matches!(status, StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS);
-    LdpError::transport(codes::TRANSPORT_ERROR, format!("HTTP {status}: {snippet}")).with_retryable(retryable)
-}
-
-/// A `reqwest` failure as a `transport` error; retryable only when the request cannot have been processed.
-/// Reads an answer's body up to `limit` bytes: a longer one (declared or sent) is `MESSAGE_TOO_LARGE`.
-async fn read_body(mut resp: reqwest::Response, limit: usize, idempotent: bool) -> Result<Vec<u8>, LdpError> {
-    let too_large = || {
-        LdpError::runtime(codes::MESSAGE_TOO_LARGE, format!("the delegate's answer is larger than {limit} bytes"))
-            .with_retryable(false)
-    };
-    if resp.content_length().is_some_and(|n| n > limit as u64) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| request_error(&e, idempotent))? {
-        if body.len() + chunk.len() > limit {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-fn request_error(e: &reqwest::Error, idempotent: bool) -> LdpError {
-    let described = with_causes(e);
-    if e.is_connect() && tls_refused(e) {
-        // A certificate one side does not trust is not fixed by retrying.
-        LdpError::transport(codes::TRANSPORT_ERROR, format!("TLS handshake failed: {described}")).with_retryable(false)
-    } else if e.is_connect() {
-        LdpError::transport(codes::TRANSPORT_ERROR, format!("cannot connect: {described}"))
-    } else if e.is_timeout() {
-        LdpError::transport(codes::TIMEOUT, format!("no answer in time: {described}")).with_retryable(idempotent)
-    } else {
-        LdpError::transport(codes::TRANSPORT_ERROR, described).with_retryable(idempotent)
-    }
-}
-
-/// Whether a connection failed in the TLS handshake: rustls reports its errors (an unknown issuer, a refused client
-/// certificate, a name mismatch) to the connector as I/O errors of kind `InvalidData`, which the connector wraps in
-/// further I/O errors (whose `source` skips the wrapped error, hence the look inside each).
-fn tls_refused(e: &reqwest::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let mut io = cause.downcast_ref::<std::io::Error>();
-        while let Some(err) = io {
-            if err.kind() == std::io::ErrorKind::InvalidData {
-                return true;
-            }
-            io = err.get_ref().and_then(|inner| inner.downcast_ref::<std::io::Error>());
-        }
-        source = cause.source();
-    }
-    false
-}
-
-/// `e` and its chain of causes: reqwest's own message names only the URL, while the reason (a refused connection,
-/// an unknown certificate issuer) is in the causes.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let part = cause.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 #[async_trait]
 impl Transport for HttpTransport {
     /// `GET /.well-known/ldp-identity`, falling back to `/ldp/identity` (reference SDKs) when it is missing
@@ -457,7 +314,7 @@ impl Transport for HttpTransport {
         }
         .instrument(span.clone())
         .await;
-        crate::trace_context::record_exchange(&span, &result);
+        ldp_edge::trace_context::record_exchange(&span, &result);
         result
     }
 }
@@ -467,23 +324,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_grows_is_capped_and_jittered() {
-        let p = RetryPolicy {
-            max_retries: 5,
-            initial_backoff: Duration::from_millis(100),
-            max_backoff: Duration::from_millis(1000),
-        };
-        for attempt in 0..8 {
-            let ceiling = (Duration::from_millis(100) * 2u32.pow(attempt)).min(Duration::from_millis(1000));
-            for _ in 0..50 {
-                let b = p.backoff(attempt);
-                assert!(b >= ceiling / 2 && b <= ceiling, "attempt {attempt}: {b:?}");
-            }
-        }
-        assert_eq!(RetryPolicy::none().max_retries, 0);
-    }
-
-    #[test]
     fn replies_are_read_by_content() {
         let env = br#"{"body":{"type":"SESSION_REJECT"}}"#;
         assert!(decode_reply(StatusCode::FORBIDDEN, env.to_vec()).unwrap().is_some());
@@ -491,7 +331,7 @@ mod tests {
         assert_eq!(decode_reply(StatusCode::UNAUTHORIZED, err.to_vec()).unwrap_err().code, "UNAUTHENTICATED");
         assert_eq!(decode_reply(StatusCode::ACCEPTED, Vec::new()).unwrap(), None);
         let e = decode_reply(StatusCode::INTERNAL_SERVER_ERROR, b"Internal Server Error".to_vec()).unwrap_err();
-        assert_eq!(e.category, ErrorCategory::Transport);
+        assert_eq!(e.category, ldp_types::ErrorCategory::Transport);
         assert!(!e.retryable);
         assert!(decode_reply(StatusCode::SERVICE_UNAVAILABLE, Vec::new()).unwrap_err().retryable);
         // A success is handed on as received, undecoded; one that is no JSON object at all is refused here.

@@ -141,54 +141,40 @@
 #![forbid(unsafe_code)]
 #![warn(clippy::exhaustive_enums)]
 
-#[cfg(feature = "server")]
-mod auth;
 #[cfg(feature = "client")]
 mod client;
-mod client_tls;
-#[cfg(feature = "server")]
-mod conn;
-mod error;
-#[cfg(feature = "server")]
-mod metrics;
-mod options;
 #[cfg(feature = "otlp")]
 pub mod otlp;
-mod paths;
 #[cfg(feature = "server")]
 mod rate;
 #[cfg(feature = "server")]
 mod server;
-#[cfg(feature = "server")]
-mod source;
 pub mod sse;
 #[cfg(feature = "test-pki")]
 pub mod test_pki;
 #[cfg(feature = "tls")]
 mod tls;
-pub mod trace_context;
+/// W3C trace context in and out of the spans (re-exported from `ldp-edge`).
+pub use ldp_edge::trace_context;
 
-#[cfg(feature = "server")]
-pub use auth::{BearerAuth, require_bearer};
 #[cfg(feature = "client")]
-pub use client::{DEFAULT_REQUEST_TIMEOUT, HttpTransport, HttpTransportBuilder, fetch_identity, identity_urls};
-pub use client_tls::ClientTls;
+pub use client::{DEFAULT_REQUEST_TIMEOUT, HttpTransport, HttpTransportBuilder};
+// The edge every binding shares, re-exported so that this crate's users need not name `ldp-edge`.
 #[cfg(feature = "server")]
-pub use conn::{ConnectionLimits, ConnectionStats};
-pub use error::Error;
-#[cfg(feature = "server")]
-pub use error::{HttpError, status_for};
-#[cfg(feature = "server")]
-pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures, TransportSource};
-pub use options::{ConnectOptions, ConnectSettings, Credentials, DEFAULT_MAX_RESPONSE_BYTES, RetryPolicy, TokenSource};
-pub use paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
+pub use ldp_edge::{
+    BearerAuth, ConnectionLimits, ConnectionStats, HttpError, HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures,
+    TransportSource, require_bearer, serve_router, serve_router_with_limits, status_for,
+};
+pub use ldp_edge::{
+    CAPABILITIES, ClientTls, ConnectOptions, ConnectSettings, Credentials, DEFAULT_MAX_RESPONSE_BYTES, Error, HEALTHZ,
+    IDENTITY, MESSAGES, METRICS, READYZ, RetryPolicy, STREAM, TokenSource, WELL_KNOWN_IDENTITY,
+};
+#[cfg(feature = "client")]
+pub use ldp_edge::{fetch_identity, identity_urls};
 #[cfg(feature = "server")]
 pub use rate::{InvalidRate, RateLimit};
 #[cfg(feature = "server")]
-pub use server::{
-    HttpServerConfig, HttpState, ServerHandle, router, router_with, serve, serve_router, serve_router_with_limits,
-    spawn,
-};
+pub use server::{HttpServerConfig, HttpState, ServerHandle, router, router_with, serve, spawn};
 #[cfg(feature = "tls")]
 pub use tls::{
     ClientAuth, ClientCertMatch, ServerTlsConfig, serve_router_tls, serve_router_tls_with_limits, serve_tls, spawn_tls,

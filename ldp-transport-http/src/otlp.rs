@@ -12,7 +12,7 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use tracing_opentelemetry::OpenTelemetryLayer;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::Error;
+use ldp_edge::Error;
 
 /// The path OTLP/HTTP receivers serve traces on.
 pub const TRACES_PATH: &str = "/v1/traces";

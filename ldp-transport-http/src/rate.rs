@@ -19,8 +19,8 @@ use governor::{DefaultKeyedRateLimiter, Quota};
 use ldp_session::{PeerContext, RefusalLog};
 use ldp_types::{LdpError, codes};
 
-use crate::auth::BearerAuth;
-use crate::conn::refusal_with_retry;
+use ldp_edge::BearerAuth;
+use ldp_edge::refusal_with_retry;
 
 /// How many requests each principal may send: a sustained rate per second with an equal burst.
 ///

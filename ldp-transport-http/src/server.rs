@@ -27,14 +27,14 @@ use tower_http::trace::TraceLayer;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use crate::auth::{BearerAuth, require_bearer};
-use crate::conn::{ConnectionLimits, ConnectionStats, Establish, Plain, body_too_slow, serve_connections};
-use crate::error::{HttpError, error_body, json_response};
-use crate::metrics::{HttpMetrics, METRICS_CONTENT_TYPE, ResponderGauges};
-use crate::paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
 use crate::rate::{Limiter, RateLimit};
-use crate::source::{TrustedProxies, identify_client};
 use crate::trace_context;
+use ldp_edge::{BearerAuth, require_bearer};
+use ldp_edge::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
+use ldp_edge::{ConnectionLimits, ConnectionStats, Plain, body_too_slow, serve_established, serve_router_with_limits};
+use ldp_edge::{HttpError, error_body, json_response};
+use ldp_edge::{HttpMetrics, METRICS_CONTENT_TYPE};
+use ldp_edge::{TrustedProxies, identify_client};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -214,45 +214,6 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let limits = state.config.limits.clone();
     serve_router_with_limits(listener, state.runtime.clone(), router(state), limits, shutdown).await
-}
-
-/// [`serve`] for a router built with [`router_with`], with the default [`ConnectionLimits`].
-pub async fn serve_router(
-    listener: TcpListener,
-    runtime: DelegateRuntime,
-    app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    serve_router_with_limits(listener, runtime, app, ConnectionLimits::default(), shutdown).await
-}
-
-/// [`serve_router`] with these connection limits (give the same ones as the router's [`HttpServerConfig`]: the
-/// router applies the body timeout, this loop the others).
-pub async fn serve_router_with_limits(
-    listener: TcpListener,
-    runtime: DelegateRuntime,
-    app: Router,
-    limits: ConnectionLimits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let stats = ConnectionStats::new(limits.max_connections);
-    serve_established(listener, Plain, runtime, app, limits, stats, shutdown).await
-}
-
-/// The accept loop with the session reaper running beside it.
-pub(crate) async fn serve_established<E: Establish>(
-    listener: TcpListener,
-    establish: E,
-    runtime: DelegateRuntime,
-    app: Router,
-    limits: ConnectionLimits,
-    stats: ConnectionStats,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let reaper = runtime.spawn_reaper();
-    let result = serve_connections(listener, establish, app, limits, stats, shutdown).await;
-    reaper.abort();
-    result
 }
 
 /// A server started with [`spawn`]: its URL, and a handle to stop it.
@@ -474,7 +435,7 @@ fn reply_type(resp: &RuntimeResponse) -> Option<&'static str> {
         RuntimeResponse::Refused(refusal) => refusal.reply.as_ref(),
         _ => None,
     };
-    env.map(|env| crate::metrics::reply_label(Some(env.body.type_name())))
+    env.map(|env| ldp_edge::reply_label(Some(env.body.type_name())))
 }
 
 /// `GET /healthz`: the process answers.
@@ -498,10 +459,7 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 /// `GET /metrics`: the Prometheus / OpenMetrics text ([`crate::metrics`]).
 async fn metrics(State(state): State<HttpState>) -> Response {
     let runtime = state.runtime.clone();
-    let gauges = tokio::task::spawn_blocking(move || {
-        let g = runtime.gauges();
-        ResponderGauges { sessions: g.sessions, running: g.running, replay_window: g.replay_window }
-    });
+    let gauges = tokio::task::spawn_blocking(move || runtime.gauges());
     let gauges = match tokio::time::timeout(READY_WITHIN, gauges).await {
         Ok(Ok(gauges)) => gauges,
         _ => return (StatusCode::SERVICE_UNAVAILABLE, "the session machine does not answer\n").into_response(),

@@ -21,7 +21,7 @@ use rcgen::{
     KeyUsagePurpose, SanType,
 };
 
-use crate::Error;
+use ldp_edge::Error;
 
 /// What an issued certificate is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -31,9 +31,9 @@ use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use crate::conn::{ConnectionLimits, ConnectionStats, Establish};
-use crate::error::Error;
-use crate::server::{HttpState, ServerHandle, router, serve_established};
+use crate::server::{HttpState, ServerHandle, router};
+use ldp_edge::Error;
+use ldp_edge::{ConnectionLimits, ConnectionStats, Establish, EstablishedPeer, serve_established};
 
 /// Which client certificates a [`ClientAuth`] entry stands for.
 ///
@@ -363,7 +363,7 @@ impl Establish for Tls {
         &self,
         tcp: TcpStream,
         remote: SocketAddr,
-    ) -> Option<(TlsStream<TcpStream>, Option<crate::conn::EstablishedPeer>)> {
+    ) -> Option<(TlsStream<TcpStream>, Option<EstablishedPeer>)> {
         // Best effort: latency matters more than packet count for one-envelope exchanges.
         let _ = tcp.set_nodelay(true);
         let stream = match tokio::time::timeout(self.timeout, self.acceptor.accept(tcp)).await {

@@ -133,11 +133,11 @@ pub const WS_PATH: &str = "/ldp/ws";
 #[cfg(feature = "client")]
 pub use client::{WsOptions, WsStats, WsTransport, rustls_client_config};
 pub use error::Error;
-/// The bounds on task answers held for resume, and what is held (the session machine's: [`ldp_session::Limits::held`]).
-pub use ldp_session::{HeldLimits, HeldStats};
 /// The client settings every transport shares (re-exported from `ldp-transport-http`, which uses the same types):
 /// [`WsOptions`] carries a [`ConnectOptions`] and has the [`ConnectSettings`] setters.
-pub use ldp_transport_http::{ClientTls, ConnectOptions, ConnectSettings, RetryPolicy, TokenSource};
+pub use ldp_edge::{ClientTls, ConnectOptions, ConnectSettings, RetryPolicy, TokenSource};
+/// The bounds on task answers held for resume, and what is held (the session machine's: [`ldp_session::Limits::held`]).
+pub use ldp_session::{HeldLimits, HeldStats};
 #[cfg(feature = "server")]
 pub use server::{ConnectionEnd, WsServer, WsServerConfig, WsServerHandle, serve_ws, spawn_ws, ws_router};
 pub use wire::{CloseFrame, IN_REPLY_TO, Message, WireError, close_code};

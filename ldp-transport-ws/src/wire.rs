@@ -3,8 +3,10 @@
 
 use std::borrow::Cow;
 
+#[cfg(feature = "client")]
+use ldp_types::MessageType;
 #[cfg(feature = "server")]
-use ldp_types::{Envelope, LdpError, MessageType};
+use ldp_types::{Envelope, LdpError};
 use serde::Deserialize;
 #[cfg(feature = "client")]
 use serde_json::value::RawValue;
@@ -230,6 +232,7 @@ pub(crate) fn without_member(text: &str, name: &str) -> Option<String> {
 }
 
 /// Whether a body type ends a task (the final answer to a TASK_SUBMIT).
+#[cfg(feature = "client")]
 pub(crate) fn is_task_end(kind: &str) -> bool {
     kind.parse::<MessageType>().is_ok_and(MessageType::ends_task)
 }

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ldp_edge::trace_context::TraceHeaders;
+use ldp_edge::{Credentials, RetryPolicy, fetch_identity, identity_urls};
 use ldp_session::runtime::{SharedInitiator, Transport};
-use ldp_transport_http::trace_context::TraceHeaders;
-use ldp_transport_http::{Credentials, RetryPolicy, fetch_identity, identity_urls};
 use ldp_types::trace_context::{TRACEPARENT, TRACESTATE};
 use ldp_types::{Body, Envelope, IdentityCard, LdpError, TaskSubmit, codes};
 use serde_json::Value;
@@ -171,7 +171,7 @@ impl WsTransport {
 #[async_trait]
 impl Transport for WsTransport {
     /// `GET /.well-known/ldp-identity` on the server's HTTP side (RFC 2.3), falling back to `/ldp/identity` when it
-    /// is missing: the HTTP client's fetch ([`ldp_transport_http::fetch_identity`]), with its default retries.
+    /// is missing: the HTTP client's fetch ([`ldp_edge::fetch_identity`]), with its default retries.
     async fn identity(&self) -> Result<IdentityCard, LdpError> {
         let retry = RetryPolicy::default();
         let token = self.credentials.current().await?;
@@ -195,7 +195,7 @@ impl Transport for WsTransport {
         let span = ldp_session::spans::send_span(envelope);
         let text: Arc<str> = traced_frame(envelope, &span).map_err(|e| LdpError::from(&e))?.into();
         let result = self.send_frame(envelope, text, updates).instrument(span.clone()).await;
-        ldp_transport_http::trace_context::record_exchange(&span, &result);
+        ldp_edge::trace_context::record_exchange(&span, &result);
         result
     }
 }

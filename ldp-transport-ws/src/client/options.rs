@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ldp_transport_http::{ClientTls, ConnectOptions, ConnectSettings, Error as HttpError, RetryPolicy};
+use ldp_edge::{ClientTls, ConnectOptions, ConnectSettings, Error as EdgeError, RetryPolicy};
 use ldp_types::{LdpError, codes};
 
 use crate::error::Error;
@@ -135,7 +135,7 @@ pub fn rustls_client_config(tls: &ClientTls) -> Result<Arc<rustls::ClientConfig>
 pub(super) fn http_client(opts: &WsOptions) -> Result<reqwest::Client, Error> {
     let builder = reqwest::Client::builder().connect_timeout(opts.connect.connect_timeout);
     let builder = opts.connect.tls.configure(builder).map_err(|e| match e {
-        HttpError::Tls(message) => Error::Tls(message),
+        EdgeError::Tls(message) => Error::Tls(message),
         other => Error::Tls(other.to_string()),
     })?;
     builder.build().map_err(|e| Error::Connect(LdpError::transport(codes::TRANSPORT_ERROR, e.to_string())))

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use ldp_edge::{BearerAuth, HttpMetrics, TransportFigures, TransportSource};
 use ldp_session::runtime::DelegateRuntime;
-use ldp_transport_http::{BearerAuth, HttpMetrics, TransportFigures, TransportSource};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::inbound::InboundBudget;

@@ -237,11 +237,7 @@ pub(super) async fn handle_text(
         otel.kind = "server",
         path = WS_PATH,
     );
-    ldp_transport_http::trace_context::adopt_remote_parent(
-        &span,
-        head.traceparent.as_deref(),
-        head.tracestate.as_deref(),
-    );
+    ldp_edge::trace_context::adopt_remote_parent(&span, head.traceparent.as_deref(), head.tracestate.as_deref());
     handle_head(hub, peer, conn, out, text, head, permits).instrument(span).await;
 }
 

@@ -31,9 +31,9 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::routing::get;
 use axum::{Extension, Router};
 use futures::{Sink, Stream};
+use ldp_edge::{BearerAuth, HttpMetrics, IDENTITY, WELL_KNOWN_IDENTITY};
 use ldp_session::PeerContext;
 use ldp_session::runtime::DelegateRuntime;
-use ldp_transport_http::{BearerAuth, HttpMetrics, IDENTITY, WELL_KNOWN_IDENTITY};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -241,14 +241,14 @@ impl WsServer {
 }
 
 /// The routes of a WebSocket server for `runtime`: `GET /ldp/ws` only, ready to merge into the HTTP binding's router
-/// (`ldp_transport_http::router(state).merge(ws_router(runtime, config))`) or any other.
+/// (`ldp_edge::router(state).merge(ws_router(runtime, config))`) or any other.
 pub fn ws_router(runtime: DelegateRuntime, config: WsServerConfig) -> Router {
     WsServer::new(runtime, config).router()
 }
 
 /// Serves the WebSocket binding alone (with the identity card, see [`WsServer::standalone_router`]) on `listener`
 /// until `shutdown` resolves, then closes every connection with 1001. Also reaps expired sessions while it runs.
-/// Connections are accepted with the HTTP binding's default [`ConnectionLimits`](ldp_transport_http::ConnectionLimits).
+/// Connections are accepted with the HTTP binding's default [`ConnectionLimits`](ldp_edge::ConnectionLimits).
 pub async fn serve_ws(
     listener: TcpListener,
     runtime: DelegateRuntime,
@@ -259,7 +259,7 @@ pub async fn serve_ws(
     let app = server.standalone_router();
     let closing = server.clone();
     // The HTTP binding's accept loop: its connection cap and header and idle timeouts cover the upgrade requests.
-    let result = ldp_transport_http::serve_router(listener, runtime, app, async move {
+    let result = ldp_edge::serve_router(listener, runtime, app, async move {
         shutdown.await;
         closing.shutdown();
     })

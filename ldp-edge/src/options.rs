@@ -69,13 +69,13 @@ pub trait TokenSource: Send + Sync + fmt::Debug {
 }
 
 /// How a client reaches a delegate, for either transport: one value configures an
-/// [`HttpTransport`](crate::HttpTransport), a WebSocket transport, or the front door's `connect_with`.
+/// `ldp_transport_http::HttpTransport`, a WebSocket transport, or the front door's `connect_with`.
 ///
 /// Set it with the [`ConnectSettings`] methods, which every client builder has too:
 ///
 /// ```
 /// use std::time::Duration;
-/// use ldp_transport_http::{ConnectOptions, ConnectSettings, RetryPolicy};
+/// use ldp_edge::{ConnectOptions, ConnectSettings, RetryPolicy};
 ///
 /// let options = ConnectOptions::new()
 ///     .bearer_token("s3cret")

@@ -21,6 +21,7 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use ldp_session::AuthenticatedPeer;
+use ldp_session::runtime::DelegateRuntime;
 use ldp_types::{LdpError, codes};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -35,7 +36,7 @@ mod body;
 
 use activity::{Activity, Due, Tracked, Watched, lock};
 use body::PerRequest;
-pub(crate) use body::{body_too_slow, refusal_with_retry};
+pub use body::{BodyTooSlow, body_too_slow, refusal_with_retry, retry_after};
 
 /// Limits on the connections of one listener, and on how long and how slowly a peer may send a request.
 ///
@@ -111,7 +112,8 @@ pub struct ConnectionStats {
 }
 
 impl ConnectionStats {
-    pub(crate) fn new(max: usize) -> Self {
+    /// Counts for a listener of at most `max` connections.
+    pub fn new(max: usize) -> Self {
         let max = max.clamp(1, Semaphore::MAX_PERMITS);
         Self { slots: Arc::new(Semaphore::new(max)), max }
     }
@@ -128,8 +130,9 @@ impl ConnectionStats {
 }
 
 /// How a new TCP connection becomes the stream HTTP is served on: as it is, or after a TLS handshake (bounded by
-/// its own timeout), with what the handshake established about the peer.
-pub(crate) trait Establish: Clone + Send + Sync + 'static {
+/// its own timeout), with what the handshake established about the peer. [`Plain`] here; the HTTP binding's TLS
+/// listener is the other.
+pub trait Establish: Clone + Send + Sync + 'static {
     /// The stream HTTP runs over.
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     /// Whether an over-limit connection can be answered in plain text.
@@ -144,11 +147,11 @@ pub(crate) trait Establish: Clone + Send + Sync + 'static {
 }
 
 /// A peer a handshake authenticated, and the label of its credential (the session principal).
-pub(crate) type EstablishedPeer = (AuthenticatedPeer, Arc<str>);
+pub type EstablishedPeer = (AuthenticatedPeer, Arc<str>);
 
 /// Plain TCP.
-#[derive(Clone)]
-pub(crate) struct Plain;
+#[derive(Debug, Clone)]
+pub struct Plain;
 
 impl Establish for Plain {
     type Io = TcpStream;
@@ -162,7 +165,7 @@ impl Establish for Plain {
 }
 
 /// Serves `app` on the connections of `listener` until `shutdown` resolves, then lets open requests finish.
-pub(crate) async fn serve_connections<E: Establish>(
+pub async fn serve_connections<E: Establish>(
     listener: TcpListener,
     establish: E,
     app: Router,
@@ -470,3 +473,43 @@ fn raw_response(error: &HttpError) -> Vec<u8> {
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves `app` on `listener` with the default [`ConnectionLimits`] until `shutdown` resolves, reaping `runtime`'s
+/// expired sessions meanwhile: the one listener every binding (HTTP, WebSocket, both merged) is served by.
+pub async fn serve_router(
+    listener: TcpListener,
+    runtime: DelegateRuntime,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_router_with_limits(listener, runtime, app, ConnectionLimits::default(), shutdown).await
+}
+
+/// [`serve_router`] with these connection limits (give the HTTP binding the same ones: its router applies the body
+/// timeout, this loop the others).
+pub async fn serve_router_with_limits(
+    listener: TcpListener,
+    runtime: DelegateRuntime,
+    app: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let stats = ConnectionStats::new(limits.max_connections);
+    serve_established(listener, Plain, runtime, app, limits, stats, shutdown).await
+}
+
+/// The accept loop over connections established by `establish`, with the session reaper running beside it.
+pub async fn serve_established<E: Establish>(
+    listener: TcpListener,
+    establish: E,
+    runtime: DelegateRuntime,
+    app: Router,
+    limits: ConnectionLimits,
+    stats: ConnectionStats,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let reaper = runtime.spawn_reaper();
+    let result = serve_connections(listener, establish, app, limits, stats, shutdown).await;
+    reaper.abort();
+    result
+}

@@ -76,7 +76,8 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
 
 /// Why a request body was cut off.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum BodyTooSlow {
+#[non_exhaustive]
+pub enum BodyTooSlow {
     /// It did not arrive within [`ConnectionLimits::body_timeout`].
     #[error("the request body did not arrive within {0:?}")]
     Deadline(Duration),
@@ -175,7 +176,7 @@ impl http_body::Body for LimitedBody {
 }
 
 /// The [`BodyTooSlow`] somewhere down the causes of `error` (a body-reading failure, as axum reports it), if any.
-pub(crate) fn body_too_slow<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTooSlow> {
+pub fn body_too_slow<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTooSlow> {
     let mut cause = Some(error);
     while let Some(e) = cause {
         if let Some(slow) = e.downcast_ref::<BodyTooSlow>() {
@@ -187,13 +188,13 @@ pub(crate) fn body_too_slow<'a>(error: &'a (dyn std::error::Error + 'static)) ->
 }
 
 /// The `Retry-After` header value for `secs` seconds (at least one).
-pub(crate) fn retry_after(secs: u64) -> HeaderValue {
+pub fn retry_after(secs: u64) -> HeaderValue {
     HeaderValue::from(secs.max(1))
 }
 
 /// A JSON error answer with `Retry-After`.
-pub(crate) fn refusal_with_retry(status: StatusCode, error: &LdpError, secs: u64) -> Response {
-    let mut resp = crate::error::json_response(status, error_body(error));
+pub fn refusal_with_retry(status: StatusCode, error: &LdpError, secs: u64) -> Response {
+    let mut resp = crate::json_response(status, error_body(error));
     resp.headers_mut().insert(header::RETRY_AFTER, retry_after(secs));
     resp
 }

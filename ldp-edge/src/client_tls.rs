@@ -1,5 +1,5 @@
 //! Client-side TLS settings, shared by every client that dials `https://` or `wss://`: this crate's
-//! [`HttpTransport`](crate::HttpTransport), the WebSocket transport and the conformance kit take the same value, so
+//! `ldp_transport_http::HttpTransport`, the WebSocket transport and the conformance kit take the same value, so
 //! a private CA or a client certificate is configured once and checked the same way everywhere.
 
 use std::fmt;
@@ -14,7 +14,7 @@ use crate::Error;
 /// [`Error::Tls`] on a bad one.
 ///
 /// ```
-/// use ldp_transport_http::ClientTls;
+/// use ldp_edge::ClientTls;
 ///
 /// let ca = "-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n";
 /// let tls = ClientTls::new().with_root_certificate_pem(ca);

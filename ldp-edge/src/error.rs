@@ -1,7 +1,7 @@
 //! Errors, split by who caused them: [`HttpError`] is a peer's bad request as the server answers it (it implements
 //! [`IntoResponse`]); [`Error`] is the local caller's misuse or an IO failure of this crate's API.
 //!
-//! [`status_for`] is the one place where an LDP failure becomes an HTTP status (see the crate docs for the table).
+//! [`status_for`] is the one place where an LDP failure becomes an HTTP status (the table is in `ldp-transport-http`'s crate docs).
 
 #[cfg(feature = "server")]
 use std::time::Duration;
@@ -149,7 +149,7 @@ impl HttpError {
 
 #[cfg(feature = "server")]
 /// The HTTP status for a refusal carrying `error`; `has_reply` says whether an in-protocol reply envelope goes with
-/// it. This is the single mapping of the crate; the table is in the crate docs.
+/// it. This is the single mapping of the workspace; the table is in `ldp-transport-http`'s crate docs.
 pub fn status_for(error: &LdpError, has_reply: bool) -> StatusCode {
     match error.code.as_str() {
         codes::MALFORMED_MESSAGE | codes::UNKNOWN_MESSAGE_TYPE => StatusCode::BAD_REQUEST,
@@ -177,7 +177,7 @@ const SIGNATURE_CHALLENGE: &str = "LDP-Signature realm=\"ldp\"";
 
 #[cfg(feature = "server")]
 /// A JSON response from already-encoded bytes.
-pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut resp = (status, body).into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
@@ -185,7 +185,7 @@ pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
 
 #[cfg(feature = "server")]
 /// `{"error": <LdpError>}`.
-pub(crate) fn error_body(error: &LdpError) -> Vec<u8> {
+pub fn error_body(error: &LdpError) -> Vec<u8> {
     // Serialising an LdpError cannot fail unless `partial_output` holds a non-finite float, which JSON cannot
     // carry; fall back to a fixed body rather than failing the answer.
     serde_json::to_vec(&serde_json::json!({ "error": error }))

@@ -20,10 +20,11 @@ const FORWARDED_FOR: &str = "x-forwarded-for";
 
 /// The proxies whose `X-Forwarded-For` is believed; nobody else's (empty: the socket's peer is the client).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct TrustedProxies(Arc<[IpNet]>);
+pub struct TrustedProxies(Arc<[IpNet]>);
 
 impl TrustedProxies {
-    pub(crate) fn new(proxies: &[IpNet]) -> Self {
+    /// Believes the `X-Forwarded-For` of peers in these networks.
+    pub fn new(proxies: &[IpNet]) -> Self {
         Self(proxies.into())
     }
 
@@ -36,7 +37,7 @@ impl TrustedProxies {
     /// nearest address in `X-Forwarded-For` (read from the right, the hops the proxies appended) that is not a
     /// trusted proxy. An entry that is not an address stops the walk at the proxy that wrote it, so a client cannot
     /// hide behind garbage.
-    pub(crate) fn client_of(&self, remote: IpAddr, headers: &HeaderMap) -> IpAddr {
+    pub fn client_of(&self, remote: IpAddr, headers: &HeaderMap) -> IpAddr {
         if self.0.is_empty() || !self.trusts(remote) {
             return remote;
         }
@@ -63,13 +64,13 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
 
 /// Whether `headers` carry more than one `Authorization` header: which one counts would be up to each server and
 /// proxy on the way, so none does.
-pub(crate) fn ambiguous_credentials(headers: &HeaderMap) -> bool {
+pub fn ambiguous_credentials(headers: &HeaderMap) -> bool {
     headers.get_all(header::AUTHORIZATION).iter().nth(1).is_some()
 }
 
 /// Axum middleware on every route: refuses two `Authorization` headers (400), and puts the client's address on the
 /// request's [`PeerContext`] (creating one for an unauthenticated request).
-pub(crate) async fn identify_client(State(proxies): State<TrustedProxies>, mut req: Request, next: Next) -> Response {
+pub async fn identify_client(State(proxies): State<TrustedProxies>, mut req: Request, next: Next) -> Response {
     if ambiguous_credentials(req.headers()) {
         return HttpError::AmbiguousCredentials.into_response();
     }

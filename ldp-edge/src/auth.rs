@@ -100,7 +100,7 @@ impl BearerAuth {
 /// ```
 /// # use axum::{Router, routing::post, Extension};
 /// # use ldp_session::PeerContext;
-/// use ldp_transport_http::{BearerAuth, require_bearer};
+/// use ldp_edge::{BearerAuth, require_bearer};
 /// let auth = BearerAuth::default();
 /// let app: Router = Router::new()
 ///     .route("/ldp/ws", post(|Extension(peer): Extension<PeerContext>| async move { format!("{peer:?}") }))

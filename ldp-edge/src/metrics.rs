@@ -39,6 +39,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use ldp_session::runtime::RuntimeGauges;
 use ldp_types::{Code, MessageType};
 
 /// The media type of `/metrics` (OpenMetrics text, which Prometheus scrapes natively).
@@ -65,16 +66,6 @@ struct CodeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StatusLabels {
     status: &'static str,
-}
-
-/// What `/metrics` reads from the session machine at scrape time.
-pub(crate) struct ResponderGauges {
-    /// Live sessions.
-    pub(crate) sessions: usize,
-    /// Tasks running.
-    pub(crate) running: usize,
-    /// The replay window's entries and capacity ([`ldp_session::Responder::replay_window`]).
-    pub(crate) replay_window: (usize, usize),
 }
 
 /// The server's metrics: cheap to clone (shared), updated by the handlers, encoded by `/metrics`.
@@ -189,7 +180,8 @@ impl Default for HttpMetrics {
 }
 
 /// Message types as `'static` label values (the twelve of RFC 3.2, and `other` for anything else).
-pub(crate) fn reply_label(reply: Option<&str>) -> &'static str {
+/// The label of an answer's message type (`none` for no answer, `other` for an unknown type).
+pub fn reply_label(reply: Option<&str>) -> &'static str {
     match reply {
         None => "none",
         Some(name) => MessageType::ALL.iter().map(|t| t.as_str()).find(|t| *t == name).unwrap_or("other"),
@@ -277,7 +269,7 @@ impl HttpMetrics {
     }
 
     /// Records one answered message.
-    pub(crate) fn observe(
+    pub fn observe(
         &self,
         path: &'static str,
         reply: Option<&str>,
@@ -304,7 +296,7 @@ impl HttpMetrics {
     }
 
     /// The text of `/metrics`, with the gauges read now.
-    pub(crate) fn encode(&self, gauges: &ResponderGauges) -> String {
+    pub fn encode(&self, gauges: &RuntimeGauges) -> String {
         let inner = &self.inner;
         let set = |gauge: &Gauge, value: usize| {
             gauge.set(i64::try_from(value).unwrap_or(i64::MAX));

@@ -14,5 +14,5 @@ pub const STREAM: &str = "/ldp/stream";
 pub const HEALTHZ: &str = "/healthz";
 /// Readiness: 200 while the session machine answers, else 503.
 pub const READYZ: &str = "/readyz";
-/// Metrics in the Prometheus (OpenMetrics) text format ([`crate::HttpMetrics`]).
+/// Metrics in the Prometheus (OpenMetrics) text format ([`HttpMetrics`](crate::HttpMetrics), feature `server`).
 pub const METRICS: &str = "/metrics";
