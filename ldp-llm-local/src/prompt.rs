@@ -153,6 +153,8 @@ impl PromptCodec {
             let role = match m.role {
                 Role::User => "user",
                 Role::Assistant => "assistant",
+                // ChatML-style templates (SmolLM2's) render any role name; a tool's result is its own turn.
+                Role::Tool => "tool",
             };
             (role, m.content.as_str())
         });

@@ -6,14 +6,29 @@
 //! `usage.input_tokens`/`output_tokens`. A stream is named server-sent events: `message_start` (the model and the
 //! input usage), `content_block_start`, `content_block_delta` (`text_delta`), `content_block_stop`, `message_delta`
 //! (`stop_reason` and the cumulative `output_tokens`), `message_stop`, `ping`, and `error`.
+//!
+//! Tools: `tools` of `{name, description, input_schema}`; the answer's `tool_use` blocks (`id`, `name`, `input`) with
+//! stop reason `tool_use`; streamed, a `content_block_start` of type `tool_use` and `input_json_delta` pieces of its
+//! input. Results go back in a user message of `tool_result` blocks. Sampling: `temperature`, `top_p`,
+//! `stop_sequences` (the API has no seed). Structured output has no field of its own: the model is made to call one
+//! tool, [`ANSWER_TOOL`], whose input schema is the answer's, and that input is the answer.
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::backend::{BackendInfo, ChatRequest, ChatResponse, FinishReason, LlmBackend, OnDelta, StreamControl, Usage};
+use crate::backend::{
+    BackendInfo, ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmBackend, OnDelta, Role, StreamControl,
+    ToolCall, Usage,
+};
 use crate::http::{self, Events, HttpOptions};
 use crate::{ApiKey, LlmError};
+
+/// The tool a structured answer is asked for by (its input is the answer), when the request has a response schema.
+pub const ANSWER_TOOL: &str = "answer";
+
+/// The most tool calls one answer may hold.
+const MAX_TOOL_CALLS: usize = 128;
 
 /// The API version this backend speaks.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -46,8 +61,7 @@ impl AnthropicBackend {
     }
 
     fn body(&self, request: &ChatRequest, stream: bool) -> Value {
-        let messages: Vec<Value> =
-            request.messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect();
+        let messages = wire_messages(&request.messages);
         let mut body = json!({
             "model": self.model,
             "max_tokens": request.max_tokens.unwrap_or(self.default_max_tokens),
@@ -58,6 +72,33 @@ impl AnthropicBackend {
         }
         if stream {
             body["stream"] = json!(true);
+        }
+        let mut tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+        if let Some(schema) = &request.response_schema {
+            tools.push(json!({"name": ANSWER_TOOL, "description": "Give the answer.", "input_schema": schema}));
+            // With other tools the model may call those first; without, only the answer.
+            body["tool_choice"] = if request.tools.is_empty() {
+                json!({"type": "tool", "name": ANSWER_TOOL})
+            } else {
+                json!({"type": "any"})
+            };
+        }
+        if !tools.is_empty() {
+            body["tools"] = json!(tools);
+        }
+        let sampling = &request.sampling;
+        if let Some(t) = sampling.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(p) = sampling.top_p {
+            body["top_p"] = json!(p);
+        }
+        if !sampling.stop.is_empty() {
+            body["stop_sequences"] = json!(sampling.stop);
         }
         body
     }
@@ -86,6 +127,54 @@ impl AnthropicBackend {
             "permission_error" => LlmError::Unauthorized { status: 403, message },
             "invalid_request_error" => LlmError::Rejected { status: 400, message },
             _ => LlmError::Unavailable { status: 500, attempts: 1, message },
+        }
+    }
+}
+
+/// The history on the wire: an assistant's calls as `tool_use` blocks after its text, and each run of tool results
+/// as one user message of `tool_result` blocks (the API wants results in the user turn that follows the calls).
+fn wire_messages(history: &[ChatMessage]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(history.len());
+    let mut results: Vec<Value> = Vec::new();
+    for m in history {
+        if m.role == Role::Tool {
+            results.push(json!({"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}));
+            continue;
+        }
+        if !results.is_empty() {
+            out.push(json!({"role": "user", "content": std::mem::take(&mut results)}));
+        }
+        if m.role == Role::Assistant && !m.tool_calls.is_empty() {
+            let mut blocks = Vec::with_capacity(m.tool_calls.len() + 1);
+            if !m.content.is_empty() {
+                blocks.push(json!({"type": "text", "text": m.content}));
+            }
+            for c in &m.tool_calls {
+                // The model's own text went out as it was; what the API needs back is an object.
+                let input = c.arguments_json().ok().filter(Value::is_object).unwrap_or_else(|| json!({}));
+                blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+            }
+            out.push(json!({"role": "assistant", "content": blocks}));
+        } else {
+            out.push(json!({"role": m.role, "content": m.content}));
+        }
+    }
+    if !results.is_empty() {
+        out.push(json!({"role": "user", "content": results}));
+    }
+    out
+}
+
+/// With a response schema, the [`ANSWER_TOOL`] call's input is the answer's text, not a call to make.
+fn lift_answer(out: &mut ChatResponse, structured: bool) {
+    if !structured {
+        return;
+    }
+    if let Some(i) = out.tool_calls.iter().position(|c| c.name == ANSWER_TOOL) {
+        let answer = out.tool_calls.remove(i);
+        out.text = answer.arguments;
+        if out.tool_calls.is_empty() && out.finish == FinishReason::ToolCalls {
+            out.finish = FinishReason::Stop;
         }
     }
 }
@@ -123,6 +212,12 @@ struct Block {
     kind: String,
     #[serde(default)]
     text: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    input: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -135,6 +230,10 @@ struct StreamEvent {
     delta: Option<Value>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    content_block: Option<Block>,
 }
 
 #[derive(Deserialize)]
@@ -149,6 +248,7 @@ fn finish(reason: Option<&str>) -> FinishReason {
     match reason {
         Some("end_turn" | "stop_sequence") | None => FinishReason::Stop,
         Some("max_tokens") => FinishReason::Length,
+        Some("tool_use") => FinishReason::ToolCalls,
         Some(other) => FinishReason::Other(other.to_owned()),
     }
 }
@@ -167,22 +267,43 @@ impl LlmBackend for AnthropicBackend {
         if answer.kind != "message" {
             return Err(LlmError::Malformed(format!("an answer of type {:?}, not \"message\"", answer.kind)));
         }
-        let text = answer.content.iter().filter(|b| b.kind == "text").filter_map(|b| b.text.as_deref()).collect();
+        let text: String =
+            answer.content.iter().filter(|b| b.kind == "text").filter_map(|b| b.text.as_deref()).collect();
+        let calls = answer
+            .content
+            .iter()
+            .filter(|b| b.kind == "tool_use")
+            .take(MAX_TOOL_CALLS)
+            .enumerate()
+            .map(|(i, b)| {
+                let input = b.input.as_ref().map_or_else(|| "{}".to_owned(), Value::to_string);
+                ToolCall::new(
+                    b.id.clone().unwrap_or_else(|| format!("toolu_{i}")),
+                    b.name.clone().unwrap_or_default(),
+                    input,
+                )
+            })
+            .collect();
         let usage = answer.usage.unwrap_or_default();
-        Ok(ChatResponse {
+        let mut out = ChatResponse::new(
             text,
-            model: answer.model,
-            usage: Usage { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens },
-            finish: finish(answer.stop_reason.as_deref()),
-        })
+            answer.model,
+            Usage { input_tokens: usage.input_tokens, output_tokens: usage.output_tokens },
+            finish(answer.stop_reason.as_deref()),
+        )
+        .with_tool_calls(calls);
+        lift_answer(&mut out, request.response_schema.is_some());
+        Ok(out)
     }
 
     async fn stream(&self, request: &ChatRequest, on_delta: &mut OnDelta<'_>) -> Result<ChatResponse, LlmError> {
         let resp = self.post(&self.body(request, true)).await?;
         let mut events = Events::new(resp, &self.opts);
-        let mut out =
-            ChatResponse { text: String::new(), model: None, usage: Usage::default(), finish: FinishReason::Stop };
+        let mut out = ChatResponse::new(String::new(), None, Usage::default(), FinishReason::Stop);
         let mut stop_reason = None;
+        let structured = request.response_schema.is_some();
+        // Which call each tool_use block (by its index in the content) fills.
+        let mut blocks: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
         // Anthropic reports the output count only in `message_delta` (at the end): until then each text piece
         // counts as one token, so the usage checked while streaming tracks the real one.
         let mut pieces: u64 = 0;
@@ -208,20 +329,50 @@ impl LlmBackend for AnthropicBackend {
                     let usage = message.usage.unwrap_or_default();
                     out.usage.input_tokens = usage.input_tokens;
                 }
+                "content_block_start" => {
+                    let Some(block) = ev.content_block.filter(|b| b.kind == "tool_use") else { continue };
+                    if out.tool_calls.len() >= MAX_TOOL_CALLS {
+                        return Err(LlmError::Malformed(format!("more than {MAX_TOOL_CALLS} tool calls")));
+                    }
+                    let n = out.tool_calls.len();
+                    blocks.insert(ev.index.unwrap_or(usize::MAX), n);
+                    let id = block.id.unwrap_or_else(|| format!("toolu_{n}"));
+                    out.tool_calls.push(ToolCall::new(id, block.name.unwrap_or_default(), ""));
+                }
                 "content_block_delta" => {
                     let delta = ev.delta.unwrap_or_default();
-                    if delta.get("type").and_then(Value::as_str) != Some("text_delta") {
-                        continue;
-                    }
-                    let Some(text) = delta.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) else {
+                    let text = match delta.get("type").and_then(Value::as_str) {
+                        Some("text_delta") => delta.get("text").and_then(Value::as_str),
+                        Some("input_json_delta") => {
+                            let Some(&call) = ev.index.and_then(|i| blocks.get(&i)) else { continue };
+                            let piece = delta.get("partial_json").and_then(Value::as_str).unwrap_or_default();
+                            out.tool_calls[call].arguments.push_str(piece);
+                            let total: usize = out.tool_calls.iter().map(|c| c.arguments.len()).sum();
+                            if total > self.opts.max_body {
+                                return Err(LlmError::Malformed(
+                                    "streamed tool calls larger than the body bound".into(),
+                                ));
+                            }
+                            // A structured answer streams as text; other calls are not text.
+                            if !(structured && out.tool_calls[call].name == ANSWER_TOOL) {
+                                continue;
+                            }
+                            Some(piece)
+                        }
+                        _ => None,
+                    };
+                    let Some(text) = text.filter(|t| !t.is_empty()) else {
                         continue;
                     };
-                    out.text.push_str(text);
+                    if !(structured && delta.get("type").and_then(Value::as_str) == Some("input_json_delta")) {
+                        out.text.push_str(text);
+                    }
                     pieces += 1;
                     let so_far = Usage { input_tokens: out.usage.input_tokens, output_tokens: Some(pieces) };
                     if on_delta(text, &so_far) == StreamControl::Stop {
                         out.finish = FinishReason::Stopped;
                         out.usage = so_far;
+                        lift_answer(&mut out, structured);
                         return Ok(out);
                     }
                 }
@@ -241,6 +392,13 @@ impl LlmBackend for AnthropicBackend {
             }
         }
         out.finish = finish(stop_reason.as_deref());
+        // A tool_use block with no input pieces had an empty input.
+        for call in &mut out.tool_calls {
+            if call.arguments.is_empty() {
+                call.arguments.push_str("{}");
+            }
+        }
+        lift_answer(&mut out, structured);
         Ok(out)
     }
 }

@@ -144,7 +144,7 @@ impl LlmDelegate {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        ChatRequest { system: self.system.clone(), messages, max_tokens }
+        ChatRequest { system: self.system.clone(), messages, max_tokens, ..ChatRequest::default() }
     }
 
     /// Calls the model for `request`, checking `budget` as the answer streams in. Returns the answer and whether

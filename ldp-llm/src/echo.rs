@@ -36,12 +36,7 @@ impl LlmBackend for EchoBackend {
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let (pieces, input, finish) = Self::answer(request);
-        Ok(ChatResponse {
-            usage: Usage::new(input, pieces.len() as u64),
-            text: pieces.concat(),
-            model: Some("echo".into()),
-            finish,
-        })
+        Ok(ChatResponse::new(pieces.concat(), Some("echo".into()), Usage::new(input, pieces.len() as u64), finish))
     }
 
     async fn stream(&self, request: &ChatRequest, on_delta: &mut OnDelta<'_>) -> Result<ChatResponse, LlmError> {
@@ -51,9 +46,9 @@ impl LlmBackend for EchoBackend {
             text.push_str(piece);
             let usage = Usage::new(input, n as u64 + 1);
             if on_delta(piece, &usage) == StreamControl::Stop {
-                return Ok(ChatResponse { text, model: Some("echo".into()), usage, finish: FinishReason::Stopped });
+                return Ok(ChatResponse::new(text, Some("echo".into()), usage, FinishReason::Stopped));
             }
         }
-        Ok(ChatResponse { usage: Usage::new(input, pieces.len() as u64), text, model: Some("echo".into()), finish })
+        Ok(ChatResponse::new(text, Some("echo".into()), Usage::new(input, pieces.len() as u64), finish))
     }
 }

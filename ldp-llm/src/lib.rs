@@ -25,9 +25,10 @@ mod price;
 #[cfg(feature = "stub")]
 pub mod stub;
 
-pub use anthropic::AnthropicBackend;
+pub use anthropic::{ANSWER_TOOL, AnthropicBackend};
 pub use backend::{
-    BackendInfo, ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmBackend, OnDelta, Role, StreamControl, Usage,
+    BackendInfo, ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmBackend, OnDelta, Role, Sampling,
+    StreamControl, ToolCall, ToolSpec, Usage,
 };
 pub use delegate::{LlmDelegate, PromptTemplate};
 pub use echo::EchoBackend;

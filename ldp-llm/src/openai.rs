@@ -5,12 +5,21 @@
 //! text, with `model` and `usage.prompt_tokens`/`completion_tokens`; a stream of `data:` events each holding a
 //! `chat.completion.chunk` (`choices[0].delta.content`, `finish_reason`), a last chunk with empty `choices` and the
 //! `usage`, then `data: [DONE]`. Errors are `{"error": {"message": ...}}`.
+//!
+//! Tools: `tools` of `{"type": "function", "function": {name, description, parameters}}`; the answer's
+//! `message.tool_calls` (`id`, `function.name`, `function.arguments` as JSON text) with finish `tool_calls`; streamed,
+//! `delta.tool_calls` pieces keyed by `index`, the id and name in the first, the arguments in several; results go
+//! back as `{"role": "tool", "tool_call_id", "content"}` after the assistant message that holds the calls.
+//! Sampling: `temperature`, `top_p`, `stop`, `seed`. Structured output: `response_format` of type `json_schema`.
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::backend::{BackendInfo, ChatRequest, ChatResponse, FinishReason, LlmBackend, OnDelta, StreamControl, Usage};
+use crate::backend::{
+    BackendInfo, ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmBackend, OnDelta, Role, StreamControl,
+    ToolCall, Usage,
+};
 use crate::http::{self, Events, HttpOptions};
 use crate::{ApiKey, LlmError};
 
@@ -45,10 +54,38 @@ impl OpenAiBackend {
         if let Some(system) = &request.system {
             messages.push(json!({"role": "system", "content": system}));
         }
-        messages.extend(request.messages.iter().map(|m| json!({"role": m.role, "content": m.content})));
+        messages.extend(request.messages.iter().map(wire_message));
         let mut body = json!({"model": self.model, "messages": messages, "stream": stream});
         if let Some(max) = request.max_tokens {
             body["max_tokens"] = json!(max);
+        }
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function",
+                           "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}})
+                })
+                .collect();
+            body["tools"] = json!(tools);
+        }
+        let sampling = &request.sampling;
+        if let Some(t) = sampling.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(p) = sampling.top_p {
+            body["top_p"] = json!(p);
+        }
+        if !sampling.stop.is_empty() {
+            body["stop"] = json!(sampling.stop);
+        }
+        if let Some(seed) = sampling.seed {
+            body["seed"] = json!(seed);
+        }
+        if let Some(schema) = &request.response_schema {
+            body["response_format"] =
+                json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": schema, "strict": true}});
         }
         if stream {
             body["stream_options"] = json!({"include_usage": true});
@@ -66,6 +103,25 @@ impl OpenAiBackend {
             }
         };
         http::send(&self.opts, self.key.as_ref(), build, error_message).await
+    }
+}
+
+/// One history message on the wire: tool calls on the assistant's, the call id on a tool result.
+fn wire_message(m: &ChatMessage) -> Value {
+    match m.role {
+        Role::Tool => json!({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}),
+        Role::Assistant if !m.tool_calls.is_empty() => {
+            let calls: Vec<Value> = m
+                .tool_calls
+                .iter()
+                .map(
+                    |c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}),
+                )
+                .collect();
+            let content = if m.content.is_empty() { Value::Null } else { json!(m.content) };
+            json!({"role": "assistant", "content": content, "tool_calls": calls})
+        }
+        _ => json!({"role": m.role, "content": m.content}),
     }
 }
 
@@ -109,7 +165,39 @@ struct Choice {
 struct Message {
     #[serde(default)]
     content: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<WireToolCall>,
 }
+
+#[derive(Deserialize)]
+struct WireToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: WireFunction,
+}
+
+#[derive(Deserialize, Default)]
+struct WireFunction {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+/// A piece of a streamed tool call: `index` says which call it continues.
+#[derive(Deserialize)]
+struct ToolCallPiece {
+    #[serde(default)]
+    index: usize,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: WireFunction,
+}
+
+/// The most tool calls one answer may hold: a stream naming call index 10,000 must not grow the client.
+const MAX_TOOL_CALLS: usize = 128;
 
 #[derive(Deserialize)]
 struct Chunk {
@@ -135,14 +223,44 @@ struct ChunkChoice {
 struct Delta {
     #[serde(default)]
     content: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ToolCallPiece>,
 }
 
 fn finish(reason: Option<&str>) -> FinishReason {
     match reason {
         Some("stop") | None => FinishReason::Stop,
         Some("length") => FinishReason::Length,
+        Some("tool_calls" | "function_call") => FinishReason::ToolCalls,
         Some(other) => FinishReason::Other(other.to_owned()),
     }
+}
+
+/// Adds a streamed piece to the call it continues (by `index`): the id and name arrive once, the arguments in
+/// pieces. Bounded: at most [`MAX_TOOL_CALLS`] calls, and `max_bytes` of arguments in all.
+fn assemble(calls: &mut Vec<ToolCall>, piece: ToolCallPiece, max_bytes: usize) -> Result<(), LlmError> {
+    if piece.index >= MAX_TOOL_CALLS {
+        return Err(LlmError::Malformed(format!("a tool call index of {} (at most {MAX_TOOL_CALLS})", piece.index)));
+    }
+    while calls.len() <= piece.index {
+        let n = calls.len();
+        calls.push(ToolCall::new(format!("call_{n}"), "", ""));
+    }
+    let call = &mut calls[piece.index];
+    if let Some(id) = piece.id.filter(|id| !id.is_empty()) {
+        call.id = id;
+    }
+    if let Some(name) = piece.function.name {
+        call.name.push_str(&name);
+    }
+    if let Some(arguments) = piece.function.arguments {
+        call.arguments.push_str(&arguments);
+    }
+    let total: usize = calls.iter().map(|c| c.arguments.len() + c.name.len()).sum();
+    if total > max_bytes {
+        return Err(LlmError::Malformed(format!("streamed tool calls larger than {max_bytes} bytes")));
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -159,19 +277,30 @@ impl LlmBackend for OpenAiBackend {
         let Some(choice) = completion.choices.into_iter().next() else {
             return Err(LlmError::Malformed("a chat completion with no choices".into()));
         };
-        Ok(ChatResponse {
-            text: choice.message.content.unwrap_or_default(),
-            model: completion.model,
-            usage: completion.usage.map(Usage::from).unwrap_or_default(),
-            finish: finish(choice.finish_reason.as_deref()),
-        })
+        let calls = choice
+            .message
+            .tool_calls
+            .into_iter()
+            .take(MAX_TOOL_CALLS)
+            .enumerate()
+            .map(|(i, c)| {
+                let id = c.id.unwrap_or_else(|| format!("call_{i}"));
+                ToolCall::new(id, c.function.name.unwrap_or_default(), c.function.arguments.unwrap_or_default())
+            })
+            .collect();
+        Ok(ChatResponse::new(
+            choice.message.content.unwrap_or_default(),
+            completion.model,
+            completion.usage.map(Usage::from).unwrap_or_default(),
+            finish(choice.finish_reason.as_deref()),
+        )
+        .with_tool_calls(calls))
     }
 
     async fn stream(&self, request: &ChatRequest, on_delta: &mut OnDelta<'_>) -> Result<ChatResponse, LlmError> {
         let resp = self.post(&self.body(request, true)).await?;
         let mut events = Events::new(resp, &self.opts);
-        let mut out =
-            ChatResponse { text: String::new(), model: None, usage: Usage::default(), finish: FinishReason::Stop };
+        let mut out = ChatResponse::new(String::new(), None, Usage::default(), FinishReason::Stop);
         let mut finished = None;
         // Until the provider's usage arrives (in the last chunk), each content piece counts as one generated
         // token: servers send one token per chunk, so the count checked while streaming tracks the real one.
@@ -205,7 +334,11 @@ impl LlmBackend for OpenAiBackend {
                 if let Some(reason) = choice.finish_reason {
                     finished = Some(reason);
                 }
-                let Some(text) = choice.delta.and_then(|d| d.content).filter(|t| !t.is_empty()) else { continue };
+                let Some(delta) = choice.delta else { continue };
+                for piece in delta.tool_calls {
+                    assemble(&mut out.tool_calls, piece, self.opts.max_body)?;
+                }
+                let Some(text) = delta.content.filter(|t| !t.is_empty()) else { continue };
                 out.text.push_str(&text);
                 pieces += 1;
                 let so_far = Usage { input_tokens: out.usage.input_tokens, output_tokens: Some(pieces) };
@@ -218,5 +351,33 @@ impl LlmBackend for OpenAiBackend {
         }
         out.finish = finish(finished.as_deref());
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(index: usize, id: Option<&str>, name: Option<&str>, arguments: Option<&str>) -> ToolCallPiece {
+        ToolCallPiece {
+            index,
+            id: id.map(str::to_owned),
+            function: WireFunction { name: name.map(str::to_owned), arguments: arguments.map(str::to_owned) },
+        }
+    }
+
+    #[test]
+    fn streamed_pieces_assemble_by_index_within_bounds() {
+        let mut calls = Vec::new();
+        assemble(&mut calls, piece(1, Some("b"), Some("fetch"), Some("{\"u\":")), 1024).unwrap();
+        assemble(&mut calls, piece(0, Some("a"), Some("search"), Some("{}")), 1024).unwrap();
+        assemble(&mut calls, piece(1, None, None, Some("1}")), 1024).unwrap();
+        assert_eq!(calls[0], ToolCall::new("a", "search", "{}"));
+        assert_eq!(calls[1], ToolCall::new("b", "fetch", "{\"u\":1}"));
+        // A far index would make the client hold a call per index up to it.
+        assert!(assemble(&mut calls, piece(MAX_TOOL_CALLS, None, Some("x"), None), 1024).is_err());
+        // Arguments that never end are cut at the bound.
+        let long = "x".repeat(2048);
+        assert!(assemble(&mut calls, piece(0, None, None, Some(&long)), 1024).is_err());
     }
 }

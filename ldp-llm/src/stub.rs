@@ -4,7 +4,9 @@
 //! The model "answers" with a fixed reply or by echoing the last user message; a token is a whitespace-separated
 //! word (usage counts words of all messages in, words of the answer out), `max_tokens` cuts the answer (finish
 //! `length` / `max_tokens`). Every request body is recorded, a [`Behavior`] makes the stub fail as a provider can,
-//! and streams can be slowed down to observe cancellation ([`Stub::cancelled_streams`]).
+//! and streams can be slowed down to observe cancellation ([`Stub::cancelled_streams`]). A script of turns
+//! ([`StubConfig::with_script`]) makes the model answer with tool calls, one turn per request, as both wire formats
+//! carry them (streamed, each call's arguments arrive in three pieces).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -54,6 +56,28 @@ pub enum Behavior {
     TruncatedStream,
 }
 
+/// One scripted answer of the model.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum StubTurn {
+    /// Answer this text.
+    Text(String),
+    /// Call these tools: (name, arguments as JSON text, which may be anything a model writes).
+    Calls(Vec<(String, String)>),
+}
+
+impl StubTurn {
+    /// A turn calling one tool `name` with `arguments`.
+    pub fn call(name: impl Into<String>, arguments: &Value) -> Self {
+        Self::Calls(vec![(name.into(), arguments.to_string())])
+    }
+
+    /// A turn answering `text`.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Text(text.into())
+    }
+}
+
 /// The stub's configuration.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -70,6 +94,8 @@ pub struct StubConfig {
     pub api_key: Option<String>,
     /// Delay before answering (a model's time to first token).
     pub latency: Duration,
+    /// Scripted answers, one per request in order (the last repeats); empty: [`StubConfig::reply`] or the echo.
+    pub script: Vec<StubTurn>,
 }
 
 impl StubConfig {
@@ -82,7 +108,14 @@ impl StubConfig {
             token_delay: Duration::ZERO,
             api_key: None,
             latency: Duration::ZERO,
+            script: Vec::new(),
         }
+    }
+    /// Answers each request with the next turn of `script` (the last one repeats).
+    #[must_use]
+    pub fn with_script(mut self, script: Vec<StubTurn>) -> Self {
+        self.script = script;
+        self
     }
     /// Answers `reply` to everything.
     #[must_use]
@@ -122,6 +155,8 @@ struct Shared {
     recorded: Mutex<Vec<Value>>,
     requests: AtomicUsize,
     cancelled: AtomicUsize,
+    /// Scripted turns answered so far.
+    turns: AtomicUsize,
 }
 
 /// A running stub; it stops when dropped.
@@ -162,6 +197,7 @@ impl Stub {
             recorded: Mutex::new(Vec::new()),
             requests: AtomicUsize::new(0),
             cancelled: AtomicUsize::new(0),
+            turns: AtomicUsize::new(0),
         });
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(handle))
@@ -303,13 +339,28 @@ async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     if !cfg.latency.is_zero() {
         tokio::time::sleep(cfg.latency).await;
     }
+    let turn = match cfg.script.len() {
+        0 => None,
+        n => Some(cfg.script[shared.turns.fetch_add(1, Ordering::SeqCst).min(n - 1)].clone()),
+    };
+    let stream = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if let Some(StubTurn::Calls(calls)) = &turn {
+        let events = tool_call_answer(cfg, calls, stream);
+        return match events {
+            Ok(body) => (StatusCode::OK, axum::Json(body)).into_response(),
+            Err(events) => sse_response(&shared, events, cfg.token_delay),
+        };
+    }
     // The conversation: every message's text, and the last user message.
     let messages = request.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
     let text_of = |m: &Value| m.get("content").and_then(Value::as_str).unwrap_or_default().to_owned();
     let mut input_tokens: u64 = messages.iter().map(|m| words(&text_of(m))).sum();
     input_tokens += request.get("system").and_then(Value::as_str).map_or(0, words);
     let last_user = messages.iter().rev().find(|m| m["role"] == "user").map(text_of).unwrap_or_default();
-    let answer = cfg.reply.clone().unwrap_or(last_user);
+    let answer = match turn {
+        Some(StubTurn::Text(text)) => text,
+        _ => cfg.reply.clone().unwrap_or(last_user),
+    };
     let all: Vec<&str> = answer.split_whitespace().collect();
     let limit = request.get("max_tokens").and_then(Value::as_u64).map_or(all.len(), |m| m as usize);
     let cut = all.len() > limit;
@@ -322,7 +373,6 @@ async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     let output_tokens = pieces.len() as u64;
     let text = pieces.concat();
     let model = cfg.model.clone();
-    let stream = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
     if !stream {
         let body = match cfg.flavor {
             Flavor::OpenAi => json!({
@@ -407,7 +457,11 @@ async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
         }
         _ => {}
     }
-    let delay = cfg.token_delay;
+    sse_response(&shared, events, cfg.token_delay)
+}
+
+/// `events` as a streamed answer, `delay` before each after the first.
+fn sse_response(shared: &Arc<Shared>, events: Vec<String>, delay: Duration) -> Response {
     let guard = StreamGuard { shared: shared.clone(), done: false };
     let total = events.len();
     let body =
@@ -427,4 +481,109 @@ async fn handle(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(body.boxed()))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// `text` in three pieces (at character boundaries), as a model streams a call's arguments.
+fn thirds(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let step = chars.len().div_ceil(3).max(1);
+    chars.chunks(step).map(|c| c.iter().collect()).collect()
+}
+
+/// A turn of tool calls: the plain answer's body (`Ok`), or the stream's events (`Err`).
+fn tool_call_answer(cfg: &StubConfig, calls: &[(String, String)], stream: bool) -> Result<Value, Vec<String>> {
+    let model = cfg.model.as_str();
+    let sse = |event: Option<&str>, data: &Value| match event {
+        Some(name) => format!("event: {name}\ndata: {data}\n\n"),
+        None => format!("data: {data}\n\n"),
+    };
+    let usage_out = calls.len() as u64 * 8;
+    match (cfg.flavor, stream) {
+        (Flavor::OpenAi, false) => {
+            let wire: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| {
+                    json!({"id": format!("call_stub_{i}"), "type": "function",
+                           "function": {"name": name, "arguments": args}})
+                })
+                .collect();
+            Ok(json!({
+                "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": wire},
+                             "finish_reason": "tool_calls"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": usage_out, "total_tokens": 10 + usage_out},
+            }))
+        }
+        (Flavor::Anthropic, false) => {
+            let blocks: Vec<Value> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| {
+                    let input: Value = serde_json::from_str(args).unwrap_or_else(|_| json!({"raw": args}));
+                    json!({"type": "tool_use", "id": format!("toolu_stub_{i}"), "name": name, "input": input})
+                })
+                .collect();
+            Ok(json!({
+                "id": "msg_stub", "type": "message", "role": "assistant", "model": model, "content": blocks,
+                "stop_reason": "tool_use", "stop_sequence": null,
+                "usage": {"input_tokens": 10, "output_tokens": usage_out},
+            }))
+        }
+        (Flavor::OpenAi, true) => {
+            let chunk = |delta: Value, finish: Value| {
+                json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": model,
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": null})
+            };
+            let mut events = vec![sse(None, &chunk(json!({"role": "assistant", "content": null}), Value::Null))];
+            for (i, (name, args)) in calls.iter().enumerate() {
+                let first = json!({"tool_calls": [{"index": i, "id": format!("call_stub_{i}"), "type": "function",
+                                                   "function": {"name": name, "arguments": ""}}]});
+                events.push(sse(None, &chunk(first, Value::Null)));
+                for piece in thirds(args) {
+                    let more = json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]});
+                    events.push(sse(None, &chunk(more, Value::Null)));
+                }
+            }
+            events.push(sse(None, &chunk(json!({}), json!("tool_calls"))));
+            events.push(sse(
+                None,
+                &json!({"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": 0, "model": model,
+                        "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": usage_out,
+                                                 "total_tokens": 10 + usage_out}}),
+            ));
+            events.push("data: [DONE]\n\n".to_owned());
+            Err(events)
+        }
+        (Flavor::Anthropic, true) => {
+            let mut events = vec![sse(
+                Some("message_start"),
+                &json!({"type": "message_start", "message": {"id": "msg_stub", "type": "message",
+                        "role": "assistant", "content": [], "model": model, "stop_reason": null,
+                        "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+            )];
+            for (i, (name, args)) in calls.iter().enumerate() {
+                events.push(sse(
+                    Some("content_block_start"),
+                    &json!({"type": "content_block_start", "index": i, "content_block":
+                            {"type": "tool_use", "id": format!("toolu_stub_{i}"), "name": name, "input": {}}}),
+                ));
+                for piece in thirds(args) {
+                    events.push(sse(
+                        Some("content_block_delta"),
+                        &json!({"type": "content_block_delta", "index": i,
+                                "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                    ));
+                }
+                events.push(sse(Some("content_block_stop"), &json!({"type": "content_block_stop", "index": i})));
+            }
+            events.push(sse(
+                Some("message_delta"),
+                &json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+                        "usage": {"output_tokens": usage_out}}),
+            ));
+            events.push(sse(Some("message_stop"), &json!({"type": "message_stop"})));
+            Err(events)
+        }
+    }
 }
