@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::backend::{ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmBackend, StreamControl, Usage};
 use crate::price::PriceTable;
+use crate::tools::{Spent, ToolLoopLimits, ToolOutcome, ToolRun, Toolbox, child_contract, result_text};
 
 /// A skill's prompt: text in which `{{input}}` stands for the task's input. A template without the placeholder
 /// gets the input after it, on a line of its own.
@@ -53,6 +54,12 @@ impl PromptTemplate {
 /// `fail_closed` a budget exceeded (or an answer the budget cut short) fails the task `CONTRACT_VIOLATED` with the
 /// text so far as `partial_output`, through the responder's one failure path; under `fail_open` the cut answer is
 /// the result.
+///
+/// With a [`Toolbox`] ([`LlmDelegate::with_toolbox`]) the model may call other delegates: each call runs as a
+/// sub-task under a child contract (the budget left, the depth minus one, the parent's failure policy), its answer
+/// goes back to the model, and the loop ends with the model's answer or at a bound ([`ToolLoopLimits`], the
+/// budget, the depth), each a typed error with the text so far. The result's usage sums the model's and the
+/// sub-tasks'; each sub-task's provenance becomes a lineage entry. At depth 0 no tools are offered.
 #[derive(Clone)]
 pub struct LlmDelegate {
     backend: Arc<dyn LlmBackend>,
@@ -61,6 +68,8 @@ pub struct LlmDelegate {
     prices: PriceTable,
     stream: bool,
     max_tokens: Option<u64>,
+    toolbox: Option<Arc<dyn Toolbox>>,
+    tool_limits: ToolLoopLimits,
 }
 
 impl std::fmt::Debug for LlmDelegate {
@@ -77,7 +86,24 @@ impl LlmDelegate {
     /// A delegate over `backend` with one skill, `chat`, that passes the input as it is; answers are streamed.
     pub fn new(backend: Arc<dyn LlmBackend>) -> Self {
         let skills = BTreeMap::from([("chat".to_owned(), PromptTemplate::identity())]);
-        Self { backend, system: None, skills, prices: PriceTable::new(), stream: true, max_tokens: None }
+        Self {
+            backend,
+            system: None,
+            skills,
+            prices: PriceTable::new(),
+            stream: true,
+            max_tokens: None,
+            toolbox: None,
+            tool_limits: ToolLoopLimits::default(),
+        }
+    }
+
+    /// Lets the model call the tools of `toolbox` (other delegates), within `limits` and the task's contract.
+    #[must_use]
+    pub fn with_toolbox(mut self, toolbox: Arc<dyn Toolbox>, limits: ToolLoopLimits) -> Self {
+        self.toolbox = Some(toolbox);
+        self.tool_limits = limits;
+        self
     }
 
     /// Sets the system prompt.
@@ -230,6 +256,9 @@ impl Delegate for LlmDelegate {
             .collect();
         let history = turns.iter().map(|(u, a)| (u.as_str(), a.as_str()));
         let request = self.request(template, history, &input, budget.and_then(|b| b.max_tokens));
+        if let Some(toolbox) = &self.toolbox {
+            return self.run_tools(toolbox.as_ref(), &task, &ctx, request).await;
+        }
         // A cancelled task (TASK_CANCEL, session close or expiry) stops the provider request at once: dropping the
         // call drops the request, which closes the provider's stream.
         let (answer, exceeded) = tokio::select! {
@@ -256,5 +285,134 @@ impl Delegate for LlmDelegate {
         // The provenance's model_version (and a usage receipt's model) name the model that answered.
         out.model = Some(model);
         Ok(out)
+    }
+}
+
+impl LlmDelegate {
+    /// The tool loop: the model answers or calls tools; each call runs as a sub-task and its answer goes back,
+    /// until an answer or a bound.
+    async fn run_tools(
+        &self,
+        toolbox: &dyn Toolbox,
+        task: &TaskRequest,
+        ctx: &TaskContext,
+        mut request: ChatRequest,
+    ) -> Result<TaskOutput, LdpError> {
+        let contract = task.contract.as_ref();
+        let budget = contract.and_then(|c| c.policy.budget);
+        let policy = contract.map_or(FailurePolicy::default(), |c| c.policy.failure_policy);
+        // At depth 0 the task may not delegate: the model is offered nothing to call.
+        let may_delegate = contract.and_then(|c| c.policy.max_delegation_depth) != Some(0);
+        let tools = if may_delegate { toolbox.tools() } else { Vec::new() };
+        let offered: std::collections::HashSet<String> = tools.iter().map(|t| t.name.clone()).collect();
+        request.tools = tools;
+        let limits = self.tool_limits;
+        let mut spent = Spent::default();
+        let mut delegated: Vec<ldp_types::Provenance> = Vec::new();
+        let mut said = String::new();
+        let mut usage = Usage::default();
+        let bound = |code: &str, why: String, said: &str| {
+            LdpError::policy(code, why).with_partial_output(Value::String(said.to_owned()))
+        };
+        for round in 0..=limits.max_rounds {
+            let left = match &budget {
+                Some(b) => Some(spent.left(b).ok_or_else(|| {
+                    bound(codes::BUDGET_EXCEEDED, "the contract's budget ran out between tool rounds".into(), &said)
+                })?),
+                None => None,
+            };
+            request.max_tokens = match (self.max_tokens, left.as_ref().and_then(|b| b.max_tokens)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let (answer, exceeded) = tokio::select! {
+                out = self.call(&request, left.as_ref(), ctx) => out?,
+                () = ctx.cancelled() => return Err(LdpError::runtime(codes::CANCELLED, "cancelled")),
+            };
+            let answered_by = answer.model.clone().unwrap_or_else(|| self.backend.info().model);
+            spent.add(answer.usage.total(), self.prices.cost(&answered_by, &answer.usage));
+            usage.input_tokens = Some(usage.input_tokens.unwrap_or(0) + answer.usage.input_tokens.unwrap_or(0));
+            usage.output_tokens = Some(usage.output_tokens.unwrap_or(0) + answer.usage.output_tokens.unwrap_or(0));
+            said.push_str(&answer.text);
+            let cut = left.as_ref().is_some_and(|b| b.max_tokens.is_some()) && answer.finish == FinishReason::Length;
+            if (exceeded || cut) && policy == FailurePolicy::FailClosed {
+                let contract_id = contract.map_or("", |c| c.contract_id.as_str());
+                return Err(bound(
+                    codes::CONTRACT_VIOLATED,
+                    format!("contract {contract_id} violated: the budget ran out ({} tokens used)", spent.tokens),
+                    &said,
+                ));
+            }
+            if answer.tool_calls.is_empty() || exceeded || cut {
+                let mut out = TaskOutput::new(answer.text.as_str());
+                out.tokens_used = Some(spent.tokens);
+                out.cost_usd = spent.costed.then_some(spent.cost_usd);
+                out.tokens_in = usage.input_tokens;
+                out.tokens_out = usage.output_tokens;
+                out.model = Some(answered_by);
+                out.delegated = delegated;
+                return Ok(out);
+            }
+            if round == limits.max_rounds {
+                break;
+            }
+            let calls = answer.tool_calls;
+            request.messages.push(ChatMessage::assistant_calls(answer.text, calls.clone()));
+            for (n, call) in calls.iter().enumerate() {
+                let outcome = if n >= limits.max_calls_per_round {
+                    Err(LdpError::policy(codes::BUDGET_EXCEEDED, "too many tool calls in one round; not run"))
+                } else if !offered.contains(&call.name) {
+                    Err(LdpError::capability(codes::SKILL_NOT_FOUND, format!("no tool named {:?}", call.name)))
+                } else {
+                    let left = match &budget {
+                        Some(b) => spent
+                            .left(b)
+                            .map(Some)
+                            .ok_or_else(|| LdpError::policy(codes::BUDGET_EXCEEDED, "no budget left for this call")),
+                        None => Ok(None),
+                    };
+                    let arguments = call
+                        .arguments_json()
+                        .map_err(|e| LdpError::runtime(codes::MALFORMED_MESSAGE, e.to_string()).with_retryable(false));
+                    match left.and_then(|left| Ok((arguments?, left))) {
+                        Err(e) => Err(e),
+                        Ok((arguments, left)) => self.run_call(toolbox, task, ctx, call, arguments, left).await,
+                    }
+                };
+                if let Ok(out) = &outcome
+                    && let Some(provenance) = &out.provenance
+                {
+                    spent.add(provenance.tokens_used, provenance.cost_usd);
+                    delegated.push(provenance.clone());
+                }
+                request.messages.push(ChatMessage::tool_result(call.id.clone(), result_text(&outcome)));
+            }
+        }
+        Err(bound(
+            codes::BUDGET_EXCEEDED,
+            format!("the model still called tools after {} rounds", limits.max_rounds),
+            &said,
+        ))
+    }
+
+    /// Runs one call as a sub-task, bounded by the contract's deadline or the loop's call timeout, and stopped
+    /// when the parent is cancelled.
+    async fn run_call(
+        &self,
+        toolbox: &dyn Toolbox,
+        task: &TaskRequest,
+        ctx: &TaskContext,
+        call: &crate::ToolCall,
+        arguments: Value,
+        left: Option<ldp_types::Budget>,
+    ) -> Result<ToolOutcome, LdpError> {
+        let contract = child_contract(task, call, left)?;
+        let run = ToolRun { tool: &call.name, arguments, contract, parent: task };
+        tokio::select! {
+            out = tokio::time::timeout(self.tool_limits.call_timeout, toolbox.run(run)) => out.unwrap_or_else(|_| {
+                Err(LdpError::runtime(codes::TIMEOUT, format!("tool {} did not answer in time", call.name)))
+            }),
+            () = ctx.cancelled() => Err(LdpError::runtime(codes::CANCELLED, "cancelled")),
+        }
     }
 }

@@ -24,6 +24,7 @@ mod openai;
 mod price;
 #[cfg(feature = "stub")]
 pub mod stub;
+mod tools;
 
 pub use anthropic::{ANSWER_TOOL, AnthropicBackend};
 pub use backend::{
@@ -37,3 +38,4 @@ pub use http::HttpOptions;
 pub use key::ApiKey;
 pub use openai::OpenAiBackend;
 pub use price::{Price, PriceTable};
+pub use tools::{ToolLoopLimits, ToolOutcome, ToolRun, Toolbox};

@@ -270,7 +270,7 @@ impl Initiator {
         let candidates: Vec<PayloadMode> = std::iter::once(session.mode)
             .chain(session.fallback.iter().copied().filter(|m| m.number() < session.mode.number()))
             .collect();
-        let contract = inherit_depth(contract, parent)?;
+        let contract = delegated_contract(contract, parent)?;
         let mut fitted = Err(ldp_types::Error::InvalidSemanticFrame("no mode can carry this input"));
         let mut mode = candidates.first().copied().unwrap_or(PayloadMode::Text);
         for candidate in candidates {
@@ -510,8 +510,10 @@ impl Initiator {
     }
 }
 
-/// Applies a parent task's delegation-depth limit to a sub-task's contract.
-fn inherit_depth(
+/// The contract of a sub-task of `parent`: `contract` (or, when none is given, the parent's own) with the delegation
+/// depth the parent has left, one less than its `max_delegation_depth`; `DelegationDepthExceeded` when the parent may
+/// not delegate at all. The one rule of delegation depth, used by the initiator and by delegates that delegate.
+pub fn delegated_contract(
     contract: Option<DelegationContract>,
     parent: Option<&TaskRequest>,
 ) -> Result<Option<DelegationContract>, SessionError> {

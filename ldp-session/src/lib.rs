@@ -77,7 +77,9 @@ pub use clock::{IdSource, ManualClock, SeededIds, SystemClock, WallClock};
 pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, ResponderConfig, TrustPolicy};
 pub use error::{Misuse, PeerMisbehaved, Refusal, SessionError};
 pub use held::{HeldAnswer, HeldLimits, HeldStats};
-pub use initiator::{DEFAULT_RESUME_GRACE, Expired, Initiator, InitiatorEvent, ResumeVerdict, Transmit, fit_payload};
+pub use initiator::{
+    DEFAULT_RESUME_GRACE, Expired, Initiator, InitiatorEvent, ResumeVerdict, Transmit, delegated_contract, fit_payload,
+};
 pub use refusals::{REFUSAL_LINE_EVERY, REFUSAL_QUIET_AFTER, RefusalLine, RefusalLog};
 pub use responder::{
     Aborted, AuthenticatedPeer, Checked, Delivery, History, HistoryItem, InboundCheck, Outcome, PeerContext, Responder,
