@@ -298,6 +298,8 @@ pub(crate) const FLAGS: &[(&str, &str, Unit)] = &[
     ("mcp_token", "backend.mcp_token", Unit::Same),
     ("a2a_url", "backend.a2a_url", Unit::Same),
     ("a2a_token", "backend.a2a_token", Unit::Same),
+    ("delegates", "backend.delegates", Unit::Same),
+    ("tool_rounds", "backend.tool_rounds", Unit::Same),
     ("mcp", "mcp.enabled", Unit::Same),
     ("mcp_max_sessions", "mcp.max_sessions", Unit::Same),
     ("mcp_max_calls", "mcp.max_calls", Unit::Same),
@@ -372,6 +374,7 @@ fn flag_name(id: &str) -> String {
         "trusted_proxies" => "trusted-proxy".to_owned(),
         "allow_origins" => "allow-origin".to_owned(),
         "skills" => "skill".to_owned(),
+        "delegates" => "delegate".to_owned(),
         "mcp_allowed_hosts" => "mcp-allowed-host".to_owned(),
         other => other.replace('_', "-"),
     }

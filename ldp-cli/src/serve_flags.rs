@@ -69,6 +69,13 @@ pub struct LlmArgs {
     /// bytes per parameter) or `quantized` (as the file stores them: least memory).
     #[arg(long, value_name = "PRECISION", default_value = "f32", value_parser = ["f32", "quantized"])]
     pub precision: String,
+    /// Another delegate (repeatable) whose skills the model may call as tools: each call a sub-task routed by
+    /// verified quality, cost and trust, under a child contract of the task's.
+    #[arg(long = "delegate", value_name = "URL")]
+    pub delegates: Vec<String>,
+    /// With --delegate: rounds of tool calls before the model must answer.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub tool_rounds: u32,
 }
 
 /// The flags of `ldp serve --mcp`: MCP's Streamable HTTP transport at `/mcp`, behind the same authentication, body

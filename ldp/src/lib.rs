@@ -51,6 +51,8 @@
 mod client;
 #[cfg(feature = "server")]
 pub mod config;
+#[cfg(feature = "llm")]
+pub mod delegates;
 #[cfg(feature = "client")]
 pub mod issuers;
 #[cfg(feature = "server")]

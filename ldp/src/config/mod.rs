@@ -178,10 +178,14 @@ impl ServerConfig {
                 ("backend.mcp_command", b.mcp_command.is_some()),
                 ("backend.mcp_url", b.mcp_url.is_some()),
                 ("backend.a2a_url", b.a2a_url.is_some()),
+                ("backend.delegates", !b.delegates.is_empty()),
             ];
             if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {
                 return Err(need(key, "backend.kind"));
             }
+        }
+        if !b.delegates.is_empty() && b.kind.is_some_and(BackendKind::is_bridge) {
+            return Err(need("backend.delegates", "a model backend (openai, anthropic, local or echo)"));
         }
         if b.top_p.is_some() && b.temperature.is_none() {
             return Err(need("backend.top_p", "backend.temperature"));

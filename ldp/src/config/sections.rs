@@ -444,6 +444,11 @@ pub struct BackendConfig {
     pub a2a_url: Option<String>,
     /// `a2a`: the bearer token sent to the agent. Secret. Default none.
     pub a2a_token: Option<String>,
+    /// Other delegates (`http(s)://` or `ldp://` URLs) whose skills the model may call as tools, each call a
+    /// sub-task routed by verified quality, cost and trust under a child contract. Default none.
+    pub delegates: Vec<String>,
+    /// With `delegates`: rounds of tool calls before the model must answer. Default `8`.
+    pub tool_rounds: u32,
 }
 
 impl Default for BackendConfig {
@@ -472,6 +477,8 @@ impl Default for BackendConfig {
             mcp_token: None,
             a2a_url: None,
             a2a_token: None,
+            delegates: Vec::new(),
+            tool_rounds: 8,
         }
     }
 }

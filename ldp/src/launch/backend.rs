@@ -37,7 +37,7 @@ pub(super) async fn start(config: &ServerConfig, request_timeout: Duration) -> R
             Answered { card, delegate: Arc::new(EchoDelegate), describe: Vec::new() }
         }
         Some(kind) if kind.is_bridge() => bridged(config, kind, request_timeout).await?,
-        Some(_) => model(config)?,
+        Some(_) => model(config).await?,
     };
     answered.card.trust_domain = TrustDomain::new(domain);
     if let Some(path) = &config.identity.card {
@@ -68,7 +68,7 @@ pub(crate) fn echo_card(id: DelegateId, domain: &str) -> Result<IdentityCard, Er
 
 /// A language model behind the delegate.
 #[cfg(feature = "llm")]
-fn model(config: &ServerConfig) -> Result<Answered, Error> {
+async fn model(config: &ServerConfig) -> Result<Answered, Error> {
     use ldp_llm::{
         AnthropicBackend, ApiKey, EchoBackend, HttpOptions, LlmBackend, LlmDelegate, OpenAiBackend, PriceTable,
         PromptTemplate,
@@ -153,12 +153,25 @@ fn model(config: &ServerConfig) -> Result<Answered, Error> {
             .map_err(|e| setup("backend.prices", FileError { path: path.clone(), source: e }))?;
         delegate = delegate.with_prices(PriceTable::from_json(&text).map_err(|e| setup("backend.prices", e))?);
     }
+    let mut describe = describe;
+    if !b.delegates.is_empty() {
+        if b.tool_rounds == 0 {
+            return Err(setup("backend.tool_rounds", "at least 1 with delegates"));
+        }
+        let tools =
+            crate::delegates::RouterTools::over(&b.delegates, ldp_transport_http::ConnectOptions::new()).await?;
+        let mut limits = ldp_llm::ToolLoopLimits::default();
+        limits.max_rounds = b.tool_rounds;
+        limits.call_timeout = b.timeout.max(Duration::from_secs(1));
+        describe.push(format!("tools: the skills of {} delegate(s)", b.delegates.len()));
+        delegate = delegate.with_toolbox(Arc::new(tools), limits);
+    }
     let card = delegate.card(delegate_id(config, "ldp:delegate:llm")?, context_window);
     Ok(Answered { card, delegate: Arc::new(delegate), describe })
 }
 
 #[cfg(not(feature = "llm"))]
-fn model(_: &ServerConfig) -> Result<Answered, Error> {
+async fn model(_: &ServerConfig) -> Result<Answered, Error> {
     Err(Error::FeatureMissing { key: "backend.kind", feature: "llm" })
 }
 
@@ -236,7 +249,7 @@ async fn bridged(config: &ServerConfig, kind: BackendKind, request_timeout: Dura
         #[cfg(not(feature = "a2a"))]
         BackendKind::A2a => Err(Error::FeatureMissing { key: "backend.kind = \"a2a\"", feature: "a2a" }),
         // A model, not a bridge: `start` sends those to `model`.
-        _ => model(config),
+        _ => model(config).await,
     }
 }
 

@@ -1,0 +1,167 @@
+//! Other delegates as a model's tools, chosen by the router (feature `llm`): [`RouterTools`] offers the skills of
+//! every delegate in a [`Registry`] to an [`LlmDelegate`](ldp_llm::LlmDelegate), and runs each call with
+//! [`Registry::route_and_submit`]: the delegate picked by verified quality, cost, latency and trust, with failover,
+//! under the child contract the tool loop gives it.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), ldp::Error> {
+//! use std::sync::Arc;
+//! use ldp::delegates::RouterTools;
+//! use ldp_llm::{EchoBackend, LlmDelegate, ToolLoopLimits};
+//!
+//! let tools = RouterTools::over(&["http://summarizer:8080", "http://translator:8080"], ldp::ConnectOptions::new()).await?;
+//! let planner = LlmDelegate::new(Arc::new(EchoBackend)).with_toolbox(Arc::new(tools), ToolLoopLimits::default());
+//! # let _ = planner; Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ldp_llm::{ToolOutcome, ToolRun, ToolSpec, Toolbox};
+use ldp_router::{
+    DiscoveryError, Endpoint, LdpAdapter, NoScore, Registry, RegistryConfig, RouteErrorKind, RouteTask,
+    SchemeDispatcher, SharedTransport,
+};
+use ldp_session::SystemClock;
+use ldp_transport_http::{ConnectOptions, HttpTransport};
+use ldp_types::{LdpError, RawJson, codes};
+use serde_json::{Value, json};
+
+use crate::Error;
+
+/// The member a skill's non-object input travels in, since providers want an object of arguments.
+const WRAPPED: &str = "input";
+
+/// The skills of the delegates in a [`Registry`], as tools routed by it.
+#[derive(Debug, Clone)]
+pub struct RouterTools {
+    registry: Arc<Registry>,
+}
+
+/// One tool: the skill it routes to, and whether its input is wrapped in [`WRAPPED`].
+#[derive(Debug, Clone)]
+struct Offered {
+    spec: ToolSpec,
+    skill: String,
+    wrapped: bool,
+}
+
+impl RouterTools {
+    /// The skills of the delegates `registry` holds now and later (the tools are read for each task).
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Self { registry }
+    }
+
+    /// A registry of the delegates at `urls` (`http(s)://`, or `ldp://` resolving to HTTP), reached with
+    /// `options`, with the default router configuration. Fails on the first delegate that cannot be discovered.
+    pub async fn over(urls: &[impl AsRef<str>], options: ConnectOptions) -> Result<Self, Error> {
+        let registry = Arc::new(registry(options)?);
+        for url in urls {
+            registry.add_url(url.as_ref()).await.map_err(|e| Error::Setup {
+                key: "backend.delegates".to_owned(),
+                source: format!("{}: {e}", url.as_ref()).into(),
+            })?;
+        }
+        Ok(Self::new(registry))
+    }
+
+    /// The registry the tools are routed by.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Every skill of every registered delegate, once, by name (the first description and schema found).
+    fn offered(&self) -> BTreeMap<String, Offered> {
+        let mut tools = BTreeMap::new();
+        for id in self.registry.delegates() {
+            let Some(card) = self.registry.card(&id) else { continue };
+            for capability in &card.capabilities {
+                let name = tool_name(&capability.name);
+                if tools.contains_key(&name) {
+                    continue;
+                }
+                let description = capability
+                    .description
+                    .clone()
+                    .unwrap_or_else(|| format!("The skill {} of {}", capability.name, card.name));
+                let (input_schema, wrapped) = match &capability.input_schema {
+                    Some(schema) if schema.get("type").and_then(Value::as_str) == Some("object") => {
+                        (schema.clone(), false)
+                    }
+                    other => {
+                        let inner = other.clone().unwrap_or_else(|| json!({}));
+                        (json!({"type": "object", "properties": {WRAPPED: inner}, "required": [WRAPPED]}), true)
+                    }
+                };
+                let spec = ToolSpec::new(name.clone(), description, input_schema);
+                tools.insert(name, Offered { spec, skill: capability.name.clone(), wrapped });
+            }
+        }
+        tools
+    }
+}
+
+/// A skill's name as providers accept a tool's: `[a-zA-Z0-9_-]`, at most 64 characters.
+fn tool_name(skill: &str) -> String {
+    let name: String =
+        skill.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+    let name: String = name.chars().take(64).collect();
+    if name.is_empty() { "_".to_owned() } else { name }
+}
+
+/// A registry reaching delegates over HTTP and WebSocket with `options`.
+fn registry(options: ConnectOptions) -> Result<Registry, Error> {
+    let http = move |endpoint: &Endpoint| {
+        let transport =
+            HttpTransport::with_options(endpoint.url.clone(), options.clone()).map_err(DiscoveryError::adapter)?;
+        Ok(Arc::new(transport) as SharedTransport)
+    };
+    // HTTP only: a factory may not do IO, and opening a WebSocket is IO. Delegates served by `ldp serve` answer
+    // HTTP on the same port as their WebSocket.
+    let adapter = LdpAdapter::new().with_http(http);
+    let dispatcher = SchemeDispatcher::new().with_ldp(adapter);
+    Registry::new(RegistryConfig::default(), Arc::new(dispatcher), Arc::new(SystemClock))
+        .map_err(|e| Error::Setup { key: "backend.delegates".to_owned(), source: e.to_string().into() })
+}
+
+#[async_trait]
+impl Toolbox for RouterTools {
+    fn tools(&self) -> Vec<ToolSpec> {
+        self.offered().into_values().map(|o| o.spec).collect()
+    }
+
+    async fn run(&self, call: ToolRun<'_>) -> Result<ToolOutcome, LdpError> {
+        let offered = self.offered();
+        let Some(tool) = offered.get(call.tool) else {
+            return Err(LdpError::capability(codes::SKILL_NOT_FOUND, format!("no delegate offers {:?}", call.tool)));
+        };
+        let input =
+            if tool.wrapped { call.arguments.get(WRAPPED).cloned().unwrap_or(Value::Null) } else { call.arguments };
+        let mut task = RouteTask::new(tool.skill.clone(), RawJson::from(input));
+        task.contract = call.contract;
+        match self.registry.route_and_submit(&task, &NoScore).await {
+            Ok(routed) => Ok(ToolOutcome::new(routed.output, routed.provenance)),
+            Err(e) => Err(match e.kind {
+                RouteErrorKind::Escalated { error, .. } => error,
+                RouteErrorKind::Selection(why) => {
+                    LdpError::capability(codes::SKILL_NOT_FOUND, format!("no delegate to run {}: {why}", tool.skill))
+                }
+                other => LdpError::policy(codes::CONTRACT_VIOLATED, other.to_string()),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skill_names_become_names_providers_accept() {
+        assert_eq!(tool_name("summarize"), "summarize");
+        assert_eq!(tool_name("translate.fr en"), "translate_fr_en");
+        assert_eq!(tool_name(""), "_");
+        assert_eq!(tool_name(&"x".repeat(100)).len(), 64);
+    }
+}
