@@ -68,6 +68,12 @@ async fn the_models_tool_call_is_routed_to_the_better_delegate_and_fails_over() 
     let hops: Vec<&str> = out.provenance.lineage.iter().map(|h| h.delegate_id.as_str()).collect();
     assert!(hops.contains(&"ldp:delegate:upper-good"), "{hops:?}");
     assert!(!hops.contains(&"ldp:delegate:upper-poor"), "{hops:?}");
+    // The chain of hops as an LCTL document passes the checks `ldp lctl check` runs, and draws.
+    let chain = ldp_lctl::ldp::document_from_ldp("ctr-plan", Some(&out.provenance), Some(&contract())).unwrap();
+    let report = ldp_lctl::check_document(&chain);
+    assert!(!report.has_errors(), "{report:?}");
+    assert!(chain.trace.iter().any(|step| step.agent == "ldp:delegate:upper-good"), "{chain:?}");
+    assert!(ldp_lctl::render_mermaid(&chain).contains("upper-good"));
     server.shutdown().await.unwrap();
 
     // The better one out of order: the call fails over to the other.
