@@ -90,16 +90,7 @@ impl AnthropicBackend {
         if !tools.is_empty() {
             body["tools"] = json!(tools);
         }
-        let sampling = &request.sampling;
-        if let Some(t) = sampling.temperature {
-            body["temperature"] = json!(t);
-        }
-        if let Some(p) = sampling.top_p {
-            body["top_p"] = json!(p);
-        }
-        if !sampling.stop.is_empty() {
-            body["stop_sequences"] = json!(sampling.stop);
-        }
+        request.sampling.write_common(&mut body, "stop_sequences");
         body
     }
 

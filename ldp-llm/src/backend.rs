@@ -117,6 +117,22 @@ pub struct Sampling {
     pub seed: Option<u64>,
 }
 
+impl Sampling {
+    /// Writes the set parameters into a provider's request `body`, the stop sequences under `stop_key` (OpenAI
+    /// `stop`, Anthropic `stop_sequences`); the seed is the caller's, since not every provider has one.
+    pub(crate) fn write_common(&self, body: &mut Value, stop_key: &str) {
+        if let Some(t) = self.temperature {
+            body["temperature"] = Value::from(t);
+        }
+        if let Some(p) = self.top_p {
+            body["top_p"] = Value::from(p);
+        }
+        if !self.stop.is_empty() {
+            body[stop_key] = Value::from(self.stop.clone());
+        }
+    }
+}
+
 /// One chat-completion request.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]

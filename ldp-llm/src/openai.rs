@@ -70,17 +70,8 @@ impl OpenAiBackend {
                 .collect();
             body["tools"] = json!(tools);
         }
-        let sampling = &request.sampling;
-        if let Some(t) = sampling.temperature {
-            body["temperature"] = json!(t);
-        }
-        if let Some(p) = sampling.top_p {
-            body["top_p"] = json!(p);
-        }
-        if !sampling.stop.is_empty() {
-            body["stop"] = json!(sampling.stop);
-        }
-        if let Some(seed) = sampling.seed {
+        request.sampling.write_common(&mut body, "stop");
+        if let Some(seed) = request.sampling.seed {
             body["seed"] = json!(seed);
         }
         if let Some(schema) = &request.response_schema {
