@@ -291,7 +291,7 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 3.2, 5.2",
         "HELLO is answered with CAPABILITY_MANIFEST",
-        "\"`HELLO` | Initiator → Responder | Initial handshake\"; \"`CAPABILITY_MANIFEST` | Responder → Initiator | Capability declaration\"; 5.2: HELLO → CAPABILITY_MANIFEST.",
+        "\"`HELLO` | Initiator → Responder | Initial handshake\"; \"`CAPABILITY_MANIFEST` | Responder → Initiator | Capability declaration\"; 5.2: HELLO → CAPABILITY_MANIFEST, declaring at least one capability (a manifest of nothing declares nothing to delegate to).",
         ["handshake.hello"]
     ),
     req!(
@@ -705,7 +705,7 @@ pub const CATALOGUE: &[Requirement] = &[
         None,
         "RFC 8.3",
         "Transport-level authentication",
-        "\"LDP delegates SHOULD use mutual TLS or bearer tokens for transport-level authentication.\" Passes for an `https` endpoint, or when a request without the operator's `--token` is refused.",
+        "\"LDP delegates SHOULD use mutual TLS or bearer tokens for transport-level authentication.\" Without `--token`: passes for an `https` endpoint. With it, every endpoint that takes messages must want it: a HELLO without a token and with an unknown one, a TASK_SUBMIT to `/ldp/stream` without one, and the WebSocket upgrade at `/ldp/ws` without one are each refused (an endpoint the delegate does not offer, 404, is left out); one left open fails.",
         ["transport.auth"]
     ),
 ];

@@ -545,6 +545,12 @@ impl Ctx {
     /// Posts an envelope to `/ldp/stream` (HTTP only) and observes every envelope the event stream carries, as
     /// any other reply: schemas, fields, provenance.
     pub(crate) async fn send_stream(&mut self, env: &Envelope) -> StreamAnswer {
+        let token = self.cfg.token.clone();
+        self.send_stream_as(env, token).await
+    }
+
+    /// [`Ctx::send_stream`] with `token` as the bearer token (`None`: none).
+    pub(crate) async fn send_stream_as(&mut self, env: &Envelope, token: Option<String>) -> StreamAnswer {
         let bytes = match env.to_vec() {
             Ok(b) => b,
             Err(e) => {
@@ -553,7 +559,7 @@ impl Ctx {
                 return StreamAnswer { answer, ..StreamAnswer::default() };
             }
         };
-        let (mut ex, result) = self.probe.post_stream(bytes).await;
+        let (mut ex, result) = self.probe.post_stream_as(bytes, token).await;
         let streamed = match result {
             Ok(StreamReply { reply, events, timed_out }) => {
                 let json = if events.is_empty() { serde_json::from_slice::<Value>(&reply.body).ok() } else { None };
@@ -576,6 +582,14 @@ impl Ctx {
         }
         self.evidence.push(ex);
         streamed
+    }
+
+    /// The WebSocket upgrade with `token` (`None`: none), recorded; the status says what the server did (`101`:
+    /// upgraded).
+    pub(crate) async fn ws_upgrade(&mut self, token: Option<&str>) -> Result<u16, String> {
+        let (ex, result) = self.probe.ws_upgrade(token).await;
+        self.evidence.push(ex);
+        result.map(|r| r.status.unwrap_or(0))
     }
 
     /// `GET path` over HTTP, recorded.

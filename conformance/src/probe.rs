@@ -255,8 +255,12 @@ impl Probe {
     /// `POST <base>/ldp/stream` (RFC 8.1) with one message, reading the event stream until its final event (an
     /// envelope whose body is a TASK_RESULT or TASK_FAILED, or an `error` event), the end of the body, or the
     /// request timeout; an endpoint that keeps the stream open after the result is still judged.
-    pub async fn post_stream(&mut self, body: Vec<u8>) -> (Exchange, Result<StreamReply, String>) {
-        let token = self.token.clone();
+    /// With `token` as the bearer token (`None`: none).
+    pub async fn post_stream_as(
+        &mut self,
+        body: Vec<u8>,
+        token: Option<String>,
+    ) -> (Exchange, Result<StreamReply, String>) {
         let (req, request) = self.post("/ldp/stream", "application/json", Some("text/event-stream"), token, &body);
         let start = Instant::now();
         let result = read_stream(req.body(body)).await;
@@ -345,6 +349,52 @@ impl Probe {
         let connecting = tokio_tungstenite::connect_async_tls_with_config(request, None, false, self.wss.clone());
         match tokio::time::timeout(self.timeout, connecting).await {
             Ok(Ok((stream, _))) => Ok(stream),
+            Ok(Err(e)) => Err(format!("websocket connect to {} failed: {e}", self.ws_url)),
+            Err(_) => Err(format!("websocket connect to {} timed out", self.ws_url)),
+        }
+    }
+
+    /// Asks for the WebSocket upgrade at `/ldp/ws` with `token` (`None`: no `Authorization`), and closes at once:
+    /// the reply's status is `101` when the server upgraded, its refusal's status otherwise.
+    pub async fn ws_upgrade(&self, token: Option<&str>) -> (Exchange, Result<RawReply, String>) {
+        let mut headers = BTreeMap::new();
+        if token.is_some() {
+            headers.insert("authorization".into(), "Bearer <redacted>".into());
+        }
+        let request = RequestRecord {
+            method: "GET (upgrade)".into(),
+            url: self.ws_url.clone(),
+            headers,
+            body: None,
+            body_bytes: 0,
+        };
+        let start = Instant::now();
+        let result = match self.connect_ws_raw(token).await {
+            Ok(Ok(mut stream)) => {
+                let _ = stream.close(None).await;
+                Ok(RawReply { status: Some(101), ..RawReply::default() })
+            }
+            Ok(Err(status)) => Ok(RawReply { status: Some(status), ..RawReply::default() }),
+            Err(e) => Err(e),
+        };
+        (record(TransportKind::Ws, request, start, &result), result)
+    }
+
+    /// A WebSocket connection with `token`: the stream, or the HTTP status that refused the upgrade (`Ok(Err)`),
+    /// or why no answer came (`Err`).
+    async fn connect_ws_raw(
+        &self,
+        token: Option<&str>,
+    ) -> Result<Result<WebSocketStream<MaybeTlsStream<TcpStream>>, u16>, String> {
+        let mut request = self.ws_url.as_str().into_client_request().map_err(|e| format!("bad ws url: {e}"))?;
+        if let Some(t) = token {
+            let value = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|e| format!("bad token: {e}"))?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let connecting = tokio_tungstenite::connect_async_tls_with_config(request, None, false, self.wss.clone());
+        match tokio::time::timeout(self.timeout, connecting).await {
+            Ok(Ok((stream, _))) => Ok(Ok(stream)),
+            Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response))) => Ok(Err(response.status().as_u16())),
             Ok(Err(e)) => Err(format!("websocket connect to {} failed: {e}", self.ws_url)),
             Err(_) => Err(format!("websocket connect to {} timed out", self.ws_url)),
         }

@@ -132,6 +132,23 @@ async fn a_manifest_that_disagrees_with_the_card_is_caught() {
     assert_fails_only(&report, "LDP-MSG-008", &[]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_manifest_is_caught() {
+    let report = run(Setup::broken(Break::ManifestEmpty)).await;
+    assert_fails_only(&report, "LDP-MSG-008", &["LDP-MSG-001"]);
+    assert_eq!(report.requirement("LDP-MSG-001").unwrap().status, Status::Fail, "{}", explain(&report));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_left_off_one_endpoint_is_caught() {
+    for (broken, endpoint) in [(Break::StreamWithoutAuth, "/ldp/stream"), (Break::WsWithoutAuth, "/ldp/ws")] {
+        let report = run(Setup::broken(broken)).await;
+        assert_fails_only(&report, "LDP-AUTH-001", &[]);
+        let details = &report.requirement("LDP-AUTH-001").unwrap().details;
+        assert!(details.iter().any(|d| d.contains(endpoint)), "{broken:?}: {details:?}");
+    }
+}
+
 // ---- class 5: trust --------------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -186,28 +186,59 @@ pub(super) async fn identity_discovery(ctx: &mut Ctx) {
 }
 
 pub(super) async fn transport_auth(ctx: &mut Ctx) {
-    if ctx.probe.base().starts_with("https://") {
-        ctx.pass("LDP-AUTH-001", "the endpoint uses TLS");
-        return;
-    }
+    const REQ: &str = "LDP-AUTH-001";
     if ctx.cfg.token.is_none() {
-        ctx.fail(
-            "LDP-AUTH-001",
-            "plain HTTP and no --token given: the kit could not see any transport-level authentication",
-        );
+        if ctx.probe.base().starts_with("https://") {
+            ctx.pass(REQ, "the endpoint uses TLS");
+        } else {
+            ctx.fail(REQ, "plain HTTP and no --token given: the kit could not see any transport-level authentication");
+        }
         return;
     }
-    let env = ctx.envelope(
-        "",
-        ldp_types::Hello::new(crate::ctx::KIT_DELEGATE_ID.to_owned(), vec![PayloadMode::Text]),
-        PayloadMode::Text,
-    );
-    let mut out = Outgoing::json(env.to_vec().unwrap_or_default());
-    out.token = Some(None);
-    let answer = ctx.send(out, Some(&env)).await;
-    if answer.is_refusal() || answer.close_code().is_some() || answer.transport_error.is_some() {
-        ctx.pass("LDP-AUTH-001", format!("a HELLO without the bearer token is refused: {}", answer.describe()));
+    // With a token, every endpoint that takes messages must want it: one left open lets anyone in through it.
+    let mut guarded: Vec<String> = Vec::new();
+    let mut open: Vec<String> = Vec::new();
+    let hello = || ldp_types::Hello::new(crate::ctx::KIT_DELEGATE_ID.to_owned(), vec![PayloadMode::Text]);
+    let transport = ctx.transport().as_str();
+    for (credential, what) in [(None, "without the bearer token"), (Some(WRONG_TOKEN), "with an unknown bearer token")]
+    {
+        let env = ctx.envelope("", hello(), PayloadMode::Text);
+        let mut out = Outgoing::json(env.to_vec().unwrap_or_default());
+        out.token = Some(credential.map(str::to_owned));
+        let answer = ctx.send(out, Some(&env)).await;
+        let line = format!("a HELLO over {transport} {what}: {}", answer.describe());
+        if answer.is_refusal() || answer.close_code().is_some() || answer.transport_error.is_some() {
+            guarded.push(line);
+        } else {
+            open.push(line);
+        }
+    }
+    // The stream endpoint, whatever transport the kit runs on.
+    let submit =
+        ldp_types::TaskSubmit::new(format!("task-{}", uuid::Uuid::new_v4()), ctx.skill(), json!("auth probe"), None);
+    let env = ctx.envelope(&uuid::Uuid::new_v4().to_string(), submit, PayloadMode::Text);
+    let stream = ctx.send_stream_as(&env, None).await;
+    match stream.answer.status() {
+        Some(404 | 405) => {}
+        Some(401 | 403) => guarded.push("POST /ldp/stream without the bearer token: refused".into()),
+        _ if stream.answer.transport_error.is_some() => {}
+        status => open.push(format!(
+            "POST /ldp/stream without the bearer token was taken: HTTP {status:?}, {} event(s)",
+            stream.events.len()
+        )),
+    }
+    // The WebSocket binding, when the delegate offers one.
+    match ctx.ws_upgrade(None).await {
+        Ok(101) => open.push("the WebSocket upgrade at /ldp/ws without the bearer token was accepted".into()),
+        Ok(401 | 403) => guarded.push("the WebSocket upgrade without the bearer token: refused".into()),
+        Ok(_) | Err(_) => {}
+    }
+    if open.is_empty() {
+        ctx.pass(REQ, format!("every endpoint wants the bearer token: {}", guarded.join("; ")));
     } else {
-        ctx.fail("LDP-AUTH-001", format!("a HELLO without the bearer token is answered: {}", answer.describe()));
+        ctx.fail(REQ, format!("reachable without valid credentials: {}", open.join("; ")));
     }
 }
+
+/// A bearer token no delegate was given: the kit's probe of an unknown credential.
+const WRONG_TOKEN: &str = "ldp-conformance-unknown-token";

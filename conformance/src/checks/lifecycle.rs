@@ -6,11 +6,11 @@ use super::*;
 
 pub(super) async fn handshake_hello(ctx: &mut Ctx) {
     let answer = ctx.hello().await;
-    let has_caps = answer.body().and_then(|b| b.get("capabilities")).is_some_and(|c| !c.is_null());
-    if answer.is_type("CAPABILITY_MANIFEST") && has_caps {
-        ctx.pass("LDP-MSG-001", "HELLO → CAPABILITY_MANIFEST");
+    let declared = answer.body().and_then(super::negotiation::manifest_capabilities);
+    if answer.is_type("CAPABILITY_MANIFEST") && declared.as_ref().is_some_and(|d| !d.is_empty()) {
+        ctx.pass("LDP-MSG-001", format!("HELLO → CAPABILITY_MANIFEST of {:?}", declared.unwrap_or_default()));
     } else if answer.is_type("CAPABILITY_MANIFEST") {
-        ctx.fail("LDP-MSG-001", "CAPABILITY_MANIFEST without capabilities");
+        ctx.fail("LDP-MSG-001", "a CAPABILITY_MANIFEST that declares no capabilities");
     } else {
         ctx.fail("LDP-MSG-001", format!("HELLO → {}", answer.describe()));
     }

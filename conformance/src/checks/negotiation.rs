@@ -87,7 +87,7 @@ pub(super) async fn negotiation_unnegotiated_mode(ctx: &mut Ctx) {
 
 /// The capability names a CAPABILITY_MANIFEST declares, in either reference shape: a list of capabilities (Python)
 /// or `{capabilities: [...], supported_modes: [...]}` (Rust).
-fn manifest_capabilities(body: &Value) -> Option<Vec<String>> {
+pub(super) fn manifest_capabilities(body: &Value) -> Option<Vec<String>> {
     let caps = body.get("capabilities")?;
     let list = caps.as_array().or_else(|| caps.get("capabilities").and_then(Value::as_array))?;
     Some(list.iter().filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_owned)).collect())
@@ -106,6 +106,9 @@ pub(super) async fn handshake_manifest(ctx: &mut Ctx) {
     let mut on_card: Vec<String> = card.capabilities.iter().map(|c| c.name.clone()).collect();
     on_card.sort();
     match manifest_capabilities(&body) {
+        Some(declared) if declared.is_empty() => {
+            problems.push(format!("the manifest declares no capabilities; the card declares {on_card:?}"));
+        }
         Some(mut declared) => {
             declared.sort();
             if declared != on_card {
