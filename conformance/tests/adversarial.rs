@@ -133,6 +133,22 @@ async fn a_manifest_that_disagrees_with_the_card_is_caught() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_signature_shortcut_is_caught_by_its_own_probe() {
+    let cases = [
+        (Break::AcceptsStaleTimestamps, "LDP-SEC-003", "timestamped an hour old"),
+        (Break::AcceptsOtherAlgorithm, "LDP-SEC-002", "signed with"),
+        (Break::AcceptsTamperedMessages, "LDP-SEC-002", "changed after signing"),
+        (Break::AcceptsUnsignedClose, "LDP-SEC-004", "an unsigned SESSION_CLOSE"),
+    ];
+    for (broken, id, probe) in cases {
+        let report = run(signed(broken, SignatureAlgorithm::HmacSha256Jcs)).await;
+        assert_fails_only(&report, id, &[]);
+        let details = &report.requirement(id).unwrap().details;
+        assert!(details.iter().any(|d| d.contains(probe) && d.contains("FAIL")), "{broken:?}: {details:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_manifest_is_caught() {
     let report = run(Setup::broken(Break::ManifestEmpty)).await;
     assert_fails_only(&report, "LDP-MSG-008", &["LDP-MSG-001"]);

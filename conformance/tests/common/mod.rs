@@ -81,6 +81,14 @@ pub enum Break {
     ManifestDisagrees,
     /// The CAPABILITY_MANIFEST declares no capabilities at all.
     ManifestEmpty,
+    /// Signs, checks replays by message id, but takes any timestamp: an hour-old or future message runs.
+    AcceptsStaleTimestamps,
+    /// Takes a message signed with another algorithm than its own (the algorithm-confusion downgrade).
+    AcceptsOtherAlgorithm,
+    /// Takes a signature of the right shape that does not verify: a message changed after signing runs.
+    AcceptsTamperedMessages,
+    /// Requires signatures on everything but SESSION_CLOSE: an unsigned one closes the session.
+    AcceptsUnsignedClose,
     /// Bearer tokens are required on `/ldp/messages`, but `/ldp/stream` takes anyone.
     StreamWithoutAuth,
     /// Bearer tokens are required on HTTP, but the WebSocket upgrade at `/ldp/ws` takes anyone.
@@ -362,6 +370,29 @@ async fn drop_streamed_results(req: Request, next: Next) -> Response {
     Response::from_parts(parts, Body::from(kept))
 }
 
+/// Whether the `broken` delegate takes the signed (or unsigned) request `r` that a correct one refuses.
+fn lets_through(broken: Break, r: &Value, key: &SigningKey, req_type: Option<&str>) -> bool {
+    let algorithm = r.get("signature_algorithm").and_then(Value::as_str);
+    let signature = r.get("signature").and_then(Value::as_str).unwrap_or_default();
+    let own = key.algorithm().as_str();
+    match broken {
+        Break::AcceptsStaleTimestamps => {
+            let at = r.get("timestamp").and_then(Value::as_str).and_then(|t| ldp_types::time::parse_timestamp(t).ok());
+            let skew = at.map(|at| (time::OffsetDateTime::now_utc() - at).whole_seconds().abs());
+            algorithm == Some(own) && skew.is_some_and(|s| s > 300)
+        }
+        Break::AcceptsOtherAlgorithm => algorithm.is_some_and(|a| a != own && a != "none") && !signature.is_empty(),
+        Break::AcceptsTamperedMessages => {
+            let well_formed = !signature.is_empty() && signature.bytes().all(|b| b.is_ascii_hexdigit());
+            well_formed && algorithm == Some(own) && ldp_types::signing::verify_value(r, &key.verifying_key()).is_err()
+        }
+        Break::AcceptsUnsignedClose => {
+            req_type == Some("SESSION_CLOSE") && r.get("signature").is_none_or(Value::is_null)
+        }
+        _ => false,
+    }
+}
+
 /// Requests to `path` without credentials pass as if authenticated: the one endpoint a broken server forgot.
 async fn let_in_unauthenticated(State(path): State<&'static str>, mut req: Request, next: Next) -> Response {
     if req.uri().path() == path && req.headers().get(header::AUTHORIZATION).is_none() {
@@ -542,6 +573,22 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
                 }
             }
         }
+        Break::AcceptsStaleTimestamps
+        | Break::AcceptsOtherAlgorithm
+        | Break::AcceptsTamperedMessages
+        | Break::AcceptsUnsignedClose => {
+            if let (Some(r), Some(key)) = (request.as_mut(), &adv.key)
+                && lets_through(adv.broken, r, key, req_type.as_deref())
+                && let Ok(mut env) = ldp_types::Envelope::from_value(r.clone())
+            {
+                // What this delegate lets through is made to pass the responder's own check.
+                env.timestamp = ldp_types::time::format_timestamp(time::OffsetDateTime::now_utc());
+                env.signature = None;
+                env.signature_algorithm = None;
+                ldp_types::signing::sign(&mut env, key).unwrap();
+                *r = env.to_value().unwrap();
+            }
+        }
         Break::RejectAllSessions if req_type.as_deref() == Some("SESSION_PROPOSE") => {
             return typed_error_response(
                 StatusCode::FORBIDDEN,
@@ -565,6 +612,10 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
             | Break::ReplayGuardOnProposeOnly
             | Break::SuffixDomainMatch
             | Break::ResponderPreferenceWins
+            | Break::AcceptsStaleTimestamps
+            | Break::AcceptsOtherAlgorithm
+            | Break::AcceptsTamperedMessages
+            | Break::AcceptsUnsignedClose
     );
     let forwarded = match &request {
         Some(r) if rewrites => Bytes::from(serde_json::to_vec(r).unwrap()),
