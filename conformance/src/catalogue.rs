@@ -696,7 +696,7 @@ pub const CATALOGUE: &[Requirement] = &[
         Some(Signing),
         "RFC 7.3",
         "Unsigned messages are refused by a signing delegate",
-        "A delegate that signs requires signatures: an unsigned TASK_SUBMIT, SESSION_PROPOSE, TASK_CANCEL, ATTESTATION or SESSION_CLOSE is refused with a typed error and not acted on (the session stays open). HELLO is not probed: its answer is the public manifest. SHOULD, not MUST: the RFC names signed messages only in profile A and never says an unsigned one must be refused.",
+        "A delegate that signs requires signatures: an unsigned TASK_SUBMIT, SESSION_PROPOSE, TASK_UPDATE status query (for a task that ran), TASK_CANCEL, ATTESTATION or SESSION_CLOSE is refused with a typed error and not acted on (the session stays open). HELLO is not probed: its answer is the public manifest. SHOULD, not MUST: the RFC names signed messages only in profile A and never says an unsigned one must be refused.",
         ["security.unsigned", "security.unsigned_all"]
     ),
     req!(

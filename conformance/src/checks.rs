@@ -207,7 +207,7 @@ pub const CHECKS: &[Check] = &[
     ),
     check!(
         "security.unsigned_all",
-        "Unsigned SESSION_PROPOSE, TASK_CANCEL, ATTESTATION and SESSION_CLOSE",
+        "Unsigned SESSION_PROPOSE, TASK_UPDATE (status query), TASK_CANCEL, ATTESTATION and SESSION_CLOSE",
         ["LDP-SEC-004"],
         signing::security_unsigned_all
     ),

@@ -139,6 +139,7 @@ async fn each_signature_shortcut_is_caught_by_its_own_probe() {
         (Break::AcceptsOtherAlgorithm, "LDP-SEC-002", "signed with"),
         (Break::AcceptsTamperedMessages, "LDP-SEC-002", "changed after signing"),
         (Break::AcceptsUnsignedClose, "LDP-SEC-004", "an unsigned SESSION_CLOSE"),
+        (Break::AcceptsUnsignedStatusQuery, "LDP-SEC-004", "an unsigned TASK_UPDATE"),
     ];
     for (broken, id, probe) in cases {
         let report = run(signed(broken, SignatureAlgorithm::HmacSha256Jcs)).await;

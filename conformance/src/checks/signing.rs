@@ -209,8 +209,12 @@ pub(super) async fn security_unsigned_all(ctx: &mut Ctx) {
     }
     let Some(session) = signed_session(ctx, REQ).await else { return };
     // HELLO is left out: its answer is the public manifest, what the unauthenticated identity card says too.
+    // A status query (TASK_UPDATE to the responder, RFC 3.2) names a task that ran, whose result it would give away.
+    let (ran, _) = ctx.submit_default(&session).await;
+    let ran = ran.body.task_id().unwrap_or_default().to_owned();
     let config = ctx.session_config(&[PayloadMode::Text], SESSION_TTL);
     let unsigned: Vec<(&str, ldp_types::Body)> = vec![
+        ("TASK_UPDATE", ldp_types::TaskUpdate::new(ran, None, Some("status?".into())).into()),
         ("SESSION_PROPOSE", ldp_types::SessionPropose::new(config).into()),
         ("TASK_CANCEL", TaskCancel::new(format!("task-{}", uuid::Uuid::new_v4())).into()),
         (

@@ -89,6 +89,8 @@ pub enum Break {
     AcceptsTamperedMessages,
     /// Requires signatures on everything but SESSION_CLOSE: an unsigned one closes the session.
     AcceptsUnsignedClose,
+    /// Answers an unsigned status query (TASK_UPDATE to the responder) with the task's result.
+    AcceptsUnsignedStatusQuery,
     /// Bearer tokens are required on `/ldp/messages`, but `/ldp/stream` takes anyone.
     StreamWithoutAuth,
     /// Bearer tokens are required on HTTP, but the WebSocket upgrade at `/ldp/ws` takes anyone.
@@ -389,6 +391,9 @@ fn lets_through(broken: Break, r: &Value, key: &SigningKey, req_type: Option<&st
         Break::AcceptsUnsignedClose => {
             req_type == Some("SESSION_CLOSE") && r.get("signature").is_none_or(Value::is_null)
         }
+        Break::AcceptsUnsignedStatusQuery => {
+            req_type == Some("TASK_UPDATE") && r.get("signature").is_none_or(Value::is_null)
+        }
         _ => false,
     }
 }
@@ -576,7 +581,8 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
         Break::AcceptsStaleTimestamps
         | Break::AcceptsOtherAlgorithm
         | Break::AcceptsTamperedMessages
-        | Break::AcceptsUnsignedClose => {
+        | Break::AcceptsUnsignedClose
+        | Break::AcceptsUnsignedStatusQuery => {
             if let (Some(r), Some(key)) = (request.as_mut(), &adv.key)
                 && lets_through(adv.broken, r, key, req_type.as_deref())
                 && let Ok(mut env) = ldp_types::Envelope::from_value(r.clone())
@@ -616,6 +622,7 @@ async fn adversary(State(adv): State<Adversary>, req: Request, next: Next) -> Re
             | Break::AcceptsOtherAlgorithm
             | Break::AcceptsTamperedMessages
             | Break::AcceptsUnsignedClose
+            | Break::AcceptsUnsignedStatusQuery
     );
     let forwarded = match &request {
         Some(r) if rewrites => Bytes::from(serde_json::to_vec(r).unwrap()),
