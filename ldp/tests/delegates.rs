@@ -1,3 +1,4 @@
+#![cfg(feature = "llm")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! A delegate that delegates, assembled from its configuration (`backend.delegates`), as `ldp serve --delegate`
 //! does: an LLM delegate whose model (an OpenAI-compatible stub answering with scripted tool calls) calls the skills

@@ -105,6 +105,9 @@ pub struct LdpTools<U: Upstream> {
     shared: Arc<Shared<U>>,
     opened: Arc<OnceCell<Opened<U>>>,
     calls: Arc<Semaphore>,
+    /// The least severe level of the task events sent as `notifications/message` (`logging/setLevel`); none until
+    /// the peer asks.
+    log_level: Arc<Mutex<Option<u8>>>,
     _close: CloseOnDrop<U>,
 }
 
@@ -119,7 +122,7 @@ impl<U: Upstream> LdpTools<U> {
         let opened = Arc::new(OnceCell::new());
         let calls = Arc::new(Semaphore::new(shared.limits.max_calls_per_session.max(1)));
         let close = CloseOnDrop { opened: opened.clone(), timeout: shared.limits.cancel_timeout };
-        Self { shared, opened, calls, _close: close }
+        Self { shared, opened, calls, log_level: Arc::default(), _close: close }
     }
 
     /// This MCP session's LDP session, opened on first use by `peer`; later calls must come from the same principal.
@@ -171,6 +174,7 @@ impl<U: Upstream> LdpTools<U> {
         })?;
         let opened = self.session(peer).await?;
         let progress = cx.meta.get_progress_token().map(|token| relay_progress(cx.peer.clone(), token));
+        self.log(cx, Severity::Debug, serde_json::json!({"event": "task submitted", "skill": skill})).await;
         let key: Arc<Mutex<Option<TaskKey>>> = Arc::default();
         let note = {
             let key = key.clone();
@@ -185,7 +189,11 @@ impl<U: Upstream> LdpTools<U> {
             client.submit_task(Submission::new(&opened.session_id, skill, input).progress(progress).on_key(note));
         tokio::pin!(submit);
         let stop = tokio::select! {
-            done = &mut submit => return done.map(|o| (o.output, o.provenance)).map_err(BridgeError::from),
+            done = &mut submit => {
+                let done = done.map(|o| (o.output, o.provenance)).map_err(BridgeError::from);
+                self.log_end(cx, skill, &done).await;
+                return done;
+            }
             () = cx.ct.cancelled() => None,
             () = tokio::time::sleep(limits.call_timeout) => {
                 Some(BridgeError::Timeout { what: "the LDP task", after: limits.call_timeout })
@@ -202,6 +210,73 @@ impl<U: Upstream> LdpTools<U> {
             (None, Ok(done)) => done.map(|o| (o.output, o.provenance)).map_err(BridgeError::from),
             (None, Err(_)) => {
                 Err(BridgeError::Timeout { what: "the cancelled task's answer", after: limits.cancel_timeout })
+            }
+        }
+    }
+}
+
+/// MCP's log levels in order of severity (RFC 5424's, as MCP names them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Severity {
+    Debug = 0,
+    Info = 1,
+    Warning = 3,
+}
+
+// Logging is deprecated by a later MCP revision (SEP-2577), but the protocol versions MCP hosts speak today and the
+// official conformance suite still have it.
+#[allow(deprecated)]
+fn severity_of(level: rmcp::model::LoggingLevel) -> u8 {
+    use rmcp::model::LoggingLevel as L;
+    match level {
+        L::Debug => 0,
+        L::Info => 1,
+        L::Notice => 2,
+        L::Warning => 3,
+        L::Error => 4,
+        L::Critical => 5,
+        L::Alert => 6,
+        L::Emergency => 7,
+    }
+}
+
+impl<U: Upstream> LdpTools<U> {
+    /// Sends a task event as `notifications/message` when the peer asked for its severity or a lower one.
+    #[allow(deprecated)]
+    async fn log(&self, cx: &RequestContext<RoleServer>, severity: Severity, data: serde_json::Value) {
+        let wanted = self.log_level.lock().ok().and_then(|l| *l);
+        if wanted.is_none_or(|w| (severity as u8) < w) {
+            return;
+        }
+        let level = match severity {
+            Severity::Debug => rmcp::model::LoggingLevel::Debug,
+            Severity::Info => rmcp::model::LoggingLevel::Info,
+            Severity::Warning => rmcp::model::LoggingLevel::Warning,
+        };
+        let param = rmcp::model::LoggingMessageNotificationParam::new(level, data).with_logger("ldp");
+        // Best effort, bounded: a peer that does not read its stream loses its log lines, not its answers.
+        let _ = tokio::time::timeout(NOTIFY_TIMEOUT, cx.peer.notify_logging_message(param)).await;
+    }
+
+    /// The end of a task as a log line: who produced it, or how it failed.
+    async fn log_end(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        skill: &str,
+        done: &Result<(RawJson, ldp_types::Provenance), BridgeError>,
+    ) {
+        match done {
+            Ok((_, provenance)) => {
+                let data = serde_json::json!({
+                    "event": "task completed", "skill": skill, "produced_by": provenance.produced_by,
+                    "tokens_used": provenance.tokens_used,
+                });
+                self.log(cx, Severity::Info, data).await;
+            }
+            Err(e) => {
+                let error = e.to_ldp_error();
+                let data = serde_json::json!({"event": "task failed", "skill": skill, "code": error.code});
+                self.log(cx, Severity::Warning, data).await;
             }
         }
     }
@@ -261,8 +336,17 @@ impl<U: Upstream> ServerHandler for LdpTools<U> {
         let card = self.shared.upstream.card();
         let implementation = Implementation::new(card.delegate_id.as_str(), env!("CARGO_PKG_VERSION"))
             .with_title(format!("{} (LDP delegate, bridged to MCP)", card.name));
-        let mut info =
-            ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(implementation);
+        // Completions, prompts and resources are declared with nothing behind them yet (empty answers, as MCP allows):
+        // a host that asks gets a valid answer instead of "method not found". Logging carries task events.
+        #[allow(deprecated)]
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_resources()
+            .enable_tools()
+            .build();
+        let mut info = ServerConfig::new(capabilities).with_server_info(implementation);
         if let Some(description) = &card.description {
             info = info.with_instructions(description.clone());
         }
@@ -280,6 +364,18 @@ impl<U: Upstream> ServerHandler for LdpTools<U> {
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(tools::tools(&self.shared.upstream.card())))
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if let Ok(mut level) = self.log_level.lock() {
+            *level = Some(severity_of(request.level));
+        }
+        Ok(())
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
