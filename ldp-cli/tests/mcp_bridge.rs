@@ -73,6 +73,29 @@ async fn an_mcp_host_lists_and_calls_the_skills_of_ldp_serve() {
     assert_eq!(status, 404);
 }
 
+/// `logging/setLevel` turns on the session's task events as `notifications/message`, at the level asked for; before
+/// it, none arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_events_reach_a_host_that_asks_for_them_as_log_messages() {
+    let (_server, url) = serve(&["--mcp"], Stdio::null());
+    let target = format!("{url}/mcp");
+    let call = r#"call:echo:{"input": "logged"}"#;
+    let quiet = mcp_client(&target, "legacy", &[call]).await;
+    assert_eq!(quiet["log"], json!([]), "log messages nobody asked for: {quiet}");
+
+    let events = |out: &Value| -> Vec<String> {
+        out["log"].as_array().unwrap().iter().filter_map(|m| m["data"]["event"].as_str().map(str::to_owned)).collect()
+    };
+    let info = mcp_client(&target, "legacy", &["loglevel:info", call]).await;
+    assert_eq!(events(&info), ["task completed"], "info and above, not debug: {info}");
+    let line = &info["log"][0];
+    assert_eq!(line["level"], "info");
+    assert_eq!(line["logger"], "ldp");
+    assert_eq!(line["data"]["produced_by"], card(&url).await["delegate_id"]);
+    let debug = mcp_client(&target, "legacy", &["loglevel:debug", call]).await;
+    assert_eq!(events(&debug), ["task submitted", "task completed"], "{debug}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_proxy_puts_a_remote_delegate_on_stdio() {
     let (_server, url) = serve(&[], Stdio::null());

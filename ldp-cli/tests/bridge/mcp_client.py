@@ -7,7 +7,8 @@ SDK's connect mode (`legacy`: the initialize handshake and an MCP session; `auto
 `list`, `call:TOOL:JSON_ARGS` (a call; its result and the progress notifications it got),
 `cancel:TOOL:JSON_ARGS:SECS` (a call abandoned after SECS seconds once progress has arrived: the SDK sends
 notifications/cancelled), `concurrent:TOOL:JSON_ARGS:N` (N calls at once in the session; their results), or
-`pause:SECS` (the session stays open meanwhile). Prints one JSON object: what each step saw, as the SDK decoded it.
+`pause:SECS` (the session stays open meanwhile), or `loglevel:LEVEL` (`logging/setLevel`). Prints one JSON object:
+what each step saw, as the SDK decoded it, and under `log` every `notifications/message` received.
 """
 
 import json
@@ -28,8 +29,12 @@ async def main() -> None:
         server = StdioServerParameters(command=cmd[0], args=cmd[1:])
     else:
         server = target
-    out: dict = {"steps": []}
-    async with Client(server, mode=mode, read_timeout_seconds=60) as client:
+    out: dict = {"steps": [], "log": []}
+
+    async def on_log(params):
+        out["log"].append(dump(params))
+
+    async with Client(server, mode=mode, read_timeout_seconds=60, logging_callback=on_log) as client:
         info = client.server_info
         out["server_info"] = dump(info) if info is not None else None
         out["protocol_version"] = client.protocol_version
@@ -84,6 +89,8 @@ async def main() -> None:
                 out["steps"].append({"concurrent": results})
             elif kind == "pause":
                 await anyio.sleep(float(rest))
+            elif kind == "loglevel":
+                out["steps"].append({"loglevel": dump(await client.set_logging_level(rest))})
             else:
                 raise SystemExit(f"unknown step {step!r}")
     print(json.dumps(out))
