@@ -341,17 +341,9 @@ impl Probe {
     }
 
     async fn connect_ws(&self, token: Option<&str>) -> Result<WebSocketStream<MaybeTlsStream<TcpStream>>, String> {
-        let mut request = self.ws_url.as_str().into_client_request().map_err(|e| format!("bad ws url: {e}"))?;
-        if let Some(t) = token {
-            let value = HeaderValue::from_str(&format!("Bearer {t}")).map_err(|e| format!("bad token: {e}"))?;
-            request.headers_mut().insert("authorization", value);
-        }
-        let connecting = tokio_tungstenite::connect_async_tls_with_config(request, None, false, self.wss.clone());
-        match tokio::time::timeout(self.timeout, connecting).await {
-            Ok(Ok((stream, _))) => Ok(stream),
-            Ok(Err(e)) => Err(format!("websocket connect to {} failed: {e}", self.ws_url)),
-            Err(_) => Err(format!("websocket connect to {} timed out", self.ws_url)),
-        }
+        self.connect_ws_raw(token)
+            .await?
+            .map_err(|status| format!("websocket connect to {} failed: HTTP error: {status}", self.ws_url))
     }
 
     /// Asks for the WebSocket upgrade at `/ldp/ws` with `token` (`None`: no `Authorization`), and closes at once:

@@ -463,11 +463,11 @@ impl Report {
 fn md(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
+        if let Some(entity) = html_entity(c) {
+            out.push_str(entity);
+            continue;
+        }
         match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
             '|' => out.push_str("\\|"),
             '\\' | '`' | '*' | '_' | '[' | ']' | '#' | '!' => {
                 out.push('\\');
@@ -481,14 +481,25 @@ fn md(s: &str) -> String {
     out
 }
 
+/// The entity HTML and XML both need for `c`, if any.
+fn html_entity(c: char) -> Option<&'static str> {
+    match c {
+        '&' => Some("&amp;"),
+        '<' => Some("&lt;"),
+        '>' => Some("&gt;"),
+        '"' => Some("&quot;"),
+        _ => None,
+    }
+}
+
 fn xml(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
+        if let Some(entity) = html_entity(c) {
+            out.push_str(entity);
+            continue;
+        }
         match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
             c if (c as u32) < 0x20 && c != '\n' && c != '\t' => out.push(' '),
             c => out.push(c),

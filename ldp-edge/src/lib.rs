@@ -48,6 +48,7 @@ pub use client_tls::ClientTls;
 pub use conn::{
     BodyTooSlow, ConnectionLimits, ConnectionStats, Establish, EstablishedPeer, Plain, body_too_slow,
     refusal_with_retry, retry_after, serve_connections, serve_established, serve_router, serve_router_with_limits,
+    stop_and_join,
 };
 #[cfg(feature = "client")]
 pub use discovery::{fetch_identity, identity_urls, read_body, request_error, send_retrying, status_error};

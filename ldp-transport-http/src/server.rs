@@ -256,14 +256,7 @@ impl ServerHandle {
 
     /// Stops accepting, drains in-flight requests and waits for the server to end.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
-        if let Some(stop) = self.stop.take() {
-            // The server may already have ended; then there is nobody to tell.
-            let _ = stop.send(());
-        }
-        match (&mut self.join).await {
-            Ok(r) => r,
-            Err(e) => Err(std::io::Error::other(e)),
-        }
+        ldp_edge::stop_and_join(self.stop.take(), &mut self.join).await
     }
 }
 

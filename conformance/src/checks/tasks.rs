@@ -40,21 +40,26 @@ pub(super) async fn session_unknown(ctx: &mut Ctx) {
     );
 }
 
-pub(super) async fn session_closed(ctx: &mut Ctx) {
-    let reqs = ["LDP-SESS-003", "LDP-ERR-002"];
-    let session = match ctx.open_session(&[PayloadMode::Text], SESSION_TTL).await {
+/// A text session of `ttl` seconds in which one task completed; `None`, with `reqs` blocked, when either failed.
+async fn session_that_ran(ctx: &mut Ctx, reqs: &[&str], ttl: u64) -> Option<Session> {
+    let session = match ctx.open_session(&[PayloadMode::Text], ttl).await {
         Ok(s) => s,
-        Err(e) => return blocked(ctx, &reqs, NO_SESSION, &format!("no session: {e}")),
+        Err(e) => {
+            blocked(ctx, reqs, NO_SESSION, &format!("no session with ttl_secs {ttl}: {e}"));
+            return None;
+        }
     };
     let (_, first) = ctx.submit_default(&session).await;
     if !first.is_type("TASK_RESULT") {
-        return blocked(
-            ctx,
-            &reqs,
-            NO_SESSION,
-            &format!("a task in the open session did not complete: {}", first.describe()),
-        );
+        blocked(ctx, reqs, NO_SESSION, &format!("a task in the new session did not complete: {}", first.describe()));
+        return None;
     }
+    Some(session)
+}
+
+pub(super) async fn session_closed(ctx: &mut Ctx) {
+    let reqs = ["LDP-SESS-003", "LDP-ERR-002"];
+    let Some(session) = session_that_ran(ctx, &reqs, SESSION_TTL).await else { return };
     let _ = ctx.close(&session.id).await;
     let (_, answer) = ctx.submit_default(&session).await;
     judge_task_refusal(ctx, "LDP-SESS-003", "TASK_SUBMIT after SESSION_CLOSE", &answer, &[ErrorCategory::Session]);
@@ -63,19 +68,7 @@ pub(super) async fn session_closed(ctx: &mut Ctx) {
 pub(super) async fn session_ttl(ctx: &mut Ctx) {
     let reqs = ["LDP-SESS-004", "LDP-ERR-002"];
     let ttl = ctx.cfg.ttl_hint.unwrap_or(crate::runner::DEFAULT_TTL_PROBE_SECS).max(1);
-    let session = match ctx.open_session(&[PayloadMode::Text], ttl).await {
-        Ok(s) => s,
-        Err(e) => return blocked(ctx, &reqs, NO_SESSION, &format!("no session with ttl_secs {ttl}: {e}")),
-    };
-    let (_, first) = ctx.submit_default(&session).await;
-    if !first.is_type("TASK_RESULT") {
-        return blocked(
-            ctx,
-            &reqs,
-            NO_SESSION,
-            &format!("a task within the TTL did not complete: {}", first.describe()),
-        );
-    }
+    let Some(session) = session_that_ran(ctx, &reqs, ttl).await else { return };
     tokio::time::sleep(Duration::from_secs(ttl) + Duration::from_millis(1500)).await;
     let (_, answer) = ctx.submit_default(&session).await;
     let what =

@@ -474,6 +474,21 @@ fn raw_response(error: &HttpError) -> Vec<u8> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Tells a server task to stop (`stop`, if not sent yet) and waits for it to end: what every server handle's
+/// `shutdown` does. The server may have ended already; then there is nobody to tell, and its result is returned.
+pub async fn stop_and_join(
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    join: &mut tokio::task::JoinHandle<std::io::Result<()>>,
+) -> std::io::Result<()> {
+    if let Some(stop) = stop {
+        let _ = stop.send(());
+    }
+    match join.await {
+        Ok(r) => r,
+        Err(e) => Err(std::io::Error::other(e)),
+    }
+}
+
 /// Serves `app` on `listener` with the default [`ConnectionLimits`] until `shutdown` resolves, reaping `runtime`'s
 /// expired sessions meanwhile: the one listener every binding (HTTP, WebSocket, both merged) is served by.
 pub async fn serve_router(

@@ -289,13 +289,7 @@ impl WsServerHandle {
 
     /// Closes every connection and stops the server.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        match (&mut self.join).await {
-            Ok(r) => r,
-            Err(e) => Err(std::io::Error::other(e)),
-        }
+        ldp_edge::stop_and_join(self.stop.take(), &mut self.join).await
     }
 }
 
