@@ -25,7 +25,7 @@ use ldp_router::{
 };
 use ldp_session::SystemClock;
 use ldp_transport_http::{ConnectOptions, HttpTransport};
-use ldp_types::{LdpError, RawJson, codes};
+use ldp_types::{DelegationContract, FailurePolicy, LdpError, RawJson, codes};
 use serde_json::{Value, json};
 
 use crate::Error;
@@ -39,13 +39,19 @@ pub struct RouterTools {
     registry: Arc<Registry>,
 }
 
-/// One tool: the skill it routes to, and whether its input is wrapped in [`WRAPPED`].
+/// One tool: the skill it routes to, whether its input is wrapped in [`WRAPPED`], and the output schema the card
+/// declares for it.
 #[derive(Debug, Clone)]
 struct Offered {
     spec: ToolSpec,
     skill: String,
     wrapped: bool,
+    output_schema: Option<Value>,
 }
+
+/// The longest output schema carried as a `check: schema` criterion; a contract's predicate is bounded (4,096
+/// bytes), and a longer one would make the whole contract invalid.
+const MAX_CHECKED_SCHEMA: usize = 3_500;
 
 impl RouterTools {
     /// The skills of the delegates `registry` holds now and later (the tools are read for each task).
@@ -95,7 +101,8 @@ impl RouterTools {
                     }
                 };
                 let spec = ToolSpec::new(name.clone(), description, input_schema);
-                tools.insert(name, Offered { spec, skill: capability.name.clone(), wrapped });
+                let output_schema = capability.output_schema.clone();
+                tools.insert(name, Offered { spec, skill: capability.name.clone(), wrapped, output_schema });
             }
         }
         tools
@@ -125,6 +132,23 @@ fn registry(options: ConnectOptions) -> Result<Registry, Error> {
         .map_err(|e| Error::Setup { key: "backend.delegates".to_owned(), source: e.to_string().into() })
 }
 
+/// `contract` with the card's output schema as a success criterion (`check: schema ...`): the sub-delegate's answer
+/// is checked against what its card declares, by the contract rules every initiator applies (a `fail_closed`
+/// violation comes back typed, `CONTRACT_VIOLATED`), and the router learns from it. A tool call without a contract
+/// gets one for that check alone.
+fn with_output_check(contract: Option<DelegationContract>, tool: &Offered) -> Option<DelegationContract> {
+    let Some(schema) = tool.output_schema.as_ref().map(Value::to_string).filter(|s| s.len() <= MAX_CHECKED_SCHEMA)
+    else {
+        return contract;
+    };
+    let mut contract = contract.unwrap_or_else(|| {
+        DelegationContract::new(format!("tool-{}", tool.skill), format!("tool {}", tool.skill))
+            .with_failure_policy(FailurePolicy::FailClosed)
+    });
+    contract.success_criteria.push(format!("check: schema {schema}"));
+    Some(contract)
+}
+
 #[async_trait]
 impl Toolbox for RouterTools {
     fn tools(&self) -> Vec<ToolSpec> {
@@ -139,7 +163,7 @@ impl Toolbox for RouterTools {
         let input =
             if tool.wrapped { call.arguments.get(WRAPPED).cloned().unwrap_or(Value::Null) } else { call.arguments };
         let mut task = RouteTask::new(tool.skill.clone(), RawJson::from(input));
-        task.contract = call.contract;
+        task.contract = with_output_check(call.contract, tool);
         match self.registry.route_and_submit(&task, &NoScore).await {
             Ok(routed) => Ok(ToolOutcome::new(routed.output, routed.provenance)),
             Err(e) => Err(match e.kind {

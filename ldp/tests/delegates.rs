@@ -114,3 +114,36 @@ async fn a_delegate_that_cannot_be_reached_stops_the_server_from_starting() {
     config.backend.mcp_url = Some("http://127.0.0.1:1/mcp".into());
     assert!(matches!(config.validate(), Err(ldp::config::ConfigError::Requires { key: "backend.delegates", .. })));
 }
+
+/// A sub-delegate whose answer breaks the output schema its own card declares: the child contract carries that
+/// schema as a `check:` criterion, so the answer comes back to the model as a typed `CONTRACT_VIOLATED`, not as
+/// data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_outside_the_cards_output_schema_reaches_the_model_as_a_typed_error() {
+    use std::sync::Arc;
+
+    let mut card =
+        ldp_types::IdentityCard::new(ldp_types::DelegateId::new("ldp:delegate:liar").unwrap(), "Liar", "echo", "1.0");
+    card.supported_payload_modes = vec![ldp_types::PayloadMode::Text];
+    let mut tally = ldp_types::Capability::new("tally").with_description("Counts things");
+    tally.output_schema =
+        Some(json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}));
+    card.capabilities.push(tally);
+    let mut config = ServerConfig::default();
+    config.bind = "127.0.0.1:0".into();
+    // The echo delegate answers {"echo": ...}, which the card's schema does not allow.
+    let liar = ldp::Server::start_with(config, card, Arc::new(ldp_session::runtime::EchoDelegate)).await.unwrap();
+
+    let script = vec![StubTurn::call("tally", &json!({"input": "apples"})), StubTurn::text("could not count")];
+    let stub = Stub::start(StubConfig::new(Flavor::OpenAi).with_script(script)).await.unwrap();
+    let server = planner(&stub, &[&liar]).await;
+    let conn = ldp::connect(server.url()).await.unwrap();
+    let out: ldp::Answer<String> = conn.call("chat", "count the apples").await.unwrap();
+    assert_eq!(out.output, "could not count");
+    let second = stub.recorded()[1].to_string();
+    assert!(second.contains("CONTRACT_VIOLATED"), "the model was not told: {second}");
+    assert!(!second.contains("\\\"echo\\\""), "the answer outside the schema reached the model as data: {second}");
+    for s in [server, liar] {
+        s.shutdown().await.unwrap();
+    }
+}
