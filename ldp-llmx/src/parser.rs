@@ -281,6 +281,22 @@ impl<'a> Cursor<'a> {
         format!("{:?}", &rest[..len])
     }
 
+    /// After an item of a `[...]` list: `,` (true: another item follows) or `]` (false: the list ended).
+    fn list_continues(&mut self) -> Result<bool, PErr> {
+        self.ws();
+        match self.peek() {
+            Some(b',') => {
+                self.i += 1;
+                Ok(true)
+            }
+            Some(b']') => {
+                self.i += 1;
+                Ok(false)
+            }
+            _ => Err(self.unexpected("',' or ']'")),
+        }
+    }
+
     fn unexpected(&self, expected: &'static str) -> PErr {
         PErr::new(self.i, ParseErrorKind::Unexpected { expected, found: self.found() })
     }
@@ -392,14 +408,8 @@ impl<'a> Cursor<'a> {
                         self.pairs(close, if close == b')' { "',' or ')'" } else { "',' or '}'" }, fields)?;
                         self.depth -= 1;
                         steps.push((start..fields.len(), at));
-                        self.ws();
-                        match self.peek() {
-                            Some(b',') => self.i += 1,
-                            Some(b']') => {
-                                self.i += 1;
-                                break;
-                            }
-                            _ => return Err(self.unexpected("',' or ']'")),
+                        if !self.list_continues()? {
+                            break;
                         }
                     }
                 }
@@ -418,14 +428,8 @@ impl<'a> Cursor<'a> {
                         self.ws();
                         let at = self.i;
                         items.push((self.value()?, at));
-                        self.ws();
-                        match self.peek() {
-                            Some(b',') => self.i += 1,
-                            Some(b']') => {
-                                self.i += 1;
-                                break;
-                            }
-                            _ => return Err(self.unexpected("',' or ']'")),
+                        if !self.list_continues()? {
+                            break;
                         }
                     }
                 }
@@ -522,14 +526,8 @@ impl<'a> Cursor<'a> {
                     loop {
                         self.ws();
                         items.push(self.value()?);
-                        self.ws();
-                        match self.peek() {
-                            Some(b',') => self.i += 1,
-                            Some(b']') => {
-                                self.i += 1;
-                                break;
-                            }
-                            _ => return Err(self.unexpected("',' or ']'")),
+                        if !self.list_continues()? {
+                            break;
                         }
                     }
                 }

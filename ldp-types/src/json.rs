@@ -463,49 +463,27 @@ impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
     }
 }
 
-impl<S: Style> ser::SerializeSeq for Compound<'_, '_, S> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.end_array()
-    }
+/// The four array-shaped serializers: each element written by `element`, the array closed by `end_array`.
+macro_rules! array_compound {
+    ($($serializer:ident :: $method:ident),* $(,)?) => {$(
+        impl<S: Style> ser::$serializer for Compound<'_, '_, S> {
+            type Ok = ();
+            type Error = Error;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+                self.element(value)
+            }
+            fn end(self) -> Result<(), Error> {
+                self.end_array()
+            }
+        }
+    )*};
 }
-
-impl<S: Style> ser::SerializeTuple for Compound<'_, '_, S> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.end_array()
-    }
-}
-
-impl<S: Style> ser::SerializeTupleStruct for Compound<'_, '_, S> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.end_array()
-    }
-}
-
-impl<S: Style> ser::SerializeTupleVariant for Compound<'_, '_, S> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Error> {
-        self.end_array()
-    }
-}
+array_compound!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field,
+);
 
 impl<S: Style> ser::SerializeMap for Compound<'_, '_, S> {
     type Ok = ();
