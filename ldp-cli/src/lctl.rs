@@ -175,6 +175,20 @@ fn load_quietly(path: &Path) -> Result<Loaded, LoadError> {
     }
 }
 
+/// Prints the canonical YAML of `file`'s document, or says why it could not be written.
+fn print_yaml(file: &Path, yaml: Result<String, impl std::fmt::Display>) -> ExitCode {
+    match yaml {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("{}: error: {err}", file.display());
+            ExitCode::from(EXIT_RULES_BROKEN)
+        }
+    }
+}
+
 fn fmt(file: &Path, check: bool) -> ExitCode {
     let text = match read(file) {
         Ok(text) => text,
@@ -191,14 +205,7 @@ fn fmt(file: &Path, check: bool) -> ExitCode {
             ExitCode::from(EXIT_RULES_BROKEN)
         }
         Ok(_) if check => ExitCode::SUCCESS,
-        Ok(yaml) => {
-            print!("{yaml}");
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            eprintln!("{}: error: {err}", file.display());
-            ExitCode::from(EXIT_RULES_BROKEN)
-        }
+        other => print_yaml(file, other),
     }
 }
 
@@ -411,16 +418,7 @@ fn ack(file: &Path, agent: Option<&str>) -> ExitCode {
         Ok(Loaded::Document(doc)) => *doc,
         Ok(Loaded::Ack(ack)) => {
             // Already an acknowledgement: read, checked by decoding, printed back canonically.
-            return match ack.to_yaml() {
-                Ok(yaml) => {
-                    print!("{yaml}");
-                    ExitCode::SUCCESS
-                }
-                Err(err) => {
-                    eprintln!("{}: error: {err}", file.display());
-                    ExitCode::from(EXIT_RULES_BROKEN)
-                }
-            };
+            return print_yaml(file, ack.to_yaml());
         }
         Err(code) => return code,
     };
