@@ -42,6 +42,14 @@ pub struct ToolRun<'a> {
     pub parent: &'a TaskRequest,
 }
 
+impl<'a> ToolRun<'a> {
+    /// A call of `tool` with `arguments` under `contract`, as part of `parent` (for toolboxes' own tests and
+    /// benchmarks; the loop builds these itself).
+    pub fn new(tool: &'a str, arguments: Value, contract: Option<DelegationContract>, parent: &'a TaskRequest) -> Self {
+        Self { tool, arguments, contract, parent }
+    }
+}
+
 /// What a sub-task answered.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
