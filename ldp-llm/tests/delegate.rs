@@ -3,13 +3,14 @@
 //! max_tokens and as a stop while streaming (CONTRACT_VIOLATED with the partial output under fail_closed),
 //! provider errors as typed LDP errors, TASK_CANCEL stopping the provider's stream, prompts as configured.
 
+mod common;
+use common::backend;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use ldp_llm::stub::{Behavior, Flavor, Stub, StubConfig};
-use ldp_llm::{
-    AnthropicBackend, HttpOptions, LlmBackend, LlmDelegate, OpenAiBackend, Price, PriceTable, PromptTemplate,
-};
+use ldp_llm::{LlmDelegate, Price, PriceTable, PromptTemplate};
 use ldp_session::runtime::{Client, Delegate, DelegateRuntime, MemoryTransport, Submission, TaskContext};
 use ldp_session::{
     InitiatorConfig, PeerContext, Responder, ResponderConfig, SeededIds, SessionError, SystemClock, TaskKey,
@@ -18,15 +19,6 @@ use ldp_session::{
 use ldp_types::{Budget, DelegateId, DelegationContract, FailurePolicy, LdpError, SessionConfig, codes};
 
 const FLAVORS: [Flavor; 2] = [Flavor::OpenAi, Flavor::Anthropic];
-
-fn backend(stub: &Stub, flavor: Flavor) -> Arc<dyn LlmBackend> {
-    let mut opts = HttpOptions::default();
-    opts.retry_backoff = Duration::from_millis(10);
-    match flavor {
-        Flavor::OpenAi => Arc::new(OpenAiBackend::new(stub.base_url(), "stub-model", None, opts).unwrap()),
-        Flavor::Anthropic => Arc::new(AnthropicBackend::new(stub.base_url(), "stub-model", None, 512, opts).unwrap()),
-    }
-}
 
 async fn client(delegate: LlmDelegate) -> (Client<MemoryTransport>, String) {
     client_of(delegate, Arc::default()).await

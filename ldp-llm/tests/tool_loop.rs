@@ -4,15 +4,15 @@
 //! failure policy), its answer goes back to the model, usage is summed and the hop is in the lineage; and every
 //! bound (rounds, budget, depth, a hanging or unknown tool) ends in a typed answer with nothing run twice.
 
+mod common;
+use common::backend;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use ldp_llm::stub::{Flavor, Stub, StubConfig, StubTurn};
-use ldp_llm::{
-    AnthropicBackend, HttpOptions, LlmBackend, LlmDelegate, OpenAiBackend, ToolLoopLimits, ToolOutcome, ToolRun,
-    ToolSpec, Toolbox,
-};
+use ldp_llm::{LlmDelegate, ToolLoopLimits, ToolOutcome, ToolRun, ToolSpec, Toolbox};
 use ldp_session::runtime::{Client, DelegateRuntime, MemoryTransport, Submission};
 use ldp_session::{InitiatorConfig, PeerContext, Responder, ResponderConfig, SeededIds, SessionError, SystemClock};
 use ldp_types::{
@@ -50,15 +50,6 @@ impl Toolbox for Upper {
         provenance.tokens_used = Some(5);
         provenance.cost_usd = Some(0.25);
         Ok(ToolOutcome::new(RawJson::from(json!(text)), Some(provenance)))
-    }
-}
-
-fn backend(stub: &Stub, flavor: Flavor) -> Arc<dyn LlmBackend> {
-    let mut opts = HttpOptions::default();
-    opts.retry_backoff = Duration::from_millis(10);
-    match flavor {
-        Flavor::OpenAi => Arc::new(OpenAiBackend::new(stub.base_url(), "stub-model", None, opts).unwrap()),
-        Flavor::Anthropic => Arc::new(AnthropicBackend::new(stub.base_url(), "stub-model", None, 512, opts).unwrap()),
     }
 }
 
