@@ -142,6 +142,14 @@ impl LlmDelegate {
         self
     }
 
+    /// The `max_tokens` of one answer: the delegate's own bound, lowered by what the budget has left.
+    fn answer_cap(&self, budget_tokens: Option<u64>) -> Option<u64> {
+        match (self.max_tokens, budget_tokens) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// The skills served, for the identity card.
     pub fn skills(&self) -> impl Iterator<Item = &str> {
         self.skills.keys().map(String::as_str)
@@ -166,10 +174,7 @@ impl LlmDelegate {
             messages.push(ChatMessage::assistant(assistant));
         }
         messages.push(ChatMessage::user(template.render(input)));
-        let max_tokens = match (self.max_tokens, budget_tokens) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let max_tokens = self.answer_cap(budget_tokens);
         ChatRequest { system: self.system.clone(), messages, max_tokens, ..ChatRequest::default() }
     }
 
@@ -321,10 +326,7 @@ impl LlmDelegate {
                 })?),
                 None => None,
             };
-            request.max_tokens = match (self.max_tokens, left.as_ref().and_then(|b| b.max_tokens)) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            request.max_tokens = self.answer_cap(left.as_ref().and_then(|b| b.max_tokens));
             let (answer, exceeded) = tokio::select! {
                 out = self.call(&request, left.as_ref(), ctx) => out?,
                 () = ctx.cancelled() => return Err(LdpError::runtime(codes::CANCELLED, "cancelled")),
