@@ -60,4 +60,4 @@ pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures, Transport
 pub use options::{ConnectOptions, ConnectSettings, Credentials, DEFAULT_MAX_RESPONSE_BYTES, RetryPolicy, TokenSource};
 pub use paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
 #[cfg(feature = "server")]
-pub use source::{TrustedProxies, ambiguous_credentials, identify_client};
+pub use source::{TrustedProxies, ambiguous_credentials, identify, identify_client};
