@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -131,8 +134,10 @@ impl HttpState {
         &self.inner.auth
     }
 
-    /// Handles one message on a task of its own, so that a peer hanging up cannot abandon a task half-way (the
-    /// task completes and is recorded even if nobody reads the answer), bounded by the request timeout.
+    /// Handles one message, bounded by the request timeout. The handling runs within the request's own future,
+    /// with no task spawned (most messages are answered in one poll); if that future is dropped before the handling
+    /// ends (the peer hung up, the request timed out), the rest runs on a task of its own ([`FinishOnDrop`]), so
+    /// that a task is never abandoned half-way: it completes and is recorded even if nobody reads the answer.
     pub async fn dispatch(
         &self,
         peer: PeerContext,
@@ -140,8 +145,8 @@ impl HttpState {
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<RuntimeResponse, HttpError> {
         let rt = self.inner.runtime.clone();
-        // This task is polled to completion, so the delegate can run within it rather than on one more task.
-        let job = tokio::spawn(async move { rt.handle_in_place(&peer, &bytes, updates).await }.in_current_span());
+        // The handling owns what it needs ('static), so that it can outlive this request.
+        let job = FinishOnDrop::new(async move { rt.handle_in_place(&peer, &bytes, updates).await }.in_current_span());
         match tokio::time::timeout(self.inner.config.request_timeout, job).await {
             Ok(Ok(resp)) => {
                 if let RuntimeResponse::Reply(env) = &resp {
@@ -149,8 +154,58 @@ impl HttpState {
                 }
                 Ok(resp)
             }
-            Ok(Err(e)) => Err(HttpError::Internal(format!("message handler failed: {e}"))),
+            Ok(Err(Panicked)) => Err(HttpError::Internal("message handler failed: it panicked".into())),
             Err(_) => Err(HttpError::Timeout(self.inner.config.request_timeout)),
+        }
+    }
+}
+
+/// A future polled in place that, if dropped before it ends, finishes on a task of its own. A panic while it is
+/// polled is caught and answered [`Panicked`] instead of taking the connection down.
+struct FinishOnDrop<T: Send + 'static> {
+    job: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+}
+
+/// A [`FinishOnDrop`] job panicked.
+#[derive(Debug)]
+struct Panicked;
+
+impl<T: Send + 'static> FinishOnDrop<T> {
+    fn new(job: impl Future<Output = T> + Send + 'static) -> Self {
+        Self { job: Some(Box::pin(job)) }
+    }
+}
+
+impl<T: Send + 'static> Future for FinishOnDrop<T> {
+    type Output = Result<T, Panicked>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(job) = self.job.as_mut() else {
+            return Poll::Ready(Err(Panicked));
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| job.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => {
+                self.job = None;
+                Poll::Ready(Ok(out))
+            }
+            Err(_) => {
+                // A job that panicked is not resumed, here or on a task.
+                self.job = None;
+                Poll::Ready(Err(Panicked))
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for FinishOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = job.await;
+            });
         }
     }
 }
@@ -536,7 +591,11 @@ async fn start_stream(
     let (tx, mut updates) = mpsc::channel::<Envelope>(64);
     let timeout = state.inner.config.request_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut job = Box::pin(async move { state.dispatch(peer, bytes, Some(tx)).await });
+    // On a task of its own: the delegate must go on producing updates while they are forwarded below.
+    let job = tokio::spawn(async move { state.dispatch(peer, bytes, Some(tx)).await }.in_current_span());
+    let mut job = Box::pin(async move {
+        job.await.unwrap_or_else(|e| Err(HttpError::Internal(format!("message handler failed: {e}"))))
+    });
     let first = tokio::select! {
         biased;
         Some(update) = updates.recv() => update,
@@ -585,4 +644,42 @@ async fn start_stream(
     });
     let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) });
     Ok(Box::pin(events))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+
+    /// A handling whose request is dropped half-way still runs to its end, on a task of its own.
+    #[tokio::test]
+    async fn a_dropped_handling_finishes_on_its_own_task() {
+        let (release, released) = oneshot::channel::<()>();
+        let (done, finished) = oneshot::channel::<&str>();
+        let job = FinishOnDrop::new(async move {
+            let _ = released.await;
+            let _ = done.send("finished");
+        });
+        // Polled once (pending on `released`), then dropped, as when the peer hangs up.
+        let polled = tokio::time::timeout(Duration::from_millis(20), job).await;
+        assert!(polled.is_err(), "the job cannot end before it is released");
+        release.send(()).unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(5), finished).await;
+        assert_eq!(end.unwrap().unwrap(), "finished");
+    }
+
+    /// A handling that panics is answered, not resumed, and leaves the caller's task standing.
+    #[tokio::test]
+    async fn a_panicking_handling_is_answered_panicked() {
+        let job = FinishOnDrop::new(async {
+            if std::hint::black_box(true) {
+                panic!("a bug in the handling");
+            }
+            7
+        });
+        assert!(matches!(job.await, Err(Panicked)));
+        let job = FinishOnDrop::new(async { 7 });
+        assert_eq!(job.await.unwrap(), 7);
+    }
 }
