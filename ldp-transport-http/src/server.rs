@@ -472,13 +472,24 @@ fn answer(resp: RuntimeResponse) -> Result<Response, HttpError> {
     }
 }
 
-async fn messages(
-    State(state): State<HttpState>,
-    peer: Option<Extension<PeerContext>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+/// A message request's parts: its peer, its headers (moved out, not copied as the `HeaderMap` extractor does) and
+/// its body, read under the body limit.
+async fn message_parts(
+    state: &HttpState,
+    request: axum::extract::Request,
+) -> (Option<Extension<PeerContext>>, HeaderMap, Result<Bytes, BytesRejection>) {
+    use axum::extract::FromRequest;
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    let peer = parts.extensions.remove::<PeerContext>().map(Extension);
+    // The body limit travels in the extensions, which stay with the body.
+    let body = Bytes::from_request(axum::extract::Request::from_parts(parts, body), state).await;
+    (peer, headers, body)
+}
+
+async fn messages(State(state): State<HttpState>, request: axum::extract::Request) -> Response {
     let started = std::time::Instant::now();
+    let (peer, headers, body) = message_parts(&state, request).await;
     let span = message_span(MESSAGES, &headers);
     let mut reply = None;
     let result = async {
@@ -557,12 +568,8 @@ fn error_event(error: &HttpError) -> Event {
     Event::default().event("error").data(body)
 }
 
-async fn stream(
-    State(state): State<HttpState>,
-    peer: Option<Extension<PeerContext>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn stream(State(state): State<HttpState>, request: axum::extract::Request) -> Response {
+    let (peer, headers, body) = message_parts(&state, request).await;
     let span = message_span(STREAM, &headers);
     match start_stream(state, peer, headers, body).instrument(span.clone()).await {
         Ok(events) => {
