@@ -6,6 +6,8 @@
 //! | module | owns |
 //! | --- | --- |
 //! | `auth` (feature `server`) | [`BearerAuth`]: token -> authenticated peer, compared in constant time; [`require_bearer`] |
+//! | `jwt` (feature `server`) | [`JwtAuth`]: JWT access tokens checked against an issuer's cached keys, [`TokenError`] |
+//! | `oauth` (feature `server`) | [`ProtectedResource`]: RFC 9728 metadata, challenges pointing at it, scopes per endpoint |
 //! | `source` (feature `server`) | [`identify_client`]: the client's address (trusted proxies), two `Authorization` headers refused |
 //! | `error` | [`Error`] (this crate's and the bindings' API errors); [`HttpError`] and [`status_for`], the one status table (feature `server`) |
 //! | `conn` (feature `server`) | the one listener: [`serve_router`], [`ConnectionLimits`] (cap, eviction, head/body/idle timeouts, minimum rates) |
@@ -34,7 +36,11 @@ mod conn;
 mod discovery;
 mod error;
 #[cfg(feature = "server")]
+mod jwt;
+#[cfg(feature = "server")]
 mod metrics;
+#[cfg(feature = "server")]
+mod oauth;
 mod options;
 mod paths;
 #[cfg(feature = "server")]
@@ -56,7 +62,13 @@ pub use error::Error;
 #[cfg(feature = "server")]
 pub use error::{HttpError, error_body, json_response, status_for};
 #[cfg(feature = "server")]
+pub use jsonwebtoken::Algorithm as JwtAlgorithm;
+#[cfg(feature = "server")]
+pub use jwt::{DEFAULT_ALGORITHMS, DEFAULT_MAX_TOKEN_BYTES, JwtAuth, JwtConfig, KeyFetchError, TokenError};
+#[cfg(feature = "server")]
 pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures, TransportSource, reply_label};
+#[cfg(feature = "server")]
+pub use oauth::{PROTECTED_RESOURCE_METADATA, ProtectedResource, metadata_routes};
 pub use options::{ConnectOptions, ConnectSettings, Credentials, DEFAULT_MAX_RESPONSE_BYTES, RetryPolicy, TokenSource};
 pub use paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
 #[cfg(feature = "server")]
