@@ -147,3 +147,53 @@ pub struct A2aArgs {
     #[arg(long, value_name = "BYTES")]
     pub a2a_max_body: Option<usize>,
 }
+
+/// The JWT and OAuth flags of `ldp serve`: access tokens of an identity provider beside `--token`, and the server
+/// as an OAuth protected resource (docs/oauth.md).
+#[derive(Debug, clap::Args)]
+pub struct OauthArgs {
+    /// Accept JWT access tokens of this issuer (`iss`), an http(s) URL; keys from its OIDC discovery document
+    /// unless --jwt-jwks-url is given. Needs --jwt-audience.
+    #[arg(long, value_name = "URL")]
+    pub jwt_issuer: Option<String>,
+    /// The issuer's JWK Set URL [default: the discovery document's `jwks_uri`].
+    #[arg(long, value_name = "URL")]
+    pub jwt_jwks_url: Option<String>,
+    /// An audience accepted in `aud` (repeatable; at least one with --jwt-issuer).
+    #[arg(long = "jwt-audience", value_name = "AUD", value_delimiter = ',')]
+    pub jwt_audiences: Vec<String>,
+    /// An algorithm accepted (repeatable) [default: RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA].
+    #[arg(long = "jwt-algorithm", value_name = "ALG", value_delimiter = ',')]
+    pub jwt_algorithms: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds [default: 60].
+    #[arg(long, value_name = "SECS")]
+    pub jwt_leeway: Option<u64>,
+    /// The claim naming the principal [default: `sub`].
+    #[arg(long, value_name = "CLAIM")]
+    pub jwt_principal_claim: Option<String>,
+    /// The trust domain of token holders [default: --trust-domain].
+    #[arg(long, value_name = "NAME")]
+    pub jwt_trust_domain: Option<String>,
+    /// A claim holding the holder's trust domain instead.
+    #[arg(long, value_name = "CLAIM")]
+    pub jwt_trust_domain_claim: Option<String>,
+    /// A claim holding the holder's delegate id (e.g. `client_id`).
+    #[arg(long, value_name = "CLAIM")]
+    pub jwt_delegate_id_claim: Option<String>,
+    /// A scope every token must grant (repeatable).
+    #[arg(long = "jwt-required-scope", value_name = "SCOPE", value_delimiter = ',')]
+    pub jwt_required_scopes: Vec<String>,
+    /// The resource identifier published in the OAuth metadata: the server's public base URL [default: from each
+    /// request's Host header].
+    #[arg(long, value_name = "URL")]
+    pub oauth_resource: Option<String>,
+    /// An authorization server named in the metadata (repeatable) [default: --jwt-issuer].
+    #[arg(long = "oauth-authorization-server", value_name = "URL")]
+    pub oauth_authorization_servers: Vec<String>,
+    /// Scopes a skill requires, `SKILL=SCOPE[ SCOPE...]` (repeatable).
+    #[arg(long = "skill-scope", value_name = "SKILL=SCOPES")]
+    pub skill_scopes: Vec<String>,
+    /// Scopes an endpoint requires, `PATH=SCOPE[ SCOPE...]` (repeatable), e.g. `/mcp=mcp:tools`.
+    #[arg(long = "endpoint-scope", value_name = "PATH=SCOPES")]
+    pub endpoint_scopes: Vec<String>,
+}
