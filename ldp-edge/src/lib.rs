@@ -13,6 +13,7 @@
 //! | `conn` (feature `server`) | the one listener: [`serve_router`], [`ConnectionLimits`] (cap, eviction, head/body/idle timeouts, minimum rates) |
 //! | `metrics` (feature `server`) | [`HttpMetrics`], the Prometheus registry every binding reports to |
 //! | `options`, `client_tls` | [`ConnectOptions`] and its [`ConnectSettings`] setters, [`RetryPolicy`], [`ClientTls`], [`TokenSource`] |
+//! | `token_sources` (feature `client`) | [`ClientCredentials`] (OAuth 2.0 client credentials), [`CommandToken`]: cached, refreshed before expiry |
 //! | `discovery` (feature `client`) | [`fetch_identity`], [`send_retrying`], bounded bodies, typed `transport` errors |
 //! | `paths`, [`trace_context`] | the RFC 8 paths; W3C trace context in and out of spans |
 //!
@@ -45,6 +46,8 @@ mod options;
 mod paths;
 #[cfg(feature = "server")]
 mod source;
+#[cfg(feature = "client")]
+mod token_sources;
 pub mod trace_context;
 
 #[cfg(feature = "server")]
@@ -73,3 +76,5 @@ pub use options::{ConnectOptions, ConnectSettings, Credentials, DEFAULT_MAX_RESP
 pub use paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
 #[cfg(feature = "server")]
 pub use source::{TrustedProxies, ambiguous_credentials, identify_client};
+#[cfg(feature = "client")]
+pub use token_sources::{ClientCredentials, CommandToken, TokenFetchError};

@@ -169,13 +169,13 @@ pub use ldp_edge::{
     CAPABILITIES, ClientTls, ConnectOptions, ConnectSettings, Credentials, DEFAULT_MAX_RESPONSE_BYTES, Error, HEALTHZ,
     IDENTITY, MESSAGES, METRICS, READYZ, RetryPolicy, STREAM, TokenSource, WELL_KNOWN_IDENTITY,
 };
+#[cfg(feature = "client")]
+pub use ldp_edge::{ClientCredentials, CommandToken, TokenFetchError, fetch_identity, identity_urls};
 #[cfg(feature = "server")]
 pub use ldp_edge::{
     DEFAULT_ALGORITHMS as JWT_ALGORITHMS, JwtAlgorithm, JwtAuth, JwtConfig, KeyFetchError, PROTECTED_RESOURCE_METADATA,
     ProtectedResource, TokenError, metadata_routes,
 };
-#[cfg(feature = "client")]
-pub use ldp_edge::{fetch_identity, identity_urls};
 #[cfg(feature = "server")]
 pub use rate::{InvalidRate, RateLimit};
 #[cfg(feature = "server")]
