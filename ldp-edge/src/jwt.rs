@@ -214,8 +214,8 @@ pub struct JwtAuth {
 struct Inner {
     config: JwtConfig,
     keys: RwLock<Arc<KeySet>>,
-    /// When the keys were last fetched (successfully or not), for the unknown-`kid` rate limit; held across the
-    /// fetch so that concurrent requests with a new key wait for one fetch instead of each starting their own.
+    /// When the keys were last refetched for an unknown `kid` (successfully or not), for its rate limit; held
+    /// across every fetch so that concurrent requests with a new key wait for one fetch instead of each starting their own.
     last_fetch: tokio::sync::Mutex<Option<Instant>>,
     http: reqwest::Client,
     /// The JWKS URL, once known (configured, or read from the discovery document).
@@ -356,8 +356,9 @@ impl JwtAuth {
     /// Fetches the keys now (the discovery document first, when no JWKS URL is configured) and replaces the
     /// cached set. On failure the cached keys stay in use.
     pub async fn refresh(&self) -> Result<(), KeyFetchError> {
-        let mut last = self.inner.last_fetch.lock().await;
-        *last = Some(Instant::now());
+        // Serialised with the unknown-key refetches, but not counted against their rate: a scheduled fetch must not
+        // delay accepting a key the issuer rotated in right after it.
+        let _serial = self.inner.last_fetch.lock().await;
         self.fetch().await
     }
 

@@ -1,0 +1,316 @@
+//! JWT access tokens against a real authorization server: Authlib's (scripts/auth_server.py, installed under
+//! target/ by scripts/auth-server.sh; never skipped), issuing RS256 and ES256 tokens by client credentials and
+//! rotating its keys on request. `ldp serve --jwt-issuer` validates them; `ldp call` and the front door fetch them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::support::{self, Guard, TempDir};
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use ldp::{Answer, ClientCredentials, ClientOptions, ConnectSettings, Delegate, TaskContext};
+use serde_json::{Value, json};
+
+const AUDIENCE: &str = "https://ldp.test";
+const SECRET_VAR: &str = "LDP_OAUTH_CLIENT_SECRET";
+
+/// The venv python with Authlib, installed once per test run (the script fails loudly rather than skip).
+fn auth_python() -> &'static str {
+    static PY: OnceLock<String> = OnceLock::new();
+    PY.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(support::repo().join("scripts/auth-server.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cannot run scripts/auth-server.sh");
+        assert!(out.status.success(), "scripts/auth-server.sh could not install Authlib (see stderr)");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    })
+}
+
+/// A running authorization server: `agent` may have `ldp:call`, `reader` `ldp:call ldp:echo`.
+struct AuthServer {
+    _guard: Guard,
+    url: String,
+}
+
+fn auth_server() -> AuthServer {
+    let mut child = Command::new(auth_python())
+        .arg(support::repo().join("scripts/auth_server.py"))
+        .args(["--audience", AUDIENCE, "--client", "agent:agent-secret:ldp:call"])
+        .args(["--client", "reader:reader-secret:ldp:call ldp:echo"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let guard = Guard(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let url = serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("auth server said {line:?}: {e}"))["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    AuthServer { _guard: guard, url }
+}
+
+impl AuthServer {
+    /// POSTs `body` to an admin endpoint of the server (see scripts/auth_server.py) and returns its answer.
+    fn post(&self, path: &str, body: Value) -> Value {
+        let url = format!("{}{path}", self.url);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let resp = reqwest::Client::new().post(&url).json(&body).send().await.unwrap();
+            assert!(resp.status().is_success(), "POST {url}: {}", resp.status());
+            resp.json().await.unwrap()
+        })
+    }
+
+    /// A token minted by the server's admin endpoint.
+    fn mint(&self, body: Value) -> String {
+        self.post("/admin/mint", body)["token"].as_str().unwrap().to_owned()
+    }
+
+    fn token_url(&self) -> String {
+        format!("{}/oauth/token", self.url)
+    }
+}
+
+/// `token` with one character of its signature changed.
+fn tampered(token: &str) -> String {
+    let mut bytes = token.as_bytes().to_vec();
+    let at = bytes.len() - 10;
+    bytes[at] = if bytes[at] == b'A' { b'B' } else { b'A' };
+    String::from_utf8(bytes).unwrap()
+}
+
+fn ldp(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ldp"));
+    command.args(args).env_remove("LDP_TOKEN").env_remove(SECRET_VAR);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.stdin(Stdio::null()).output().unwrap()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!("stdout is not one JSON value ({e}): {text}\nstderr: {}", String::from_utf8_lossy(&out.stderr))
+    })
+}
+
+/// `ldp serve` accepting the auth server's tokens for `AUDIENCE`.
+fn serve_jwt(auth: &AuthServer, extra: &[&str]) -> (Guard, String) {
+    let mut args = vec!["--jwt-issuer", &auth.url, "--jwt-audience", AUDIENCE];
+    args.extend_from_slice(extra);
+    support::serve(&args, Stdio::null())
+}
+
+/// `ldp call URL echo "hi" --json` with client credentials of `client`.
+fn call_as(url: &str, auth: &AuthServer, client: &str, secret: &str, scope: &str) -> Output {
+    let token_url = auth.token_url();
+    ldp(
+        &[
+            "call",
+            url,
+            "echo",
+            "hi",
+            "--json",
+            "--oauth-token-url",
+            &token_url,
+            "--oauth-client-id",
+            client,
+            "--oauth-scope",
+            scope,
+            "--oauth-audience",
+            AUDIENCE,
+        ],
+        &[(SECRET_VAR, secret)],
+    )
+}
+
+#[test]
+fn ldp_call_gets_a_token_by_client_credentials_and_the_server_validates_it() {
+    let auth = auth_server();
+    let (_server, url) = serve_jwt(&auth, &[]);
+
+    let out = call_as(&url, &auth, "agent", "agent-secret", "ldp:call");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout_json(&out)["output"], json!({"echo": "hi"}));
+    // Over WebSocket: the token goes with the upgrade.
+    let ws = url.replacen("http://", "ws://", 1);
+    let token_url = auth.token_url();
+    let out = ldp(
+        &["call", &ws, "echo", "7", "--json", "--oauth-token-url", &token_url, "--oauth-client-id", "agent"],
+        &[(SECRET_VAR, "agent-secret")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Without a token: 401, and the challenge names the protected resource metadata.
+    let out = ldp(&["call", &url, "echo", "hi", "--json"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["code"], "UNAUTHENTICATED");
+    // A wrong client secret: the token endpoint's refusal, typed, the secret nowhere.
+    let out = call_as(&url, &auth, "agent", "not-the-secret", "ldp:call");
+    assert_eq!(out.status.code(), Some(1));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("invalid_client") && !text.contains("not-the-secret"), "{text}");
+    // A token from a command.
+    let dir = TempDir::new("oauth-token-command");
+    let file = dir.write("token", &auth.mint(json!({"aud": AUDIENCE})));
+    let command = format!("cat {file}");
+    let out = ldp(&["call", &url, "echo", "hi", "--json", "--token-command", &command], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn the_protected_resource_metadata_and_challenges_point_at_the_issuer() {
+    let auth = auth_server();
+    let (_server, url) = serve_jwt(&auth, &["--endpoint-scope", "/mcp=mcp:tools", "--mcp"]);
+    let token = auth.mint(json!({"aud": AUDIENCE, "scope": "ldp:call"}));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        for path in ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"] {
+            let doc: Value = http.get(format!("{url}{path}")).send().await.unwrap().json().await.unwrap();
+            assert_eq!(doc["resource"], url.as_str(), "{doc}");
+            assert_eq!(doc["authorization_servers"], json!([auth.url]), "{doc}");
+            assert_eq!(doc["scopes_supported"], json!(["mcp:tools"]), "{doc}");
+        }
+        let resp = http.post(format!("{url}/ldp/messages")).body("{}").send().await.unwrap();
+        assert_eq!(resp.status(), 401);
+        let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
+        assert_eq!(
+            challenge,
+            format!("Bearer realm=\"ldp\", resource_metadata=\"{url}/.well-known/oauth-protected-resource\"")
+        );
+        // A valid token without the endpoint's scope: 403 insufficient_scope at /mcp.
+        let resp = http.post(format!("{url}/mcp")).bearer_auth(&token).body("{}").send().await.unwrap();
+        assert_eq!(resp.status(), 403);
+        let challenge = resp.headers()["www-authenticate"].to_str().unwrap();
+        assert!(challenge.contains("error=\"insufficient_scope\", scope=\"mcp:tools\""), "{challenge}");
+    });
+}
+
+#[test]
+fn each_hostile_token_is_refused_with_its_reason() {
+    let auth = auth_server();
+    let (_server, url) = serve_jwt(&auth, &[]);
+    let cases = [
+        ("expired", auth.mint(json!({"aud": AUDIENCE, "exp_in": -3600})), "token expired"),
+        ("not yet valid", auth.mint(json!({"aud": AUDIENCE, "nbf_in": 3600})), "token not yet valid"),
+        (
+            "wrong issuer",
+            auth.mint(json!({"aud": AUDIENCE, "claims": {"iss": "https://evil.example"}})),
+            "token from the wrong issuer",
+        ),
+        ("wrong audience", auth.mint(json!({"aud": "https://another.service"})), "token for the wrong audience"),
+        ("alg none", auth.mint(json!({"aud": AUDIENCE, "forge": "none"})), "token algorithm not allowed"),
+        (
+            "HMAC keyed with the public key",
+            auth.mint(json!({"aud": AUDIENCE, "forge": "hs256-public-key"})),
+            "token algorithm not allowed",
+        ),
+        (
+            "oversized",
+            auth.mint(json!({"aud": AUDIENCE, "claims": {"pad": "x".repeat(9000)}})),
+            "token longer than 8192 bytes",
+        ),
+        ("garbage", "garbage".to_owned(), "malformed token"),
+        ("bad signature", tampered(&auth.mint(json!({"aud": AUDIENCE}))), "bad token signature"),
+    ];
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        for (name, token, reason) in &cases {
+            let resp = http
+                .post(format!("{url}/ldp/messages"))
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 401, "{name}");
+            let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
+            assert!(
+                challenge.contains(&format!("error=\"invalid_token\", error_description=\"{reason}\"")),
+                "{name}: {challenge}"
+            );
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(body["error"]["code"], "UNAUTHENTICATED", "{name}");
+            assert_eq!(body["error"]["message"], format!("bearer token refused: {reason}"), "{name}");
+            let prefix = &token[..token.len().min(24)];
+            assert!(!challenge.contains(prefix) && !body.to_string().contains(prefix), "{name}: the token is echoed");
+        }
+    });
+}
+
+#[test]
+fn keys_rotate_at_the_issuer_while_the_delegate_runs() {
+    let auth = auth_server();
+    let (_server, url) = serve_jwt(&auth, &[]);
+    let old = auth.mint(json!({"aud": AUDIENCE}));
+    let call = |token: &str| ldp(&["call", &url, "echo", "hi", "--json", "--token", token], &[]);
+    let out = call(&old);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A new key (another algorithm too): its tokens are accepted at once, the old ones until they expire.
+    auth.post("/admin/rotate", json!({"alg": "ES256"}));
+    let new = auth.mint(json!({"aud": AUDIENCE}));
+    assert!(new.len() < old.len(), "ES256 tokens are the shorter ones");
+    let out = call(&new);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = call(&old);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // By client credentials too, signed with the new key.
+    let out = call_as(&url, &auth, "agent", "agent-secret", "ldp:call");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    // A token of a key the issuer never published is refused as such.
+    let retired = auth.post("/admin/rotate", json!({"alg": "RS256"}))["kid"].as_str().unwrap().to_owned();
+    auth.post("/admin/retire", json!({"kid": retired}));
+    let orphan = auth.mint(json!({"aud": AUDIENCE, "kid": retired}));
+    let out = call(&orphan);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["message"], "bearer token refused: token signed by an unknown key");
+}
+
+#[test]
+fn scopes_are_enforced_per_skill() {
+    let auth = auth_server();
+    let (_server, url) = serve_jwt(&auth, &["--skill-scope", "echo=ldp:echo"]);
+    let out = call_as(&url, &auth, "agent", "agent-secret", "ldp:call");
+    assert_eq!(out.status.code(), Some(1));
+    let error = &stdout_json(&out)["error"];
+    assert_eq!(error["code"], "TRUST_VIOLATION", "{error}");
+    assert_eq!(error["message"], "skill \"echo\" requires the scope \"ldp:echo\"", "{error}");
+    let out = call_as(&url, &auth, "reader", "reader-secret", "ldp:call ldp:echo");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test]
+async fn the_front_door_serves_and_calls_with_client_credentials() {
+    let auth = tokio::task::spawn_blocking(auth_server).await.unwrap();
+    let server = Delegate::builder("ldp:delegate:jwt")
+        .skill("upper", |input: String, _cx: TaskContext| async move { Ok(input.to_uppercase()) })
+        .skill("admin", |input: String, _cx: TaskContext| async move { Ok(input) })
+        .jwt_issuer(auth.url.clone(), AUDIENCE)
+        .skill_scope("admin", "ldp:echo")
+        .spawn("127.0.0.1:0")
+        .await
+        .unwrap();
+    let source = ClientCredentials::new(auth.token_url(), "agent", "agent-secret").unwrap().scopes(["ldp:call"]);
+    let options = ClientOptions::new().token_source(source).request_timeout(Duration::from_secs(10));
+    let conn = ldp::connect_with(server.url(), options).await.unwrap();
+    let answer: Answer<String> = conn.call("upper", "jwt").await.unwrap();
+    assert_eq!(answer.output, "JWT");
+    let refused = conn.call::<String>("admin", "x").await.unwrap_err();
+    assert!(refused.to_string().contains("requires the scope"), "{refused}");
+    // Without a token: connecting (HELLO) is refused.
+    let refused = ldp::connect(server.url()).await.map(|_| ()).unwrap_err();
+    assert!(refused.to_string().contains("bearer token required"), "{refused}");
+    server.shutdown().await.unwrap();
+}
