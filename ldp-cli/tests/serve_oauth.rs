@@ -169,7 +169,8 @@ fn ldp_call_gets_a_token_by_client_credentials_and_the_server_validates_it() {
 #[test]
 fn the_protected_resource_metadata_and_challenges_point_at_the_issuer() {
     let auth = auth_server();
-    let (_server, url) = serve_jwt(&auth, &["--endpoint-scope", "/mcp=mcp:tools", "--mcp"]);
+    let (_server, url) =
+        serve_jwt(&auth, &["--endpoint-scope", "/mcp=mcp:tools", "--mcp", "--a2a", "--skill-scope", "echo=ldp:echo"]);
     let token = auth.mint(json!({"aud": AUDIENCE, "scope": "ldp:call"}));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
@@ -178,8 +179,15 @@ fn the_protected_resource_metadata_and_challenges_point_at_the_issuer() {
             let doc: Value = http.get(format!("{url}{path}")).send().await.unwrap().json().await.unwrap();
             assert_eq!(doc["resource"], url.as_str(), "{doc}");
             assert_eq!(doc["authorization_servers"], json!([auth.url]), "{doc}");
-            assert_eq!(doc["scopes_supported"], json!(["mcp:tools"]), "{doc}");
+            assert_eq!(doc["scopes_supported"], json!(["ldp:echo", "mcp:tools"]), "{doc}");
         }
+        // The A2A Agent Card declares the same issuer, and the scope each skill needs.
+        let card: Value =
+            http.get(format!("{url}{}", ldp_bridge::a2a::CARD_PATH)).send().await.unwrap().json().await.unwrap();
+        let oidc = &card["securitySchemes"]["oidc"]["openIdConnectSecurityScheme"];
+        assert_eq!(oidc["openIdConnectUrl"], format!("{}/.well-known/openid-configuration", auth.url), "{card}");
+        let echo = card["skills"].as_array().unwrap().iter().find(|s| s["id"] == "echo").unwrap();
+        assert_eq!(echo["securityRequirements"], json!([{"schemes": {"oidc": {"list": ["ldp:echo"]}}}]), "{card}");
         let resp = http.post(format!("{url}/ldp/messages")).body("{}").send().await.unwrap();
         assert_eq!(resp.status(), 401);
         let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();

@@ -307,8 +307,13 @@ pub(super) fn bridge_routes(
         protected = protected.merge(ldp_bridge::a2a::routes(upstream.clone(), limits, stop.clone()));
         let card = ldp_bridge::a2a::CardOptions {
             base_url: url.to_owned(),
-            bearer: !http.tokens.is_empty(),
+            bearer: !http.tokens.is_empty() || http.jwt.is_some(),
             mutual_tls: certs_required,
+            oidc: http.jwt.as_ref().map(|jwt| ldp_bridge::a2a::CardOidc {
+                issuer: jwt.config().issuer.clone(),
+                required_scopes: jwt.config().required_scopes.clone(),
+                skill_scopes: super::edge::skill_scopes(config),
+            }),
         };
         public = public.merge(ldp_bridge::a2a::card_routes(upstream, card));
         let (card, rpc) = (ldp_bridge::a2a::CARD_PATH, ldp_bridge::a2a::RPC_PATH);
