@@ -142,11 +142,18 @@ def main():
     def token():
         return server.create_token_response()
 
+    @app.get("/oauth/authorize")
+    def authorize():
+        return server.create_authorization_response()
+
     def metadata():
         issuer = state["issuer"]
         scopes = sorted({s for c in clients.values() for s in c.scopes})
         return jsonify(
             issuer=issuer,
+            # Required by OIDC discovery (and by the MCP SDK's RFC 8414 model); no grant here uses it, so it
+            # answers every request with Authlib's unsupported_response_type error.
+            authorization_endpoint=f"{issuer}/oauth/authorize",
             token_endpoint=f"{issuer}/oauth/token",
             jwks_uri=f"{issuer}/jwks",
             grant_types_supported=["client_credentials"],

@@ -322,3 +322,37 @@ async fn the_front_door_serves_and_calls_with_client_credentials() {
     assert!(refused.to_string().contains("bearer token required"), "{refused}");
     server.shutdown().await.unwrap();
 }
+
+/// `ldp serve --mcp` at a fixed free port, its tokens' audience being its own URL (what the MCP SDK asks for, as
+/// RFC 8707's `resource`).
+fn serve_mcp_at_own_audience(auth: &AuthServer) -> (Guard, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let bind = format!("127.0.0.1:{port}");
+    let own = format!("http://{bind}");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ldp"));
+    command
+        .args(["serve", "--bind", &bind, "--mcp", "--jwt-issuer", &auth.url, "--jwt-audience", &own])
+        .args(["--endpoint-scope", "/mcp=ldp:echo"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    support::serve_command(command)
+}
+
+#[test]
+fn an_mcp_host_discovers_the_authorization_server_gets_a_token_and_calls_a_tool() {
+    let auth = auth_server();
+    let (_server, url) = serve_mcp_at_own_audience(&auth);
+    let args: Vec<String> = [
+        format!("{url}/mcp"),
+        auth.url.clone(),
+        "reader".into(),
+        "reader-secret".into(),
+        "ldp:call ldp:echo".into(),
+        "echo".into(),
+        r#"{"input": "via oauth"}"#.into(),
+    ]
+    .into();
+    let result = support::run_bridge_script("mcp_oauth_client.py", &args, Duration::from_secs(120));
+    assert_eq!(result["isError"], json!(false), "{result}");
+    assert!(result.to_string().contains("via oauth"), "{result}");
+}
