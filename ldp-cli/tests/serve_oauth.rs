@@ -356,3 +356,54 @@ fn an_mcp_host_discovers_the_authorization_server_gets_a_token_and_calls_a_tool(
     assert_eq!(result["isError"], json!(false), "{result}");
     assert!(result.to_string().contains("via oauth"), "{result}");
 }
+
+#[test]
+fn ldp_conformance_fetches_its_token_and_the_jwt_server_passes_the_kit() {
+    let auth = auth_server();
+    let (_server, url) = serve_jwt(
+        &auth,
+        &["--trust-domain", "conformance.test", "--token", "foreign-token=conformance-untrusted.invalid"],
+    );
+    let report = std::env::temp_dir().join(format!("ldp-conformance-jwt-{}.json", std::process::id()));
+    let token_url = auth.token_url();
+    let out = ldp(
+        &[
+            "conformance",
+            &url,
+            "--oauth-token-url",
+            &token_url,
+            "--oauth-client-id",
+            "agent",
+            "--oauth-audience",
+            AUDIENCE,
+            "--untrusted-token",
+            "foreign-token",
+            "--ttl-hint",
+            "1",
+            "--deadline",
+            "240",
+            "--format",
+            "json",
+            "--output",
+            report.to_str().unwrap(),
+        ],
+        &[(SECRET_VAR, "agent-secret")],
+    );
+    let (json, failing) = support::read_report(&report);
+    let _ = std::fs::remove_file(&report);
+    assert_eq!(out.status.code(), Some(0), "{}\nfailures: {failing:#?}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json["summary"]["failures"], 0, "{failing:#?}");
+    assert!(failing.is_empty(), "{failing:#?}");
+    // The authentication requirement was judged with the fetched token (every endpoint refuses none or a bad one).
+    let auth_check = json["requirements"].as_array().unwrap().iter().find(|r| r["id"] == "LDP-AUTH-001").unwrap();
+    assert_eq!(auth_check["outcome"], "pass", "{auth_check}");
+
+    // A secret the token endpoint refuses: the kit does not start, and says why without the secret.
+    let out = ldp(
+        &["conformance", &url, "--oauth-token-url", &token_url, "--oauth-client-id", "agent"],
+        &[(SECRET_VAR, "wrong-secret")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid_client") && !stderr.contains("wrong-secret"), "{stderr}");
+}

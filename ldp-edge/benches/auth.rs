@@ -65,7 +65,9 @@ fn bench(c: &mut Criterion) {
     .unwrap();
 
     let mut group = c.benchmark_group("authenticate");
-    for (name, token) in [("static", "static-bench-token-0123456789abcdef".to_owned()), ("jwt-rs256", rs256), ("jwt-es256", es256)] {
+    for (name, token) in
+        [("static", "static-bench-token-0123456789abcdef".to_owned()), ("jwt-rs256", rs256), ("jwt-es256", es256)]
+    {
         let headers = bearer(&token);
         assert!(auth.authenticate(&headers).is_ok(), "{name}");
         group.bench_function(name, |b| b.iter(|| auth.authenticate(std::hint::black_box(&headers)).unwrap()));
