@@ -16,18 +16,21 @@ use base64::Engine;
 use ldp_edge::{ClientCredentials, TokenFetchError, TokenSource};
 use serde_json::json;
 
+/// The last request's form and `Authorization` header.
+type LastRequest = Arc<Mutex<Option<(Vec<(String, String)>, String)>>>;
+
 /// A token endpoint answering `expires_in` and counting requests; the last form and Authorization header kept.
 struct Endpoint {
     url: String,
     calls: Arc<AtomicUsize>,
-    last: Arc<Mutex<Option<(Vec<(String, String)>, String)>>>,
+    last: LastRequest,
 }
 
 async fn endpoint(expires_in: u64) -> Endpoint {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/token", listener.local_addr().unwrap());
     let calls = Arc::new(AtomicUsize::new(0));
-    let last = Arc::new(Mutex::new(None));
+    let last: LastRequest = Arc::new(Mutex::new(None));
     let (c, l) = (Arc::clone(&calls), Arc::clone(&last));
     let app = Router::new().route(
         "/token",
