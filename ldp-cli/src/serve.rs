@@ -317,6 +317,12 @@ pub(crate) const FLAGS: &[(&str, &str, Unit)] = &[
     ("a2a_token", "backend.a2a_token", Unit::Same),
     ("delegates", "backend.delegates", Unit::Same),
     ("tool_rounds", "backend.tool_rounds", Unit::Same),
+    ("delegate_token_command", "backend.delegates_token_command", Unit::Same),
+    ("delegate_oauth_token_url", "backend.delegates_oauth_token_url", Unit::Same),
+    ("delegate_oauth_client_id", "backend.delegates_oauth_client_id", Unit::Same),
+    ("delegate_oauth_client_secret_env", "backend.delegates_oauth_client_secret_env", Unit::Same),
+    ("delegate_oauth_scopes", "backend.delegates_oauth_scopes", Unit::Same),
+    ("delegate_oauth_audience", "backend.delegates_oauth_audience", Unit::Same),
     ("mcp", "mcp.enabled", Unit::Same),
     ("mcp_max_sessions", "mcp.max_sessions", Unit::Same),
     ("mcp_max_calls", "mcp.max_calls", Unit::Same),
@@ -399,6 +405,7 @@ fn flag_name(id: &str) -> String {
         "oauth_authorization_servers" => "oauth-authorization-server".to_owned(),
         "skill_scopes" => "skill-scope".to_owned(),
         "endpoint_scopes" => "endpoint-scope".to_owned(),
+        "delegate_oauth_scopes" => "delegate-oauth-scope".to_owned(),
         other => other.replace('_', "-"),
     }
 }

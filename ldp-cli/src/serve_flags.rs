@@ -76,6 +76,24 @@ pub struct LlmArgs {
     /// With --delegate: rounds of tool calls before the model must answer.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub tool_rounds: u32,
+    /// With --delegate: run this command (`sh -c`) for the bearer token sent to the delegates.
+    #[arg(long, value_name = "COMMAND")]
+    pub delegate_token_command: Option<String>,
+    /// With --delegate: get their bearer token from this OAuth 2.0 token endpoint by client credentials.
+    #[arg(long, value_name = "URL")]
+    pub delegate_oauth_token_url: Option<String>,
+    /// The OAuth client id for --delegate-oauth-token-url.
+    #[arg(long, value_name = "ID")]
+    pub delegate_oauth_client_id: Option<String>,
+    /// The environment variable holding that client's secret [default: LDP_OAUTH_CLIENT_SECRET].
+    #[arg(long, value_name = "VAR")]
+    pub delegate_oauth_client_secret_env: Option<String>,
+    /// A scope to ask for with --delegate-oauth-token-url (repeatable).
+    #[arg(long = "delegate-oauth-scope", value_name = "SCOPE", value_delimiter = ',')]
+    pub delegate_oauth_scopes: Vec<String>,
+    /// The resource (audience) to ask a token for with --delegate-oauth-token-url.
+    #[arg(long, value_name = "URL")]
+    pub delegate_oauth_audience: Option<String>,
 }
 
 /// The flags of `ldp serve --mcp`: MCP's Streamable HTTP transport at `/mcp`, behind the same authentication, body

@@ -407,3 +407,38 @@ fn ldp_conformance_fetches_its_token_and_the_jwt_server_passes_the_kit() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("invalid_client") && !stderr.contains("wrong-secret"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegate_calls_jwt_protected_delegates_with_a_client_credentials_token() {
+    use ldp_llm::stub::{Flavor, Stub, StubConfig, StubTurn};
+    let auth = tokio::task::spawn_blocking(auth_server).await.unwrap();
+    let upper = Delegate::builder("ldp:delegate:upper")
+        .skill("upper", |input: String, _cx: TaskContext| async move { Ok(input.to_uppercase()) })
+        .describe("Upper-cases its input")
+        .jwt_issuer(auth.url.clone(), AUDIENCE)
+        .spawn("127.0.0.1:0")
+        .await
+        .unwrap();
+    let script = vec![StubTurn::call("upper", &json!({"input": "hello"})), StubTurn::text("it said HELLO")];
+    let stub = Stub::start(StubConfig::new(Flavor::OpenAi).with_script(script)).await.unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ldp"));
+    command
+        .args(["serve", "--bind", "127.0.0.1:0", "--backend", "openai", "--model", "stub-model"])
+        .args(["--base-url", &stub.base_url(), "--delegate", &upper.url()])
+        .args(["--delegate-oauth-token-url", &auth.token_url(), "--delegate-oauth-client-id", "agent"])
+        .args(["--delegate-oauth-audience", AUDIENCE])
+        .env(SECRET_VAR, "agent-secret")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let (_planner, url) = tokio::task::spawn_blocking(move || support::serve_command(command)).await.unwrap();
+    let out =
+        tokio::task::spawn_blocking(move || ldp(&["call", &url, "chat", "shout hello", "--json"], &[])).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let result = stdout_json(&out);
+    assert_eq!(result["output"], "it said HELLO", "{result}");
+    // The sub-task ran at the JWT-protected delegate (its hop is in the lineage), and its answer reached the model.
+    let hops = result["provenance"]["lineage"].to_string();
+    assert!(hops.contains("ldp:delegate:upper"), "{hops}");
+    assert!(stub.recorded()[1].to_string().contains("HELLO"), "{}", stub.recorded()[1]);
+    upper.shutdown().await.unwrap();
+}

@@ -206,6 +206,22 @@ impl ServerConfig {
                 return Err(need(key, "backend.kind"));
             }
         }
+        if b.delegates.is_empty() {
+            let set = [
+                ("backend.delegates_token_command", b.delegates_token_command.is_some()),
+                ("backend.delegates_oauth_token_url", b.delegates_oauth_token_url.is_some()),
+            ];
+            if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {
+                return Err(need(key, "backend.delegates"));
+            }
+        }
+        if b.delegates_oauth_token_url.is_some() != b.delegates_oauth_client_id.is_some() {
+            return Err(if b.delegates_oauth_token_url.is_some() {
+                need("backend.delegates_oauth_token_url", "backend.delegates_oauth_client_id")
+            } else {
+                need("backend.delegates_oauth_client_id", "backend.delegates_oauth_token_url")
+            });
+        }
         if !b.delegates.is_empty() && b.kind.is_some_and(BackendKind::is_bridge) {
             return Err(need("backend.delegates", "a model backend (openai, anthropic, local or echo)"));
         }

@@ -541,6 +541,21 @@ pub struct BackendConfig {
     pub delegates: Vec<String>,
     /// With `delegates`: rounds of tool calls before the model must answer. Default `8`.
     pub tool_rounds: u32,
+    /// With `delegates`: a command (run with `sh -c`) printing the bearer token sent to them; run again after 5
+    /// minutes or a minute before a JWT's `exp`. Default none.
+    pub delegates_token_command: Option<String>,
+    /// With `delegates`: get their bearer token from this OAuth 2.0 token endpoint by client credentials (needs
+    /// `delegates_oauth_client_id`), refreshed before it expires. Default none.
+    #[serde(deserialize_with = "units::url_opt")]
+    pub delegates_oauth_token_url: Option<String>,
+    /// The OAuth client id for `delegates_oauth_token_url`. Default none.
+    pub delegates_oauth_client_id: Option<String>,
+    /// The environment variable holding that client's secret. Default `LDP_OAUTH_CLIENT_SECRET`.
+    pub delegates_oauth_client_secret_env: String,
+    /// Scopes asked for with `delegates_oauth_token_url`. Default none.
+    pub delegates_oauth_scopes: Vec<String>,
+    /// The resource (audience) asked for with `delegates_oauth_token_url`. Default none.
+    pub delegates_oauth_audience: Option<String>,
 }
 
 impl Default for BackendConfig {
@@ -571,6 +586,12 @@ impl Default for BackendConfig {
             a2a_token: None,
             delegates: Vec::new(),
             tool_rounds: 8,
+            delegates_token_command: None,
+            delegates_oauth_token_url: None,
+            delegates_oauth_client_id: None,
+            delegates_oauth_client_secret_env: "LDP_OAUTH_CLIENT_SECRET".to_owned(),
+            delegates_oauth_scopes: Vec::new(),
+            delegates_oauth_audience: None,
         }
     }
 }
