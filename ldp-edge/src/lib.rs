@@ -75,6 +75,6 @@ pub use oauth::{PROTECTED_RESOURCE_METADATA, ProtectedResource, metadata_routes}
 pub use options::{ConnectOptions, ConnectSettings, Credentials, DEFAULT_MAX_RESPONSE_BYTES, RetryPolicy, TokenSource};
 pub use paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
 #[cfg(feature = "server")]
-pub use source::{TrustedProxies, ambiguous_credentials, identify_client};
+pub use source::{TrustedProxies, ambiguous_credentials, identify, identify_client};
 #[cfg(feature = "client")]
 pub use token_sources::{ClientCredentials, CommandToken, TokenFetchError};

@@ -68,11 +68,20 @@ pub fn ambiguous_credentials(headers: &HeaderMap) -> bool {
     headers.get_all(header::AUTHORIZATION).iter().nth(1).is_some()
 }
 
-/// Axum middleware on every route: refuses two `Authorization` headers (400), and puts the client's address on the
-/// request's [`PeerContext`] (creating one for an unauthenticated request).
+/// Axum middleware on every route: [`identify`].
 pub async fn identify_client(State(proxies): State<TrustedProxies>, mut req: Request, next: Next) -> Response {
+    match identify(&proxies, &mut req) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Refuses two `Authorization` headers ([`HttpError::AmbiguousCredentials`]), and puts the client's address on the
+/// request's [`PeerContext`] (creating one for an unauthenticated request). A plain function, so that a server can
+/// run it in a middleware of its own next to its other checks instead of in one more layer.
+pub fn identify(proxies: &TrustedProxies, req: &mut Request) -> Result<(), HttpError> {
     if ambiguous_credentials(req.headers()) {
-        return HttpError::AmbiguousCredentials.into_response();
+        return Err(HttpError::AmbiguousCredentials);
     }
     let remote = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
     if let Some(remote) = remote {
@@ -84,7 +93,7 @@ pub async fn identify_client(State(proxies): State<TrustedProxies>, mut req: Req
             }
         }
     }
-    next.run(req).await
+    Ok(())
 }
 
 #[cfg(test)]

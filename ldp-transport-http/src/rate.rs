@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::StatusCode;
-use axum::middleware::Next;
 use axum::response::Response;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
@@ -172,22 +171,25 @@ impl Limiter {
     }
 }
 
-/// Axum middleware: counts the request against its principal's quota, or answers 429.
-pub(crate) async fn limit_rate(State(limiter): State<Limiter>, req: Request, next: Next) -> Response {
-    let principal = limiter.principal(&req);
-    match limiter.inner.limiter.check_key(&principal) {
-        Ok(()) => {
-            limiter.inner.refusals.tick(Instant::now());
-            next.run(req).await
-        }
-        Err(not_until) => {
-            let wait = not_until.wait_time_from(limiter.inner.clock.now());
-            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            tracing::debug!(?principal, ?wait, "request refused: rate limit");
-            limiter.inner.refusals.refused(Instant::now());
-            let error = LdpError::runtime(codes::CAPACITY_EXCEEDED, format!("rate limit exceeded; retry in {secs} s"))
-                .with_retryable(true);
-            refusal_with_retry(StatusCode::TOO_MANY_REQUESTS, &error, secs)
+impl Limiter {
+    /// Counts the request against its principal's quota: the 429 answer when it is over it.
+    pub(crate) fn refusal(&self, req: &Request) -> Option<Response> {
+        let principal = self.principal(req);
+        match self.inner.limiter.check_key(&principal) {
+            Ok(()) => {
+                self.inner.refusals.tick(Instant::now());
+                None
+            }
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(self.inner.clock.now());
+                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                tracing::debug!(?principal, ?wait, "request refused: rate limit");
+                self.inner.refusals.refused(Instant::now());
+                let error =
+                    LdpError::runtime(codes::CAPACITY_EXCEEDED, format!("rate limit exceeded; retry in {secs} s"))
+                        .with_retryable(true);
+                Some(refusal_with_retry(StatusCode::TOO_MANY_REQUESTS, &error, secs))
+            }
         }
     }
 }

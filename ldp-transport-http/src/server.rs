@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -34,7 +37,7 @@ use ldp_edge::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREA
 use ldp_edge::{ConnectionLimits, ConnectionStats, Plain, body_too_slow, serve_established, serve_router_with_limits};
 use ldp_edge::{HttpError, error_body, json_response};
 use ldp_edge::{HttpMetrics, METRICS_CONTENT_TYPE};
-use ldp_edge::{TrustedProxies, identify_client};
+use ldp_edge::{TrustedProxies, identify};
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -79,10 +82,17 @@ impl Default for HttpServerConfig {
 }
 
 /// The server's shared state: the runtime, the configuration and the pre-encoded discovery documents.
+///
+/// Cloned into every request (axum's `State`): one reference count, not one per part.
 #[derive(Clone)]
 pub struct HttpState {
+    inner: Arc<StateParts>,
+}
+
+/// What [`HttpState`] shares.
+struct StateParts {
     runtime: DelegateRuntime,
-    config: Arc<HttpServerConfig>,
+    config: HttpServerConfig,
     auth: BearerAuth,
     card: Bytes,
     capabilities: Bytes,
@@ -91,7 +101,7 @@ pub struct HttpState {
 
 impl std::fmt::Debug for HttpState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpState").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("HttpState").field("config", &self.inner.config).finish_non_exhaustive()
     }
 }
 
@@ -101,63 +111,116 @@ impl HttpState {
         let card = runtime.card();
         let auth =
             BearerAuth::from_map(&config.tokens).with_jwt(config.jwt.clone()).with_resource(config.oauth.clone());
-        Self {
+        let inner = StateParts {
             card: Bytes::from(encode_card(&card)),
             capabilities: Bytes::from(encode_capabilities(&card)),
             runtime,
-            config: Arc::new(config),
+            config,
             auth,
             metrics: HttpMetrics::new(),
-        }
+        };
+        Self { inner: Arc::new(inner) }
     }
 
     /// The metrics `/metrics` serves.
     pub fn metrics(&self) -> &HttpMetrics {
-        &self.metrics
+        &self.inner.metrics
     }
 
     /// The runtime behind the server.
     pub fn runtime(&self) -> &DelegateRuntime {
-        &self.runtime
+        &self.inner.runtime
     }
 
     /// The configuration.
     pub fn config(&self) -> &HttpServerConfig {
-        &self.config
+        &self.inner.config
     }
 
     /// The authentication table (for other transports sharing this server).
     pub fn auth(&self) -> &BearerAuth {
-        &self.auth
+        &self.inner.auth
     }
 
-    /// Handles one message on a task of its own, so that a peer hanging up cannot abandon a task half-way (the
-    /// task completes and is recorded even if nobody reads the answer), bounded by the request timeout.
+    /// Handles one message, bounded by the request timeout. The handling runs within the request's own future,
+    /// with no task spawned (most messages are answered in one poll); if that future is dropped before the handling
+    /// ends (the peer hung up, the request timed out), the rest runs on a task of its own ([`FinishOnDrop`]), so
+    /// that a task is never abandoned half-way: it completes and is recorded even if nobody reads the answer.
     pub async fn dispatch(
         &self,
         peer: PeerContext,
         bytes: Bytes,
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<RuntimeResponse, HttpError> {
-        let rt = self.runtime.clone();
-        // This task is polled to completion, so the delegate can run within it rather than on one more task.
-        let job = tokio::spawn(async move { rt.handle_in_place(&peer, &bytes, updates).await }.in_current_span());
-        match tokio::time::timeout(self.config.request_timeout, job).await {
+        let rt = self.inner.runtime.clone();
+        // The handling owns what it needs ('static), so that it can outlive this request.
+        let job = FinishOnDrop::new(async move { rt.handle_in_place(&peer, &bytes, updates).await }.in_current_span());
+        match tokio::time::timeout(self.inner.config.request_timeout, job).await {
             Ok(Ok(resp)) => {
                 if let RuntimeResponse::Reply(env) = &resp {
-                    self.metrics.record_answer(env);
+                    self.inner.metrics.record_answer(env);
                 }
                 Ok(resp)
             }
-            Ok(Err(e)) => Err(HttpError::Internal(format!("message handler failed: {e}"))),
-            Err(_) => Err(HttpError::Timeout(self.config.request_timeout)),
+            Ok(Err(Panicked)) => Err(HttpError::Internal("message handler failed: it panicked".into())),
+            Err(_) => Err(HttpError::Timeout(self.inner.config.request_timeout)),
+        }
+    }
+}
+
+/// A future polled in place that, if dropped before it ends, finishes on a task of its own. A panic while it is
+/// polled is caught and answered [`Panicked`] instead of taking the connection down.
+struct FinishOnDrop<T: Send + 'static> {
+    job: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+}
+
+/// A [`FinishOnDrop`] job panicked.
+#[derive(Debug)]
+struct Panicked;
+
+impl<T: Send + 'static> FinishOnDrop<T> {
+    fn new(job: impl Future<Output = T> + Send + 'static) -> Self {
+        Self { job: Some(Box::pin(job)) }
+    }
+}
+
+impl<T: Send + 'static> Future for FinishOnDrop<T> {
+    type Output = Result<T, Panicked>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(job) = self.job.as_mut() else {
+            return Poll::Ready(Err(Panicked));
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| job.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => {
+                self.job = None;
+                Poll::Ready(Ok(out))
+            }
+            Err(_) => {
+                // A job that panicked is not resumed, here or on a task.
+                self.job = None;
+                Poll::Ready(Err(Panicked))
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for FinishOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = job.await;
+            });
         }
     }
 }
 
 impl FromRef<HttpState> for BearerAuth {
     fn from_ref(state: &HttpState) -> Self {
-        state.auth.clone()
+        state.inner.auth.clone()
     }
 }
 
@@ -186,8 +249,14 @@ pub fn router_with(state: HttpState, extra: Router<HttpState>) -> Router {
         .route(MESSAGES, post(messages))
         .route(STREAM, post(stream))
         .merge(extra)
-        .route_layer(axum::middleware::from_fn_with_state(state.auth.clone(), require_bearer));
-    let app = Router::new()
+        .route_layer(axum::middleware::from_fn_with_state(state.inner.auth.clone(), require_bearer));
+    let config = &state.inner.config;
+    let edge = Arc::new(EdgeChecks {
+        proxies: TrustedProxies::new(&config.trusted_proxies),
+        limiter: config.rate_limit.map(|rate| Limiter::new(rate, state.inner.auth.clone())),
+        max_body: config.max_body,
+    });
+    Router::new()
         .route(HEALTHZ, get(healthz))
         .route(READYZ, get(readyz))
         .route(METRICS, get(metrics))
@@ -196,21 +265,45 @@ pub fn router_with(state: HttpState, extra: Router<HttpState>) -> Router {
         .route(CAPABILITIES, get(capabilities))
         .merge(protected)
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(state.config.max_body, refuse_declared_oversize))
-        .layer(DefaultBodyLimit::max(state.config.max_body));
-    // Outside the body handling: a request over its quota costs no body read and no work.
-    let app = match state.config.rate_limit {
-        Some(rate) => app.layer(axum::middleware::from_fn_with_state(
-            Limiter::new(rate, state.auth.clone()),
-            crate::rate::limit_rate,
-        )),
-        None => app,
-    };
-    // Outermost: every layer and route after it knows the client's address.
-    let proxies = TrustedProxies::new(&state.config.trusted_proxies);
-    app.layer(axum::middleware::from_fn_with_state(proxies, identify_client))
+        .layer(DefaultBodyLimit::max(config.max_body))
+        .layer(axum::middleware::from_fn_with_state(edge, edge_checks))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// What every request passes before any route: see [`edge_checks`].
+struct EdgeChecks {
+    proxies: TrustedProxies,
+    limiter: Option<Limiter>,
+    max_body: usize,
+}
+
+/// The checks every request passes before any route, in one layer (each layer costs every request a clone of the
+/// routes and a boxed future): the client's address ([`ldp_edge::identify`]), so that everything after it knows it;
+/// then the rate limit, before the body is read, so that a request over its quota costs no body read and no work;
+/// then a declared body size over the limit ([`refuse_declared_oversize`]).
+async fn edge_checks(
+    State(edge): State<Arc<EdgeChecks>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Err(e) = identify(&edge.proxies, &mut request) {
+        return e.into_response();
+    }
+    if let Some(limiter) = &edge.limiter
+        && let Some(refusal) = limiter.refusal(&request)
+    {
+        return refusal;
+    }
+    if declared_length(request.headers()).is_some_and(|n| n > edge.max_body as u64) {
+        return refuse_declared_oversize(request, edge.max_body).await;
+    }
+    next.run(request).await
+}
+
+/// A request's `Content-Length`, when it declares a valid one.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok())
 }
 
 /// Serves `router(state)` on `listener` until `shutdown` resolves, then drains in-flight requests. Also reaps
@@ -220,8 +313,8 @@ pub async fn serve(
     state: HttpState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let limits = state.config.limits.clone();
-    serve_router_with_limits(listener, state.runtime.clone(), router(state), limits, shutdown).await
+    let limits = state.inner.config.limits.clone();
+    serve_router_with_limits(listener, state.inner.runtime.clone(), router(state), limits, shutdown).await
 }
 
 /// A server started with [`spawn`]: its URL, and a handle to stop it.
@@ -273,9 +366,9 @@ pub async fn spawn(addr: impl tokio::net::ToSocketAddrs, state: HttpState) -> st
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
-    let limits = state.config.limits.clone();
+    let limits = state.inner.config.limits.clone();
     let stats = ConnectionStats::new(limits.max_connections);
-    let (runtime, app) = (state.runtime.clone(), router(state));
+    let (runtime, app) = (state.inner.runtime.clone(), router(state));
     let join = tokio::spawn(serve_established(listener, Plain, runtime, app, limits, stats.clone(), async move {
         let _ = stopped.await;
     }));
@@ -283,11 +376,11 @@ pub async fn spawn(addr: impl tokio::net::ToSocketAddrs, state: HttpState) -> st
 }
 
 async fn identity(State(state): State<HttpState>) -> Response {
-    json_response(StatusCode::OK, state.card.to_vec())
+    json_response(StatusCode::OK, state.inner.card.to_vec())
 }
 
 async fn capabilities(State(state): State<HttpState>) -> Response {
-    json_response(StatusCode::OK, state.capabilities.to_vec())
+    json_response(StatusCode::OK, state.inner.capabilities.to_vec())
 }
 
 /// How much of a body declared over the limit is read and discarded before answering 413.
@@ -299,19 +392,8 @@ const OVERSIZE_DRAIN_TIME: Duration = Duration::from_secs(10);
 /// discarding) what the client sends, within a bound. A server that answers and closes while the client is still
 /// uploading leaves most HTTP clients (hyper, httpx) with a broken pipe instead of the typed answer; draining lets them
 /// finish writing and read it, and keeps the connection usable.
-async fn refuse_declared_oversize(
-    State(limit): State<usize>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    let Some(declared) = declared.filter(|n| *n > limit as u64) else {
-        return next.run(request).await;
-    };
+async fn refuse_declared_oversize(request: axum::extract::Request, limit: usize) -> Response {
+    let declared = declared_length(request.headers()).unwrap_or(u64::MAX);
     if declared <= OVERSIZE_DRAIN_BYTES {
         use futures::StreamExt;
         let mut data = request.into_body().into_data_stream();
@@ -348,7 +430,7 @@ fn accept_body(
     }
     body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            HttpError::PayloadTooLarge { limit: state.config.max_body }
+            HttpError::PayloadTooLarge { limit: state.inner.config.max_body }
         } else if let Some(slow) = body_too_slow(&rejection) {
             HttpError::from(slow)
         } else {
@@ -398,13 +480,24 @@ fn answer(resp: RuntimeResponse) -> Result<Response, HttpError> {
     }
 }
 
-async fn messages(
-    State(state): State<HttpState>,
-    peer: Option<Extension<PeerContext>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+/// A message request's parts: its peer, its headers (moved out, not copied as the `HeaderMap` extractor does) and
+/// its body, read under the body limit.
+async fn message_parts(
+    state: &HttpState,
+    request: axum::extract::Request,
+) -> (Option<Extension<PeerContext>>, HeaderMap, Result<Bytes, BytesRejection>) {
+    use axum::extract::FromRequest;
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    let peer = parts.extensions.remove::<PeerContext>().map(Extension);
+    // The body limit travels in the extensions, which stay with the body.
+    let body = Bytes::from_request(axum::extract::Request::from_parts(parts, body), state).await;
+    (peer, headers, body)
+}
+
+async fn messages(State(state): State<HttpState>, request: axum::extract::Request) -> Response {
     let started = std::time::Instant::now();
+    let (peer, headers, body) = message_parts(&state, request).await;
     let span = message_span(MESSAGES, &headers);
     let mut reply = None;
     let result = async {
@@ -425,7 +518,7 @@ async fn messages(
         resp
     });
     span.record("status", resp.status().as_u16());
-    state.metrics.observe(MESSAGES, reply, resp.status().as_u16(), refused.as_ref(), started.elapsed());
+    state.inner.metrics.observe(MESSAGES, reply, resp.status().as_u16(), refused.as_ref(), started.elapsed());
     resp
 }
 
@@ -449,7 +542,7 @@ const READY_WITHIN: Duration = Duration::from_secs(2);
 
 /// `GET /readyz`: the session machine answers within [`READY_WITHIN`] (a wedged or poisoned lock is not ready).
 async fn readyz(State(state): State<HttpState>) -> Response {
-    let runtime = state.runtime.clone();
+    let runtime = state.inner.runtime.clone();
     let probe = tokio::task::spawn_blocking(move || runtime.gauges());
     match tokio::time::timeout(READY_WITHIN, probe).await {
         Ok(Ok(_)) => (StatusCode::OK, "ready\n").into_response(),
@@ -459,13 +552,13 @@ async fn readyz(State(state): State<HttpState>) -> Response {
 
 /// `GET /metrics`: the Prometheus / OpenMetrics text ([`crate::metrics`]).
 async fn metrics(State(state): State<HttpState>) -> Response {
-    let runtime = state.runtime.clone();
+    let runtime = state.inner.runtime.clone();
     let gauges = tokio::task::spawn_blocking(move || runtime.gauges());
     let gauges = match tokio::time::timeout(READY_WITHIN, gauges).await {
         Ok(Ok(gauges)) => gauges,
         _ => return (StatusCode::SERVICE_UNAVAILABLE, "the session machine does not answer\n").into_response(),
     };
-    let text = state.metrics.encode(&gauges);
+    let text = state.inner.metrics.encode(&gauges);
     ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response()
 }
 
@@ -483,12 +576,8 @@ fn error_event(error: &HttpError) -> Event {
     Event::default().event("error").data(body)
 }
 
-async fn stream(
-    State(state): State<HttpState>,
-    peer: Option<Extension<PeerContext>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn stream(State(state): State<HttpState>, request: axum::extract::Request) -> Response {
+    let (peer, headers, body) = message_parts(&state, request).await;
     let span = message_span(STREAM, &headers);
     match start_stream(state, peer, headers, body).instrument(span.clone()).await {
         Ok(events) => {
@@ -515,9 +604,13 @@ async fn start_stream(
     let bytes = accept_body(&state, &headers, body)?;
     let peer = peer.map(|Extension(p)| p).unwrap_or_default();
     let (tx, mut updates) = mpsc::channel::<Envelope>(64);
-    let timeout = state.config.request_timeout;
+    let timeout = state.inner.config.request_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut job = Box::pin(async move { state.dispatch(peer, bytes, Some(tx)).await });
+    // On a task of its own: the delegate must go on producing updates while they are forwarded below.
+    let job = tokio::spawn(async move { state.dispatch(peer, bytes, Some(tx)).await }.in_current_span());
+    let mut job = Box::pin(async move {
+        job.await.unwrap_or_else(|e| Err(HttpError::Internal(format!("message handler failed: {e}"))))
+    });
     let first = tokio::select! {
         biased;
         Some(update) = updates.recv() => update,
@@ -566,4 +659,42 @@ async fn start_stream(
     });
     let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) });
     Ok(Box::pin(events))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+
+    /// A handling whose request is dropped half-way still runs to its end, on a task of its own.
+    #[tokio::test]
+    async fn a_dropped_handling_finishes_on_its_own_task() {
+        let (release, released) = oneshot::channel::<()>();
+        let (done, finished) = oneshot::channel::<&str>();
+        let job = FinishOnDrop::new(async move {
+            let _ = released.await;
+            let _ = done.send("finished");
+        });
+        // Polled once (pending on `released`), then dropped, as when the peer hangs up.
+        let polled = tokio::time::timeout(Duration::from_millis(20), job).await;
+        assert!(polled.is_err(), "the job cannot end before it is released");
+        release.send(()).unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(5), finished).await;
+        assert_eq!(end.unwrap().unwrap(), "finished");
+    }
+
+    /// A handling that panics is answered, not resumed, and leaves the caller's task standing.
+    #[tokio::test]
+    async fn a_panicking_handling_is_answered_panicked() {
+        let job = FinishOnDrop::new(async {
+            if std::hint::black_box(true) {
+                panic!("a bug in the handling");
+            }
+            7
+        });
+        assert!(matches!(job.await, Err(Panicked)));
+        let job = FinishOnDrop::new(async { 7 });
+        assert_eq!(job.await.unwrap(), 7);
+    }
 }

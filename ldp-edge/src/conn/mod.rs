@@ -400,15 +400,32 @@ impl<E: Establish> Connection<E> {
         // Set once a too-slow head is being answered 408: the answer is written by the stream (hyper holds it),
         // and this bounds how long that may take.
         let mut refusing_until: Option<Instant> = None;
+        // The loop wakes at least twice a request (a head starts, a response ends). Its waits are made once and
+        // kept across wakes: the timer is moved only to an earlier deadline, and a timer that fires before the
+        // current deadline finds nothing due and is set again; so a busy connection costs no timer work a request.
+        let timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
+        let changed = activity.changed.notified();
+        tokio::pin!(changed);
+        let evict = activity.evict.notified();
+        tokio::pin!(evict);
         loop {
             if stopping && lock(&activity).in_flight == 0 {
                 // Shutting down: a connection with no request in progress (idle, or half a head) ends now.
                 return;
             }
             let deadline = refusing_until.or_else(|| lock(&activity).deadline(&self.limits));
+            if let Some(at) = deadline
+                && armed.is_none_or(|current| at < current)
+            {
+                timer.as_mut().reset(at);
+                armed = Some(at);
+            }
             tokio::select! {
-                () = activity.changed.notified() => {}
-                () = activity.evict.notified() => {
+                () = changed.as_mut() => changed.set(activity.changed.notified()),
+                () = evict.as_mut() => {
+                    evict.set(activity.evict.notified());
                     if lock(&activity).evictable_since().is_some() {
                         tracing::debug!(%remote, "connection not being served closed to make room for a new one");
                         return;
@@ -421,8 +438,9 @@ impl<E: Establish> Connection<E> {
                     }
                     return;
                 }
-                () = sleep_until_opt(deadline) => {
-                    if refusing_until.is_some() {
+                () = timer.as_mut(), if armed.is_some() => {
+                    armed = None;
+                    if refusing_until.is_some_and(|until| Instant::now() >= until) {
                         return;
                     }
                     let due = lock(&activity).due(&self.limits, Instant::now());
@@ -447,13 +465,6 @@ impl<E: Establish> Connection<E> {
                 }
             }
         }
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
