@@ -34,6 +34,9 @@ pub struct Connection {
     /// A bearer token sent with every request.
     #[arg(long, env = "LDP_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A token fetched instead: OAuth client credentials or a command.
+    #[command(flatten)]
+    pub fetched: crate::token_args::TokenArgs,
     /// Seconds to wait for the delegate (connection and each answer).
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout: u64,
@@ -335,20 +338,21 @@ fn transport_kind(conn: &Connection) -> Result<TransportKind, Failure> {
     }
 }
 
-/// What `--timeout` and `--token` ask of either transport.
-fn connect_options(conn: &Connection) -> ConnectOptions {
+/// What `--timeout` and `--token` (or a fetched token) ask of either transport.
+fn connect_options(conn: &Connection) -> Result<ConnectOptions, Failure> {
     let timeout = Duration::from_secs(conn.timeout);
     let mut options = ConnectOptions::new().connect_timeout(timeout).request_timeout(timeout);
     options.token = conn.token.clone();
-    options
+    options.token_source = conn.fetched.source().map_err(Failure::Usage)?;
+    Ok(options)
 }
 
 fn http_transport(conn: &Connection) -> Result<HttpTransport, Failure> {
-    HttpTransport::with_options(&conn.url, connect_options(conn)).map_err(|e| Failure::Usage(e.to_string()))
+    HttpTransport::with_options(&conn.url, connect_options(conn)?).map_err(|e| Failure::Usage(e.to_string()))
 }
 
 async fn ws_transport(conn: &Connection) -> Result<WsTransport, Failure> {
-    WsTransport::connect(&conn.url, connect_options(conn))
+    WsTransport::connect(&conn.url, connect_options(conn)?)
         .await
         .map_err(|e| unreachable_hint(conn, e.to_string(), None))
 }

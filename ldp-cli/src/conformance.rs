@@ -22,6 +22,9 @@ pub struct ConformanceArgs {
     /// Bearer token sent with every request.
     #[arg(long, env = "LDP_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A token fetched instead (once, when the run starts): OAuth client credentials or a command.
+    #[command(flatten)]
+    fetched: crate::token_args::TokenArgs,
     /// A bearer token that authenticates the kit as a member of an untrusted domain (trust-rejection check).
     #[arg(long)]
     untrusted_token: Option<String>,
@@ -149,6 +152,23 @@ pub fn run(args: ConformanceArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let mut config = config;
+    if let Some(source) = match args.fetched.source() {
+        Ok(source) => source,
+        Err(e) => {
+            eprintln!("ldp conformance: {e}");
+            return ExitCode::from(2);
+        }
+    } {
+        // The kit's probes send one fixed token: fetched once, it must outlive the run (see --deadline).
+        match runtime.block_on(source.token()) {
+            Ok(token) => config.token = Some(token),
+            Err(e) => {
+                eprintln!("ldp conformance: {}", e.message);
+                return ExitCode::from(1);
+            }
+        }
+    }
     let show = !args.no_progress && std::io::stderr().is_terminal();
     let printer = progress_printer(show);
     let result = runtime.block_on(ldp_conformance::run_with_progress(config, &printer));

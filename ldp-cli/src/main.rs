@@ -27,6 +27,7 @@ mod paradox_real;
 mod serve;
 mod serve_flags;
 mod serve_limits;
+mod token_args;
 
 /// Exit statuses, the same for every subcommand (listed in `ldp --help`).
 pub(crate) mod exit {

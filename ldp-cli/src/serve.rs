@@ -78,6 +78,9 @@ pub struct ServeArgs {
         next_help_heading = "Protocol limits (a peer is its bearer token or certificate, else its `from`)"
     )]
     pub protocol_limits: ProtocolLimitArgs,
+    /// JWT access tokens and OAuth.
+    #[command(flatten, next_help_heading = "JWT and OAuth (identity provider tokens; docs/oauth.md)")]
+    pub oauth: crate::serve_flags::OauthArgs,
     /// HTTPS and mutual TLS.
     #[cfg(feature = "tls")]
     #[command(flatten, next_help_heading = "TLS (RFC 8.3)")]
@@ -228,6 +231,20 @@ pub(crate) const FLAGS: &[(&str, &str, Unit)] = &[
     ("card", "identity.card", Unit::Same),
     ("receipt_key", "identity.receipt_key", Unit::Same),
     ("tokens", "auth.tokens", Unit::Same),
+    ("jwt_issuer", "jwt.issuer", Unit::Same),
+    ("jwt_jwks_url", "jwt.jwks_url", Unit::Same),
+    ("jwt_audiences", "jwt.audiences", Unit::Same),
+    ("jwt_algorithms", "jwt.algorithms", Unit::Same),
+    ("jwt_leeway", "jwt.leeway", Unit::Secs),
+    ("jwt_principal_claim", "jwt.principal_claim", Unit::Same),
+    ("jwt_trust_domain", "jwt.trust_domain", Unit::Same),
+    ("jwt_trust_domain_claim", "jwt.trust_domain_claim", Unit::Same),
+    ("jwt_delegate_id_claim", "jwt.delegate_id_claim", Unit::Same),
+    ("jwt_required_scopes", "jwt.required_scopes", Unit::Same),
+    ("oauth_resource", "oauth.resource", Unit::Same),
+    ("oauth_authorization_servers", "oauth.authorization_servers", Unit::Same),
+    ("skill_scopes", "oauth.skill_scopes", Unit::Same),
+    ("endpoint_scopes", "oauth.endpoint_scopes", Unit::Same),
     ("sign", "signing.algorithm", Unit::Same),
     ("secret", "signing.secret", Unit::Same),
     ("replay_entries_per_peer", "signing.replay_entries_per_peer", Unit::Same),
@@ -300,6 +317,12 @@ pub(crate) const FLAGS: &[(&str, &str, Unit)] = &[
     ("a2a_token", "backend.a2a_token", Unit::Same),
     ("delegates", "backend.delegates", Unit::Same),
     ("tool_rounds", "backend.tool_rounds", Unit::Same),
+    ("delegate_token_command", "backend.delegates_token_command", Unit::Same),
+    ("delegate_oauth_token_url", "backend.delegates_oauth_token_url", Unit::Same),
+    ("delegate_oauth_client_id", "backend.delegates_oauth_client_id", Unit::Same),
+    ("delegate_oauth_client_secret_env", "backend.delegates_oauth_client_secret_env", Unit::Same),
+    ("delegate_oauth_scopes", "backend.delegates_oauth_scopes", Unit::Same),
+    ("delegate_oauth_audience", "backend.delegates_oauth_audience", Unit::Same),
     ("mcp", "mcp.enabled", Unit::Same),
     ("mcp_max_sessions", "mcp.max_sessions", Unit::Same),
     ("mcp_max_calls", "mcp.max_calls", Unit::Same),
@@ -376,6 +399,13 @@ fn flag_name(id: &str) -> String {
         "skills" => "skill".to_owned(),
         "delegates" => "delegate".to_owned(),
         "mcp_allowed_hosts" => "mcp-allowed-host".to_owned(),
+        "jwt_audiences" => "jwt-audience".to_owned(),
+        "jwt_algorithms" => "jwt-algorithm".to_owned(),
+        "jwt_required_scopes" => "jwt-required-scope".to_owned(),
+        "oauth_authorization_servers" => "oauth-authorization-server".to_owned(),
+        "skill_scopes" => "skill-scope".to_owned(),
+        "endpoint_scopes" => "endpoint-scope".to_owned(),
+        "delegate_oauth_scopes" => "delegate-oauth-scope".to_owned(),
         other => other.replace('_', "-"),
     }
 }

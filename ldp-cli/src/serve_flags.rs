@@ -76,6 +76,24 @@ pub struct LlmArgs {
     /// With --delegate: rounds of tool calls before the model must answer.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub tool_rounds: u32,
+    /// With --delegate: run this command (`sh -c`) for the bearer token sent to the delegates.
+    #[arg(long, value_name = "COMMAND")]
+    pub delegate_token_command: Option<String>,
+    /// With --delegate: get their bearer token from this OAuth 2.0 token endpoint by client credentials.
+    #[arg(long, value_name = "URL")]
+    pub delegate_oauth_token_url: Option<String>,
+    /// The OAuth client id for --delegate-oauth-token-url.
+    #[arg(long, value_name = "ID")]
+    pub delegate_oauth_client_id: Option<String>,
+    /// The environment variable holding that client's secret [default: LDP_OAUTH_CLIENT_SECRET].
+    #[arg(long, value_name = "VAR")]
+    pub delegate_oauth_client_secret_env: Option<String>,
+    /// A scope to ask for with --delegate-oauth-token-url (repeatable).
+    #[arg(long = "delegate-oauth-scope", value_name = "SCOPE", value_delimiter = ',')]
+    pub delegate_oauth_scopes: Vec<String>,
+    /// The resource (audience) to ask a token for with --delegate-oauth-token-url.
+    #[arg(long, value_name = "URL")]
+    pub delegate_oauth_audience: Option<String>,
 }
 
 /// The flags of `ldp serve --mcp`: MCP's Streamable HTTP transport at `/mcp`, behind the same authentication, body
@@ -146,4 +164,54 @@ pub struct A2aArgs {
     /// Largest A2A request body, in bytes [default: --max-body].
     #[arg(long, value_name = "BYTES")]
     pub a2a_max_body: Option<usize>,
+}
+
+/// The JWT and OAuth flags of `ldp serve`: access tokens of an identity provider beside `--token`, and the server
+/// as an OAuth protected resource (docs/oauth.md).
+#[derive(Debug, clap::Args)]
+pub struct OauthArgs {
+    /// Accept JWT access tokens of this issuer (`iss`), an http(s) URL; keys from its OIDC discovery document
+    /// unless --jwt-jwks-url is given. Needs --jwt-audience.
+    #[arg(long, value_name = "URL")]
+    pub jwt_issuer: Option<String>,
+    /// The issuer's JWK Set URL [default: the discovery document's `jwks_uri`].
+    #[arg(long, value_name = "URL")]
+    pub jwt_jwks_url: Option<String>,
+    /// An audience accepted in `aud` (repeatable; at least one with --jwt-issuer).
+    #[arg(long = "jwt-audience", value_name = "AUD", value_delimiter = ',')]
+    pub jwt_audiences: Vec<String>,
+    /// An algorithm accepted (repeatable) [default: RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA].
+    #[arg(long = "jwt-algorithm", value_name = "ALG", value_delimiter = ',')]
+    pub jwt_algorithms: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds [default: 60].
+    #[arg(long, value_name = "SECS")]
+    pub jwt_leeway: Option<u64>,
+    /// The claim naming the principal [default: `sub`].
+    #[arg(long, value_name = "CLAIM")]
+    pub jwt_principal_claim: Option<String>,
+    /// The trust domain of token holders [default: --trust-domain].
+    #[arg(long, value_name = "NAME")]
+    pub jwt_trust_domain: Option<String>,
+    /// A claim holding the holder's trust domain instead.
+    #[arg(long, value_name = "CLAIM")]
+    pub jwt_trust_domain_claim: Option<String>,
+    /// A claim holding the holder's delegate id (e.g. `client_id`).
+    #[arg(long, value_name = "CLAIM")]
+    pub jwt_delegate_id_claim: Option<String>,
+    /// A scope every token must grant (repeatable).
+    #[arg(long = "jwt-required-scope", value_name = "SCOPE", value_delimiter = ',')]
+    pub jwt_required_scopes: Vec<String>,
+    /// The resource identifier published in the OAuth metadata: the server's public base URL [default: from each
+    /// request's Host header].
+    #[arg(long, value_name = "URL")]
+    pub oauth_resource: Option<String>,
+    /// An authorization server named in the metadata (repeatable) [default: --jwt-issuer].
+    #[arg(long = "oauth-authorization-server", value_name = "URL")]
+    pub oauth_authorization_servers: Vec<String>,
+    /// Scopes a skill requires, `SKILL=SCOPE[ SCOPE...]` (repeatable).
+    #[arg(long = "skill-scope", value_name = "SKILL=SCOPES")]
+    pub skill_scopes: Vec<String>,
+    /// Scopes an endpoint requires, `PATH=SCOPE[ SCOPE...]` (repeatable), e.g. `/mcp=mcp:tools`.
+    #[arg(long = "endpoint-scope", value_name = "PATH=SCOPES")]
+    pub endpoint_scopes: Vec<String>,
 }

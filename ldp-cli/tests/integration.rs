@@ -19,6 +19,7 @@ mod serve;
 mod serve_config;
 mod serve_limits;
 mod serve_llm;
+mod serve_oauth;
 mod serve_shutdown;
 mod serve_store;
 mod serve_store_conformance;

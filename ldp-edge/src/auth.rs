@@ -1,6 +1,10 @@
 //! Bearer-token authentication (RFC 8.3): a token maps to an [`AuthenticatedPeer`] (trust domain, optionally a
 //! delegate id), which the session layer uses for its trust checks instead of what the peer declares.
 //!
+//! Beside the static table, a [`JwtAuth`] (configured with [`BearerAuth::with_jwt`]) accepts JWT access tokens of
+//! an identity provider, and a [`ProtectedResource`] ([`BearerAuth::with_resource`]) makes every 401 point OAuth
+//! clients at the resource's metadata (RFC 9728) and requires scopes per endpoint.
+//!
 //! [`BearerAuth::authenticate`] is the check itself, usable by any transport (the WebSocket binding calls it on its
 //! upgrade request); [`require_bearer`] is the same check as an axum middleware that stores the resulting
 //! [`PeerContext`] in the request extensions.
@@ -16,6 +20,8 @@ use ldp_session::{AuthenticatedPeer, PeerContext};
 use subtle::ConstantTimeEq;
 
 use crate::error::HttpError;
+use crate::jwt::{JwtAuth, TokenError};
+use crate::oauth::ProtectedResource;
 use crate::source::ambiguous_credentials;
 
 /// Token-to-identity table. Empty means authentication is off: every request is an unauthenticated peer whose
@@ -23,6 +29,10 @@ use crate::source::ambiguous_credentials;
 #[derive(Debug, Clone, Default)]
 pub struct BearerAuth {
     tokens: Arc<[KnownToken]>,
+    /// JWT access tokens, judged when a token is not in the table.
+    jwt: Option<JwtAuth>,
+    /// The OAuth protected resource this server is: its metadata's URL in challenges, scopes per endpoint.
+    resource: Option<Arc<ProtectedResource>>,
 }
 
 /// A configured token, the identity it authenticates and its principal label.
@@ -47,7 +57,32 @@ impl BearerAuth {
                 (t.into_bytes().into_boxed_slice(), p, label)
             })
             .collect();
-        Self { tokens: tokens.into() }
+        Self { tokens: tokens.into(), jwt: None, resource: None }
+    }
+
+    /// The same table, also accepting the JWT access tokens `jwt` validates.
+    #[must_use]
+    pub fn with_jwt(mut self, jwt: Option<JwtAuth>) -> Self {
+        self.jwt = jwt;
+        self
+    }
+
+    /// The same table, answering as the OAuth protected resource `resource` describes (challenges naming its
+    /// metadata, scopes per endpoint).
+    #[must_use]
+    pub fn with_resource(mut self, resource: Option<ProtectedResource>) -> Self {
+        self.resource = resource.map(Arc::new);
+        self
+    }
+
+    /// The JWT validator, when one is configured.
+    pub fn jwt(&self) -> Option<&JwtAuth> {
+        self.jwt.as_ref()
+    }
+
+    /// The protected resource settings, when configured.
+    pub fn resource(&self) -> Option<&ProtectedResource> {
+        self.resource.as_deref()
     }
 
     /// A table from a map.
@@ -55,14 +90,16 @@ impl BearerAuth {
         Self::new(tokens.iter().map(|(t, p)| (t.clone(), p.clone())))
     }
 
-    /// Whether any token is configured (and so every protected request must carry one).
+    /// Whether any token is configured, or a JWT issuer (and so every protected request must carry one).
     pub fn is_enabled(&self) -> bool {
-        !self.tokens.is_empty()
+        !self.tokens.is_empty() || self.jwt.is_some()
     }
 
     /// The peer a request comes from, judged by its `Authorization` header: an authenticated peer for a known
     /// token, an unauthenticated one when no tokens are configured, and [`HttpError::Unauthenticated`] when tokens
-    /// are configured and the header is missing, malformed or carries an unknown token.
+    /// are configured and the header is missing, malformed or carries an unknown token. With a JWT issuer, a token
+    /// not in the table is judged as a JWT with the cached keys, a refusal being [`HttpError::InvalidToken`] naming
+    /// the check that failed ([`BearerAuth::authenticate_fresh`] also refetches the keys for an unknown key).
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<PeerContext, HttpError> {
         if ambiguous_credentials(headers) {
             return Err(HttpError::AmbiguousCredentials);
@@ -77,17 +114,62 @@ impl BearerAuth {
         if !scheme.eq_ignore_ascii_case("bearer") {
             return Err(HttpError::Unauthenticated("Authorization scheme must be Bearer"));
         }
-        let token = token.trim().as_bytes();
+        let token = token.trim();
+        let bytes = token.as_bytes();
         // Compare against every token in constant time, so that timing reveals neither which nor how much matched.
         let mut found = None;
         for (known, peer, label) in self.tokens.iter() {
-            if bool::from(known.as_ref().ct_eq(token)) {
+            if bool::from(known.as_ref().ct_eq(bytes)) {
                 found = Some((peer, label));
             }
         }
-        let (peer, label) = found.ok_or(HttpError::Unauthenticated("unknown bearer token"))?;
+        let Some((peer, label)) = found else {
+            return match &self.jwt {
+                Some(jwt) => jwt.validate(token).map_err(HttpError::InvalidToken),
+                None => Err(HttpError::Unauthenticated("unknown bearer token")),
+            };
+        };
         // The label, not the trust domain, is the principal: two tokens of one domain are two principals.
         Ok(PeerContext { authenticated: Some(peer.clone()), principal: Some(label.clone()), ..PeerContext::default() })
+    }
+}
+
+impl BearerAuth {
+    /// [`BearerAuth::authenticate`], and once more after refetching the issuer's keys when a JWT names a key the
+    /// cache does not hold (at most one refetch per [`JwtConfig::min_refetch_interval`](crate::JwtConfig)), so that
+    /// tokens signed by a key the issuer just rotated in are accepted at once.
+    pub async fn authenticate_fresh(&self, headers: &HeaderMap) -> Result<PeerContext, HttpError> {
+        match (self.authenticate(headers), &self.jwt) {
+            (Err(HttpError::InvalidToken(TokenError::UnknownKey)), Some(jwt)) => {
+                if jwt.refresh_for_unknown_key().await {
+                    self.authenticate(headers)
+                } else {
+                    Err(HttpError::InvalidToken(TokenError::UnknownKey))
+                }
+            }
+            (result, _) => result,
+        }
+    }
+
+    /// Whether `peer` may use the endpoint at `path`: the scopes the protected resource requires for it
+    /// ([`ProtectedResource::endpoint_scopes`]), refused [`TokenError::MissingScope`] (403 `insufficient_scope`).
+    pub fn check_endpoint(&self, path: &str, peer: &PeerContext) -> Result<(), HttpError> {
+        let Some(resource) = &self.resource else { return Ok(()) };
+        match resource.missing_scope(path, peer) {
+            Some(scope) => Err(HttpError::InvalidToken(TokenError::MissingScope(scope.to_owned()))),
+            None => Ok(()),
+        }
+    }
+
+    /// The answer to a refused request: `error`'s, its `WWW-Authenticate` challenge also naming the protected
+    /// resource's metadata (RFC 9728 section 5.1), where clients that follow the MCP authorization spec find the
+    /// authorization server.
+    pub fn refusal(&self, error: HttpError, headers: &HeaderMap) -> Response {
+        let mut resp = error.into_response();
+        if let Some(resource) = &self.resource {
+            resource.add_metadata_to_challenge(&mut resp, headers);
+        }
+        resp
     }
 }
 
@@ -107,16 +189,25 @@ impl BearerAuth {
 ///     .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
 /// ```
 pub async fn require_bearer(State(auth): State<BearerAuth>, mut req: Request, next: Next) -> Response {
-    if req.extensions().get::<PeerContext>().is_some_and(|p| p.authenticated.is_some()) {
+    if let Some(peer) = req.extensions().get::<PeerContext>().filter(|p| p.authenticated.is_some()) {
+        if let Err(e) = auth.check_endpoint(req.uri().path(), peer) {
+            return auth.refusal(e, req.headers());
+        }
         return next.run(req).await;
     }
-    match auth.authenticate(req.headers()) {
+    // Static tokens only: the check is synchronous, as it has always been.
+    let checked = if auth.jwt.is_none() {
+        auth.authenticate(req.headers())
+    } else {
+        auth.authenticate_fresh(req.headers()).await
+    };
+    match checked.and_then(|peer| auth.check_endpoint(req.uri().path(), &peer).map(|()| peer)) {
         Ok(mut peer) => {
             // The client's address, which the edge found (`identify_client`), stays with the credential.
             peer.address = req.extensions().get::<PeerContext>().and_then(|p| p.address);
             req.extensions_mut().insert(peer);
             next.run(req).await
         }
-        Err(e) => e.into_response(),
+        Err(e) => auth.refusal(e, req.headers()),
     }
 }

@@ -58,6 +58,9 @@ pub enum HttpError {
     /// The bearer token is missing, malformed or unknown.
     #[error("unauthenticated: {0}")]
     Unauthenticated(&'static str),
+    /// A JWT bearer token was refused: which check failed (never the token itself).
+    #[error("bearer token refused: {0}")]
+    InvalidToken(crate::jwt::TokenError),
     /// The request carries more than one `Authorization` header (which one counts would differ between servers and
     /// proxies, so none does).
     #[error("more than one Authorization header")]
@@ -113,6 +116,13 @@ impl HttpError {
         match self {
             Self::Refused(r) => r.error.clone(),
             Self::Unauthenticated(why) => LdpError::identity(codes::UNAUTHENTICATED, *why),
+            // A missing scope is a refusal of what the peer asked for, not of who it is.
+            Self::InvalidToken(why @ crate::jwt::TokenError::MissingScope(_)) => {
+                LdpError::security(codes::TRUST_VIOLATION, format!("bearer token refused: {why}")).with_retryable(false)
+            }
+            Self::InvalidToken(why) => {
+                LdpError::identity(codes::UNAUTHENTICATED, format!("bearer token refused: {why}")).with_retryable(false)
+            }
             Self::UnsupportedMediaType(_) | Self::AmbiguousCredentials => {
                 LdpError::runtime(codes::MALFORMED_MESSAGE, self.to_string()).with_retryable(false)
             }
@@ -135,6 +145,8 @@ impl HttpError {
         match self {
             Self::Refused(r) => status_for(&r.error, r.reply.is_some()),
             Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            Self::InvalidToken(crate::jwt::TokenError::MissingScope(_)) => StatusCode::FORBIDDEN,
+            Self::InvalidToken(_) => StatusCode::UNAUTHORIZED,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnreadableBody | Self::AmbiguousCredentials => StatusCode::BAD_REQUEST,
@@ -176,6 +188,29 @@ const BEARER_CHALLENGE: &str = "Bearer realm=\"ldp\"";
 const SIGNATURE_CHALLENGE: &str = "LDP-Signature realm=\"ldp\"";
 
 #[cfg(feature = "server")]
+/// `WWW-Authenticate` for a refused JWT (RFC 6750 section 3): `invalid_token` with the check that failed, or
+/// `insufficient_scope` with the scope needed.
+fn token_challenge(why: &crate::jwt::TokenError) -> HeaderValue {
+    let challenge = match why {
+        crate::jwt::TokenError::MissingScope(scope) => {
+            format!("Bearer realm=\"ldp\", error=\"insufficient_scope\", scope=\"{}\"", quoted(scope))
+        }
+        other => format!(
+            "Bearer realm=\"ldp\", error=\"{}\", error_description=\"{}\"",
+            other.oauth_error(),
+            quoted(&other.to_string())
+        ),
+    };
+    HeaderValue::from_str(&challenge).unwrap_or_else(|_| HeaderValue::from_static(BEARER_CHALLENGE))
+}
+
+#[cfg(feature = "server")]
+/// `text` safe inside a quoted-string: without quotes, backslashes or control characters.
+pub(crate) fn quoted(text: &str) -> String {
+    text.chars().filter(|c| !matches!(c, '"' | '\\') && !c.is_control()).collect()
+}
+
+#[cfg(feature = "server")]
 /// A JSON response from already-encoded bytes.
 pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut resp = (status, body).into_response();
@@ -210,7 +245,9 @@ impl IntoResponse for HttpError {
             // The rest of the body may still be on its way; the connection cannot carry another request.
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        if status == StatusCode::UNAUTHORIZED {
+        if let Self::InvalidToken(why) = &self {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, token_challenge(why));
+        } else if status == StatusCode::UNAUTHORIZED {
             let challenge =
                 if self.to_ldp_error().code == codes::UNAUTHENTICATED { BEARER_CHALLENGE } else { SIGNATURE_CHALLENGE };
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));

@@ -6,11 +6,14 @@
 //! | module | owns |
 //! | --- | --- |
 //! | `auth` (feature `server`) | [`BearerAuth`]: token -> authenticated peer, compared in constant time; [`require_bearer`] |
+//! | `jwt` (feature `server`) | [`JwtAuth`]: JWT access tokens checked against an issuer's cached keys, [`TokenError`] |
+//! | `oauth` (feature `server`) | [`ProtectedResource`]: RFC 9728 metadata, challenges pointing at it, scopes per endpoint |
 //! | `source` (feature `server`) | [`identify_client`]: the client's address (trusted proxies), two `Authorization` headers refused |
 //! | `error` | [`Error`] (this crate's and the bindings' API errors); [`HttpError`] and [`status_for`], the one status table (feature `server`) |
 //! | `conn` (feature `server`) | the one listener: [`serve_router`], [`ConnectionLimits`] (cap, eviction, head/body/idle timeouts, minimum rates) |
 //! | `metrics` (feature `server`) | [`HttpMetrics`], the Prometheus registry every binding reports to |
 //! | `options`, `client_tls` | [`ConnectOptions`] and its [`ConnectSettings`] setters, [`RetryPolicy`], [`ClientTls`], [`TokenSource`] |
+//! | `token_sources` (feature `client`) | [`ClientCredentials`] (OAuth 2.0 client credentials), [`CommandToken`]: cached, refreshed before expiry |
 //! | `discovery` (feature `client`) | [`fetch_identity`], [`send_retrying`], bounded bodies, typed `transport` errors |
 //! | `paths`, [`trace_context`] | the RFC 8 paths; W3C trace context in and out of spans |
 //!
@@ -34,11 +37,17 @@ mod conn;
 mod discovery;
 mod error;
 #[cfg(feature = "server")]
+mod jwt;
+#[cfg(feature = "server")]
 mod metrics;
+#[cfg(feature = "server")]
+mod oauth;
 mod options;
 mod paths;
 #[cfg(feature = "server")]
 mod source;
+#[cfg(feature = "client")]
+mod token_sources;
 pub mod trace_context;
 
 #[cfg(feature = "server")]
@@ -56,8 +65,16 @@ pub use error::Error;
 #[cfg(feature = "server")]
 pub use error::{HttpError, error_body, json_response, status_for};
 #[cfg(feature = "server")]
+pub use jsonwebtoken::Algorithm as JwtAlgorithm;
+#[cfg(feature = "server")]
+pub use jwt::{DEFAULT_ALGORITHMS, DEFAULT_MAX_TOKEN_BYTES, JwtAuth, JwtConfig, KeyFetchError, TokenError};
+#[cfg(feature = "server")]
 pub use metrics::{HttpMetrics, METRICS_CONTENT_TYPE, TransportFigures, TransportSource, reply_label};
+#[cfg(feature = "server")]
+pub use oauth::{PROTECTED_RESOURCE_METADATA, ProtectedResource, metadata_routes};
 pub use options::{ConnectOptions, ConnectSettings, Credentials, DEFAULT_MAX_RESPONSE_BYTES, RetryPolicy, TokenSource};
 pub use paths::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
 #[cfg(feature = "server")]
 pub use source::{TrustedProxies, ambiguous_credentials, identify, identify_client};
+#[cfg(feature = "client")]
+pub use token_sources::{ClientCredentials, CommandToken, TokenFetchError};

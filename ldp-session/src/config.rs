@@ -1,5 +1,6 @@
 //! Configuration of the two machines.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use ldp_types::{Budget, IMPLEMENTED_MODES, IdentityCard, PayloadMode};
@@ -155,6 +156,11 @@ pub struct ResponderConfig {
     /// with it ([`ldp_types::receipt`]). Set it with [`ResponderConfig::set_receipt_key`], which also publishes the
     /// public half in the card.
     pub receipt_key: Option<SigningKey>,
+    /// Scopes a skill requires, by skill (default none): a TASK_SUBMIT for the skill from a peer whose credential
+    /// does not grant every listed scope ([`PeerContext::has_scope`](crate::PeerContext::has_scope)) is refused
+    /// TRUST_VIOLATION, naming the missing scope. Credentials without scopes (static tokens, certificates) never
+    /// grant one.
+    pub skill_scopes: HashMap<String, Vec<String>>,
 }
 
 impl ResponderConfig {
@@ -170,6 +176,7 @@ impl ResponderConfig {
             hmac_sha256_nonce: true,
             fallback: FallbackStyle::default(),
             receipt_key: None,
+            skill_scopes: HashMap::new(),
         }
     }
 

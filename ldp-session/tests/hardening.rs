@@ -17,6 +17,7 @@ fn token_peer(label: &str, domain: &str) -> PeerContext {
         connection: Some(1),
         principal: Some(Arc::from(label)),
         address: None,
+        scopes: None,
     }
 }
 
@@ -64,7 +65,7 @@ fn another_token_of_the_same_or_another_domain_cannot_use_a_session() {
     for intruder in [
         token_peer("bearer:b", DOMAIN),
         token_peer("bearer:c", "other.org"),
-        PeerContext { authenticated: None, connection: Some(2), principal: None, address: None },
+        PeerContext { authenticated: None, connection: Some(2), principal: None, address: None, scopes: None },
     ] {
         sim.peer = intruder;
         assert_not_session_peer(&mut sim, &sid, &running, None);
@@ -98,6 +99,7 @@ fn without_a_principal_label_the_authenticated_identity_binds_the_session() {
         connection: Some(1),
         principal: None,
         address: None,
+        scopes: None,
     };
     sim.peer = auth(DOMAIN);
     let sid = sim.session();
@@ -221,7 +223,7 @@ fn sessions_are_capped_per_principal_and_globally_and_counts_drop_when_they_end(
     let env = proposal_from(&mut sim, "ldp:delegate:d");
     capacity_refused(sim.send_responder(&env));
     // Closing one of a's sessions gives a (and the global count) room again.
-    sim.peer = PeerContext { authenticated: None, connection: Some(1), principal: None, address: None };
+    sim.peer = PeerContext { authenticated: None, connection: Some(1), principal: None, address: None, scopes: None };
     let mut close = sim.forge(&mine[0], SessionClose::new(None), PayloadMode::Text);
     close.from = "ldp:delegate:a".into();
     assert!(matches!(sim.send_responder(&close), Ok(Outcome::Cancel { .. })));

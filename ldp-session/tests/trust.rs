@@ -269,7 +269,7 @@ fn an_authenticated_delegate_id_pins_the_sender() {
     let sid = sim.session();
     sim.submit(&sid, "echo", frame("ok")).task();
     // The same `from` without the credential is not the session's peer any more.
-    sim.peer = PeerContext { authenticated: None, connection: Some(1), principal: None, address: None };
+    sim.peer = PeerContext { authenticated: None, connection: Some(1), principal: None, address: None, scopes: None };
     let env =
         sim.forge(&sid, TaskSubmit::new("t2".into(), "echo".into(), frame("x"), None), PayloadMode::SemanticFrame);
     let err = sim.step(env).error();

@@ -170,7 +170,12 @@ pub use ldp_edge::{
     IDENTITY, MESSAGES, METRICS, READYZ, RetryPolicy, STREAM, TokenSource, WELL_KNOWN_IDENTITY,
 };
 #[cfg(feature = "client")]
-pub use ldp_edge::{fetch_identity, identity_urls};
+pub use ldp_edge::{ClientCredentials, CommandToken, TokenFetchError, fetch_identity, identity_urls};
+#[cfg(feature = "server")]
+pub use ldp_edge::{
+    DEFAULT_ALGORITHMS as JWT_ALGORITHMS, JwtAlgorithm, JwtAuth, JwtConfig, KeyFetchError, PROTECTED_RESOURCE_METADATA,
+    ProtectedResource, TokenError, metadata_routes,
+};
 #[cfg(feature = "server")]
 pub use rate::{InvalidRate, RateLimit};
 #[cfg(feature = "server")]

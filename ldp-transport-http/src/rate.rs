@@ -136,7 +136,7 @@ impl Limiter {
         }
         let checked = self.inner.auth.authenticate(req.headers()).ok();
         if let Some(label) = checked.as_ref().and_then(PeerContext::principal) {
-            // The token table is configured, so these keys are bounded by it.
+            // Labels of the token table or of tokens the issuer signed: bounded by who holds a credential.
             return Principal::Peer(label.into());
         }
         // The client's address as the edge found it (a trusted proxy's client), else the socket's peer.

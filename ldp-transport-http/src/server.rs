@@ -59,6 +59,11 @@ pub struct HttpServerConfig {
     /// the WebSocket inbound rate) are keyed on its client address, so list only proxies you run: a listed address
     /// can make its requests count against any client it names.
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// JWT access tokens accepted beside `tokens`, judged against an issuer's keys (default none).
+    pub jwt: Option<ldp_edge::JwtAuth>,
+    /// The OAuth protected resource the server is: challenges naming its metadata, scopes per endpoint (default
+    /// none). Its metadata routes are the caller's to serve ([`ldp_edge::metadata_routes`]).
+    pub oauth: Option<ldp_edge::ProtectedResource>,
 }
 
 impl Default for HttpServerConfig {
@@ -70,6 +75,8 @@ impl Default for HttpServerConfig {
             limits: ConnectionLimits::default(),
             rate_limit: None,
             trusted_proxies: Vec::new(),
+            jwt: None,
+            oauth: None,
         }
     }
 }
@@ -102,7 +109,8 @@ impl HttpState {
     /// State serving `runtime` with `config`.
     pub fn new(runtime: DelegateRuntime, config: HttpServerConfig) -> Self {
         let card = runtime.card();
-        let auth = BearerAuth::from_map(&config.tokens);
+        let auth =
+            BearerAuth::from_map(&config.tokens).with_jwt(config.jwt.clone()).with_resource(config.oauth.clone());
         let inner = StateParts {
             card: Bytes::from(encode_card(&card)),
             capabilities: Bytes::from(encode_capabilities(&card)),

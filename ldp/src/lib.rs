@@ -66,6 +66,10 @@ pub use client::{Answer, CLIENT_ID, ClientOptions, Connection, Event, Stream, co
 pub use launch::{Server, shutdown_signal};
 pub use ldp_session::runtime::TaskContext;
 pub use ldp_session::{History, Limits, TaskOutput, Turn};
+/// Token sources for [`ClientOptions::token_source`](ConnectSettings::token_source): OAuth 2.0 client credentials
+/// and a command's output, cached and refreshed before expiry.
+#[cfg(feature = "client")]
+pub use ldp_transport_http::{ClientCredentials, CommandToken, TokenFetchError};
 /// The transport settings of [`ClientOptions`]: token, TLS, timeouts, retries.
 #[cfg(feature = "client")]
 pub use ldp_transport_http::{ClientTls, ConnectOptions, ConnectSettings, RetryPolicy, TokenSource};

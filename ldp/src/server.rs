@@ -314,6 +314,24 @@ impl DelegateBuilder {
         self
     }
 
+    /// Accepts JWT access tokens of the OIDC/OAuth `issuer` (keys from its discovery document) whose `aud` names
+    /// `audience`, beside any static token; their `sub` is the principal. The server then also publishes its OAuth
+    /// protected resource metadata. Finer settings (claims, JWKS URL, algorithms) are the `jwt` section's.
+    #[must_use]
+    pub fn jwt_issuer(mut self, issuer: impl Into<String>, audience: impl Into<String>) -> Self {
+        self.config.jwt.issuer = Some(issuer.into());
+        self.config.jwt.audiences.push(audience.into());
+        self
+    }
+
+    /// Requires `scope` of whoever submits a task for `skill` (repeatable): a JWT must grant it; static tokens and
+    /// certificates grant no scope.
+    #[must_use]
+    pub fn skill_scope(mut self, skill: impl Into<String>, scope: impl Into<String>) -> Self {
+        self.config.oauth.skill_scopes.push(format!("{}={}", skill.into(), scope.into()));
+        self
+    }
+
     /// Signs every answer with `key` and requires every message signed with it (or, for `ed25519-jcs`, with the
     /// matching public key), with replay protection.
     #[must_use]

@@ -33,7 +33,25 @@ pub struct CardOptions {
     pub bearer: bool,
     /// Whether requests need a client certificate: the card then declares a mutual-TLS scheme and requires it.
     pub mutual_tls: bool,
+    /// Whether requests may carry JWT access tokens of an OpenID Connect issuer: the card then declares an
+    /// `openIdConnect` scheme naming its discovery document, requires it with these scopes, and each skill with the
+    /// scopes it needs.
+    pub oidc: Option<CardOidc>,
 }
+
+/// The OpenID Connect side of an Agent Card: where clients get tokens and which scopes they need.
+#[derive(Debug, Clone, Default)]
+pub struct CardOidc {
+    /// The issuer (its discovery document is `<issuer>/.well-known/openid-configuration`).
+    pub issuer: String,
+    /// Scopes every request needs.
+    pub required_scopes: Vec<String>,
+    /// Scopes each skill needs, by skill.
+    pub skill_scopes: HashMap<String, Vec<String>>,
+}
+
+/// The name of the Agent Card's OpenID Connect security scheme.
+pub const OIDC_SCHEME: &str = "oidc";
 
 /// The Agent Card of an LDP delegate: one skill per capability (id and name the capability's name), streaming
 /// (SendStreamingMessage carries TASK_UPDATE progress), the JSON-RPC interface at [`RPC_PATH`], security schemes
@@ -59,7 +77,12 @@ pub fn agent_card(card: &IdentityCard, options: &CardOptions) -> AgentCard {
             examples: None,
             input_modes: None,
             output_modes: None,
-            security_requirements: None,
+            security_requirements: options.oidc.as_ref().and_then(|oidc| {
+                let scopes = oidc.skill_scopes.get(&c.name)?;
+                let mut all = oidc.required_scopes.clone();
+                all.extend(scopes.iter().cloned());
+                Some(vec![HashMap::from([(OIDC_SCHEME.to_owned(), all)])])
+            }),
         })
         .collect();
     let mut schemes = HashMap::new();
@@ -72,6 +95,15 @@ pub fn agent_card(card: &IdentityCard, options: &CardOptions) -> AgentCard {
         };
         schemes.insert(BEARER_SCHEME.to_owned(), SecurityScheme::HttpAuth(scheme));
         required.push(HashMap::from([(BEARER_SCHEME.to_owned(), Vec::new())]));
+    }
+    if let Some(oidc) = &options.oidc {
+        let scheme = a2a::OpenIdConnectSecurityScheme {
+            open_id_connect_url: format!("{}/.well-known/openid-configuration", oidc.issuer.trim_end_matches('/')),
+            description: Some("a JWT access token of this issuer (e.g. by the client credentials grant)".to_owned()),
+        };
+        schemes.insert(OIDC_SCHEME.to_owned(), SecurityScheme::OpenIdConnect(scheme));
+        // Any one of the listed requirements suffices: a static token, or an issuer's token with its scopes.
+        required.push(HashMap::from([(OIDC_SCHEME.to_owned(), oidc.required_scopes.clone())]));
     }
     if options.mutual_tls {
         let scheme = a2a::MutualTlsSecurityScheme {
@@ -223,10 +255,34 @@ mod tests {
         assert_eq!(params["capabilities"][0]["quality"]["claim_type"], "self_claimed");
 
         let locked =
-            agent_card(&ldp_card(), &CardOptions { base_url: "http://h".into(), bearer: true, mutual_tls: false });
+            agent_card(&ldp_card(), &CardOptions { base_url: "http://h".into(), bearer: true, ..Default::default() });
         let wire = serde_json::to_value(&locked).unwrap();
         assert_eq!(wire["securitySchemes"][BEARER_SCHEME]["httpAuthSecurityScheme"]["scheme"], "Bearer");
         assert!(wire["securityRequirements"].to_string().contains(BEARER_SCHEME), "{wire}");
+    }
+
+    #[test]
+    fn an_oidc_issuer_is_declared_with_the_scopes_of_the_card_and_of_each_skill() {
+        let oidc = CardOidc {
+            issuer: "https://id.example/".into(),
+            required_scopes: vec!["ldp:call".into()],
+            skill_scopes: HashMap::from([("summarize".to_owned(), vec!["ldp:summarize".to_owned()])]),
+        };
+        let card = agent_card(&ldp_card(), &CardOptions { oidc: Some(oidc), ..Default::default() });
+        let wire = serde_json::to_value(&card).unwrap();
+        assert_eq!(
+            wire["securitySchemes"][OIDC_SCHEME]["openIdConnectSecurityScheme"]["openIdConnectUrl"],
+            "https://id.example/.well-known/openid-configuration",
+            "{wire}"
+        );
+        assert_eq!(wire["securityRequirements"], json!([{"schemes": {"oidc": {"list": ["ldp:call"]}}}]), "{wire}");
+        assert_eq!(
+            card.skills[0].security_requirements,
+            Some(vec![HashMap::from([(
+                OIDC_SCHEME.to_owned(),
+                vec!["ldp:call".to_owned(), "ldp:summarize".to_owned()]
+            )])])
+        );
     }
 
     #[test]

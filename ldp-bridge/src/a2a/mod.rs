@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use backend::{A2aDelegate, BackendLimits};
-pub use card::CardOptions;
+pub use card::{CardOidc, CardOptions, OIDC_SCHEME};
 pub use transport::{A2A_SCHEMES, A2aTransport, http_url};
 
 use crate::upstream::Upstream;

@@ -2,6 +2,7 @@
 //! contract deadline, abort) with its answer.
 
 use std::cmp::Reverse;
+use std::collections::HashMap;
 use std::time::Instant;
 
 use ldp_types::{
@@ -60,6 +61,9 @@ impl Responder {
         let (Body::TaskSubmit(submit), Some(session)) = (&env.body, self.sessions.get(env.session_id.as_str())) else {
             return Err(self.refuse(&env, internal()));
         };
+        if let Some(error) = missing_scope(&self.cfg.skill_scopes, peer, &submit.skill) {
+            return Err(self.refuse(&env, error));
+        }
         let admission = match self.admit(session, env.payload_mode, submit) {
             Ok(admission) => admission,
             Err(error) => {
@@ -491,4 +495,14 @@ impl Responder {
         self.abort_with(&peer, mode, key.clone(), error);
         true
     }
+}
+
+/// The refusal of a skill whose required scopes the peer's credential does not all grant, or `None`. Checked before
+/// admission, so that a peer without the scope learns nothing about the skill's limits or its input's shape.
+fn missing_scope(scopes: &HashMap<String, Vec<String>>, peer: &PeerContext, skill: &str) -> Option<LdpError> {
+    let missing = scopes.get(skill)?.iter().find(|scope| !peer.has_scope(scope))?;
+    Some(
+        LdpError::security(codes::TRUST_VIOLATION, format!("skill {skill:?} requires the scope {missing:?}"))
+            .with_retryable(false),
+    )
 }

@@ -29,9 +29,18 @@ pub struct PeerContext {
     /// client a trusted proxy names). An unauthenticated peer's quotas are keyed on it ([`PeerContext::source`]),
     /// never on the `from` it declares alone. `None` for in-process transports.
     pub address: Option<IpAddr>,
+    /// The scopes the credential grants (an OAuth access token's `scope` or `scp` claim), or `None` for a
+    /// credential that carries none (a static token, a client certificate, no credential). A skill that requires a
+    /// scope ([`ResponderConfig::skill_scopes`](crate::ResponderConfig::skill_scopes)) refuses a peer without it.
+    pub scopes: Option<Arc<[String]>>,
 }
 
 impl PeerContext {
+    /// Whether the credential grants `scope`.
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.as_deref().is_some_and(|granted| granted.iter().any(|s| s == scope))
+    }
+
     /// The source an unauthenticated peer's quotas count against: its address, an IPv6 one by its /64 prefix (which
     /// one host usually controls whole), an IPv4-mapped one as the IPv4 address.
     pub fn source(&self) -> Option<IpAddr> {

@@ -146,7 +146,13 @@ impl Sim {
             clock,
             base: Instant::now(),
             offset: Duration::ZERO,
-            peer: PeerContext { authenticated: None, connection: Some(1), principal: None, address: None },
+            peer: PeerContext {
+                authenticated: None,
+                connection: Some(1),
+                principal: None,
+                address: None,
+                scopes: None,
+            },
             wire: Vec::new(),
             tasks: VecDeque::new(),
         }

@@ -49,6 +49,9 @@ pub struct WsServerConfig {
     /// Bearer tokens and the identities they authenticate (the same table as HTTP's). When any is set, an upgrade
     /// without a known token is refused with 401 and an LDP error body.
     pub tokens: HashMap<String, AuthenticatedPeer>,
+    /// JWT access tokens accepted beside `tokens` (the same validator as HTTP's, sharing its key cache); default
+    /// none.
+    pub jwt: Option<ldp_edge::JwtAuth>,
 }
 
 impl Default for WsServerConfig {
@@ -67,6 +70,7 @@ impl Default for WsServerConfig {
             allowed_origins: Vec::new(),
             io_buffer: 16 * 1024,
             tokens: HashMap::new(),
+            jwt: None,
         }
     }
 }

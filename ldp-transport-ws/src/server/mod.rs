@@ -76,7 +76,7 @@ impl std::fmt::Debug for WsServer {
 impl WsServer {
     /// A server for `runtime` with `config`.
     pub fn new(runtime: DelegateRuntime, config: WsServerConfig) -> Self {
-        let auth = BearerAuth::from_map(&config.tokens);
+        let auth = BearerAuth::from_map(&config.tokens).with_jwt(config.jwt.clone());
         let (shutdown, _) = watch::channel(false);
         let in_flight_bytes = Arc::new(Semaphore::new(config.max_in_flight_bytes_total.clamp(1, MAX_OUTBOUND_BUDGET)));
         let burst =

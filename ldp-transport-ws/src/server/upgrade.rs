@@ -45,12 +45,12 @@ pub(super) async fn upgrade(
     let mut peer = match peer {
         // Authenticated by the HTTP binding's layer, or unauthenticated there with the client's address on it.
         Some(Extension(peer)) if peer.authenticated.is_some() || !server.hub.auth.is_enabled() => peer,
-        other => match server.hub.auth.authenticate(&headers) {
+        other => match server.hub.auth.authenticate_fresh(&headers).await {
             Ok(mut peer) => {
                 peer.address = other.and_then(|Extension(p)| p.address);
                 peer
             }
-            Err(e) => return e.into_response(),
+            Err(e) => return server.hub.auth.refusal(e, &headers),
         },
     };
     if peer.address.is_none() {

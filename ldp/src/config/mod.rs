@@ -32,9 +32,9 @@ use serde::{Deserialize, Serialize};
 pub use layers::{ConfigError, Origin, Setting};
 pub use reference::{KeyDoc, KeyKind, env_var, keys, reference_markdown};
 pub use sections::{
-    A2aConfig, AuthConfig, BackendConfig, BackendKind, ConnectionConfig, HeldConfig, IdentityConfig, McpConfig,
-    Precision, SessionConfig, SigningAlgorithm, SigningConfig, StoreConfig, TelemetryConfig, TlsConfig,
-    WebSocketConfig,
+    A2aConfig, AuthConfig, BackendConfig, BackendKind, ConnectionConfig, HeldConfig, IdentityConfig, JwtSection,
+    McpConfig, OauthSection, Precision, SessionConfig, SigningAlgorithm, SigningConfig, StoreConfig, TelemetryConfig,
+    TlsConfig, WebSocketConfig,
 };
 pub(crate) use units::network;
 
@@ -65,6 +65,10 @@ pub struct ServerConfig {
     pub identity: IdentityConfig,
     /// How peers authenticate: bearer tokens (client certificates are under `tls`).
     pub auth: AuthConfig,
+    /// JWT access tokens of an identity provider, beside `auth.tokens`.
+    pub jwt: JwtSection,
+    /// The server as an OAuth protected resource: its metadata, scopes per skill and endpoint.
+    pub oauth: OauthSection,
     /// Message signatures and their replay window.
     pub signing: SigningConfig,
     /// HTTPS, `wss://` and mutual TLS.
@@ -99,6 +103,8 @@ impl Default for ServerConfig {
             max_body: 1024 * 1024,
             identity: IdentityConfig::default(),
             auth: AuthConfig::default(),
+            jwt: JwtSection::default(),
+            oauth: OauthSection::default(),
             signing: SigningConfig::default(),
             tls: TlsConfig::default(),
             store: StoreConfig::default(),
@@ -134,7 +140,7 @@ impl ServerConfig {
     /// Whether a credential authenticates peers (bearer tokens, or client certificates mapped to peers): then only
     /// authenticated trust domains count, never a declared one.
     pub fn authenticates(&self) -> bool {
-        !self.auth.tokens.is_empty() || !self.tls.client_cert_peers.is_empty()
+        !self.auth.tokens.is_empty() || !self.tls.client_cert_peers.is_empty() || self.jwt.issuer.is_some()
     }
 
     /// Checks what no single key can: keys that need one another, and files that must exist.
@@ -163,6 +169,22 @@ impl ServerConfig {
         if !self.tls.client_cert_peers.is_empty() && self.tls.client_ca.is_none() {
             return Err(need("tls.client_cert_peers", "tls.client_ca"));
         }
+        if self.jwt.issuer.is_some() && self.jwt.audiences.is_empty() {
+            return Err(need("jwt.issuer", "jwt.audiences"));
+        }
+        if self.jwt.issuer.is_none() {
+            let set = [
+                ("jwt.jwks_url", self.jwt.jwks_url.is_some()),
+                ("jwt.audiences", !self.jwt.audiences.is_empty()),
+                ("oauth.authorization_servers", !self.oauth.authorization_servers.is_empty()),
+                ("oauth.resource", self.oauth.resource.is_some()),
+                ("oauth.endpoint_scopes", !self.oauth.endpoint_scopes.is_empty()),
+                ("oauth.skill_scopes", !self.oauth.skill_scopes.is_empty()),
+            ];
+            if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {
+                return Err(need(key, "jwt.issuer"));
+            }
+        }
         if self.store.redis_cert.is_some() != self.store.redis_key.is_some() {
             return Err(need("store.redis_cert", "store.redis_key"));
         }
@@ -183,6 +205,22 @@ impl ServerConfig {
             if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {
                 return Err(need(key, "backend.kind"));
             }
+        }
+        if b.delegates.is_empty() {
+            let set = [
+                ("backend.delegates_token_command", b.delegates_token_command.is_some()),
+                ("backend.delegates_oauth_token_url", b.delegates_oauth_token_url.is_some()),
+            ];
+            if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {
+                return Err(need(key, "backend.delegates"));
+            }
+        }
+        if b.delegates_oauth_token_url.is_some() != b.delegates_oauth_client_id.is_some() {
+            return Err(if b.delegates_oauth_token_url.is_some() {
+                need("backend.delegates_oauth_token_url", "backend.delegates_oauth_client_id")
+            } else {
+                need("backend.delegates_oauth_client_id", "backend.delegates_oauth_token_url")
+            });
         }
         if !b.delegates.is_empty() && b.kind.is_some_and(BackendKind::is_bridge) {
             return Err(need("backend.delegates", "a model backend (openai, anthropic, local or echo)"));

@@ -43,6 +43,98 @@ pub struct AuthConfig {
     pub tokens: Vec<String>,
 }
 
+/// JWT access tokens from an identity provider (OIDC or OAuth 2.0), accepted beside `auth.tokens`: validated
+/// against the issuer's published keys (cached, refetched on a schedule and for an unknown key), `iss`, `aud`, `exp`
+/// and `nbf` checked. See `docs/oauth.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct JwtSection {
+    /// The issuer (`iss`) tokens must name, an `http(s)://` URL; setting it turns JWT validation on. Without
+    /// `jwks_url`, the keys are found through `<issuer>/.well-known/openid-configuration`. Default none.
+    pub issuer: Option<String>,
+    /// Where the issuer publishes its keys (a JWK Set). Default: the discovery document's `jwks_uri`.
+    pub jwks_url: Option<String>,
+    /// Audiences accepted: a token's `aud` must name one (required with `issuer`). Default none.
+    pub audiences: Vec<String>,
+    /// Algorithms accepted, among `RS256`, `RS384`, `RS512`, `PS256`, `PS384`, `PS512`, `ES256`, `ES384`, `EdDSA`
+    /// (HMAC and `none` never are; a key's type decides which of them it verifies). Default all of them.
+    #[serde(deserialize_with = "units::jwt_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`. Default `60s`.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "DurationText")]
+    pub leeway: Duration,
+    /// Longest token accepted; a longer one is refused unread. Default `8KiB`.
+    #[serde(with = "units::size")]
+    #[schemars(with = "SizeText")]
+    pub max_token_size: u64,
+    /// How often the keys are refetched. Default `10m`.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "DurationText")]
+    pub refresh_interval: Duration,
+    /// Least time between two refetches caused by tokens naming an unknown key. Default `30s`.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "DurationText")]
+    pub min_refetch_interval: Duration,
+    /// The claim naming the principal sessions, replay room and rate limits are bound to. Default `sub`.
+    pub principal_claim: String,
+    /// The trust domain of token holders. Default: `identity.trust_domain` (`default`).
+    pub trust_domain: Option<String>,
+    /// A claim holding the holder's trust domain instead (then required in every token). Default none.
+    pub trust_domain_claim: Option<String>,
+    /// A claim holding the holder's delegate id (e.g. `client_id`, `azp`), which must then send every message.
+    /// Default none.
+    pub delegate_id_claim: Option<String>,
+    /// Scopes every token must grant. Default none.
+    pub required_scopes: Vec<String>,
+}
+
+impl Default for JwtSection {
+    fn default() -> Self {
+        Self {
+            issuer: None,
+            jwks_url: None,
+            audiences: Vec::new(),
+            algorithms: Vec::new(),
+            leeway: Duration::from_secs(60),
+            max_token_size: 8 * 1024,
+            refresh_interval: Duration::from_secs(600),
+            min_refetch_interval: Duration::from_secs(30),
+            principal_claim: "sub".to_owned(),
+            trust_domain: None,
+            trust_domain_claim: None,
+            delegate_id_claim: None,
+            required_scopes: Vec::new(),
+        }
+    }
+}
+
+/// The server as an OAuth 2.0 protected resource (RFC 9728), as MCP hosts expect: its metadata at
+/// `/.well-known/oauth-protected-resource`, every 401 pointing at it, scopes per skill and per endpoint, the A2A
+/// card's security schemes. Served when `jwt.issuer` is set.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct OauthSection {
+    /// The resource identifier: the server's public base URL (tokens' audience should be it). Default: derived
+    /// from each request's `Host` header.
+    pub resource: Option<String>,
+    /// Authorization servers whose tokens the server accepts, as their issuer URLs. Default: just `jwt.issuer`.
+    pub authorization_servers: Vec<String>,
+    /// The scopes the server publishes. Default: every scope named in `skill_scopes`, `endpoint_scopes` and
+    /// `jwt.required_scopes`.
+    pub scopes_supported: Vec<String>,
+    /// Scopes a skill requires, each `SKILL=SCOPE[ SCOPE...]`: a TASK_SUBMIT for it without them is refused
+    /// TRUST_VIOLATION. Static tokens and certificates grant no scope. Default none.
+    #[serde(deserialize_with = "units::scope_entries")]
+    pub skill_scopes: Vec<String>,
+    /// Scopes an endpoint requires, each `PATH=SCOPE[ SCOPE...]` (`/mcp=mcp:tools`): a request to it or below it
+    /// without them is refused 403 `insufficient_scope`. Default none.
+    #[serde(deserialize_with = "units::scope_entries")]
+    pub endpoint_scopes: Vec<String>,
+}
+
 /// A signature scheme `ldp serve` signs with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -449,6 +541,21 @@ pub struct BackendConfig {
     pub delegates: Vec<String>,
     /// With `delegates`: rounds of tool calls before the model must answer. Default `8`.
     pub tool_rounds: u32,
+    /// With `delegates`: a command (run with `sh -c`) printing the bearer token sent to them; run again after 5
+    /// minutes or a minute before a JWT's `exp`. Default none.
+    pub delegates_token_command: Option<String>,
+    /// With `delegates`: get their bearer token from this OAuth 2.0 token endpoint by client credentials (needs
+    /// `delegates_oauth_client_id`), refreshed before it expires. Default none.
+    #[serde(deserialize_with = "units::url_opt")]
+    pub delegates_oauth_token_url: Option<String>,
+    /// The OAuth client id for `delegates_oauth_token_url`. Default none.
+    pub delegates_oauth_client_id: Option<String>,
+    /// The environment variable holding that client's secret. Default `LDP_OAUTH_CLIENT_SECRET`.
+    pub delegates_oauth_client_secret_env: String,
+    /// Scopes asked for with `delegates_oauth_token_url`. Default none.
+    pub delegates_oauth_scopes: Vec<String>,
+    /// The resource (audience) asked for with `delegates_oauth_token_url`. Default none.
+    pub delegates_oauth_audience: Option<String>,
 }
 
 impl Default for BackendConfig {
@@ -479,6 +586,12 @@ impl Default for BackendConfig {
             a2a_token: None,
             delegates: Vec::new(),
             tool_rounds: 8,
+            delegates_token_command: None,
+            delegates_oauth_token_url: None,
+            delegates_oauth_client_id: None,
+            delegates_oauth_client_secret_env: "LDP_OAUTH_CLIENT_SECRET".to_owned(),
+            delegates_oauth_scopes: Vec::new(),
+            delegates_oauth_audience: None,
         }
     }
 }

@@ -146,6 +146,32 @@ pub(crate) fn tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::
     Ok(entries)
 }
 
+/// `NAME=SCOPE[ SCOPE...]` entries (skill or endpoint scopes).
+pub(crate) fn scope_entries<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let entries = Vec::<String>::deserialize(d)?;
+    for (i, entry) in entries.iter().enumerate() {
+        match entry.split_once('=') {
+            Some((name, scopes)) if !name.is_empty() && !scopes.trim().is_empty() => {}
+            _ => return Err(D::Error::custom(format!("entry {}: expected NAME=SCOPE[ SCOPE...]", i + 1))),
+        }
+    }
+    Ok(entries)
+}
+
+/// JWT algorithm names, asymmetric ones only.
+pub(crate) fn jwt_algorithms<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let entries = Vec::<String>::deserialize(d)?;
+    for entry in &entries {
+        let known = ldp_transport_http::JWT_ALGORITHMS.iter().any(|a| format!("{a:?}") == *entry);
+        if !known {
+            return Err(D::Error::custom(format!(
+                "{entry:?}: expected one of RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA"
+            )));
+        }
+    }
+    Ok(entries)
+}
+
 /// `CERT=[DELEGATE_ID@]DOMAIN` entries.
 pub(crate) fn cert_peers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     let entries = Vec::<String>::deserialize(d)?;

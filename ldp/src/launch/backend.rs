@@ -158,8 +158,9 @@ async fn model(config: &ServerConfig) -> Result<Answered, Error> {
         if b.tool_rounds == 0 {
             return Err(setup("backend.tool_rounds", "at least 1 with delegates"));
         }
-        let tools =
-            crate::delegates::RouterTools::over(&b.delegates, ldp_transport_http::ConnectOptions::new()).await?;
+        let mut options = ldp_transport_http::ConnectOptions::new();
+        options.token_source = delegates_token_source(b)?;
+        let tools = crate::delegates::RouterTools::over(&b.delegates, options).await?;
         let mut limits = ldp_llm::ToolLoopLimits::default();
         limits.max_rounds = b.tool_rounds;
         limits.call_timeout = b.timeout.max(Duration::from_secs(1));
@@ -307,8 +308,13 @@ pub(super) fn bridge_routes(
         protected = protected.merge(ldp_bridge::a2a::routes(upstream.clone(), limits, stop.clone()));
         let card = ldp_bridge::a2a::CardOptions {
             base_url: url.to_owned(),
-            bearer: !http.tokens.is_empty(),
+            bearer: !http.tokens.is_empty() || http.jwt.is_some(),
             mutual_tls: certs_required,
+            oidc: http.jwt.as_ref().map(|jwt| ldp_bridge::a2a::CardOidc {
+                issuer: jwt.config().issuer.clone(),
+                required_scopes: jwt.config().required_scopes.clone(),
+                skill_scopes: super::edge::skill_scopes(config),
+            }),
         };
         public = public.merge(ldp_bridge::a2a::card_routes(upstream, card));
         let (card, rpc) = (ldp_bridge::a2a::CARD_PATH, ldp_bridge::a2a::RPC_PATH);
@@ -317,4 +323,29 @@ pub(super) fn bridge_routes(
     }
     let _ = (url, certs_required);
     (protected, public)
+}
+
+#[cfg(feature = "llm")]
+/// Where the bearer token for `backend.delegates` comes from: a command, or OAuth client credentials with the
+/// secret from the named environment variable; `None` for no token.
+fn delegates_token_source(
+    b: &crate::config::BackendConfig,
+) -> Result<Option<Arc<dyn ldp_transport_http::TokenSource>>, Error> {
+    if let Some(command) = &b.delegates_token_command {
+        return Ok(Some(Arc::new(ldp_transport_http::CommandToken::new(command.clone()))));
+    }
+    let (Some(url), Some(client_id)) = (&b.delegates_oauth_token_url, &b.delegates_oauth_client_id) else {
+        return Ok(None);
+    };
+    let key = "backend.delegates_oauth_client_secret_env";
+    let secret = std::env::var(&b.delegates_oauth_client_secret_env)
+        .map_err(|_| setup(key, format!("the variable {} is not set", b.delegates_oauth_client_secret_env)))?;
+    let source = ldp_transport_http::ClientCredentials::new(url.clone(), client_id.clone(), secret)
+        .map_err(|e| setup("backend.delegates_oauth_token_url", e))?
+        .scopes(b.delegates_oauth_scopes.clone());
+    let source = match &b.delegates_oauth_audience {
+        Some(audience) => source.audience(audience.clone()),
+        None => source,
+    };
+    Ok(Some(Arc::new(source)))
 }

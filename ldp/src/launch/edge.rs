@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use ldp_session::runtime::DelegateRuntime;
 use ldp_session::{AuthenticatedPeer, HeldLimits, ReplayConfig, ResponderConfig, SecurityConfig, TrustPolicy};
-use ldp_transport_http::{ConnectionLimits, HttpServerConfig, HttpState};
+use ldp_transport_http::{
+    ConnectionLimits, HttpServerConfig, HttpState, JWT_ALGORITHMS, JwtAuth, JwtConfig, ProtectedResource,
+};
 #[cfg(feature = "tls")]
 use ldp_types::DelegateId;
 use ldp_types::IdentityCard;
@@ -75,6 +77,7 @@ pub(super) fn responder_config(
             |source: ldp_types::Error| Error::Setup { key: "identity.receipt_key".to_owned(), source: source.into() };
         cfg.set_receipt_key(SigningKey::ed25519_from_hex(seed).map_err(bad)?).map_err(bad)?;
     }
+    cfg.skill_scopes = skill_scopes(config);
     cfg.limits.max_ttl = config.sessions.max_ttl.max(Duration::from_secs(1));
     cfg.limits.max_sessions = config.sessions.max_sessions;
     cfg.limits.max_sessions_per_principal = config.sessions.max_sessions_per_peer;
@@ -142,7 +145,96 @@ pub(super) fn http_config(config: &ServerConfig, request_timeout: Duration) -> R
         },
         rate_limit,
         trusted_proxies,
+        // Set by `jwt` where keys can be fetched (`launch`, `app`).
+        jwt: None,
+        oauth: protected_resource(config),
     })
+}
+
+/// The JWT validator's settings, when `jwt.issuer` is set.
+fn jwt_config(config: &ServerConfig) -> Option<JwtConfig> {
+    let j = &config.jwt;
+    let issuer = j.issuer.clone()?;
+    let trust_domain =
+        j.trust_domain.clone().or_else(|| config.identity.trust_domain.clone()).unwrap_or_else(|| "default".to_owned());
+    let mut jwt = JwtConfig::new(issuer, String::new(), trust_domain);
+    jwt.audiences.clone_from(&j.audiences);
+    jwt.jwks_url.clone_from(&j.jwks_url);
+    if !j.algorithms.is_empty() {
+        // `units::jwt_algorithms` checked every name when the configuration was read.
+        jwt.algorithms = JWT_ALGORITHMS.iter().copied().filter(|a| j.algorithms.contains(&format!("{a:?}"))).collect();
+    }
+    jwt.leeway = j.leeway;
+    jwt.max_token_bytes = usize_of(j.max_token_size).max(1);
+    jwt.refresh_interval = j.refresh_interval.max(Duration::from_secs(1));
+    jwt.min_refetch_interval = j.min_refetch_interval;
+    jwt.principal_claim.clone_from(&j.principal_claim);
+    jwt.trust_domain_claim.clone_from(&j.trust_domain_claim);
+    jwt.delegate_id_claim.clone_from(&j.delegate_id_claim);
+    jwt.required_scopes.clone_from(&j.required_scopes);
+    Some(jwt)
+}
+
+/// The JWT validator with its keys fetched (a server that cannot reach its issuer does not start), when
+/// `jwt.issuer` is set.
+pub(super) async fn jwt(config: &ServerConfig) -> Result<Option<JwtAuth>, Error> {
+    let Some(jwt) = jwt_config(config) else { return Ok(None) };
+    let setup = |e: ldp_transport_http::KeyFetchError| Error::Setup { key: "jwt.issuer".to_owned(), source: e.into() };
+    JwtAuth::start(jwt).await.map(Some).map_err(setup)
+}
+
+/// The JWT validator without fetching its keys yet: the first token fetches them (for `app`, which may be called
+/// outside a runtime).
+pub(super) fn jwt_lazy(config: &ServerConfig) -> Result<Option<JwtAuth>, Error> {
+    let Some(jwt) = jwt_config(config) else { return Ok(None) };
+    let setup = |e: ldp_transport_http::KeyFetchError| Error::Setup { key: "jwt.issuer".to_owned(), source: e.into() };
+    JwtAuth::new(jwt).map(Some).map_err(setup)
+}
+
+/// `NAME=SCOPE[ SCOPE...]` entries as a map (`units::scope_entries` checked their shape).
+fn scope_entries(entries: &[String]) -> Vec<(String, Vec<String>)> {
+    entries
+        .iter()
+        .filter_map(|entry| entry.split_once('='))
+        .map(|(name, scopes)| (name.to_owned(), scopes.split_ascii_whitespace().map(str::to_owned).collect()))
+        .collect()
+}
+
+/// The scopes each skill requires (`oauth.skill_scopes`).
+pub(super) fn skill_scopes(config: &ServerConfig) -> HashMap<String, Vec<String>> {
+    let mut map: HashMap<String, Vec<String>> = HashMap::new();
+    for (skill, scopes) in scope_entries(&config.oauth.skill_scopes) {
+        map.entry(skill).or_default().extend(scopes);
+    }
+    map
+}
+
+/// The server as an OAuth protected resource, when `jwt.issuer` is set.
+pub(super) fn protected_resource(config: &ServerConfig) -> Option<ProtectedResource> {
+    let issuer = config.jwt.issuer.as_ref()?;
+    let o = &config.oauth;
+    let servers =
+        if o.authorization_servers.is_empty() { vec![issuer.clone()] } else { o.authorization_servers.clone() };
+    let mut resource = ProtectedResource::new(servers);
+    resource.resource.clone_from(&o.resource);
+    resource.https = config.tls.cert.is_some();
+    resource.endpoint_scopes = scope_entries(&o.endpoint_scopes);
+    resource.scopes_supported = if o.scopes_supported.is_empty() {
+        let mut all: Vec<String> = config.jwt.required_scopes.clone();
+        let named = resource
+            .endpoint_scopes
+            .iter()
+            .chain(scope_entries(&o.skill_scopes).iter())
+            .flat_map(|(_, s)| s.clone())
+            .collect::<Vec<_>>();
+        all.extend(named);
+        all.sort();
+        all.dedup();
+        all
+    } else {
+        o.scopes_supported.clone()
+    };
+    Some(resource)
 }
 
 /// `CERT=[DELEGATE_ID@]DOMAIN` of a client certificate peer.
@@ -279,11 +371,15 @@ pub(crate) struct FileError {
 /// The first banner line: who, whom it lets in, where it keeps state.
 pub(super) fn summary(card: &IdentityCard, config: &ServerConfig, store: &str, client_auth: Option<bool>) -> String {
     let skills: Vec<&str> = card.capabilities.iter().map(|c| c.name.as_str()).collect();
-    let tokens = if config.auth.tokens.is_empty() { "no authentication" } else { "bearer tokens required" };
+    let tokens = match (config.auth.tokens.is_empty(), &config.jwt.issuer) {
+        (true, None) => "no authentication".to_owned(),
+        (false, None) => "bearer tokens required".to_owned(),
+        (_, Some(issuer)) => format!("bearer tokens required (JWTs of {issuer})"),
+    };
     let auth = match client_auth {
         Some(true) => "client certificates required".to_owned(),
         Some(false) => format!("client certificates optional, otherwise {tokens}"),
-        None => tokens.to_owned(),
+        None => tokens,
     };
     format!(
         "{} (trust domain {}, skills: {}), {auth}, store {store}",
@@ -345,12 +441,18 @@ pub(super) fn routes(
     };
     #[cfg(not(any(feature = "mcp", feature = "a2a")))]
     let _ = (url, certs_required, &mut describe, config);
+    let resource = http.oauth.clone();
     let state = HttpState::new(runtime.clone(), http);
     #[cfg(feature = "ws")]
     ws.report_to(state.metrics());
     let app = ldp_transport_http::router_with(state, extra);
     #[cfg(any(feature = "mcp", feature = "a2a"))]
     let app = app.merge(public);
+    // Public, as the identity card is: it tells a client where to get the token it lacks.
+    let app = match resource {
+        Some(resource) => app.merge(ldp_transport_http::metadata_routes(resource)),
+        None => app,
+    };
     Routes {
         app,
         sockets: Sockets {
@@ -371,6 +473,7 @@ fn ws_config(config: &ServerConfig, http: &HttpServerConfig) -> ldp_transport_ws
     ldp_transport_ws::WsServerConfig {
         max_message: http.max_body,
         tokens: http.tokens.clone(),
+        jwt: http.jwt.clone(),
         // Three pings per idle period: one lost pong does not kill a live connection.
         ping_interval: idle / 3,
         idle_timeout: idle,

@@ -176,7 +176,8 @@ pub(crate) fn runtime(
 pub(crate) fn app(config: &ServerConfig, skills: Skillset) -> Result<(DelegateRuntime, axum::Router), Error> {
     config.validate()?;
     let runtime = runtime(config, skills, "", &mut Vec::new())?;
-    let http = edge::http_config(config, config.effective_request_timeout())?;
+    let mut http = edge::http_config(config, config.effective_request_timeout())?;
+    http.jwt = edge::jwt_lazy(config)?;
     let routes = edge::routes(&runtime, config, http, "", false);
     Ok((runtime, routes.app))
 }
@@ -209,7 +210,8 @@ pub(crate) async fn launch(config: ServerConfig, skills: Option<Skillset>) -> Re
     let runtime = runtime(&config, skills, &url, &mut banner)?;
     let card = runtime.card();
     let (store, renewer) = edge::attach_store(&runtime, &config).await?;
-    let http = edge::http_config(&config, timeout)?;
+    let mut http = edge::http_config(&config, timeout)?;
+    http.jwt = edge::jwt(&config).await?;
     let limits = http.limits.clone();
     let routes = edge::routes(&runtime, &config, http, &url, tls_requires_certs(&tls));
     banner.insert(0, edge::summary(&card, &config, &store, tls_client_auth(&tls)));
