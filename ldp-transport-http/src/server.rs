@@ -144,7 +144,7 @@ impl HttpState {
 
     /// Handles one message, bounded by the request timeout. The handling runs within the request's own future,
     /// with no task spawned (most messages are answered in one poll); if that future is dropped before the handling
-    /// ends (the peer hung up, the request timed out), the rest runs on a task of its own ([`FinishOnDrop`]), so
+    /// ends (the peer hung up, the request timed out), the rest runs on a task of its own, so
     /// that a task is never abandoned half-way: it completes and is recorded even if nobody reads the answer.
     pub async fn dispatch(
         &self,
