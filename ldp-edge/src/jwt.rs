@@ -220,6 +220,9 @@ struct Inner {
     http: reqwest::Client,
     /// The JWKS URL, once known (configured, or read from the discovery document).
     jwks_url: RwLock<Option<String>>,
+    /// Whether the scheduled refetch runs: started by [`JwtAuth::start`], or by the first validation of a validator
+    /// made with [`JwtAuth::new`] (which may be made outside a runtime).
+    scheduled: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for JwtAuth {
@@ -334,6 +337,7 @@ impl JwtAuth {
                 keys: RwLock::new(Arc::new(KeySet::default())),
                 last_fetch: tokio::sync::Mutex::new(None),
                 http,
+                scheduled: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -343,9 +347,22 @@ impl JwtAuth {
     pub async fn start(config: JwtConfig) -> Result<Self, KeyFetchError> {
         let auth = Self::new(config)?;
         auth.refresh().await?;
-        let weak = Arc::downgrade(&auth.inner);
-        tokio::spawn(refresh_periodically(weak, auth.inner.config.refresh_interval));
+        auth.schedule_refresh();
         Ok(auth)
+    }
+
+    /// Starts the scheduled refetch, once, when called within a tokio runtime; the task ends when the last clone of
+    /// the validator is dropped.
+    fn schedule_refresh(&self) {
+        use std::sync::atomic::Ordering;
+        if self.inner.scheduled.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        if !self.inner.scheduled.swap(true, Ordering::AcqRel) {
+            let weak = Arc::downgrade(&self.inner);
+            runtime.spawn(refresh_periodically(weak, self.inner.config.refresh_interval));
+        }
     }
 
     /// The configuration.
@@ -452,6 +469,8 @@ impl JwtAuth {
     /// The peer `token` authenticates, judged with the cached keys (no IO): the trust domain and delegate id its
     /// claims map to, the principal `jwt:<principal claim>`, its scopes.
     pub fn validate(&self, token: &str) -> Result<PeerContext, TokenError> {
+        // A validator made with `new` (for `app`, perhaps outside a runtime) starts its schedule here.
+        self.schedule_refresh();
         let config = &self.inner.config;
         if token.len() > config.max_token_bytes {
             return Err(TokenError::Oversized { limit: config.max_token_bytes });

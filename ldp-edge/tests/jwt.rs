@@ -283,6 +283,25 @@ async fn a_rotated_key_is_fetched_at_once_and_refetches_are_rate_limited() {
     ));
 }
 
+/// A validator made without a runtime (as `Server::app` makes it) refetches its keys on the schedule once it has
+/// validated a token, so that a key the issuer withdraws stops verifying without any unknown key to prompt it.
+#[tokio::test]
+async fn a_lazily_made_validator_refetches_on_its_schedule() {
+    let key = ec_key("only");
+    let issuer = issuer(vec![key.jwk.clone()]).await;
+    let mut config = issuer.config();
+    config.refresh_interval = Duration::from_secs(1);
+    let auth = BearerAuth::default().with_jwt(Some(JwtAuth::new(config).unwrap()));
+    let token = bearer(&es256(&key, "only", &issuer.claims()));
+    // The first token fetches the keys; that validation also starts the schedule.
+    assert!(auth.authenticate_fresh(&token).await.is_ok());
+    let after_first = issuer.fetches.load(Ordering::SeqCst);
+    issuer.keys.lock().unwrap().clear();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(issuer.fetches.load(Ordering::SeqCst) > after_first, "no scheduled refetch");
+    assert!(matches!(auth.authenticate(&token), Err(HttpError::InvalidToken(TokenError::UnknownKey))));
+}
+
 fn bearer(token: &str) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
