@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// receipt signed with it, and the card publishes its public half as `receipt_public_key` (docs/receipts.md).
     #[arg(long, value_name = "SEED_HEX")]
     pub receipt_key: Option<String>,
+    /// A signed quality attestation about this delegate (a JSON file from `ldp attest issue`; repeatable),
+    /// published on the card for routers to verify.
+    #[arg(long = "attestation", value_name = "FILE")]
+    pub attestations: Vec<PathBuf>,
     /// Longest session TTL granted, in seconds (proposals asking for more get this).
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub ttl: u64,
@@ -230,6 +234,7 @@ pub(crate) const FLAGS: &[(&str, &str, Unit)] = &[
     ("trusted_peers", "identity.trusted_peers", Unit::Same),
     ("card", "identity.card", Unit::Same),
     ("receipt_key", "identity.receipt_key", Unit::Same),
+    ("attestations", "identity.attestations", Unit::Same),
     ("tokens", "auth.tokens", Unit::Same),
     ("jwt_issuer", "jwt.issuer", Unit::Same),
     ("jwt_jwks_url", "jwt.jwks_url", Unit::Same),
@@ -317,6 +322,7 @@ pub(crate) const FLAGS: &[(&str, &str, Unit)] = &[
     ("a2a_token", "backend.a2a_token", Unit::Same),
     ("delegates", "backend.delegates", Unit::Same),
     ("tool_rounds", "backend.tool_rounds", Unit::Same),
+    ("delegate_issuers", "backend.delegates_issuers", Unit::Same),
     ("delegate_token_command", "backend.delegates_token_command", Unit::Same),
     ("delegate_oauth_token_url", "backend.delegates_oauth_token_url", Unit::Same),
     ("delegate_oauth_client_id", "backend.delegates_oauth_client_id", Unit::Same),

@@ -76,6 +76,11 @@ pub struct LlmArgs {
     /// With --delegate: rounds of tool calls before the model must answer.
     #[arg(long, value_name = "N", default_value_t = 8)]
     pub tool_rounds: u32,
+    /// With --delegate: an attestation issuer whose signed quality claims count when routing among them
+    /// (repeatable): its pinned key, and optionally its base URL to fetch its key set and revocation list from
+    /// and keep them fresh.
+    #[arg(long = "delegate-issuer", value_name = "ISSUER_ID=KEY_ID=PUBLIC_HEX[@URL]")]
+    pub delegate_issuers: Vec<String>,
     /// With --delegate: run this command (`sh -c`) for the bearer token sent to the delegates.
     #[arg(long, value_name = "COMMAND")]
     pub delegate_token_command: Option<String>,

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use ldp_llm::{ToolOutcome, ToolRun, ToolSpec, Toolbox};
 use ldp_router::{
     DiscoveryError, Endpoint, LdpAdapter, NoScore, Registry, RegistryConfig, RouteErrorKind, RouteTask,
-    SchemeDispatcher, SharedTransport,
+    SchemeDispatcher, SharedTransport, TrustedIssuers,
 };
 use ldp_session::SystemClock;
 use ldp_transport_http::{ConnectOptions, HttpTransport};
@@ -29,6 +29,7 @@ use ldp_types::{DelegationContract, FailurePolicy, LdpError, RawJson, codes};
 use serde_json::{Value, json};
 
 use crate::Error;
+use crate::issuers::{FetchLimits, IssuerFetcher, IssuerRefresher, IssuerSource, RefreshPolicy, TrustTarget};
 
 /// The member a skill's non-object input travels in, since providers want an object of arguments.
 const WRAPPED: &str = "input";
@@ -37,6 +38,31 @@ const WRAPPED: &str = "input";
 #[derive(Debug, Clone)]
 pub struct RouterTools {
     registry: Arc<Registry>,
+    /// The tasks keeping issuers' documents fresh in the registry; they stop with the last clone.
+    _refreshers: Arc<Refreshers>,
+}
+
+/// Aborts the issuer refreshers when the tools are dropped, so that a stopped server leaves no fetch loop behind.
+#[derive(Debug, Default)]
+struct Refreshers(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Refreshers {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Who vouches for the delegates' quality: the attestation issuers a [`RouterTools`] trusts (pinned keys), and
+/// those among them whose key sets and revocation lists it fetches and keeps fresh.
+#[derive(Debug, Clone, Default)]
+pub struct IssuerTrust {
+    /// The pinned keys; an attestation on a delegate's card counts once it verifies against them.
+    pub trusted: TrustedIssuers,
+    /// Issuers to fetch at start (a failure stops the start) and refresh on their schedule; from then on their
+    /// attestations count only while a fresh revocation list from them is held.
+    pub fetched: Vec<IssuerSource>,
 }
 
 /// One tool: the skill it routes to, whether its input is wrapped in [`WRAPPED`], and the output schema the card
@@ -56,20 +82,46 @@ const MAX_CHECKED_SCHEMA: usize = 3_500;
 impl RouterTools {
     /// The skills of the delegates `registry` holds now and later (the tools are read for each task).
     pub fn new(registry: Arc<Registry>) -> Self {
-        Self { registry }
+        Self { registry, _refreshers: Arc::default() }
     }
 
     /// A registry of the delegates at `urls` (`http(s)://`, or `ldp://` resolving to HTTP), reached with
-    /// `options`, with the default router configuration. Fails on the first delegate that cannot be discovered.
+    /// `options`, with the default router configuration and no attestation issuer: the delegates are ranked by
+    /// what they claim of themselves. Fails on the first delegate that cannot be discovered.
     pub async fn over(urls: &[impl AsRef<str>], options: ConnectOptions) -> Result<Self, Error> {
-        let registry = Arc::new(registry(options)?);
+        Self::over_trusting(urls, options, IssuerTrust::default()).await
+    }
+
+    /// As [`RouterTools::over`], with the attestations of the issuers in `trust` counting: an attested quality
+    /// outranks any self-claim, and a card that labels its own score attested without a valid attestation is
+    /// counted as self-claimed. The issuers to fetch are fetched before the delegates are discovered (so their
+    /// cards' attestations verify at once) and then kept fresh until the tools are dropped.
+    pub async fn over_trusting(
+        urls: &[impl AsRef<str>],
+        options: ConnectOptions,
+        trust: IssuerTrust,
+    ) -> Result<Self, Error> {
+        let registry = Arc::new(registry(options, trust.trusted)?);
+        let mut refreshers = Refreshers::default();
+        for source in trust.fetched {
+            let setup = |e: Error| Error::Setup {
+                key: "backend.delegates_issuers".to_owned(),
+                source: format!("{}: {e}", source.issuer_id()).into(),
+            };
+            let fetcher = IssuerFetcher::new(FetchLimits::default()).map_err(setup)?;
+            let target = Arc::clone(&registry) as Arc<dyn TrustTarget>;
+            let refresher =
+                IssuerRefresher::new(source.clone(), fetcher, RefreshPolicy::default(), target, Arc::new(SystemClock));
+            refresher.refresh().await.map_err(setup)?;
+            refreshers.0.push(refresher.spawn());
+        }
         for url in urls {
             registry.add_url(url.as_ref()).await.map_err(|e| Error::Setup {
                 key: "backend.delegates".to_owned(),
                 source: format!("{}: {e}", url.as_ref()).into(),
             })?;
         }
-        Ok(Self::new(registry))
+        Ok(Self { registry, _refreshers: Arc::new(refreshers) })
     }
 
     /// The registry the tools are routed by.
@@ -117,8 +169,8 @@ fn tool_name(skill: &str) -> String {
     if name.is_empty() { "_".to_owned() } else { name }
 }
 
-/// A registry reaching delegates over HTTP and WebSocket with `options`.
-fn registry(options: ConnectOptions) -> Result<Registry, Error> {
+/// A registry reaching delegates over HTTP with `options`, trusting `trusted`.
+fn registry(options: ConnectOptions, trusted: TrustedIssuers) -> Result<Registry, Error> {
     let http = move |endpoint: &Endpoint| {
         let transport =
             HttpTransport::with_options(endpoint.url.clone(), options.clone()).map_err(DiscoveryError::adapter)?;
@@ -128,7 +180,8 @@ fn registry(options: ConnectOptions) -> Result<Registry, Error> {
     // HTTP on the same port as their WebSocket.
     let adapter = LdpAdapter::new().with_http(http);
     let dispatcher = SchemeDispatcher::new().with_ldp(adapter);
-    Registry::new(RegistryConfig::default(), Arc::new(dispatcher), Arc::new(SystemClock))
+    let config = RegistryConfig { trusted_issuers: trusted, ..RegistryConfig::default() };
+    Registry::new(config, Arc::new(dispatcher), Arc::new(SystemClock))
         .map_err(|e| Error::Setup { key: "backend.delegates".to_owned(), source: e.to_string().into() })
 }
 

@@ -19,7 +19,7 @@
 mod layers;
 mod reference;
 mod sections;
-mod units;
+pub(crate) mod units;
 
 #[cfg(test)]
 mod tests;
@@ -209,6 +209,7 @@ impl ServerConfig {
         if b.delegates.is_empty() {
             let set = [
                 ("backend.delegates_token_command", b.delegates_token_command.is_some()),
+                ("backend.delegates_issuers", !b.delegates_issuers.is_empty()),
                 ("backend.delegates_oauth_token_url", b.delegates_oauth_token_url.is_some()),
             ];
             if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {

@@ -28,6 +28,9 @@ pub struct IdentityConfig {
     /// receipt signed with it, and the card publishes its public half (`docs/receipts.md`). Secret. Default none.
     #[serde(deserialize_with = "units::ed25519_seed")]
     pub receipt_key: Option<String>,
+    /// Signed quality attestations about this delegate (JSON files, as `ldp attest issue` prints them), published
+    /// on the card (`extra.attestations`) for routers to verify against their issuers' keys. Default none.
+    pub attestations: Vec<PathBuf>,
 }
 
 /// How peers authenticate.
@@ -541,6 +544,13 @@ pub struct BackendConfig {
     pub delegates: Vec<String>,
     /// With `delegates`: rounds of tool calls before the model must answer. Default `8`.
     pub tool_rounds: u32,
+    /// With `delegates`: attestation issuers whose signed quality claims count when routing among them, each
+    /// `ISSUER_ID=KEY_ID=PUBLIC_HEX[@URL]`: the issuer's pinned Ed25519 key and, optionally, its base URL, from
+    /// which its key set and revocation list are fetched at start and kept fresh (its attestations then count only
+    /// while that list is fresh). Without any, the delegates are ranked by what they claim of themselves. Default
+    /// none.
+    #[serde(deserialize_with = "units::issuer_pins")]
+    pub delegates_issuers: Vec<String>,
     /// With `delegates`: a command (run with `sh -c`) printing the bearer token sent to them; run again after 5
     /// minutes or a minute before a JWT's `exp`. Default none.
     pub delegates_token_command: Option<String>,
@@ -586,6 +596,7 @@ impl Default for BackendConfig {
             a2a_token: None,
             delegates: Vec::new(),
             tool_rounds: 8,
+            delegates_issuers: Vec::new(),
             delegates_token_command: None,
             delegates_oauth_token_url: None,
             delegates_oauth_client_id: None,

@@ -223,3 +223,47 @@ pub(crate) fn url_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>,
         Err(e) => Err(D::Error::custom(format!("invalid URL {text:?}: {e}"))),
     }
 }
+
+/// One `ISSUER_ID=KEY_ID=PUBLIC_HEX[@URL]` entry of `backend.delegates_issuers`: an attestation issuer's pinned
+/// key, and where its documents are published.
+#[derive(Debug, Clone)]
+pub(crate) struct IssuerPin<'a> {
+    pub(crate) issuer_id: &'a str,
+    pub(crate) key_id: &'a str,
+    pub(crate) key: ldp_types::signing::VerifyingKey,
+    pub(crate) url: Option<&'a str>,
+}
+
+/// Reads an issuer pin; the error says which part is wrong (a pin is public, so it may be quoted).
+pub(crate) fn issuer_pin(entry: &str) -> Result<IssuerPin<'_>, String> {
+    let (issuer_id, rest) = entry.split_once('=').ok_or("no '=' after the issuer id")?;
+    // A key in hex holds no '@', so the first one starts the URL (which may hold more, as userinfo).
+    let (pin, url) = match rest.split_once('@') {
+        Some((pin, url)) => (pin, Some(url)),
+        None => (rest, None),
+    };
+    let (key_id, hex) = pin.split_once('=').ok_or("no '=' after the key id")?;
+    if issuer_id.is_empty() || key_id.is_empty() {
+        return Err("the issuer id and the key id must not be empty".to_owned());
+    }
+    let key = ldp_types::signing::VerifyingKey::ed25519_from_hex(hex)
+        .map_err(|_| "the public key is not an Ed25519 key in 64 hex digits".to_owned())?;
+    if let Some(url) = url {
+        match url::Url::parse(url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => {}
+            _ => return Err(format!("invalid URL {url:?}: not http or https with a host")),
+        }
+    }
+    Ok(IssuerPin { issuer_id, key_id, key, url })
+}
+
+/// `ISSUER_ID=KEY_ID=PUBLIC_HEX[@URL]` entries.
+pub(crate) fn issuer_pins<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let entries = Vec::<String>::deserialize(d)?;
+    for (i, entry) in entries.iter().enumerate() {
+        issuer_pin(entry).map_err(|why| {
+            D::Error::custom(format!("entry {}: {why} (expected ISSUER_ID=KEY_ID=PUBLIC_HEX[@URL])", i + 1))
+        })?;
+    }
+    Ok(entries)
+}

@@ -160,7 +160,7 @@ async fn model(config: &ServerConfig) -> Result<Answered, Error> {
         }
         let mut options = ldp_transport_http::ConnectOptions::new();
         options.token_source = delegates_token_source(b)?;
-        let tools = crate::delegates::RouterTools::over(&b.delegates, options).await?;
+        let tools = crate::delegates::RouterTools::over_trusting(&b.delegates, options, issuer_trust(b)?).await?;
         let mut limits = ldp_llm::ToolLoopLimits::default();
         limits.max_rounds = b.tool_rounds;
         limits.call_timeout = b.timeout.max(Duration::from_secs(1));
@@ -326,6 +326,22 @@ pub(super) fn bridge_routes(
 }
 
 #[cfg(feature = "llm")]
+/// The attestation issuers `backend.delegates_issuers` pins (checked when the configuration was read).
+#[cfg(feature = "llm")]
+fn issuer_trust(b: &crate::config::BackendConfig) -> Result<crate::delegates::IssuerTrust, Error> {
+    let mut trust = crate::delegates::IssuerTrust::default();
+    for entry in &b.delegates_issuers {
+        let bad = |why: String| setup("backend.delegates_issuers", why);
+        let pin = crate::config::units::issuer_pin(entry).map_err(bad)?;
+        let trusted = std::mem::take(&mut trust.trusted);
+        trust.trusted = trusted.trust_key(pin.issuer_id, pin.key_id, pin.key).map_err(|e| bad(e.to_string()))?;
+        if let Some(url) = pin.url {
+            trust.fetched.push(crate::issuers::IssuerSource::new(pin.issuer_id, url).map_err(|e| bad(e.to_string()))?);
+        }
+    }
+    Ok(trust)
+}
+
 /// Where the bearer token for `backend.delegates` comes from: a command, or OAuth client credentials with the
 /// secret from the named environment variable; `None` for no token.
 fn delegates_token_source(

@@ -14,6 +14,8 @@ use ldp_types::DelegateId;
 use ldp_types::IdentityCard;
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
 
+use serde::Deserialize as _;
+
 use crate::Error;
 use crate::config::{IdentityConfig, ServerConfig, SigningAlgorithm};
 
@@ -25,6 +27,34 @@ pub(super) fn apply_identity(card: &mut IdentityCard, identity: &IdentityConfig)
     for peer in &identity.trusted_peers {
         card.trust_domain = card.trust_domain.clone().trusting(peer.clone());
     }
+}
+
+/// Publishes `identity.attestations` on the card (`extra.attestations`, where routers look for them). Each file must
+/// hold an attestation about this delegate and one of its skills: one that no router could use fails the start
+/// rather than being ignored by every router. Signatures are the routers' to check, against keys they trust.
+pub(super) fn publish_attestations(card: &mut IdentityCard, identity: &IdentityConfig) -> Result<(), Error> {
+    let mut published = Vec::new();
+    for path in &identity.attestations {
+        let bad = |source: Box<dyn std::error::Error + Send + Sync>| Error::Setup {
+            key: "identity.attestations".to_owned(),
+            source: format!("{}: {source}", path.display()).into(),
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.into()))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.into()))?;
+        let claim = ldp_router::AttestationClaim::deserialize(&value).map_err(|e| bad(e.into()))?;
+        if claim.subject != card.delegate_id.as_str() {
+            return Err(bad(format!("attests {}, not this delegate ({})", claim.subject, card.delegate_id).into()));
+        }
+        if !card.capabilities.iter().any(|c| c.name == claim.skill) {
+            return Err(bad(format!("attests the skill {:?}, which this delegate does not offer", claim.skill).into()));
+        }
+        // The file's own JSON, not a re-encoding: the signature covers exactly what the issuer wrote.
+        published.push(value);
+    }
+    if !published.is_empty() {
+        card.extra.insert("attestations".to_owned(), serde_json::Value::Array(published));
+    }
+    Ok(())
 }
 
 /// The session layer's configuration: trust, signatures, receipts and every protocol limit.

@@ -153,6 +153,7 @@ pub(crate) fn runtime(
 ) -> Result<DelegateRuntime, Error> {
     let Skillset { mut card, delegate, cancel_grace, limits, signing_key } = skills;
     edge::apply_identity(&mut card, &config.identity);
+    edge::publish_attestations(&mut card, &config.identity)?;
     if card.endpoint.is_empty() {
         card.endpoint = endpoint.to_owned();
     }
