@@ -128,3 +128,68 @@ fn serve_and_call_export_one_trace_across_two_processes() {
     let out = ldp(&["--otlp-endpoint", "not a url", "call", &server_url, "echo", "7"], &[]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A delegate that delegates: the sub-task its model's tool call becomes is handled in the caller's trace, below
+/// the planner's own handling of the task (issue 52: the hops are child spans of the task's trace), across three
+/// processes (the caller, the planner, the sub-delegate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegated_hop_is_a_child_span_of_the_planners_task() {
+    use ldp_llm::stub::{Flavor, Stub, StubConfig, StubTurn};
+
+    let (url, store) = receiver();
+    let serve = |service: &str, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ldp"));
+        command
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .args(args)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+            .env("OTEL_SERVICE_NAME", service)
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        support::serve_command(command)
+    };
+    let (_sub, sub_url) = serve("ldp-sub", &["--delegate-id", "ldp:delegate:sub"]);
+    let script = vec![StubTurn::call("echo", &serde_json::json!({"input": "7"})), StubTurn::text("it echoed 7")];
+    let stub = Stub::start(StubConfig::new(Flavor::OpenAi).with_script(script)).await.unwrap();
+    let base = stub.base_url();
+    #[rustfmt::skip]
+    let (_planner, planner_url) = serve("ldp-planner", &[
+        "--backend", "openai", "--base-url", &base, "--model", "stub", "--skill", "chat", "--delegate", &sub_url,
+    ]);
+    let out = tokio::task::spawn_blocking(move || {
+        ldp(&["--otlp-endpoint", &url, "call", &planner_url, "chat", "echo 7"], &[("OTEL_SERVICE_NAME", "ldp-call")])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("it echoed 7"));
+
+    let spans = store.wait_for(|spans| {
+        spans.iter().any(|(service, s)| service == "ldp-sub" && s.name == "ldp.handle TASK_SUBMIT")
+            && spans.iter().any(|(service, s)| service == "ldp-planner" && s.name == "ldp.handle TASK_SUBMIT")
+    });
+    let by_id: HashMap<&[u8], &(String, Span)> = spans.iter().map(|e| (e.1.span_id.as_slice(), e)).collect();
+    let (_, call) = spans.iter().find(|(svc, s)| svc == "ldp-call" && s.name == "ldp.call").expect("ldp call's span");
+    let (_, planned) =
+        spans.iter().find(|(svc, s)| svc == "ldp-planner" && s.name == "ldp.handle TASK_SUBMIT").unwrap();
+    let (_, hop) = spans.iter().find(|(svc, s)| svc == "ldp-sub" && s.name == "ldp.handle TASK_SUBMIT").unwrap();
+    assert_eq!(planned.trace_id, call.trace_id, "the planner handles the task in the caller's trace");
+    assert_eq!(hop.trace_id, call.trace_id, "the hop is in the same trace");
+    // Up from the hop, through the planner's outbound send, to the planner's handling of the task.
+    let mut ancestors = Vec::new();
+    let mut parent = hop.parent_span_id.as_slice();
+    while let Some((service, span)) = by_id.get(parent) {
+        ancestors.push(format!("{service}: {}", span.name));
+        if span.span_id == planned.span_id {
+            break;
+        }
+        parent = span.parent_span_id.as_slice();
+    }
+    assert_eq!(
+        ancestors.last().map(String::as_str),
+        Some("ldp-planner: ldp.handle TASK_SUBMIT"),
+        "the hop's ancestors: {ancestors:?}"
+    );
+    assert!(ancestors.iter().any(|a| a.starts_with("ldp-planner: ldp.send TASK_SUBMIT")), "{ancestors:?}");
+}
