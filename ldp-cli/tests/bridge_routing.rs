@@ -99,3 +99,54 @@ async fn one_router_routes_to_ldp_mcp_and_a2a_delegates() {
         assert_eq!(basis(id, skill), None, "{id}");
     }
 }
+
+/// A delegate that delegates across protocols: the planner's model (a scripted OpenAI-compatible stub) calls the
+/// `add` tool of an MCP server (the official MCP Python SDK's, bridged by `ldp serve --backend mcp`) and the
+/// `shout` skill of an A2A agent (the official A2A Python SDK's, reached directly by `--delegate a2a+http://...`).
+/// Each call is a routed sub-task whose answer goes back to the model, and each hop is in the result's lineage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planners_model_calls_an_mcp_server_and_an_a2a_agent_as_tools() {
+    use ldp_llm::stub::{Flavor, Stub, StubConfig, StubTurn};
+
+    let dir = support::TempDir::new("bridge-tools");
+    let markers = dir.path("");
+    let python = support::bridge_python();
+    let mcp_server = support::repo().join("ldp-cli/tests/bridge/mcp_server.py");
+    let mcp_command = format!("{python} {} {markers}", mcp_server.display());
+    let (_agent, agent_url) = support::a2a_agent(&markers);
+    let (_mcp, mcp_url) = serve(&["--backend", "mcp", "--mcp-command", &mcp_command], Stdio::inherit());
+    let direct_url = agent_url.replacen("http://", "a2a+http://", 1);
+
+    let script = vec![
+        StubTurn::call("add", &json!({"a": 2, "b": 3})),
+        StubTurn::call("shout", &json!({"input": "hello"})),
+        StubTurn::text("5, and HELLO"),
+    ];
+    let stub = Stub::start(StubConfig::new(Flavor::OpenAi).with_script(script)).await.unwrap();
+    let base = stub.base_url();
+    #[rustfmt::skip]
+    let (_planner, planner_url) = serve(&[
+        "--backend", "openai", "--base-url", &base, "--model", "stub", "--skill", "chat",
+        "--delegate", &mcp_url, "--delegate", &direct_url,
+    ], Stdio::inherit());
+
+    let conn = ldp::connect(&planner_url).await.unwrap();
+    let out: ldp::Answer<String> = conn.call("chat", "add 2 and 3, then shout hello").await.unwrap();
+    assert_eq!(out.output, "5, and HELLO");
+    // The model was offered both protocols' tools, and each answer came back to it.
+    let recorded = stub.recorded();
+    let offered: Vec<&str> =
+        recorded[0]["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(offered.contains(&"add") && offered.contains(&"shout"), "{offered:?}");
+    let tool_answer = |turn: usize| {
+        recorded[turn]["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "tool").unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(serde_json::from_str::<Value>(&tool_answer(1)).unwrap(), json!({"sum": 5}));
+    assert_eq!(serde_json::from_str::<Value>(&tool_answer(2)).unwrap(), json!("HELLO"));
+    let hops: Vec<&str> = out.provenance.lineage.iter().map(|h| h.delegate_id.as_str()).collect();
+    assert!(hops.contains(&"ldp:delegate:mcp"), "{hops:?}");
+    assert!(hops.iter().any(|h| h.starts_with("ldp:delegate:a2a-127.0.0.1-")), "{hops:?}");
+}

@@ -85,7 +85,8 @@ impl RouterTools {
         Self { registry, _refreshers: Arc::default() }
     }
 
-    /// A registry of the delegates at `urls` (`http(s)://`, or `ldp://` resolving to HTTP), reached with
+    /// A registry of the delegates at `urls` (`http(s)://`, `ldp://` resolving to HTTP, and with the feature `a2a`
+    /// A2A agents at `a2a://`, `a2a+http://` or `a2a+https://`), reached with
     /// `options`, with the default router configuration and no attestation issuer: the delegates are ranked by
     /// what they claim of themselves. Fails on the first delegate that cannot be discovered.
     pub async fn over(urls: &[impl AsRef<str>], options: ConnectOptions) -> Result<Self, Error> {
@@ -179,10 +180,37 @@ fn registry(options: ConnectOptions, trusted: TrustedIssuers) -> Result<Registry
     // HTTP only: a factory may not do IO, and opening a WebSocket is IO. Delegates served by `ldp serve` answer
     // HTTP on the same port as their WebSocket.
     let adapter = LdpAdapter::new().with_http(http);
-    let dispatcher = SchemeDispatcher::new().with_ldp(adapter);
+    let dispatcher = with_a2a(SchemeDispatcher::new().with_ldp(adapter));
     let config = RegistryConfig { trusted_issuers: trusted, ..RegistryConfig::default() };
     Registry::new(config, Arc::new(dispatcher), Arc::new(SystemClock))
         .map_err(|e| Error::Setup { key: "backend.delegates".to_owned(), source: e.to_string().into() })
+}
+
+/// A2A agents by their `a2a://`, `a2a+http://` or `a2a+https://` URL (feature `a2a`): each is bridged in process,
+/// its skills offered as tools like an LDP delegate's.
+#[cfg(feature = "a2a")]
+fn with_a2a(dispatcher: SchemeDispatcher) -> SchemeDispatcher {
+    use ldp_bridge::a2a::{A2A_SCHEMES, A2aTransport, BackendLimits};
+    let bridge = |url: &str| {
+        let id = a2a_delegate_id(url).map_err(DiscoveryError::adapter)?;
+        Ok(Arc::new(A2aTransport::new(url, id, None, BackendLimits::default())) as SharedTransport)
+    };
+    let bridge: Arc<dyn ldp_router::TransportFactory> = Arc::new(bridge);
+    A2A_SCHEMES.iter().fold(dispatcher, |dispatcher, (scheme, _)| dispatcher.register(scheme, Arc::clone(&bridge)))
+}
+
+#[cfg(not(feature = "a2a"))]
+fn with_a2a(dispatcher: SchemeDispatcher) -> SchemeDispatcher {
+    dispatcher
+}
+
+/// The id an A2A agent is known by, from where it is: `ldp:delegate:a2a-HOST-PORT` (an A2A card names no LDP id).
+#[cfg(feature = "a2a")]
+fn a2a_delegate_id(url: &str) -> Result<ldp_types::DelegateId, ldp_types::Error> {
+    let place = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let place = place.split(['/', '?', '#']).next().unwrap_or_default();
+    let name: String = place.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '-' }).collect();
+    ldp_types::DelegateId::new(format!("ldp:delegate:a2a-{name}"))
 }
 
 /// `contract` with the card's output schema as a success criterion (`check: schema ...`): the sub-delegate's answer

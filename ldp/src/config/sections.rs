@@ -539,8 +539,9 @@ pub struct BackendConfig {
     pub a2a_url: Option<String>,
     /// `a2a`: the bearer token sent to the agent. Secret. Default none.
     pub a2a_token: Option<String>,
-    /// Other delegates (`http(s)://` or `ldp://` URLs) whose skills the model may call as tools, each call a
-    /// sub-task routed by verified quality, cost and trust under a child contract. Default none.
+    /// Other delegates (`http(s)://` or `ldp://` URLs; A2A agents as `a2a+http(s)://` URLs) whose skills the model
+    /// may call as tools, each call a sub-task routed by verified quality, cost and trust under a child contract.
+    /// An MCP server is reached through its bridge (`ldp serve --backend mcp`). Default none.
     pub delegates: Vec<String>,
     /// With `delegates`: rounds of tool calls before the model must answer. Default `8`.
     pub tool_rounds: u32,
