@@ -679,9 +679,11 @@ impl DelegateRuntime {
 
 mod client;
 mod connections;
+mod driver;
 mod store;
 mod transport;
 
 pub use client::{Client, SessionInfo, Submission, TaskOutcome};
 pub use connections::RuntimeGauges;
-pub use transport::{MemoryTransport, SharedInitiator, Transport};
+pub use driver::{AttachedDrivers, DEFAULT_STATUS_POLL, InitiatorDriver};
+pub use transport::{Exchange, MemoryTransport, Transport};
