@@ -124,6 +124,12 @@ impl InitiatorDriver {
         self.machine().keeps_deadline(env)
     }
 
+    /// Whether the machine still waits for task `key` (its answer may yet come, or the driver fails it): a
+    /// transport keeps such a task's request open rather than failing it itself.
+    pub fn awaits_task(&self, key: &TaskKey) -> bool {
+        self.machine().awaits_task(key)
+    }
+
     /// The number of tasks submitted and not yet ended.
     pub fn pending_tasks(&self) -> usize {
         self.machine().pending_tasks()

@@ -164,9 +164,17 @@ impl Inner {
             let transmits = driver.resume(in_flight.iter().map(|(_, k)| k.clone()));
             self.take_transmits(&mut pending, transmits, &driver, generation, &mut frames);
         }
-        for (id, _) in in_flight {
-            // Queried submits were moved onto this connection; the rest no machine knows.
-            if pending.by_id.get(&id).is_some_and(|e| e.sent_on != generation) {
+        let drivers = self.drivers.all();
+        for (id, key) in in_flight {
+            // Queried submits were moved onto this connection; a task its driver still waits for is the driver's to
+            // end (it gave up, and its timer fails the task); the rest no machine knows.
+            let Some(entry) = pending.by_id.get_mut(&id) else { continue };
+            if entry.sent_on == generation {
+                continue;
+            }
+            if drivers.iter().any(|d| d.awaits_task(&key)) {
+                entry.sent_on = generation;
+            } else {
                 pending.complete(&id, Err(lost(why)));
             }
         }
