@@ -635,3 +635,127 @@ async fn held_answers_go_out_once_on_the_connection_the_session_is_live_on() {
     c.close(&sid).await.unwrap();
     assert!(rt.held_for(&sid, 1).is_empty());
 }
+
+/// Carries messages into a runtime like an HTTP transport would, except that the answers of the first `lose`
+/// TASK_SUBMITs are lost on the way back (`Exchange::Lost`; the submit reaches the runtime first when `deliver` is
+/// set), and that with `hang` a TASK_SUBMIT is never answered. Attached, it gives the driver `answer_timeout`.
+struct Flaky {
+    inner: MemoryTransport,
+    lose: std::sync::atomic::AtomicUsize,
+    deliver: bool,
+    hang: bool,
+    answer_timeout: Option<Duration>,
+}
+
+#[async_trait]
+impl runtime::Transport for Flaky {
+    async fn identity(&self) -> Result<IdentityCard, LdpError> {
+        self.inner.identity().await
+    }
+
+    async fn exchange(
+        &self,
+        envelope: &Envelope,
+        updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
+    ) -> Result<Option<Vec<u8>>, LdpError> {
+        self.inner.exchange(envelope, updates).await
+    }
+
+    async fn exchange_outcome(
+        &self,
+        envelope: &Envelope,
+        updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
+    ) -> runtime::Exchange {
+        use std::sync::atomic::Ordering::SeqCst;
+        let submit = matches!(envelope.body, Body::TaskSubmit(_));
+        if submit && self.hang {
+            return std::future::pending().await;
+        }
+        if submit && self.lose.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
+            if self.deliver {
+                let _ = self.inner.exchange(envelope, updates).await;
+            }
+            return runtime::Exchange::Lost(LdpError::transport(codes::TRANSPORT_ERROR, "connection reset"));
+        }
+        match self.inner.exchange(envelope, updates).await {
+            Ok(answer) => runtime::Exchange::Answered(answer),
+            Err(error) => runtime::Exchange::Failed(error),
+        }
+    }
+
+    fn attach(&self, driver: &Arc<runtime::InitiatorDriver>) {
+        driver.set_answer_timeout(self.answer_timeout);
+        driver.set_status_poll(Some(runtime::DEFAULT_STATUS_POLL));
+    }
+}
+
+async fn flaky_client(rt: &DelegateRuntime, lose: usize, deliver: bool, hang: bool) -> Client<Flaky> {
+    let inner = MemoryTransport::new(rt.clone(), PeerContext::default());
+    let answer_timeout = Some(Duration::from_secs(30));
+    let flaky = Flaky { inner, lose: lose.into(), deliver, hang, answer_timeout };
+    let ids = Box::new(SeededIds::new(8));
+    Client::connect(flaky, InitiatorConfig::new("ldp:delegate:client"), Arc::new(SystemClock), ids).await.unwrap()
+}
+
+/// Counts the tasks it runs, and answers with the input.
+#[derive(Default)]
+struct Counting(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl Delegate for Counting {
+    async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(TaskOutput::new(json!({ "got": task.input })))
+    }
+}
+
+/// A lost answer is not the task's failure: the driver asks the delegate about the task. When the submit got
+/// through, the status query fetches the result the session kept; when it did not, the task is submitted again.
+/// Either way it runs once and its caller gets its result.
+#[tokio::test]
+async fn a_lost_answer_is_resumed_by_the_driver_and_the_task_runs_once() {
+    for deliver in [true, false] {
+        let delegate = Arc::new(Counting::default());
+        let rt = runtime(delegate.clone());
+        let c = flaky_client(&rt, 1, deliver, false).await;
+        let s = c.propose(SessionConfig::default()).await.unwrap();
+        let out = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap();
+        assert_eq!(out.output, json!({ "got": "hi" }), "deliver: {deliver}");
+        assert_eq!(delegate.0.load(std::sync::atomic::Ordering::SeqCst), 1, "deliver: {deliver}");
+        assert_eq!(c.pending_tasks(), 0);
+    }
+}
+
+/// Answers lost again and again end the task with a typed error after the machine's bound, not a retry loop.
+#[tokio::test(start_paused = true)]
+async fn answers_lost_without_end_fail_the_task_after_the_bound() {
+    let rt = runtime(Arc::new(Counting::default()));
+    let c = flaky_client(&rt, usize::MAX, false, false).await;
+    let s = c.propose(SessionConfig::default()).await.unwrap();
+    // Every submit's answer, the first and each resubmission's, is lost.
+    let err = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap_err();
+    let SessionError::Transport(e) = &err else { panic!("{err:?}") };
+    assert_eq!(e.code, codes::TRANSPORT_ERROR);
+    assert!(!e.retryable);
+    assert_eq!(
+        e.message,
+        format!("the task's answer was lost {} times; it is not resumed again", DEFAULT_MAX_RESUMES + 1)
+    );
+    assert_eq!(c.pending_tasks(), 0);
+}
+
+/// The driver's timer keeps the answer deadline whatever the transport does: a submit nobody answers ends with
+/// the machine's `TIMEOUT` at the deadline (virtual time).
+#[tokio::test(start_paused = true)]
+async fn the_driver_ends_an_unanswered_submit_at_its_deadline() {
+    let rt = runtime(Arc::new(Counting::default()));
+    let c = flaky_client(&rt, 0, false, true).await;
+    let s = c.propose(SessionConfig::default()).await.unwrap();
+    let before = tokio::time::Instant::now();
+    let err = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap_err();
+    assert_eq!(before.elapsed(), Duration::from_secs(30));
+    let SessionError::Transport(e) = &err else { panic!("{err:?}") };
+    assert_eq!(e.code, codes::TIMEOUT);
+    assert!(!e.retryable);
+    assert_eq!(c.pending_tasks(), 0);
+}
