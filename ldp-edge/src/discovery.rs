@@ -23,6 +23,7 @@ pub async fn send_retrying(
 /// Why a client request failed: before the server could have handled it, or after it was written (its answer lost
 /// on the way back, which a client that resumes tasks asks the server about instead of failing).
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums)] // Closed by definition: the request reached the server, or it may not have.
 pub enum RequestFailure {
     /// The request failed for good: it did not reach the server (after the retries allowed), it timed out, or the
     /// server refused it.
