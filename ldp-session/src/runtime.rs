@@ -1,5 +1,6 @@
 //! The async glue: a [`Delegate`] runs tasks, a [`Transport`] carries envelopes, [`DelegateRuntime`] joins a
-//! [`Responder`] to a delegate for servers, and [`Client`] hides the initiator's message choreography.
+//! [`Responder`] to a delegate for servers, [`Client`] hides the initiator's message choreography, and
+//! [`InitiatorDriver`] runs the initiator's timers and resume for every transport.
 //!
 //! This is the only async code in the crate; every protocol rule stays in the machines. Transports (HTTP, WebSocket,
 //! [`MemoryTransport`]) implement [`Transport`] on the client side and call [`DelegateRuntime::handle`] on the

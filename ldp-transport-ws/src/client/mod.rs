@@ -1,9 +1,10 @@
 //! The client side: [`WsTransport`] implements the session crate's `Transport` over one WebSocket connection that
 //! carries any number of sessions, matches answers to requests, pushes TASK_UPDATEs to their submitter, keeps the
-//! connection alive, and reconnects when it drops, handing the resume to the initiator machine.
+//! connection alive, and reconnects when it drops, reporting it to the initiator's driver
+//! (`ldp_session::runtime::InitiatorDriver`), which resumes and times the tasks.
 //!
 //! - `options`: [`WsOptions`] and the TLS configuration;
-//! - `pending`: the table of outstanding requests and the routing of server frames (to a caller, or to the machine
+//! - `pending`: the table of outstanding requests and the routing of server frames (to a caller, or to the driver
 //!   whose status query or resubmission they answer);
 //! - `connection`: opening a connection, and the task that runs it, reconnects with backoff and starts the resume;
 //! - this module: the [`WsTransport`] handle and its `Transport` implementation.
