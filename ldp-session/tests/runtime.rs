@@ -521,11 +521,21 @@ async fn a_fail_closed_deadline_stops_the_work_when_it_passes() {
 
 /// Carries messages into a runtime, except that it fails the next `failures` exchanges of the message types in
 /// `fail` with a transport error (the message is delivered first when `deliver` is set: the answer is what got lost).
+/// With `report_lost` it tells its driver those answers were lost (`Exchange::Lost`, as the HTTP transport does
+/// once the request was written) and gives the driver a 30 s answer timeout and a status poll; with `hang` those
+/// messages are never answered at all.
 struct Lossy {
     inner: MemoryTransport,
     fail: &'static [&'static str],
     failures: std::sync::atomic::AtomicUsize,
     deliver: bool,
+    report_lost: bool,
+    hang: bool,
+}
+
+/// The error of an exchange [`Lossy`] fails.
+fn reset() -> LdpError {
+    LdpError::transport(codes::TRANSPORT_ERROR, "connection reset").with_retryable(true)
 }
 
 #[async_trait]
@@ -540,6 +550,9 @@ impl runtime::Transport for Lossy {
         updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
     ) -> Result<Option<Vec<u8>>, LdpError> {
         use std::sync::atomic::Ordering::SeqCst;
+        if self.hang && self.fail.contains(&envelope.body.type_name()) {
+            return std::future::pending().await;
+        }
         let failing = self.fail.contains(&envelope.body.type_name())
             && self.failures.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok();
         if !failing {
@@ -548,7 +561,26 @@ impl runtime::Transport for Lossy {
         if self.deliver {
             let _ = self.inner.exchange(envelope, updates).await;
         }
-        Err(LdpError::transport(codes::TRANSPORT_ERROR, "connection reset").with_retryable(true))
+        Err(reset())
+    }
+
+    async fn exchange_outcome(
+        &self,
+        envelope: &Envelope,
+        updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
+    ) -> runtime::Exchange {
+        match self.exchange(envelope, updates).await {
+            Ok(answer) => runtime::Exchange::Answered(answer),
+            Err(error) if self.report_lost && error == reset() => runtime::Exchange::Lost(error),
+            Err(error) => runtime::Exchange::Failed(error),
+        }
+    }
+
+    fn attach(&self, driver: &Arc<runtime::InitiatorDriver>) {
+        if self.report_lost || self.hang {
+            driver.set_answer_timeout(Some(Duration::from_secs(30)));
+            driver.set_status_poll(Some(runtime::DEFAULT_STATUS_POLL));
+        }
     }
 }
 
@@ -558,10 +590,23 @@ async fn lossy_client(
     failures: usize,
     deliver: bool,
 ) -> Client<Lossy> {
-    let inner = MemoryTransport::new(rt.clone(), PeerContext::default());
-    let lossy = Lossy { inner, fail, failures: failures.into(), deliver };
+    lossy(Lossy { inner: memory(rt), fail, failures: failures.into(), deliver, report_lost: false, hang: false }).await
+}
+
+fn memory(rt: &DelegateRuntime) -> MemoryTransport {
+    MemoryTransport::new(rt.clone(), PeerContext::default())
+}
+
+/// A client over `transport`.
+async fn lossy(transport: Lossy) -> Client<Lossy> {
     let ids = Box::new(SeededIds::new(8));
-    Client::connect(lossy, InitiatorConfig::new("ldp:delegate:client"), Arc::new(SystemClock), ids).await.unwrap()
+    Client::connect(transport, InitiatorConfig::new("ldp:delegate:client"), Arc::new(SystemClock), ids).await.unwrap()
+}
+
+/// A client whose first `lose` TASK_SUBMIT answers are lost on the way back, reported as lost (`Exchange::Lost`).
+async fn losing_client(rt: &DelegateRuntime, lose: usize, deliver: bool, hang: bool) -> Client<Lossy> {
+    let fail = &["TASK_SUBMIT"];
+    lossy(Lossy { inner: memory(rt), fail, failures: lose.into(), deliver, report_lost: true, hang }).await
 }
 
 /// A caller that got a transport error for its submit has no task left in its client's initiator (nothing would
@@ -636,67 +681,6 @@ async fn held_answers_go_out_once_on_the_connection_the_session_is_live_on() {
     assert!(rt.held_for(&sid, 1).is_empty());
 }
 
-/// Carries messages into a runtime like an HTTP transport would, except that the answers of the first `lose`
-/// TASK_SUBMITs are lost on the way back (`Exchange::Lost`; the submit reaches the runtime first when `deliver` is
-/// set), and that with `hang` a TASK_SUBMIT is never answered. Attached, it gives the driver `answer_timeout`.
-struct Flaky {
-    inner: MemoryTransport,
-    lose: std::sync::atomic::AtomicUsize,
-    deliver: bool,
-    hang: bool,
-    answer_timeout: Option<Duration>,
-}
-
-#[async_trait]
-impl runtime::Transport for Flaky {
-    async fn identity(&self) -> Result<IdentityCard, LdpError> {
-        self.inner.identity().await
-    }
-
-    async fn exchange(
-        &self,
-        envelope: &Envelope,
-        updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
-    ) -> Result<Option<Vec<u8>>, LdpError> {
-        self.inner.exchange(envelope, updates).await
-    }
-
-    async fn exchange_outcome(
-        &self,
-        envelope: &Envelope,
-        updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
-    ) -> runtime::Exchange {
-        use std::sync::atomic::Ordering::SeqCst;
-        let submit = matches!(envelope.body, Body::TaskSubmit(_));
-        if submit && self.hang {
-            return std::future::pending().await;
-        }
-        if submit && self.lose.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok() {
-            if self.deliver {
-                let _ = self.inner.exchange(envelope, updates).await;
-            }
-            return runtime::Exchange::Lost(LdpError::transport(codes::TRANSPORT_ERROR, "connection reset"));
-        }
-        match self.inner.exchange(envelope, updates).await {
-            Ok(answer) => runtime::Exchange::Answered(answer),
-            Err(error) => runtime::Exchange::Failed(error),
-        }
-    }
-
-    fn attach(&self, driver: &Arc<runtime::InitiatorDriver>) {
-        driver.set_answer_timeout(self.answer_timeout);
-        driver.set_status_poll(Some(runtime::DEFAULT_STATUS_POLL));
-    }
-}
-
-async fn flaky_client(rt: &DelegateRuntime, lose: usize, deliver: bool, hang: bool) -> Client<Flaky> {
-    let inner = MemoryTransport::new(rt.clone(), PeerContext::default());
-    let answer_timeout = Some(Duration::from_secs(30));
-    let flaky = Flaky { inner, lose: lose.into(), deliver, hang, answer_timeout };
-    let ids = Box::new(SeededIds::new(8));
-    Client::connect(flaky, InitiatorConfig::new("ldp:delegate:client"), Arc::new(SystemClock), ids).await.unwrap()
-}
-
 /// Counts the tasks it runs, and answers with the input.
 #[derive(Default)]
 struct Counting(std::sync::atomic::AtomicUsize);
@@ -717,7 +701,7 @@ async fn a_lost_answer_is_resumed_by_the_driver_and_the_task_runs_once() {
     for deliver in [true, false] {
         let delegate = Arc::new(Counting::default());
         let rt = runtime(delegate.clone());
-        let c = flaky_client(&rt, 1, deliver, false).await;
+        let c = losing_client(&rt, 1, deliver, false).await;
         let s = c.propose(SessionConfig::default()).await.unwrap();
         let out = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap();
         assert_eq!(out.output, json!({ "got": "hi" }), "deliver: {deliver}");
@@ -730,7 +714,7 @@ async fn a_lost_answer_is_resumed_by_the_driver_and_the_task_runs_once() {
 #[tokio::test(start_paused = true)]
 async fn answers_lost_without_end_fail_the_task_after_the_bound() {
     let rt = runtime(Arc::new(Counting::default()));
-    let c = flaky_client(&rt, usize::MAX, false, false).await;
+    let c = losing_client(&rt, usize::MAX, false, false).await;
     let s = c.propose(SessionConfig::default()).await.unwrap();
     // Every submit's answer, the first and each resubmission's, is lost.
     let err = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap_err();
@@ -749,7 +733,7 @@ async fn answers_lost_without_end_fail_the_task_after_the_bound() {
 #[tokio::test(start_paused = true)]
 async fn the_driver_ends_an_unanswered_submit_at_its_deadline() {
     let rt = runtime(Arc::new(Counting::default()));
-    let c = flaky_client(&rt, 0, false, true).await;
+    let c = losing_client(&rt, 0, false, true).await;
     let s = c.propose(SessionConfig::default()).await.unwrap();
     let before = tokio::time::Instant::now();
     let err = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap_err();

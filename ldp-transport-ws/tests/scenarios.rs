@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ldp_session::runtime::{Client, DelegateRuntime, Transport};
+use ldp_session::runtime::{Client, DelegateRuntime, TaskOutcome, Transport};
 use ldp_session::{DEFAULT_MAX_RESUMES, InitiatorConfig, SeededIds, SessionError, SystemClock};
 use ldp_transport_http::HttpTransport;
 use ldp_transport_ws::{ConnectOptions, ConnectSettings, RetryPolicy, WsServerConfig, WsTransport};
@@ -73,6 +73,22 @@ async fn setup(wire: Wire, answer_timeout: Option<Duration>) -> Setup {
     Setup { delegate, rt, proxy, client, session, _server: server }
 }
 
+/// Submits `input` to `skill` in the setup's session, on a task of its own.
+fn spawn_submit(
+    s: &Arc<Setup>,
+    skill: &'static str,
+    input: serde_json::Value,
+) -> tokio::task::JoinHandle<Result<TaskOutcome, SessionError>> {
+    let s = s.clone();
+    tokio::spawn(async move { s.client.submit(&s.session, skill, input, None).await })
+}
+
+/// The outcome of a spawned submit, which must come within 10 s.
+async fn outcome(wire: Wire, running: tokio::task::JoinHandle<Result<TaskOutcome, SessionError>>) -> TaskOutcome {
+    let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
+    out.unwrap_or_else(|e| panic!("{wire:?}: {e:?}"))
+}
+
 fn started(s: &Setup) -> usize {
     s.delegate.started.lock().unwrap().len()
 }
@@ -105,10 +121,7 @@ async fn an_unanswered_task_fails_with_a_typed_timeout_at_the_drivers_deadline()
 async fn a_result_finished_while_the_answer_was_lost_arrives_after_the_resume() {
     for wire in WIRES {
         let s = Arc::new(setup(wire, None).await);
-        let running = {
-            let s = s.clone();
-            tokio::spawn(async move { s.client.submit(&s.session, "wait", json!("w1"), None).await })
-        };
+        let running = spawn_submit(&s, "wait", json!("w1"));
         eventually("the task to start", || s.rt.running_tasks() == 1).await;
         // The connection carrying the answer breaks, and the network stays down while the task finishes.
         s.proxy.set_open(false);
@@ -116,8 +129,7 @@ async fn a_result_finished_while_the_answer_was_lost_arrives_after_the_resume() 
         s.delegate.gate.add_permits(1);
         eventually("the task to finish", || s.rt.running_tasks() == 0).await;
         s.proxy.set_open(true);
-        let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
-        let out = out.unwrap_or_else(|e| panic!("{wire:?}: {e:?}"));
+        let out = outcome(wire, running).await;
         assert_eq!(out.output, json!({ "waited": "w1" }), "{wire:?}");
         assert_eq!(started(&s), 1, "{wire:?}: run once");
         assert_eq!(s.client.pending_tasks(), 0, "{wire:?}");
@@ -130,18 +142,14 @@ async fn a_result_finished_while_the_answer_was_lost_arrives_after_the_resume() 
 async fn a_task_still_running_at_the_resume_answers_later() {
     for wire in WIRES {
         let s = Arc::new(setup(wire, None).await);
-        let running = {
-            let s = s.clone();
-            tokio::spawn(async move { s.client.submit(&s.session, "wait", json!("w2"), None).await })
-        };
+        let running = spawn_submit(&s, "wait", json!("w2"));
         eventually("the task to start", || s.rt.running_tasks() == 1).await;
         s.proxy.cut();
         // The resume finds the task running (over HTTP it then polls; over WebSocket the result is pushed).
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!running.is_finished(), "{wire:?}: the task is still running");
         s.delegate.gate.add_permits(1);
-        let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
-        let out = out.unwrap_or_else(|e| panic!("{wire:?}: {e:?}"));
+        let out = outcome(wire, running).await;
         assert_eq!(out.output, json!({ "waited": "w2" }), "{wire:?}");
         assert_eq!(started(&s), 1, "{wire:?}");
     }
@@ -153,17 +161,13 @@ async fn a_task_the_delegate_never_received_is_submitted_again_and_runs_once() {
         let s = Arc::new(setup(wire, None).await);
         // The client writes the submit, the network swallows it, then the connection breaks.
         s.proxy.set_blackhole(true);
-        let running = {
-            let s = s.clone();
-            tokio::spawn(async move { s.client.submit(&s.session, "echo", json!("lost"), None).await })
-        };
+        let running = spawn_submit(&s, "echo", json!("lost"));
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(started(&s), 0, "{wire:?}: the delegate never saw it");
         s.proxy.set_blackhole(false);
         s.proxy.cut();
         // The status query meets TASK_NOT_FOUND: the machine submits the task again, and its result is the answer.
-        let out = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap();
-        let out = out.unwrap_or_else(|e| panic!("{wire:?}: {e:?}"));
+        let out = outcome(wire, running).await;
         assert_eq!(out.output, json!({ "echo": "lost" }), "{wire:?}");
         assert_eq!(started(&s), 1, "{wire:?}: run once");
         assert_eq!(s.client.pending_tasks(), 0, "{wire:?}");

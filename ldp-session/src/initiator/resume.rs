@@ -362,50 +362,17 @@ impl Initiator {
     /// caller with the error of each [`Expired`]. Status polls that are due are queued ([`Initiator::poll_transmit`]).
     pub fn handle_timeout(&mut self, now: Instant) -> Vec<Expired> {
         let mut expired = Vec::new();
-        let mut abandoned: Vec<TaskKey> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.resume.abandoned.is_some_and(|at| at <= now))
-            .map(|(k, _)| k.clone())
-            .collect();
-        abandoned.sort();
-        for key in abandoned {
-            let losses = self.tasks.remove(&key).map(|t| t.resume.losses).unwrap_or_default();
-            self.deadlines.remove(&Awaited::Task(key.clone()));
-            let error = LdpError::transport(
-                codes::TRANSPORT_ERROR,
-                format!("the task's answer was lost {losses} times; it is not resumed again"),
-            )
-            .with_retryable(false);
+        for key in self.tasks_where(|r| r.abandoned.is_some_and(|at| at <= now)) {
+            let losses = self.forget_task(&key).map(|t| t.resume.losses).unwrap_or_default();
+            let error = answer_lost(format!("the task's answer was lost {losses} times; it is not resumed again"));
             expired.push(Expired::NotResumed { key, error });
         }
-        let mut lost: Vec<(TaskKey, String)> = self
-            .tasks
-            .iter()
-            .filter_map(|(k, t)| match &t.resume.give_up {
-                Some((at, status)) if *at <= now => Some((k.clone(), status.clone())),
-                _ => None,
-            })
-            .collect();
-        lost.sort();
-        for (key, status) in lost {
-            self.tasks.remove(&key);
-            self.deadlines.remove(&Awaited::Task(key.clone()));
-            let error = LdpError::transport(
-                codes::TRANSPORT_ERROR,
-                format!("the task {status} while disconnected and its result was lost in transit"),
-            )
-            .with_retryable(false);
+        for key in self.tasks_where(|r| r.give_up.as_ref().is_some_and(|(at, _)| *at <= now)) {
+            let status = self.forget_task(&key).and_then(|t| t.resume.give_up).map(|(_, s)| s).unwrap_or_default();
+            let error = answer_lost(format!("the task {status} while disconnected and its result was lost in transit"));
             expired.push(Expired::ResultLost { key, error });
         }
-        let mut polls: Vec<TaskKey> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.resume.poll_at.is_some_and(|at| at <= now))
-            .map(|(k, _)| k.clone())
-            .collect();
-        polls.sort();
-        for key in polls {
+        for key in self.tasks_where(|r| r.poll_at.is_some_and(|at| at <= now)) {
             self.query(key);
         }
         let mut due: Vec<Awaited> =
@@ -419,6 +386,11 @@ impl Initiator {
         }
         expired
     }
+}
+
+/// The error of a task whose answer is lost for good: a non-retryable `transport` error (the task may have run).
+fn answer_lost(message: String) -> LdpError {
+    LdpError::transport(codes::TRANSPORT_ERROR, message).with_retryable(false)
 }
 
 impl Initiator {
@@ -490,6 +462,20 @@ impl Initiator {
             })),
             _ => false,
         }
+    }
+
+    /// The tasks whose resume state `due` picks, in key order (so that what follows is deterministic).
+    fn tasks_where(&self, due: impl Fn(&ResumeState) -> bool) -> Vec<TaskKey> {
+        let mut keys: Vec<TaskKey> =
+            self.tasks.iter().filter(|(_, t)| due(&t.resume)).map(|(k, _)| k.clone()).collect();
+        keys.sort();
+        keys
+    }
+
+    /// Forgets task `key` and its answer deadline.
+    fn forget_task(&mut self, key: &TaskKey) -> Option<PendingTask> {
+        self.deadlines.remove(&Awaited::Task(key.clone()));
+        self.tasks.remove(key)
     }
 
     /// Whether `key` is a task the initiator still waits for.
