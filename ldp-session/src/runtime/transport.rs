@@ -34,8 +34,8 @@ pub trait Transport: Send + Sync {
 
     /// Sends one envelope and returns the peer's reply as the bytes of the envelope received (`None` when the peer
     /// accepted it without a reply). The transport does not decode the reply: the initiator does
-    /// ([`Initiator::handle`]), with the decoder the responder uses, and checks a signature over the bytes as they
-    /// came. TASK_UPDATEs that arrive before the reply are sent to `updates` when given. Transport failures are
+    /// ([`Initiator::handle`](crate::Initiator::handle)), with the decoder the responder uses, and checks a
+    /// signature over the bytes as they came. TASK_UPDATEs that arrive before the reply are sent to `updates` when given. Transport failures are
     /// `transport`-category errors; a peer's refusal without an in-protocol reply is its typed error.
     async fn exchange(
         &self,
