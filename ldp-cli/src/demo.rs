@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use ldp::config::{ServerConfig, SigningAlgorithm};
-use ldp_session::runtime::{Client, Delegate, EchoDelegate, SharedInitiator, Submission, TaskContext, Transport};
+use ldp_session::runtime::{Client, Delegate, EchoDelegate, InitiatorDriver, Submission, TaskContext, Transport};
 use ldp_session::{
     Initiator, InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock, TaskOutput, TaskRequest,
 };
@@ -226,8 +226,8 @@ impl Transport for Traced {
         }
         reply
     }
-    fn attach(&self, initiator: &SharedInitiator) {
-        self.inner.attach(initiator);
+    fn attach(&self, driver: &Arc<InitiatorDriver>) {
+        self.inner.attach(driver);
     }
 }
 

@@ -17,17 +17,61 @@ pub async fn send_retrying(
     retry: &RetryPolicy,
     url: &str,
 ) -> Result<reqwest::Response, LdpError> {
+    send_checked(make, idempotent, retry, url).await.map_err(RequestFailure::into_error)
+}
+
+/// Why a client request failed: before the server could have handled it, or after it was written (its answer lost
+/// on the way back, which a client that resumes tasks asks the server about instead of failing).
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::exhaustive_enums)] // Closed by definition: the request reached the server, or it may not have.
+pub enum RequestFailure {
+    /// The request failed for good: it did not reach the server (after the retries allowed), it timed out, or the
+    /// server refused it.
+    Failed(LdpError),
+    /// The connection broke after the request was written and before the whole answer came back.
+    AnswerLost(LdpError),
+}
+
+impl RequestFailure {
+    /// The typed error, whichever way the request failed.
+    pub fn into_error(self) -> LdpError {
+        match self {
+            Self::Failed(e) | Self::AnswerLost(e) => e,
+        }
+    }
+
+    /// A `reqwest` failure: lost when the request may have been written (neither a connection failure nor the
+    /// request's own timeout, which is final).
+    pub fn of(e: &reqwest::Error, idempotent: bool) -> Self {
+        let error = request_error(e, idempotent);
+        if e.is_connect() || e.is_timeout() || e.is_builder() { Self::Failed(error) } else { Self::AnswerLost(error) }
+    }
+}
+
+/// [`send_retrying`], telling a lost answer from a failure ([`RequestFailure`]).
+pub async fn send_checked(
+    make: impl Fn() -> RequestBuilder,
+    idempotent: bool,
+    retry: &RetryPolicy,
+    url: &str,
+) -> Result<reqwest::Response, RequestFailure> {
     let mut attempt = 0;
     loop {
-        let error = match make().send().await {
+        let failure = match make().send().await {
             Ok(resp) if matches!(resp.status(), StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) => {
-                LdpError::transport(codes::TRANSPORT_ERROR, format!("HTTP {} from {url}", resp.status()))
+                RequestFailure::Failed(LdpError::transport(
+                    codes::TRANSPORT_ERROR,
+                    format!("HTTP {} from {url}", resp.status()),
+                ))
             }
             Ok(resp) => return Ok(resp),
-            Err(e) => request_error(&e, idempotent),
+            Err(e) => RequestFailure::of(&e, idempotent),
+        };
+        let error = match &failure {
+            RequestFailure::Failed(e) | RequestFailure::AnswerLost(e) => e,
         };
         if !(error.category == ErrorCategory::Transport && error.retryable) || attempt >= retry.max_retries {
-            return Err(error);
+            return Err(failure);
         }
         let wait = retry.backoff(attempt);
         tracing::debug!(attempt, ?wait, %error, "retrying");
@@ -89,16 +133,27 @@ pub fn status_error(status: StatusCode, snippet: &str) -> LdpError {
 }
 
 /// Reads an answer's body up to `limit` bytes: a longer one (declared or sent) is `MESSAGE_TOO_LARGE`.
-pub async fn read_body(mut resp: reqwest::Response, limit: usize, idempotent: bool) -> Result<Vec<u8>, LdpError> {
+pub async fn read_body(resp: reqwest::Response, limit: usize, idempotent: bool) -> Result<Vec<u8>, LdpError> {
+    read_body_checked(resp, limit, idempotent).await.map_err(RequestFailure::into_error)
+}
+
+/// [`read_body`], telling a lost answer (the connection broke mid-body) from a failure ([`RequestFailure`]).
+pub async fn read_body_checked(
+    mut resp: reqwest::Response,
+    limit: usize,
+    idempotent: bool,
+) -> Result<Vec<u8>, RequestFailure> {
     let too_large = || {
-        LdpError::runtime(codes::MESSAGE_TOO_LARGE, format!("the delegate's answer is larger than {limit} bytes"))
-            .with_retryable(false)
+        RequestFailure::Failed(
+            LdpError::runtime(codes::MESSAGE_TOO_LARGE, format!("the delegate's answer is larger than {limit} bytes"))
+                .with_retryable(false),
+        )
     };
     if resp.content_length().is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| request_error(&e, idempotent))? {
+    while let Some(chunk) = resp.chunk().await.map_err(|e| RequestFailure::of(&e, idempotent))? {
         if body.len() + chunk.len() > limit {
             return Err(too_large());
         }

@@ -60,7 +60,10 @@ pub use conn::{
     stop_and_join,
 };
 #[cfg(feature = "client")]
-pub use discovery::{fetch_identity, identity_urls, read_body, request_error, send_retrying, status_error};
+pub use discovery::{
+    RequestFailure, fetch_identity, identity_urls, read_body, read_body_checked, request_error, send_checked,
+    send_retrying, status_error,
+};
 pub use error::Error;
 #[cfg(feature = "server")]
 pub use error::{HttpError, error_body, json_response, status_for};

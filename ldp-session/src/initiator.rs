@@ -27,7 +27,7 @@ use crate::responder::TaskRequest;
 use crate::security::{Received, ReplayGuard, sign_outbound, verify_inbound};
 use crate::{SessionState, TaskKey};
 
-pub use resume::{DEFAULT_RESUME_GRACE, Expired, ResumeVerdict, Transmit};
+pub use resume::{DEFAULT_MAX_RESUMES, DEFAULT_RESUME_GRACE, Expired, ResumeVerdict, Transmit};
 
 /// Something the initiator learned from its peer.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,6 +137,10 @@ pub struct Initiator {
     /// Status queries and resubmissions of a resume.
     transmit: VecDeque<Transmit>,
     resume_grace: Duration,
+    /// Re-query interval of tasks reported running, for carriers without pushed answers.
+    status_poll: Option<Duration>,
+    /// Losses of one task's answer tolerated before it fails.
+    max_resumes: u32,
     answer_timeout: Option<Duration>,
     /// When each request written under the answer timeout is due.
     deadlines: HashMap<Awaited, Instant>,
@@ -164,6 +168,8 @@ impl Initiator {
             events: VecDeque::new(),
             transmit: VecDeque::new(),
             resume_grace: DEFAULT_RESUME_GRACE,
+            status_poll: None,
+            max_resumes: resume::DEFAULT_MAX_RESUMES,
             answer_timeout: None,
             deadlines: HashMap::new(),
         }

@@ -78,7 +78,8 @@ pub use config::{DeclaredDomains, FallbackStyle, InitiatorConfig, Limits, Respon
 pub use error::{Misuse, PeerMisbehaved, Refusal, SessionError};
 pub use held::{HeldAnswer, HeldLimits, HeldStats};
 pub use initiator::{
-    DEFAULT_RESUME_GRACE, Expired, Initiator, InitiatorEvent, ResumeVerdict, Transmit, delegated_contract, fit_payload,
+    DEFAULT_MAX_RESUMES, DEFAULT_RESUME_GRACE, Expired, Initiator, InitiatorEvent, ResumeVerdict, Transmit,
+    delegated_contract, fit_payload,
 };
 pub use refusals::{REFUSAL_LINE_EVERY, REFUSAL_QUIET_AFTER, RefusalLine, RefusalLog};
 pub use responder::{

@@ -1,5 +1,6 @@
 //! The async glue: a [`Delegate`] runs tasks, a [`Transport`] carries envelopes, [`DelegateRuntime`] joins a
-//! [`Responder`] to a delegate for servers, and [`Client`] hides the initiator's message choreography.
+//! [`Responder`] to a delegate for servers, [`Client`] hides the initiator's message choreography, and
+//! [`InitiatorDriver`] runs the initiator's timers and resume for every transport.
 //!
 //! This is the only async code in the crate; every protocol rule stays in the machines. Transports (HTTP, WebSocket,
 //! [`MemoryTransport`]) implement [`Transport`] on the client side and call [`DelegateRuntime::handle`] on the
@@ -679,9 +680,11 @@ impl DelegateRuntime {
 
 mod client;
 mod connections;
+mod driver;
 mod store;
 mod transport;
 
 pub use client::{Client, SessionInfo, Submission, TaskOutcome};
 pub use connections::RuntimeGauges;
-pub use transport::{MemoryTransport, SharedInitiator, Transport};
+pub use driver::{AttachedDrivers, DEFAULT_STATUS_POLL, InitiatorDriver};
+pub use transport::{Exchange, MemoryTransport, Transport};

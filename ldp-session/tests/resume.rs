@@ -396,3 +396,97 @@ fn a_result_the_session_kept_is_fetched_by_the_status_query_once() {
     assert_eq!(completions(&mut sim), vec![(task.key, json!("kept"))]);
     assert_eq!(sim.initiator.poll_timeout(), None);
 }
+
+#[test]
+fn under_a_status_poll_a_running_task_is_queried_again_until_its_kept_result_answers() {
+    // A carrier without pushed answers (HTTP): the result of a task reported running would never come.
+    let mut sim = Sim::new();
+    let poll = Duration::from_millis(500);
+    sim.initiator.set_status_poll(Some(poll));
+    let sid = sim.session();
+    let key = sim.submit(&sid, "echo", json!("polled")).task().key;
+    let now = sim.now();
+    sim.initiator.handle_disconnect(now, [key.clone()]);
+    sim.initiator.handle_reconnect(now);
+    let first = sim.initiator.poll_transmit().unwrap();
+    // Over HTTP nothing suspends the session: the task runs on, and the query finds it running.
+    let answer = answer_of(&sim.send_responder(first.envelope())).unwrap();
+    assert_eq!(judge(&mut sim, &first.envelope().message_id, &answer), ResumeVerdict::Wait);
+    assert_eq!(sim.initiator.poll_timeout(), Some(sim.now() + poll));
+    // Not before the interval.
+    sim.advance(poll / 2);
+    assert_eq!(sim.initiator.handle_timeout(sim.now()), vec![]);
+    assert!(sim.initiator.poll_transmit().is_none());
+    // The task ends while nobody listens for it (its request is gone, the answer lost), and the session keeps the
+    // result.
+    let delivery = sim.responder.complete_task(sim.now(), &key, TaskOutput::new(json!("done"))).unwrap();
+    assert!(matches!(delivery, Delivery::Send(_)), "{delivery:?}");
+    sim.tasks.clear();
+    sim.advance(poll);
+    assert_eq!(sim.initiator.handle_timeout(sim.now()), vec![]);
+    let second = sim.initiator.poll_transmit().expect("the poll's status query");
+    assert_eq!(second.key(), &key);
+    assert!(matches!(second, Transmit::StatusQuery { .. }), "{second:?}");
+    assert_ne!(second.envelope().message_id, first.envelope().message_id);
+    // The kept result answers the query: it is the task's answer, delivered once.
+    let answer = answer_of(&sim.send_responder(second.envelope())).unwrap();
+    assert_eq!(judge(&mut sim, &second.envelope().message_id, &answer), ResumeVerdict::Deliver(key.clone()));
+    assert_eq!(completions(&mut sim), vec![(key, json!("done"))]);
+    assert_eq!(sim.initiator.pending_tasks(), 0);
+    assert_eq!(sim.initiator.poll_timeout(), None);
+}
+
+#[test]
+fn a_task_whose_answer_is_lost_more_than_the_bound_fails_with_not_resumed() {
+    let mut sim = Sim::new();
+    sim.initiator.set_max_resumes(2);
+    let sid = sim.session();
+    let key = sim.submit(&sid, "echo", json!("x")).task().key;
+    for loss in 1..=2 {
+        let now = sim.now();
+        sim.initiator.handle_disconnect(now, [key.clone()]);
+        sim.initiator.handle_reconnect(now);
+        assert!(sim.initiator.poll_transmit().is_some(), "loss {loss} is resumed");
+        assert_eq!(sim.initiator.handle_timeout(now), vec![]);
+    }
+    // One loss more than allowed: no query, and the task fails at once.
+    let now = sim.now();
+    sim.initiator.handle_disconnect(now, [key.clone()]);
+    sim.initiator.handle_reconnect(now);
+    assert!(sim.initiator.poll_transmit().is_none());
+    assert_eq!(sim.initiator.poll_timeout(), Some(now));
+    let expired = sim.initiator.handle_timeout(now);
+    let [Expired::NotResumed { key: k, error }] = expired.as_slice() else { panic!("{expired:?}") };
+    assert_eq!(k, &key);
+    assert_eq!(error.code, codes::TRANSPORT_ERROR);
+    assert!(!error.retryable);
+    assert_eq!(error.message, "the task's answer was lost 3 times; it is not resumed again");
+    assert_eq!(sim.initiator.pending_tasks(), 0);
+}
+
+#[test]
+fn a_lost_status_query_is_asked_again_after_the_poll_interval_and_counts_as_a_loss() {
+    let mut sim = Sim::new();
+    let poll = Duration::from_millis(200);
+    sim.initiator.set_status_poll(Some(poll));
+    sim.initiator.set_max_resumes(2);
+    let sid = sim.session();
+    let key = sim.submit(&sid, "echo", json!("y")).task().key;
+    let now = sim.now();
+    sim.initiator.handle_disconnect(now, [key.clone()]);
+    sim.initiator.handle_reconnect(now);
+    assert!(sim.initiator.poll_transmit().is_some());
+    // The query itself never got through (the second loss): asked again, not at once but after the interval.
+    sim.initiator.handle_query_lost(now, &key);
+    assert!(sim.initiator.poll_transmit().is_none());
+    assert_eq!(sim.initiator.poll_timeout(), Some(now + poll));
+    assert_eq!(sim.initiator.handle_timeout(now + poll), vec![]);
+    let again = sim.initiator.poll_transmit().expect("the query asked again");
+    assert!(matches!(again, Transmit::StatusQuery { .. }), "{again:?}");
+    // A third loss with a bound of two: the task fails instead of being queried again.
+    sim.initiator.handle_query_lost(now + poll, &key);
+    let expired = sim.initiator.handle_timeout(now + poll);
+    assert!(matches!(expired.as_slice(), [Expired::NotResumed { key: k, .. }] if *k == key), "{expired:?}");
+    assert!(sim.initiator.poll_transmit().is_none());
+    assert_eq!(sim.initiator.pending_tasks(), 0);
+}

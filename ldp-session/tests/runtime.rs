@@ -521,11 +521,21 @@ async fn a_fail_closed_deadline_stops_the_work_when_it_passes() {
 
 /// Carries messages into a runtime, except that it fails the next `failures` exchanges of the message types in
 /// `fail` with a transport error (the message is delivered first when `deliver` is set: the answer is what got lost).
+/// With `report_lost` it tells its driver those answers were lost (`Exchange::Lost`, as the HTTP transport does
+/// once the request was written) and gives the driver a 30 s answer timeout and a status poll; with `hang` those
+/// messages are never answered at all.
 struct Lossy {
     inner: MemoryTransport,
     fail: &'static [&'static str],
     failures: std::sync::atomic::AtomicUsize,
     deliver: bool,
+    report_lost: bool,
+    hang: bool,
+}
+
+/// The error of an exchange [`Lossy`] fails.
+fn reset() -> LdpError {
+    LdpError::transport(codes::TRANSPORT_ERROR, "connection reset").with_retryable(true)
 }
 
 #[async_trait]
@@ -540,6 +550,9 @@ impl runtime::Transport for Lossy {
         updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
     ) -> Result<Option<Vec<u8>>, LdpError> {
         use std::sync::atomic::Ordering::SeqCst;
+        if self.hang && self.fail.contains(&envelope.body.type_name()) {
+            return std::future::pending().await;
+        }
         let failing = self.fail.contains(&envelope.body.type_name())
             && self.failures.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok();
         if !failing {
@@ -548,7 +561,26 @@ impl runtime::Transport for Lossy {
         if self.deliver {
             let _ = self.inner.exchange(envelope, updates).await;
         }
-        Err(LdpError::transport(codes::TRANSPORT_ERROR, "connection reset").with_retryable(true))
+        Err(reset())
+    }
+
+    async fn exchange_outcome(
+        &self,
+        envelope: &Envelope,
+        updates: Option<tokio::sync::mpsc::Sender<Envelope>>,
+    ) -> runtime::Exchange {
+        match self.exchange(envelope, updates).await {
+            Ok(answer) => runtime::Exchange::Answered(answer),
+            Err(error) if self.report_lost && error == reset() => runtime::Exchange::Lost(error),
+            Err(error) => runtime::Exchange::Failed(error),
+        }
+    }
+
+    fn attach(&self, driver: &Arc<runtime::InitiatorDriver>) {
+        if self.report_lost || self.hang {
+            driver.set_answer_timeout(Some(Duration::from_secs(30)));
+            driver.set_status_poll(Some(runtime::DEFAULT_STATUS_POLL));
+        }
     }
 }
 
@@ -558,10 +590,23 @@ async fn lossy_client(
     failures: usize,
     deliver: bool,
 ) -> Client<Lossy> {
-    let inner = MemoryTransport::new(rt.clone(), PeerContext::default());
-    let lossy = Lossy { inner, fail, failures: failures.into(), deliver };
+    lossy(Lossy { inner: memory(rt), fail, failures: failures.into(), deliver, report_lost: false, hang: false }).await
+}
+
+fn memory(rt: &DelegateRuntime) -> MemoryTransport {
+    MemoryTransport::new(rt.clone(), PeerContext::default())
+}
+
+/// A client over `transport`.
+async fn lossy(transport: Lossy) -> Client<Lossy> {
     let ids = Box::new(SeededIds::new(8));
-    Client::connect(lossy, InitiatorConfig::new("ldp:delegate:client"), Arc::new(SystemClock), ids).await.unwrap()
+    Client::connect(transport, InitiatorConfig::new("ldp:delegate:client"), Arc::new(SystemClock), ids).await.unwrap()
+}
+
+/// A client whose first `lose` TASK_SUBMIT answers are lost on the way back, reported as lost (`Exchange::Lost`).
+async fn losing_client(rt: &DelegateRuntime, lose: usize, deliver: bool, hang: bool) -> Client<Lossy> {
+    let fail = &["TASK_SUBMIT"];
+    lossy(Lossy { inner: memory(rt), fail, failures: lose.into(), deliver, report_lost: true, hang }).await
 }
 
 /// A caller that got a transport error for its submit has no task left in its client's initiator (nothing would
@@ -634,4 +679,67 @@ async fn held_answers_go_out_once_on_the_connection_the_session_is_live_on() {
     rt.hold(&sid, "t-3", "{}".to_owned());
     c.close(&sid).await.unwrap();
     assert!(rt.held_for(&sid, 1).is_empty());
+}
+
+/// Counts the tasks it runs, and answers with the input.
+#[derive(Default)]
+struct Counting(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl Delegate for Counting {
+    async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(TaskOutput::new(json!({ "got": task.input })))
+    }
+}
+
+/// A lost answer is not the task's failure: the driver asks the delegate about the task. When the submit got
+/// through, the status query fetches the result the session kept; when it did not, the task is submitted again.
+/// Either way it runs once and its caller gets its result.
+#[tokio::test]
+async fn a_lost_answer_is_resumed_by_the_driver_and_the_task_runs_once() {
+    for deliver in [true, false] {
+        let delegate = Arc::new(Counting::default());
+        let rt = runtime(delegate.clone());
+        let c = losing_client(&rt, 1, deliver, false).await;
+        let s = c.propose(SessionConfig::default()).await.unwrap();
+        let out = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap();
+        assert_eq!(out.output, json!({ "got": "hi" }), "deliver: {deliver}");
+        assert_eq!(delegate.0.load(std::sync::atomic::Ordering::SeqCst), 1, "deliver: {deliver}");
+        assert_eq!(c.pending_tasks(), 0);
+    }
+}
+
+/// Answers lost again and again end the task with a typed error after the machine's bound, not a retry loop.
+#[tokio::test(start_paused = true)]
+async fn answers_lost_without_end_fail_the_task_after_the_bound() {
+    let rt = runtime(Arc::new(Counting::default()));
+    let c = losing_client(&rt, usize::MAX, false, false).await;
+    let s = c.propose(SessionConfig::default()).await.unwrap();
+    // Every submit's answer, the first and each resubmission's, is lost.
+    let err = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap_err();
+    let SessionError::Transport(e) = &err else { panic!("{err:?}") };
+    assert_eq!(e.code, codes::TRANSPORT_ERROR);
+    assert!(!e.retryable);
+    assert_eq!(
+        e.message,
+        format!("the task's answer was lost {} times; it is not resumed again", DEFAULT_MAX_RESUMES + 1)
+    );
+    assert_eq!(c.pending_tasks(), 0);
+}
+
+/// The driver's timer keeps the answer deadline whatever the transport does: a submit nobody answers ends with
+/// the machine's `TIMEOUT` at the deadline (virtual time).
+#[tokio::test(start_paused = true)]
+async fn the_driver_ends_an_unanswered_submit_at_its_deadline() {
+    let rt = runtime(Arc::new(Counting::default()));
+    let c = losing_client(&rt, 0, false, true).await;
+    let s = c.propose(SessionConfig::default()).await.unwrap();
+    let before = tokio::time::Instant::now();
+    let err = c.submit(&s.session_id, "echo", json!("hi"), None).await.unwrap_err();
+    assert_eq!(before.elapsed(), Duration::from_secs(30));
+    let SessionError::Transport(e) = &err else { panic!("{err:?}") };
+    assert_eq!(e.code, codes::TIMEOUT);
+    assert!(!e.retryable);
+    assert_eq!(c.pending_tasks(), 0);
 }

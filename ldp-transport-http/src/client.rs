@@ -1,12 +1,13 @@
 //! The client side: [`HttpTransport`] implements the session crate's [`Transport`] over HTTP, so
 //! `ldp_session::runtime::Client` can talk to any LDP server (ours, or the reference SDKs').
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use ldp_session::runtime::Transport;
+use ldp_session::runtime::{AttachedDrivers, DEFAULT_STATUS_POLL, Exchange, InitiatorDriver, Transport};
 use ldp_types::{Envelope, IdentityCard, LdpError, codes};
 use reqwest::{RequestBuilder, StatusCode, header};
 use serde_json::Value;
@@ -17,7 +18,7 @@ use ldp_edge::Error;
 use ldp_edge::trace_context::TraceHeaders;
 use ldp_edge::{ConnectOptions, ConnectSettings, Credentials, RetryPolicy};
 use ldp_edge::{
-    MESSAGES, STREAM, fetch_identity, identity_urls, read_body, request_error, send_retrying, status_error,
+    MESSAGES, RequestFailure, STREAM, fetch_identity, identity_urls, read_body_checked, send_checked, status_error,
 };
 
 /// Builds an [`HttpTransport`]: the shared [`ConnectOptions`] (set through [`ConnectSettings`]) and, for HTTP
@@ -83,12 +84,18 @@ impl HttpTransportBuilder {
             retry: options.retry.unwrap_or_default(),
             stream_unsupported: AtomicBool::new(false),
             max_response_bytes: options.max_message,
+            drivers: AttachedDrivers::default(),
         })
     }
 }
 
 /// An LDP client transport over HTTP: one `POST /ldp/messages` per envelope, `POST /ldp/stream` (SSE) when the
 /// caller wants progress updates, connection reuse through one pooled `reqwest::Client`.
+///
+/// Attached to a client ([`Transport::attach`]), it leaves the answer deadlines of proposals and tasks to the
+/// client's [`InitiatorDriver`] (its request timeout becomes the driver's answer timeout) and reports an answer lost
+/// after the request was written as [`Exchange::Lost`], so that the driver asks the delegate about the task (and
+/// polls it while it runs) instead of failing a task that may have run.
 ///
 /// Replies are read by content, not only by status: any body that is an envelope (a SESSION_REJECT with 403, a
 /// TASK_FAILED with 401) is returned for the session layer to interpret; `{"error": ...}` bodies become that typed
@@ -104,9 +111,48 @@ pub struct HttpTransport {
     retry: RetryPolicy,
     stream_unsupported: AtomicBool,
     max_response_bytes: usize,
+    /// The drivers of the clients it carries messages for.
+    drivers: AttachedDrivers,
 }
 
 impl HttpTransport {
+    /// Sends one envelope: over `/ldp/stream` when the caller wants updates and the server streams, else over
+    /// `/ldp/messages`.
+    async fn carry(
+        &self,
+        envelope: &Envelope,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Result<Option<Vec<u8>>, RequestFailure> {
+        let body = envelope.to_vec().map_err(|e| RequestFailure::Failed(LdpError::from(&e)))?;
+        let driven = self.drivers.keeps_deadline(envelope);
+        let span = ldp_session::spans::send_span(envelope);
+        // The request carries this span's context, so the server's spans for it are its children.
+        let trace = TraceHeaders::of(&span);
+        let result = async {
+            if let Some(tx) = &updates
+                && !self.stream_unsupported.load(Ordering::Relaxed)
+                && let Some(result) = self.post_stream(&body, tx, trace.as_ref(), driven).await
+            {
+                return result;
+            }
+            self.post_messages(&body, trace.as_ref(), driven).await
+        }
+        .instrument(span.clone())
+        .await;
+        match result {
+            Ok(answer) => {
+                let answered = Ok(answer);
+                ldp_edge::trace_context::record_exchange(&span, &answered);
+                answered.map_err(RequestFailure::Failed)
+            }
+            Err(failure) => {
+                let (RequestFailure::Failed(error) | RequestFailure::AnswerLost(error)) = &failure;
+                ldp_edge::trace_context::record_exchange(&span, &Err(error.clone()));
+                Err(failure)
+            }
+        }
+    }
+
     /// A transport to the delegate at `url` (e.g. `http://127.0.0.1:8090`) with default settings.
     pub fn new(url: impl Into<String>) -> Result<Self, Error> {
         Self::builder(url).build()
@@ -127,8 +173,10 @@ impl HttpTransport {
         &self.url
     }
 
-    fn authorize(&self, req: RequestBuilder, token: Option<&str>) -> RequestBuilder {
-        let req = req.timeout(self.timeout);
+    /// Adds the bearer token, and this transport's timeout unless the request is `driven` (a client's driver keeps
+    /// its deadline, and dropping the request ends it).
+    fn authorize(&self, req: RequestBuilder, token: Option<&str>, driven: bool) -> RequestBuilder {
+        let req = if driven { req } else { req.timeout(self.timeout) };
         match token {
             Some(t) => req.bearer_auth(t),
             None => req,
@@ -136,8 +184,12 @@ impl HttpTransport {
     }
 
     /// Sends a request built by `make`, retrying retryable transport failures with backoff.
-    async fn send(&self, make: impl Fn() -> RequestBuilder, idempotent: bool) -> Result<reqwest::Response, LdpError> {
-        send_retrying(make, idempotent, &self.retry, &self.url).await
+    async fn send(
+        &self,
+        make: impl Fn() -> RequestBuilder,
+        idempotent: bool,
+    ) -> Result<reqwest::Response, RequestFailure> {
+        send_checked(make, idempotent, &self.retry, &self.url).await
     }
 
     /// Adds the trace context headers, when there is a trace.
@@ -148,17 +200,22 @@ impl HttpTransport {
         }
     }
 
-    async fn post_messages(&self, body: &[u8], trace: Option<&TraceHeaders>) -> Result<Option<Vec<u8>>, LdpError> {
-        let token = self.credentials.current().await?;
+    async fn post_messages(
+        &self,
+        body: &[u8],
+        trace: Option<&TraceHeaders>,
+        driven: bool,
+    ) -> Result<Option<Vec<u8>>, RequestFailure> {
+        let token = self.credentials.current().await.map_err(RequestFailure::Failed)?;
         let make = || {
-            Self::traced(self.authorize(self.client.post(self.messages.clone()), token.as_deref()), trace)
+            Self::traced(self.authorize(self.client.post(self.messages.clone()), token.as_deref(), driven), trace)
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(body.to_vec())
         };
         let resp = self.send(make, false).await?;
         let status = resp.status();
-        let bytes = read_body(resp, self.max_response_bytes, false).await?;
-        decode_reply(status, bytes)
+        let bytes = read_body_checked(resp, self.max_response_bytes, false).await?;
+        decode_reply(status, bytes).map_err(RequestFailure::Failed)
     }
 
     /// `None` when the server has no streaming endpoint (the caller falls back to `/ldp/messages`).
@@ -167,13 +224,14 @@ impl HttpTransport {
         body: &[u8],
         updates: &mpsc::Sender<Envelope>,
         trace: Option<&TraceHeaders>,
-    ) -> Option<Result<Option<Vec<u8>>, LdpError>> {
+        driven: bool,
+    ) -> Option<Result<Option<Vec<u8>>, RequestFailure>> {
         let token = match self.credentials.current().await {
             Ok(token) => token,
-            Err(e) => return Some(Err(e)),
+            Err(e) => return Some(Err(RequestFailure::Failed(e))),
         };
         let make = || {
-            Self::traced(self.authorize(self.client.post(self.stream.clone()), token.as_deref()), trace)
+            Self::traced(self.authorize(self.client.post(self.stream.clone()), token.as_deref(), driven), trace)
                 .header(header::CONTENT_TYPE, "application/json")
                 .header(header::ACCEPT, "text/event-stream")
                 .body(body.to_vec())
@@ -194,42 +252,46 @@ impl HttpTransport {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if !is_sse {
-            let bytes = match read_body(resp, self.max_response_bytes, false).await {
+            let bytes = match read_body_checked(resp, self.max_response_bytes, false).await {
                 Ok(b) => b,
                 Err(e) => return Some(Err(e)),
             };
-            return Some(decode_reply(status, bytes));
+            return Some(decode_reply(status, bytes).map_err(RequestFailure::Failed));
         }
         Some(read_events(resp, updates, self.max_response_bytes).await)
     }
 }
 
 /// Reads an SSE answer: TASK_UPDATEs go to `updates`, the first other event's data is the reply (undecoded: the
-/// initiator decodes it, as it does every reply).
+/// initiator decodes it, as it does every reply). A stream that breaks before its final event lost the answer.
 async fn read_events(
     resp: reqwest::Response,
     updates: &mpsc::Sender<Envelope>,
     max_event_bytes: usize,
-) -> Result<Option<Vec<u8>>, LdpError> {
+) -> Result<Option<Vec<u8>>, RequestFailure> {
     let mut parser = crate::sse::SseParser::with_max_event_bytes(max_event_bytes);
     let mut chunks = resp.bytes_stream();
     let mut seen_any = false;
     while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(|e| request_error(&e, false))?;
+        let chunk = chunk.map_err(|e| RequestFailure::of(&e, false))?;
         let events = parser.push(&chunk).map_err(|e| {
-            LdpError::runtime(codes::MESSAGE_TOO_LARGE, format!("stream from peer: {e}")).with_retryable(false)
+            RequestFailure::Failed(
+                LdpError::runtime(codes::MESSAGE_TOO_LARGE, format!("stream from peer: {e}")).with_retryable(false),
+            )
         })?;
         for event in events {
             seen_any = true;
             if event.event == "error" {
                 let error = serde_json::from_str::<Value>(&event.data).ok().and_then(|v| error_from_body(&v));
-                return Err(error.unwrap_or_else(|| {
+                return Err(RequestFailure::Failed(error.unwrap_or_else(|| {
                     LdpError::transport(codes::TRANSPORT_ERROR, "stream failed").with_retryable(false)
-                }));
+                })));
             }
             if !looks_like_object(event.data.as_bytes()) {
-                return Err(LdpError::runtime(codes::MALFORMED_MESSAGE, "an event from the peer is not a JSON object")
-                    .with_retryable(false));
+                return Err(RequestFailure::Failed(
+                    LdpError::runtime(codes::MALFORMED_MESSAGE, "an event from the peer is not a JSON object")
+                        .with_retryable(false),
+                ));
             }
             match Envelope::from_slice(event.data.as_bytes()) {
                 Ok(env) if matches!(env.body, ldp_types::Body::TaskUpdate(_)) => {
@@ -242,7 +304,9 @@ async fn read_events(
         }
     }
     if seen_any {
-        Err(LdpError::transport(codes::TRANSPORT_ERROR, "stream ended before the final envelope").with_retryable(false))
+        Err(RequestFailure::AnswerLost(
+            LdpError::transport(codes::TRANSPORT_ERROR, "stream ended before the final envelope").with_retryable(false),
+        ))
     } else {
         Ok(None)
     }
@@ -299,23 +363,23 @@ impl Transport for HttpTransport {
         envelope: &Envelope,
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<Option<Vec<u8>>, LdpError> {
-        let body = envelope.to_vec().map_err(|e| LdpError::from(&e))?;
-        let span = ldp_session::spans::send_span(envelope);
-        // The request carries this span's context, so the server's spans for it are its children.
-        let trace = TraceHeaders::of(&span);
-        let result = async {
-            if let Some(tx) = &updates
-                && !self.stream_unsupported.load(Ordering::Relaxed)
-                && let Some(result) = self.post_stream(&body, tx, trace.as_ref()).await
-            {
-                return result;
-            }
-            self.post_messages(&body, trace.as_ref()).await
+        self.carry(envelope, updates).await.map_err(RequestFailure::into_error)
+    }
+
+    async fn exchange_outcome(&self, envelope: &Envelope, updates: Option<mpsc::Sender<Envelope>>) -> Exchange {
+        match self.carry(envelope, updates).await {
+            Ok(answer) => Exchange::Answered(answer),
+            Err(RequestFailure::AnswerLost(error)) => Exchange::Lost(error),
+            Err(RequestFailure::Failed(error)) => Exchange::Failed(error),
         }
-        .instrument(span.clone())
-        .await;
-        ldp_edge::trace_context::record_exchange(&span, &result);
-        result
+    }
+
+    /// Leaves the answer deadlines of proposals and tasks to `driver` (this transport's request timeout), and has
+    /// it poll tasks whose answer was lost, since HTTP pushes nothing.
+    fn attach(&self, driver: &Arc<InitiatorDriver>) {
+        driver.set_answer_timeout(Some(self.timeout));
+        driver.set_status_poll(Some(DEFAULT_STATUS_POLL));
+        self.drivers.add(driver);
     }
 }
 

@@ -55,8 +55,8 @@
 //! [`Responder::hold`]). Which connection carries a session is the machine's too ([`Responder::connection_of`]):
 //! the server only keeps each open connection's outbound queue. The client reconnects with
 //! backoff (its [`RetryPolicy`]) and hands the tasks it had written on the lost connection to the initiator of its
-//! `Client` (attached with `Transport::attach`), whose rules the rest follows
-//! ([`ldp_session::Initiator::handle_disconnect`]): for every such task it sends a **TASK_UPDATE status query** in
+//! `Client` (its driver attached with `Transport::attach`; the same driver resumes HTTP tasks), whose rules the rest
+//! follows ([`ldp_session::Initiator::handle_disconnect`]): for every such task it sends a **TASK_UPDATE status query** in
 //! the task's session, built and signed like all its messages (RFC 3.2 TASK_UPDATE sent to a responder is answered
 //! as a status query). That message resumes the
 //! session (SUSPENDED -> ACTIVE), and the server writes the session's held results *before* the status answer, each
@@ -69,6 +69,8 @@
 //! Requests other than
 //! TASK_SUBMIT left unanswered by the dropped connection fail with a non-retryable `transport` error, since they
 //! may have been processed.
+//! A task whose answer is lost more often than the initiator allows ([`ldp_session::Initiator::set_max_resumes`])
+//! fails with a non-retryable `transport` error rather than being queried for ever.
 //!
 //! Results kept for resume are bounded by the machine ([`HeldLimits`]: per session and in total, by count and bytes;
 //! the responder's `Limits::held` sets them, whichever binding serves it). Beyond the limits the oldest are dropped, and the resuming client receives, for each dropped task, a TASK_FAILED with code

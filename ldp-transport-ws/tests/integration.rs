@@ -13,4 +13,5 @@ mod hardening;
 mod metrics;
 mod replicas;
 mod resume;
+mod scenarios;
 mod tls;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ldp_session::runtime::{DelegateRuntime, MemoryTransport, SharedInitiator, Transport};
+use ldp_session::runtime::{DelegateRuntime, InitiatorDriver, MemoryTransport, Transport};
 use ldp_session::{PeerContext, Responder, ResponderConfig, SeededIds, SystemClock, TrustPolicy};
 use ldp_types::{DelegateId, Envelope, IdentityCard, LdpError, codes};
 use tokio::sync::{OnceCell, mpsc};
@@ -100,9 +100,9 @@ impl Transport for A2aTransport {
         self.inner().await?.exchange(envelope, updates).await
     }
 
-    fn attach(&self, initiator: &SharedInitiator) {
+    fn attach(&self, driver: &Arc<InitiatorDriver>) {
         if let Some((inner, _)) = self.inner.get() {
-            inner.attach(initiator);
+            inner.attach(driver);
         }
     }
 }

@@ -14,6 +14,12 @@
 //!    `TASK_NOT_FOUND` — the responder never received the task: submit it again, once per query; `DUPLICATE_TASK`
 //!    for that resubmission — the first copy arrived after all and runs: wait for its result, never run it twice;
 //!    anything else (a result kept by the session, the session expired or closed) — that is the task's answer.
+//!
+//! A carrier without pushed answers (HTTP: one answer per request) sets a status poll
+//! ([`Initiator::set_status_poll`]): a task reported `running`, or whose resubmission met `DUPLICATE_TASK`, is
+//! queried again after the poll interval, since its result would otherwise never come. Every loss of a task's answer
+//! counts against [`Initiator::set_max_resumes`]: a task whose answers keep getting lost fails rather than being
+//! queried for ever.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +32,9 @@ use crate::TaskKey;
 /// How long, by default, to wait for the result of a task that the responder reports as ended when resuming before
 /// concluding it was lost in transit ([`Initiator::set_resume_grace`]).
 pub const DEFAULT_RESUME_GRACE: Duration = Duration::from_secs(5);
+
+/// How many times, by default, a task's answer may be lost before the task fails ([`Initiator::set_max_resumes`]).
+pub const DEFAULT_MAX_RESUMES: u32 = 5;
 
 /// The `message` of the status queries the initiator sends when resuming.
 const RESUME_QUERY: &str = "resume";
@@ -44,6 +53,13 @@ pub(super) struct ResumeState {
     resubmission: Option<String>,
     /// When a task reported ended stops waiting for its result, and the status it was reported in.
     give_up: Option<(Instant, String)>,
+    /// When to query the task again (a carrier without pushed answers, [`Initiator::set_status_poll`]).
+    poll_at: Option<Instant>,
+    /// How many times its answer was lost ([`Initiator::handle_disconnect`], [`Initiator::handle_query_lost`]).
+    losses: u32,
+    /// Set when the losses passed [`Initiator::set_max_resumes`]: the task fails at the next
+    /// [`Initiator::handle_timeout`].
+    abandoned: Option<Instant>,
 }
 
 /// A message the initiator wants sent on its own: drained with [`Initiator::poll_transmit`]. Its answers go to
@@ -130,6 +146,25 @@ pub enum Expired {
         /// The `TIMEOUT` error its caller gets.
         error: LdpError,
     },
+    /// The task's answer was lost more often than [`Initiator::set_max_resumes`] allows: it is not queried again.
+    NotResumed {
+        /// The task.
+        key: TaskKey,
+        /// The non-retryable `transport` error its caller gets (the task may have run).
+        error: LdpError,
+    },
+}
+
+impl Expired {
+    /// The error the request's caller gets.
+    pub fn error(&self) -> &LdpError {
+        match self {
+            Self::ResultLost { error, .. }
+            | Self::ProposalUnanswered { error, .. }
+            | Self::TaskUnanswered { error, .. }
+            | Self::NotResumed { error, .. } => error,
+        }
+    }
 }
 
 impl Initiator {
@@ -145,16 +180,50 @@ impl Initiator {
     /// initiator does not know (another initiator's, or ended) are ignored. (`now`, like in
     /// [`Initiator::handle_reconnect`], keeps every entry point of the machine on the one time source; no rule of
     /// these two depends on it yet.)
-    pub fn handle_disconnect(&mut self, _now: Instant, in_flight: impl IntoIterator<Item = TaskKey>) {
+    pub fn handle_disconnect(&mut self, now: Instant, in_flight: impl IntoIterator<Item = TaskKey>) {
+        let max = self.max_resumes;
         for key in in_flight {
             if let Some(task) = self.tasks.get_mut(&key) {
                 // A query or resubmission in flight was lost too; the next query starts over.
-                task.resume.lost = true;
                 task.resume.query = None;
                 task.resume.resubmission = None;
                 task.resume.give_up = None;
+                task.resume.poll_at = None;
+                task.resume.losses = task.resume.losses.saturating_add(1);
+                if task.resume.losses > max {
+                    task.resume.lost = false;
+                    task.resume.abandoned.get_or_insert(now);
+                } else {
+                    task.resume.lost = true;
+                }
             }
         }
+    }
+
+    /// A status query or resubmission of a carrier without pushed answers ([`Initiator::set_status_poll`]) got no
+    /// answer (the request failed on the way): the task is queried again after the poll interval rather than at
+    /// once, and the loss counts against [`Initiator::set_max_resumes`].
+    pub fn handle_query_lost(&mut self, now: Instant, key: &TaskKey) {
+        self.handle_disconnect(now, [key.clone()]);
+        let poll = self.status_poll.unwrap_or(self.resume_grace);
+        if let Some(task) = self.tasks.get_mut(key)
+            && task.resume.lost
+        {
+            task.resume.lost = false;
+            task.resume.poll_at = Some(now + poll);
+        }
+    }
+
+    /// A carrier without pushed answers (HTTP) queries a task reported `running` again after `interval`; `None`
+    /// (the default, for carriers that push results on the connection, as WebSocket does) waits for the result.
+    pub fn set_status_poll(&mut self, interval: Option<Duration>) {
+        self.status_poll = interval;
+    }
+
+    /// How many times a task's answer may be lost (a dropped connection, a failed status query) before the task
+    /// fails with [`Expired::NotResumed`] (default [`DEFAULT_MAX_RESUMES`]).
+    pub fn set_max_resumes(&mut self, max: u32) {
+        self.max_resumes = max;
     }
 
     /// A new connection is up: queues a status query for every task whose answer was lost
@@ -163,15 +232,21 @@ impl Initiator {
         let mut lost: Vec<TaskKey> = self.tasks.iter().filter(|(_, t)| t.resume.lost).map(|(k, _)| k.clone()).collect();
         lost.sort();
         for key in lost {
-            let Some(mode) = self.tasks.get(&key).map(|t| t.mode) else { continue };
-            let body = TaskUpdate::new(key.task_id.clone(), None, Some(RESUME_QUERY.to_owned()));
-            let envelope = self.envelope(&key.session_id, body, mode);
-            if let Some(task) = self.tasks.get_mut(&key) {
-                task.resume.lost = false;
-                task.resume.query = Some(envelope.message_id.clone());
-            }
-            self.transmit.push_back(Transmit::StatusQuery { key, envelope });
+            self.query(key);
         }
+    }
+
+    /// Queues a status query for `key`.
+    fn query(&mut self, key: TaskKey) {
+        let Some(mode) = self.tasks.get(&key).map(|t| t.mode) else { return };
+        let body = TaskUpdate::new(key.task_id.clone(), None, Some(RESUME_QUERY.to_owned()));
+        let envelope = self.envelope(&key.session_id, body, mode);
+        if let Some(task) = self.tasks.get_mut(&key) {
+            task.resume.lost = false;
+            task.resume.poll_at = None;
+            task.resume.query = Some(envelope.message_id.clone());
+        }
+        self.transmit.push_back(Transmit::StatusQuery { key, envelope });
     }
 
     /// The next message the initiator wants sent on its own (status queries, resubmissions).
@@ -206,7 +281,7 @@ impl Initiator {
                 return ResumeVerdict::Fail { key, error: error.clone() };
             }
         };
-        if is_query { self.query_answered(now, key, env) } else { self.resubmission_answered(key, env) }
+        if is_query { self.query_answered(now, key, env) } else { self.resubmission_answered(now, key, env) }
     }
 
     fn query_answered(&mut self, now: Instant, key: TaskKey, env: &Envelope) -> ResumeVerdict {
@@ -216,12 +291,17 @@ impl Initiator {
         match &env.body {
             Body::TaskUpdate(u) => {
                 let status = u.message.as_deref().unwrap_or_default();
-                if status != RUNNING
-                    && let Some(task) = self.tasks.get_mut(&key)
-                {
-                    // Ended while we were away: its held result went out before this answer (then it is on its way
-                    // to the caller), or it was lost with the old connection. Give it the grace to arrive.
-                    task.resume.give_up = Some((now + self.resume_grace, status.to_owned()));
+                let poll = self.status_poll;
+                let grace = self.resume_grace;
+                if let Some(task) = self.tasks.get_mut(&key) {
+                    if status != RUNNING {
+                        // Ended while we were away: its held result went out before this answer (then it is on its
+                        // way to the caller), or it was lost with the old connection. Give it the grace to arrive.
+                        task.resume.give_up = Some((now + grace, status.to_owned()));
+                    } else if let Some(poll) = poll {
+                        // Nothing pushes the result on this carrier: ask again later.
+                        task.resume.poll_at = Some(now + poll);
+                    }
                 }
                 ResumeVerdict::Wait
             }
@@ -231,13 +311,16 @@ impl Initiator {
         }
     }
 
-    fn resubmission_answered(&mut self, key: TaskKey, env: &Envelope) -> ResumeVerdict {
+    fn resubmission_answered(&mut self, now: Instant, key: TaskKey, env: &Envelope) -> ResumeVerdict {
         match &env.body {
             Body::TaskUpdate(_) => ResumeVerdict::Progress(key),
             Body::TaskFailed(f) if f.error.code == codes::DUPLICATE_TASK => {
-                // The first copy reached the responder after all and runs: its result answers the task.
+                // The first copy reached the responder after all and runs: its result answers the task (pushed, or
+                // fetched by the next status poll).
+                let poll = self.status_poll;
                 if let Some(task) = self.tasks.get_mut(&key) {
                     task.resume.resubmission = None;
+                    task.resume.poll_at = poll.map(|p| now + p);
                 }
                 ResumeVerdict::Wait
             }
@@ -267,33 +350,30 @@ impl Initiator {
 
     /// The earliest deadline of the initiator: call [`Initiator::handle_timeout`] then (or later).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let resume = self.tasks.values().filter_map(|t| t.resume.give_up.as_ref().map(|(at, _)| *at));
+        let resume = self.tasks.values().flat_map(|t| {
+            let r = &t.resume;
+            [r.give_up.as_ref().map(|(at, _)| *at), r.poll_at, r.abandoned].into_iter().flatten()
+        });
         let answers = self.deadlines.values().copied();
         resume.chain(answers).min()
     }
 
     /// Ends every request whose deadline is at or before `now`: the initiator forgets it, and the driver fails its
-    /// caller with the error of each [`Expired`].
+    /// caller with the error of each [`Expired`]. Status polls that are due are queued ([`Initiator::poll_transmit`]).
     pub fn handle_timeout(&mut self, now: Instant) -> Vec<Expired> {
         let mut expired = Vec::new();
-        let mut lost: Vec<(TaskKey, String)> = self
-            .tasks
-            .iter()
-            .filter_map(|(k, t)| match &t.resume.give_up {
-                Some((at, status)) if *at <= now => Some((k.clone(), status.clone())),
-                _ => None,
-            })
-            .collect();
-        lost.sort();
-        for (key, status) in lost {
-            self.tasks.remove(&key);
-            self.deadlines.remove(&Awaited::Task(key.clone()));
-            let error = LdpError::transport(
-                codes::TRANSPORT_ERROR,
-                format!("the task {status} while disconnected and its result was lost in transit"),
-            )
-            .with_retryable(false);
+        for key in self.tasks_where(|r| r.abandoned.is_some_and(|at| at <= now)) {
+            let losses = self.forget_task(&key).map(|t| t.resume.losses).unwrap_or_default();
+            let error = answer_lost(format!("the task's answer was lost {losses} times; it is not resumed again"));
+            expired.push(Expired::NotResumed { key, error });
+        }
+        for key in self.tasks_where(|r| r.give_up.as_ref().is_some_and(|(at, _)| *at <= now)) {
+            let status = self.forget_task(&key).and_then(|t| t.resume.give_up).map(|(_, s)| s).unwrap_or_default();
+            let error = answer_lost(format!("the task {status} while disconnected and its result was lost in transit"));
             expired.push(Expired::ResultLost { key, error });
+        }
+        for key in self.tasks_where(|r| r.poll_at.is_some_and(|at| at <= now)) {
+            self.query(key);
         }
         let mut due: Vec<Awaited> =
             self.deadlines.iter().filter(|(_, at)| **at <= now).map(|(p, _)| p.clone()).collect();
@@ -306,6 +386,11 @@ impl Initiator {
         }
         expired
     }
+}
+
+/// The error of a task whose answer is lost for good: a non-retryable `transport` error (the task may have run).
+fn answer_lost(message: String) -> LdpError {
+    LdpError::transport(codes::TRANSPORT_ERROR, message).with_retryable(false)
 }
 
 impl Initiator {
@@ -364,6 +449,38 @@ impl Initiator {
             }
             _ => false,
         }
+    }
+
+    /// Whether the initiator keeps the answer deadline of `env` ([`Initiator::handle_sent`] took it): a transport
+    /// then sets no timer of its own for it.
+    pub fn keeps_deadline(&self, env: &Envelope) -> bool {
+        match &env.body {
+            Body::SessionPropose(_) => self.deadlines.contains_key(&Awaited::Proposal(env.session_id.clone())),
+            Body::TaskSubmit(t) => self.deadlines.contains_key(&Awaited::Task(TaskKey {
+                session_id: env.session_id.clone(),
+                task_id: t.task_id.clone(),
+            })),
+            _ => false,
+        }
+    }
+
+    /// The tasks whose resume state `due` picks, in key order (so that what follows is deterministic).
+    fn tasks_where(&self, due: impl Fn(&ResumeState) -> bool) -> Vec<TaskKey> {
+        let mut keys: Vec<TaskKey> =
+            self.tasks.iter().filter(|(_, t)| due(&t.resume)).map(|(k, _)| k.clone()).collect();
+        keys.sort();
+        keys
+    }
+
+    /// Forgets task `key` and its answer deadline.
+    fn forget_task(&mut self, key: &TaskKey) -> Option<PendingTask> {
+        self.deadlines.remove(&Awaited::Task(key.clone()));
+        self.tasks.remove(key)
+    }
+
+    /// Whether `key` is a task the initiator still waits for.
+    pub fn awaits_task(&self, key: &TaskKey) -> bool {
+        self.tasks.contains_key(key)
     }
 
     /// Ends one overdue request; `None` when it was answered meanwhile.

@@ -1,19 +1,23 @@
 //! [`Client`]: the initiator's message choreography over any [`Transport`] (discover, propose, submit with
-//! fallback, cancel, close).
+//! fallback, cancel, close). Each request waits for the first of its reply and what the [`InitiatorDriver`] signals
+//! for it (a deadline, an answer recovered by a resume); a lost answer over a request/response carrier is resumed
+//! here, with the machine's status queries.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ldp_types::{
-    DelegationContract, Envelope, IdentityCard, LdpError, Manifest, PayloadMode, Provenance, SessionConfig,
+    DelegationContract, Envelope, ErrorCategory, IdentityCard, LdpError, Manifest, PayloadMode, Provenance,
+    SessionConfig, codes,
 };
 use tokio::sync::mpsc;
 
-use super::{Progress, SharedInitiator, Transport, lock};
+use super::driver::{Signal, Waited, Watch};
+use super::{Exchange, InitiatorDriver, Progress, Transport};
 use crate::TaskKey;
 use crate::clock::{IdSource, WallClock};
 use crate::config::InitiatorConfig;
 use crate::error::{PeerMisbehaved, SessionError};
-use crate::initiator::{Initiator, InitiatorEvent};
+use crate::initiator::{Initiator, InitiatorEvent, Transmit};
 use crate::responder::TaskRequest;
 
 /// An established session, as the client sees it.
@@ -104,7 +108,7 @@ pub struct TaskOutcome {
 /// The initiator side over any transport: `connect`, `propose`, `submit`, `close`.
 pub struct Client<T: Transport> {
     transport: T,
-    initiator: SharedInitiator,
+    driver: Arc<InitiatorDriver>,
     card: IdentityCard,
     manifest: Option<Manifest>,
 }
@@ -126,12 +130,12 @@ impl<T: Transport> Client<T> {
         let card = transport.identity().await.map_err(SessionError::Transport)?;
         let mut initiator = Initiator::new(cfg, card.delegate_id.as_str(), wall, ids);
         let hello = initiator.hello();
-        let initiator = Arc::new(Mutex::new(initiator));
-        transport.attach(&initiator);
+        let driver = InitiatorDriver::new(initiator);
+        transport.attach(&driver);
         let reply = transport.exchange(&hello, None).await.map_err(classify)?;
         let mut manifest = None;
         if let Some(reply) = reply {
-            let mut initiator = lock(&initiator);
+            let mut initiator = driver.machine();
             handle_reply(&mut initiator, &reply)?;
             while let Some(e) = initiator.poll_event() {
                 if let InitiatorEvent::Manifest(m) = e {
@@ -139,7 +143,7 @@ impl<T: Transport> Client<T> {
                 }
             }
         }
-        Ok(Self { transport, initiator, card, manifest })
+        Ok(Self { transport, driver, card, manifest })
     }
 
     /// The peer's identity card.
@@ -157,21 +161,35 @@ impl<T: Transport> Client<T> {
         &self.transport
     }
 
+    /// The driver of this client's initiator machine.
+    pub fn driver(&self) -> &Arc<InitiatorDriver> {
+        &self.driver
+    }
+
     /// Proposes a session and waits for the answer.
     pub async fn propose(&self, config: SessionConfig) -> Result<SessionInfo, SessionError> {
-        let env = lock(&self.initiator).propose(config);
+        let env = self.driver.machine().propose(config);
         let result = self.await_accept(&env).await;
         if result.is_err() {
             // However the proposal failed, its caller has the error: no later answer may be matched to it.
-            lock(&self.initiator).handle_send_failed(&env);
+            self.driver.machine().handle_send_failed(&env);
         }
         result
     }
 
     async fn await_accept(&self, env: &Envelope) -> Result<SessionInfo, SessionError> {
-        let reply = self.transport.exchange(env, None).await.map_err(classify)?;
+        let mut watch = self.driver.watch(Waited::Proposal(env.session_id.clone()), None);
+        self.driver.sent(env);
+        let reply = tokio::select! {
+            signal = watch.next() => match signalled(signal, "SESSION_PROPOSE")? {
+                Signalled::Reply(reply) => Some(reply),
+                Signalled::Send(_) => None,
+            },
+            reply = self.transport.exchange(env, None) => reply.map_err(classify)?,
+        };
+        drop(watch);
         let reply = reply.ok_or(PeerMisbehaved::NoAnswer { request: "SESSION_PROPOSE" })?;
-        let mut init = lock(&self.initiator);
+        let mut init = self.driver.machine();
         handle_reply(&mut init, &reply)?;
         let mut result = Err(PeerMisbehaved::WrongAnswer {
             request: "SESSION_PROPOSE",
@@ -206,7 +224,7 @@ impl<T: Transport> Client<T> {
     /// Submits `task` and waits for its outcome, resubmitting automatically along the fallback chain.
     pub async fn submit_task(&self, task: Submission<'_>) -> Result<TaskOutcome, SessionError> {
         let Submission { session_id, skill, input, contract, parent, progress, on_key } = task;
-        let env = lock(&self.initiator).submit(session_id, skill, input, contract, parent)?;
+        let env = self.driver.machine().submit(session_id, skill, input, contract, parent)?;
         if let Some(on_key) = on_key {
             on_key(&TaskKey {
                 session_id: env.session_id.clone(),
@@ -217,35 +235,51 @@ impl<T: Transport> Client<T> {
         if result.is_err() {
             // A transport failure, or a reply the initiator could not take, leaves the task in the machine with no
             // one waiting for it: forget it (a task the peer failed is gone already).
-            lock(&self.initiator).handle_send_failed(&env);
+            self.driver.machine().handle_send_failed(&env);
         }
         result
     }
 
     /// The number of tasks submitted and not yet ended, as the initiator counts them.
     pub fn pending_tasks(&self) -> usize {
-        lock(&self.initiator).pending_tasks()
+        self.driver.pending_tasks()
     }
 
     async fn await_result(
         &self,
-        mut env: Envelope,
+        env: Envelope,
         progress: Option<mpsc::Sender<Progress>>,
     ) -> Result<TaskOutcome, SessionError> {
         let key =
             TaskKey { session_id: env.session_id.clone(), task_id: env.body.task_id().unwrap_or_default().to_owned() };
+        let updates = progress.map(|p| forward_updates(p, key.clone()));
+        let mut watch = self.driver.watch(Waited::Task(key.clone()), updates.clone());
         let mut fallbacks = Vec::new();
+        let mut next = Some(Outgoing::Request(env));
         loop {
-            let updates = progress.clone().map(|p| forward_updates(p, key.clone()));
-            let reply = self.transport.exchange(&env, updates).await.map_err(classify)?;
-            let reply = reply.ok_or(PeerMisbehaved::NoAnswer { request: "TASK_SUBMIT" })?;
-            let mut init = lock(&self.initiator);
+            let reply = match next.take() {
+                None => match signalled(watch.next().await, "TASK_SUBMIT")? {
+                    Signalled::Reply(reply) => reply,
+                    Signalled::Send(t) => {
+                        next = Some(Outgoing::Transmit(t));
+                        continue;
+                    }
+                },
+                Some(out) => match self.send(&key, &mut watch, out, updates.clone()).await? {
+                    Step::Reply(reply) => reply,
+                    Step::Send(out) => {
+                        next = out;
+                        continue;
+                    }
+                },
+            };
+            let mut init = self.driver.machine();
             handle_reply(&mut init, &reply)?;
             let mut done = None;
             while let Some(e) = init.poll_event() {
                 match e {
                     InitiatorEvent::TaskCompleted { key: k, output, provenance } if k == key => {
-                        done = Some(Ok(TaskOutcome { key: k, output, provenance, fallbacks: fallbacks.clone() }));
+                        done = Some(Ok(TaskOutcome { key: k, output, provenance, fallbacks: Vec::new() }));
                     }
                     InitiatorEvent::TaskFailed { key: k, error } if k == key => {
                         done = Some(Err(SessionError::Peer(error)))
@@ -261,7 +295,7 @@ impl<T: Transport> Client<T> {
                 });
             }
             match init.poll_outbound() {
-                Some(next) => env = next,
+                Some(resend) => next = Some(Outgoing::Request(resend)),
                 None => {
                     return Err(PeerMisbehaved::WrongAnswer {
                         request: "TASK_SUBMIT",
@@ -273,18 +307,123 @@ impl<T: Transport> Client<T> {
         }
     }
 
+    /// Sends one message for the task `key`, racing its answer against what the driver signals for the task.
+    async fn send(
+        &self,
+        key: &TaskKey,
+        watch: &mut Watch<'_>,
+        out: Outgoing,
+        updates: Option<mpsc::Sender<ldp_types::Envelope>>,
+    ) -> Result<Step, SessionError> {
+        let env = out.envelope();
+        self.driver.sent(env);
+        let outcome = tokio::select! {
+            signal = watch.next() => {
+                return Ok(match signalled(signal, "TASK_SUBMIT")? {
+                    Signalled::Reply(reply) => Step::Reply(reply),
+                    Signalled::Send(t) => Step::Send(Some(Outgoing::Transmit(t))),
+                });
+            }
+            outcome = self.transport.exchange_outcome(env, updates) => outcome,
+        };
+        match (out, outcome) {
+            (Outgoing::Request(_), Exchange::Answered(Some(reply))) => Ok(Step::Reply(reply)),
+            (Outgoing::Request(_), Exchange::Answered(None)) => {
+                Err(PeerMisbehaved::NoAnswer { request: "TASK_SUBMIT" }.into())
+            }
+            (Outgoing::Request(_), Exchange::Lost(error)) => {
+                // The peer may have the task: ask it, rather than fail a task that may run.
+                let first = self.driver.resume([key.clone()]).into_iter().next();
+                if first.is_none() && !self.driver.machine().awaits_task(key) {
+                    return Err(classify(error));
+                }
+                // Nothing to send: the machine gave up on the task, and the driver's timer fails it.
+                Ok(Step::Send(first.map(Outgoing::Transmit)))
+            }
+            (Outgoing::Request(_), Exchange::Failed(error)) => Err(classify(error)),
+            (Outgoing::Transmit(t), Exchange::Answered(answer)) => {
+                let answer = answer.ok_or_else(|| {
+                    LdpError::transport(codes::TRANSPORT_ERROR, "the peer accepted a status query without an answer")
+                        .with_retryable(false)
+                });
+                let sent = &t.envelope().message_id;
+                Ok(Step::Send(self.driver.resume_answer(key, sent, answer).into_iter().next().map(Outgoing::Transmit)))
+            }
+            // The query never got through: ask again later (the loss counts against the machine's bound).
+            (Outgoing::Transmit(_), Exchange::Lost(_)) => {
+                self.driver.query_lost(key);
+                Ok(Step::Send(None))
+            }
+            (Outgoing::Transmit(_), Exchange::Failed(error)) if error.category == ErrorCategory::Transport => {
+                self.driver.query_lost(key);
+                Ok(Step::Send(None))
+            }
+            (Outgoing::Transmit(t), Exchange::Failed(error)) => {
+                let sent = &t.envelope().message_id;
+                Ok(Step::Send(
+                    self.driver.resume_answer(key, sent, Err(error)).into_iter().next().map(Outgoing::Transmit),
+                ))
+            }
+        }
+    }
+
     /// Cancels a running task (submitted from another future).
     pub async fn cancel(&self, key: &TaskKey) -> Result<(), SessionError> {
-        let env = lock(&self.initiator).cancel(key)?;
+        let env = self.driver.machine().cancel(key)?;
         self.transport.exchange(&env, None).await.map_err(classify)?;
         Ok(())
     }
 
     /// Closes a session.
     pub async fn close(&self, session_id: &str) -> Result<(), SessionError> {
-        let env = lock(&self.initiator).close(session_id, Some("done".into()))?;
+        let env = self.driver.machine().close(session_id, Some("done".into()))?;
         self.transport.exchange(&env, None).await.map_err(classify)?;
         Ok(())
+    }
+}
+
+/// A message the client sends for a task: the task's own (its submit, a fallback's resubmission), or one the machine
+/// wants sent to resume it.
+#[derive(Debug)]
+enum Outgoing {
+    Request(Envelope),
+    Transmit(Transmit),
+}
+
+impl Outgoing {
+    fn envelope(&self) -> &Envelope {
+        match self {
+            Self::Request(env) => env,
+            Self::Transmit(t) => t.envelope(),
+        }
+    }
+}
+
+/// What one send of [`Client::send`] leads to.
+#[derive(Debug)]
+enum Step {
+    /// The task's answer, for the machine to judge.
+    Reply(Vec<u8>),
+    /// No answer yet: send this next (`None`: wait for the driver's signal).
+    Send(Option<Outgoing>),
+}
+
+/// What the driver signalled to a waiting caller, when it is not a failure.
+#[derive(Debug)]
+enum Signalled {
+    /// The request's answer.
+    Reply(Vec<u8>),
+    /// A status poll to send for the task.
+    Send(Transmit),
+}
+
+/// A driver's signal to a waiting caller: the answer, a status poll to send, or the request's error.
+fn signalled(signal: Option<Signal>, request: &'static str) -> Result<Signalled, SessionError> {
+    match signal {
+        Some(Signal::Answer(reply)) => Ok(Signalled::Reply(reply)),
+        Some(Signal::Send(t)) => Ok(Signalled::Send(t)),
+        Some(Signal::Failed(error)) => Err(classify(error)),
+        None => Err(PeerMisbehaved::NoAnswer { request }.into()),
     }
 }
 

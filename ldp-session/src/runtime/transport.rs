@@ -1,16 +1,30 @@
 //! The client side's seam: a [`Transport`] carries an initiator's envelopes to one peer; [`MemoryTransport`] is the
 //! in-process one.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use ldp_types::{Envelope, IdentityCard, LdpError};
 use tokio::sync::mpsc;
 
-use super::{DelegateRuntime, Response};
+use super::{DelegateRuntime, InitiatorDriver, Response};
 use crate::error::Refusal;
-use crate::initiator::Initiator;
 use crate::responder::PeerContext;
+
+/// How one exchange ended ([`Transport::exchange_outcome`]): what the initiator's driver needs to know to resume.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Exchange {
+    /// The peer answered: the bytes of the envelope received (`None` when it accepted without a reply).
+    Answered(Option<Vec<u8>>),
+    /// The exchange failed for good: the peer's typed refusal, or a transport failure before the request reached
+    /// the peer (or one the transport already retried as far as it may).
+    Failed(LdpError),
+    /// The request may have reached the peer and its answer was lost on the way back (the connection broke after
+    /// the request was written): the driver asks the peer about the task rather than fail it
+    /// ([`InitiatorDriver::resume`]).
+    Lost(LdpError),
+}
 
 /// Carries envelopes from an initiator to one peer.
 #[async_trait]
@@ -20,8 +34,8 @@ pub trait Transport: Send + Sync {
 
     /// Sends one envelope and returns the peer's reply as the bytes of the envelope received (`None` when the peer
     /// accepted it without a reply). The transport does not decode the reply: the initiator does
-    /// ([`Initiator::handle`]), with the decoder the responder uses, and checks a signature over the bytes as they
-    /// came. TASK_UPDATEs that arrive before the reply are sent to `updates` when given. Transport failures are
+    /// ([`Initiator::handle`](crate::Initiator::handle)), with the decoder the responder uses, and checks a
+    /// signature over the bytes as they came. TASK_UPDATEs that arrive before the reply are sent to `updates` when given. Transport failures are
     /// `transport`-category errors; a peer's refusal without an in-protocol reply is its typed error.
     async fn exchange(
         &self,
@@ -29,12 +43,23 @@ pub trait Transport: Send + Sync {
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<Option<Vec<u8>>, LdpError>;
 
-    /// Gives the transport the initiator it carries messages for ([`Client::connect`](super::Client::connect) calls
-    /// it before its first exchange). A transport that outlives one connection (WebSocket) resumes the initiator's
-    /// tasks through it after a reconnect ([`Initiator::handle_disconnect`]); a wrapper forwards it to the transport
-    /// it wraps. The default ignores it.
-    fn attach(&self, initiator: &SharedInitiator) {
-        let _ = initiator;
+    /// [`Transport::exchange`], telling a lost answer from a failure: a transport that can tell that a request
+    /// was written before its connection broke reports [`Exchange::Lost`], so that the driver resumes the task. The
+    /// default reports every error as [`Exchange::Failed`].
+    async fn exchange_outcome(&self, envelope: &Envelope, updates: Option<mpsc::Sender<Envelope>>) -> Exchange {
+        match self.exchange(envelope, updates).await {
+            Ok(answer) => Exchange::Answered(answer),
+            Err(error) => Exchange::Failed(error),
+        }
+    }
+
+    /// Gives the transport the driver of the initiator it carries messages for
+    /// ([`Client::connect`](super::Client::connect) calls it before its first exchange). The transport sets its
+    /// request timeout as the driver's answer timeout and leaves the deadlines the driver keeps to it
+    /// ([`InitiatorDriver::keeps_deadline`]); one that outlives a connection (WebSocket) reports reconnects through
+    /// it ([`InitiatorDriver::resume`]). A wrapper forwards it to the transport it wraps. The default ignores it.
+    fn attach(&self, driver: &Arc<InitiatorDriver>) {
+        let _ = driver;
     }
 }
 
@@ -54,13 +79,14 @@ impl<T: Transport + ?Sized> Transport for Arc<T> {
         (**self).exchange(envelope, updates).await
     }
 
-    fn attach(&self, initiator: &SharedInitiator) {
-        (**self).attach(initiator);
+    async fn exchange_outcome(&self, envelope: &Envelope, updates: Option<mpsc::Sender<Envelope>>) -> Exchange {
+        (**self).exchange_outcome(envelope, updates).await
+    }
+
+    fn attach(&self, driver: &Arc<InitiatorDriver>) {
+        (**self).attach(driver);
     }
 }
-
-/// The initiator machine of a [`Client`](super::Client), shared with its transport ([`Transport::attach`]).
-pub type SharedInitiator = Arc<Mutex<Initiator>>;
 
 /// An in-process transport straight into a [`DelegateRuntime`]: no sockets, for tests and examples.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! One connection at a time: opening it (handshake, bearer token, TLS), the task that runs it (a reader routing
 //! frames, a writer sending requests and pings), and reconnecting with backoff when it drops, after which the
-//! initiator machines resume their tasks (`Inner::resume_frames`).
+//! initiators' drivers resume their tasks (`Inner::resume_frames`).
 
 use std::pin::Pin;
 use std::sync::Arc;

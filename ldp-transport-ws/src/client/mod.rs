@@ -1,9 +1,10 @@
 //! The client side: [`WsTransport`] implements the session crate's `Transport` over one WebSocket connection that
 //! carries any number of sessions, matches answers to requests, pushes TASK_UPDATEs to their submitter, keeps the
-//! connection alive, and reconnects when it drops, handing the resume to the initiator machine.
+//! connection alive, and reconnects when it drops, reporting it to the initiator's driver
+//! (`ldp_session::runtime::InitiatorDriver`), which resumes and times the tasks.
 //!
 //! - `options`: [`WsOptions`] and the TLS configuration;
-//! - `pending`: the table of outstanding requests and the routing of server frames (to a caller, or to the machine
+//! - `pending`: the table of outstanding requests and the routing of server frames (to a caller, or to the driver
 //!   whose status query or resubmission they answer);
 //! - `connection`: opening a connection, and the task that runs it, reconnects with backoff and starts the resume;
 //! - this module: the [`WsTransport`] handle and its `Transport` implementation.
@@ -19,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ldp_edge::trace_context::TraceHeaders;
 use ldp_edge::{Credentials, RetryPolicy, fetch_identity, identity_urls};
-use ldp_session::runtime::{SharedInitiator, Transport};
+use ldp_session::runtime::{InitiatorDriver, Transport};
 use ldp_types::trace_context::{TRACEPARENT, TRACESTATE};
 use ldp_types::{Body, Envelope, IdentityCard, LdpError, TaskSubmit, codes};
 use serde_json::Value;
@@ -126,7 +127,7 @@ impl WsTransport {
         let (sink, stream) = open(&target).await.map_err(Error::Connect)?;
         let inner = Arc::new(Inner {
             pending: Mutex::new(Pending::default()),
-            machines: Mutex::new(Vec::new()),
+            drivers: Default::default(),
             fatal: Mutex::new(None),
             connections: AtomicU64::new(1),
             unmatched: AtomicU64::new(0),
@@ -179,9 +180,9 @@ impl Transport for WsTransport {
             .await
     }
 
-    /// Resumes `initiator`'s tasks after a reconnect.
-    fn attach(&self, initiator: &SharedInitiator) {
-        self.inner.attach(initiator);
+    /// Reports reconnects to `driver`, which resumes its tasks, and leaves it the answer deadlines it keeps.
+    fn attach(&self, driver: &Arc<InitiatorDriver>) {
+        self.inner.attach(driver);
     }
 
     async fn exchange(
@@ -231,7 +232,6 @@ impl WsTransport {
             Body::TaskSubmit(TaskSubmit { task_id, .. }) => {
                 Kind::Submit { session: envelope.session_id.clone(), task: task_id.clone() }
             }
-            Body::SessionPropose(_) => Kind::Propose { session: envelope.session_id.clone() },
             _ => Kind::Other,
         };
         {
@@ -253,9 +253,9 @@ impl WsTransport {
         }
         let _forget = Forget { inner: &self.inner, id: &id };
         self.outbound.send(Outgoing { id: id.clone(), text }).await.map_err(|_| closed(&self.inner))?;
-        // A proposal or task of an attached initiator waits under the initiator's deadline (the same timeout);
-        // other messages under this transport's own timer.
-        let timer = if self.inner.track(envelope) { None } else { self.request_timeout };
+        // A proposal or task of an attached initiator waits under its driver's deadline (the same timeout); other
+        // messages under this transport's own timer.
+        let timer = if self.inner.keeps_deadline(envelope) { None } else { self.request_timeout };
         let answer = match timer {
             Some(limit) => match tokio::time::timeout(limit, rx).await {
                 Ok(a) => a,

@@ -1,15 +1,16 @@
 //! The table of outstanding requests: which caller waits for which answer, and the routing of every server frame to
-//! its caller or, for the messages a resume sends, to the initiator machine that sent them. The resume's rules
+//! its caller or, for the messages a resume sends, to the initiator driver that asked for them. The resume's rules
 //! (which tasks to query, resubmit on `TASK_NOT_FOUND`, wait on `DUPLICATE_TASK`, give up after the grace) are
-//! `ldp_session::Initiator`'s; this module only moves what the machine emits and feeds it what it asked for.
+//! `ldp_session::Initiator`'s, and its timers `ldp_session::runtime::InitiatorDriver`'s; this module only reports
+//! reconnects, writes what the driver emits and hands it the answers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ldp_session::runtime::SharedInitiator;
-use ldp_session::{Expired, Initiator, ResumeVerdict, TaskKey, Transmit};
+use ldp_session::runtime::{AttachedDrivers, InitiatorDriver};
+use ldp_session::{TaskKey, Transmit};
 use ldp_types::{Envelope, LdpError, MessageType, codes};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -21,21 +22,11 @@ pub(super) type Answer = Result<Option<Vec<u8>>, LdpError>;
 #[derive(Debug)]
 pub(super) enum Kind {
     /// A TASK_SUBMIT: besides its `in_reply_to` answers, results sent after a resume find it by session and task.
-    Submit {
-        session: String,
-        task: String,
-    },
-    /// A message an initiator machine sent on its own (a status query or a resubmission) for the task of the submit
-    /// with message id `submit`: its answers go to that machine.
-    Machine {
-        submit: String,
-        machine: Weak<Mutex<Initiator>>,
-        query: bool,
-    },
-    /// A SESSION_PROPOSE: its initiator may time it out by session id.
-    Propose {
-        session: String,
-    },
+    Submit { session: String, task: String },
+    /// A message an initiator machine sent on its own (a status query or a resubmission) for task `key`: its answers
+    /// go to that machine's driver.
+    Machine { key: TaskKey, driver: Weak<InitiatorDriver>, query: bool },
+    /// Any other request (a proposal, a cancel, a close): answered by `in_reply_to` alone.
     Other,
 }
 
@@ -86,14 +77,15 @@ impl Pending {
 #[derive(Debug)]
 pub(super) struct Inner {
     pub(super) pending: Mutex<Pending>,
-    /// The initiators whose tasks this transport resumes ([`ldp_session::runtime::Transport::attach`]).
-    pub(super) machines: Mutex<Vec<Weak<Mutex<Initiator>>>>,
+    /// The drivers of the initiators whose tasks this transport resumes
+    /// ([`ldp_session::runtime::Transport::attach`]).
+    pub(super) drivers: AttachedDrivers,
     pub(super) fatal: Mutex<Option<LdpError>>,
     pub(super) connections: AtomicU64,
     pub(super) unmatched: AtomicU64,
     pub(super) resumed: AtomicU64,
     pub(super) resume_grace: Duration,
-    /// The machines' answer timeout (`WsOptions::request_timeout`).
+    /// The drivers' answer timeout (`WsOptions::request_timeout`).
     pub(super) request_timeout: Option<Duration>,
 }
 
@@ -108,29 +100,21 @@ fn lost(why: &str) -> LdpError {
         .with_retryable(false)
 }
 
-/// The machines' monotonic time: tokio's clock, so that a test with paused time drives their deadlines too.
-fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
-}
-
 impl Inner {
     pub(super) fn fatal(&self) -> Option<LdpError> {
         lock(&self.fatal).clone()
     }
 
-    pub(super) fn attach(&self, machine: &SharedInitiator) {
-        {
-            let mut m = lock(machine);
-            m.set_resume_grace(self.resume_grace);
-            m.set_answer_timeout(self.request_timeout);
-        }
-        let mut machines = lock(&self.machines);
-        machines.retain(|m| m.strong_count() > 0);
-        machines.push(Arc::downgrade(machine));
+    pub(super) fn attach(&self, driver: &Arc<InitiatorDriver>) {
+        driver.set_resume_grace(self.resume_grace);
+        driver.set_answer_timeout(self.request_timeout);
+        self.drivers.add(driver);
     }
 
-    fn machines(&self) -> Vec<SharedInitiator> {
-        lock(&self.machines).iter().filter_map(Weak::upgrade).collect()
+    /// Whether an attached driver keeps the answer deadline of `env` (then this transport sets no timer for it).
+    pub(super) fn keeps_deadline(&self, env: &Envelope) -> bool {
+        // No answer timeout: no driver keeps a deadline, so the hot path takes no lock.
+        self.request_timeout.is_some() && self.drivers.keeps_deadline(env)
     }
 
     /// Marks a queued request as written on `generation`; false when nobody waits for it any more.
@@ -152,11 +136,10 @@ impl Inner {
         }
     }
 
-    /// After a reconnect: hands the tasks written on an earlier connection to the machines
-    /// (`Initiator::handle_disconnect`, `handle_reconnect`) and returns what they emit (status queries); every other
-    /// unanswered request, and a task no machine resumes, fails definitely.
+    /// After a reconnect: reports the tasks written on an earlier connection to the drivers
+    /// (`InitiatorDriver::resume`) and returns what they emit (status queries); every other unanswered request, and
+    /// a task no driver resumes, fails definitely.
     pub(super) fn resume_frames(self: &Arc<Self>, generation: u64, why: &str) -> Vec<String> {
-        let now = now();
         let mut pending = lock(&self.pending);
         let stale: Vec<String> = pending
             .by_id
@@ -173,35 +156,41 @@ impl Inner {
                 }
                 // The machine asks again on this connection.
                 Kind::Machine { .. } => drop(pending.remove(&id)),
-                Kind::Propose { .. } | Kind::Other => drop(pending.complete(&id, Err(lost(why)))),
+                Kind::Other => drop(pending.complete(&id, Err(lost(why)))),
             }
         }
         let mut frames = Vec::new();
-        for machine in self.machines() {
-            let mut m = lock(&machine);
-            m.handle_disconnect(now, in_flight.iter().map(|(_, k)| k.clone()));
-            m.handle_reconnect(now);
-            self.take_transmits(&mut pending, &mut m, &machine, generation, &mut frames);
+        for driver in self.drivers.all() {
+            let transmits = driver.resume(in_flight.iter().map(|(_, k)| k.clone()));
+            self.take_transmits(&mut pending, transmits, &driver, generation, &mut frames);
         }
-        for (id, _) in in_flight {
-            // Queried submits were moved onto this connection; the rest no machine knows.
-            if pending.by_id.get(&id).is_some_and(|e| e.sent_on != generation) {
+        let drivers = self.drivers.all();
+        for (id, key) in in_flight {
+            // Queried submits were moved onto this connection; a task its driver still waits for is the driver's to
+            // end (it gave up, and its timer fails the task); the rest no machine knows.
+            let Some(entry) = pending.by_id.get_mut(&id) else { continue };
+            if entry.sent_on == generation {
+                continue;
+            }
+            if drivers.iter().any(|d| d.awaits_task(&key)) {
+                entry.sent_on = generation;
+            } else {
                 pending.complete(&id, Err(lost(why)));
             }
         }
         frames
     }
 
-    /// Registers and encodes what `m` wants sent, on behalf of the submits waiting for its tasks.
+    /// Registers and encodes what `driver` wants sent, on behalf of the submits waiting for its tasks.
     fn take_transmits(
         &self,
         pending: &mut Pending,
-        m: &mut Initiator,
-        machine: &SharedInitiator,
+        transmits: Vec<Transmit>,
+        driver: &Arc<InitiatorDriver>,
         generation: u64,
         frames: &mut Vec<String>,
     ) {
-        while let Some(transmit) = m.poll_transmit() {
+        for transmit in transmits {
             // Nobody waits for the task any more (its caller gave up): nothing to send.
             let Some(submit) = pending.submit_of(transmit.key()) else { continue };
             let query = matches!(transmit, Transmit::StatusQuery { .. });
@@ -211,7 +200,7 @@ impl Inner {
                     if let Some(e) = pending.by_id.get_mut(&submit) {
                         e.sent_on = generation;
                     }
-                    let kind = Kind::Machine { submit, machine: Arc::downgrade(machine), query };
+                    let kind = Kind::Machine { key: transmit.key().clone(), driver: Arc::downgrade(driver), query };
                     let entry = Entry { kind, reply: None, updates: None, sent_on: generation };
                     pending.by_id.insert(envelope.message_id.clone(), entry);
                     frames.push(text);
@@ -250,10 +239,10 @@ impl Inner {
             };
             match pending.by_id.get(id).map(|e| matches!(e.kind, Kind::Machine { .. })) {
                 Some(true) => {
-                    if let Some(Entry { kind: Kind::Machine { submit, machine, .. }, .. }) = pending.remove(id)
+                    if let Some(Entry { kind: Kind::Machine { key, driver, .. }, .. }) = pending.remove(id)
                         && let Err(e) = answer
                     {
-                        return self.to_machine(&mut pending, &machine, &submit, id, Err(&e), None, generation);
+                        return self.to_driver(&mut pending, &driver, &key, id, Err(e), generation);
                     }
                 }
                 Some(false) => {
@@ -293,126 +282,40 @@ impl Inner {
                 forward_update(entry, &reply);
                 Vec::new()
             }
-            Kind::Submit { .. } | Kind::Propose { .. } | Kind::Other => {
+            Kind::Submit { .. } | Kind::Other => {
                 pending.complete(&target, Ok(Some(reply)));
                 Vec::new()
             }
-            Kind::Machine { submit, machine, query } => {
-                let (submit, machine) = (submit.clone(), machine.clone());
+            Kind::Machine { key, driver, query } => {
+                let (key, driver) = (key.clone(), driver.clone());
                 // A query has one answer; a resubmission its updates, then its end.
                 if *query || is_task_end(&head.kind) {
                     pending.remove(&target);
                 }
-                match Envelope::from_slice(&reply) {
-                    Ok(env) => {
-                        self.to_machine(&mut pending, &machine, &submit, &target, Ok(&env), Some(reply), generation)
-                    }
-                    // Not an envelope: the caller's initiator reports it as the undecodable answer it is.
-                    Err(_) => {
-                        pending.complete(&submit, Ok(Some(reply)));
-                        Vec::new()
-                    }
-                }
+                self.to_driver(&mut pending, &driver, &key, &target, Ok(reply), generation)
             }
         }
     }
 
-    /// Feeds an answer to a machine's own message to that machine and carries out its verdict for the waiting
-    /// submit; returns what the machine wants sent next.
-    #[allow(clippy::too_many_arguments)]
-    fn to_machine(
-        self: &Arc<Self>,
+    /// Hands an answer to a driver's own message to that driver, which gives the waiting caller its verdict;
+    /// returns what the driver wants sent next.
+    fn to_driver(
+        &self,
         pending: &mut Pending,
-        machine: &Weak<Mutex<Initiator>>,
-        submit: &str,
+        driver: &Weak<InitiatorDriver>,
+        key: &TaskKey,
         in_reply_to: &str,
-        answer: Result<&Envelope, &LdpError>,
-        reply: Option<Vec<u8>>,
+        answer: Result<Vec<u8>, LdpError>,
         generation: u64,
     ) -> Vec<String> {
-        let Some(machine) = machine.upgrade() else {
+        let Some(driver) = driver.upgrade() else {
             // Its client is gone, and with it whoever waited.
             return Vec::new();
         };
-        let now = now();
-        let mut m = lock(&machine);
-        let before = m.poll_timeout();
-        match m.handle_resume_answer(now, in_reply_to, answer) {
-            ResumeVerdict::Progress(_) => {
-                if let (Some(entry), Some(reply)) = (pending.by_id.get(submit), reply) {
-                    forward_update(entry, &reply);
-                }
-            }
-            ResumeVerdict::Deliver(_) => drop(pending.complete(submit, Ok(reply))),
-            ResumeVerdict::Fail { error, .. } => drop(pending.complete(submit, Err(error))),
-            // Waiting, or anything a newer machine may decide: the caller keeps waiting.
-            _ => {}
-        }
+        let transmits = driver.resume_answer(key, in_reply_to, answer);
         let mut frames = Vec::new();
-        self.take_transmits(pending, &mut m, &machine, generation, &mut frames);
-        if let Some(at) = m.poll_timeout().filter(|at| Some(*at) != before) {
-            self.wake_at(at);
-        }
+        self.take_transmits(pending, transmits, &driver, generation, &mut frames);
         frames
-    }
-
-    /// Tells the machines that `env` goes out now; true when one of them keeps its answer deadline.
-    pub(super) fn track(self: &Arc<Self>, env: &Envelope) -> bool {
-        // No answer timeout: no machine keeps a deadline, so the hot path takes no lock.
-        if self.request_timeout.is_none() {
-            return false;
-        }
-        let now = now();
-        let mut tracked = false;
-        for machine in self.machines() {
-            let mut m = lock(&machine);
-            if m.handle_sent(now, env) {
-                tracked = true;
-                if let Some(at) = m.poll_timeout() {
-                    self.wake_at(at);
-                }
-            }
-        }
-        tracked
-    }
-
-    /// Runs the machines' timeouts at `at`.
-    fn wake_at(self: &Arc<Self>, at: Instant) {
-        let inner = Arc::downgrade(self);
-        tokio::spawn(async move {
-            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
-            if let Some(inner) = inner.upgrade() {
-                inner.expire();
-            }
-        });
-    }
-
-    /// Fails the callers of every request whose machine deadline passed.
-    fn expire(&self) {
-        let now = now();
-        for machine in self.machines() {
-            let expired = lock(&machine).handle_timeout(now);
-            let mut pending = lock(&self.pending);
-            for e in expired {
-                let (id, error) = match e {
-                    Expired::ResultLost { key, error } | Expired::TaskUnanswered { key, error } => {
-                        (pending.submit_of(&key), error)
-                    }
-                    Expired::ProposalUnanswered { session_id, error } => {
-                        let id = pending.by_id.iter().find_map(|(id, e)| match &e.kind {
-                            Kind::Propose { session } if *session == session_id => Some(id.clone()),
-                            _ => None,
-                        });
-                        (id, error)
-                    }
-                    // A deadline a newer machine knows: its caller waits for the transport's own failures.
-                    _ => continue,
-                };
-                if let Some(id) = id {
-                    pending.complete(&id, Err(error));
-                }
-            }
-        }
     }
 
     pub(super) fn unmatched(&self, what: &str) {
