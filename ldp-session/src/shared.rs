@@ -460,3 +460,5 @@ impl SharedTask {
         }
     }
 }
+
+pub mod rules;
