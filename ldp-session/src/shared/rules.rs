@@ -93,6 +93,12 @@ pub trait StoreRecords {
         let _ = (key, task, expires_ms);
         Ok(false)
     }
+    /// Writes the record of a task's end, kept until `expires_ms`: the end as its owner gave it, with the message key
+    /// of the record it replaces ([`ended`]). A backend that encoded the end before its atomic step (off the one
+    /// thread that writes) overrides it to write that text.
+    fn put_end(&mut self, key: &TaskKey, record: &SharedTask, expires_ms: i64) -> Result<(), Self::Error> {
+        self.put_task(key, record, expires_ms)
+    }
     /// Removes a task's record.
     fn remove_task(&mut self, key: &TaskKey) -> Result<(), Self::Error>;
 }
@@ -367,7 +373,7 @@ pub fn finish<R: StoreRecords>(
         Ok(record) => record,
         Err(held) => return Ok(TaskFinish::Refused(Box::new(held))),
     };
-    records.put_task(key, &record, now.saturating_add(keeping.result_ttl_ms))?;
+    records.put_end(key, &record, now.saturating_add(keeping.result_ttl_ms))?;
     let cost = end.cost.sanitized();
     if !cost.is_zero() {
         records.add_cost(&key.session_id, cost)?;

@@ -527,7 +527,10 @@ impl SqliteStore {
         &self,
         op: impl Fn(&mut Records<'_>, i64, Keeping) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.tx_while_awaited(move |conn, cfg, now| op(&mut Records { conn, cfg, now }, now, keeping(cfg))).await
+        self.tx_while_awaited(move |conn, cfg, now| {
+            op(&mut Records { conn, cfg, now, end_text: None }, now, keeping(cfg))
+        })
+        .await
     }
 
     async fn queue<T: Send + 'static>(
@@ -566,8 +569,10 @@ impl Store for SqliteStore {
 
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
         let id = session_id.to_owned();
-        self.tx(move |conn, cfg, now| rules::close_session(&mut Records { conn, cfg, now }, &id, now, keeping(cfg)))
-            .await
+        self.tx(move |conn, cfg, now| {
+            rules::close_session(&mut Records { conn, cfg, now, end_text: None }, &id, now, keeping(cfg))
+        })
+        .await
     }
 
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError> {
@@ -578,8 +583,10 @@ impl Store for SqliteStore {
 
     async fn release_task(&self, key: &TaskKey, owner: &str, dedupe: Option<&ReplayClaim>) -> Result<(), StoreError> {
         let (key, owner, dedupe) = (key.clone(), owner.to_owned(), dedupe.cloned());
-        self.tx(move |conn, cfg, now| rules::release(&mut Records { conn, cfg, now }, &key, &owner, dedupe.as_ref()))
-            .await
+        self.tx(move |conn, cfg, now| {
+            rules::release(&mut Records { conn, cfg, now, end_text: None }, &key, &owner, dedupe.as_ref())
+        })
+        .await
     }
 
     async fn renew_leases(
@@ -590,15 +597,19 @@ impl Store for SqliteStore {
     ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
         let (owner, keys) = (owner.to_owned(), keys.to_vec());
         self.tx(move |conn, cfg, now| {
-            rules::renew(&mut Records { conn, cfg, now }, &owner, &keys, lease, now, keeping(cfg))
+            rules::renew(&mut Records { conn, cfg, now, end_text: None }, &owner, &keys, lease, now, keeping(cfg))
         })
         .await
     }
 
     async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
-        let (key, task) = (key.clone(), task.clone());
-        self.tx(move |conn, cfg, now| rules::finish(&mut Records { conn, cfg, now }, &key, &task, now, keeping(cfg)))
-            .await
+        // Encoded here, on the caller's thread, rather than by the one writer.
+        let (key, task, text) = (key.clone(), task.clone(), encode(&crate::without_message_key(task))?);
+        self.tx(move |conn, cfg, now| {
+            let mut records = Records { conn, cfg, now, end_text: Some(&text) };
+            rules::finish(&mut records, &key, &task, now, keeping(cfg))
+        })
+        .await
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {

@@ -169,7 +169,17 @@ pub(super) fn load_task(conn: &Connection, key: &TaskKey, now: i64) -> Result<Op
 
 /// Writes a task's record with its message key (columns of the row, not in the record's text).
 pub(super) fn put_task(conn: &Connection, key: &TaskKey, task: &SharedTask, expires: i64) -> Result<(), StoreError> {
-    let record = encode(&crate::without_message_key(task))?;
+    put_task_text(conn, key, &encode(&crate::without_message_key(task))?, task, expires)
+}
+
+/// [`put_task`] of a record whose text (without its message key) is encoded already.
+fn put_task_text(
+    conn: &Connection,
+    key: &TaskKey,
+    record: &str,
+    task: &SharedTask,
+    expires: i64,
+) -> Result<(), StoreError> {
     conn.prepare_cached(
         // In place when the task is there already (its row keeps its place, near the table's end).
         "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
@@ -421,6 +431,8 @@ pub(super) struct Records<'a> {
     pub(super) conn: &'a Connection,
     pub(super) cfg: &'a StoreConfig,
     pub(super) now: i64,
+    /// A task's end as its caller encoded it (without its message key), so that the one writer does not encode it.
+    pub(super) end_text: Option<&'a str>,
 }
 
 impl StoreRecords for Records<'_> {
@@ -482,6 +494,13 @@ impl StoreRecords for Records<'_> {
 
     fn put_new_task(&mut self, key: &TaskKey, task: &SharedTask, expires_ms: i64) -> Result<bool, StoreError> {
         put_new_task(self.conn, key, task, expires_ms)
+    }
+
+    fn put_end(&mut self, key: &TaskKey, record: &SharedTask, expires_ms: i64) -> Result<(), StoreError> {
+        match self.end_text {
+            Some(text) => put_task_text(self.conn, key, text, record, expires_ms),
+            None => put_task(self.conn, key, record, expires_ms),
+        }
     }
 
     fn remove_task(&mut self, key: &TaskKey) -> Result<(), StoreError> {
