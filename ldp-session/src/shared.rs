@@ -451,7 +451,8 @@ pub fn needs_session(env: &ldp_types::Envelope) -> bool {
 impl SharedTask {
     /// Whether a new submission under this task's id may claim it: a failed task may be submitted again, a
     /// completed one may not, and a running one only once its owner's lease has lapsed (`lease_live` false: the
-    /// owner died). Every backend claims by this rule (the Redis backend's script mirrors it).
+    /// owner died). Every backend claims by this rule, through [`rules::claimable_record`] (the Redis backend's
+    /// scripts look it up in a table computed from it).
     pub fn claimable(&self, lease_live: bool) -> bool {
         match self.status {
             SharedTaskStatus::Failed => true,
@@ -460,3 +461,5 @@ impl SharedTask {
         }
     }
 }
+
+pub mod rules;

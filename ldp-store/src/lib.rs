@@ -432,26 +432,6 @@ pub(crate) fn scrubbed(url: &str, text: &str) -> String {
     secrets.iter().filter(|s| !s.is_empty()).fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "***"))
 }
 
-/// The dedupe entry `held` stands for (`SharedTask::message_key` until `message_until_ms`), when a claim of `claim`
-/// replaces `held` (a failed task submitted again) and that entry would still be held: it is written as an entry of
-/// its own, so the first message stays a replay.
-pub(crate) fn outlived(
-    held: &ldp_session::shared::SharedTask,
-    claim: &ldp_session::shared::SharedTask,
-    now: i64,
-) -> Option<(String, i64)> {
-    let message =
-        held.message_key.as_ref().filter(|m| claim.message_key.as_ref() != Some(*m) && held.message_until_ms > now)?;
-    Some((message.clone(), held.message_until_ms))
-}
-
-/// The dedupe entry a claim's record stands for, when the entry would outlive the record (`record_until`, a result
-/// TTL shorter than the dedupe window): it is written as an entry of its own too.
-pub(crate) fn outliving(claim: &ldp_session::shared::SharedTask, record_until: i64) -> Option<(String, i64)> {
-    let message = claim.message_key.as_ref().filter(|_| claim.message_until_ms > record_until)?;
-    Some((message.clone(), claim.message_until_ms))
-}
-
 /// `task` without its claiming message's entry, for a task's end: the store keeps the one the claim wrote
 /// (`SharedTask::message_key`), whatever the end carries.
 #[cfg(any(feature = "sqlite", feature = "redis"))]

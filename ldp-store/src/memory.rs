@@ -12,14 +12,15 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ldp_session::shared::rules::{self, Keeping, SessionRow, StoreRecords};
 use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
-    SharedTaskStatus, TaskAnswer, TaskClaim, TaskFinish, TaskStep,
+    SharedTaskStatus, TaskClaim, TaskCost, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use ldp_session::{TaskKey, replay_room};
 
-use crate::{MIN_BOUND_BYTES, StoreConfig, drop_marks, ms, now_ms, outlived, outliving};
+use crate::{MIN_BOUND_BYTES, StoreConfig, drop_marks, now_ms};
 
 /// Shared state in this process's memory.
 #[derive(Debug)]
@@ -235,15 +236,6 @@ impl Tables {
             self.task_bytes = self.task_bytes.saturating_sub(record_bytes(key, &replaced));
         }
     }
-
-    /// Rewrites a task's record in place (its expiry unchanged), keeping the count of what the records hold.
-    fn rewrite_task(&mut self, key: &TaskKey, rewrite: impl FnOnce(&SharedTask) -> SharedTask) -> Option<SharedTask> {
-        let (task, _) = self.tasks.get_mut(key)?;
-        let before = record_bytes(key, task);
-        *task = rewrite(task);
-        self.task_bytes = self.task_bytes.saturating_sub(before).saturating_add(record_bytes(key, task));
-        Some(task.clone())
-    }
 }
 
 impl MemoryStore {
@@ -284,98 +276,105 @@ impl Tables {
         }
         ReplayVerdict::Fresh
     }
+}
 
-    /// Whether an unsigned message's dedupe entry is held: as an entry, or by the record of the task it claimed.
-    fn holds_message(&self, key: &TaskKey, entry: &ReplayClaim, now: i64) -> bool {
+/// The tables at one instant, as the store's rules see them ([`StoreRecords`]): the rules run on them under the
+/// mutex, so each operation is one atomic step.
+struct Records<'a> {
+    tables: &'a mut Tables,
+    now: i64,
+}
+
+impl StoreRecords for Records<'_> {
+    type Error = StoreError;
+
+    fn claim_replay(&mut self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError> {
+        Ok(self.tables.claim_message(claim))
+    }
+
+    fn dedupe_held(&mut self, entry: &ReplayClaim) -> Result<bool, StoreError> {
         // Expired entries went in this operation's sweep: one still here is live.
-        self.replay.contains_key(&entry.key)
-            || self.tasks.get(key).is_some_and(|(held, expires)| *expires > now && held.holds_message(entry, now))
+        Ok(self.tables.replay.contains_key(&entry.key))
     }
 
-    /// The session step of an admission: the lookup, restarting a live session's TTL.
-    fn touch_session(&mut self, session_id: &str, now: i64, marker: i64) -> SessionLookup {
-        let Some((record, expires, _)) = self.sessions.get_mut(session_id) else { return SessionLookup::Unknown };
-        match record {
-            Some(_) if *expires <= now && expires.saturating_add(marker) > now => SessionLookup::Expired,
-            Some(s) if *expires > now => {
-                *expires = now.saturating_add(ms(Duration::from_secs(s.ttl_secs)));
-                SessionLookup::Live(s.clone())
-            }
-            None if *expires > now => SessionLookup::Closed,
-            _ => SessionLookup::Unknown,
-        }
+    fn write_dedupe(&mut self, entry: &ReplayClaim) -> Result<(), StoreError> {
+        self.tables.claim_message(entry);
+        Ok(())
     }
 
-    /// A live session's usage (nothing for any other).
-    fn usage(&self, session_id: &str, now: i64) -> SessionUsage {
-        match self.sessions.get(session_id) {
-            Some((Some(_), expires, usage)) if *expires > now => *usage,
-            _ => SessionUsage::default(),
-        }
+    fn session(&mut self, id: &str) -> Result<Option<SessionRow>, StoreError> {
+        let row = self.tables.sessions.get(id);
+        Ok(row.map(|(record, expires, usage)| SessionRow::new(record.clone(), *expires, *usage)))
     }
 
-    /// The claim step of an admission: refused at the session's task limit, counted under one.
-    fn claim_counted(
-        &mut self,
-        key: &TaskKey,
-        task: &SharedTask,
-        lease: Duration,
-        max_tasks: Option<u64>,
-        now: i64,
-        keep: i64,
-    ) -> (TaskClaim, SessionUsage) {
-        let usage = self.usage(&key.session_id, now);
-        if max_tasks.is_some_and(|max| usage.tasks >= max) {
-            return (TaskClaim::LimitReached, usage);
+    fn insert_session(&mut self, session: &SharedSession, expires_ms: i64) -> Result<(), StoreError> {
+        let row = (Some(session.clone()), expires_ms, SessionUsage::default());
+        self.tables.sessions.insert(session.session_id.clone(), row);
+        Ok(())
+    }
+
+    fn close_session(&mut self, id: &str, until_ms: i64) -> Result<(), StoreError> {
+        self.tables.sessions.insert(id.to_owned(), (None, until_ms, SessionUsage::default()));
+        Ok(())
+    }
+
+    fn renew_session(&mut self, id: &str, until_ms: i64) -> Result<(), StoreError> {
+        if let Some((_, expires, _)) = self.tables.sessions.get_mut(id) {
+            *expires = until_ms;
         }
-        let claim = self.claim_task(key, task, lease, now, keep);
-        if claim == TaskClaim::Claimed
-            && max_tasks.is_some()
-            && let Some((_, _, held)) = self.sessions.get_mut(&key.session_id)
+        Ok(())
+    }
+
+    fn count_tasks(&mut self, id: &str, delta: i64) -> Result<(), StoreError> {
+        if let Some((_, _, usage)) = self.tables.sessions.get_mut(id) {
+            usage.tasks = usage.tasks.saturating_add_signed(delta);
+        }
+        Ok(())
+    }
+
+    fn add_cost(&mut self, id: &str, cost: TaskCost) -> Result<(), StoreError> {
+        if let Some((Some(_), expires, usage)) = self.tables.sessions.get_mut(id)
+            && *expires > self.now
         {
-            held.tasks = held.tasks.saturating_add(1);
+            *usage = usage.plus(cost);
         }
-        (claim, usage)
+        Ok(())
     }
 
-    fn claim_task(&mut self, key: &TaskKey, task: &SharedTask, lease: Duration, now: i64, keep: i64) -> TaskClaim {
-        if let Some((held, expires)) = self.tasks.get(key)
-            && *expires > now
-            && !held.claimable(held.lease_until_ms > now)
-        {
-            return TaskClaim::Taken;
-        }
-        // The dedupe entries records stand for must outlive them: the one of the record replaced, and the new
-        // one's when it lasts longer than the record will.
-        let replaced =
-            self.tasks.get(key).and_then(|(held, expires)| (*expires > now).then(|| outlived(held, task, now)));
-        for (message, until) in replaced.into_iter().flatten().chain(outliving(task, now.saturating_add(keep))) {
-            self.claim_message(&ReplayClaim::new("", message, until));
-        }
-        let mut task = task.clone();
-        task.lease_until_ms = now.saturating_add(ms(lease));
-        self.put_task(key, task, now.saturating_add(keep));
-        TaskClaim::Claimed
+    fn task(&mut self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
+        Ok(self.tables.tasks.get(key).filter(|(_, expires)| *expires > self.now).map(|(task, _)| task.clone()))
     }
 
-    /// A live task record, a lapsed lease failed first.
-    fn read_task(&mut self, key: &TaskKey, now: i64) -> Option<SharedTask> {
-        let (task, expires) = self.tasks.get(key)?;
-        if *expires <= now {
-            return None;
-        }
-        if task.status == SharedTaskStatus::Running && task.lease_until_ms <= now {
-            return self.rewrite_task(key, SharedTask::lease_expired);
-        }
-        Some(task.clone())
+    fn put_task(&mut self, key: &TaskKey, task: &SharedTask, expires_ms: i64) -> Result<(), StoreError> {
+        self.tables.put_task(key, task.clone(), expires_ms);
+        Ok(())
     }
 
-    fn cancel_task(&mut self, key: &TaskKey, now: i64) -> Option<SharedTask> {
-        let (task, expires) = self.tasks.get(key)?;
-        if *expires <= now || task.status != SharedTaskStatus::Running || task.lease_until_ms <= now {
-            return None;
+    fn put_new_task(&mut self, key: &TaskKey, task: &SharedTask, expires_ms: i64) -> Result<bool, StoreError> {
+        if self.tables.tasks.contains_key(key) {
+            return Ok(false);
         }
-        self.rewrite_task(key, SharedTask::cancelled)
+        self.tables.put_task(key, task.clone(), expires_ms);
+        Ok(true)
+    }
+
+    fn remove_task(&mut self, key: &TaskKey) -> Result<(), StoreError> {
+        self.tables.remove_task(key);
+        Ok(())
+    }
+}
+
+impl MemoryStore {
+    /// Runs `operation` of the store's rules on the tables, swept first, under the mutex.
+    fn with_records<T>(
+        &self,
+        operation: impl FnOnce(&mut Records<'_>, i64, Keeping) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let now = now_ms();
+        let keeping = Keeping::new(self.cfg.closed_ttl, self.cfg.result_ttl);
+        let mut tables = self.tables();
+        tables.sweep(now, keeping.marker_ms);
+        operation(&mut Records { tables: &mut tables, now }, now, keeping)
     }
 }
 
@@ -386,103 +385,32 @@ impl Store for MemoryStore {
     }
 
     async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
-        let now = now_ms();
-        let marker = ms(self.cfg.closed_ttl);
-        let mut t = self.tables();
-        t.sweep(now, marker);
-        // A claim the records have no room for refuses the message before any of it is written.
-        if let Some(TaskStep::Claim { key, task, .. }) = &admission.task {
-            t.room_for(self.room, record_bytes(key, task), now)?;
-        }
-        // A claim standing in for the message's dedupe entry: checked first, written only if no claim is made.
-        let dedupe = match &admission.task {
-            Some(TaskStep::Claim { key, dedupe: Some(entry), .. }) => Some((key, entry)),
-            _ => None,
-        };
-        let replay = match (&admission.replay, dedupe) {
-            (Some(claim), _) => t.claim_message(claim),
-            (None, Some((key, entry))) if t.holds_message(key, entry, now) => ReplayVerdict::Seen,
-            (None, _) => ReplayVerdict::Fresh,
-        };
-        let dedupe = dedupe.map(|(_, entry)| entry);
-        let mut admitted = Admitted::replay_only(replay);
-        let Some(session_id) = admission.session_id.as_deref().filter(|_| replay == ReplayVerdict::Fresh) else {
-            return Ok(admitted);
-        };
-        let session = t.touch_session(session_id, now, marker);
-        let live = matches!(session, SessionLookup::Live(_));
-        admitted.session = Some(session);
-        if !live {
-            if let Some(entry) = dedupe {
-                t.claim_message(entry);
+        self.with_records(|records, now, keeping| {
+            // A claim the records have no room for refuses the message before any of it is written.
+            if let Some(TaskStep::Claim { key, task, .. }) = &admission.task {
+                records.tables.room_for(self.room, record_bytes(key, task), now)?;
             }
-            return Ok(admitted);
-        }
-        let keep = ms(self.cfg.result_ttl);
-        admitted.task = admission.task.as_ref().map(|step| match step {
-            TaskStep::Claim { key, task, lease, max_tasks, usage: read, dedupe } => {
-                let (claim, usage) = t.claim_counted(key, task, *lease, *max_tasks, now, keep);
-                if let (Some(entry), TaskClaim::Taken | TaskClaim::LimitReached) = (dedupe, &claim) {
-                    t.claim_message(entry);
-                }
-                admitted.usage = read.then_some(usage);
-                TaskAnswer::Claim(claim)
-            }
-            TaskStep::Read(key) => TaskAnswer::Read(t.read_task(key, now)),
-            TaskStep::Cancel(key) => TaskAnswer::Cancel(t.cancel_task(key, now)),
-            // A step this backend does not know is not taken.
-            _ => TaskAnswer::Read(None),
-        });
-        Ok(admitted)
+            rules::admit(records, admission, now, keeping)
+        })
     }
 
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
-        let now = now_ms();
-        let mut t = self.tables();
-        t.sweep(now, ms(self.cfg.closed_ttl));
-        let marker = ms(self.cfg.closed_ttl);
-        let held = |(record, expires, _): &(Option<SharedSession>, i64, SessionUsage)| match record {
-            Some(_) => expires.saturating_add(marker) > now,
-            None => *expires > now,
-        };
-        if t.sessions.get(&session.session_id).is_some_and(held) {
-            return Ok(false);
-        }
-        let expires = now.saturating_add(ms(Duration::from_secs(session.ttl_secs)));
-        t.sessions.insert(session.session_id.clone(), (Some(session.clone()), expires, SessionUsage::default()));
-        Ok(true)
+        self.with_records(|records, now, keeping| rules::create_session(records, session, now, keeping))
     }
 
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
-        let now = now_ms();
-        let mut t = self.tables();
-        let closed = (None, now.saturating_add(ms(self.cfg.closed_ttl)), SessionUsage::default());
-        t.sessions.insert(session_id.to_owned(), closed);
-        Ok(())
+        self.with_records(|records, now, keeping| rules::close_session(records, session_id, now, keeping))
     }
 
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError> {
-        let now = now_ms();
-        let mut t = self.tables();
-        t.sweep(now, ms(self.cfg.closed_ttl));
-        t.room_for(self.room, record_bytes(key, task), now)?;
-        Ok(t.claim_task(key, task, lease, now, ms(self.cfg.result_ttl)))
+        self.with_records(|records, now, keeping| {
+            records.tables.room_for(self.room, record_bytes(key, task), now)?;
+            rules::claim(records, key, task, lease, now, keeping)
+        })
     }
 
     async fn release_task(&self, key: &TaskKey, owner: &str, dedupe: Option<&ReplayClaim>) -> Result<(), StoreError> {
-        let mut t = self.tables();
-        if let Some(entry) = dedupe {
-            t.sweep(now_ms(), ms(self.cfg.closed_ttl));
-            t.claim_message(entry);
-        }
-        if t.tasks.get(key).is_some_and(|(task, _)| task.owner == owner && task.status == SharedTaskStatus::Running) {
-            t.remove_task(key);
-            // Its claim counted against the session's task limit (when it has one): it never ran.
-            if let Some((_, _, usage)) = t.sessions.get_mut(&key.session_id) {
-                usage.tasks = usage.tasks.saturating_sub(1);
-            }
-        }
-        Ok(())
+        self.with_records(|records, _, _| rules::release(records, key, owner, dedupe))
     }
 
     async fn renew_leases(
@@ -491,76 +419,24 @@ impl Store for MemoryStore {
         keys: &[TaskKey],
         lease: Duration,
     ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
-        let now = now_ms();
-        let until = now.saturating_add(ms(lease));
-        // A running task's record lives a result TTL past its last renewal, as in the other backends: a task that
-        // runs longer than the TTL must not lose its record (and its id be claimed again) while its owner renews.
-        let keep = now.saturating_add(ms(self.cfg.result_ttl));
-        let mut t = self.tables();
-        let mut lost = Vec::new();
-        for key in keys {
-            match t.tasks.get_mut(key) {
-                Some((task, expires)) if task.owner == owner && task.status == SharedTaskStatus::Running => {
-                    task.lease_until_ms = until;
-                    if *expires < keep {
-                        *expires = keep;
-                        t.expiries.tasks.push(Reverse((keep, key.clone())));
-                    }
-                }
-                Some((task, expires)) if *expires > now => lost.push((key.clone(), task.clone())),
-                _ => {}
-            }
-        }
-        Ok(lost)
+        self.with_records(|records, now, keeping| rules::renew(records, owner, keys, lease, now, keeping))
     }
 
     async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
-        let now = now_ms();
-        let mut t = self.tables();
-        // Absent (expired, or never claimed: a task admitted before the store was attached) is recorded too.
-        if let Some((held, expires)) = t.tasks.get(key)
-            && *expires > now
-            && (held.owner != task.owner || held.status != SharedTaskStatus::Running)
-        {
-            return Ok(TaskFinish::Refused(Box::new(held.clone())));
-        }
-        t.sweep_queued(now);
-        // The claiming message's key stays with the record for its life (`SharedTask::message_key`).
-        let (mut ended, cost) = (task.clone(), task.cost);
-        (ended.message_key, ended.message_until_ms) =
-            t.tasks.get(key).map_or((None, 0), |(held, _)| (held.message_key.clone(), held.message_until_ms));
-        t.put_task(key, ended, now.saturating_add(ms(self.cfg.result_ttl)));
-        // A result is always recorded; older ones make room for it.
-        t.make_room(self.room, now);
-        if !cost.is_zero()
-            && let Some((Some(_), expires, usage)) = t.sessions.get_mut(&key.session_id)
-            && *expires > now
-        {
-            *usage = usage.plus(cost);
-        }
-        Ok(TaskFinish::Recorded)
+        self.with_records(|records, now, keeping| {
+            let finished = rules::finish(records, key, task, now, keeping)?;
+            // A result is always recorded; older ones make room for it.
+            records.tables.make_room(self.room, now);
+            Ok(finished)
+        })
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
-        let now = now_ms();
-        Ok(self.tables().read_task(key, now))
+        self.with_records(|records, now, keeping| rules::read(records, key, now, keeping))
     }
 
     async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError> {
-        let now = now_ms();
-        let marker = ms(self.cfg.closed_ttl);
-        let t = self.tables();
-        let ended = session_ids.iter().filter_map(|id| {
-            let how = match t.sessions.get(id)? {
-                (None, expires, _) if *expires > now => SessionLookup::Closed,
-                (Some(_), expires, _) if *expires <= now && expires.saturating_add(marker) > now => {
-                    SessionLookup::Expired
-                }
-                _ => return None,
-            };
-            Some((id.clone(), how))
-        });
-        Ok(ended.collect())
+        self.with_records(|records, now, keeping| rules::ended_sessions(records, session_ids, now, keeping))
     }
 }
 
@@ -663,6 +539,11 @@ mod tests {
             MakeRoom,
         }
 
+        /// Records kept a second after their last write.
+        fn keeping() -> Keeping {
+            Keeping::new(Duration::ZERO, Duration::from_secs(1))
+        }
+
         fn op() -> impl Strategy<Value = Op> {
             prop_oneof![
                 (0..6u8, 0..300usize).prop_map(|(k, len)| Op::Claim(k, len)),
@@ -687,7 +568,9 @@ mod tests {
                             let task = SharedTask::running("a", PayloadMode::Text)
                                 .with_message(Some(&ReplayClaim::new("", "m".repeat(len), now + 500)));
                             if t.room_for(room, record_bytes(&key(&k.to_string()), &task), now).is_ok() {
-                                t.claim_task(&key(&k.to_string()), &task, Duration::from_millis(200), now, 1_000);
+                                let mut records = Records { tables: &mut t, now };
+                                let lease = Duration::from_millis(200);
+                                rules::claim(&mut records, &key(&k.to_string()), &task, lease, now, keeping()).unwrap();
                             }
                         }
                         Op::Finish(k, len) => {
@@ -701,10 +584,12 @@ mod tests {
                             t.remove_task(&key(&k.to_string()));
                         }
                         Op::Read(k) => {
-                            t.read_task(&key(&k.to_string()), now);
+                            rules::read(&mut Records { tables: &mut t, now }, &key(&k.to_string()), now, keeping())
+                                .unwrap();
                         }
                         Op::Cancel(k) => {
-                            t.cancel_task(&key(&k.to_string()), now);
+                            rules::cancel(&mut Records { tables: &mut t, now }, &key(&k.to_string()), now, keeping())
+                                .unwrap();
                         }
                         Op::Advance(by) => {
                             now += by;

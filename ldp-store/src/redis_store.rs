@@ -28,9 +28,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ldp_session::TaskKey;
+use ldp_session::shared::rules;
 use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
-    SharedTaskStatus, TaskAnswer, TaskClaim, TaskFinish, TaskStep,
+    TaskAnswer, TaskClaim, TaskFinish, TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use redis::{AsyncCommands, Script};
@@ -86,6 +87,8 @@ struct Scripts {
     drop_ended: Script,
     read: Script,
     close: Script,
+    /// The rules' decisions the scripts look up.
+    tables: Tables,
 }
 
 impl RedisStore {
@@ -193,17 +196,18 @@ impl RedisStore {
         };
         let namespace: String = cfg.namespace.chars().filter(|c| !matches!(c, '{' | '}')).collect();
         let scripts = Scripts {
-            admit: Script::new(ADMIT),
+            admit: Script::new(&format!("{STATE}{ADMIT}")),
             account: Script::new(ACCOUNT),
-            claim: Script::new(CLAIM),
-            release: Script::new(RELEASE),
-            renew: Script::new(RENEW),
-            finish: Script::new(FINISH),
+            claim: Script::new(&format!("{STATE}{CLAIM}")),
+            release: Script::new(&format!("{STATE}{RELEASE}")),
+            renew: Script::new(&format!("{STATE}{RENEW}")),
+            finish: Script::new(&format!("{STATE}{FINISH}")),
             lapse: Script::new(LAPSE),
             cancel: Script::new(CANCEL),
             drop_ended: Script::new(room::DROP_ENDED),
             read: Script::new(READ),
             close: Script::new(CLOSE),
+            tables: Tables::new(),
         };
         let store = Self {
             prefix: format!("ldp:{namespace}:"),
@@ -341,6 +345,25 @@ impl RedisStore {
         (format!("{base}:share:{principal}"), format!("{base}:total"))
     }
 
+    /// A task's record as read (`text`, with whether its lease key exists), a lapsed lease failed first by the rules
+    /// ([`rules::lapsed`]) with a compare-and-set; when the record changed meanwhile (finished, or claimed again), what
+    /// it is now.
+    async fn settle_read(
+        &self,
+        key: &TaskKey,
+        text: Option<String>,
+        leased: bool,
+    ) -> Result<Option<SharedTask>, StoreError> {
+        let Some(text) = text else { return Ok(None) };
+        let task: SharedTask = decode(&text)?;
+        let Some(failed) = rules::lapsed(&task, leased) else { return Ok(Some(task)) };
+        if self.swap(&self.scripts.lapse, key, &text, &failed).await? {
+            return Ok(Some(failed));
+        }
+        let now: Option<String> = self.conn().get(&self.task_keys(key).0).await.map_err(unavailable)?;
+        now.as_deref().map(decode).transpose()
+    }
+
     /// A compare-and-set of a task's record read by the admission (`LAPSE` or `CANCEL`); `true` when it swapped.
     async fn swap(&self, script: &Script, key: &TaskKey, read: &str, new: &SharedTask) -> Result<bool, StoreError> {
         let (record, lease_key) = self.task_keys(key);
@@ -431,7 +454,8 @@ impl Store for RedisStore {
                     .arg(max_tasks.map(|n| n.to_string()).unwrap_or_default())
                     .arg(if *usage { "1" } else { "" })
                     .arg(task.message_key.as_deref().unwrap_or_default())
-                    .arg(if dedupe.is_some() { "1" } else { "" });
+                    .arg(if dedupe.is_some() { "1" } else { "" })
+                    .arg(&self.scripts.tables.claim);
             }
             Some(TaskStep::Read(_)) => {
                 invocation.arg("read");
@@ -475,32 +499,19 @@ impl Store for RedisStore {
         }
         let (record, leased) = (reply.next().flatten(), reply.next().flatten().as_deref() == Some("1"));
         admitted.task = match step {
-            TaskStep::Read(key) => Some(TaskAnswer::Read(match record {
-                None => None,
-                Some(text) => {
-                    let task: SharedTask = decode(&text)?;
-                    if task.status != SharedTaskStatus::Running || leased {
-                        Some(task)
-                    } else {
-                        let failed = task.lease_expired();
-                        if self.swap(&self.scripts.lapse, key, &text, &failed).await? {
-                            Some(failed)
-                        } else {
-                            // Changed meanwhile (finished, or claimed again): read what it is now.
-                            self.task(key).await?
-                        }
-                    }
-                }
-            })),
+            TaskStep::Read(key) => Some(TaskAnswer::Read(self.settle_read(key, record, leased).await?)),
             TaskStep::Cancel(key) => {
                 let cancelled = match record {
-                    Some(text) if leased => {
+                    Some(text) => {
                         let task: SharedTask = decode(&text)?;
-                        let cancelled = task.cancelled();
-                        let running = task.status == SharedTaskStatus::Running;
-                        (running && self.swap(&self.scripts.cancel, key, &text, &cancelled).await?).then_some(cancelled)
+                        match rules::cancelled(&task, leased) {
+                            Some(cancelled) => {
+                                self.swap(&self.scripts.cancel, key, &text, &cancelled).await?.then_some(cancelled)
+                            }
+                            None => None,
+                        }
                     }
-                    _ => None,
+                    None => None,
                 };
                 Some(TaskAnswer::Cancel(cancelled))
             }
@@ -553,6 +564,7 @@ impl Store for RedisStore {
             .arg(&task.owner)
             .arg(ms(lease).max(1))
             .arg(ms(self.cfg.result_ttl).max(1))
+            .arg(&self.scripts.tables.claim)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.refused(e))?;
@@ -572,6 +584,7 @@ impl Store for RedisStore {
             .key(entry)
             .arg(owner)
             .arg(dedupe.map(|e| e.expires_at_ms.to_string()).unwrap_or_default())
+            .arg(&self.scripts.tables.owner)
             .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.refused(e))?;
@@ -596,6 +609,7 @@ impl Store for RedisStore {
                 .arg(owner)
                 .arg(ms(lease).max(1))
                 .arg(ms(self.cfg.result_ttl).max(1))
+                .arg(&self.scripts.tables.owner)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(|e| self.refused(e))?;
@@ -623,6 +637,7 @@ impl Store for RedisStore {
             .arg(if cost.is_zero() { String::new() } else { cost.tokens.min(i64::MAX as u64).to_string() })
             .arg(cost.cost_usd.to_string())
             .arg(crate::now_ms())
+            .arg(&self.scripts.tables.end)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.refused(e))?;
@@ -642,18 +657,7 @@ impl Store for RedisStore {
         let (record, lease_key) = self.task_keys(key);
         let (text, leased): (Option<String>, bool) =
             self.scripts.read.key(&record).key(&lease_key).invoke_async(&mut conn).await.map_err(unavailable)?;
-        let Some(text) = text else { return Ok(None) };
-        let task: SharedTask = decode(&text)?;
-        if task.status != SharedTaskStatus::Running || leased {
-            return Ok(Some(task));
-        }
-        let failed = task.lease_expired();
-        if self.swap(&self.scripts.lapse, key, &text, &failed).await? {
-            return Ok(Some(failed));
-        }
-        // Changed meanwhile (finished, or claimed again): read what it is now.
-        let now: Option<String> = conn.get(&record).await.map_err(unavailable)?;
-        now.as_deref().map(decode).transpose()
+        self.settle_read(key, text, leased).await
     }
 
     async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError> {

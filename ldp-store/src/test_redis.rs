@@ -164,6 +164,24 @@ impl RedisServer {
         cli(&self.binary, self.port, &all)
     }
 
+    /// Starts `redis-cli MONITOR` against the server (plain TCP, as [`RedisServer::cli`]), its output piped: each
+    /// command the server runs is a line, those a script runs marked `[... lua]`. The caller reads and kills it.
+    pub fn monitor(&self) -> Result<std::process::Child, TestRedisError> {
+        if self.options.tls.is_some() || self.options.unix_socket {
+            return Err(TestRedisError::Start("RedisServer::monitor speaks plain TCP only".into()));
+        }
+        let mut command = Command::new(cli_binary(&self.binary));
+        command.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        if let Some(password) = &self.options.password {
+            command.args(["--no-auth-warning", "-a", password]);
+        }
+        command
+            .arg("MONITOR")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| TestRedisError::Start(format!("redis-cli MONITOR: {e}")))
+    }
+
     /// Stops the server (SIGKILL), as an outage.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -678,9 +696,7 @@ impl Drop for RedisSentinel {
 /// Runs `redis-cli` (beside the `redis-server` binary, as Debian installs them) against the loopback `port`; its
 /// output, or an error when it failed or the server answered an error.
 fn cli(server_binary: &std::path::Path, port: u16, args: &[&str]) -> Result<String, TestRedisError> {
-    let beside = server_binary.with_file_name("redis-cli");
-    let binary = if beside.exists() { beside } else { PathBuf::from("redis-cli") };
-    let out = Command::new(binary)
+    let out = Command::new(cli_binary(server_binary))
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .output()
@@ -694,6 +710,12 @@ fn cli(server_binary: &std::path::Path, port: u16, args: &[&str]) -> Result<Stri
         return Err(TestRedisError::Start(format!("redis-cli {args:?}: {text}")));
     }
     Ok(text)
+}
+
+/// `redis-cli`: beside the `redis-server` binary, as Debian installs them, else on the `PATH`.
+fn cli_binary(server_binary: &std::path::Path) -> PathBuf {
+    let beside = server_binary.with_file_name("redis-cli");
+    if beside.exists() { beside } else { PathBuf::from("redis-cli") }
 }
 
 /// A loopback port no other listener holds now, and that this process has not handed out before. The port is free

@@ -1,8 +1,11 @@
 //! The three backends are one store to the runtime: random sequences of store operations (sessions created, closed
 //! and looked up; replay entries, bounded and not; tasks claimed, released, read, cancelled, finished, their leases
-//! renewed; sessions looked up as ended; sessions' usage: tasks counted under a limit, what finished tasks spent) get the same answers from `MemoryStore` (the reference), `SqliteStore` and `RedisStore` (a real
-//! `redis-server`). Nothing expires within a case (TTLs and leases of an hour), so the answers do not depend on when
-//! each backend ran; expiries and lapsed leases have their own tests.
+//! renewed; sessions looked up as ended; sessions' usage: tasks counted under a limit, what finished tasks spent) get
+//! the same answers from `MemoryStore` (the reference), `SqliteStore` and `RedisStore` (a real `redis-server`). In
+//! [`memory_sqlite_and_redis_answer_alike`] nothing expires within a case (TTLs and leases of an hour), so the answers
+//! do not depend on when each backend ran; [`expiries_and_lapsed_leases_agree`] runs the same operations in phases
+//! with short TTLs and leases and a wait past them between phases, so that sessions expire and leases lapse (a task
+//! then resubmitted to the other replica) at the same point of the sequence in every backend.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
@@ -23,6 +26,11 @@ use crate::backends::{Backends, run_cases};
 use crate::records::now_ms;
 
 const HOUR: Duration = Duration::from_secs(3600);
+/// The session TTL and lease of [`expiries_and_lapsed_leases_agree`]: a phase's operations take far less, in every
+/// backend.
+const SHORT: Duration = Duration::from_secs(2);
+/// The wait between its phases: past a short TTL restarted at the end of a phase, written ahead by a tenth of it.
+const PAST_SHORT: Duration = Duration::from_millis(2_600);
 /// Session and task ids, two of them crafted to spell another's key as Redis once wrote them (session `x`'s task
 /// `y}:session` and session `x}:task:y`'s record).
 const SESSIONS: [&str; 3] = ["x", "x}:task:y", "s2"];
@@ -115,6 +123,31 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     proptest::collection::vec(op, 1..40)
 }
 
+/// Operations of [`expiries_and_lapsed_leases_agree`]: on two sessions' first two tasks, those that meet a session's
+/// expiry or a task's lapsed lease most often (claims from either replica, reads, cancels, renewals, ends, lookups).
+fn timed_ops() -> impl Strategy<Value = Vec<Op>> {
+    let task_key = (0..2_usize, 0..2_usize);
+    let owner = 0..OWNERS.len();
+    let step = prop_oneof![
+        (0..2_usize, 0..OWNERS.len(), proptest::option::of(1..3_u64), any::<bool>())
+            .prop_map(|(t, o, limit, usage)| Step::Claim(t, o, limit, usage, false)),
+        (0..2_usize).prop_map(Step::Read),
+        (0..2_usize).prop_map(Step::Cancel),
+    ];
+    let end = prop_oneof![any::<u8>().prop_map(End::Completed), any::<bool>().prop_map(End::Failed)];
+    let op = prop_oneof![
+        2 => (0..2_usize).prop_map(Op::CreateSession),
+        1 => (0..2_usize).prop_map(Op::CloseSession),
+        3 => ((0..2_usize), step).prop_map(|(s, step)| Op::Admit { replay: None, session: Some(s), step: Some(step) }),
+        3 => (task_key.clone(), owner.clone()).prop_map(|(k, o)| Op::ClaimTask(k, o)),
+        2 => (task_key.clone(), owner.clone(), end).prop_map(|(k, o, e)| Op::FinishTask(k, o, e)),
+        1 => (owner, proptest::collection::vec(task_key.clone(), 0..3)).prop_map(|(o, k)| Op::RenewLeases(o, k)),
+        3 => task_key.prop_map(Op::ReadTask),
+        1 => Just(Op::EndedSessions),
+    ];
+    proptest::collection::vec(op, 1..12)
+}
+
 /// A task record as every backend must agree on it: where the lease ends depends on each one's clock.
 fn task_view(task: &SharedTask) -> String {
     let error = task.error.as_ref().map(|e| (e.code.as_str().to_owned(), e.retryable));
@@ -139,12 +172,17 @@ fn admitted_view(admitted: &Admitted) -> String {
 }
 
 fn session(index: usize) -> SharedSession {
+    session_lasting(index, HOUR)
+}
+
+/// Session `index`'s record, with a TTL of `ttl`.
+fn session_lasting(index: usize, ttl: Duration) -> SharedSession {
     let mut s = serde_json::from_value::<SharedSession>(serde_json::json!({
         "session_id": SESSIONS[index], "peer": "ldp:delegate:peer", "owner": "p0", "peer_delegate": null,
         "peer_domain": "default", "mode": "text", "fallback": [], "ttl_secs": 3600,
     }))
     .unwrap();
-    s.ttl_secs = HOUR.as_secs();
+    s.ttl_secs = ttl.as_secs();
     s
 }
 
@@ -165,10 +203,11 @@ fn ended(owner: usize, end: End) -> SharedTask {
     task
 }
 
-/// Runs one operation; its answer as text (errors included: no backend may fail where another answers).
-async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
+/// Runs one operation with sessions lasting and leases holding `ttl` (an hour, or [`SHORT`]); its answer as text
+/// (errors included: no backend may fail where another answers).
+async fn run(store: &dyn Store, op: &Op, replay_expiry: i64, ttl: Duration) -> String {
     let out = match op {
-        Op::CreateSession(s) => store.create_session(&session(*s)).await.map(|v| format!("{v}")),
+        Op::CreateSession(s) => store.create_session(&session_lasting(*s, ttl)).await.map(|v| format!("{v}")),
         Op::CloseSession(s) => store.close_session(SESSIONS[*s]).await.map(|()| "closed".into()),
         Op::Admit { replay, session, step } => {
             let mut admission = Admission::default();
@@ -187,7 +226,7 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
                     Some(TaskStep::Claim {
                         key: key((s, t)),
                         task: SharedTask::running(OWNERS[o], PayloadMode::Text).with_message(dedupe.as_ref()),
-                        lease: HOUR,
+                        lease: ttl,
                         max_tasks,
                         usage,
                         dedupe,
@@ -200,7 +239,7 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
             store.admit(&admission).await.map(|a| admitted_view(&a))
         }
         Op::ClaimTask(k, o) => store
-            .claim_task(&key(*k), &SharedTask::running(OWNERS[*o], PayloadMode::Text), HOUR)
+            .claim_task(&key(*k), &SharedTask::running(OWNERS[*o], PayloadMode::Text), ttl)
             .await
             .map(|c| format!("{c:?}")),
         Op::ReleaseTask(k, o, m) => {
@@ -217,7 +256,7 @@ async fn run(store: &dyn Store, op: &Op, replay_expiry: i64) -> String {
             // Each key once, in order: the backends answer in the order asked.
             let mut keys: Vec<TaskKey> = keys.iter().map(|k| key(*k)).collect();
             keys.dedup();
-            store.renew_leases(OWNERS[*o], &keys, HOUR).await.map(|lost| {
+            store.renew_leases(OWNERS[*o], &keys, ttl).await.map(|lost| {
                 let mut lost: Vec<String> =
                     lost.iter().map(|(k, t)| format!("{}/{} {}", k.session_id, k.task_id, task_view(t))).collect();
                 lost.sort();
@@ -242,20 +281,58 @@ fn memory_sqlite_and_redis_answer_alike() {
         let cfg = StoreConfig::new(format!("ldp:delegate:agree-{n}"));
         backends.rt.block_on(async {
             let stores = backends.open(&cfg, &format!("case-{n}.db")).await;
-            let replay_expiry = now_ms() + 3_600_000;
-            for (i, op) in ops.iter().enumerate() {
-                let mut answers = Vec::new();
-                for (name, store) in &stores {
-                    answers.push((*name, run(store.as_ref(), op, replay_expiry).await));
+            agree(&stores, &ops, 0, HOUR).await
+        })
+    });
+}
+
+/// Runs `ops` on every store, each operation on all of them before the next; `Err` at the first answer that differs
+/// from the memory store's (`first` numbers the operations in the message).
+async fn agree(
+    stores: &[(&'static str, std::sync::Arc<dyn Store>)],
+    ops: &[Op],
+    first: usize,
+    ttl: Duration,
+) -> Result<(), TestCaseError> {
+    let replay_expiry = now_ms() + 3_600_000;
+    for (i, op) in ops.iter().enumerate() {
+        let mut answers = Vec::new();
+        for (name, store) in stores {
+            answers.push((*name, run(store.as_ref(), op, replay_expiry, ttl).await));
+        }
+        let reference = &answers[0].1;
+        for (name, answer) in &answers[1..] {
+            if answer != reference {
+                return Err(TestCaseError::fail(format!(
+                    "operation {} {op:?}: memory answered {reference}, {name} answered {answer}",
+                    first + i
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The same operations with sessions and leases of [`SHORT`], in two or three phases with a wait past them between:
+/// sessions live in one phase are looked up as expired in the next (admissions, ended sessions, a new session under
+/// their id refused), and tasks running in one have lapsed leases in the next (a read fails them
+/// `TASK_LEASE_EXPIRED`, a claim from either replica takes them over, a renewal or an end from their owner still
+/// finds them running), alike in every backend. Few cases: each waits.
+#[test]
+fn expiries_and_lapsed_leases_agree() {
+    let backends = Backends::start("agree-timed");
+    let phase = proptest::collection::vec(timed_ops(), 2..=3);
+    run_cases(10, phase, |n, phases| {
+        let cfg = StoreConfig::new(format!("ldp:delegate:agree-timed-{n}"));
+        backends.rt.block_on(async {
+            let stores = backends.open(&cfg, &format!("timed-{n}.db")).await;
+            let mut first = 0;
+            for (i, ops) in phases.iter().enumerate() {
+                if i > 0 {
+                    tokio::time::sleep(PAST_SHORT).await;
                 }
-                let reference = &answers[0].1;
-                for (name, answer) in &answers[1..] {
-                    if answer != reference {
-                        return Err(TestCaseError::fail(format!(
-                            "operation {i} {op:?}: memory answered {reference}, {name} answered {answer}"
-                        )));
-                    }
-                }
+                agree(&stores, ops, first, SHORT).await?;
+                first += ops.len();
             }
             Ok(())
         })

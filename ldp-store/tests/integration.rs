@@ -19,6 +19,7 @@ mod backends_agree;
 mod long_tasks;
 mod redis_connections;
 mod redis_room;
+mod redis_round_trips;
 mod redis_sentinel;
 mod redis_session_ttl;
 mod replay_expiry;

@@ -1,10 +1,77 @@
 //! The Lua scripts: each store operation that must be atomic, as one script run in the session's slot.
+//!
+//! A script cannot call the store's rules (`ldp_session::shared::rules`), so the rules' decisions over one task's
+//! record come to it as tables the rules computed ([`Tables`]): the script only tells which state the record is in
+//! ([`STATE`]) and looks the answer up.
+
+use ldp_session::shared::rules;
+use ldp_session::shared::{SharedTask, SharedTaskStatus};
+use ldp_types::PayloadMode;
+
+/// The Lua every script starts with: `state_of(record)`, the state of a task's record as the tables index it (0 no
+/// record, 1 running, 2 completed, 3 failed, 4 unreadable) with the record decoded, and `allowed(table, index)`.
+pub(super) const STATE: &str = r"
+local function state_of(v)
+  if not v then return 0, nil end
+  local ok, t = pcall(cjson.decode, v)
+  if not ok or type(t) ~= 'table' then return 4, nil end
+  return ({running = 1, completed = 2, failed = 3})[t.status] or 4, t
+end
+local function allowed(table, index)
+  return string.sub(table, index + 1, index + 1) == '1'
+end
+";
+
+/// The rules' decisions over one task's record, as `0`/`1` strings indexed `state * 2 + flag` (the states of
+/// [`STATE`]), computed once from `ldp_session::shared::rules` and sent with each script call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Tables {
+    /// Whether a claim may take the task id, flag: its lease key exists ([`rules::claimable_record`]).
+    pub(super) claim: String,
+    /// Whether the caller may renew the task's lease or take its claim back, flag: the record is the caller's
+    /// ([`rules::runs_under`]).
+    pub(super) owner: String,
+    /// Whether the caller's end of the task is recorded, flag: the record is the caller's ([`rules::ended`]).
+    pub(super) end: String,
+}
+
+impl Tables {
+    pub(super) fn new() -> Self {
+        // A record in each state the scripts tell apart (`None`: no record, or one that does not decode).
+        let held = |state: usize| {
+            let status = [None, Some(SharedTaskStatus::Running), Some(SharedTaskStatus::Completed)]
+                .into_iter()
+                .chain([Some(SharedTaskStatus::Failed), None])
+                .nth(state)
+                .flatten();
+            status.map(|status| {
+                let mut task = SharedTask::running("owner", PayloadMode::Text);
+                task.status = status;
+                task
+            })
+        };
+        let table = |decide: &dyn Fn(usize, Option<&SharedTask>, bool) -> bool| -> String {
+            (0..5)
+                .flat_map(|state| [false, true].map(|flag| (state, flag)))
+                .map(|(state, flag)| if decide(state, held(state).as_ref(), flag) { '1' } else { '0' })
+                .collect()
+        };
+        let caller = |flag: bool| if flag { "owner" } else { "another" };
+        let end = |flag: bool| SharedTask::running(caller(flag), PayloadMode::Text);
+        Self {
+            claim: table(&|_, held, leased| rules::claimable_record(held, leased)),
+            owner: table(&|_, held, mine| held.is_some_and(|task| rules::runs_under(task, caller(mine)))),
+            // An unreadable record refuses an end (answered as corrupt), as no record of another's may be overwritten.
+            end: table(&|state, held, mine| state != 4 && rules::ended(held, &end(mine)).is_ok()),
+        }
+    }
+}
 
 /// One message's admission, every step in one script (KEYS: the replay entry, then, for a message in a session, the
 /// session, the task record, the task lease and the session's usage, all in the session's slot; ARGV: now ms, marker
 /// ms, the replay entry's expiry ms or '', the task step ('', claim, read, cancel), the claim's record, owner, lease
 /// ms, result TTL ms, task limit or '', '1' to answer the session's usage or '', the claiming message's key or '',
-/// '1' when the claim stands in for the replay entry or ''). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
+/// '1' when the claim stands in for the replay entry or '', the claim table, [`Tables::claim`]). Replies `{verdict}` or `{'fresh', session}` or `{'fresh', session, task...}`:
 ///
 /// - the replay entry: `SET NX PXAT` (present: `seen`, and nothing else runs); when the claim stands in for it (an
 ///   unsigned TASK_SUBMIT's dedupe entry), only looked up, as an entry and in the task's record (`message_key`
@@ -19,9 +86,8 @@
 ///   of neither form (answered `Corrupt`, not retryable, as the other backends answer a record they cannot read,
 ///   rather than a script error answered `Unavailable`, whose retry would meet the replay entry already written);
 ///   not live: nothing else runs;
-/// - claim: `2` at the task limit, counted in the usage hash (`t`); else by the rule of `SharedTask::claimable` (a
-///   failed task may be claimed again, a completed one never, a running one only once its lease key has expired,
-///   and an id with no record but a live lease key not at all):
+/// - claim: `2` at the task limit, counted in the usage hash (`t`); else by the claim table (the rules'
+///   `claimable_record` for the record's state and whether its lease key exists):
 ///   `1` claimed (counted under a limit), `0` taken; then, when asked, the usage before the claim (tasks, tokens,
 ///   cost; the hash is read only under a limit or when asked);
 /// - read and cancel: the record and whether its lease key exists (the caller fails a lapsed lease, or cancels a
@@ -82,15 +148,7 @@ if step == 'claim' then
   end
   if ARGV[9] ~= '' and tasks >= tonumber(ARGV[9]) then return answer('2') end
   local t = redis.call('GET', KEYS[3])
-  if t then
-    local ok2, task = pcall(cjson.decode, t)
-    if ok2 then
-      if task.status == 'completed' then return answer('0') end
-      if task.status == 'running' and redis.call('EXISTS', KEYS[4]) == 1 then return answer('0') end
-    end
-  elseif redis.call('EXISTS', KEYS[4]) == 1 then
-    return answer('0')
-  end
+  if not allowed(ARGV[13], state_of(t) * 2 + redis.call('EXISTS', KEYS[4])) then return answer('0') end
   if deferred then
     -- The dedupe entries records stand for must outlive them: the one of a record replaced (a failed task submitted
     -- again), and the new one's when it lasts longer than the record will. Both keys are KEYS[1] with its message
@@ -148,33 +206,25 @@ end
 return 1
 ";
 
-/// Claims a task outside an admission (KEYS: record, lease; ARGV: record, owner, lease ms, result ttl ms), by the
-/// same rule as `ADMIT`.
+/// Claims a task outside an admission (KEYS: record, lease; ARGV: record, owner, lease ms, result ttl ms, the claim
+/// table), by the same table as `ADMIT`.
 pub(super) const CLAIM: &str = r"
 local v = redis.call('GET', KEYS[1])
-if v then
-  local ok, t = pcall(cjson.decode, v)
-  if ok then
-    if t.status == 'completed' then return 0 end
-    if t.status == 'running' and redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-  end
-elseif redis.call('EXISTS', KEYS[2]) == 1 then
-  return 0
-end
+if not allowed(ARGV[5], state_of(v) * 2 + redis.call('EXISTS', KEYS[2])) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return 1
 ";
 
 /// Takes back a claim of a task that never ran (KEYS: record, lease, the session's usage, the dedupe entry the claim
-/// stood in for or a placeholder; ARGV: owner, the entry's expiry ms or ''): deleted while it is the owner's and
-/// running, and no longer counted against the session's task limit; the entry written first.
+/// stood in for or a placeholder; ARGV: owner, the entry's expiry ms or '', the owner table): deleted while it runs
+/// under the owner, and no longer counted against the session's task limit; the entry written first.
 pub(super) const RELEASE: &str = r"
 if ARGV[2] ~= '' then redis.call('SET', KEYS[4], 1, 'PXAT', ARGV[2]) end
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
-local ok, t = pcall(cjson.decode, v)
-if ok and t.owner == ARGV[1] and t.status == 'running' then
+local state, t = state_of(v)
+if allowed(ARGV[3], state * 2 + (t and t.owner == ARGV[1] and 1 or 0)) then
   redis.call('DEL', KEYS[1], KEYS[2])
   if (tonumber(redis.call('HGET', KEYS[3], 't') or '0') or 0) > 0 then redis.call('HINCRBY', KEYS[3], 't', -1) end
   return 1
@@ -183,14 +233,14 @@ return 0
 ";
 
 /// Extends a lease while the task is running under its owner (KEYS: record, lease; ARGV: owner, lease ms, result TTL
-/// ms), and the record's life to a result TTL from now, so that a task running longer than the TTL keeps its record
+/// ms, the owner table), and the record's life to a result TTL from now, so that a task running longer than the TTL keeps its record
 /// (and its id); otherwise replies the record (cancelled through another replica, failed or taken over after a
 /// lapse), nil when gone.
 pub(super) const RENEW: &str = r"
 local v = redis.call('GET', KEYS[1])
 if not v then return false end
-local ok, t = pcall(cjson.decode, v)
-if ok and t.owner == ARGV[1] and t.status == 'running' then
+local state, t = state_of(v)
+if allowed(ARGV[4], state * 2 + (t and t.owner == ARGV[1] and 1 or 0)) then
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return false
@@ -216,7 +266,7 @@ return 1
 
 /// Records how a task ended and releases its lease, only while it is running under the owner or absent (KEYS: record,
 /// lease, session, the session's usage; ARGV: record, owner, ttl, tokens spent or '' (nothing spent), cost spent, now
-/// ms). What the task spent is added to the usage hash (`k`, `c`) while the session is live, the hash expiring with the
+/// ms, the end table). What the task spent is added to the usage hash (`k`, `c`) while the session is live, the hash expiring with the
 /// session's key. The dedupe entry of the message that claimed the task (`message_key`, `message_until_ms`) stays in
 /// the record: put first in the new one, which the caller sends without it. The lease goes before the record is
 /// written: Redis refuses a script's first write when it is full (`maxmemory`), and a delete first lets the result be
@@ -226,9 +276,9 @@ return 1
 pub(super) const FINISH: &str = r"
 local v = redis.call('GET', KEYS[1])
 local record = ARGV[1]
-if v then
-  local ok, t = pcall(cjson.decode, v)
-  if not ok or t.owner ~= ARGV[2] or t.status ~= 'running' then return {0, v} end
+local state, t = state_of(v)
+if not allowed(ARGV[7], state * 2 + (t and t.owner == ARGV[2] and 1 or 0)) then return {0, v} end
+if t then
   if type(t.message_key) == 'string' then
     local until_ms = string.format('%d', tonumber(t.message_until_ms) or 0)
     record = '{\034message_key\034:' .. cjson.encode(t.message_key) .. ',\034message_until_ms\034:' .. until_ms

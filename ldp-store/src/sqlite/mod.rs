@@ -53,12 +53,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ldp_session::TaskKey;
+use ldp_session::shared::rules::{self, Keeping};
 use ldp_session::shared::{
-    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, SharedTaskStatus,
-    TaskAnswer, TaskClaim, TaskFinish, TaskStep,
+    Admission, Admitted, ReplayClaim, SessionLookup, SharedSession, SharedTask, TaskClaim, TaskFinish,
 };
 use ldp_session::store::{OUTAGE_LINE_EVERY, OutageLog, Store, StoreError};
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use crate::{Durability, OpenError, StoreConfig, ms, now_ms};
@@ -522,6 +522,17 @@ impl SqliteStore {
         self.queue(op, true).await
     }
 
+    /// [`SqliteStore::tx_while_awaited`] of an operation of the store's rules, run on the transaction's records.
+    async fn rules_while_awaited<T: Send + 'static>(
+        &self,
+        op: impl Fn(&mut Records<'_>, i64, Keeping) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.tx_while_awaited(move |conn, cfg, now| {
+            op(&mut Records { conn, cfg, now, end_text: None }, now, keeping(cfg))
+        })
+        .await
+    }
+
     async fn queue<T: Send + 'static>(
         &self,
         op: impl Fn(&Connection, &StoreConfig, i64) -> Result<T, StoreError> + Send + 'static,
@@ -547,112 +558,33 @@ impl Store for SqliteStore {
 
     async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
         let admission = admission.clone();
-        self.tx_while_awaited(move |conn, cfg, now| {
-            // A claim standing in for the message's dedupe entry: checked first against the dedupe entries, then
-            // against the task's record where the claim finds one (`claim_task`); written only if no claim is made.
-            let dedupe = match &admission.task {
-                Some(TaskStep::Claim { key, dedupe: Some(entry), .. }) => Some((key, entry)),
-                _ => None,
-            };
-            let replay = match (&admission.replay, dedupe) {
-                (Some(claim), _) => claim_message(conn, cfg, claim, now)?,
-                (None, Some((_, entry))) if dedupe_holds(conn, cfg, entry, now)? => ReplayVerdict::Seen,
-                (None, _) => ReplayVerdict::Fresh,
-            };
-            let replayed = || Ok(Admitted::replay_only(ReplayVerdict::Seen));
-            let mut admitted = Admitted::replay_only(replay);
-            let Some(id) = admission.session_id.as_deref().filter(|_| replay == ReplayVerdict::Fresh) else {
-                return Ok(admitted);
-            };
-            let (session, usage, renew) = admission_session(conn, id, now, ms(cfg.closed_ttl))?;
-            if !matches!(session, SessionLookup::Live(_)) {
-                if let Some((key, entry)) = dedupe {
-                    if record_holds(conn, key, entry, now)? {
-                        return replayed();
-                    }
-                    claim_dedupe(conn, cfg, entry, now)?;
-                }
-                admitted.session = Some(session);
-                return Ok(admitted);
-            }
-            admitted.task = match &admission.task {
-                Some(TaskStep::Claim { key, task, lease, max_tasks, usage: read, dedupe }) => {
-                    admitted.usage = read.then_some(usage);
-                    let step = (key, task, *lease, *max_tasks);
-                    let claim = match claim_counted(conn, cfg, step, usage, dedupe.as_ref(), now)? {
-                        Claimed::Answer(claim) => claim,
-                        Claimed::Replayed => return replayed(),
-                    };
-                    if let (Some(entry), TaskClaim::Taken | TaskClaim::LimitReached) = (dedupe, &claim) {
-                        claim_dedupe(conn, cfg, entry, now)?;
-                    }
-                    Some(TaskAnswer::Claim(claim))
-                }
-                Some(TaskStep::Read(key)) => Some(TaskAnswer::Read(read_task(conn, cfg, key, now)?)),
-                Some(TaskStep::Cancel(key)) => Some(TaskAnswer::Cancel(cancel_task(conn, cfg, key, now)?)),
-                _ => None,
-            };
-            if let Some(until) = renew {
-                renew_session(conn, id, until)?;
-            }
-            admitted.session = Some(session);
-            Ok(admitted)
-        })
-        .await
+        self.rules_while_awaited(move |records, now, keeping| rules::admit(records, &admission, now, keeping)).await
     }
 
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
-        let record = encode(session)?;
-        let (id, ttl) = (session.session_id.clone(), Duration::from_secs(session.ttl_secs));
-        self.tx_while_awaited(move |conn, cfg, now| {
-            if !matches!(lookup(load_session(conn, &id)?, now, ms(cfg.closed_ttl))?, SessionLookup::Unknown) {
-                return Ok(false);
-            }
-            conn.prepare_cached("INSERT OR REPLACE INTO sessions (id, record, expires_ms) VALUES (?1, ?2, ?3)")
-                .and_then(|mut st| st.execute(params![id, record, now.saturating_add(ms(ttl))]))
-                .map_err(unavailable)?;
-            Ok(true)
-        })
-        .await
+        let session = session.clone();
+        self.rules_while_awaited(move |records, now, keeping| rules::create_session(records, &session, now, keeping))
+            .await
     }
 
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
         let id = session_id.to_owned();
         self.tx(move |conn, cfg, now| {
-            conn.prepare_cached("INSERT OR REPLACE INTO sessions (id, record, expires_ms) VALUES (?1, NULL, ?2)")
-                .and_then(|mut st| st.execute(params![id, now.saturating_add(ms(cfg.closed_ttl))]))
-                .map_err(unavailable)?;
-            Ok(())
+            rules::close_session(&mut Records { conn, cfg, now, end_text: None }, &id, now, keeping(cfg))
         })
         .await
     }
 
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError> {
         let (key, task) = (key.clone(), task.clone());
-        self.tx_while_awaited(move |conn, cfg, now| match claim_task(conn, cfg, (&key, &task, lease), None, now)? {
-            Claimed::Answer(claim) => Ok(claim),
-            // Without a message to hold, no record holds it.
-            Claimed::Replayed => Ok(TaskClaim::Taken),
-        })
-        .await
+        self.rules_while_awaited(move |records, now, keeping| rules::claim(records, &key, &task, lease, now, keeping))
+            .await
     }
 
     async fn release_task(&self, key: &TaskKey, owner: &str, dedupe: Option<&ReplayClaim>) -> Result<(), StoreError> {
         let (key, owner, dedupe) = (key.clone(), owner.to_owned(), dedupe.cloned());
         self.tx(move |conn, cfg, now| {
-            if let Some(entry) = &dedupe {
-                claim_dedupe(conn, cfg, entry, now)?;
-            }
-            if load_task(conn, &key, now)?.is_some_and(|t| t.owner == owner && t.status == SharedTaskStatus::Running) {
-                conn.execute(
-                    "DELETE FROM task_rows WHERE session_id = ?1 AND task_id = ?2",
-                    params![key.session_id, key.task_id],
-                )
-                .map_err(unavailable)?;
-                // Its claim counted against the session's task limit (when it has one): it never ran.
-                count_session_tasks(conn, &key.session_id, -1)?;
-            }
-            Ok(())
+            rules::release(&mut Records { conn, cfg, now, end_text: None }, &key, &owner, dedupe.as_ref())
         })
         .await
     }
@@ -665,77 +597,35 @@ impl Store for SqliteStore {
     ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
         let (owner, keys) = (owner.to_owned(), keys.to_vec());
         self.tx(move |conn, cfg, now| {
-            let mut lost = Vec::new();
-            for key in &keys {
-                match load_task(conn, key, now)? {
-                    Some(mut task) if task.owner == owner && task.status == SharedTaskStatus::Running => {
-                        task.lease_until_ms = now.saturating_add(ms(lease));
-                        put_task(conn, key, &task, now.saturating_add(ms(cfg.result_ttl)))?;
-                    }
-                    Some(task) => lost.push((key.clone(), task)),
-                    None => {}
-                }
-            }
-            Ok(lost)
+            rules::renew(&mut Records { conn, cfg, now, end_text: None }, &owner, &keys, lease, now, keeping(cfg))
         })
         .await
     }
 
     async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
         // Encoded here, on the caller's thread, rather than by the one writer.
-        let (key, record, owner, cost) =
-            (key.clone(), encode(&crate::without_message_key(task))?, task.owner.clone(), task.cost.sanitized());
+        let (key, task, text) = (key.clone(), task.clone(), encode(&crate::without_message_key(task))?);
         self.tx(move |conn, cfg, now| {
-            let recorded = |conn: &Connection| {
-                if !cost.is_zero() {
-                    add_session_cost(conn, &key.session_id, cost, now)?;
-                }
-                Ok(TaskFinish::Recorded)
-            };
-            let expires = now.saturating_add(ms(cfg.result_ttl));
-            // The usual case in one statement: the record is this owner's, still running. A record that is not
-            // JSON does not match (`json_extract` would fail the statement) and is answered below, as corrupt.
-            let ended = conn
-                .prepare_cached(
-                    "UPDATE task_rows SET record = ?3, expires_ms = ?4 WHERE session_id = ?1 AND task_id = ?2 \
-                     AND expires_ms > ?5 AND CASE WHEN json_valid(record) THEN \
-                     json_extract(record, '$.status') = 'running' AND json_extract(record, '$.owner') = ?6 END",
-                )
-                .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires, now, owner]))
-                .map_err(unavailable)?;
-            if ended == 1 {
-                return recorded(conn);
-            }
-            if let Some(held) = load_task(conn, &key, now)?
-                && (held.owner != owner || held.status != SharedTaskStatus::Running)
-            {
-                return Ok(TaskFinish::Refused(Box::new(held)));
-            }
-            put_task_record(conn, &key, &record, expires)?;
-            recorded(conn)
+            let mut records = Records { conn, cfg, now, end_text: Some(&text) };
+            rules::finish(&mut records, &key, &task, now, keeping(cfg))
         })
         .await
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
         let key = key.clone();
-        self.tx_while_awaited(move |conn, cfg, now| read_task(conn, cfg, &key, now)).await
+        self.rules_while_awaited(move |records, now, keeping| rules::read(records, &key, now, keeping)).await
     }
 
     async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError> {
         let ids = session_ids.to_vec();
-        self.tx_while_awaited(move |conn, cfg, now| {
-            let mut ended = Vec::new();
-            for id in &ids {
-                let how = lookup(load_session(conn, id)?, now, ms(cfg.closed_ttl))?;
-                if matches!(how, SessionLookup::Closed | SessionLookup::Expired) {
-                    ended.push((id.clone(), how));
-                }
-            }
-            Ok(ended)
-        })
-        .await
+        self.rules_while_awaited(move |records, now, keeping| rules::ended_sessions(records, &ids, now, keeping)).await
     }
+}
+
+/// What the store keeps, and for how long, as the store's rules take it.
+fn keeping(cfg: &StoreConfig) -> Keeping {
+    Keeping::new(cfg.closed_ttl, cfg.result_ttl)
 }
 
 #[cfg(test)]

@@ -1,11 +1,9 @@
-//! The records and the rules over them, as SQL: the sweep, replay and dedupe entries, sessions and their usage,
-//! task claims, reads and cancels. Each function runs inside the writer's transaction.
+//! The records as SQL: the sweep, replay and dedupe entries, sessions and their usage, task records. These are the
+//! primitives the store's rules (`ldp_session::shared::rules`) run on ([`Records`]); each runs inside the writer's
+//! transaction, and none decides anything of the protocol.
 
-use std::time::Duration;
-
-use ldp_session::shared::{
-    ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedTask, SharedTaskStatus, TaskClaim, TaskCost,
-};
+use ldp_session::shared::rules::{SessionRow, StoreRecords};
+use ldp_session::shared::{ReplayClaim, ReplayVerdict, SessionUsage, SharedSession, SharedTask, TaskCost};
 use ldp_session::store::StoreError;
 use ldp_session::{TaskKey, replay_room};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -122,11 +120,6 @@ pub(super) fn replay_rows(conn: &Connection) -> Result<usize, StoreError> {
     Ok(usize::try_from(n).unwrap_or(0))
 }
 
-/// A session's row: its record (`None` once closed) and expiry.
-pub(super) fn load_session(conn: &Connection, id: &str) -> Result<Option<(Option<String>, i64)>, StoreError> {
-    Ok(load_session_usage(conn, id)?.map(|(record, expires, _)| (record, expires)))
-}
-
 /// A session's row with its usage.
 pub(super) fn load_session_usage(
     conn: &Connection,
@@ -147,16 +140,6 @@ pub(super) fn load_session_usage(
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         (record, expires, SessionUsage::new(count(tasks), count(tokens), cost))
     }))
-}
-
-/// What a session's row says now, `marker` being how long an expired session is remembered.
-pub(super) fn lookup(row: Option<(Option<String>, i64)>, now: i64, marker: i64) -> Result<SessionLookup, StoreError> {
-    Ok(match row {
-        Some((Some(text), expires)) if expires > now => SessionLookup::Live(decode(&text)?),
-        Some((Some(_), expires)) if expires.saturating_add(marker) > now => SessionLookup::Expired,
-        Some((None, expires)) if expires > now => SessionLookup::Closed,
-        _ => SessionLookup::Unknown,
-    })
 }
 
 pub(super) fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
@@ -184,21 +167,52 @@ pub(super) fn load_task(conn: &Connection, key: &TaskKey, now: i64) -> Result<Op
     Ok(Some(task))
 }
 
-/// Writes a task's record; its message key (a column of the row) stays as it is.
+/// Writes a task's record with its message key (columns of the row, not in the record's text).
 pub(super) fn put_task(conn: &Connection, key: &TaskKey, task: &SharedTask, expires: i64) -> Result<(), StoreError> {
-    put_task_record(conn, key, &encode(&crate::without_message_key(task))?, expires)
+    put_task_text(conn, key, &encode(&crate::without_message_key(task))?, task, expires)
 }
 
-/// [`put_task`] of a record already encoded.
-pub(super) fn put_task_record(conn: &Connection, key: &TaskKey, record: &str, expires: i64) -> Result<(), StoreError> {
+/// [`put_task`] of a record whose text (without its message key) is encoded already.
+fn put_task_text(
+    conn: &Connection,
+    key: &TaskKey,
+    record: &str,
+    task: &SharedTask,
+    expires: i64,
+) -> Result<(), StoreError> {
     conn.prepare_cached(
         // In place when the task is there already (its row keeps its place, near the table's end).
-        "INSERT INTO task_rows (session_id, task_id, record, expires_ms) VALUES (?1, ?2, ?3, ?4) \
-         ON CONFLICT (session_id, task_id) DO UPDATE SET record = excluded.record, expires_ms = excluded.expires_ms",
+        "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, task_id) DO UPDATE SET record = excluded.record, \
+         expires_ms = excluded.expires_ms, message_key = excluded.message_key, \
+         message_until_ms = excluded.message_until_ms",
     )
-    .and_then(|mut st| st.execute(params![key.session_id, key.task_id, record, expires]))
+    .and_then(|mut st| {
+        st.execute(params![key.session_id, key.task_id, record, expires, task.message_key, task.message_until_ms])
+    })
     .map_err(unavailable)?;
     Ok(())
+}
+
+/// Writes a task's record only if the table holds no row for its key (expired or not): whether it did. A task id new
+/// to the store (nearly every claim) is claimed by this one statement.
+pub(super) fn put_new_task(
+    conn: &Connection,
+    key: &TaskKey,
+    task: &SharedTask,
+    expires: i64,
+) -> Result<bool, StoreError> {
+    let record = encode(&crate::without_message_key(task))?;
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, task_id) DO NOTHING",
+        )
+        .and_then(|mut st| {
+            st.execute(params![key.session_id, key.task_id, record, expires, task.message_key, task.message_until_ms])
+        })
+        .map_err(unavailable)?;
+    Ok(inserted == 1)
 }
 
 /// The replay step of an admission. Entries without bounds (unsigned traffic's dedupe) live in a table of their own,
@@ -383,44 +397,6 @@ pub(super) fn dedupe_holds(
     Ok(dedupe_held(conn, current, &key, now)? || dedupe_held(conn, 1 - current, &key, now)?)
 }
 
-/// Whether the record of `task` holds an unsigned message's dedupe entry (`SharedTask::holds_message`): the message
-/// claimed the task before. Only the paths that make no claim read it (the task limit, a session no longer live): a
-/// claim learns it from its insert ([`claim_task`]).
-pub(super) fn record_holds(
-    conn: &Connection,
-    task: &TaskKey,
-    claim: &ReplayClaim,
-    now: i64,
-) -> Result<bool, StoreError> {
-    Ok(load_task(conn, task, now)?.is_some_and(|held| held.holds_message(claim, now)))
-}
-
-/// The session step of an admission, read only: the lookup, with the session's usage and the expiry to write if the
-/// message is admitted ([`renew_session`]): the write waits for the admission's replay verdict, which a task's record
-/// may decide after this ([`claim_task`]), so that a replayed message changes nothing.
-pub(super) fn admission_session(
-    conn: &Connection,
-    id: &str,
-    now: i64,
-    marker: i64,
-) -> Result<(SessionLookup, SessionUsage, Option<i64>), StoreError> {
-    let row = load_session_usage(conn, id)?;
-    let stored = row.as_ref().map(|(_, expires, _)| *expires);
-    let usage = row.as_ref().map(|(_, _, usage)| *usage).unwrap_or_default();
-    let found = lookup(row.map(|(record, expires, _)| (record, expires)), now, marker)?;
-    let mut renew = None;
-    if let (SessionLookup::Live(session), Some(stored)) = (&found, stored) {
-        let ttl = ms(Duration::from_secs(session.ttl_secs));
-        let due = now.saturating_add(ttl);
-        // Written ahead by a tenth of the TTL (at most a second), so that a busy session's row is rewritten about
-        // once a second rather than by every commit; the session lives that much longer at most, never shorter.
-        if stored < due {
-            renew = Some(due.saturating_add((ttl / 10).min(1000)));
-        }
-    }
-    Ok((found, usage, renew))
-}
-
 /// Restarts a live session's TTL: its row expires at `until`.
 pub(super) fn renew_session(conn: &Connection, id: &str, until: i64) -> Result<(), StoreError> {
     conn.prepare_cached("UPDATE sessions SET expires_ms = ?2 WHERE id = ?1")
@@ -442,43 +418,6 @@ pub(super) fn add_session_cost(conn: &Connection, id: &str, cost: TaskCost, now:
     Ok(())
 }
 
-/// The claim step of an admission: refused at the session's task limit, counted in the session's row under one.
-/// `message` is the unsigned message's dedupe entry the claim stands in for, if any: [`Claimed::Replayed`] when the
-/// task's record holds it already.
-pub(super) fn claim_counted(
-    conn: &Connection,
-    cfg: &StoreConfig,
-    step: (&TaskKey, &SharedTask, Duration, Option<u64>),
-    usage: SessionUsage,
-    message: Option<&ReplayClaim>,
-    now: i64,
-) -> Result<Claimed, StoreError> {
-    let (key, task, lease, max_tasks) = step;
-    if max_tasks.is_some_and(|max| usage.tasks >= max) {
-        if let Some(entry) = message
-            && record_holds(conn, key, entry, now)?
-        {
-            return Ok(Claimed::Replayed);
-        }
-        return Ok(Claimed::Answer(TaskClaim::LimitReached));
-    }
-    let claim = claim_task(conn, cfg, (key, task, lease), message, now)?;
-    if claim == Claimed::Answer(TaskClaim::Claimed) && max_tasks.is_some() {
-        count_session_tasks(conn, &key.session_id, 1)?;
-    }
-    Ok(claim)
-}
-
-/// How a claim went: answered, or the message that made it is a replay.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Claimed {
-    /// The store's answer to the claim.
-    Answer(TaskClaim),
-    /// The task's record holds the claiming message's dedupe entry (`SharedTask::holds_message`): the same unsigned
-    /// message claimed it before, and nothing was written.
-    Replayed,
-}
-
 /// Adds `delta` to a session's count of admitted tasks, never below 0.
 pub(super) fn count_session_tasks(conn: &Connection, id: &str, delta: i64) -> Result<(), StoreError> {
     conn.prepare_cached("UPDATE sessions SET tasks = MAX(tasks + ?2, 0) WHERE id = ?1")
@@ -487,85 +426,88 @@ pub(super) fn count_session_tasks(conn: &Connection, id: &str, delta: i64) -> Re
     Ok(())
 }
 
-/// Claims a task for `task.owner`. `message` is as for [`claim_counted`]: whether the record holds it is read only
-/// when the task is in the store already, so a new task id (nearly every claim) costs no lookup before its insert.
-pub(super) fn claim_task(
-    conn: &Connection,
-    cfg: &StoreConfig,
-    (key, task, lease): (&TaskKey, &SharedTask, Duration),
-    message: Option<&ReplayClaim>,
-    now: i64,
-) -> Result<Claimed, StoreError> {
-    let mut running = task.clone();
-    running.lease_until_ms = now.saturating_add(ms(lease));
-    let (message_key, message_until) = (running.message_key.take(), std::mem::take(&mut running.message_until_ms));
-    let (record, expires) = (encode(&running)?, now.saturating_add(ms(cfg.result_ttl)));
-    // A task id new to the store (nearly every claim) is claimed by this one statement; one the store holds (even
-    // expired) is decided on its record.
-    let inserted = conn
-        .prepare_cached(
-            "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, task_id) DO NOTHING",
-        )
-        .and_then(|mut st| {
-            st.execute(params![key.session_id, key.task_id, record, expires, message_key, message_until])
-        })
-        .map_err(unavailable)?;
-    // The dedupe entries records stand for must outlive them: the one of a record replaced (a failed task submitted
-    // again), and the new one's when it lasts longer than the record will.
-    let note = |(message, until): (String, i64)| claim_dedupe(conn, cfg, &ReplayClaim::new("", message, until), now);
-    if inserted == 0 {
-        if let Some(held) = load_task(conn, key, now)? {
-            if message.is_some_and(|entry| held.holds_message(entry, now)) {
-                return Ok(Claimed::Replayed);
-            }
-            if !held.claimable(held.lease_until_ms > now) {
-                return Ok(Claimed::Answer(TaskClaim::Taken));
-            }
-            crate::outlived(&held, task, now).map(note).transpose()?;
+/// The database inside the writer's transaction, as the store's rules see it.
+pub(super) struct Records<'a> {
+    pub(super) conn: &'a Connection,
+    pub(super) cfg: &'a StoreConfig,
+    pub(super) now: i64,
+    /// A task's end as its caller encoded it (without its message key), so that the one writer does not encode it.
+    pub(super) end_text: Option<&'a str>,
+}
+
+impl StoreRecords for Records<'_> {
+    type Error = StoreError;
+
+    fn claim_replay(&mut self, claim: &ReplayClaim) -> Result<ReplayVerdict, StoreError> {
+        claim_message(self.conn, self.cfg, claim, self.now)
+    }
+
+    fn dedupe_held(&mut self, entry: &ReplayClaim) -> Result<bool, StoreError> {
+        dedupe_holds(self.conn, self.cfg, entry, self.now)
+    }
+
+    fn write_dedupe(&mut self, entry: &ReplayClaim) -> Result<(), StoreError> {
+        claim_dedupe(self.conn, self.cfg, entry, self.now).map(drop)
+    }
+
+    fn session(&mut self, id: &str) -> Result<Option<SessionRow>, StoreError> {
+        let Some((record, expires, usage)) = load_session_usage(self.conn, id)? else { return Ok(None) };
+        Ok(Some(SessionRow::new(record.as_deref().map(decode).transpose()?, expires, usage)))
+    }
+
+    fn insert_session(&mut self, session: &SharedSession, expires_ms: i64) -> Result<(), StoreError> {
+        let record = encode(session)?;
+        self.conn
+            .prepare_cached("INSERT OR REPLACE INTO sessions (id, record, expires_ms) VALUES (?1, ?2, ?3)")
+            .and_then(|mut st| st.execute(params![session.session_id, record, expires_ms]))
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    fn close_session(&mut self, id: &str, until_ms: i64) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("INSERT OR REPLACE INTO sessions (id, record, expires_ms) VALUES (?1, NULL, ?2)")
+            .and_then(|mut st| st.execute(params![id, until_ms]))
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    fn renew_session(&mut self, id: &str, until_ms: i64) -> Result<(), StoreError> {
+        renew_session(self.conn, id, until_ms)
+    }
+
+    fn count_tasks(&mut self, id: &str, delta: i64) -> Result<(), StoreError> {
+        count_session_tasks(self.conn, id, delta)
+    }
+
+    fn add_cost(&mut self, id: &str, cost: TaskCost) -> Result<(), StoreError> {
+        add_session_cost(self.conn, id, cost, self.now)
+    }
+
+    fn task(&mut self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
+        load_task(self.conn, key, self.now)
+    }
+
+    fn put_task(&mut self, key: &TaskKey, task: &SharedTask, expires_ms: i64) -> Result<(), StoreError> {
+        put_task(self.conn, key, task, expires_ms)
+    }
+
+    fn put_new_task(&mut self, key: &TaskKey, task: &SharedTask, expires_ms: i64) -> Result<bool, StoreError> {
+        put_new_task(self.conn, key, task, expires_ms)
+    }
+
+    fn put_end(&mut self, key: &TaskKey, record: &SharedTask, expires_ms: i64) -> Result<(), StoreError> {
+        match self.end_text {
+            Some(text) => put_task_text(self.conn, key, text, record, expires_ms),
+            None => put_task(self.conn, key, record, expires_ms),
         }
-        conn.prepare_cached(
-            "INSERT INTO task_rows (session_id, task_id, record, expires_ms, message_key, message_until_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (session_id, task_id) DO UPDATE SET \
-             record = excluded.record, expires_ms = excluded.expires_ms, message_key = excluded.message_key, \
-             message_until_ms = excluded.message_until_ms",
-        )
-        .and_then(|mut st| {
-            st.execute(params![key.session_id, key.task_id, record, expires, message_key, message_until])
-        })
-        .map_err(unavailable)?;
     }
-    crate::outliving(task, expires).map(note).transpose()?;
-    Ok(Claimed::Answer(TaskClaim::Claimed))
-}
 
-/// A task's record, a lapsed lease failed first.
-pub(super) fn read_task(
-    conn: &Connection,
-    cfg: &StoreConfig,
-    key: &TaskKey,
-    now: i64,
-) -> Result<Option<SharedTask>, StoreError> {
-    let Some(task) = load_task(conn, key, now)? else { return Ok(None) };
-    if task.status == SharedTaskStatus::Running && task.lease_until_ms <= now {
-        let failed = task.lease_expired();
-        put_task(conn, key, &failed, now.saturating_add(ms(cfg.result_ttl)))?;
-        return Ok(Some(failed));
+    fn remove_task(&mut self, key: &TaskKey) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("DELETE FROM task_rows WHERE session_id = ?1 AND task_id = ?2")
+            .and_then(|mut st| st.execute(params![key.session_id, key.task_id]))
+            .map_err(unavailable)?;
+        Ok(())
     }
-    Ok(Some(task))
-}
-
-pub(super) fn cancel_task(
-    conn: &Connection,
-    cfg: &StoreConfig,
-    key: &TaskKey,
-    now: i64,
-) -> Result<Option<SharedTask>, StoreError> {
-    let Some(task) = load_task(conn, key, now)? else { return Ok(None) };
-    if task.status != SharedTaskStatus::Running || task.lease_until_ms <= now {
-        return Ok(None);
-    }
-    let cancelled = task.cancelled();
-    put_task(conn, key, &cancelled, now.saturating_add(ms(cfg.result_ttl)))?;
-    Ok(Some(cancelled))
 }
