@@ -18,6 +18,7 @@
 
 mod backend;
 pub mod card;
+mod push;
 pub mod rpc;
 mod server;
 mod sse;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 pub use backend::{A2aDelegate, BackendLimits};
 pub use card::{CardOidc, CardOptions, OIDC_SCHEME};
+pub use push::{PushError, PushLimits, TOKEN_HEADER, check_url, is_private};
 pub use transport::{A2A_SCHEMES, A2aTransport, http_url};
 
 use crate::upstream::Upstream;
@@ -48,6 +50,12 @@ pub const PROGRESS_META: &str = "ldp/progress";
 pub const SKILL_META: &str = "ldp/skill";
 /// The Agent Card extension URI whose params are the LDP identity card.
 pub const IDENTITY_META: &str = "ldp/identity";
+/// The code of an LDP task failure that asks for more input (A2A's `TASK_STATE_INPUT_REQUIRED`): its message is
+/// the question, its partial output (when any) the question as data. The A2A server puts the task in
+/// `INPUT_REQUIRED` and runs the next message of the task as the next LDP task of the same session; the A2A
+/// delegate fails an LDP task with it when the agent asks, and continues the agent's task with the session's next
+/// task.
+pub const INPUT_REQUIRED: &str = "INPUT_REQUIRED";
 /// The A2A protocol version the bridge speaks.
 pub const VERSION: &str = a2a::VERSION;
 
@@ -74,8 +82,11 @@ pub struct A2aLimits {
     pub task_ttl: Duration,
     /// Largest request body, in bytes.
     pub max_body: usize,
-    /// Events queued for one streaming client; progress beyond it is dropped (the terminal events are waited for).
+    /// Events queued for one streaming client, and how far a `SubscribeToTask` client may lag before it is sent the
+    /// task anew; progress beyond it is dropped (the terminal events are waited for).
     pub max_queued_events: usize,
+    /// Push notifications: whether offered, where they may go, and their bounds.
+    pub push: PushLimits,
 }
 
 impl Default for A2aLimits {
@@ -91,6 +102,7 @@ impl Default for A2aLimits {
             task_ttl: Duration::from_secs(600),
             max_body: 1024 * 1024,
             max_queued_events: 64,
+            push: PushLimits::default(),
         }
     }
 }
