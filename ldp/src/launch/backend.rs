@@ -304,6 +304,11 @@ pub(super) fn bridge_routes(
         limits.task_ttl = a.task_ttl.max(Duration::from_secs(1));
         limits.call_timeout = bridged_call_timeout(http.request_timeout);
         limits.max_body = a.max_body.map_or(http.max_body, super::edge::usize_of).min(http.max_body);
+        limits.push.enabled = a.push;
+        limits.push.allow_private = a.push_allow_private;
+        limits.push.allowed_hosts.clone_from(&a.push_allowed_hosts);
+        limits.push.attempts = a.push_attempts.max(1);
+        limits.push.timeout = a.push_timeout.max(Duration::from_millis(100));
         let upstream = Arc::new(ldp_bridge::InProcess::new(runtime.clone()).with_initiator(ldp_bridge::A2A_BRIDGE_ID));
         protected = protected.merge(ldp_bridge::a2a::routes(upstream.clone(), limits, stop.clone()));
         let card = ldp_bridge::a2a::CardOptions {
@@ -315,6 +320,7 @@ pub(super) fn bridge_routes(
                 required_scopes: jwt.config().required_scopes.clone(),
                 skill_scopes: super::edge::skill_scopes(config),
             }),
+            push_notifications: a.push,
         };
         public = public.merge(ldp_bridge::a2a::card_routes(upstream, card));
         let (card, rpc) = (ldp_bridge::a2a::CARD_PATH, ldp_bridge::a2a::RPC_PATH);
