@@ -364,7 +364,13 @@ fn apply_flags(matches: &ArgMatches, config: &mut ServerConfig) -> Result<(), Co
                 Unit::Same => v,
                 Unit::Secs => format!("{v}s"),
                 Unit::Millis => format!("{v}ms"),
-                Unit::Not => if v == "true" { "false".to_owned() } else { "true".to_owned() },
+                Unit::Not => {
+                    if v == "true" {
+                        "false".to_owned()
+                    } else {
+                        "true".to_owned()
+                    }
+                }
             })
             .collect();
         config.set(key, Setting::Many(values), Origin::Flag(flag_name(id)))?;

@@ -95,7 +95,10 @@ async fn the_a2a_sdk_drives_multi_turn_list_history_and_resubscribe_through_both
     assert_eq!(ids, [count_id, task_id.as_str()], "newest first");
     assert!(all.iter().all(|t| t.get("artifacts").is_none()), "artifacts only when asked: {all:?}");
     let (first, second) = (&step(7)["list"], &step(8)["list"]);
-    assert_eq!((first["tasks"][0]["id"].as_str(), second["tasks"][0]["id"].as_str()), (Some(count_id), Some(&*task_id)));
+    assert_eq!(
+        (first["tasks"][0]["id"].as_str(), second["tasks"][0]["id"].as_str()),
+        (Some(count_id), Some(&*task_id))
+    );
     assert_eq!((first["totalSize"].as_i64(), second["totalSize"].as_i64()), (Some(2), Some(2)));
     assert!(first["nextPageToken"].as_str().is_some_and(|t| !t.is_empty()), "{first}");
     assert!(second.get("nextPageToken").is_none_or(|t| t == ""), "the last page: {second}");
@@ -125,7 +128,8 @@ async fn the_a2a_sdk_drives_multi_turn_list_history_and_resubscribe_through_both
     let ldp = ldp::connect(&url).await.unwrap();
     let session = ldp.session().await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel(32);
-    let submit = ldp.client().submit_task(Submission::new(&session, "flaky", json!({"n": 5, "pause": 0.3})).progress(tx));
+    let submit =
+        ldp.client().submit_task(Submission::new(&session, "flaky", json!({"n": 5, "pause": 0.3})).progress(tx));
     let watch = async {
         let mut messages = Vec::new();
         while let Some(update) = rx.recv().await {
@@ -143,6 +147,8 @@ async fn the_a2a_sdk_drives_multi_turn_list_history_and_resubscribe_through_both
 
 /// What a webhook receiver of the test got: per path, each request's headers of interest and body.
 type Received = Arc<Mutex<HashMap<String, Vec<(HashMap<String, String>, Value)>>>>;
+/// Requests per path so far.
+type Hits = Arc<Mutex<HashMap<String, u32>>>;
 
 /// A webhook receiver on loopback: `/ok/*` answers 204; `/flaky` answers 500 to its first two requests; `/slow`
 /// holds its first request 3 s (past the bridge's 1 s attempt timeout). Every request is recorded, also the ones
@@ -151,7 +157,7 @@ async fn receiver() -> (String, Received) {
     use axum::extract::{Path, State};
     use axum::http::{HeaderMap, StatusCode};
     let received: Received = Arc::default();
-    let attempts: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let attempts: Hits = Arc::default();
     let record = |received: &Received, path: String, headers: &HeaderMap, body: Value| {
         let keep = ["authorization", "x-a2a-notification-token", "a2a-version"];
         let headers = keep
@@ -165,7 +171,7 @@ async fn receiver() -> (String, Received) {
         .route(
             "/{*path}",
             axum::routing::post(
-                move |State((received, attempts)): State<(Received, Arc<Mutex<HashMap<String, u32>>>)>,
+                move |State((received, attempts)): State<(Received, Hits)>,
                       Path(path): Path<String>,
                       headers: HeaderMap,
                       axum::Json(body): axum::Json<Value>| async move {

@@ -229,7 +229,7 @@ impl A2aDelegate {
         let mut last: Option<Task> = None;
         let mut read = 0;
         let mut broken = match self.follow(response, ctx, task_id, &mut last, &mut read).await? {
-            Followed::Ended(task) => return Ok(task),
+            Followed::Ended(task) => return Ok(*task),
             Followed::Broken(why) => why,
         };
         // The stream dropped before the task ended: follow it again with SubscribeToTask (bounded, with backoff),
@@ -247,7 +247,7 @@ impl A2aDelegate {
                 }
             };
             match self.follow(answer, ctx, task_id, &mut last, &mut read).await {
-                Ok(Followed::Ended(task)) => return Ok(task),
+                Ok(Followed::Ended(task)) => return Ok(*task),
                 Ok(Followed::Broken(why)) => broken = why,
                 // Refused (the task ended meanwhile, or the agent cannot resubscribe): its state is GetTask's.
                 Err(_) => break,
@@ -310,11 +310,11 @@ impl A2aDelegate {
                         task_id.get_or_insert_with(|| task.id.clone());
                         let over = task.status.state.is_terminal() || task.status.state == TaskState::InputRequired;
                         if over {
-                            return Ok(Followed::Ended(task));
+                            return Ok(Followed::Ended(Box::new(task)));
                         }
                         *last = Some(task);
                     }
-                    StreamResponse::Message(message) => return Ok(Followed::Ended(message_task(message))),
+                    StreamResponse::Message(message) => return Ok(Followed::Ended(Box::new(message_task(message)))),
                     StreamResponse::StatusUpdate(update) => {
                         task_id.get_or_insert_with(|| update.task_id.clone());
                         let fraction = update
@@ -336,7 +336,7 @@ impl A2aDelegate {
                             task.metadata = update.metadata;
                         }
                         if terminal {
-                            return Ok(Followed::Ended(task.clone()));
+                            return Ok(Followed::Ended(Box::new(task.clone())));
                         }
                         // A bare state change (submitted, working) says nothing a TASK_UPDATE could carry.
                         if fraction.is_some() || text.is_some() {
@@ -372,7 +372,7 @@ impl A2aDelegate {
 /// How one event stream of a task ended.
 enum Followed {
     /// With the task ended, or waiting for input.
-    Ended(Task),
+    Ended(Box<Task>),
     /// Before that: the connection broke or the stream closed early.
     Broken(LdpError),
 }
@@ -512,6 +512,11 @@ mod tests {
         assert_eq!(output(&task).unwrap_err(), carried);
         task.status.state = TaskState::Canceled;
         assert_eq!(output(&task).unwrap_err().code.as_str(), codes::CANCELLED);
+        task.status.state = TaskState::InputRequired;
+        task.status.message = Some(Message::new(Role::Agent, vec![a2a::Part::text("which one?")]));
+        let asked = output(&task).unwrap_err();
+        assert_eq!((asked.code.as_str(), asked.message.as_str()), (INPUT_REQUIRED, "which one?"));
+        assert_eq!(asked.partial_output, Some(json!("which one?")));
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //!
 //! **LDP delegate → A2A agent** ([`routes`], [`card_routes`]; `ldp serve --a2a`): the Agent Card at [`CARD_PATH`]
 //! is derived from the identity card ([`card::agent_card`]); the JSON-RPC endpoint at [`RPC_PATH`] serves
-//! `SendMessage`, `SendStreamingMessage` (SSE), `GetTask` and `CancelTask` (and `message/send`, `message/stream`,
-//! `tasks/get`, `tasks/cancel` in 0.3's shapes). An A2A `contextId` gets one LDP session (bounded, evicted when
+//! `SendMessage`, `SendStreamingMessage` (SSE), `GetTask` (with history), `ListTasks`, `CancelTask`,
+//! `SubscribeToTask` and the push notification config methods (and `message/send`, `message/stream`, `tasks/get`,
+//! `tasks/cancel` in 0.3's shapes). An LDP failure [`INPUT_REQUIRED`] leaves the task waiting for the client's next
+//! message, which runs as the next LDP task of the session; push notifications follow [`PushLimits`]. An A2A `contextId` gets one LDP session (bounded, evicted when
 //! idle); each message is one LDP task in it, run by the session layer's client exactly as an LDP peer's would be.
 //! TASK_UPDATE progress becomes `statusUpdate` events; `CancelTask` becomes TASK_CANCEL; the result is an artifact
 //! whose metadata, like the task's, carries the provenance under [`PROVENANCE_META`]; a failure is a `FAILED` task
@@ -13,7 +15,9 @@
 //! **A2A agent → LDP delegate** ([`A2aDelegate`]; `ldp serve --backend a2a --a2a-url URL`): the agent's card is
 //! fetched and mapped to an honest generated identity card ([`card::identity_card`]); each LDP task is one
 //! `SendStreamingMessage` (or `SendMessage` when the agent does not stream) whose status updates become TASK_UPDATEs;
-//! TASK_CANCEL becomes `CancelTask`. Everything read from the agent is bounded in size and time. [`A2aTransport`]
+//! TASK_CANCEL becomes `CancelTask`; a dropped stream is followed again with `SubscribeToTask`; an agent asking for
+//! input fails the LDP task [`INPUT_REQUIRED`] and the session's next task continues it. Everything read from the
+//! agent is bounded in size and time. [`A2aTransport`]
 //! does the same in process, for a router that routes to `a2a+http://` URLs directly.
 
 mod backend;

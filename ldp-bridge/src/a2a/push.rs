@@ -308,7 +308,12 @@ impl Targets {
 }
 
 /// The delivery loop of one target: each event in order, until the queue is closed and drained.
-async fn deliver_all(queue: Arc<Queue>, config: TaskPushNotificationConfig, limits: PushLimits, permit: OwnedSemaphorePermit) {
+async fn deliver_all(
+    queue: Arc<Queue>,
+    config: TaskPushNotificationConfig,
+    limits: PushLimits,
+    permit: OwnedSemaphorePermit,
+) {
     while let Some(event) = queue.next().await {
         let body = serde_json::to_value(&event).unwrap_or(Value::Null);
         if let Err(why) = deliver(&config, &body, &limits).await {
@@ -362,9 +367,21 @@ mod tests {
 
     #[test]
     fn non_public_addresses_are_told_apart() {
-        for private in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0",
-            "::1", "fd00::1", "fe80::1", "::ffff:127.0.0.1", "64:ff9b::a00:1", "224.0.0.1"]
-        {
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a00:1",
+            "224.0.0.1",
+        ] {
             assert!(is_private(private.parse().unwrap()), "{private}");
         }
         for public in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {

@@ -11,8 +11,8 @@ use a2a::errors::error_code;
 use a2a::{
     Artifact, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest, GetTaskPushNotificationConfigRequest,
     GetTaskRequest, ListTaskPushNotificationConfigsRequest, ListTaskPushNotificationConfigsResponse, ListTasksRequest,
-    ListTasksResponse, Message, Role, SendMessageRequest, StreamResponse, SubscribeToTaskRequest, Task, TaskState,
-    TaskPushNotificationConfig, TaskStatusUpdateEvent,
+    ListTasksResponse, Message, Role, SendMessageRequest, StreamResponse, SubscribeToTaskRequest, Task,
+    TaskPushNotificationConfig, TaskState, TaskStatusUpdateEvent,
 };
 use axum::body::Body;
 use axum::extract::State;
@@ -28,8 +28,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::card::{self, CardOptions};
-use super::rpc::{self, Dialect, Method, RpcError};
 use super::push::{Pusher, Refused};
+use super::rpc::{self, Dialect, Method, RpcError};
 use super::tables::{Context, Filter, Opened, Refusal, Tables, TaskEntry};
 use super::{A2aLimits, ERROR_META, INPUT_REQUIRED, PROGRESS_META, PROVENANCE_META, SKILL_META};
 use crate::BridgeError;
@@ -198,7 +198,11 @@ async fn start<U: Upstream>(
     let continued = match &message.task_id {
         Some(id) => {
             let entry = server.tables.task(id, principal.as_deref()).ok_or_else(|| not_found(id))?;
-            if message.context_id.as_ref().is_some_and(|c| *c != entry.snapshot().map(|t| t.context_id).unwrap_or_default()) {
+            if message
+                .context_id
+                .as_ref()
+                .is_some_and(|c| *c != entry.snapshot().map(|t| t.context_id).unwrap_or_default())
+            {
                 return Err(invalid_params("the message's contextId is not its task's"));
             }
             Some(entry)
@@ -209,13 +213,16 @@ async fn start<U: Upstream>(
         .into_iter()
         .flatten()
         .find_map(|m| m.get(SKILL_META).and_then(Value::as_str).map(str::to_owned));
-    let skill = match (&continued, named) {
-        (Some(entry), _) => entry.skill.clone(),
-        (None, Some(skill)) => skill,
-        (None, None) => server.upstream.card().capabilities.first().map(|c| c.name.clone()).ok_or_else(|| {
-            RpcError::new(error_code::UNSUPPORTED_OPERATION, "the delegate has no skill to run")
-        })?,
-    };
+    let skill =
+        match (&continued, named) {
+            (Some(entry), _) => entry.skill.clone(),
+            (None, Some(skill)) => skill,
+            (None, None) => {
+                server.upstream.card().capabilities.first().map(|c| c.name.clone()).ok_or_else(|| {
+                    RpcError::new(error_code::UNSUPPORTED_OPERATION, "the delegate has no skill to run")
+                })?
+            }
+        };
     if push.is_some() && !server.limits.push.enabled {
         return Err(push_unsupported());
     }
@@ -439,7 +446,8 @@ impl<U: Upstream> Run<U> {
         for event in final_events.unwrap_or_default() {
             entry.publish(&event);
             if let (Some(events), true) = (&events, streaming) {
-                streaming = tokio::time::timeout(FINAL_EVENT_TIMEOUT, events.send(event)).await.is_ok_and(|r| r.is_ok());
+                streaming =
+                    tokio::time::timeout(FINAL_EVENT_TIMEOUT, events.send(event)).await.is_ok_and(|r| r.is_ok());
             }
         }
         if entry.snapshot().is_some_and(|t| t.status.state.is_terminal()) {

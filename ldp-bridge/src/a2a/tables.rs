@@ -72,13 +72,7 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl TaskEntry {
     /// A submitted task; `events` bounds what a subscriber may lag behind.
-    pub(crate) fn new(
-        id: String,
-        context_id: String,
-        principal: Option<String>,
-        skill: String,
-        events: usize,
-    ) -> Self {
+    pub(crate) fn new(id: String, context_id: String, principal: Option<String>, skill: String, events: usize) -> Self {
         let task = Task {
             id,
             context_id,
@@ -307,7 +301,7 @@ impl<U: Upstream> Tables<U> {
         drop(tasks);
         let (total, size) = (matching.len(), size.max(1));
         matching.retain(|(seq, _)| filter.before.is_none_or(|before| *seq < before));
-        matching.sort_by(|a, b| b.0.cmp(&a.0));
+        matching.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
         let next = (matching.len() > size).then(|| matching[size - 1].0);
         matching.truncate(size);
         Page { tasks: matching.into_iter().map(|(_, t)| t).collect(), next, total }
@@ -356,5 +350,44 @@ mod tests {
         assert!(tables.task("1", Some("p")).is_none(), "the ended one made room");
         assert!(tables.task("2", Some("q")).is_none(), "another principal's task is not found");
         assert!(tables.task("2", Some("p")).is_some());
+    }
+
+    #[test]
+    fn lists_page_newest_first_and_only_the_callers() {
+        let tables: Tables<InProcess> = Tables::new(4, 8, Duration::from_secs(60), Duration::from_secs(60));
+        for (id, context, principal) in [("a", "c1", "p"), ("b", "c2", "p"), ("c", "c1", "p"), ("d", "c1", "q")] {
+            let entry = Arc::new(TaskEntry::new(id.into(), context.into(), Some(principal.into()), "s".into(), 4));
+            tables.add_task(id, entry).unwrap();
+        }
+        let ids = |page: &Page| page.tasks.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+        let all = tables.list(Some("p"), &Filter::default(), 10);
+        assert_eq!((ids(&all), all.total, all.next), (vec!["c".into(), "b".into(), "a".into()], 3, None));
+        let first = tables.list(Some("p"), &Filter::default(), 2);
+        assert_eq!(ids(&first), ["c", "b"]);
+        let rest = tables.list(Some("p"), &Filter { before: first.next, ..Filter::default() }, 2);
+        assert_eq!((ids(&rest), rest.total, rest.next), (vec!["a".into()], 3, None));
+        let c1 = tables.list(Some("p"), &Filter { context_id: Some("c1".into()), ..Filter::default() }, 10);
+        assert_eq!(ids(&c1), ["c", "a"]);
+        let ended = Filter { state: Some(TaskState::Completed), ..Filter::default() };
+        assert!(tables.list(Some("p"), &ended, 10).tasks.is_empty());
+        assert_eq!(ids(&tables.list(Some("q"), &Filter::default(), 0)), ["d"], "a page holds one task at least");
+    }
+
+    #[test]
+    fn only_a_task_waiting_for_input_resumes_and_history_is_bounded() {
+        let entry = TaskEntry::new("t".into(), "c".into(), None, "s".into(), 4);
+        assert_eq!(entry.resume(), Err(TaskState::Submitted));
+        entry.update(|t| t.status.state = TaskState::InputRequired);
+        assert!(*entry.done.borrow(), "a question ends the turn");
+        entry.resume().unwrap();
+        assert!(!*entry.done.borrow());
+        assert_eq!(entry.snapshot().unwrap().status.state, TaskState::Working);
+        for n in 0..MAX_HISTORY + 3 {
+            entry.record(Message::new(a2a::Role::User, vec![a2a::Part::text(n.to_string())]));
+        }
+        let history = entry.snapshot().unwrap().history.unwrap();
+        assert_eq!(history.len(), MAX_HISTORY);
+        assert_eq!(history[0].parts[0].as_text(), Some("3"), "the oldest went first");
+        assert_eq!(history[0].task_id.as_deref(), Some("t"));
     }
 }
