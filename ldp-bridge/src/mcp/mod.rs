@@ -12,6 +12,7 @@
 //! (`ldp mcp-proxy URL`, for desktop MCP hosts).
 
 pub mod backend;
+pub mod resources;
 mod server;
 mod sessions;
 pub mod tools;
