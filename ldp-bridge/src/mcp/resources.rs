@@ -216,10 +216,9 @@ impl TaskResources {
             Part::Provenance => json!(record.provenance().ok_or_else(|| not_found(uri))?).to_string(),
             Part::Lctl => {
                 let provenance = record.provenance().ok_or_else(|| not_found(uri))?;
-                let document = ldp_lctl::ldp::document_from_ldp(&record.task_id, Some(provenance), None)
+                ldp_lctl::ldp::document_from_ldp(&record.task_id, Some(provenance), None)
                     .and_then(|d| d.to_yaml())
-                    .map_err(|e| ErrorData::internal_error(format!("the task's LCTL document: {e}"), None))?;
-                document
+                    .map_err(|e| ErrorData::internal_error(format!("the task's LCTL document: {e}"), None))?
             }
         };
         let contents = ResourceContents::TextResourceContents {
