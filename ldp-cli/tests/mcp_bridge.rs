@@ -399,3 +399,46 @@ async fn a_tasks_result_provenance_and_lctl_chain_are_subscribable_resources() {
     assert_eq!(updated.last(), Some(&uri("provenance").as_str()), "{updated:?}");
     assert!(out["list_changed"].as_u64().unwrap() >= 2, "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_llm_delegates_skill_templates_are_prompts() {
+    let stub = Stub::start(StubConfig::new(Flavor::OpenAi).with_model("stub-7b-2025")).await.unwrap();
+    let dir = support::TempDir::new("mcp-prompts");
+    let template = dir.write("summarize.txt", "Summarize in one line:\n{{input}}\nBe brief.");
+    let skill = format!("summarize={template}");
+    let base = stub.base_url();
+    let args =
+        ["--backend", "openai", "--base-url", &base, "--model", "m", "--skill", &skill, "--skill", "chat", "--mcp"];
+    let (_server, url) = serve(&args, Stdio::null());
+    let steps = [
+        "prompts",
+        r#"prompt:summarize:{"input": "a long story"}"#,
+        r#"call:summarize:{"input": "a long story"}"#,
+        r#"prompt:summarize:{}"#,
+        r#"prompt:chat:{"input": "x"}"#,
+    ];
+    let out = mcp_client(&format!("{url}/mcp"), "legacy", &steps).await;
+
+    // Only the templated skill is a prompt, with its one required argument.
+    let prompts = out["steps"][0]["prompts"].as_array().unwrap();
+    assert_eq!(prompts.len(), 1, "{prompts:?}");
+    assert_eq!(prompts[0]["name"], "summarize");
+    assert_eq!(
+        prompts[0]["arguments"][0],
+        json!({"name": "input", "description": prompts[0]["arguments"][0]["description"], "required": true})
+    );
+
+    // The prompt is the user message the delegate sends its model for that input: the model saw the same text.
+    let message = &out["steps"][1]["prompt"]["messages"][0];
+    assert_eq!(message["role"], "user");
+    let rendered = message["content"]["text"].as_str().unwrap();
+    let recorded = stub.recorded();
+    let sent = recorded.last().unwrap()["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert_eq!(sent.as_str(), Some(rendered), "{recorded:?}");
+    assert!(rendered.contains("a long story") && rendered.starts_with("Summarize in one line:"), "{rendered}");
+    assert_eq!(out["steps"][2]["call"]["isError"], false);
+
+    // Without its argument, and a skill without a template: MCP errors.
+    assert!(out["steps"][3]["message"].as_str().unwrap().contains("input"), "{}", out["steps"][3]);
+    assert!(out["steps"][4]["message"].as_str().unwrap().contains("unknown prompt"), "{}", out["steps"][4]);
+}

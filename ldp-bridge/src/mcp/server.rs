@@ -14,6 +14,7 @@ use rmcp::service::{Peer, RequestContext};
 use rmcp::{RoleServer, ServerHandler};
 use tokio::sync::{OnceCell, Semaphore, mpsc};
 
+use super::prompts::{self, SkillPrompt};
 use super::resources::{self, TaskResources};
 use super::tools;
 use crate::BridgeError;
@@ -64,12 +65,14 @@ pub(crate) struct Shared<U: Upstream> {
     pub(crate) upstream: Arc<U>,
     pub(crate) limits: McpLimits,
     calls: Arc<Semaphore>,
+    /// The delegate's skill templates, as prompts.
+    prompts: Vec<SkillPrompt>,
 }
 
 impl<U: Upstream> Shared<U> {
-    pub(crate) fn new(upstream: Arc<U>, limits: McpLimits) -> Arc<Self> {
+    pub(crate) fn new(upstream: Arc<U>, limits: McpLimits, prompts: Vec<SkillPrompt>) -> Arc<Self> {
         let calls = Arc::new(Semaphore::new(limits.max_calls.max(1)));
-        Arc::new(Self { upstream, limits, calls })
+        Arc::new(Self { upstream, limits, calls, prompts })
     }
 }
 
@@ -401,9 +404,9 @@ impl<U: Upstream> ServerHandler for LdpTools<U> {
         let card = self.shared.upstream.card();
         let implementation = Implementation::new(card.delegate_id.as_str(), env!("CARGO_PKG_VERSION"))
             .with_title(format!("{} (LDP delegate, bridged to MCP)", card.name));
-        // Resources are the session's tasks (result, provenance, LCTL chain), subscribable. Completions and prompts are
-        // declared with nothing behind them (empty answers, as MCP allows): a host that asks gets a valid answer
-        // instead of "method not found". Logging carries task events.
+        // Resources are the session's tasks (result, provenance, LCTL chain), subscribable; prompts are the skill
+        // templates the server was given (none is a valid empty list). Completions are declared with nothing behind
+        // them (an empty answer, as MCP allows) rather than "method not found". Logging carries task events.
         #[allow(deprecated)]
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
@@ -432,6 +435,24 @@ impl<U: Upstream> ServerHandler for LdpTools<U> {
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(tools::tools(&self.shared.upstream.card())))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        let listed = self.shared.prompts.iter().map(SkillPrompt::listed).collect();
+        Ok(rmcp::model::ListPromptsResult::with_all_items(listed))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        let prompt = prompts::find(&self.shared.prompts, &request.name)?;
+        prompt.get(request.arguments.as_ref()).map(Into::into)
     }
 
     async fn list_resources(

@@ -10,6 +10,7 @@ notifications/cancelled), `concurrent:TOOL:JSON_ARGS:N` (N calls at once in the 
 `pause:SECS` (the session stays open meanwhile), or `loglevel:LEVEL` (`logging/setLevel`), or
 `resources:TOOL:JSON_ARGS` (a call during which the task's resources are found in `resources/list`, its result and
 provenance subscribed and its result read while it runs; after it, the list, the templates and each resource read).
+`prompts` (`prompts/list`), or `prompt:NAME:JSON_ARGS` (`prompts/get`; an error is recorded as such).
 Prints one JSON object: what each step saw, as the SDK decoded it, under `log` every `notifications/message`
 received, under `updated` the URI of every `notifications/resources/updated` and under `list_changed` how many
 `notifications/resources/list_changed` came.
@@ -134,6 +135,14 @@ async def main() -> None:
                 except Exception as e:  # noqa: BLE001 - the test reads the error
                     seen["unknown"] = {"error": type(e).__name__, "message": str(e)}
                 out["steps"].append({"resources": seen})
+            elif kind == "prompts":
+                out["steps"].append({"prompts": [dump(p) for p in (await client.list_prompts()).prompts]})
+            elif kind == "prompt":
+                name, _, args = rest.partition(":")
+                try:
+                    out["steps"].append({"prompt": dump(await client.get_prompt(name, json.loads(args)))})
+                except Exception as e:  # noqa: BLE001 - the test reads the error
+                    out["steps"].append({"error": type(e).__name__, "message": str(e)})
             elif kind == "pause":
                 await anyio.sleep(float(rest))
             elif kind == "loglevel":
