@@ -156,13 +156,18 @@ fn llm_args(stub: &Stub) -> Vec<String> {
         .to_vec()
 }
 
+/// `ldp serve --mcp` over the stub model (skill `chat`).
+fn serve_llm_mcp(stub: &Stub) -> (support::Guard, String) {
+    let mut args = llm_args(stub);
+    args.push("--mcp".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    serve(&args, Stdio::null())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_and_cancellation_cross_ldp_serve_mcp() {
     let stub = Stub::start(stub_config()).await.unwrap();
-    let mut args = llm_args(&stub);
-    args.push("--mcp".into());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (_server, url) = serve(&args, Stdio::null());
+    let (_server, url) = serve_llm_mcp(&stub);
     progress_and_cancel(&stub, &format!("{url}/mcp")).await;
 }
 
@@ -352,10 +357,7 @@ async fn an_mcp_server_over_streamable_http_behind_ldp_serve_is_an_ldp_delegate(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tasks_result_provenance_and_lctl_chain_are_subscribable_resources() {
     let stub = Stub::start(stub_config()).await.unwrap();
-    let mut args = llm_args(&stub);
-    args.push("--mcp".into());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (_server, url) = serve(&args, Stdio::null());
+    let (_server, url) = serve_llm_mcp(&stub);
     let card = card(&url).await;
     let input = "w ".repeat(60);
     let step = format!("resources:chat:{}", json!({ "input": input }));
