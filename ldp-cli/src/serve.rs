@@ -224,6 +224,8 @@ pub(crate) enum Unit {
     Secs,
     /// Milliseconds, a duration.
     Millis,
+    /// A switch that turns its key off (`--a2a-no-push` sets `a2a.push = false`).
+    Not,
 }
 
 /// Every flag of `ldp serve` (by clap id) and the configuration key it sets: the whole of the mapping.
@@ -342,6 +344,11 @@ pub(crate) const FLAGS: &[(&str, &str, Unit)] = &[
     ("a2a_context_idle", "a2a.context_idle", Unit::Secs),
     ("a2a_task_ttl", "a2a.task_ttl", Unit::Secs),
     ("a2a_max_body", "a2a.max_body", Unit::Same),
+    ("a2a_no_push", "a2a.push", Unit::Not),
+    ("a2a_push_allow_private", "a2a.push_allow_private", Unit::Same),
+    ("a2a_push_allowed_hosts", "a2a.push_allowed_hosts", Unit::Same),
+    ("a2a_push_attempts", "a2a.push_attempts", Unit::Same),
+    ("a2a_push_timeout", "a2a.push_timeout", Unit::Millis),
     // The global flag of every command; its variable is read by the configuration's own layer.
     ("otlp_endpoint", "telemetry.otlp_endpoint", Unit::Same),
 ];
@@ -363,6 +370,13 @@ fn apply_flags(matches: &ArgMatches, config: &mut ServerConfig) -> Result<(), Co
                 Unit::Same => v,
                 Unit::Secs => format!("{v}s"),
                 Unit::Millis => format!("{v}ms"),
+                Unit::Not => {
+                    if v == "true" {
+                        "false".to_owned()
+                    } else {
+                        "true".to_owned()
+                    }
+                }
             })
             .collect();
         config.set(key, Setting::Many(values), Origin::Flag(flag_name(id)))?;
@@ -405,6 +419,7 @@ fn flag_name(id: &str) -> String {
         "skills" => "skill".to_owned(),
         "delegates" => "delegate".to_owned(),
         "mcp_allowed_hosts" => "mcp-allowed-host".to_owned(),
+        "a2a_push_allowed_hosts" => "a2a-push-allowed-host".to_owned(),
         "jwt_audiences" => "jwt-audience".to_owned(),
         "jwt_algorithms" => "jwt-algorithm".to_owned(),
         "jwt_required_scopes" => "jwt-required-scope".to_owned(),

@@ -142,7 +142,8 @@ pub struct McpArgs {
 #[derive(Debug, clap::Args)]
 pub struct A2aArgs {
     /// Also serve A2A: the Agent Card at /.well-known/agent-card.json and JSON-RPC (SendMessage,
-    /// SendStreamingMessage, GetTask, CancelTask; the 0.3 names too) at /a2a; an A2A contextId gets an LDP session.
+    /// SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask, push notification configs; the 0.3
+    /// names of the first four too) at /a2a; an A2A contextId gets an LDP session.
     #[arg(long)]
     pub a2a: bool,
     /// With --backend a2a: the A2A agent's base URL (its card at /.well-known/agent-card.json), or its card's URL.
@@ -169,6 +170,21 @@ pub struct A2aArgs {
     /// Largest A2A request body, in bytes [default: --max-body].
     #[arg(long, value_name = "BYTES")]
     pub a2a_max_body: Option<usize>,
+    /// Refuse push notification configs (webhooks); the card then says pushNotifications: false.
+    #[arg(long)]
+    pub a2a_no_push: bool,
+    /// Deliver push notifications to loopback, private and link-local addresses too (closed networks, tests).
+    #[arg(long)]
+    pub a2a_push_allow_private: bool,
+    /// A webhook host exempt from the non-public address rule (repeatable), e.g. one internal receiver.
+    #[arg(long = "a2a-push-allowed-host", value_name = "HOST")]
+    pub a2a_push_allowed_hosts: Vec<String>,
+    /// Attempts to deliver one push notification (the first and the retries, backoff doubling from 0.5 s).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub a2a_push_attempts: u32,
+    /// Longest one push notification attempt may take, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    pub a2a_push_timeout: u64,
 }
 
 /// The JWT and OAuth flags of `ldp serve`: access tokens of an identity provider beside `--token`, and the server

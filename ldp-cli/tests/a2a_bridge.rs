@@ -201,7 +201,7 @@ async fn an_a2a_sdk_agent_behind_ldp_serve_is_an_ldp_delegate() {
     let card = ldp_card(&url).await;
     let names: Vec<&str> =
         card["capabilities"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["shout", "slow", "fail"]);
+    assert_eq!(names, ["shout", "slow", "fail", "ask", "count", "flaky"]);
     assert_eq!((&card["model_family"], &card["model_version"]), (&json!("undeclared"), &json!("undeclared")));
     assert_eq!(card["bridged_from"]["protocol"], "a2a");
     assert_eq!(card["bridged_from"]["agent"], json!({"name": "bridge-test-agent", "version": "2.7.1"}));

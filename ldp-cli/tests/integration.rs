@@ -6,6 +6,7 @@
 mod support;
 
 mod a2a_bridge;
+mod a2a_lifecycle;
 mod attest_cli;
 mod bridge_routing;
 mod client_cli;

@@ -156,13 +156,18 @@ fn llm_args(stub: &Stub) -> Vec<String> {
         .to_vec()
 }
 
+/// `ldp serve --mcp` over the stub model (skill `chat`).
+fn serve_llm_mcp(stub: &Stub) -> (support::Guard, String) {
+    let mut args = llm_args(stub);
+    args.push("--mcp".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    serve(&args, Stdio::null())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_and_cancellation_cross_ldp_serve_mcp() {
     let stub = Stub::start(stub_config()).await.unwrap();
-    let mut args = llm_args(&stub);
-    args.push("--mcp".into());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (_server, url) = serve(&args, Stdio::null());
+    let (_server, url) = serve_llm_mcp(&stub);
     progress_and_cancel(&stub, &format!("{url}/mcp")).await;
 }
 
@@ -347,4 +352,95 @@ async fn an_mcp_server_over_streamable_http_behind_ldp_serve_is_an_ldp_delegate(
     let ldp::Error::Session(ldp::session::SessionError::Peer(err)) = err else { panic!("{err:?}") };
     assert_eq!(err.code.as_str(), "TOOL_ERROR");
     assert!(err.message.contains("refused: over http"), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_result_provenance_and_lctl_chain_are_subscribable_resources() {
+    let stub = Stub::start(stub_config()).await.unwrap();
+    let (_server, url) = serve_llm_mcp(&stub);
+    let card = card(&url).await;
+    let input = "w ".repeat(60);
+    let step = format!("resources:chat:{}", json!({ "input": input }));
+    let out = mcp_client(&format!("{url}/mcp"), "legacy", &[&step]).await;
+    let seen = &out["steps"][0]["resources"];
+    let text = |read: &Value| read["contents"][0]["text"].as_str().unwrap().to_owned();
+
+    // While the task runs: its result resource is listed (and nothing else), and reads as running.
+    assert_eq!(seen["running_called"], false, "the call had ended before the resources were read: {seen}");
+    let running: Value = serde_json::from_str(&text(&seen["running"])).unwrap();
+    assert_eq!((&running["state"], &running["skill"]), (&json!("running"), &json!("chat")), "{running}");
+    assert_eq!(seen["running_list"].as_array().unwrap().len(), 1, "{seen}");
+    let task_id = running["task_id"].as_str().unwrap();
+    let uri = |part: &str| format!("ldp://tasks/{task_id}/{part}");
+
+    // After it: the result holds the tool's output, the provenance is the one on the tool result, and the LCTL
+    // chain names the delegate that produced it.
+    let call = &seen["call"];
+    let reads = &seen["reads"];
+    let result: Value = serde_json::from_str(&text(&reads[uri("result")])).unwrap();
+    assert_eq!(result["state"], "completed", "{result}");
+    assert_eq!(result["output"].as_str(), call["content"][0]["text"].as_str(), "{result}");
+    let provenance: Value = serde_json::from_str(&text(&reads[uri("provenance")])).unwrap();
+    assert_eq!(provenance, call["_meta"]["ldp/provenance"]);
+    assert_eq!(provenance["produced_by"], card["delegate_id"]);
+    let lctl = &reads[uri("lctl")]["contents"][0];
+    assert_eq!(lctl["mimeType"], "application/yaml");
+    let document = ldp_lctl::parse(lctl["text"].as_str().unwrap()).unwrap();
+    assert_eq!(document.chain.as_ref().map(|c| c.id.as_str()), Some(task_id), "{document:?}");
+    assert_eq!(document.trace.last().map(|s| s.agent.as_str()), card["delegate_id"].as_str(), "{}", lctl["text"]);
+    let mut listed: Vec<&str> = seen["list"].as_array().unwrap().iter().map(|r| r["uri"].as_str().unwrap()).collect();
+    listed.sort_unstable();
+    assert_eq!(listed, [uri("lctl"), uri("provenance"), uri("result")]);
+    assert_eq!(seen["templates"].as_array().unwrap().len(), 3);
+    assert!(seen["unknown"]["message"].as_str().is_some(), "an unknown task is an error: {seen}");
+
+    // The subscriptions: updates of the result as the model streamed, then of both when it ended; the list changed
+    // when the task appeared and when it completed.
+    let updated: Vec<&str> = out["updated"].as_array().unwrap().iter().map(|u| u.as_str().unwrap()).collect();
+    assert!(updated.iter().filter(|u| **u == uri("result")).count() >= 2, "{updated:?}");
+    assert_eq!(updated.last(), Some(&uri("provenance").as_str()), "{updated:?}");
+    assert!(out["list_changed"].as_u64().unwrap() >= 2, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_llm_delegates_skill_templates_are_prompts() {
+    let stub = Stub::start(StubConfig::new(Flavor::OpenAi).with_model("stub-7b-2025")).await.unwrap();
+    let dir = support::TempDir::new("mcp-prompts");
+    let template = dir.write("summarize.txt", "Summarize in one line:\n{{input}}\nBe brief.");
+    let skill = format!("summarize={template}");
+    let base = stub.base_url();
+    let args =
+        ["--backend", "openai", "--base-url", &base, "--model", "m", "--skill", &skill, "--skill", "chat", "--mcp"];
+    let (_server, url) = serve(&args, Stdio::null());
+    let steps = [
+        "prompts",
+        r#"prompt:summarize:{"input": "a long story"}"#,
+        r#"call:summarize:{"input": "a long story"}"#,
+        r#"prompt:summarize:{}"#,
+        r#"prompt:chat:{"input": "x"}"#,
+    ];
+    let out = mcp_client(&format!("{url}/mcp"), "legacy", &steps).await;
+
+    // Only the templated skill is a prompt, with its one required argument.
+    let prompts = out["steps"][0]["prompts"].as_array().unwrap();
+    assert_eq!(prompts.len(), 1, "{prompts:?}");
+    assert_eq!(prompts[0]["name"], "summarize");
+    assert_eq!(
+        prompts[0]["arguments"][0],
+        json!({"name": "input", "description": prompts[0]["arguments"][0]["description"], "required": true})
+    );
+
+    // The prompt is the user message the delegate sends its model for that input: the model saw the same text.
+    let message = &out["steps"][1]["prompt"]["messages"][0];
+    assert_eq!(message["role"], "user");
+    let rendered = message["content"]["text"].as_str().unwrap();
+    let recorded = stub.recorded();
+    let sent = recorded.last().unwrap()["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert_eq!(sent.as_str(), Some(rendered), "{recorded:?}");
+    assert!(rendered.contains("a long story") && rendered.starts_with("Summarize in one line:"), "{rendered}");
+    assert_eq!(out["steps"][2]["call"]["isError"], false);
+
+    // Without its argument, and a skill without a template: MCP errors.
+    assert!(out["steps"][3]["message"].as_str().unwrap().contains("input"), "{}", out["steps"][3]);
+    assert!(out["steps"][4]["message"].as_str().unwrap().contains("unknown prompt"), "{}", out["steps"][4]);
 }

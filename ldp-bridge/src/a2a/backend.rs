@@ -6,8 +6,8 @@
 //! updates as TASK_UPDATEs; TASK_CANCEL (or the deadline) becomes `CancelTask`. Every answer is read with a bound on
 //! its size and its time.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2a::{AgentCard, Message, Role, SendMessageRequest, SendMessageResponse, StreamResponse, Task, TaskState};
@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 
 use super::card::{self, JSONRPC};
 use super::sse::SseReader;
-use super::{CARD_PATH, ERROR_META, PROGRESS_META, SKILL_META};
+use super::{CARD_PATH, ERROR_META, INPUT_REQUIRED, PROGRESS_META, SKILL_META};
 use crate::BridgeError;
 
 /// The error code of a task the A2A agent ended in a state other than completed (failed, rejected, or waiting for
@@ -74,6 +74,8 @@ pub struct A2aDelegate {
     agent: AgentCard,
     limits: BackendLimits,
     calls: Arc<Semaphore>,
+    /// The agent task each LDP session's last task left waiting for input: the session's next task continues it.
+    waiting: Mutex<VecDeque<(String, String)>>,
 }
 
 fn a2a_failed(what: impl std::fmt::Display) -> BridgeError {
@@ -148,7 +150,7 @@ impl A2aDelegate {
             .ok_or_else(|| a2a_failed(format!("{card_url}: the agent offers no A2A 1.x JSON-RPC interface")))?;
         let rpc_url = interface.url.clone();
         let calls = Arc::new(Semaphore::new(limits.max_calls.max(1)));
-        Ok(Self { http, rpc_url, token, agent, limits, calls })
+        Ok(Self { http, rpc_url, token, agent, limits, calls, waiting: Mutex::default() })
     }
 
     /// The agent's card as it served it.
@@ -183,8 +185,27 @@ impl A2aDelegate {
     fn request(&self, task: &TaskRequest) -> SendMessageRequest {
         let mut message = Message::new(Role::User, card::input_parts(&task.input));
         message.context_id = Some(task.key.session_id.clone());
+        message.task_id = self.take_waiting(&task.key.session_id);
         message.metadata = Some(HashMap::from([(SKILL_META.to_owned(), json!(task.skill))]));
         SendMessageRequest { message, configuration: None, metadata: None, tenant: None }
+    }
+
+    /// The agent task the session's last LDP task left waiting for input, if any (taken: one continuation each).
+    fn take_waiting(&self, session: &str) -> Option<String> {
+        let mut waiting = self.waiting.lock().ok()?;
+        let at = waiting.iter().position(|(s, _)| s == session)?;
+        waiting.remove(at).map(|(_, task)| task)
+    }
+
+    /// Remembers that the agent's task `task` waits for the session's next LDP task (bounded: the oldest goes).
+    fn wait_for_input(&self, session: &str, task: String) {
+        if let Ok(mut waiting) = self.waiting.lock() {
+            waiting.retain(|(s, _)| s != session);
+            if waiting.len() >= MAX_WAITING {
+                waiting.pop_front();
+            }
+            waiting.push_back((session.to_owned(), task));
+        }
     }
 
     /// Runs the task at the agent: streaming when the agent streams, relaying its status messages as progress.
@@ -205,6 +226,54 @@ impl A2aDelegate {
         }
         let response =
             self.post("SendStreamingMessage", params).send().await.map_err(|e| a2a_failed(e).to_ldp_error())?;
+        let mut last: Option<Task> = None;
+        let mut read = 0;
+        let mut broken = match self.follow(response, ctx, task_id, &mut last, &mut read).await? {
+            Followed::Ended(task) => return Ok(*task),
+            Followed::Broken(why) => why,
+        };
+        // The stream dropped before the task ended: follow it again with SubscribeToTask (bounded, with backoff),
+        // and read it with GetTask when it ended meanwhile.
+        let Some(id) = task_id.clone() else { return Err(broken) };
+        let mut wait = RESUBSCRIBE_BACKOFF;
+        for _ in 0..RESUBSCRIBE_ATTEMPTS {
+            tokio::time::sleep(wait).await;
+            wait *= 2;
+            let answer = match self.post("SubscribeToTask", json!({"id": id})).send().await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    broken = a2a_failed(e).to_ldp_error();
+                    continue;
+                }
+            };
+            match self.follow(answer, ctx, task_id, &mut last, &mut read).await {
+                Ok(Followed::Ended(task)) => return Ok(*task),
+                Ok(Followed::Broken(why)) => broken = why,
+                // Refused (the task ended meanwhile, or the agent cannot resubscribe): its state is GetTask's.
+                Err(_) => break,
+            }
+        }
+        let got = tokio::time::timeout(self.limits.connect_timeout, self.call("GetTask", json!({"id": id})))
+            .await
+            .map_err(|_| broken.clone())??;
+        let task: Task = serde_json::from_value(got).map_err(malformed)?;
+        if task.status.state.is_terminal() || task.status.state == TaskState::InputRequired {
+            return Ok(task);
+        }
+        Err(broken)
+    }
+
+    /// Reads one event stream of the task (`SendStreamingMessage`'s or `SubscribeToTask`'s), relaying progress and
+    /// folding events into `last`, until the task ends or asks for input, or the stream breaks. An answer that is
+    /// not a stream (a JSON-RPC error) is the error; so is an event that is not A2A or too large.
+    async fn follow(
+        &self,
+        response: reqwest::Response,
+        ctx: &TaskContext,
+        task_id: &mut Option<String>,
+        last: &mut Option<Task>,
+        read: &mut usize,
+    ) -> Result<Followed, LdpError> {
         let is_stream = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -217,12 +286,14 @@ impl A2aDelegate {
             return Err(result_of(answer).err().unwrap_or_else(|| malformed("a stream answered without events")));
         }
         let mut reader = SseReader::new(self.limits.max_event_bytes);
-        let (mut read, mut last): (usize, Option<Task>) = (0, None);
         let mut chunks = response.bytes_stream();
         while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| a2a_failed(e).to_ldp_error())?;
-            read += chunk.len();
-            if read > self.limits.max_answer_bytes {
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(e) => return Ok(Followed::Broken(a2a_failed(e).to_ldp_error())),
+            };
+            *read += chunk.len();
+            if *read > self.limits.max_answer_bytes {
                 return Err(BridgeError::Capacity {
                     what: "bytes of an A2A event stream",
                     limit: self.limits.max_answer_bytes,
@@ -237,9 +308,13 @@ impl A2aDelegate {
                 match event {
                     StreamResponse::Task(task) => {
                         task_id.get_or_insert_with(|| task.id.clone());
-                        last = Some(task);
+                        let over = task.status.state.is_terminal() || task.status.state == TaskState::InputRequired;
+                        if over {
+                            return Ok(Followed::Ended(Box::new(task)));
+                        }
+                        *last = Some(task);
                     }
-                    StreamResponse::Message(message) => return Ok(message_task(message)),
+                    StreamResponse::Message(message) => return Ok(Followed::Ended(Box::new(message_task(message)))),
                     StreamResponse::StatusUpdate(update) => {
                         task_id.get_or_insert_with(|| update.task_id.clone());
                         let fraction = update
@@ -252,7 +327,8 @@ impl A2aDelegate {
                             Value::String(s) => s,
                             other => other.to_string(),
                         });
-                        let terminal = update.status.state.is_terminal();
+                        let terminal =
+                            update.status.state.is_terminal() || update.status.state == TaskState::InputRequired;
                         let task = last.get_or_insert_with(|| message_task(Message::new(Role::Agent, Vec::new())));
                         task.id.clone_from(&update.task_id);
                         task.status = update.status;
@@ -260,7 +336,7 @@ impl A2aDelegate {
                             task.metadata = update.metadata;
                         }
                         if terminal {
-                            return Ok(task.clone());
+                            return Ok(Followed::Ended(Box::new(task.clone())));
                         }
                         // A bare state change (submitted, working) says nothing a TASK_UPDATE could carry.
                         if fraction.is_some() || text.is_some() {
@@ -280,7 +356,10 @@ impl A2aDelegate {
                 }
             }
         }
-        last.ok_or_else(|| LdpError::transport(codes::TRANSPORT_ERROR, "A2A: the event stream ended without a task"))
+        Ok(Followed::Broken(LdpError::transport(
+            codes::TRANSPORT_ERROR,
+            "A2A: the event stream ended before the task did",
+        )))
     }
 
     /// `CancelTask` for the agent's task (best effort, bounded).
@@ -289,6 +368,22 @@ impl A2aDelegate {
         let _ = tokio::time::timeout(self.limits.cancel_timeout, cancel).await;
     }
 }
+
+/// How one event stream of a task ended.
+enum Followed {
+    /// With the task ended, or waiting for input.
+    Ended(Box<Task>),
+    /// Before that: the connection broke or the stream closed early.
+    Broken(LdpError),
+}
+
+/// How many times a dropped stream is followed again with `SubscribeToTask`, and the wait before the first.
+const RESUBSCRIBE_ATTEMPTS: u32 = 3;
+const RESUBSCRIBE_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Sessions whose agent task waits for input, remembered at most this many (the oldest is forgotten, and its
+/// session's next task starts a new agent task).
+const MAX_WAITING: usize = 1024;
 
 fn malformed(e: impl std::fmt::Display) -> LdpError {
     LdpError::transport(codes::MALFORMED_MESSAGE, format!("A2A: {e}"))
@@ -325,6 +420,11 @@ pub fn output(task: &Task) -> Result<RawJson, LdpError> {
             Ok(RawJson::from(card::parts_value(&parts).or_else(text).unwrap_or(Value::Null)))
         }
         TaskState::Canceled => Err(LdpError::runtime(codes::CANCELLED, "the A2A agent cancelled the task")),
+        TaskState::InputRequired => {
+            let question = text().unwrap_or(Value::Null);
+            let message = question.as_str().map(str::to_owned).unwrap_or_else(|| question.to_string());
+            Err(LdpError::runtime(INPUT_REQUIRED, message).with_partial_output(question).with_retryable(false))
+        }
         state => {
             let carried = task
                 .metadata
@@ -369,6 +469,9 @@ impl Delegate for A2aDelegate {
                 return Err(stop);
             }
         };
+        if agent_task.status.state == TaskState::InputRequired && !agent_task.id.is_empty() {
+            self.wait_for_input(&task.key.session_id, agent_task.id.clone());
+        }
         let mut out = TaskOutput::new(output(&agent_task)?);
         if !agent_task.id.is_empty() {
             out.evidence.push(EvidenceRef {
@@ -409,6 +512,11 @@ mod tests {
         assert_eq!(output(&task).unwrap_err(), carried);
         task.status.state = TaskState::Canceled;
         assert_eq!(output(&task).unwrap_err().code.as_str(), codes::CANCELLED);
+        task.status.state = TaskState::InputRequired;
+        task.status.message = Some(Message::new(Role::Agent, vec![a2a::Part::text("which one?")]));
+        let asked = output(&task).unwrap_err();
+        assert_eq!((asked.code.as_str(), asked.message.as_str()), (INPUT_REQUIRED, "which one?"));
+        assert_eq!(asked.partial_output, Some(json!("which one?")));
     }
 
     #[test]

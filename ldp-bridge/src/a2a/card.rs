@@ -37,6 +37,8 @@ pub struct CardOptions {
     /// `openIdConnect` scheme naming its discovery document, requires it with these scopes, and each skill with the
     /// scopes it needs.
     pub oidc: Option<CardOidc>,
+    /// Whether the JSON-RPC binding takes push notification configs (`capabilities.pushNotifications`).
+    pub push_notifications: bool,
 }
 
 /// The OpenID Connect side of an Agent Card: where clients get tokens and which scopes they need.
@@ -126,7 +128,7 @@ pub fn agent_card(card: &IdentityCard, options: &CardOptions) -> AgentCard {
         supported_interfaces: vec![AgentInterface::new(format!("{base}{RPC_PATH}"), JSONRPC)],
         capabilities: AgentCapabilities {
             streaming: Some(true),
-            push_notifications: Some(false),
+            push_notifications: Some(options.push_notifications),
             extensions: Some(vec![extension]),
             extended_agent_card: Some(false),
         },

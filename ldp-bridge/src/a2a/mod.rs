@@ -2,8 +2,10 @@
 //!
 //! **LDP delegate → A2A agent** ([`routes`], [`card_routes`]; `ldp serve --a2a`): the Agent Card at [`CARD_PATH`]
 //! is derived from the identity card ([`card::agent_card`]); the JSON-RPC endpoint at [`RPC_PATH`] serves
-//! `SendMessage`, `SendStreamingMessage` (SSE), `GetTask` and `CancelTask` (and `message/send`, `message/stream`,
-//! `tasks/get`, `tasks/cancel` in 0.3's shapes). An A2A `contextId` gets one LDP session (bounded, evicted when
+//! `SendMessage`, `SendStreamingMessage` (SSE), `GetTask` (with history), `ListTasks`, `CancelTask`,
+//! `SubscribeToTask` and the push notification config methods (and `message/send`, `message/stream`, `tasks/get`,
+//! `tasks/cancel` in 0.3's shapes). An LDP failure [`INPUT_REQUIRED`] leaves the task waiting for the client's next
+//! message, which runs as the next LDP task of the session; push notifications follow [`PushLimits`]. An A2A `contextId` gets one LDP session (bounded, evicted when
 //! idle); each message is one LDP task in it, run by the session layer's client exactly as an LDP peer's would be.
 //! TASK_UPDATE progress becomes `statusUpdate` events; `CancelTask` becomes TASK_CANCEL; the result is an artifact
 //! whose metadata, like the task's, carries the provenance under [`PROVENANCE_META`]; a failure is a `FAILED` task
@@ -13,11 +15,14 @@
 //! **A2A agent → LDP delegate** ([`A2aDelegate`]; `ldp serve --backend a2a --a2a-url URL`): the agent's card is
 //! fetched and mapped to an honest generated identity card ([`card::identity_card`]); each LDP task is one
 //! `SendStreamingMessage` (or `SendMessage` when the agent does not stream) whose status updates become TASK_UPDATEs;
-//! TASK_CANCEL becomes `CancelTask`. Everything read from the agent is bounded in size and time. [`A2aTransport`]
+//! TASK_CANCEL becomes `CancelTask`; a dropped stream is followed again with `SubscribeToTask`; an agent asking for
+//! input fails the LDP task [`INPUT_REQUIRED`] and the session's next task continues it. Everything read from the
+//! agent is bounded in size and time. [`A2aTransport`]
 //! does the same in process, for a router that routes to `a2a+http://` URLs directly.
 
 mod backend;
 pub mod card;
+mod push;
 pub mod rpc;
 mod server;
 mod sse;
@@ -29,6 +34,7 @@ use std::time::Duration;
 
 pub use backend::{A2aDelegate, BackendLimits};
 pub use card::{CardOidc, CardOptions, OIDC_SCHEME};
+pub use push::{PushError, PushLimits, TOKEN_HEADER, check_url, is_private};
 pub use transport::{A2A_SCHEMES, A2aTransport, http_url};
 
 use crate::upstream::Upstream;
@@ -48,6 +54,12 @@ pub const PROGRESS_META: &str = "ldp/progress";
 pub const SKILL_META: &str = "ldp/skill";
 /// The Agent Card extension URI whose params are the LDP identity card.
 pub const IDENTITY_META: &str = "ldp/identity";
+/// The code of an LDP task failure that asks for more input (A2A's `TASK_STATE_INPUT_REQUIRED`): its message is
+/// the question, its partial output (when any) the question as data. The A2A server puts the task in
+/// `INPUT_REQUIRED` and runs the next message of the task as the next LDP task of the same session; the A2A
+/// delegate fails an LDP task with it when the agent asks, and continues the agent's task with the session's next
+/// task.
+pub const INPUT_REQUIRED: &str = "INPUT_REQUIRED";
 /// The A2A protocol version the bridge speaks.
 pub const VERSION: &str = a2a::VERSION;
 
@@ -74,8 +86,11 @@ pub struct A2aLimits {
     pub task_ttl: Duration,
     /// Largest request body, in bytes.
     pub max_body: usize,
-    /// Events queued for one streaming client; progress beyond it is dropped (the terminal events are waited for).
+    /// Events queued for one streaming client, and how far a `SubscribeToTask` client may lag before it is sent the
+    /// task anew; progress beyond it is dropped (the terminal events are waited for).
     pub max_queued_events: usize,
+    /// Push notifications: whether offered, where they may go, and their bounds.
+    pub push: PushLimits,
 }
 
 impl Default for A2aLimits {
@@ -91,6 +106,7 @@ impl Default for A2aLimits {
             task_ttl: Duration::from_secs(600),
             max_body: 1024 * 1024,
             max_queued_events: 64,
+            push: PushLimits::default(),
         }
     }
 }

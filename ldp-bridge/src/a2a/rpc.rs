@@ -21,6 +21,18 @@ pub enum Method {
     Get,
     /// `CancelTask` (0.3: `tasks/cancel`): TASK_CANCEL for the LDP task.
     Cancel,
+    /// `ListTasks`: the caller's tasks, filtered and paged.
+    List,
+    /// `SubscribeToTask`: an SSE stream of a running task's events (after a dropped stream, say).
+    Subscribe,
+    /// `CreateTaskPushNotificationConfig`: a webhook for the task's events.
+    PushCreate,
+    /// `GetTaskPushNotificationConfig`.
+    PushGet,
+    /// `ListTaskPushNotificationConfigs`.
+    PushList,
+    /// `DeleteTaskPushNotificationConfig`.
+    PushDelete,
 }
 
 /// Which version of A2A's wire shapes a request was written in (by its method's name), and its answer must be.
@@ -40,6 +52,12 @@ impl Method {
             "SendStreamingMessage" => (Self::Stream, Dialect::V1),
             "GetTask" => (Self::Get, Dialect::V1),
             "CancelTask" => (Self::Cancel, Dialect::V1),
+            "ListTasks" => (Self::List, Dialect::V1),
+            "SubscribeToTask" => (Self::Subscribe, Dialect::V1),
+            "CreateTaskPushNotificationConfig" => (Self::PushCreate, Dialect::V1),
+            "GetTaskPushNotificationConfig" => (Self::PushGet, Dialect::V1),
+            "ListTaskPushNotificationConfigs" => (Self::PushList, Dialect::V1),
+            "DeleteTaskPushNotificationConfig" => (Self::PushDelete, Dialect::V1),
             "message/send" => (Self::Send, Dialect::V03),
             "message/stream" => (Self::Stream, Dialect::V03),
             "tasks/get" => (Self::Get, Dialect::V03),

@@ -12,6 +12,8 @@
 //! (`ldp mcp-proxy URL`, for desktop MCP hosts).
 
 pub mod backend;
+pub mod prompts;
+pub mod resources;
 mod server;
 mod sessions;
 pub mod tools;
@@ -24,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::upstream::{BRIDGE_ID, InProcess, Remote, Upstream};
 pub use backend::{BackendLimits, McpDelegate};
+pub use prompts::SkillPrompt;
 pub use server::{LdpTools, McpLimits};
 pub use sessions::{BoundedSessions, SessionsError};
 
@@ -40,6 +43,16 @@ pub fn routes<U: Upstream, S: Clone + Send + Sync + 'static>(
     limits: McpLimits,
     stop: CancellationToken,
 ) -> axum::Router<S> {
+    routes_with_prompts(upstream, limits, Vec::new(), stop)
+}
+
+/// [`routes`], with the delegate's skill templates as MCP prompts (`prompts/list`, `prompts/get`).
+pub fn routes_with_prompts<U: Upstream, S: Clone + Send + Sync + 'static>(
+    upstream: Arc<U>,
+    limits: McpLimits,
+    prompts: Vec<SkillPrompt>,
+    stop: CancellationToken,
+) -> axum::Router<S> {
     let sessions = Arc::new(BoundedSessions::new(limits.max_sessions, limits.session_idle));
     let mut config = StreamableHttpServerConfig::default()
         .with_max_request_body_bytes(limits.max_body)
@@ -49,7 +62,7 @@ pub fn routes<U: Upstream, S: Clone + Send + Sync + 'static>(
     } else {
         config.with_allowed_hosts(limits.allowed_hosts.clone())
     };
-    let shared = server::Shared::new(upstream, limits);
+    let shared = server::Shared::new(upstream, limits, prompts);
     let service = StreamableHttpService::new(move || Ok(LdpTools::new(shared.clone())), sessions.clone(), config);
     axum::Router::new()
         .route_service(PATH, service)
@@ -87,7 +100,7 @@ pub async fn serve_stdio<U: Upstream>(
     limits: McpLimits,
     stop: CancellationToken,
 ) -> Result<(), BridgeError> {
-    let tools = LdpTools::new(server::Shared::new(upstream, limits));
+    let tools = LdpTools::new(server::Shared::new(upstream, limits, Vec::new()));
     let running =
         tools.serve_with_ct(rmcp::transport::stdio(), stop).await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
     running.waiting().await.map_err(|e| BridgeError::Mcp(e.to_string()))?;

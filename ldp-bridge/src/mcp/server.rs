@@ -14,6 +14,8 @@ use rmcp::service::{Peer, RequestContext};
 use rmcp::{RoleServer, ServerHandler};
 use tokio::sync::{OnceCell, Semaphore, mpsc};
 
+use super::prompts::{self, SkillPrompt};
+use super::resources::{self, TaskResources};
 use super::tools;
 use crate::BridgeError;
 use crate::upstream::Upstream;
@@ -63,12 +65,14 @@ pub(crate) struct Shared<U: Upstream> {
     pub(crate) upstream: Arc<U>,
     pub(crate) limits: McpLimits,
     calls: Arc<Semaphore>,
+    /// The delegate's skill templates, as prompts.
+    prompts: Vec<SkillPrompt>,
 }
 
 impl<U: Upstream> Shared<U> {
-    pub(crate) fn new(upstream: Arc<U>, limits: McpLimits) -> Arc<Self> {
+    pub(crate) fn new(upstream: Arc<U>, limits: McpLimits, prompts: Vec<SkillPrompt>) -> Arc<Self> {
         let calls = Arc::new(Semaphore::new(limits.max_calls.max(1)));
-        Arc::new(Self { upstream, limits, calls })
+        Arc::new(Self { upstream, limits, calls, prompts })
     }
 }
 
@@ -108,6 +112,8 @@ pub struct LdpTools<U: Upstream> {
     /// The least severe level of the task events sent as `notifications/message` (`logging/setLevel`); none until
     /// the peer asks.
     log_level: Arc<Mutex<Option<u8>>>,
+    /// This session's tasks as resources (result, provenance, LCTL chain).
+    resources: Arc<TaskResources>,
     _close: CloseOnDrop<U>,
 }
 
@@ -122,7 +128,7 @@ impl<U: Upstream> LdpTools<U> {
         let opened = Arc::new(OnceCell::new());
         let calls = Arc::new(Semaphore::new(shared.limits.max_calls_per_session.max(1)));
         let close = CloseOnDrop { opened: opened.clone(), timeout: shared.limits.cancel_timeout };
-        Self { shared, opened, calls, log_level: Arc::default(), _close: close }
+        Self { shared, opened, calls, log_level: Arc::default(), resources: Arc::default(), _close: close }
     }
 
     /// This MCP session's LDP session, opened on first use by `peer`; later calls must come from the same principal.
@@ -173,17 +179,21 @@ impl<U: Upstream> LdpTools<U> {
             limit: limits.max_calls_per_session,
         })?;
         let opened = self.session(peer).await?;
-        let progress = cx.meta.get_progress_token().map(|token| relay_progress(cx.peer.clone(), token));
+        let relay = cx.meta.get_progress_token().map(|token| relay_progress(cx.peer.clone(), token));
         self.log(cx, Severity::Debug, serde_json::json!({"event": "task submitted", "skill": skill})).await;
         let key: Arc<Mutex<Option<TaskKey>>> = Arc::default();
+        let (started, task_id) = tokio::sync::oneshot::channel::<String>();
         let note = {
-            let key = key.clone();
+            let (key, resources, skill) = (key.clone(), self.resources.clone(), skill.to_owned());
             move |k: &TaskKey| {
                 if let Ok(mut slot) = key.lock() {
                     *slot = Some(k.clone());
                 }
+                resources.started(&k.task_id, &skill);
+                let _ = started.send(k.task_id.clone());
             }
         };
+        let progress = follow_task(cx.peer.clone(), self.resources.clone(), task_id, relay);
         let client = &opened.client;
         let submit =
             client.submit_task(Submission::new(&opened.session_id, skill, input).progress(progress).on_key(note));
@@ -192,6 +202,8 @@ impl<U: Upstream> LdpTools<U> {
             done = &mut submit => {
                 let done = done.map(|o| (o.output, o.provenance)).map_err(BridgeError::from);
                 self.log_end(cx, skill, &done).await;
+                let task_id = key.lock().ok().and_then(|k| k.as_ref().map(|k| k.task_id.clone()));
+                self.record_end(cx, task_id, &done).await;
                 return done;
             }
             () = cx.ct.cancelled() => None,
@@ -201,18 +213,74 @@ impl<U: Upstream> LdpTools<U> {
         };
         // MCP cancellation (or the deadline) becomes TASK_CANCEL; the machine answers the submit with CANCELLED.
         let key = key.lock().ok().and_then(|k| k.clone());
-        if let Some(key) = key {
-            let _ = tokio::time::timeout(limits.cancel_timeout, client.cancel(&key)).await;
+        if let Some(key) = &key {
+            let _ = tokio::time::timeout(limits.cancel_timeout, client.cancel(key)).await;
         }
         let answered = tokio::time::timeout(limits.cancel_timeout, &mut submit).await;
-        match (stop, answered) {
+        let done = match (stop, answered) {
             (Some(timeout), _) => Err(timeout),
             (None, Ok(done)) => done.map(|o| (o.output, o.provenance)).map_err(BridgeError::from),
             (None, Err(_)) => {
                 Err(BridgeError::Timeout { what: "the cancelled task's answer", after: limits.cancel_timeout })
             }
+        };
+        self.record_end(cx, key.map(|k| k.task_id), &done).await;
+        done
+    }
+
+    /// Records how the task ended in its resources and tells the host: `resources/updated` for each of its
+    /// subscribed URIs, and a changed list (a completed task has its provenance and LCTL chain now).
+    async fn record_end(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        task_id: Option<String>,
+        done: &Result<(RawJson, ldp_types::Provenance), BridgeError>,
+    ) {
+        let Some(task_id) = task_id else { return };
+        let outcome = match done {
+            Ok((output, provenance)) => Ok((output, provenance)),
+            Err(e) => Err(e.to_ldp_error()),
+        };
+        self.resources.ended(&task_id, outcome);
+        notify_updated(&cx.peer, &self.resources, &task_id).await;
+        let _ = tokio::time::timeout(NOTIFY_TIMEOUT, cx.peer.notify_resource_list_changed()).await;
+    }
+}
+
+/// `notifications/resources/updated` for each subscribed resource of the task (bounded in time: a host that does
+/// not read its stream loses notifications, never answers).
+async fn notify_updated(peer: &Peer<RoleServer>, resources: &TaskResources, task_id: &str) {
+    for uri in resources.subscribed_of(task_id) {
+        let param = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
+        if tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_resource_updated(param)).await.is_err() {
+            break;
         }
     }
+}
+
+/// The progress channel of a task: each TASK_UPDATE updates its `result` resource (and tells its subscribers), then
+/// goes on to the `progressToken` relay when the host asked for progress. Once the task has its id, the host is told
+/// the resource list changed.
+fn follow_task(
+    peer: Peer<RoleServer>,
+    resources: Arc<TaskResources>,
+    task_id: tokio::sync::oneshot::Receiver<String>,
+    relay: Option<mpsc::Sender<Progress>>,
+) -> mpsc::Sender<Progress> {
+    let (tx, mut rx) = mpsc::channel::<Progress>(64);
+    tokio::spawn(async move {
+        let Ok(task_id) = task_id.await else { return };
+        let _ = tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_resource_list_changed()).await;
+        while let Some(update) = rx.recv().await {
+            resources.progressed(&task_id, &update);
+            notify_updated(&peer, &resources, &task_id).await;
+            if let Some(relay) = &relay {
+                // Progress is advisory: a relay that cannot keep up misses some.
+                let _ = relay.try_send(update);
+            }
+        }
+    });
+    tx
 }
 
 /// MCP's log levels in order of severity (RFC 5424's, as MCP names them).
@@ -336,14 +404,17 @@ impl<U: Upstream> ServerHandler for LdpTools<U> {
         let card = self.shared.upstream.card();
         let implementation = Implementation::new(card.delegate_id.as_str(), env!("CARGO_PKG_VERSION"))
             .with_title(format!("{} (LDP delegate, bridged to MCP)", card.name));
-        // Completions, prompts and resources are declared with nothing behind them yet (empty answers, as MCP allows):
-        // a host that asks gets a valid answer instead of "method not found". Logging carries task events.
+        // Resources are the session's tasks (result, provenance, LCTL chain), subscribable; prompts are the skill
+        // templates the server was given (none is a valid empty list). Completions are declared with nothing behind
+        // them (an empty answer, as MCP allows) rather than "method not found". Logging carries task events.
         #[allow(deprecated)]
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
             .enable_completions()
             .enable_prompts()
             .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
             .enable_tools()
             .build();
         let mut info = ServerConfig::new(capabilities).with_server_info(implementation);
@@ -364,6 +435,69 @@ impl<U: Upstream> ServerHandler for LdpTools<U> {
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(tools::tools(&self.shared.upstream.card())))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        let listed = self.shared.prompts.iter().map(SkillPrompt::listed).collect();
+        Ok(rmcp::model::ListPromptsResult::with_all_items(listed))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        let prompt = prompts::find(&self.shared.prompts, &request.name)?;
+        prompt.get(request.arguments.as_ref()).map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        Ok(rmcp::model::ListResourcesResult::with_all_items(self.resources.list()))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(resources::templates()))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        self.resources.read(&request.uri).map(Into::into)
+    }
+
+    // `resources/subscribe` is what the MCP versions hosts speak today offer; the 2026-07-28 `subscriptions/listen`
+    // is not served.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.resources.subscribe(&request.uri)
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.resources.unsubscribe(&request.uri);
+        Ok(())
     }
 
     #[allow(deprecated)]

@@ -649,8 +649,8 @@ impl Default for McpConfig {
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct A2aConfig {
-    /// Serve A2A: the Agent Card and JSON-RPC (SendMessage, SendStreamingMessage, GetTask, CancelTask).
-    /// Default `false`.
+    /// Serve A2A: the Agent Card and JSON-RPC (SendMessage, SendStreamingMessage, GetTask, ListTasks, CancelTask,
+    /// SubscribeToTask, the push notification configs). Default `false`.
     pub enabled: bool,
     /// A2A contexts (LDP sessions) held at once; when full the least recently used idle one is closed.
     /// Default `256`.
@@ -671,6 +671,20 @@ pub struct A2aConfig {
     #[serde(with = "units::size_opt")]
     #[schemars(with = "Option<SizeText>")]
     pub max_body: Option<u64>,
+    /// Take push notification configs (webhooks that receive a task's events). Default `true`.
+    pub push: bool,
+    /// Deliver push notifications to loopback, private, link-local and other non-public addresses too (a closed
+    /// network, tests); off, a webhook resolving to one is refused. Default `false`.
+    pub push_allow_private: bool,
+    /// Webhook hosts (as written in the URL) exempt from the non-public address rule. Default none.
+    pub push_allowed_hosts: Vec<String>,
+    /// Attempts to deliver one event (the first and the retries, with doubling backoff from half a second).
+    /// Default `4`.
+    pub push_attempts: u32,
+    /// Longest one delivery attempt may take. Default `5s`.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "DurationText")]
+    pub push_timeout: Duration,
 }
 
 impl Default for A2aConfig {
@@ -683,6 +697,11 @@ impl Default for A2aConfig {
             context_idle: Duration::from_secs(300),
             task_ttl: Duration::from_secs(600),
             max_body: None,
+            push: true,
+            push_allow_private: false,
+            push_allowed_hosts: Vec::new(),
+            push_attempts: 4,
+            push_timeout: Duration::from_secs(5),
         }
     }
 }

@@ -12,12 +12,19 @@ use super::edge::FileError;
 use crate::Error;
 use crate::config::{BackendKind, ServerConfig};
 
-/// A started backend: its card, its delegate, and banner lines.
+/// A started backend: its card, its delegate, banner lines, and its skill prompts.
 pub(super) struct Answered {
     pub(super) card: IdentityCard,
     pub(super) delegate: Arc<dyn RunDelegate>,
     pub(super) describe: Vec<String>,
+    pub(super) prompts: Prompts,
 }
+
+/// How one skill's template renders a task input (the model backend's own code).
+pub(super) type Render = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// The skills whose model prompt is a template: name, description and how it renders (served as MCP prompts).
+pub(super) type Prompts = Vec<(String, String, Render)>;
 
 fn setup(key: &str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
     Error::Setup { key: key.to_owned(), source: source.into() }
@@ -34,7 +41,7 @@ pub(super) async fn start(config: &ServerConfig, request_timeout: Duration) -> R
     let mut answered = match config.backend.kind {
         None => {
             let card = echo_card(delegate_id(config, "ldp:delegate:echo")?, domain)?;
-            Answered { card, delegate: Arc::new(EchoDelegate), describe: Vec::new() }
+            Answered { card, delegate: Arc::new(EchoDelegate), describe: Vec::new(), prompts: Vec::new() }
         }
         Some(kind) if kind.is_bridge() => bridged(config, kind, request_timeout).await?,
         Some(_) => model(config).await?,
@@ -126,6 +133,7 @@ async fn model(config: &ServerConfig) -> Result<Answered, Error> {
             .map_err(|e| setup("backend.system_prompt", FileError { path: path.clone(), source: e }))?;
         delegate = delegate.with_system_prompt(text.trim_end());
     }
+    let mut prompts: Prompts = Vec::new();
     if !b.skills.is_empty() {
         let mut skills = Vec::new();
         for entry in &b.skills {
@@ -140,6 +148,11 @@ async fn model(config: &ServerConfig) -> Result<Answered, Error> {
             };
             if name.is_empty() || name.chars().any(char::is_whitespace) {
                 return Err(setup("backend.skills", format!("{entry:?}: a skill name is one word")));
+            }
+            if template != PromptTemplate::identity() {
+                let render = template.clone();
+                let description = format!("The prompt skill {name} sends its model, the task input filled in");
+                prompts.push((name.to_owned(), description, Arc::new(move |input: &str| render.render(input))));
             }
             skills.push((name.to_owned(), template));
         }
@@ -168,7 +181,7 @@ async fn model(config: &ServerConfig) -> Result<Answered, Error> {
         delegate = delegate.with_toolbox(Arc::new(tools), limits);
     }
     let card = delegate.card(delegate_id(config, "ldp:delegate:llm")?, context_window);
-    Ok(Answered { card, delegate: Arc::new(delegate), describe })
+    Ok(Answered { card, delegate: Arc::new(delegate), describe, prompts })
 }
 
 #[cfg(not(feature = "llm"))]
@@ -230,7 +243,7 @@ async fn bridged(config: &ServerConfig, kind: BackendKind, request_timeout: Dura
             };
             let describe = vec![format!("backend mcp server {} {}", delegate.server().name, delegate.server().version)];
             let card = delegate.card(delegate_id(config, "ldp:delegate:mcp")?);
-            Ok(Answered { card, delegate: Arc::new(delegate), describe })
+            Ok(Answered { card, delegate: Arc::new(delegate), describe, prompts: Vec::new() })
         }
         #[cfg(feature = "a2a")]
         BackendKind::A2a => {
@@ -243,7 +256,7 @@ async fn bridged(config: &ServerConfig, kind: BackendKind, request_timeout: Dura
                 .map_err(|e| setup("backend.a2a_url", e))?;
             let describe = vec![format!("backend a2a agent {} {}", delegate.agent().name, delegate.agent().version)];
             let card = delegate.card(delegate_id(config, "ldp:delegate:a2a")?);
-            Ok(Answered { card, delegate: Arc::new(delegate), describe })
+            Ok(Answered { card, delegate: Arc::new(delegate), describe, prompts: Vec::new() })
         }
         #[cfg(not(feature = "mcp"))]
         BackendKind::Mcp => Err(Error::FeatureMissing { key: "backend.kind = \"mcp\"", feature: "mcp" }),
@@ -257,9 +270,11 @@ async fn bridged(config: &ServerConfig, kind: BackendKind, request_timeout: Dura
 /// The authenticated routes the bridges add (`/mcp`, `/a2a`), and the public ones (the Agent Card). The Agent Card
 /// is public, as the LDP identity card is: A2A clients read it to learn how to authenticate.
 #[cfg(any(feature = "mcp", feature = "a2a"))]
+#[allow(clippy::too_many_arguments)] // Each is one piece of the launch the bridges read; a struct would only rename them.
 pub(super) fn bridge_routes(
     runtime: &ldp_session::runtime::DelegateRuntime,
     config: &ServerConfig,
+    prompts: &Prompts,
     http: &ldp_transport_http::HttpServerConfig,
     url: &str,
     certs_required: bool,
@@ -269,6 +284,8 @@ pub(super) fn bridge_routes(
     let mut protected = axum::Router::new();
     #[cfg_attr(not(feature = "a2a"), allow(unused_mut))]
     let mut public = axum::Router::new();
+    #[cfg(not(feature = "mcp"))]
+    let _ = prompts;
     #[cfg(feature = "mcp")]
     if config.mcp.enabled {
         let m = &config.mcp;
@@ -290,7 +307,11 @@ pub(super) fn bridge_routes(
             limits.allowed_hosts.extend(m.allowed_hosts.iter().cloned());
         }
         let upstream = Arc::new(ldp_bridge::InProcess::new(runtime.clone()));
-        protected = protected.merge(ldp_bridge::mcp::routes(upstream, limits, stop.clone()));
+        let prompts = prompts
+            .iter()
+            .map(|(name, description, render)| ldp_bridge::mcp::SkillPrompt::new(name, description, render.clone()))
+            .collect();
+        protected = protected.merge(ldp_bridge::mcp::routes_with_prompts(upstream, limits, prompts, stop.clone()));
         describe.push(format!("MCP (Streamable HTTP) at {{url}}{}", ldp_bridge::mcp::PATH));
     }
     #[cfg(feature = "a2a")]
@@ -304,6 +325,11 @@ pub(super) fn bridge_routes(
         limits.task_ttl = a.task_ttl.max(Duration::from_secs(1));
         limits.call_timeout = bridged_call_timeout(http.request_timeout);
         limits.max_body = a.max_body.map_or(http.max_body, super::edge::usize_of).min(http.max_body);
+        limits.push.enabled = a.push;
+        limits.push.allow_private = a.push_allow_private;
+        limits.push.allowed_hosts.clone_from(&a.push_allowed_hosts);
+        limits.push.attempts = a.push_attempts.max(1);
+        limits.push.timeout = a.push_timeout.max(Duration::from_millis(100));
         let upstream = Arc::new(ldp_bridge::InProcess::new(runtime.clone()).with_initiator(ldp_bridge::A2A_BRIDGE_ID));
         protected = protected.merge(ldp_bridge::a2a::routes(upstream.clone(), limits, stop.clone()));
         let card = ldp_bridge::a2a::CardOptions {
@@ -315,6 +341,7 @@ pub(super) fn bridge_routes(
                 required_scopes: jwt.config().required_scopes.clone(),
                 skill_scopes: super::edge::skill_scopes(config),
             }),
+            push_notifications: a.push,
         };
         public = public.merge(ldp_bridge::a2a::card_routes(upstream, card));
         let (card, rpc) = (ldp_bridge::a2a::CARD_PATH, ldp_bridge::a2a::RPC_PATH);

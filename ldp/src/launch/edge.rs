@@ -454,6 +454,7 @@ pub(super) fn routes(
     http: HttpServerConfig,
     url: &str,
     certs_required: bool,
+    prompts: &super::backend::Prompts,
 ) -> Routes {
     let mut describe = Vec::new();
     let extra = axum::Router::new();
@@ -465,12 +466,20 @@ pub(super) fn routes(
     let bridges = tokio_util::sync::CancellationToken::new();
     #[cfg(any(feature = "mcp", feature = "a2a"))]
     let (extra, public) = {
-        let (protected, public) =
-            super::backend::bridge_routes(runtime, config, &http, url, certs_required, &bridges, &mut describe);
+        let (protected, public) = super::backend::bridge_routes(
+            runtime,
+            config,
+            prompts,
+            &http,
+            url,
+            certs_required,
+            &bridges,
+            &mut describe,
+        );
         (extra.merge(protected), public)
     };
     #[cfg(not(any(feature = "mcp", feature = "a2a")))]
-    let _ = (url, certs_required, &mut describe, config);
+    let _ = (url, certs_required, &mut describe, config, prompts);
     let resource = http.oauth.clone();
     let state = HttpState::new(runtime.clone(), http);
     #[cfg(feature = "ws")]

@@ -179,7 +179,7 @@ pub(crate) fn app(config: &ServerConfig, skills: Skillset) -> Result<(DelegateRu
     let runtime = runtime(config, skills, "", &mut Vec::new())?;
     let mut http = edge::http_config(config, config.effective_request_timeout())?;
     http.jwt = edge::jwt_lazy(config)?;
-    let routes = edge::routes(&runtime, config, http, "", false);
+    let routes = edge::routes(&runtime, config, http, "", false, &Vec::new());
     Ok((runtime, routes.app))
 }
 
@@ -191,11 +191,13 @@ pub(crate) async fn launch(config: ServerConfig, skills: Option<Skillset>) -> Re
     let export = edge::telemetry(&config.telemetry)?;
     let timeout = config.effective_request_timeout();
     let mut banner = Vec::new();
+    let mut prompts = Vec::new();
     let skills = match skills {
         Some(skills) => skills,
         None => {
             let answered = backend::start(&config, timeout).await?;
             banner.extend(answered.describe);
+            prompts = answered.prompts;
             Skillset::answering(answered.card, answered.delegate)
         }
     };
@@ -214,7 +216,7 @@ pub(crate) async fn launch(config: ServerConfig, skills: Option<Skillset>) -> Re
     let mut http = edge::http_config(&config, timeout)?;
     http.jwt = edge::jwt(&config).await?;
     let limits = http.limits.clone();
-    let routes = edge::routes(&runtime, &config, http, &url, tls_requires_certs(&tls));
+    let routes = edge::routes(&runtime, &config, http, &url, tls_requires_certs(&tls), &prompts);
     banner.insert(0, edge::summary(&card, &config, &store, tls_client_auth(&tls)));
     banner.insert(1, format!("listening on {url} (WebSocket: {}/ldp/ws)", url.replacen("http", "ws", 1)));
     banner.extend(routes.describe.iter().map(|line| line.replace("{url}", &url)));
