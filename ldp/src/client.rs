@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use ldp_session::runtime::{Client, Progress, Submission, TaskOutcome, Transport};
-use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock};
+use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock, TaskKey};
 use ldp_transport_http::{ConnectOptions, ConnectSettings, HttpTransport};
 #[cfg(feature = "ws")]
 use ldp_transport_ws::WsTransport;
@@ -11,7 +11,7 @@ use ldp_types::signing::SigningKey;
 use ldp_types::{IdentityCard, Provenance, RawJson, SessionConfig, codes};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::Error;
@@ -180,11 +180,16 @@ impl Connection {
         let (tx, rx) = mpsc::channel(64);
         let client = self.client.clone();
         let skill = skill.to_owned();
-        let done =
-            tokio::spawn(
-                async move { client.submit_task(Submission::new(&session, &skill, input).progress(tx)).await },
-            );
-        Ok(Stream { updates: rx, done: Some(done) })
+        let (key_tx, key_rx) = watch::channel(None);
+        let done = tokio::spawn(async move {
+            let submission = Submission::new(&session, &skill, input).progress(tx).on_key(move |key: &TaskKey| {
+                // Nobody may hold a canceller any more; then nobody will cancel.
+                let _ = key_tx.send(Some(key.clone()));
+            });
+            client.submit_task(submission).await
+        });
+        let canceller = Canceller { client: self.client.clone(), key: key_rx };
+        Ok(Stream { updates: rx, done: Some(done), canceller })
     }
 
     /// Closes the session, if one is open (the next call opens another).
@@ -234,9 +239,44 @@ fn typed<O: DeserializeOwned>(outcome: TaskOutcome) -> Result<Answer<O>, Error> 
 pub struct Stream {
     updates: mpsc::Receiver<Progress>,
     done: Option<JoinHandle<Result<TaskOutcome, SessionError>>>,
+    canceller: Canceller,
+}
+
+/// Cancels a streamed task from anywhere ([`Stream::canceller`]), while another future waits on the stream.
+#[derive(Debug, Clone)]
+pub struct Canceller {
+    client: Arc<Client<Arc<dyn Transport>>>,
+    /// The task's key, once the machine has chosen it (before the TASK_SUBMIT goes out).
+    key: watch::Receiver<Option<TaskKey>>,
+}
+
+impl Canceller {
+    /// Cancels the task (TASK_CANCEL): the delegate stops it and answers TASK_FAILED `CANCELLED`, which the stream
+    /// then yields as its error. A task that has ended, or whose submission failed, is left as it is.
+    pub async fn cancel(&self) -> Result<(), Error> {
+        let mut key = self.key.clone();
+        // An error: the submission ended before a key was chosen; there is nothing to cancel.
+        let Ok(known) = key.wait_for(Option::is_some).await.map(|k| k.clone()) else { return Ok(()) };
+        let Some(known) = known else { return Ok(()) };
+        match self.client.cancel(&known).await {
+            // The task ended before the cancel reached the machine: nothing to cancel.
+            Err(SessionError::Misuse(_)) => Ok(()),
+            other => Ok(other?),
+        }
+    }
 }
 
 impl Stream {
+    /// Cancels the task ([`Canceller::cancel`]).
+    pub async fn cancel(&self) -> Result<(), Error> {
+        self.canceller.cancel().await
+    }
+
+    /// A handle that cancels the task while another future awaits [`Stream::next`].
+    pub fn canceller(&self) -> Canceller {
+        self.canceller.clone()
+    }
+
     /// The next event; `None` after [`Event::Done`] or an error.
     pub async fn next(&mut self) -> Option<Result<Event, Error>> {
         if let Some(p) = self.updates.recv().await {
