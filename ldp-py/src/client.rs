@@ -23,7 +23,7 @@ fn raw(json: String) -> PyResult<RawJson> {
 /// first call. The options are the front door's `ClientOptions`. Returns an awaitable of a [`Connection`].
 #[pyfunction]
 #[pyo3(signature = (
-    url, *, delegate_id=None, signing_key=None, bearer_token=None, token_command=None, client_credentials=None,
+    url, *, delegate_id=None, trust_domain=None, signing_key=None, bearer_token=None, token_command=None, client_credentials=None,
     connect_timeout=None, request_timeout=None, retries=None, max_message=None, tls_root_certificate_pem=None,
     tls_client_identity_pem=None,
 ))]
@@ -32,6 +32,7 @@ pub(crate) fn connect<'py>(
     py: Python<'py>,
     url: String,
     delegate_id: Option<String>,
+    trust_domain: Option<String>,
     signing_key: Option<PyRef<'py, SigningKey>>,
     bearer_token: Option<String>,
     token_command: Option<String>,
@@ -46,6 +47,9 @@ pub(crate) fn connect<'py>(
     let mut options = ClientOptions::new();
     if let Some(id) = delegate_id {
         options = options.delegate_id(id);
+    }
+    if let Some(domain) = trust_domain {
+        options = options.trust_domain(domain);
     }
     if let Some(key) = signing_key {
         options = options.signing_key(key.key.clone());

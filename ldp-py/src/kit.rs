@@ -17,8 +17,8 @@ use crate::server::seconds;
 #[pyfunction]
 #[pyo3(signature = (
     url, *, transports=vec!["http".to_owned()], token=None, untrusted_token=None, signing_key=None, ttl_hint=None,
-    level="all", request_timeout=10.0, check_timeout=60.0, deadline=None, tls_root_certificate_pem=None,
-    baseline=None,
+    level="all", request_timeout=10.0, check_timeout=60.0, deadline=None, oversize_bytes=None,
+    tls_root_certificate_pem=None, baseline=None,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_conformance(
@@ -33,6 +33,7 @@ pub(crate) fn run_conformance(
     request_timeout: f64,
     check_timeout: f64,
     deadline: Option<f64>,
+    oversize_bytes: Option<usize>,
     tls_root_certificate_pem: Option<Vec<u8>>,
     baseline: Option<PathBuf>,
 ) -> PyResult<(String, bool)> {
@@ -50,6 +51,9 @@ pub(crate) fn run_conformance(
     config.check_timeout = seconds(check_timeout, "check_timeout")?;
     if let Some(secs) = deadline {
         config.deadline = seconds(secs, "deadline")?;
+    }
+    if let Some(bytes) = oversize_bytes {
+        config.oversize_bytes = bytes;
     }
     if let Some(pem) = tls_root_certificate_pem {
         config.tls = ClientTls::new().with_root_certificate_pem(pem);

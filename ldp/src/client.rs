@@ -45,6 +45,9 @@ pub async fn connect(url: impl Into<String>) -> Result<Connection, Error> {
 pub struct ClientOptions {
     /// The delegate id the client sends as (default [`CLIENT_ID`]).
     pub delegate_id: String,
+    /// The trust domain the client declares when it opens a session (default none). The Python reference SDK's
+    /// delegate refuses a session that declares none that it trusts (its own, `default`).
+    pub trust_domain: Option<String>,
     /// Signs every message with this key and requires the delegate's answers signed with it (or, for
     /// `ed25519-jcs`, with the matching public key), with replay protection on the answers.
     pub signing_key: Option<SigningKey>,
@@ -55,7 +58,12 @@ pub struct ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self { delegate_id: CLIENT_ID.to_owned(), signing_key: None, connect: ConnectOptions::default() }
+        Self {
+            delegate_id: CLIENT_ID.to_owned(),
+            trust_domain: None,
+            signing_key: None,
+            connect: ConnectOptions::default(),
+        }
     }
 }
 
@@ -75,6 +83,13 @@ impl ClientOptions {
     #[must_use]
     pub fn delegate_id(mut self, id: impl Into<String>) -> Self {
         self.delegate_id = id.into();
+        self
+    }
+
+    /// Declares `domain` as the client's trust domain when opening sessions.
+    #[must_use]
+    pub fn trust_domain(mut self, domain: impl Into<String>) -> Self {
+        self.trust_domain = Some(domain.into());
         self
     }
 
@@ -103,7 +118,10 @@ pub async fn connect_with(url: impl Into<String>, options: ClientOptions) -> Res
     let url = url.into();
     let transport = options.transport(&url).await?;
     let mut cfg = InitiatorConfig::new(options.delegate_id.as_str());
+    cfg.trust_domain = options.trust_domain;
     if let Some(key) = options.signing_key {
+        // The reference SDKs sign hmac-sha256 without a nonce and cannot verify one; our servers accept both.
+        cfg.hmac_sha256_nonce = key.algorithm() != ldp_types::signing::SignatureAlgorithm::HmacSha256;
         cfg.security = SecurityConfig::symmetric(key);
     }
     let client = Client::connect(transport, cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy())).await?;

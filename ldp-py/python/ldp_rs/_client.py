@@ -25,6 +25,8 @@ class ClientOptions:
 
     Attributes:
         delegate_id: the id the client sends as (default ``ldp:delegate:client``).
+        trust_domain: the trust domain the client declares when it opens a session (default none; the reference
+            SDK's delegate wants one it trusts, its own: ``default``).
         signing_key: signs every message and requires the delegate's answers signed (replay-protected).
         bearer_token: a fixed bearer token.
         token_command: a command whose output is the token, cached for 5 minutes.
@@ -38,6 +40,7 @@ class ClientOptions:
     """
 
     delegate_id: str | None = None
+    trust_domain: str | None = None
     signing_key: _native.SigningKey | None = None
     bearer_token: str | None = None
     token_command: str | None = None
@@ -58,6 +61,7 @@ class ClientOptions:
 
         return {
             "delegate_id": self.delegate_id,
+            "trust_domain": self.trust_domain,
             "signing_key": self.signing_key,
             "bearer_token": self.bearer_token,
             "token_command": self.token_command,

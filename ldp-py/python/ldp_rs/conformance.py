@@ -81,6 +81,7 @@ def run(
     request_timeout: float = 10.0,
     check_timeout: float = 60.0,
     deadline: float | None = None,
+    oversize_bytes: int | None = None,
     tls_root_certificate_pem: bytes | None = None,
     baseline: str | PathLike[str] | None = None,
 ) -> Report:
@@ -93,6 +94,7 @@ def run(
         signing_key: sign the kit's messages (the implementation requires signatures).
         ttl_hint: the short TTL, in seconds, the expiry check proposes.
         level: ``must``, ``should`` or ``all``.
+        oversize_bytes: the size of the oversize message the kit sends (default 8 MiB).
         baseline: an expected-failures file (``ldp conformance --baseline``'s format): the run then passes when
             its failures are exactly the listed ones.
 
@@ -110,6 +112,7 @@ def run(
         request_timeout=request_timeout,
         check_timeout=check_timeout,
         deadline=deadline,
+        oversize_bytes=oversize_bytes,
         tls_root_certificate_pem=tls_root_certificate_pem,
         baseline=baseline,
     )
