@@ -9,9 +9,9 @@
 //! ```
 //!
 //! The server and the clients run on one tokio runtime of their own (pyo3-async-runtimes'); no tokio thread holds
-//! the GIL except to hand a task to Python ([`server`]) or a result back. Blocking entry points release the GIL
+//! the GIL except to hand a task to Python (`server.rs`) or a result back. Blocking entry points release the GIL
 //! (`Python::detach`) while Rust works; awaitable ones are Python futures resolved from that runtime. Rust errors
-//! become the exception classes of `ldp_rs.errors` ([`errors`]); nothing reachable from Python panics.
+//! become the exception classes of `ldp_rs.errors` (`errors.rs`); nothing reachable from Python panics.
 #![warn(missing_docs)]
 
 mod client;

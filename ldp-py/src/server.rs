@@ -107,8 +107,8 @@ impl Reply {
         retryable: bool,
         partial_output_json: Option<String>,
     ) -> bool {
-        let category = serde_json::from_value(Value::String(category.to_owned()))
-            .unwrap_or(ldp::types::ErrorCategory::Runtime);
+        let category =
+            serde_json::from_value(Value::String(category.to_owned())).unwrap_or(ldp::types::ErrorCategory::Runtime);
         let mut error = LdpError::new(category, code, message).with_retryable(retryable);
         if let Some(partial) = partial_output_json.and_then(|p| serde_json::from_str(&p).ok()) {
             error = error.with_partial_output(partial);
