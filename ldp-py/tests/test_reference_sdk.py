@@ -98,3 +98,38 @@ def test_our_python_client_calls_the_signing_reference_delegate(ref_delegate: Ca
             assert (await conn.call("echo", INPUT)).output == {"echo": INPUT}
 
     run(main())
+
+
+def test_the_swap_example_serves_the_reference_client_and_stops_on_sigterm(ref_python: str) -> None:
+    """examples/swap_reference_server.py under `Delegate.run`: the reference client, unchanged, is served; SIGTERM
+    shuts it down gracefully (exit status 0)."""
+    import pathlib
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from conftest import free_port
+
+    example = pathlib.Path(__file__).resolve().parents[1] / "examples" / "swap_reference_server.py"
+    bind = f"127.0.0.1:{free_port()}"
+    child = subprocess.Popen([sys.executable, str(example), bind], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{bind}/ldp/identity", timeout=1) as resp:
+                    assert json.load(resp)["delegate_id"] == "ldp:delegate:echo"
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the example did not start"
+                time.sleep(0.1)
+        result = ref_client(
+            ref_python, f"http://{bind}", "--input", json.dumps(INPUT), "--expect-output", json.dumps({"echo": INPUT})
+        )
+        assert result["ok"], result
+    finally:
+        child.send_signal(signal.SIGTERM)
+        _, stderr = child.communicate(timeout=30)
+    assert child.returncode == 0, stderr
