@@ -16,6 +16,8 @@ from typing import Any, Callable, Coroutine, TypeVar
 
 import pytest
 
+import ldp_rs
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 BASELINES = ROOT / "conformance" / "baselines"
@@ -93,3 +95,15 @@ def ref_client(ref_python: str, url: str, *args: str, timeout: float = 120) -> d
     result: dict[str, Any] = json.loads(lines[-1])
     result["_stderr"] = out.stderr
     return result
+
+
+def echo_delegate(**settings: Any) -> ldp_rs.Delegate:
+    """The reference SDK's echo delegate written with our package: `{"echo": input}` for any input."""
+    delegate = ldp_rs.Delegate("ldp:delegate:python-echo", **settings)
+
+    @delegate.skill()
+    def echo(value: Any) -> dict[str, Any]:
+        """Echoes its input as {"echo": input}, as the reference SDK's echo delegate does."""
+        return {"echo": value}
+
+    return delegate

@@ -11,18 +11,9 @@ from typing import Any
 import pytest
 
 import ldp_rs
-from conftest import BASELINES, run
+from conftest import BASELINES, echo_delegate, run
 from ldp_rs import conformance
 
-
-def echo_delegate(**settings: Any) -> ldp_rs.Delegate:
-    delegate = ldp_rs.Delegate("ldp:delegate:python-echo", **settings)
-
-    @delegate.skill()
-    def echo(value: Any) -> dict[str, Any]:
-        return {"echo": value}
-
-    return delegate
 
 
 def test_our_python_delegate_passes_the_kit() -> None:

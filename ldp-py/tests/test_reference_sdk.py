@@ -11,20 +11,10 @@ from typing import Any
 import pytest
 
 import ldp_rs
-from conftest import ref_client, run
+from conftest import echo_delegate, ref_client, run
 
 INPUT = {"text": "hello from the reference SDK", "n": [1, 2, 3]}
 
-
-def echo_delegate(**settings: Any) -> ldp_rs.Delegate:
-    delegate = ldp_rs.Delegate("ldp:delegate:python-echo", **settings)
-
-    @delegate.skill()
-    def echo(value: Any) -> dict[str, Any]:
-        """Echoes its input as {"echo": input}, as the reference SDK's echo delegate does."""
-        return {"echo": value}
-
-    return delegate
 
 
 @pytest.fixture
