@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use ldp_session::runtime::{Client, Progress, Submission, TaskOutcome, Transport};
-use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock};
+use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SessionError, SystemClock, TaskKey};
 use ldp_transport_http::{ConnectOptions, ConnectSettings, HttpTransport};
 #[cfg(feature = "ws")]
 use ldp_transport_ws::WsTransport;
@@ -11,7 +11,7 @@ use ldp_types::signing::SigningKey;
 use ldp_types::{IdentityCard, Provenance, RawJson, SessionConfig, codes};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::Error;
@@ -45,6 +45,9 @@ pub async fn connect(url: impl Into<String>) -> Result<Connection, Error> {
 pub struct ClientOptions {
     /// The delegate id the client sends as (default [`CLIENT_ID`]).
     pub delegate_id: String,
+    /// The trust domain the client declares when it opens a session (default none). The Python reference SDK's
+    /// delegate refuses a session that declares none that it trusts (its own, `default`).
+    pub trust_domain: Option<String>,
     /// Signs every message with this key and requires the delegate's answers signed with it (or, for
     /// `ed25519-jcs`, with the matching public key), with replay protection on the answers.
     pub signing_key: Option<SigningKey>,
@@ -55,7 +58,12 @@ pub struct ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self { delegate_id: CLIENT_ID.to_owned(), signing_key: None, connect: ConnectOptions::default() }
+        Self {
+            delegate_id: CLIENT_ID.to_owned(),
+            trust_domain: None,
+            signing_key: None,
+            connect: ConnectOptions::default(),
+        }
     }
 }
 
@@ -75,6 +83,13 @@ impl ClientOptions {
     #[must_use]
     pub fn delegate_id(mut self, id: impl Into<String>) -> Self {
         self.delegate_id = id.into();
+        self
+    }
+
+    /// Declares `domain` as the client's trust domain when opening sessions.
+    #[must_use]
+    pub fn trust_domain(mut self, domain: impl Into<String>) -> Self {
+        self.trust_domain = Some(domain.into());
         self
     }
 
@@ -103,7 +118,10 @@ pub async fn connect_with(url: impl Into<String>, options: ClientOptions) -> Res
     let url = url.into();
     let transport = options.transport(&url).await?;
     let mut cfg = InitiatorConfig::new(options.delegate_id.as_str());
+    cfg.trust_domain = options.trust_domain;
     if let Some(key) = options.signing_key {
+        // The reference SDKs sign hmac-sha256 without a nonce and cannot verify one; our servers accept both.
+        cfg.hmac_sha256_nonce = key.algorithm() != ldp_types::signing::SignatureAlgorithm::HmacSha256;
         cfg.security = SecurityConfig::symmetric(key);
     }
     let client = Client::connect(transport, cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy())).await?;
@@ -180,11 +198,16 @@ impl Connection {
         let (tx, rx) = mpsc::channel(64);
         let client = self.client.clone();
         let skill = skill.to_owned();
-        let done =
-            tokio::spawn(
-                async move { client.submit_task(Submission::new(&session, &skill, input).progress(tx)).await },
-            );
-        Ok(Stream { updates: rx, done: Some(done) })
+        let (key_tx, key_rx) = watch::channel(None);
+        let done = tokio::spawn(async move {
+            let submission = Submission::new(&session, &skill, input).progress(tx).on_key(move |key: &TaskKey| {
+                // Nobody may hold a canceller any more; then nobody will cancel.
+                let _ = key_tx.send(Some(key.clone()));
+            });
+            client.submit_task(submission).await
+        });
+        let canceller = Canceller { client: self.client.clone(), key: key_rx };
+        Ok(Stream { updates: rx, done: Some(done), canceller })
     }
 
     /// Closes the session, if one is open (the next call opens another).
@@ -234,9 +257,44 @@ fn typed<O: DeserializeOwned>(outcome: TaskOutcome) -> Result<Answer<O>, Error> 
 pub struct Stream {
     updates: mpsc::Receiver<Progress>,
     done: Option<JoinHandle<Result<TaskOutcome, SessionError>>>,
+    canceller: Canceller,
+}
+
+/// Cancels a streamed task from anywhere ([`Stream::canceller`]), while another future waits on the stream.
+#[derive(Debug, Clone)]
+pub struct Canceller {
+    client: Arc<Client<Arc<dyn Transport>>>,
+    /// The task's key, once the machine has chosen it (before the TASK_SUBMIT goes out).
+    key: watch::Receiver<Option<TaskKey>>,
+}
+
+impl Canceller {
+    /// Cancels the task (TASK_CANCEL): the delegate stops it and answers TASK_FAILED `CANCELLED`, which the stream
+    /// then yields as its error. A task that has ended, or whose submission failed, is left as it is.
+    pub async fn cancel(&self) -> Result<(), Error> {
+        let mut key = self.key.clone();
+        // An error: the submission ended before a key was chosen; there is nothing to cancel.
+        let Ok(known) = key.wait_for(Option::is_some).await.map(|k| k.clone()) else { return Ok(()) };
+        let Some(known) = known else { return Ok(()) };
+        match self.client.cancel(&known).await {
+            // The task ended before the cancel reached the machine: nothing to cancel.
+            Err(SessionError::Misuse(_)) => Ok(()),
+            other => Ok(other?),
+        }
+    }
 }
 
 impl Stream {
+    /// Cancels the task ([`Canceller::cancel`]).
+    pub async fn cancel(&self) -> Result<(), Error> {
+        self.canceller.cancel().await
+    }
+
+    /// A handle that cancels the task while another future awaits [`Stream::next`].
+    pub fn canceller(&self) -> Canceller {
+        self.canceller.clone()
+    }
+
     /// The next event; `None` after [`Event::Done`] or an error.
     pub async fn next(&mut self) -> Option<Result<Event, Error>> {
         if let Some(p) = self.updates.recv().await {

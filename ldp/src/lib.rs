@@ -61,7 +61,7 @@ mod launch;
 mod server;
 
 #[cfg(feature = "client")]
-pub use client::{Answer, CLIENT_ID, ClientOptions, Connection, Event, Stream, connect, connect_with};
+pub use client::{Answer, CLIENT_ID, Canceller, ClientOptions, Connection, Event, Stream, connect, connect_with};
 #[cfg(feature = "server")]
 pub use launch::{Server, shutdown_signal};
 pub use ldp_session::runtime::TaskContext;

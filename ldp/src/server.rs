@@ -247,6 +247,26 @@ impl DelegateBuilder {
         self
     }
 
+    /// Replaces the input JSON Schema of the skill declared last, for a skill whose input type is known only at run
+    /// time (a binding to another language: `ldp-py` reads it from Python annotations). The input still arrives as
+    /// the handler's type; with `serde_json::Value` the handler checks it against the schema itself.
+    #[must_use]
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        if let Some((capability, _)) = self.skills.last_mut() {
+            capability.input_schema = Some(schema);
+        }
+        self
+    }
+
+    /// Replaces the output JSON Schema of the skill declared last (see [`DelegateBuilder::input_schema`]).
+    #[must_use]
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        if let Some((capability, _)) = self.skills.last_mut() {
+            capability.output_schema = Some(schema);
+        }
+        self
+    }
+
     /// The display name on the card.
     #[must_use]
     pub fn name(mut self, name: impl Into<String>) -> Self {

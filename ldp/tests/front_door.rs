@@ -342,3 +342,66 @@ async fn a_token_source_is_asked_for_every_request_and_connection() {
     assert!(ldp::connect_with(&ws_url, options(vec!["wrong", ok])).await.is_err(), "a wrong upgrade token passed");
     server.shutdown().await.unwrap();
 }
+
+/// A skill whose types are known only at run time (a binding to another language) declares its schemas itself.
+#[tokio::test]
+async fn schemas_set_at_run_time_replace_the_derived_ones() {
+    let input = json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]});
+    let output = json!({"type": "array", "items": {"type": "string"}});
+    let server = Delegate::builder("ldp:delegate:dynamic")
+        .skill("split", |input: serde_json::Value, _cx: TaskContext| async move {
+            Ok(Output::new(json!(input["q"].as_str().unwrap_or_default().split(' ').collect::<Vec<_>>())))
+        })
+        .input_schema(input.clone())
+        .output_schema(output.clone())
+        .spawn("127.0.0.1:0")
+        .await
+        .unwrap();
+    let skill = &server.card().capabilities[0];
+    assert_eq!((skill.input_schema.as_ref(), skill.output_schema.as_ref()), (Some(&input), Some(&output)));
+    let conn = ldp::connect(server.url()).await.unwrap();
+    assert_eq!(conn.card().capabilities[0].input_schema.as_ref(), Some(&input));
+    let answer: Answer<Vec<String>> = conn.call("split", json!({"q": "a b"})).await.unwrap();
+    assert_eq!(answer.output, ["a", "b"]);
+    server.shutdown().await.unwrap();
+}
+
+/// A streamed task is cancelled through its canceller while another future waits on the stream: the stream ends
+/// with the delegate's CANCELLED, and the skill sees its cancellation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_task_is_cancelled_while_the_stream_is_awaited() {
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel::<()>();
+    let seen = Arc::new(std::sync::Mutex::new(Some(seen_tx)));
+    let server = Delegate::builder("ldp:delegate:slow")
+        .skill("wait", move |_input: String, cx: TaskContext| {
+            let seen = seen.clone();
+            async move {
+                cx.partial("started");
+                cx.cancelled().await;
+                if let Some(tx) = seen.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                Ok("never seen".to_owned())
+            }
+        })
+        .spawn("127.0.0.1:0")
+        .await
+        .unwrap();
+    for url in [server.url(), server.url().replacen("http", "ws", 1)] {
+        let conn = ldp::connect(url).await.unwrap();
+        let mut stream = conn.stream("wait", "x").await.unwrap();
+        assert!(matches!(stream.next().await, Some(Ok(Event::Partial(_)))));
+        let canceller = stream.canceller();
+        let waiting = tokio::spawn(async move { stream.next().await });
+        canceller.cancel().await.unwrap();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await.unwrap().unwrap();
+        match ended {
+            Some(Err(Error::Session(ldp::session::SessionError::Peer(e)))) => assert_eq!(e.code, "CANCELLED"),
+            other => panic!("expected CANCELLED, got {other:?}"),
+        }
+        // Cancelling again, once the task has ended, changes nothing.
+        canceller.cancel().await.unwrap();
+    }
+    tokio::time::timeout(std::time::Duration::from_secs(10), seen_rx).await.unwrap().unwrap();
+    server.shutdown().await.unwrap();
+}

@@ -162,6 +162,9 @@ pub(crate) fn runtime(
         responder_config.limits = limits;
     }
     if let Some(key) = signing_key {
+        // As with `signing.algorithm`: hmac-sha256 exists to talk to the reference SDKs, which sign it without a
+        // nonce (and cannot verify one).
+        responder_config.hmac_sha256_nonce = key.algorithm() != ldp_types::signing::SignatureAlgorithm::HmacSha256;
         responder_config.security = SecurityConfig::symmetric(key);
     }
     let responder = Responder::new(responder_config, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()));
