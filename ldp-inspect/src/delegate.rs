@@ -204,33 +204,32 @@ fn signing_key(sign: Option<&str>, secret: Option<&str>) -> Result<Option<Signin
 
 /// A connection failure, said so a person knows what to change.
 fn unreachable(url: &str, message: &str) -> InspectError {
+    InspectError::Unreachable(format!("{url}: {message}{}", hint(message)))
+}
+
+fn session_failure(url: &str, e: &SessionError) -> InspectError {
+    let message = e.to_string();
+    match e {
+        SessionError::Transport(_) => unreachable(url, &message),
+        _ => InspectError::Delegate(format!("{url}: {message}{}", hint(&message))),
+    }
+}
+
+/// What to change, for the failures whose own words do not say it.
+fn hint(message: &str) -> &'static str {
     let lower = message.to_ascii_lowercase();
-    let hint = if lower.contains("401") || lower.contains("unauthorized") || lower.contains("unauthenticated") {
+    if lower.contains("401") || lower.contains("unauthenticated") || lower.contains("bearer") {
         " (the delegate refused the bearer token: wrong or missing token)"
+    } else if lower.contains("signature") || lower.contains("unsigned") {
+        " (check the signing algorithm and secret: they must be the delegate's)"
     } else if lower.contains("connection refused") || lower.contains("error sending request") {
         " (nothing answers at that address: is the delegate running?)"
     } else if lower.contains("timed out") || lower.contains("timeout") {
         " (the delegate did not answer in time)"
+    } else if lower.contains("does not parse") || lower.contains("malformed") || lower.contains("decode") {
+        " (the delegate's answer is not LDP)"
     } else {
         ""
-    };
-    InspectError::Unreachable(format!("{url}: {message}{hint}"))
-}
-
-fn session_failure(url: &str, e: &SessionError) -> InspectError {
-    match e {
-        SessionError::Transport(err) => unreachable(url, &err.to_string()),
-        other => {
-            let lower = other.to_string().to_ascii_lowercase();
-            let hint = if lower.contains("signature") {
-                " (check the signing algorithm and secret)"
-            } else if lower.contains("decode") || lower.contains("json") || lower.contains("malformed") {
-                " (the delegate's answer is not LDP)"
-            } else {
-                ""
-            };
-            InspectError::Delegate(format!("{url}: {other}{hint}"))
-        }
     }
 }
 
