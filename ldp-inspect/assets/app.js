@@ -31,6 +31,11 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// replaceChildren without the nulls a conditional child leaves (the DOM would write them as the text "null").
+function replace(node, ...children) {
+  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+}
+
 function pretty(value) {
   if (typeof value === 'string') return value;
   return JSON.stringify(value, null, 2);
@@ -206,7 +211,7 @@ function renderCard(view, manifest) {
     ? el('div', {}, el('h3', { text: 'Other attestations on the card' }),
       el('ul', {}, view.stray_attestations.map((a) => el('li', { class: 'bad' }, `${a.skill ?? '?'} by ${a.issuer_id ?? '?'}: ${a.verdict}`))))
     : null;
-  section.replaceChildren(
+  replace(section,
     el('h2', { text: card.name || card.delegate_id }),
     facts,
     table,
@@ -580,7 +585,7 @@ function clip(text, n) {
 // One row per step number (parallel branches side by side), the findings about each step beside it.
 function drawChain(chain) {
   const verdict = chain.ok ? 'breaks no rule' : 'breaks rules';
-  $('chain-summary').replaceChildren(el('p', { class: chain.ok ? 'ok' : 'error', id: 'chain-verdict' },
+  replace($('chain-summary'), el('p', { class: chain.ok ? 'ok' : 'error', id: 'chain-verdict' },
     `Chain ${chain.chain?.id ?? ''} ${verdict}: ${chain.errors} error(s), ${chain.warnings} warning(s), ${chain.notes} note(s).`),
   chain.parallel_groups.length ? el('p', { text: `Parallel: ${chain.parallel_groups.join('; ')}` }) : null,
   chain.failures.length ? el('p', { class: 'error', text: chain.failures.map((f) => `failed at step ${f.failed_at_step}${f.agent ? ` (${f.agent})` : ''}${f.error ? `: ${f.error}` : ''}`).join('; ') }) : null);
@@ -590,7 +595,7 @@ function drawChain(chain) {
     if (last && last.number === step.step && step.parallel) last.steps.push(step);
     else rows.push({ number: step.step, steps: [step] });
   }
-  const box = 200, gap = 16, height = 86, arrow = 28;
+  const box = 250, gap = 16, height = 86, arrow = 28;
   const grid = el('div', { class: 'chain', role: 'list', 'aria-label': 'Trace steps' });
   rows.forEach((row, i) => {
     const width = row.steps.length * box + (row.steps.length - 1) * gap;
@@ -601,8 +606,8 @@ function drawChain(chain) {
       const severity = s.findings.some((f) => f.severity === 'error') ? 'error' : s.findings.some((f) => f.severity === 'warning') ? 'warning' : 'none';
       drawing.append(svg('rect', { x: 1, y: 1, width: box - 2, height: height - 2, rx: 8, class: `node ${s.failed ? 'failed' : ''} finding-${severity}`, transform: `translate(${x},0)` }));
       drawing.append(svg('text', { x: x + 10, y: 20, class: 'step-no' }, `step ${s.step}${s.parallel ? ' ∥' : ''}`));
-      drawing.append(svg('text', { x: x + 10, y: 40, class: 'agent' }, clip(s.agent, 26)));
-      drawing.append(svg('text', { x: x + 10, y: 58, class: 'action' }, clip(s.action ?? '', 30)));
+      drawing.append(svg('text', { x: x + 10, y: 40, class: 'agent' }, clip(s.agent, 30)));
+      drawing.append(svg('text', { x: x + 10, y: 58, class: 'action' }, clip(s.action ?? '', 34)));
       if (s.confidence !== null && s.confidence !== undefined) {
         drawing.append(svg('rect', { x: x + 10, y: 66, width: box - 20, height: 8, class: 'bar-bg' }));
         drawing.append(svg('rect', { x: x + 10, y: 66, width: Math.max(0, Math.min(1, s.confidence)) * (box - 20), height: 8, class: 'bar' }));
@@ -650,16 +655,18 @@ async function runKit(event) {
     const report = await api(`/api/connections/${state.connection}/conformance`, { level: $('level').value }, 200000);
     clearInterval(tick);
     const s = report.summary;
-    summary.replaceChildren(el('p', { id: 'kit-verdict', class: report.passed ? 'ok' : 'error' },
+    replace(summary, el('p', { id: 'kit-verdict', class: report.passed ? 'ok' : 'error' },
       `${report.passed ? 'PASSED' : 'FAILED'}: ${s.passed} passed, ${s.failures} failures, ${s.warnings} warnings, ${s.skipped} skipped (${(report.elapsed_ms / 1000).toFixed(1)} s, ${report.kit}).`),
-    el('p', { text: `Profiles: ${(report.profiles || []).map((p) => `${p.name ?? p.profile}: ${p.status ?? (p.passed ? 'pass' : 'fail')}`).join(', ')}` }));
+    el('ul', { id: 'kit-profiles', 'aria-label': 'Adoption profiles' }, (report.profiles || []).map((p) => el('li', { class: p.met ? 'ok' : 'bad' },
+      `profile ${p.profile} (${p.name}): ${p.met ? 'met' : `not met (${p.missing.join(', ')})`}`))));
     const body = $('kit').querySelector('tbody');
-    body.replaceChildren(...report.requirements.map((r) => el('tr', { class: `status-${String(r.status).toLowerCase()}`, 'data-status': r.status },
+    // The verdict column is the requirement's outcome: a failed SHOULD is a warning, not a failure of the run.
+    body.replaceChildren(...report.requirements.map((r) => el('tr', { class: `outcome-${r.outcome}`, 'data-outcome': r.outcome },
       el('th', { scope: 'row', text: r.id }),
       el('td', { text: r.level }),
       el('td', {}, el('details', {}, el('summary', { text: r.title }), el('p', { text: `${r.section}: ${r.source}` }),
         el('ul', {}, r.details.map((d) => el('li', { text: d }))))),
-      el('td', { text: r.status }))));
+      el('td', { text: r.outcome }))));
     filterKit();
   } catch (e) {
     clearInterval(tick);
@@ -673,7 +680,7 @@ async function runKit(event) {
 function filterKit() {
   const failuresOnly = $('kit-failures').checked;
   for (const row of $('kit').querySelectorAll('tbody tr')) {
-    row.hidden = failuresOnly && ['pass', 'skipped', 'not_applicable'].includes(String(row.dataset.status).toLowerCase());
+    row.hidden = failuresOnly && ['pass', 'skipped'].includes(row.dataset.outcome);
   }
 }
 

@@ -191,6 +191,7 @@ try {
   assert(/0\.8 \(self_claimed\)/.test(skills), `the self-claim is shown (${skills})`);
   assert(/0\.91 by ldp:issuer:evals: verified/.test(skills), `the good attestation verifies (${skills})`);
   assert(/0\.99 by ldp:issuer:evals: not verified/.test(skills), `the tampered attestation does not (${skills})`);
+  assert(!/^null$/m.test(await text(page, '#view-card')), 'no stray "null" on the card view');
   await shot(page, 'card');
   await accessible(page, 'card');
 
@@ -274,10 +275,12 @@ try {
   step = 'cancel';
   await tab(page, 'call');
   await page.click('#run');
-  await waitFor(async () => (await text(page, '#partial')).includes('word3'), 'the second task streaming');
+  // The first task's whole answer is still shown until the second one starts: wait for the new stream.
+  await waitFor(async () => { const t = await text(page, '#partial'); return t.includes('word3') && !t.includes('word40'); }, 'the second task streaming');
   await page.click('#cancel');
   await waitFor(async () => /Failed: .*(CANCELLED|cancel)/i.test(await text(page, '#task-state')), 'the task cancelled', 20000);
-  assert(!(await text(page, '#partial')).includes('word40'), 'the cancelled task stopped before its end');
+  const kept = await text(page, '#partial');
+  assert(kept.includes('word3') && !kept.includes('word40'), `the streamed words stay, and stopped before the end (${JSON.stringify(kept)})`);
   await shot(page, 'cancelled');
   await tab(page, 'sessions');
   await waitFor(async () => { const t = await text(page, '#view-sessions'); return t.includes('chat (completed)') && t.includes('chat (failed)'); }, 'both turns in the session');
@@ -301,6 +304,7 @@ try {
   assert(/error \[step-gap\]/.test(gap), `the finding is beside the step it concerns (${gap})`);
   assert((await text(page, '.chain-row[data-step="1"] .findings')).includes('no findings'), 'step 1 has none');
   assert((await page.locator('.chain rect.node.failed').count()) === 1, 'the failed step is drawn as failed');
+  assert(!/^null$/m.test(await text(page, '#view-chain')), 'no stray "null" on the chain view');
   await shot(page, 'chain-pasted');
   await accessible(page, 'chain');
 
@@ -315,6 +319,11 @@ try {
   log(`  kit: ${verdict}`);
   assert(verdict.startsWith('PASSED'), `the echo delegate passes the kit (${verdict})`);
   assert((await page.locator('#kit tbody tr').count()) > 20, 'one row per requirement');
+  assert(/profile A \(Basic\): /.test(await text(page, '#kit-profiles')), 'the adoption profiles are listed');
+  await page.check('#kit-failures');
+  const shown = await page.locator('#kit tbody tr:visible').count();
+  assert(shown < (await page.locator('#kit tbody tr').count()), 'the filter hides what passed');
+  await page.uncheck('#kit-failures');
   await shot(page, 'conformance');
   await accessible(page, 'conformance');
 
