@@ -193,8 +193,13 @@ async fn the_kit_runs_and_the_guards_hold() {
     let id = connected["connection"].as_u64().unwrap();
     let (status, report) = f.post(&format!("api/connections/{id}/conformance"), json!({ "level": "must" })).await;
     assert_eq!(status, 200, "{report}");
-    assert_eq!(report["passed"], true, "{}", report["summary"]);
+    // The counter's typed input refuses the kit's sample inputs, so some checks fail: the report says which (the
+    // browser test runs the kit against the echo delegate, which passes).
+    assert_eq!(report["passed"], false, "{}", report["summary"]);
+    assert_eq!(report["summary"]["requirements"], report["requirements"].as_array().unwrap().len());
     assert!(report["requirements"].as_array().unwrap().len() > 20);
+    let failed = report["requirements"].as_array().unwrap().iter().find(|r| r["outcome"] == "failure").unwrap();
+    assert!(!failed["details"].as_array().unwrap().is_empty(), "a failure comes with its explanation: {failed}");
 
     // Another site's page cannot reach the API: a foreign Host, or a write that is not JSON.
     let response =
