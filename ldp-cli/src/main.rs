@@ -11,6 +11,7 @@ mod attest;
 mod client;
 mod conformance;
 mod demo;
+mod inspect;
 // A server allocates a few short-lived buffers per message; mimalloc serves that pattern markedly better than the
 // system allocator (BENCHMARKS.md, ldp-transport-http).
 #[global_allocator]
@@ -134,6 +135,9 @@ enum Command {
     Card(client::CardArgs),
     /// Run one task on a delegate: discover it, open a session, submit, print the output and its provenance.
     Call(client::CallArgs),
+    /// Serve a web inspector on loopback: a delegate's card, calls with streamed output and cancel, the wire log,
+    /// LCTL chains and the conformance kit, in the browser.
+    Inspect(inspect::InspectArgs),
     /// A stdio MCP server in front of a remote LDP delegate (its skills as tools), for desktop MCP hosts.
     McpProxy(mcp_proxy::McpProxyArgs),
 }
@@ -167,6 +171,7 @@ fn main() -> ExitCode {
         Command::Card(args) => client::run_card(args),
         Command::Call(args) => client::run_call(args),
         Command::McpProxy(args) => mcp_proxy::run(args),
+        Command::Inspect(args) => inspect::run(args),
     };
     if let Some(export) = export
         && let Err(e) = export.shutdown()

@@ -11,6 +11,7 @@ mod attest_cli;
 mod bridge_routing;
 mod client_cli;
 mod conformance_cli;
+mod inspect_browser;
 mod lctl_cli;
 mod llmx_memory;
 mod mcp_bridge;

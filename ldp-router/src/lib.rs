@@ -121,7 +121,7 @@ pub use attestation::{
     AttestationClaim, AttestationRejection, TrustedIssuers, VerifiedAttestation, WireTime, sign_attestation,
     verify_attestation,
 };
-pub use card::{BRIDGED_EXTRA, CardMapping, IgnoredAttestation, MappedCard};
+pub use card::{BRIDGED_EXTRA, CardMapping, IgnoredAttestation, MappedCard, embedded as embedded_attestations};
 #[cfg(feature = "runtime")]
 pub use discovery::{
     Connector, DiscoveryError, LDP_SCHEMES, LdpAdapter, SchemeDispatcher, SharedTransport, TransportFactory,
