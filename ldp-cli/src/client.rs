@@ -70,6 +70,11 @@ pub struct CallArgs {
     pub skill: String,
     /// The task input: JSON if it parses as JSON (`'{"text":"hi"}'`, `42`), else sent as a string; `-` reads stdin.
     pub input: String,
+    /// A further task in the same session after the first (repeatable, in order): the delegate sees the earlier
+    /// turns as the session's history. Each result is printed as it comes (with `--json`, one line each, with the
+    /// task's `elapsed_ms`).
+    #[arg(long = "then", value_name = "INPUT")]
+    pub then: Vec<String>,
     /// Show progress as the delegate reports it (over SSE on HTTP, pushed frames on WebSocket).
     #[arg(long)]
     pub stream: bool,
@@ -226,17 +231,33 @@ async fn call_over<T: Transport>(
         proposal.preferred_payload_modes = Some(vec![mode]);
     }
     let session = client.propose(proposal).await.map_err(session_failure)?;
-    let (progress_tx, progress_rx) = mpsc::channel::<Progress>(64);
-    let printer = tokio::spawn(print_progress(progress_rx, conn.json));
-    let progress = args.stream.then_some(progress_tx);
-    let outcome = client.submit_task(Submission::new(&session.session_id, &args.skill, input).progress(progress)).await;
-    // The printer ends once every sender is gone, after the last update.
-    let _ = printer.await;
-    // A failed close leaves the session to expire on its TTL; the task's outcome is what the caller asked for.
+    let mut inputs = vec![input];
+    for then in &args.then {
+        inputs.push(read_input(then)?);
+    }
+    let mut result = Ok(());
+    for input in inputs {
+        let (progress_tx, progress_rx) = mpsc::channel::<Progress>(64);
+        let printer = tokio::spawn(print_progress(progress_rx, conn.json));
+        let progress = args.stream.then_some(progress_tx);
+        let started = std::time::Instant::now();
+        let outcome =
+            client.submit_task(Submission::new(&session.session_id, &args.skill, input).progress(progress)).await;
+        let elapsed = started.elapsed();
+        // The printer ends once every sender is gone, after the last update.
+        let _ = printer.await;
+        result = outcome.map_err(session_failure).and_then(|outcome| {
+            let key = &outcome.key;
+            let receipt = check_receipt(client.card(), &outcome.provenance, &key.session_id, &key.task_id);
+            print_outcome(&outcome, &receipt, conn.json, elapsed)
+        });
+        if result.is_err() {
+            break;
+        }
+    }
+    // A failed close leaves the session to expire on its TTL; the tasks' outcomes are what the caller asked for.
     let _ = client.close(&session.session_id).await;
-    let outcome = outcome.map_err(session_failure)?;
-    let receipt = check_receipt(client.card(), &outcome.provenance, &outcome.key.session_id, &outcome.key.task_id);
-    print_outcome(&outcome, &receipt, conn.json)
+    result
 }
 
 /// How a receipt verdict reads in `ldp call`'s output.
@@ -260,7 +281,12 @@ async fn print_progress(mut updates: mpsc::Receiver<Progress>, json: bool) {
     }
 }
 
-fn print_outcome(outcome: &TaskOutcome, receipt: &ReceiptVerdict, json: bool) -> Result<(), Failure> {
+fn print_outcome(
+    outcome: &TaskOutcome,
+    receipt: &ReceiptVerdict,
+    json: bool,
+    elapsed: Duration,
+) -> Result<(), Failure> {
     let output = outcome.output.to_value().map_err(Failure::failed)?;
     let provenance = serde_json::to_value(&outcome.provenance).map_err(Failure::failed)?;
     if json {
@@ -270,7 +296,11 @@ fn print_outcome(outcome: &TaskOutcome, receipt: &ReceiptVerdict, json: bool) ->
             ReceiptVerdict::Invalid(why) => json!({ "invalid": why }),
             _ => Value::Null,
         };
-        println!("{}", json!({ "output": output, "provenance": provenance, "receipt": receipt }));
+        let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+        println!(
+            "{}",
+            json!({ "output": output, "provenance": provenance, "receipt": receipt, "elapsed_ms": elapsed_ms })
+        );
         return Ok(());
     }
     match &output {

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
@@ -10,7 +10,7 @@ use candle_core::{Device, Tensor};
 use candle_transformers::generation::{LogitsProcessor, Sampling as CandleSampling};
 use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
 use ldp_llm::{
-    BackendInfo, ChatRequest, ChatResponse, FinishReason, LlmBackend, LlmError, OnDelta, StreamControl, Usage,
+    BackendInfo, ChatRequest, ChatResponse, FinishReason, LlmBackend, LlmError, OnDelta, StreamControl, Trimmed, Usage,
 };
 use tokio::sync::{Semaphore, mpsc};
 
@@ -70,6 +70,11 @@ pub struct LocalOptions {
     pub max_concurrent: usize,
     /// The arithmetic of the matrix products.
     pub precision: Precision,
+    /// How many tokens of attention cache are kept between generations, over all of them, so that a prompt which
+    /// extends an earlier one (the next turn of a conversation: the last prompt, its answer, the new message)
+    /// decodes only its new tokens [default: four context windows]. The least recently used caches go first; a
+    /// prompt whose cache was let go is decoded whole again (slower, the same answer). 0 keeps none.
+    pub prefix_cache_tokens: Option<usize>,
 }
 
 /// The longest context this backend runs (the rotary tables of candle's llama implementation stop there).
@@ -85,6 +90,7 @@ impl Default for LocalOptions {
             repeat_penalty: 1.0,
             max_concurrent: 1,
             precision: Precision::F32,
+            prefix_cache_tokens: None,
         }
     }
 }
@@ -106,6 +112,84 @@ struct Inner {
     context_window: usize,
     options: LocalOptions,
     permits: Arc<Semaphore>,
+    prefixes: PrefixCache,
+    counters: Counters,
+}
+
+/// Running totals of the model's work since load, for operators and tests: where the tokens went.
+#[derive(Debug, Default)]
+struct Counters {
+    decoded: AtomicU64,
+    reused: AtomicU64,
+    generated: AtomicU64,
+}
+
+/// What a [`LocalBackend`] has done since it was loaded ([`LocalBackend::work`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Work {
+    /// Prompt tokens run through the model.
+    pub prompt_tokens_decoded: u64,
+    /// Prompt tokens not run again because a kept attention cache already held them.
+    pub prompt_tokens_reused: u64,
+    /// Tokens generated.
+    pub generated_tokens: u64,
+}
+
+/// A model state (its attention cache) after a known sequence of tokens: the weights are shared, so a kept state
+/// costs only its cache.
+struct Prefix {
+    tokens: Vec<u32>,
+    model: ModelWeights,
+}
+
+/// Attention caches of recent generations, found by the tokens they hold: a prompt that starts with every token of
+/// one continues from it instead of decoding them again. Bounded in tokens over all entries, least recently used
+/// out first. A state is only ever reused for exactly the tokens it was computed on, so reuse cannot change what
+/// the model sees.
+struct PrefixCache {
+    /// Oldest first.
+    entries: std::sync::Mutex<Vec<Prefix>>,
+    max_tokens: usize,
+}
+
+impl PrefixCache {
+    fn new(max_tokens: usize) -> Self {
+        Self { entries: std::sync::Mutex::new(Vec::new()), max_tokens }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Prefix>> {
+        // The list is consistent after every statement that changes it: a panic elsewhere leaves nothing to repair.
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The longest kept state whose tokens are a proper prefix of `prompt` (at least one token must be left to
+    /// decode: the next token's scores come from it), taken out of the cache.
+    fn take_longest(&self, prompt: &[u32]) -> Option<Prefix> {
+        let mut entries = self.lock();
+        let best = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.tokens.len() < prompt.len() && prompt.starts_with(&e.tokens))
+            .max_by_key(|(_, e)| e.tokens.len())
+            .map(|(i, _)| i)?;
+        Some(entries.remove(best))
+    }
+
+    /// Keeps `prefix` as the most recent, letting the oldest go until the total fits; a state longer than the
+    /// whole bound is not kept.
+    fn keep(&self, prefix: Prefix) {
+        if prefix.tokens.is_empty() || prefix.tokens.len() > self.max_tokens {
+            return;
+        }
+        let mut entries = self.lock();
+        entries.retain(|e| e.tokens != prefix.tokens);
+        entries.push(prefix);
+        let mut total: usize = entries.iter().map(|e| e.tokens.len()).sum();
+        while total > self.max_tokens && !entries.is_empty() {
+            total -= entries.remove(0).tokens.len();
+        }
+    }
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -220,7 +304,22 @@ impl LocalBackend {
         .map_err(|_| LoadError::Gguf("the loader failed on this file".into()))?
         .map_err(|e| LoadError::Gguf(e.to_string()))?;
         let permits = Arc::new(Semaphore::new(options.max_concurrent));
-        Ok(Self { inner: Arc::new(Inner { weights, codec, name, context_window, options, permits }) })
+        let prefixes = PrefixCache::new(options.prefix_cache_tokens.unwrap_or(4 * context_window));
+        let counters = Counters::default();
+        Ok(Self {
+            inner: Arc::new(Inner { weights, codec, name, context_window, options, permits, prefixes, counters }),
+        })
+    }
+
+    /// What the model has done since load: prompt tokens decoded and reused from kept attention caches, tokens
+    /// generated.
+    pub fn work(&self) -> Work {
+        let c = &self.inner.counters;
+        Work {
+            prompt_tokens_decoded: c.decoded.load(Ordering::Relaxed),
+            prompt_tokens_reused: c.reused.load(Ordering::Relaxed),
+            generated_tokens: c.generated.load(Ordering::Relaxed),
+        }
     }
 
     /// The context window in force, in tokens.
@@ -259,12 +358,9 @@ impl Inner {
         cancel: &AtomicBool,
     ) -> Result<ChatResponse, LlmError> {
         let inference = |e: candle_core::Error| LlmError::Inference(e.to_string());
-        let prompt = self.codec.encode(request).map_err(|e| LlmError::Inference(e.to_string()))?;
-        if prompt.is_empty() || prompt.len() >= self.context_window {
-            return Err(LlmError::PromptTooLong { prompt_tokens: prompt.len(), context_window: self.context_window });
-        }
         let wanted =
             request.max_tokens.map_or(self.options.default_max_tokens, |m| usize::try_from(m).unwrap_or(usize::MAX));
+        let (prompt, trimmed) = self.fit(request, wanted)?;
         let room = self.context_window - prompt.len();
         let limit = wanted.min(room);
         let sampling = match self.options.sampling {
@@ -277,12 +373,18 @@ impl Inner {
             Sampling::Greedy => 0,
         };
         let mut sampler = LogitsProcessor::from_sampling(seed, sampling);
-        let mut model = self.weights.clone();
         let input_tokens = prompt.len() as u64;
+        // Continue from the longest kept state this prompt extends, else from the bare weights.
+        let (mut model, mut seen) = match self.prefixes.take_longest(&prompt) {
+            Some(Prefix { tokens, model }) => (model, tokens),
+            None => (self.weights.clone(), Vec::new()),
+        };
+        self.counters.reused.fetch_add(seen.len() as u64, Ordering::Relaxed);
+        self.counters.decoded.fetch_add((prompt.len() - seen.len()) as u64, Ordering::Relaxed);
         let mut answer: Vec<u32> = Vec::new();
         let mut text = String::new();
-        let mut position = 0;
-        let mut next_input = prompt;
+        let mut position = seen.len();
+        let mut next_input = prompt[seen.len()..].to_vec();
         let finish = loop {
             if cancel.load(Ordering::Relaxed) {
                 break FinishReason::Stopped;
@@ -292,8 +394,10 @@ impl Inner {
             }
             let input =
                 Tensor::new(next_input.as_slice(), &Device::Cpu).and_then(|t| t.unsqueeze(0)).map_err(inference)?;
+            // A failed step leaves the state unknown: it is dropped, not kept.
             let logits = model.forward(&input, position).and_then(|l| l.squeeze(0)).map_err(inference)?;
             position += next_input.len();
+            seen.extend_from_slice(&next_input);
             let logits = if self.options.repeat_penalty == 1.0 {
                 logits
             } else {
@@ -328,7 +432,43 @@ impl Inner {
             }
             text = decoded;
         }
-        Ok(ChatResponse::new(text, Some(self.name.clone()), Usage::new(input_tokens, answer.len() as u64), finish))
+        self.counters.generated.fetch_add(answer.len() as u64, Ordering::Relaxed);
+        // The state after the prompt and the answer so far: the next turn of this conversation starts with them.
+        self.prefixes.keep(Prefix { tokens: seen, model });
+        let usage = Usage::new(input_tokens, answer.len() as u64);
+        Ok(ChatResponse::new(text, Some(self.name.clone()), usage, finish).with_trimmed(trimmed))
+    }
+
+    /// The prompt of `request`, fit to the context window with room for an answer: while it leaves less than
+    /// `wanted` tokens (at most a quarter of the window) for the answer, the oldest messages go, a user's message
+    /// with the answers and tool results after it, never the system prompt or the last message. A prompt that
+    /// still fills the window is refused with [`LlmError::PromptTooLong`].
+    fn fit(&self, request: &ChatRequest, wanted: usize) -> Result<(Vec<u32>, Option<Trimmed>), LlmError> {
+        let encode = |r: &ChatRequest| self.codec.encode(r).map_err(|e| LlmError::Inference(e.to_string()));
+        let whole = encode(request)?;
+        let reserve = wanted.min(self.context_window / 4).max(1);
+        let fits = |prompt: &[u32]| prompt.len() + reserve <= self.context_window;
+        let mut prompt = whole.clone();
+        let mut dropped = 0;
+        let mut trimmed = request.clone();
+        while !fits(&prompt) && trimmed.messages.len() > 1 {
+            // One turn: the first message, then whatever follows it up to the next user message.
+            let turn = 1 + trimmed.messages[1..trimmed.messages.len() - 1]
+                .iter()
+                .take_while(|m| m.role != ldp_llm::Role::User)
+                .count();
+            trimmed.messages.drain(..turn);
+            dropped += turn;
+            prompt = encode(&trimmed)?;
+        }
+        if prompt.is_empty() || prompt.len() >= self.context_window {
+            return Err(LlmError::PromptTooLong { prompt_tokens: whole.len(), context_window: self.context_window });
+        }
+        let trim = (dropped > 0).then(|| {
+            let tokens = whole.len().saturating_sub(prompt.len()) as u64;
+            Trimmed::new(dropped, tokens, self.context_window as u64)
+        });
+        Ok((prompt, trim))
     }
 }
 

@@ -34,5 +34,5 @@ mod error;
 pub mod fixture;
 mod prompt;
 
-pub use backend::{LocalBackend, LocalOptions, MAX_CONTEXT, Precision, Sampling};
+pub use backend::{LocalBackend, LocalOptions, MAX_CONTEXT, Precision, Sampling, Work};
 pub use error::LoadError;

@@ -310,3 +310,150 @@ fn metadata_a_model_cannot_run_with_is_refused_before_loading_its_weights() {
     let error = load("llama.block_count", Some(Value::String("thirty".into())));
     assert!(matches!(error, LoadError::BadMetadata("llama.block_count")), "{error}");
 }
+
+/// A conversation of `turns` (user, assistant) pairs followed by `next` from the user.
+fn conversation(turns: &[(&str, &str)], next: &str) -> ChatRequest {
+    let mut messages = Vec::new();
+    for (user, assistant) in turns {
+        messages.push(ChatMessage::user(*user));
+        messages.push(ChatMessage::assistant(*assistant));
+    }
+    messages.push(ChatMessage::user(next));
+    ChatRequest::new(messages).with_system("be brief")
+}
+
+#[tokio::test]
+async fn a_sessions_later_turns_decode_only_their_new_tokens() {
+    let mut fixture = Fixture::new(Behaviour::Repeat(b'a'));
+    fixture.context_length = 512;
+    let (_dir, model) = load(&fixture, LocalOptions::default());
+    let first = conversation(&[], "hi");
+    let answer1 = model.complete(&first.clone().with_max_tokens(4)).await.expect("turn 1");
+    let p1 = model.prompt_tokens(&first).expect("count") as u64;
+    let after1 = model.work();
+    assert_eq!(after1.prompt_tokens_decoded, p1, "nothing to reuse on the first turn");
+    assert_eq!(after1.prompt_tokens_reused, 0);
+    assert_eq!(after1.generated_tokens, 4);
+
+    // Turn 2 repeats turn 1's prompt and answer: the model has seen all of it but the answer's last token (cut by
+    // max_tokens, it was never fed back).
+    let second = conversation(&[("hi", &answer1.text)], "more");
+    let answer2 = model.complete(&second.clone().with_max_tokens(4)).await.expect("turn 2");
+    let p2 = model.prompt_tokens(&second).expect("count") as u64;
+    let seen1 = p1 + answer1.usage.output_tokens.expect("counted") - 1;
+    let after2 = model.work();
+    assert_eq!(after2.prompt_tokens_reused - after1.prompt_tokens_reused, seen1);
+    assert_eq!(after2.prompt_tokens_decoded - after1.prompt_tokens_decoded, p2 - seen1);
+    assert!(p2 - seen1 < p1, "turn 2 decoded {} new tokens, more than turn 1's whole prompt", p2 - seen1);
+
+    // Turn 3 likewise: only what turn 2 did not see.
+    let third = conversation(&[("hi", &answer1.text), ("more", &answer2.text)], "again");
+    let answer3 = model.complete(&third.clone().with_max_tokens(4)).await.expect("turn 3");
+    let p3 = model.prompt_tokens(&third).expect("count") as u64;
+    let seen2 = p2 + answer2.usage.output_tokens.expect("counted") - 1;
+    let after3 = model.work();
+    assert_eq!(after3.prompt_tokens_reused - after2.prompt_tokens_reused, seen2);
+    assert_eq!(after3.prompt_tokens_decoded - after2.prompt_tokens_decoded, p3 - seen2);
+    // Usage still reports the whole prompt: the answer was read with all of it.
+    assert_eq!(answer3.usage.input_tokens, Some(p3));
+    assert!(answer3.trimmed.is_none());
+}
+
+#[tokio::test]
+async fn a_conversation_that_branches_or_is_evicted_is_decoded_again() {
+    let mut fixture = Fixture::new(Behaviour::Repeat(b'a'));
+    fixture.context_length = 512;
+    let mut options = LocalOptions::default();
+    // Room for one conversation's cache only.
+    options.prefix_cache_tokens = Some(60);
+    let (_dir, model) = load(&fixture, options);
+    let one = model.complete(&conversation(&[], "first").with_max_tokens(2)).await.expect("one");
+    let _two = model.complete(&conversation(&[], "second").with_max_tokens(2)).await.expect("two");
+    // The first conversation's cache made way for the second's: its next turn is decoded whole, and answered.
+    let before = model.work();
+    let next = conversation(&[("first", &one.text)], "next");
+    let answer = model.complete(&next.clone().with_max_tokens(2)).await.expect("answer");
+    let after = model.work();
+    assert_eq!(after.prompt_tokens_reused, before.prompt_tokens_reused);
+    assert_eq!(
+        after.prompt_tokens_decoded - before.prompt_tokens_decoded,
+        model.prompt_tokens(&next).expect("n") as u64
+    );
+    assert_eq!(answer.text, "aa");
+
+    // A history that differs from what was cached (an edited answer) shares no full cached prefix: decoded whole.
+    let before = model.work();
+    let edited = conversation(&[("first", "edited")], "next");
+    model.complete(&edited.clone().with_max_tokens(2)).await.expect("answer");
+    let after = model.work();
+    assert_eq!(
+        after.prompt_tokens_decoded - before.prompt_tokens_decoded,
+        model.prompt_tokens(&edited).expect("n") as u64
+    );
+}
+
+#[tokio::test]
+async fn a_history_past_the_window_loses_its_oldest_turns_and_is_answered() {
+    let mut fixture = Fixture::new(Behaviour::Repeat(b'a'));
+    fixture.context_length = 128;
+    let (_dir, model) = load(&fixture, LocalOptions::default());
+    let long = "x".repeat(40);
+    let turns = [(long.as_str(), "one"), (long.as_str(), "two"), ("short", "three")];
+    let request = conversation(&turns, "last question").with_max_tokens(8);
+    let whole = model.prompt_tokens(&request).expect("count");
+    assert!(whole > model.context_window(), "the test needs a history past the window ({whole} tokens)");
+    let answer = model.complete(&request).await.expect("answered, not refused");
+    assert_eq!(answer.text, "aaaaaaaa");
+    let trimmed = answer.trimmed.expect("the trim is reported");
+    // Whole turns went, oldest first, until the rest left room for the answer: here the two long ones.
+    assert_eq!(trimmed.messages, 4);
+    let kept = conversation(&turns[2..], "last question");
+    let kept_tokens = model.prompt_tokens(&kept).expect("count");
+    assert_eq!(answer.usage.input_tokens, Some(kept_tokens as u64));
+    assert_eq!(trimmed.tokens, (whole - kept_tokens) as u64);
+    assert_eq!(trimmed.context_window, 128);
+
+    // A history that fits is not trimmed; a last message alone too long for the window is still refused.
+    let fits = model.complete(&conversation(&turns[2..], "q").with_max_tokens(8)).await.expect("answer");
+    assert!(fits.trimmed.is_none());
+    let error = model.complete(&conversation(&turns, &"y".repeat(200))).await.expect_err("too long");
+    assert!(matches!(error, LlmError::PromptTooLong { .. }), "{error:?}");
+}
+
+/// The real model's file, as `scripts/smollm2` passes it; a run that asked for the real-model tests without it
+/// fails rather than passing on nothing.
+fn real_model() -> PathBuf {
+    let path = std::env::var_os("LDP_SMOLLM2_MODEL").expect("LDP_SMOLLM2_MODEL names the SmolLM2 GGUF file");
+    PathBuf::from(path)
+}
+
+/// Three turns of one conversation, each answered greedily, on `model`.
+async fn three_turns(model: &LocalBackend) -> Vec<String> {
+    let questions = ["The secret word is banana. Say OK.", "What is the secret word?", "Spell it backwards."];
+    let mut turns: Vec<(String, String)> = Vec::new();
+    for question in questions {
+        let history: Vec<(&str, &str)> = turns.iter().map(|(u, a)| (u.as_str(), a.as_str())).collect();
+        let answer = model.complete(&conversation(&history, question).with_max_tokens(24)).await.expect("answer");
+        turns.push((question.to_owned(), answer.text));
+    }
+    turns.into_iter().map(|(_, a)| a).collect()
+}
+
+#[tokio::test]
+#[ignore = "needs the real SmolLM2 model: scripts/smollm2 runs it with LDP_SMOLLM2_MODEL set"]
+async fn the_real_model_answers_the_same_with_and_without_kept_caches() {
+    let path = real_model();
+    let cached = LocalBackend::load(&path, LocalOptions::default()).expect("load");
+    let mut options = LocalOptions::default();
+    options.prefix_cache_tokens = Some(0);
+    let uncached = LocalBackend::load(&path, options).expect("load");
+    let with_cache = three_turns(&cached).await;
+    let without = three_turns(&uncached).await;
+    assert_eq!(with_cache, without, "reusing the attention cache changed an answer");
+    // The same greedy answers on every run.
+    assert_eq!(three_turns(&cached).await, with_cache);
+    let work = cached.work();
+    assert!(work.prompt_tokens_reused > 0, "{work:?}");
+    assert_eq!(uncached.work().prompt_tokens_reused, 0);
+    eprintln!("answers: {with_cache:?}; cached backend: {work:?}; uncached: {:?}", uncached.work());
+}

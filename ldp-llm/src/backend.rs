@@ -250,12 +250,41 @@ pub struct ChatResponse {
     pub finish: FinishReason,
     /// The tools the model called, in order, arguments assembled whole when they were streamed.
     pub tool_calls: Vec<ToolCall>,
+    /// The oldest messages the backend left out so that the conversation fit its context window (the system
+    /// prompt and the last message are always kept); `None` when the whole conversation was read.
+    pub trimmed: Option<Trimmed>,
+}
+
+/// What a backend left out of a conversation longer than its context window: the oldest turns, first to last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Trimmed {
+    /// How many of the request's messages (oldest first) were left out.
+    pub messages: usize,
+    /// How many prompt tokens they would have taken.
+    pub tokens: u64,
+    /// The context window the rest was fit into, in tokens.
+    pub context_window: u64,
+}
+
+impl Trimmed {
+    /// `messages` oldest messages of `tokens` tokens left out to fit `context_window`.
+    pub fn new(messages: usize, tokens: u64, context_window: u64) -> Self {
+        Self { messages, tokens, context_window }
+    }
 }
 
 impl ChatResponse {
     /// An answer of `text` from `model`, with its `usage`, ended for `finish` (for backends outside this crate).
     pub fn new(text: impl Into<String>, model: Option<String>, usage: Usage, finish: FinishReason) -> Self {
-        Self { text: text.into(), model, usage, finish, tool_calls: Vec::new() }
+        Self { text: text.into(), model, usage, finish, tool_calls: Vec::new(), trimmed: None }
+    }
+
+    /// This answer, read from a conversation whose oldest messages were left out as `trimmed` says.
+    #[must_use]
+    pub fn with_trimmed(mut self, trimmed: Option<Trimmed>) -> Self {
+        self.trimmed = trimmed;
+        self
     }
 
     /// This answer calling `calls`.

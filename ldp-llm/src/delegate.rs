@@ -289,9 +289,27 @@ impl Delegate for LlmDelegate {
         out.tokens_out = answer.usage.output_tokens;
         // The provenance's model_version (and a usage receipt's model) name the model that answered.
         out.model = Some(model);
+        out.evidence.extend(answer.trimmed.map(trim_evidence));
         Ok(out)
     }
 }
+
+/// The provenance record of a conversation the backend trimmed: the answer was read without the session's oldest
+/// turns, and whoever judges it should know.
+pub(crate) fn trim_evidence(trimmed: crate::Trimmed) -> ldp_types::EvidenceRef {
+    ldp_types::EvidenceRef {
+        source: "ldp-llm".into(),
+        kind: TRIM_EVIDENCE_KIND.into(),
+        uri: None,
+        summary: Some(format!(
+            "the {} oldest messages of the conversation ({} tokens) were left out to fit the {}-token context window",
+            trimmed.messages, trimmed.tokens, trimmed.context_window
+        )),
+    }
+}
+
+/// The evidence kind (provenance `evidence[].kind`) that says the session's history was trimmed for an answer.
+pub const TRIM_EVIDENCE_KIND: &str = "context_trimmed";
 
 impl LlmDelegate {
     /// The tool loop: the model answers or calls tools; each call runs as a sub-task and its answer goes back,

@@ -29,9 +29,9 @@ mod tools;
 pub use anthropic::{ANSWER_TOOL, AnthropicBackend};
 pub use backend::{
     BackendInfo, ChatMessage, ChatRequest, ChatResponse, FinishReason, LlmBackend, OnDelta, Role, Sampling,
-    StreamControl, ToolCall, ToolSpec, Usage,
+    StreamControl, ToolCall, ToolSpec, Trimmed, Usage,
 };
-pub use delegate::{LlmDelegate, PromptTemplate};
+pub use delegate::{LlmDelegate, PromptTemplate, TRIM_EVIDENCE_KIND};
 pub use echo::EchoBackend;
 pub use error::LlmError;
 pub use http::HttpOptions;
