@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use ldp_session::runtime::{SharedInitiator, Transport};
+use ldp_session::runtime::{Exchange, InitiatorDriver, Transport};
 use ldp_types::{Envelope, IdentityCard, LdpError};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -75,6 +75,33 @@ impl WireLog {
         }
     }
 
+    /// Records `envelope` going out and returns a channel that copies each update into the log on its way to
+    /// `updates`.
+    fn tee(
+        self: &Arc<Self>,
+        envelope: &Envelope,
+        updates: Option<mpsc::Sender<Envelope>>,
+    ) -> Option<mpsc::Sender<Envelope>> {
+        if let Ok(bytes) = envelope.to_vec() {
+            self.record(Direction::Out, &bytes);
+        }
+        updates.map(|client| {
+            let (tx, mut rx) = mpsc::channel::<Envelope>(64);
+            let log = Arc::clone(self);
+            tokio::spawn(async move {
+                while let Some(update) = rx.recv().await {
+                    if let Ok(bytes) = update.to_vec() {
+                        log.record(Direction::In, &bytes);
+                    }
+                    if client.send(update).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tx
+        })
+    }
+
     /// The entries whose `seq` is `since` or later.
     pub fn since(&self, since: u64) -> Vec<WireEntry> {
         let guard = self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -106,25 +133,7 @@ impl Transport for Tap {
         envelope: &Envelope,
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Result<Option<Vec<u8>>, LdpError> {
-        if let Ok(bytes) = envelope.to_vec() {
-            self.log.record(Direction::Out, &bytes);
-        }
-        // Updates are copied to the log on their way to the client's channel.
-        let updates = updates.map(|client| {
-            let (tx, mut rx) = mpsc::channel::<Envelope>(64);
-            let log = self.log.clone();
-            tokio::spawn(async move {
-                while let Some(update) = rx.recv().await {
-                    if let Ok(bytes) = update.to_vec() {
-                        log.record(Direction::In, &bytes);
-                    }
-                    if client.send(update).await.is_err() {
-                        break;
-                    }
-                }
-            });
-            tx
-        });
+        let updates = self.log.tee(envelope, updates);
         let reply = self.inner.exchange(envelope, updates).await?;
         if let Some(bytes) = &reply {
             self.log.record(Direction::In, bytes);
@@ -132,7 +141,17 @@ impl Transport for Tap {
         Ok(reply)
     }
 
-    fn attach(&self, initiator: &SharedInitiator) {
-        self.inner.attach(initiator);
+    // The wrapped transport's verdict passes through unchanged, so a lost answer is still resumed.
+    async fn exchange_outcome(&self, envelope: &Envelope, updates: Option<mpsc::Sender<Envelope>>) -> Exchange {
+        let updates = self.log.tee(envelope, updates);
+        let outcome = self.inner.exchange_outcome(envelope, updates).await;
+        if let Exchange::Answered(Some(bytes)) = &outcome {
+            self.log.record(Direction::In, bytes);
+        }
+        outcome
+    }
+
+    fn attach(&self, driver: &Arc<InitiatorDriver>) {
+        self.inner.attach(driver);
     }
 }

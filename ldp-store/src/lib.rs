@@ -515,6 +515,7 @@ pub(crate) fn drop_marks(max: u64) -> (u64, u64) {
 }
 
 /// A duration in milliseconds, saturating.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
 pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
