@@ -11,6 +11,7 @@ mod attest;
 mod client;
 mod conformance;
 mod demo;
+#[cfg(feature = "inspect")]
 mod inspect;
 // A server allocates a few short-lived buffers per message; mimalloc serves that pattern markedly better than the
 // system allocator (BENCHMARKS.md, ldp-transport-http).
@@ -137,6 +138,7 @@ enum Command {
     Call(client::CallArgs),
     /// Serve a web inspector on loopback: a delegate's card, calls with streamed output and cancel, the wire log,
     /// LCTL chains and the conformance kit, in the browser.
+    #[cfg(feature = "inspect")]
     Inspect(inspect::InspectArgs),
     /// A stdio MCP server in front of a remote LDP delegate (its skills as tools), for desktop MCP hosts.
     McpProxy(mcp_proxy::McpProxyArgs),
@@ -171,6 +173,7 @@ fn main() -> ExitCode {
         Command::Card(args) => client::run_card(args),
         Command::Call(args) => client::run_call(args),
         Command::McpProxy(args) => mcp_proxy::run(args),
+        #[cfg(feature = "inspect")]
         Command::Inspect(args) => inspect::run(args),
     };
     if let Some(export) = export

@@ -418,6 +418,8 @@ fn flag_name(id: &str) -> String {
         "allow_origins" => "allow-origin".to_owned(),
         "skills" => "skill".to_owned(),
         "delegates" => "delegate".to_owned(),
+        "attestations" => "attestation".to_owned(),
+        "delegate_issuers" => "delegate-issuer".to_owned(),
         "mcp_allowed_hosts" => "mcp-allowed-host".to_owned(),
         "a2a_push_allowed_hosts" => "a2a-push-allowed-host".to_owned(),
         "jwt_audiences" => "jwt-audience".to_owned(),
