@@ -128,9 +128,8 @@ fn a_producer_missing_from_the_lineage_gets_its_own_step() {
 #[test]
 fn each_hops_facts_become_its_step_and_a_fact_handed_off() {
     let hop = |delegate: &str, skill: &str, confidence: f64, tokens: u64, cost: f64, ms: u64| {
-        let mut entry = lineage(delegate, "delegated", VerificationStatus::PeerVerified)
-            .with_skill(skill)
-            .with_latency_ms(ms);
+        let mut entry =
+            lineage(delegate, "delegated", VerificationStatus::PeerVerified).with_skill(skill).with_latency_ms(ms);
         entry.confidence = Some(Score::new(confidence).unwrap());
         entry.tokens_used = Some(tokens);
         entry.cost_usd = Some(cost);
