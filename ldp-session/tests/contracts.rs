@@ -8,7 +8,7 @@ use crate::support::*;
 use ldp_session::{InitiatorEvent, Misuse, PeerMisbehaved, SessionError, TaskOutput, TaskRequest};
 use ldp_types::{
     Budget, DelegationContract, ErrorCategory, FailurePolicy, LineageEntry, PayloadMode, Provenance, TaskResult,
-    TaskSubmit, VerificationStatus, codes,
+    TaskSubmit, codes,
 };
 use serde_json::json;
 
