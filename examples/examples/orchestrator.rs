@@ -55,7 +55,17 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("answer: {}", done.output);
     println!("tokens (model and sub-task): {:?}", done.provenance.tokens_used);
     for hop in &done.provenance.lineage {
-        println!("hop: {} ({}, {})", hop.delegate_id, hop.model_version, hop.step);
+        println!(
+            "hop: {} ({}, {} {}): {} ms, {:?} tokens, confidence {:?}, {}",
+            hop.delegate_id,
+            hop.model_version,
+            hop.step,
+            hop.skill.as_deref().unwrap_or("?"),
+            hop.latency_ms.unwrap_or_default(),
+            hop.tokens_used,
+            hop.confidence.map(|c| c.get()),
+            hop.verification_status
+        );
     }
     // The model saw the sharper summary: the first four words.
     let second = model.recorded().get(1).map(ToString::to_string).unwrap_or_default();

@@ -93,6 +93,11 @@ pub struct CallArgs {
     /// The shared secret (hmac-*) or the 64-hex-digit Ed25519 seed (ed25519-jcs).
     #[arg(long, value_name = "S", env = "LDP_SECRET", hide_env_values = true, requires = "sign")]
     pub secret: Option<String>,
+    /// Write the result's chain as an LCTL document to FILE (the last task's, with `--then`): each hop of its
+    /// provenance lineage a step, with the facts the hop reported. `ldp lctl check FILE` and `ldp lctl render FILE`
+    /// read it.
+    #[arg(long, value_name = "FILE")]
+    pub lctl: Option<std::path::PathBuf>,
 }
 
 /// The signature algorithms of `--sign`.
@@ -249,7 +254,11 @@ async fn call_over<T: Transport>(
         result = outcome.map_err(session_failure).and_then(|outcome| {
             let key = &outcome.key;
             let receipt = check_receipt(client.card(), &outcome.provenance, &key.session_id, &key.task_id);
-            print_outcome(&outcome, &receipt, conn.json, elapsed)
+            print_outcome(&outcome, &receipt, conn.json, elapsed)?;
+            match &args.lctl {
+                Some(path) => write_chain(path, &outcome),
+                None => Ok(()),
+            }
         });
         if result.is_err() {
             break;
@@ -318,6 +327,15 @@ fn print_outcome(
         receipt_text(receipt)
     );
     Ok(())
+}
+
+/// Writes the chain of `outcome` (its provenance lineage, hop by hop) to `path` as an LCTL document named after the
+/// task.
+fn write_chain(path: &std::path::Path, outcome: &TaskOutcome) -> Result<(), Failure> {
+    let document = ldp_lctl::ldp::document_from_ldp(outcome.key.task_id.as_str(), Some(&outcome.provenance), None)
+        .map_err(|e| Failure::failed(format!("--lctl: the result's chain: {e}")))?;
+    let yaml = document.to_yaml().map_err(|e| Failure::failed(format!("--lctl: the result's chain: {e}")))?;
+    std::fs::write(path, yaml).map_err(|e| Failure::failed(format!("--lctl {}: {e}", path.display())))
 }
 
 fn read_input(arg: &str) -> Result<RawJson, Failure> {

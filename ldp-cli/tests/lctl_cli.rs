@@ -231,3 +231,76 @@ fn a_standalone_ack_is_read_by_check_and_ack() {
     assert!(text.contains("F9 is not in the facts registry"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The chain of a delegated task, from the command line: `ldp serve --backend anthropic --delegate ...` in front of
+/// an Anthropic Messages stub whose model calls two delegates in turn (each `tool_use` input streamed as
+/// `input_json_delta` pieces), `ldp call --lctl FILE`, then `ldp lctl check FILE` and `ldp lctl render FILE`: each
+/// hop is a step with the facts its delegate reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegated_tasks_chain_is_written_checked_and_drawn() {
+    use ldp_llm::stub::{Flavor, Stub, StubConfig, StubTurn};
+    use serde_json::json;
+
+    // (delegate, skill, confidence, tokens, cost)
+    let hops =
+        [("ldp:delegate:extractor", "extract", 0.92, 150, 0.002), ("ldp:delegate:checker", "check", 0.81, 40, 0.0005)];
+    let mut delegates = Vec::new();
+    for (id, skill, confidence, tokens, cost) in hops {
+        let server = ldp::Delegate::builder(id)
+            .skill(skill, move |input: String, _cx: ldp::TaskContext| async move {
+                let out = ldp::Output::new(input.to_uppercase().as_str()).confidence(confidence).tokens(tokens);
+                Ok::<_, ldp::LdpError>(out.cost_usd(cost))
+            })
+            .spawn("127.0.0.1:0")
+            .await
+            .unwrap();
+        delegates.push(server);
+    }
+    let script = vec![
+        StubTurn::call(hops[0].1, &json!({"input": "figures"})),
+        StubTurn::call(hops[1].1, &json!({"input": "totals"})),
+        StubTurn::text("checked"),
+    ];
+    let stub = Stub::start(StubConfig::new(Flavor::Anthropic).with_script(script)).await.unwrap();
+    let (base, first, second) = (stub.base_url(), delegates[0].url(), delegates[1].url());
+    #[rustfmt::skip]
+    let (_planner, url) = crate::support::serve(&[
+        "--backend", "anthropic", "--base-url", &base, "--model", "stub-model",
+        "--delegate", &first, "--delegate", &second,
+    ], std::process::Stdio::null());
+    let dir = crate::support::TempDir::new("lctl-chain");
+    let file = dir.path("chain.yaml");
+    let (url, file2) = (url.clone(), file.clone());
+    let called = tokio::task::spawn_blocking(move || {
+        ldp(&["call", &url, "chat", "check the figures", "--json", "--lctl", &file2])
+    })
+    .await
+    .unwrap();
+    assert_eq!(called.status.code(), Some(0), "{}", stderr(&called));
+    let answer: serde_json::Value = serde_json::from_str(stdout(&called).trim()).unwrap();
+    assert_eq!(answer["output"], "checked");
+    let lineage = answer["provenance"]["lineage"].as_array().unwrap();
+    assert_eq!(lineage.len(), hops.len(), "{lineage:?}");
+    for (entry, (id, skill, confidence, tokens, cost)) in lineage.iter().zip(hops) {
+        assert_eq!(
+            (&entry["delegate_id"], &entry["skill"], &entry["confidence"], &entry["tokens_used"], &entry["cost_usd"]),
+            (&json!(id), &json!(skill), &json!(confidence), &json!(tokens), &json!(cost)),
+            "{entry}"
+        );
+        assert!(entry["latency_ms"].is_u64(), "{entry}");
+    }
+
+    let checked = ldp(&["lctl", "check", &file]);
+    assert_eq!(checked.status.code(), Some(0), "{}{}", stdout(&checked), stderr(&checked));
+    let drawn = stdout(&ldp(&["lctl", "render", &file, "--format", "mermaid"]));
+    let timeline = stdout(&ldp(&["lctl", "render", &file, "--format", "timeline"]));
+    for (step, entry) in lineage.iter().enumerate() {
+        let title = format!("{}: {} ({} ms)", step + 1, entry["delegate_id"].as_str().unwrap(), entry["latency_ms"]);
+        assert!(drawn.contains(&title), "{title} not in {drawn}");
+        assert!(drawn.contains(&format!("delegated {}", entry["skill"].as_str().unwrap())), "{drawn}");
+        assert!(timeline.contains(&entry["confidence"].to_string()), "{timeline}");
+    }
+    for server in delegates {
+        server.shutdown().await.unwrap();
+    }
+}

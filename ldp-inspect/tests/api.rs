@@ -224,3 +224,60 @@ async fn the_kit_runs_and_the_guards_hold() {
         ldp_inspect::serve("0.0.0.0:0".parse().unwrap(), ldp_inspect::Inspector::new(Default::default())).await;
     assert!(matches!(refused, Err(ldp_inspect::InspectError::Start(m)) if m.contains("loopback")));
 }
+
+/// A `ws://` delegate URL is inspected through the WebSocket transport: the session, a streamed task (its partial
+/// outputs pushed as frames), its result and chain, the wire log, and a cancel, as over HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ws_url_is_inspected_over_the_websocket() {
+    let f = fixture().await;
+    let ws = f.delegate.replacen("http://", "ws://", 1);
+    let (status, connected) = f.post("api/connect", json!({ "url": ws })).await;
+    assert_eq!(status, 200, "{connected}");
+    assert_eq!(connected["url"], ws, "{connected}");
+    assert_eq!(connected["view"]["card"]["delegate_id"], "ldp:delegate:counter");
+    let id = connected["connection"].as_u64().unwrap();
+
+    let n = 4;
+    let (status, started) =
+        f.post(&format!("api/connections/{id}/call"), json!({ "skill": "count", "input": n })).await;
+    assert_eq!(status, 200, "{started}");
+    let events = f.events(started["task"].as_u64().unwrap()).await;
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"submitted"), "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| **k == "partial").count(), n, "{kinds:?}");
+    let result = events.last().unwrap();
+    assert_eq!((result["kind"].as_str(), &result["output"]), (Some("result"), &json!(n)), "{result}");
+    assert_eq!(result["provenance"]["produced_by"], "ldp:delegate:counter");
+
+    // What crossed the WebSocket, both ways, as the tap saw it.
+    let (_, wire) = f.get(&format!("api/connections/{id}/wire")).await;
+    let types: Vec<(&str, &str)> = wire["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["direction"].as_str().unwrap(), e["message_type"].as_str().unwrap()))
+        .collect();
+    for expected in [
+        ("out", "HELLO"),
+        ("in", "CAPABILITY_MANIFEST"),
+        ("out", "SESSION_PROPOSE"),
+        ("in", "SESSION_ACCEPT"),
+        ("out", "TASK_SUBMIT"),
+        ("in", "TASK_UPDATE"),
+        ("in", "TASK_RESULT"),
+    ] {
+        assert!(types.contains(&expected), "{expected:?} in {types:?}");
+    }
+    let (status, chain) = f.get(&format!("api/tasks/{}/chain", started["task"])).await;
+    assert_eq!(status, 200, "{chain}");
+    assert_eq!(chain["steps"][0]["agent"], "ldp:delegate:counter");
+
+    // A cancel travels over the same socket.
+    let (_, long) = f.post(&format!("api/connections/{id}/call"), json!({ "skill": "count", "input": 400 })).await;
+    let task = long["task"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, answer) = f.post(&format!("api/tasks/{task}/cancel"), json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let last = f.events(task).await.pop().unwrap();
+    assert_eq!((last["kind"].as_str(), last["detail"]["code"].as_str()), (Some("failed"), Some("CANCELLED")), "{last}");
+}

@@ -5,7 +5,8 @@
 //!
 //! | LDP | LCTL |
 //! |-----|------|
-//! | each `provenance.lineage` entry | a trace step (`agent` = `delegate_id`, `action` = its `step`), with `model_version`, `timestamp` and `verification_status` kept as extra keys |
+//! | each `provenance.lineage` entry | a trace step (`agent` = `delegate_id`, `action` = its `step` and `skill`, `confidence`, `duration_ms` = `latency_ms`), with `model_version`, `timestamp`, `verification_status`, `skill`, `tokens_used` and `cost_usd` kept as extra keys |
+//! | a lineage entry with a confidence | a fact `H<n>` (n = its step) at that confidence, what the hop answered and how, added by its step and handed off as a context fact |
 //! | `provenance.produced_by` / `confidence` | the last trace step's agent and confidence, and `chain.source` |
 //! | `contract.objective` | `instruction` |
 //! | `contract.success_criteria` | facts `C1`, `C2`, ... at confidence 1.0, all critical (a requirement must survive every hop) |
@@ -16,7 +17,11 @@
 //! In a semantic frame the document travels as a JSON object under [`FRAME_KEY`], next to the
 //! frame's required `task_type` and `instruction`.
 
-use ldp_types::{Body, DelegationContract, Envelope, FailurePolicy, Provenance, SemanticFrame, TaskSubmit};
+use ldp_types::{
+    Body, DelegationContract, Envelope, FailurePolicy, LineageEntry, Provenance, SemanticFrame, TaskSubmit,
+};
+use std::fmt::Write as _;
+
 use serde::Deserialize;
 
 use crate::model::{Chain, EndpointKeys, Fact, FactId, FactRegistry, Handoff, LctlDocument, Purpose, TraceStep};
@@ -38,16 +43,13 @@ pub fn document_from_ldp(
     contract: Option<&DelegationContract>,
 ) -> Result<LctlDocument, LctlError> {
     let mut trace: Vec<TraceStep> = Vec::new();
+    let mut facts = FactRegistry::new();
+    let mut hop_facts = Vec::new();
     if let Some(provenance) = provenance {
         for entry in &provenance.lineage {
             let number = step_number(trace.len())?;
-            let mut step = TraceStep::new(number, entry.delegate_id.clone());
-            step.action = Some(entry.step.clone());
-            step.extra.insert("model_version", Value::String(entry.model_version.clone()));
-            if let Some(timestamp) = &entry.timestamp {
-                step.extra.insert("timestamp", Value::String(timestamp.clone()));
-            }
-            step.extra.insert("verification_status", Value::String(wire_name(&entry.verification_status)?));
+            let step = hop_step(number, entry, &mut facts)?;
+            hop_facts.extend(step.facts_added.iter().cloned());
             trace.push(step);
         }
         let producer_is_last = trace.last().is_some_and(|step| step.agent == provenance.produced_by);
@@ -65,7 +67,6 @@ pub fn document_from_ldp(
         }
     }
 
-    let mut facts = FactRegistry::new();
     let mut critical = Vec::new();
     let mut warnings = Vec::new();
     if let Some(contract) = contract {
@@ -115,9 +116,9 @@ pub fn document_from_ldp(
         endpoint_keys: EndpointKeys::SourceTarget,
         extra: Mapping::new(),
     };
-    let handoff = (!critical.is_empty() || !warnings.is_empty()).then(|| Handoff {
+    let handoff = (!critical.is_empty() || !warnings.is_empty() || !hop_facts.is_empty()).then(|| Handoff {
         critical_facts: critical,
-        context_facts: Vec::new(),
+        context_facts: hop_facts,
         warnings,
         extra: Mapping::new(),
     });
@@ -132,6 +133,55 @@ pub fn document_from_ldp(
         ack: None,
         extra,
     })
+}
+
+/// The trace step of one lineage entry: the delegate as its agent, its step and skill as the action, its confidence
+/// and latency as the step's, and the entry's other facts (model, time, verification status, tokens, cost) as extra
+/// keys. A hop that reported a confidence also adds a fact `H<n>` at that confidence, saying what it answered and
+/// how (registered in `facts`): the chain then carries each hop's result, checked by the LCTL confidence rules.
+fn hop_step(number: u32, entry: &LineageEntry, facts: &mut FactRegistry) -> Result<TraceStep, LctlError> {
+    let mut step = TraceStep::new(number, entry.delegate_id.clone());
+    step.action = Some(match &entry.skill {
+        Some(skill) => format!("{} {skill}", entry.step),
+        None => entry.step.clone(),
+    });
+    step.confidence = entry.confidence.map(|score| Confidence::new(score.get())).transpose()?;
+    step.duration_ms = entry.latency_ms;
+    step.extra.insert("model_version", Value::String(entry.model_version.clone()));
+    if let Some(timestamp) = &entry.timestamp {
+        step.extra.insert("timestamp", Value::String(timestamp.clone()));
+    }
+    let status = wire_name(&entry.verification_status)?;
+    step.extra.insert("verification_status", Value::String(status.clone()));
+    if let Some(skill) = &entry.skill {
+        step.extra.insert("skill", Value::String(skill.clone()));
+    }
+    if let Some(tokens) = entry.tokens_used {
+        step.extra.insert("tokens_used", i64::try_from(tokens).map_or(Value::Float(tokens as f64), Value::Integer));
+    }
+    if let Some(cost) = entry.cost_usd {
+        step.extra.insert("cost_usd", Value::Float(cost));
+    }
+    if let Some(confidence) = step.confidence {
+        let id = FactId::new(format!("H{number}"))?;
+        let mut text =
+            format!("{} answered {}: {status}", entry.delegate_id, entry.skill.as_deref().unwrap_or(&entry.step));
+        if let Some(tokens) = entry.tokens_used {
+            let _ = write!(text, ", {tokens} tokens");
+        }
+        if let Some(cost) = entry.cost_usd {
+            let _ = write!(text, ", ${cost} USD");
+        }
+        if let Some(ms) = entry.latency_ms {
+            let _ = write!(text, ", {ms} ms");
+        }
+        let mut fact = Fact::new(text, confidence);
+        fact.source = Some(entry.delegate_id.clone());
+        fact.step = Some(number);
+        facts.insert(id.clone(), fact);
+        step.facts_added.push(id);
+    }
+    Ok(step)
 }
 
 /// The delegation contract an LCTL document carries under [`CONTRACT_KEY`], if any.

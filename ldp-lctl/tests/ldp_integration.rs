@@ -29,13 +29,9 @@ fn contract() -> DelegationContract {
 }
 
 fn lineage(delegate: &str, step: &str, status: VerificationStatus) -> LineageEntry {
-    LineageEntry {
-        delegate_id: delegate.into(),
-        model_version: format!("{delegate}-2026.01"),
-        step: step.into(),
-        timestamp: Some("2026-03-09T10:00:00Z".into()),
-        verification_status: status,
-    }
+    LineageEntry::new(delegate, format!("{delegate}-2026.01"), step)
+        .with_timestamp("2026-03-09T10:00:00Z")
+        .with_verification_status(status)
 }
 
 fn provenance(entries: Vec<LineageEntry>) -> Provenance {
@@ -127,6 +123,60 @@ fn a_producer_missing_from_the_lineage_gets_its_own_step() {
     assert_eq!(doc.trace[1].confidence, Some(Confidence::new(0.84).unwrap()));
     // Within the depth limit: no depth warning, and no contract means no handoff at all.
     assert!(doc.handoff.is_none());
+}
+
+#[test]
+fn each_hops_facts_become_its_step_and_a_fact_handed_off() {
+    let hop = |delegate: &str, skill: &str, confidence: f64, tokens: u64, cost: f64, ms: u64| {
+        let mut entry =
+            lineage(delegate, "delegated", VerificationStatus::PeerVerified).with_skill(skill).with_latency_ms(ms);
+        entry.confidence = Some(Score::new(confidence).unwrap());
+        entry.tokens_used = Some(tokens);
+        entry.cost_usd = Some(cost);
+        entry
+    };
+    let hops = vec![
+        hop("ldp:delegate:extractor", "extract", 0.9, 120, 0.0012, 35),
+        hop("ldp:delegate:translator", "translate", 0.7, 80, 0.0008, 21),
+        // A hop that reported nothing but who it was: a step, and no fact invented for it.
+        lineage("ldp:delegate:mute", "delegated", VerificationStatus::Unverified),
+    ];
+    let doc = document_from_ldp("task-003", Some(&provenance(hops.clone())), Some(&contract())).unwrap();
+    for (index, entry) in hops.iter().enumerate() {
+        let step = &doc.trace[index];
+        assert_eq!(step.agent, entry.delegate_id);
+        assert_eq!(step.confidence.map(|c| c.value()), entry.confidence.map(|s| s.get()));
+        assert_eq!(step.duration_ms, entry.latency_ms);
+        assert_eq!(step.extra.get("skill").cloned(), entry.skill.clone().map(ldp_lctl::Value::String));
+        assert_eq!(
+            step.extra.get("tokens_used").cloned(),
+            entry.tokens_used.map(|t| ldp_lctl::Value::Integer(i64::try_from(t).unwrap()))
+        );
+        assert_eq!(step.extra.get("cost_usd").cloned(), entry.cost_usd.map(ldp_lctl::Value::Float));
+        match entry.confidence {
+            Some(confidence) => {
+                let id = FactId::new(format!("H{}", step.step)).unwrap();
+                assert_eq!(step.facts_added, vec![id.clone()]);
+                let fact = doc.facts.get(&id).unwrap();
+                assert_eq!(fact.confidence.value(), confidence.get());
+                assert_eq!(fact.source.as_deref(), Some(entry.delegate_id.as_str()));
+                for part in [entry.skill.clone().unwrap(), format!("{} tokens", entry.tokens_used.unwrap())] {
+                    assert!(fact.text.contains(&part), "{part} not in {:?}", fact.text);
+                }
+                assert!(doc.handoff.as_ref().unwrap().context_facts.contains(&id));
+            }
+            None => assert!(step.facts_added.is_empty()),
+        }
+    }
+    let report = check_document(&doc);
+    assert!(!report.has_errors(), "{:?}", report.findings);
+    // Drawn: each hop with its time and confidence, through YAML and back.
+    let reparsed = parse(&doc.to_yaml().unwrap()).unwrap();
+    let drawn = ldp_lctl::render_mermaid(&reparsed);
+    for entry in &hops[..2] {
+        assert!(drawn.contains(&format!("({} ms)", entry.latency_ms.unwrap())), "{drawn}");
+        assert!(drawn.contains(&format!("delegated {}", entry.skill.as_deref().unwrap())), "{drawn}");
+    }
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ldp_session::runtime::{Delegate, TaskContext};
-use ldp_session::{TaskOutput, TaskRequest};
+use ldp_session::{DelegatedHop, TaskOutput, TaskRequest};
 use ldp_types::{Capability, DelegateId, FailurePolicy, IdentityCard, LdpError, PayloadMode, codes};
 use serde_json::Value;
 
@@ -59,7 +59,8 @@ impl PromptTemplate {
 /// sub-task under a child contract (the budget left, the depth minus one, the parent's failure policy), its answer
 /// goes back to the model, and the loop ends with the model's answer or at a bound ([`ToolLoopLimits`], the
 /// budget, the depth), each a typed error with the text so far. The result's usage sums the model's and the
-/// sub-tasks'; each sub-task's provenance becomes a lineage entry. At depth 0 no tools are offered.
+/// sub-tasks'; each sub-task becomes a lineage entry with the facts of its hop (skill, confidence, tokens, cost,
+/// latency, verification status). At depth 0 no tools are offered.
 #[derive(Clone)]
 pub struct LlmDelegate {
     backend: Arc<dyn LlmBackend>,
@@ -331,7 +332,7 @@ impl LlmDelegate {
         request.tools = tools;
         let limits = self.tool_limits;
         let mut spent = Spent::default();
-        let mut delegated: Vec<ldp_types::Provenance> = Vec::new();
+        let mut delegated: Vec<DelegatedHop> = Vec::new();
         let mut said = String::new();
         let mut usage = Usage::default();
         let bound = |code: &str, why: String, said: &str| {
@@ -379,6 +380,7 @@ impl LlmDelegate {
             let calls = answer.tool_calls;
             request.messages.push(ChatMessage::assistant_calls(answer.text, calls.clone()));
             for (n, call) in calls.iter().enumerate() {
+                let started = std::time::Instant::now();
                 let outcome = if n >= limits.max_calls_per_round {
                     Err(LdpError::policy(codes::BUDGET_EXCEEDED, "too many tool calls in one round; not run"))
                 } else if !offered.contains(&call.name) {
@@ -403,7 +405,11 @@ impl LlmDelegate {
                     && let Some(provenance) = &out.provenance
                 {
                     spent.add(provenance.tokens_used, provenance.cost_usd);
-                    delegated.push(provenance.clone());
+                    // The hop as the lineage shows it: what its result reported, the skill, and the time it took
+                    // here (routing and failover included).
+                    let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    let skill = out.skill.as_deref().unwrap_or(&call.name);
+                    delegated.push(DelegatedHop::new(provenance.clone()).with_skill(skill).with_latency_ms(latency_ms));
                 }
                 request.messages.push(ChatMessage::tool_result(call.id.clone(), result_text(&outcome)));
             }

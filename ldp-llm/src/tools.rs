@@ -58,12 +58,21 @@ pub struct ToolOutcome {
     pub output: RawJson,
     /// Its provenance, which becomes a lineage entry of the parent's result; `None` when the hop gave none.
     pub provenance: Option<Provenance>,
+    /// The skill the sub-task ran, for the lineage entry; the tool's name when `None`.
+    pub skill: Option<String>,
 }
 
 impl ToolOutcome {
     /// An outcome of `output` with `provenance`.
     pub fn new(output: RawJson, provenance: Option<Provenance>) -> Self {
-        Self { output, provenance }
+        Self { output, provenance, skill: None }
+    }
+
+    /// Names the skill the sub-task ran (when the tool's name is not the skill's).
+    #[must_use]
+    pub fn with_skill(mut self, skill: impl Into<String>) -> Self {
+        self.skill = Some(skill.into());
+        self
     }
 }
 

@@ -8,7 +8,7 @@ use crate::support::*;
 use ldp_session::{InitiatorEvent, Misuse, PeerMisbehaved, SessionError, TaskOutput, TaskRequest};
 use ldp_types::{
     Budget, DelegationContract, ErrorCategory, FailurePolicy, LineageEntry, PayloadMode, Provenance, TaskResult,
-    TaskSubmit, VerificationStatus, codes,
+    TaskSubmit, codes,
 };
 use serde_json::json;
 
@@ -218,15 +218,8 @@ fn a_sub_task_contract_keeps_the_tighter_depth() {
 fn lineage_deeper_than_the_contract_allows_is_a_violation() {
     let sub = |id: &str, lineage: usize| {
         let mut p = Provenance::new(format!("ldp:delegate:{id}"), "v1", PayloadMode::Text);
-        p.lineage = (0..lineage)
-            .map(|i| LineageEntry {
-                delegate_id: format!("ldp:delegate:{id}-{i}"),
-                model_version: "v0".into(),
-                step: "delegated".into(),
-                timestamp: None,
-                verification_status: VerificationStatus::Unverified,
-            })
-            .collect();
+        p.lineage =
+            (0..lineage).map(|i| LineageEntry::new(format!("ldp:delegate:{id}-{i}"), "v0", "delegated")).collect();
         p
     };
     // (max depth, delegated results, violated)
@@ -236,7 +229,8 @@ fn lineage_deeper_than_the_contract_allows_is_a_violation() {
         let mut sim = Sim::new();
         let sid = sim.session();
         let c = contract(FailurePolicy::FailOpen).with_max_delegation_depth(max);
-        let out = TaskOutput { delegated, ..TaskOutput::new(json!("r")) };
+        let out =
+            TaskOutput { delegated: delegated.into_iter().map(Into::into).collect(), ..TaskOutput::new(json!("r")) };
         let (_, event) = run(&mut sim, &sid, c, out);
         let InitiatorEvent::TaskCompleted { provenance, .. } = event else { panic!("{event:?}") };
         assert_eq!(provenance.contract_satisfied, Some(!violated), "max {max}: lineage {:?}", provenance.lineage);

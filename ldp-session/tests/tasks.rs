@@ -79,16 +79,14 @@ fn results_obtained_by_re_delegating_become_lineage() {
     let mut a = Provenance::new("ldp:delegate:a", "a-1", PayloadMode::Text);
     a.timestamp = Some("2026-03-09T09:59:00Z".into());
     a.set_verification_status(VerificationStatus::PeerVerified);
-    let deep = LineageEntry {
-        delegate_id: "ldp:delegate:c".into(),
-        model_version: "c-1".into(),
-        step: "delegated".into(),
-        timestamp: None,
-        verification_status: VerificationStatus::Unverified,
-    };
+    a.confidence = Some(ldp_types::Score::new(0.75).unwrap());
+    a.tokens_used = Some(42);
+    a.cost_usd = Some(0.0125);
+    let deep = LineageEntry::new("ldp:delegate:c", "c-1", "delegated");
     let mut b = Provenance::new("ldp:delegate:b", "b-1", PayloadMode::SemanticFrame);
     b.lineage = vec![deep.clone()];
-    let out = TaskOutput { delegated: vec![a, b], ..TaskOutput::new(json!("summary")) };
+    let first = ldp_session::DelegatedHop::new(a.clone()).with_skill("summarize").with_latency_ms(17);
+    let out = TaskOutput { delegated: vec![first, b.into()], ..TaskOutput::new(json!("summary")) };
     let p = result_provenance(&sim.complete(&task.key, out));
     let hops: Vec<(&str, &str, VerificationStatus)> =
         p.lineage.iter().map(|l| (l.delegate_id.as_str(), l.model_version.as_str(), l.verification_status)).collect();
@@ -101,6 +99,16 @@ fn results_obtained_by_re_delegating_become_lineage() {
         ]
     );
     assert_eq!(p.lineage[0].timestamp.as_deref(), Some("2026-03-09T09:59:00Z"));
+    // The facts the hop reported, and those the delegating side knew of it, are the entry's.
+    let first = &p.lineage[0];
+    assert_eq!((first.confidence, first.tokens_used, first.cost_usd), (a.confidence, a.tokens_used, a.cost_usd));
+    assert_eq!((first.skill.as_deref(), first.latency_ms), (Some("summarize"), Some(17)));
+    // A hop that reported none has none: nothing is invented.
+    let second = &p.lineage[1];
+    assert_eq!(
+        (second.confidence, second.tokens_used, second.cost_usd, second.skill.as_ref()),
+        (None, None, None, None)
+    );
     assert_eq!(p.lineage[2], deep);
     assert_eq!(p.delegation_depth(), 3);
 }

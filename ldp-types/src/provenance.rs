@@ -71,7 +71,14 @@ pub struct EvidenceRef {
 }
 
 /// One hop of a delegation chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+///
+/// The RFC's entry is `delegate_id`, `model_version`, `step`, `timestamp` and `verification_status`. The facts a
+/// delegating delegate knows of each hop follow as optional members (an extension, docs/interop.md): the skill it
+/// ran, the confidence, tokens and cost the hop reported, and the time it took as the delegating side measured it.
+/// Each is omitted when unknown, and both reference SDKs ignore them (their entries have no such members and reject
+/// no unknown ones), so an entry with them still parses there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct LineageEntry {
     /// The delegate that handled the hop.
     pub delegate_id: String,
@@ -86,6 +93,82 @@ pub struct LineageEntry {
     #[serde(default, deserialize_with = "null_as_default")]
     #[schemars(with = "Option<VerificationStatus>")]
     pub verification_status: VerificationStatus,
+    /// The skill the hop ran (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skill: Option<String>,
+    /// The confidence the hop reported in its result (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<Score>,
+    /// The tokens the hop reported (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_used: Option<u64>,
+    /// The cost in USD the hop reported (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Milliseconds from sending the hop's task to its result, as the delegating side measured them, failover
+    /// included (extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+}
+
+impl LineageEntry {
+    /// An entry for `delegate_id` running `model_version` that did `step`, unverified, with no other fact.
+    pub fn new(delegate_id: impl Into<String>, model_version: impl Into<String>, step: impl Into<String>) -> Self {
+        Self {
+            delegate_id: delegate_id.into(),
+            model_version: model_version.into(),
+            step: step.into(),
+            timestamp: None,
+            verification_status: VerificationStatus::Unverified,
+            skill: None,
+            confidence: None,
+            tokens_used: None,
+            cost_usd: None,
+            latency_ms: None,
+        }
+    }
+
+    /// The entry for a hop whose result carried `provenance`: who produced it, with which model and when, how it
+    /// was verified, and the confidence, tokens and cost it reported. The step is `step`; the skill and latency,
+    /// which the result does not carry, are the caller's to add.
+    pub fn of_result(provenance: &Provenance, step: impl Into<String>) -> Self {
+        Self {
+            timestamp: provenance.timestamp.clone(),
+            verification_status: provenance.verification_status(),
+            confidence: provenance.confidence,
+            tokens_used: provenance.tokens_used,
+            cost_usd: provenance.cost_usd,
+            ..Self::new(provenance.produced_by.as_str(), provenance.model_version.as_str(), step)
+        }
+    }
+
+    /// Sets the timestamp.
+    #[must_use]
+    pub fn with_timestamp(mut self, timestamp: impl Into<String>) -> Self {
+        self.timestamp = Some(timestamp.into());
+        self
+    }
+
+    /// Sets the verification status.
+    #[must_use]
+    pub fn with_verification_status(mut self, status: VerificationStatus) -> Self {
+        self.verification_status = status;
+        self
+    }
+
+    /// Sets the skill the hop ran.
+    #[must_use]
+    pub fn with_skill(mut self, skill: impl Into<String>) -> Self {
+        self.skill = Some(skill.into());
+        self
+    }
+
+    /// Sets the hop's latency in milliseconds.
+    #[must_use]
+    pub fn with_latency_ms(mut self, latency_ms: u64) -> Self {
+        self.latency_ms = Some(latency_ms);
+        self
+    }
 }
 
 /// The provenance record every TASK_RESULT carries.

@@ -170,7 +170,48 @@ fn provenance() -> Provenance {
     p.confidence = Some(ldp_types::Score::new(0.82).unwrap());
     p.session_id = Some("s-1".into());
     p.timestamp = Some("2026-03-09T12:00:05Z".into());
+    p.lineage.push(hop_with_facts());
     p
+}
+
+/// A lineage entry with every fact of a hop (the extension members next to the RFC's).
+fn hop_with_facts() -> ldp_types::LineageEntry {
+    let mut hop = ldp_types::LineageEntry::new("ldp:delegate:carol", "carol-1", "delegated")
+        .with_timestamp("2026-03-09T12:00:04Z")
+        .with_verification_status(ldp_types::VerificationStatus::PeerVerified)
+        .with_skill("summarize")
+        .with_latency_ms(38);
+    hop.confidence = Some(ldp_types::Score::new(0.9).unwrap());
+    hop.tokens_used = Some(321);
+    hop.cost_usd = Some(0.0042);
+    hop
+}
+
+/// The reference crate reads a lineage entry carrying a hop's facts as its RFC entry (the extension members are
+/// ignored there, not refused), and our decoder reads every fact back.
+#[test]
+fn lineage_entries_with_hop_facts_stay_readable_by_the_reference_crate() {
+    let env = Envelope::new(
+        "00000000-0000-4000-8000-000000000099",
+        "2026-03-09T12:00:00+00:00",
+        "s-1",
+        "ldp:delegate:bob",
+        "ldp:delegate:alice",
+        TaskResult::new("task-1".into(), json!({"answer": "A"}), provenance()),
+    );
+    let wire = env.to_json().unwrap();
+    let theirs: LdpEnvelope = serde_json::from_str(&wire).unwrap();
+    let LdpMessageBody::TaskResult { provenance: theirs, .. } = theirs.body else { panic!("not a TASK_RESULT") };
+    let ours = hop_with_facts();
+    let entry = &theirs.lineage[0];
+    assert_eq!(
+        (entry.delegate_id.as_str(), entry.model_version.as_str(), entry.step.as_str(), entry.timestamp.as_deref()),
+        (ours.delegate_id.as_str(), ours.model_version.as_str(), ours.step.as_str(), ours.timestamp.as_deref())
+    );
+    assert_eq!(serde_json::to_value(&entry.verification_status).unwrap(), json!("peer_verified"));
+    let back = Envelope::from_json(&wire).unwrap();
+    let Body::TaskResult(result) = back.body else { panic!("not a TASK_RESULT") };
+    assert_eq!(result.provenance.lineage, vec![ours]);
 }
 
 /// One envelope of each of the twelve types, in shapes the reference crate can parse.

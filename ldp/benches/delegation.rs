@@ -1,7 +1,10 @@
 //! The cost one delegation hop adds: the same sub-task sent straight to a delegate (`ldp::connect` and `call`, one
 //! session reused) and sent as a model's tool call through `RouterTools` (selection by verified quality, the child
 //! contract with its `check: schema` criterion, route_and_submit's bookkeeping, the provenance kept for the
-//! lineage), side by side in one run, against one delegate on loopback.
+//! lineage), side by side in one run, against one delegate on loopback. Both the latency of each task (median) and
+//! the CPU the process spent per task (all its threads, the delegate's included, from `/proc/self/task/*/schedstat`;
+//! Linux only) are reported: on a loaded machine the CPU figure is the steadier one. The two paths alternate in
+//! blocks, so drift hits both alike.
 //!
 //!     cargo bench -p ldp-sdk --features llm --bench delegation
 //!     LDP_BENCH_REQUESTS=5000 cargo bench -p ldp-sdk --features llm --bench delegation
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 use ldp::delegates::RouterTools;
 use ldp::{Delegate, TaskContext};
 use ldp_llm::{ToolRun, Toolbox};
+use ldp_session::runtime::Submission;
 use ldp_session::{History, TaskKey, TaskRequest};
 use ldp_types::{Budget, DelegationContract, FailurePolicy, PayloadMode, RawJson};
 use serde_json::json;
@@ -20,6 +24,19 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
 }
+
+/// CPU time of every thread of this process so far, in nanoseconds (`None` off Linux).
+fn cpu_ns() -> Option<u64> {
+    let mut total = 0u64;
+    for thread in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(thread.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+/// Blocks each path runs in turn.
+const BLOCKS: usize = 10;
 
 fn main() {
     let requests: usize = std::env::var("LDP_BENCH_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
@@ -48,32 +65,80 @@ fn main() {
         let mut child = contract.clone();
         child.policy.max_delegation_depth = Some(0);
 
-        // Warm both paths (connections, sessions), then alternate rounds so drift hits both alike.
+        // The contract a routed call carries (the child contract and the card's output schema as a `check:`
+        // criterion, as RouterTools adds it), for the third path: straight to the delegate with that contract.
+        let mut contracted = child.clone();
+        let output_schema =
+            direct.card().capabilities.iter().find(|c| c.name == "upper").and_then(|c| c.output_schema.clone());
+        if let Some(schema) = output_schema {
+            contracted.success_criteria.push(format!("check: schema {schema}"));
+        }
+        let session = direct.session().await.unwrap();
+        let with_contract = || Submission::new(&session, "upper", "hello").contract(contracted.clone());
+
+        // Warm every path (connections, sessions), then alternate blocks so drift hits each alike.
         for _ in 0..50 {
             direct.call::<String>("upper", "warm").await.unwrap();
+            direct.client().submit_task(with_contract()).await.unwrap();
             let run = ToolRun::new("upper", json!({"input": "warm"}), Some(child.clone()), &parent);
             tools.run(run).await.unwrap();
         }
-        let (mut straight, mut routed) = (Vec::with_capacity(requests), Vec::with_capacity(requests));
+        let per_block = requests.div_ceil(BLOCKS);
+        let mut latency: [Vec<Duration>; 3] = Default::default();
+        let mut cpu = [0u64; 3];
         let started = Instant::now();
-        for _ in 0..requests {
-            let t = Instant::now();
-            direct.call::<String>("upper", "hello").await.unwrap();
-            straight.push(t.elapsed());
-            let run = ToolRun::new("upper", json!({"input": "hello"}), Some(child.clone()), &parent);
-            let t = Instant::now();
-            tools.run(run).await.unwrap();
-            routed.push(t.elapsed());
+        for _ in 0..BLOCKS {
+            let before = cpu_ns();
+            for _ in 0..per_block {
+                let t = Instant::now();
+                direct.call::<String>("upper", "hello").await.unwrap();
+                latency[0].push(t.elapsed());
+            }
+            let after_straight = cpu_ns();
+            for _ in 0..per_block {
+                let t = Instant::now();
+                direct.client().submit_task(with_contract()).await.unwrap();
+                latency[1].push(t.elapsed());
+            }
+            let after_contract = cpu_ns();
+            for _ in 0..per_block {
+                let run = ToolRun::new("upper", json!({"input": "hello"}), Some(child.clone()), &parent);
+                let t = Instant::now();
+                tools.run(run).await.unwrap();
+                latency[2].push(t.elapsed());
+            }
+            if let (Some(a), Some(b), Some(c), Some(d)) = (before, after_straight, after_contract, cpu_ns()) {
+                cpu[0] += b - a;
+                cpu[1] += c - b;
+                cpu[2] += d - c;
+            }
         }
-        let (a, b) = (median(straight), median(routed));
-        println!("delegation hop, {requests} tasks each, {:.1} s", started.elapsed().as_secs_f64());
-        println!("  straight to the delegate (ldp::connect, call):      median {:>8.1} us", a.as_secs_f64() * 1e6);
-        println!("  as a tool call through RouterTools (route_and_submit): median {:>8.1} us", b.as_secs_f64() * 1e6);
+        let tasks = (per_block * BLOCKS) as f64;
+        println!("delegation hop, {} tasks each, {:.1} s", per_block * BLOCKS, started.elapsed().as_secs_f64());
+        let names = [
+            "straight to the delegate (ldp::connect, call)",
+            "straight, with the routed call's contract",
+            "as a tool call through RouterTools",
+        ];
+        let medians: Vec<f64> = latency.into_iter().map(|v| median(v).as_secs_f64() * 1e6).collect();
+        let cpus: Vec<f64> = cpu.iter().map(|&ns| ns as f64 / tasks / 1e3).collect();
+        for (i, name) in names.iter().enumerate() {
+            let cpu = if cpu[0] > 0 { format!(", CPU {:>6.1} us/task", cpus[i]) } else { String::new() };
+            println!("  {name:<46} median {:>6.1} us{cpu}", medians[i]);
+        }
         println!(
-            "  added per hop: {:.1} us ({:.2}x)",
-            (b.as_secs_f64() - a.as_secs_f64()) * 1e6,
-            b.as_secs_f64() / a.as_secs_f64()
+            "  added per hop (routed vs straight): latency {:.1} us ({:.2}x)",
+            medians[2] - medians[0],
+            medians[2] / medians[0]
         );
+        if cpu[0] > 0 {
+            println!(
+                "  added per hop (routed vs straight): CPU {:.1} us ({:.2}x), of which the contract {:.1} us",
+                cpus[2] - cpus[0],
+                cpus[2] / cpus[0],
+                cpus[1] - cpus[0]
+            );
+        }
         sub.shutdown().await.unwrap();
     });
 }

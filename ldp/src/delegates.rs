@@ -246,7 +246,7 @@ impl Toolbox for RouterTools {
         let mut task = RouteTask::new(tool.skill.clone(), RawJson::from(input));
         task.contract = with_output_check(call.contract, tool);
         match self.registry.route_and_submit(&task, &NoScore).await {
-            Ok(routed) => Ok(ToolOutcome::new(routed.output, routed.provenance)),
+            Ok(routed) => Ok(ToolOutcome::new(routed.output, routed.provenance).with_skill(tool.skill.as_str())),
             Err(e) => Err(match e.kind {
                 RouteErrorKind::Escalated { error, .. } => error,
                 RouteErrorKind::Selection(why) => {

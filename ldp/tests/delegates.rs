@@ -353,3 +353,192 @@ mod lying_about_quality {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// The chain hop by hop, over both providers' wires: a planner whose model (an OpenAI-compatible or Anthropic
+/// Messages stub, plain and streamed, the Anthropic one streaming each `tool_use` input as `input_json_delta`
+/// pieces) calls two real delegates in turn; each call's `tool_result` goes back to the model, and each hop's
+/// lineage entry carries what that delegate reported (confidence, tokens, cost, verification status), the skill it
+/// ran and the time it took. The chain as LCTL passes the checks `ldp lctl check` runs and draws each hop.
+mod chain_facts {
+    use super::*;
+    use ldp::TaskOutput;
+    use ldp_types::{Score, VerificationStatus};
+
+    /// What a delegate reports of its work.
+    #[derive(Clone, Copy)]
+    struct Facts {
+        confidence: f64,
+        tokens: u64,
+        cost_usd: f64,
+        status: VerificationStatus,
+    }
+
+    const EXTRACT: Facts =
+        Facts { confidence: 0.91, tokens: 120, cost_usd: 0.0012, status: VerificationStatus::ToolVerified };
+    const TRANSLATE: Facts =
+        Facts { confidence: 0.74, tokens: 64, cost_usd: 0.0007, status: VerificationStatus::PeerVerified };
+
+    /// A delegate with one skill that upper-cases its input and reports `facts` with the result.
+    async fn reporting(id: &str, skill: &str, facts: Facts) -> ldp::Server {
+        Delegate::builder(id)
+            .skill(skill, move |input: String, _cx: TaskContext| async move {
+                let out = TaskOutput {
+                    confidence: Score::new(facts.confidence).ok(),
+                    tokens_used: Some(facts.tokens),
+                    cost_usd: Some(facts.cost_usd),
+                    verification_status: facts.status,
+                    ..TaskOutput::new(input.to_uppercase().as_str())
+                };
+                Ok::<_, LdpError>(ldp::Output::from(out))
+            })
+            .describe(format!("The skill {skill}"))
+            .spawn("127.0.0.1:0")
+            .await
+            .unwrap()
+    }
+
+    async fn planner_on(stub: &Stub, flavor: Flavor, stream: bool, delegates: &[&ldp::Server]) -> ldp::Server {
+        let mut config = ServerConfig::default();
+        config.bind = "127.0.0.1:0".into();
+        config.identity.delegate_id = Some("ldp:delegate:planner".into());
+        config.backend.kind = Some(match flavor {
+            Flavor::OpenAi => BackendKind::Openai,
+            Flavor::Anthropic => BackendKind::Anthropic,
+        });
+        config.backend.base_url = Some(stub.base_url());
+        config.backend.model = Some("stub-model".into());
+        config.backend.no_stream = !stream;
+        config.backend.delegates = delegates.iter().map(|d| d.url().to_owned()).collect();
+        ldp::Server::start(config).await.unwrap()
+    }
+
+    /// The tool results the planner sent back to the model in `request`, as (call id, content), in each wire's shape.
+    fn tool_results(flavor: Flavor, request: &serde_json::Value) -> Vec<(String, String)> {
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        match flavor {
+            Flavor::OpenAi => messages
+                .iter()
+                .filter(|m| m["role"] == "tool")
+                .map(|m| (m["tool_call_id"].as_str().unwrap().to_owned(), m["content"].to_string()))
+                .collect(),
+            Flavor::Anthropic => messages
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .filter_map(|m| m["content"].as_array().cloned())
+                .flatten()
+                .filter(|block| block["type"] == "tool_result")
+                .map(|block| (block["tool_use_id"].as_str().unwrap().to_owned(), block["content"].to_string()))
+                .collect(),
+        }
+    }
+
+    /// The ids of the calls the model made, as the planner replayed them to it in `request`.
+    fn replayed_calls(flavor: Flavor, request: &serde_json::Value) -> Vec<String> {
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        let assistant = messages.iter().filter(|m| m["role"] == "assistant");
+        match flavor {
+            Flavor::OpenAi => assistant
+                .filter_map(|m| m["tool_calls"].as_array().cloned())
+                .flatten()
+                .map(|c| c["id"].as_str().unwrap().to_owned())
+                .collect(),
+            Flavor::Anthropic => assistant
+                .filter_map(|m| m["content"].as_array().cloned())
+                .flatten()
+                .filter(|block| block["type"] == "tool_use")
+                .map(|block| block["id"].as_str().unwrap().to_owned())
+                .collect(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_hop_carries_what_its_delegate_reported_over_both_wires() {
+        let extractor = reporting("ldp:delegate:extractor", "extract", EXTRACT).await;
+        let translator = reporting("ldp:delegate:translator", "translate", TRANSLATE).await;
+        let hops = [
+            ("ldp:delegate:extractor", "extract", "quarterly", EXTRACT),
+            ("ldp:delegate:translator", "translate", "revenue", TRANSLATE),
+        ];
+        for flavor in [Flavor::OpenAi, Flavor::Anthropic] {
+            for stream in [false, true] {
+                let what = format!("{flavor:?}, streamed: {stream}");
+                let script = vec![
+                    StubTurn::call(hops[0].1, &json!({"input": hops[0].2})),
+                    StubTurn::call(hops[1].1, &json!({"input": hops[1].2})),
+                    StubTurn::text("both done"),
+                ];
+                let stub = Stub::start(StubConfig::new(flavor).with_script(script)).await.unwrap();
+                let server = planner_on(&stub, flavor, stream, &[&extractor, &translator]).await;
+                let conn = ldp::connect(server.url()).await.unwrap();
+                let session = conn.session().await.unwrap();
+                let started = std::time::Instant::now();
+                let task = Submission::new(&session, "chat", "extract and translate").contract(contract());
+                let out = conn.client().submit_task(task).await.unwrap();
+                let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap();
+                assert_eq!(out.output.as_string().unwrap(), "both done", "{what}");
+
+                // Each call's answer went back to the model as that call's result, in the wire's own shape.
+                let recorded = stub.recorded();
+                assert_eq!(recorded.len(), 3, "{what}");
+                let last = &recorded[2];
+                let results = tool_results(flavor, last);
+                assert_eq!(results.len(), 2, "{what}: {last}");
+                let calls = replayed_calls(flavor, last);
+                for (index, (call_id, content)) in results.iter().enumerate() {
+                    assert_eq!(Some(call_id), calls.get(index), "{what}: {last}");
+                    assert!(content.contains(&hops[index].2.to_uppercase()), "{what}: {content}");
+                }
+                if stream {
+                    assert_eq!(last["stream"], true, "{what}");
+                }
+
+                // One lineage entry per hop, in call order, each with the facts its delegate reported.
+                let lineage = &out.provenance.lineage;
+                assert_eq!(lineage.len(), hops.len(), "{what}: {lineage:?}");
+                let mut hop_tokens = 0;
+                for (entry, (id, skill, _, facts)) in lineage.iter().zip(hops) {
+                    assert_eq!(entry.delegate_id, id, "{what}");
+                    assert_eq!(entry.step, "delegated", "{what}");
+                    assert_eq!(entry.skill.as_deref(), Some(skill), "{what}");
+                    assert_eq!(entry.confidence, Score::new(facts.confidence).ok(), "{what}");
+                    assert_eq!(entry.tokens_used, Some(facts.tokens), "{what}");
+                    assert_eq!(entry.cost_usd, Some(facts.cost_usd), "{what}");
+                    assert_eq!(entry.verification_status, facts.status, "{what}");
+                    let latency = entry.latency_ms.unwrap();
+                    assert!(latency <= elapsed_ms, "{what}: a hop of {latency} ms in a task of {elapsed_ms} ms");
+                    hop_tokens += facts.tokens;
+                }
+                // The parent's usage sums the model's answers and the hops'.
+                let total = out.provenance.tokens_used.unwrap();
+                assert!(total > hop_tokens, "{what}: {total} tokens for hops of {hop_tokens}");
+                let hop_cost: f64 = hops.iter().map(|h| h.3.cost_usd).sum();
+                assert!(out.provenance.cost_usd.unwrap() >= hop_cost - 1e-12, "{what}");
+
+                // The chain, hop by hop, as LCTL: it passes `ldp lctl check` (`check_chain`) and each hop is drawn
+                // with its time, its skill and its confidence.
+                let doc =
+                    ldp_lctl::ldp::document_from_ldp("ctr-plan", Some(&out.provenance), Some(&contract())).unwrap();
+                let doc = ldp_lctl::parse(&doc.to_yaml().unwrap()).unwrap();
+                let report = ldp_lctl::check_chain(std::slice::from_ref(&doc));
+                assert!(!report.has_errors(), "{what}: {report:?}");
+                let drawn = ldp_lctl::render_mermaid(&doc);
+                let timeline = ldp_lctl::render_timeline(&doc);
+                for (entry, step) in lineage.iter().zip(&doc.trace) {
+                    assert_eq!(step.agent, entry.delegate_id, "{what}");
+                    assert_eq!(step.duration_ms, entry.latency_ms, "{what}");
+                    let confidence = step.confidence.unwrap();
+                    assert_eq!(Some(confidence.value()), entry.confidence.map(|c| c.get()), "{what}");
+                    let skill = entry.skill.as_deref().unwrap();
+                    let title = format!("{}: {} ({} ms)", step.step, entry.delegate_id, entry.latency_ms.unwrap());
+                    assert!(drawn.contains(&title), "{what}: {title} not in {drawn}");
+                    assert!(drawn.contains(&format!("delegated {skill}")), "{what}: {drawn}");
+                    assert!(timeline.contains(&confidence.to_string()), "{what}: {timeline}");
+                }
+                server.shutdown().await.unwrap();
+            }
+        }
+        for s in [extractor, translator] {
+            s.shutdown().await.unwrap();
+        }
+    }
+}

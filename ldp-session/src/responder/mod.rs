@@ -58,8 +58,8 @@ pub use shared::SharedEnd;
 use sources::{HeavySources, PrincipalSessions};
 use tasks::TaskDeadline;
 pub use types::{
-    Aborted, AuthenticatedPeer, Delivery, HistoryItem, Outcome, PeerContext, ResponderEvent, TaskOutput, TaskRequest,
-    TaskStatus, source_of,
+    Aborted, AuthenticatedPeer, DelegatedHop, Delivery, HistoryItem, Outcome, PeerContext, ResponderEvent, TaskOutput,
+    TaskRequest, TaskStatus, source_of,
 };
 
 /// The responder machine. See the module docs for the calling order.

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use ldp_types::{
-    Body, Envelope, LdpError, LineageEntry, PayloadMode, Provenance, RawJson, TaskFailed, TaskResult, TaskSubmit,
-    TaskUpdate, UsageReceipt, codes,
+    Body, Envelope, LdpError, PayloadMode, Provenance, RawJson, TaskFailed, TaskResult, TaskSubmit, TaskUpdate,
+    UsageReceipt, codes,
 };
 
 use crate::TaskKey;
@@ -398,15 +398,9 @@ impl Responder {
             // cannot fail; a result without a receipt is still a result.
             provenance.usage_receipt = receipt.sign(signing_key).ok().map(Box::new);
         }
-        for sub in out.delegated {
-            provenance.lineage.push(LineageEntry {
-                delegate_id: sub.produced_by.clone(),
-                model_version: sub.model_version.clone(),
-                step: "delegated".to_owned(),
-                timestamp: sub.timestamp.clone(),
-                verification_status: sub.verification_status(),
-            });
-            provenance.lineage.extend(sub.lineage);
+        for hop in out.delegated {
+            provenance.lineage.push(hop.lineage_entry());
+            provenance.lineage.extend(hop.provenance.lineage);
         }
         if let (Some(input), Some(skill)) = (task.input, skill)
             && let Some(s) = self.sessions.get_mut(key.session_id.as_str())

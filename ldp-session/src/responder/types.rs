@@ -117,8 +117,9 @@ pub struct TaskOutput {
     pub verification_status: VerificationStatus,
     /// Evidence references.
     pub evidence: Vec<EvidenceRef>,
-    /// Provenance of results obtained by re-delegating; they become lineage entries.
-    pub delegated: Vec<Provenance>,
+    /// Results obtained by re-delegating, in the order they came; each becomes a lineage entry followed by its own
+    /// lineage.
+    pub delegated: Vec<DelegatedHop>,
     /// Prompt (input) tokens, for the usage receipt ([`ResponderConfig::receipt_key`](crate::ResponderConfig)).
     pub tokens_in: Option<u64>,
     /// Completion (output) tokens, for the usage receipt.
@@ -126,6 +127,54 @@ pub struct TaskOutput {
     /// The model that produced the output as its provider named it: the provenance's `model_version` and the usage
     /// receipt's `model` (the card's `model_version` when unset).
     pub model: Option<String>,
+}
+
+/// A result obtained by re-delegating: its provenance, and what the delegating side knows of the hop that the
+/// result does not carry. It becomes a lineage entry ([`ldp_types::LineageEntry::of_result`], step `delegated`).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DelegatedHop {
+    /// The sub-task's provenance.
+    pub provenance: Provenance,
+    /// The skill the sub-task ran.
+    pub skill: Option<String>,
+    /// Milliseconds from sending the sub-task to its result, failover included.
+    pub latency_ms: Option<u64>,
+}
+
+impl DelegatedHop {
+    /// A hop whose result carried `provenance`, with no skill or latency known.
+    pub fn new(provenance: Provenance) -> Self {
+        Self { provenance, skill: None, latency_ms: None }
+    }
+
+    /// Sets the skill the sub-task ran.
+    #[must_use]
+    pub fn with_skill(mut self, skill: impl Into<String>) -> Self {
+        self.skill = Some(skill.into());
+        self
+    }
+
+    /// Sets the hop's latency in milliseconds.
+    #[must_use]
+    pub fn with_latency_ms(mut self, latency_ms: u64) -> Self {
+        self.latency_ms = Some(latency_ms);
+        self
+    }
+
+    /// The lineage entry of this hop (step `delegated`).
+    pub fn lineage_entry(&self) -> ldp_types::LineageEntry {
+        let mut entry = ldp_types::LineageEntry::of_result(&self.provenance, "delegated");
+        entry.skill.clone_from(&self.skill);
+        entry.latency_ms = self.latency_ms;
+        entry
+    }
+}
+
+impl From<Provenance> for DelegatedHop {
+    fn from(provenance: Provenance) -> Self {
+        Self::new(provenance)
+    }
 }
 
 impl TaskOutput {

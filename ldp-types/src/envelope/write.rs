@@ -48,6 +48,11 @@ pub(super) fn provenance_estimate(p: &Provenance) -> usize {
             + l.model_version.len()
             + l.step.len()
             + string(const { member_len("timestamp") }, &l.timestamp)
+            + string(const { member_len("skill") }, &l.skill)
+            + number(const { member_len("confidence") }, l.confidence.is_some())
+            + number(const { member_len("tokens_used") }, l.tokens_used.is_some())
+            + number(const { member_len("cost_usd") }, l.cost_usd.is_some())
+            + number(const { member_len("latency_ms") }, l.latency_ms.is_some())
     });
     const FIXED: usize = member_len("produced_by")
         + member_len("model_version")

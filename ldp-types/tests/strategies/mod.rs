@@ -86,13 +86,20 @@ pub fn verification_status() -> impl Strategy<Value = VerificationStatus> {
 pub fn provenance() -> impl Strategy<Value = Provenance> {
     let evidence = (text(), text(), option::of(text()), option::of(text()))
         .prop_map(|(source, kind, uri, summary)| EvidenceRef { source, kind, uri, summary });
-    let lineage = (text(), text(), text(), option::of(text()), verification_status()).prop_map(
-        |(delegate_id, model_version, step, timestamp, verification_status)| LineageEntry {
-            delegate_id,
-            model_version,
-            step,
-            timestamp,
-            verification_status,
+    let hop_facts = (
+        option::of(text()),
+        option::of(score()),
+        option::of(any::<u64>()),
+        option::of(exact_f64()),
+        option::of(any::<u64>()),
+    );
+    let lineage = (text(), text(), text(), option::of(text()), verification_status(), hop_facts).prop_map(
+        |(delegate_id, model_version, step, timestamp, verification_status, facts)| {
+            let mut entry =
+                LineageEntry::new(delegate_id, model_version, step).with_verification_status(verification_status);
+            entry.timestamp = timestamp;
+            (entry.skill, entry.confidence, entry.tokens_used, entry.cost_usd, entry.latency_ms) = facts;
+            entry
         },
     );
     (
