@@ -238,8 +238,9 @@ pub fn admit<R: StoreRecords>(
         Some(TaskStep::Claim { key, task, lease, max_tasks, usage: read, dedupe }) => {
             let usage = if *read || max_tasks.is_some() { records.usage(id, &row)? } else { SessionUsage::default() };
             admitted.usage = read.then_some(usage);
-            let claim = Claim { key, task, lease: *lease, max_tasks: *max_tasks, dedupe: dedupe.as_ref() };
-            let Some(answer) = claim_step(records, claim, usage, now, keeping)? else { return seen };
+            let (max_tasks, dedupe) = (*max_tasks, dedupe.as_ref());
+            let claim = Claim { key, task, lease: *lease, max_tasks, dedupe, usage, now, keeping };
+            let Some(answer) = claim_step(records, claim)? else { return seen };
             Some(TaskAnswer::Claim(answer))
         }
         Some(TaskStep::Read(key)) => Some(TaskAnswer::Read(read(records, key, now, keeping)?)),
@@ -262,30 +263,23 @@ struct Claim<'a> {
     lease: Duration,
     max_tasks: Option<u64>,
     dedupe: Option<&'a ReplayClaim>,
-}
-
-/// A claim in a live session: `None` when the task's record holds the claiming message (a replay, nothing written).
-fn claim_step<R: StoreRecords>(
-    records: &mut R,
-    claim: Claim<'_>,
+    /// What the session has used (read only under a task limit).
     usage: SessionUsage,
     now: i64,
     keeping: Keeping,
-) -> Result<Option<TaskClaim>, R::Error> {
-    let answer = claim_record(records, claim, usage, now, keeping)?;
+}
+
+/// A claim in a live session: `None` when the task's record holds the claiming message (a replay, nothing written).
+fn claim_step<R: StoreRecords>(records: &mut R, claim: Claim<'_>) -> Result<Option<TaskClaim>, R::Error> {
+    let answer = claim_record(records, claim)?;
     if let (Some(entry), Some(TaskClaim::Taken | TaskClaim::LimitReached)) = (claim.dedupe, &answer) {
         records.write_dedupe(entry)?;
     }
     Ok(answer)
 }
 
-fn claim_record<R: StoreRecords>(
-    records: &mut R,
-    claim: Claim<'_>,
-    usage: SessionUsage,
-    now: i64,
-    keeping: Keeping,
-) -> Result<Option<TaskClaim>, R::Error> {
+fn claim_record<R: StoreRecords>(records: &mut R, claim: Claim<'_>) -> Result<Option<TaskClaim>, R::Error> {
+    let Claim { usage, now, keeping, .. } = claim;
     let limited = at_task_limit(usage, claim.max_tasks);
     let expires = now.saturating_add(keeping.result_ttl_ms);
     let mut running = claim.task.clone();
@@ -330,9 +324,9 @@ pub fn claim<R: StoreRecords>(
     now: i64,
     keeping: Keeping,
 ) -> Result<TaskClaim, R::Error> {
-    let claim = Claim { key, task, lease, max_tasks: None, dedupe: None };
+    let claim = Claim { key, task, lease, max_tasks: None, dedupe: None, usage: SessionUsage::default(), now, keeping };
     // Without a message to hold, no record holds it.
-    Ok(claim_record(records, claim, SessionUsage::default(), now, keeping)?.unwrap_or(TaskClaim::Taken))
+    Ok(claim_record(records, claim)?.unwrap_or(TaskClaim::Taken))
 }
 
 /// [`crate::store::Store::task`] and an admission's read: a task's record, a lapsed lease failed first (kept a result
