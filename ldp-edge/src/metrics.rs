@@ -291,7 +291,9 @@ impl HttpMetrics {
     ) {
         let reply = reply_label(reply);
         let inner = &self.inner;
-        if reply == "TASK_RESULT" && status == 200 && code.is_none() {
+        const RESULT: &str = MessageType::TaskResult.as_str();
+        const FAILED: &str = MessageType::TaskFailed.as_str();
+        if reply == RESULT && status == 200 && code.is_none() {
             let hot = inner.completed.get_or_init(|| CompletedSeries {
                 path,
                 messages: inner.messages.get_or_create(&MessageLabels { path, reply, status }).clone(),
@@ -308,10 +310,10 @@ impl HttpMetrics {
         inner.messages.get_or_create(&MessageLabels { path, reply, status }).inc();
         inner.latency.get_or_create(&LatencyLabels { path, reply }).observe(elapsed.as_secs_f64());
         match reply {
-            "TASK_RESULT" => {
+            RESULT => {
                 inner.tasks.get_or_create(&StatusLabels { status: "completed" }).inc();
             }
-            "TASK_FAILED" => {
+            FAILED => {
                 inner.tasks.get_or_create(&StatusLabels { status: "failed" }).inc();
             }
             _ => {}

@@ -1,22 +1,27 @@
 //! The Redis store, for replicas behind a load balancer.
 //!
+//! The store's rules run in Rust (`ldp_session::shared::rules`), over one session's records, and one script writes
+//! what they decided only if every record they read is unchanged (`records.rs`): Redis offers atomic primitives, not
+//! a copy of a rule. A task costs Redis two calls, its admission and its end, while this replica remembers the
+//! session's row and the task's record.
+//!
 //! Keys start with `ldp:<delegate id>:` (several delegates can share one Redis), and every key of a session carries
-//! the session id as its hash tag, `ldp:<ns>:{<session id>}:session|task:<id>|lease:<id>`, so on Redis Cluster all of
-//! a session's keys live in one slot and the scripts that touch several of them run there (a session id's `%`, `{` and
-//! `}` escaped, see `tag`). TTLs are Redis expiries
-//! (`PX`): a session's key expires a marker time (`closed_ttl`) after its TTL without a message (in that time it is
-//! looked up as expired, so every replica answers `SESSION_EXPIRED`), a lease key after the lease without renewal. A
-//! session's TTL restart is written ahead by a tenth of the TTL (at most a second), so a busy session's value is
-//! rewritten about once a second rather than by every message.
+//! the session id as its hash tag, `ldp:<ns>:{<session id>}:session|usage|task:<id>|replay:<digest>`, so on Redis
+//! Cluster all of a session's keys live in one slot and the script that touches several of them runs there (a
+//! session id's `%`, `{` and `}` escaped, see `tag`). A session's value is `<expiry ms>|<TTL ms>|<record>`, and its key
+//! expires a marker time (`closed_ttl`) after the expiry (in that time it is looked up as expired, so every replica
+//! answers `SESSION_EXPIRED`); a closed session's value is `closed`. A task's record holds its lease's end and expires
+//! a result TTL after its last write.
+//!
 //! Replay entries are `ldp:<ns>:{<session id>}:replay:<message digest>` for a message in a session (its signature
 //! covers the session id, so a replay carries the same one) and `ldp:<ns>:replay:{<message digest>}` for one outside
-//! (`SET NX PXAT`), global across principals (a captured message replayed under another credential is still a
+//! (`SET PXAT`), global across principals (a captured message replayed under another credential is still a
 //! replay). Signed traffic's bounds are sorted sets scored by expiry in one slot, `ldp:<ns>:{replay-count}:share:
 //! <principal>` and `ldp:<ns>:{replay-count}:total`.
 //!
 //! Near its `maxmemory`, or refused a write for memory, the store drops the oldest ended tasks' records early, as the
 //! other backends do at their bounds (`room.rs`); a result is always recorded, a status query and a close always
-//! answered, even when Redis is full (their scripts delete before they write, or only read).
+//! answered, even when Redis is full (the script deletes before it writes, or only reads).
 //!
 //! Each call goes through `redis`'s `ConnectionManager` (one multiplexed connection, reconnected in the background
 //! after a failure) with its own response and connection timeouts; the runtime adds its own timeout on top. Behind
@@ -30,32 +35,28 @@ use async_trait::async_trait;
 use ldp_session::TaskKey;
 use ldp_session::shared::rules;
 use ldp_session::shared::{
-    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
-    TaskAnswer, TaskClaim, TaskFinish, TaskStep,
+    Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, TaskClaim, TaskFinish,
+    TaskStep,
 };
 use ldp_session::store::{Store, StoreError};
 use redis::{AsyncCommands, Script};
 
-use crate::{OpenError, StoreConfig, corrupt, ms};
+use crate::{OpenError, StoreConfig, corrupt};
 
 mod connection;
+mod records;
 mod room;
 mod scripts;
 pub use room::RoomPass;
 
 use connection::*;
+use records::Role;
 use scripts::*;
 
 const BACKEND: &str = "redis";
 
 /// The value of a closed session's key.
 const CLOSED: &str = "closed";
-
-/// The value of an expired session's key (kept as a marker until the key's own expiry).
-const EXPIRED: &str = "expired";
-
-/// What the admission script answers for a session's value it cannot read.
-const CORRUPT: &str = "corrupt";
 
 /// Shared state in Redis.
 #[derive(Clone)]
@@ -67,6 +68,8 @@ pub struct RedisStore {
     scripts: std::sync::Arc<Scripts>,
     /// When Redis's memory was last read, and whether room is being made (`room.rs`).
     room: std::sync::Arc<room::Room>,
+    /// The records this replica last wrote or read: the first guess of the next operation on them (`records.rs`).
+    remembered: std::sync::Arc<records::Remembered>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -76,19 +79,9 @@ impl std::fmt::Debug for RedisStore {
 }
 
 struct Scripts {
-    admit: Script,
+    commit: Script,
     account: Script,
-    claim: Script,
-    release: Script,
-    renew: Script,
-    finish: Script,
-    lapse: Script,
-    cancel: Script,
     drop_ended: Script,
-    read: Script,
-    close: Script,
-    /// The rules' decisions the scripts look up.
-    tables: Tables,
 }
 
 impl RedisStore {
@@ -196,18 +189,9 @@ impl RedisStore {
         };
         let namespace: String = cfg.namespace.chars().filter(|c| !matches!(c, '{' | '}')).collect();
         let scripts = Scripts {
-            admit: Script::new(&format!("{STATE}{ADMIT}")),
+            commit: Script::new(COMMIT),
             account: Script::new(ACCOUNT),
-            claim: Script::new(&format!("{STATE}{CLAIM}")),
-            release: Script::new(&format!("{STATE}{RELEASE}")),
-            renew: Script::new(&format!("{STATE}{RENEW}")),
-            finish: Script::new(&format!("{STATE}{FINISH}")),
-            lapse: Script::new(LAPSE),
-            cancel: Script::new(CANCEL),
             drop_ended: Script::new(room::DROP_ENDED),
-            read: Script::new(READ),
-            close: Script::new(CLOSE),
-            tables: Tables::new(),
         };
         let store = Self {
             prefix: format!("ldp:{namespace}:"),
@@ -215,6 +199,7 @@ impl RedisStore {
             conn,
             scripts: std::sync::Arc::new(scripts),
             room: std::sync::Arc::default(),
+            remembered: std::sync::Arc::default(),
         };
         let mut conn = store.conn();
         let ping = redis::cmd("PING");
@@ -281,9 +266,13 @@ impl RedisStore {
         format!("{}{{{}}}:usage", self.prefix, tag(session_id))
     }
 
-    fn task_keys(&self, key: &TaskKey) -> (String, String) {
-        let base = format!("{}{{{}}}", self.prefix, tag(&key.session_id));
-        (format!("{base}:task:{}", key.task_id), format!("{base}:lease:{}", key.task_id))
+    fn task_key(&self, key: &TaskKey) -> String {
+        format!("{}{{{}}}:task:{}", self.prefix, tag(&key.session_id), key.task_id)
+    }
+
+    /// The store's keeping times as the rules take them.
+    fn keeping(&self) -> rules::Keeping {
+        rules::Keeping::new(self.cfg.closed_ttl, self.cfg.result_ttl)
     }
 
     fn conn(&self) -> Connection {
@@ -312,15 +301,6 @@ fn tag(session_id: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(escaped)
 }
 
-/// A session's usage as the admission script replies it: tasks, tokens and cost, as text.
-fn usage(mut reply: impl Iterator<Item = Option<String>>) -> Result<SessionUsage, StoreError> {
-    let mut field = || reply.next().flatten().unwrap_or_default();
-    let (tasks, tokens, cost) = (field(), field(), field());
-    let count = |text: &str| text.parse::<u64>().map_err(|e| corrupt(BACKEND, e));
-    let cost: f64 = cost.parse().map_err(|e| corrupt(BACKEND, e))?;
-    Ok(SessionUsage::new(count(&tasks)?, count(&tokens)?, cost))
-}
-
 fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| corrupt(BACKEND, e))
 }
@@ -344,40 +324,6 @@ impl RedisStore {
         let base = format!("{}{{replay-count}}", self.prefix);
         (format!("{base}:share:{principal}"), format!("{base}:total"))
     }
-
-    /// A task's record as read (`text`, with whether its lease key exists), a lapsed lease failed first by the rules
-    /// ([`rules::lapsed`]) with a compare-and-set; when the record changed meanwhile (finished, or claimed again), what
-    /// it is now.
-    async fn settle_read(
-        &self,
-        key: &TaskKey,
-        text: Option<String>,
-        leased: bool,
-    ) -> Result<Option<SharedTask>, StoreError> {
-        let Some(text) = text else { return Ok(None) };
-        let task: SharedTask = decode(&text)?;
-        let Some(failed) = rules::lapsed(&task, leased) else { return Ok(Some(task)) };
-        if self.swap(&self.scripts.lapse, key, &text, &failed).await? {
-            return Ok(Some(failed));
-        }
-        let now: Option<String> = self.conn().get(&self.task_keys(key).0).await.map_err(unavailable)?;
-        now.as_deref().map(decode).transpose()
-    }
-
-    /// A compare-and-set of a task's record read by the admission (`LAPSE` or `CANCEL`); `true` when it swapped.
-    async fn swap(&self, script: &Script, key: &TaskKey, read: &str, new: &SharedTask) -> Result<bool, StoreError> {
-        let (record, lease_key) = self.task_keys(key);
-        let swapped: i64 = script
-            .key(&record)
-            .key(&lease_key)
-            .arg(read)
-            .arg(encode(new)?)
-            .arg(ms(self.cfg.result_ttl).max(1))
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(unavailable)?;
-        Ok(swapped == 1)
-    }
 }
 
 #[async_trait]
@@ -387,7 +333,6 @@ impl Store for RedisStore {
     }
 
     async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {
-        let mut conn = self.conn();
         let session_id = admission.session_id.as_deref();
         if let Some(claim) = &admission.replay
             && (claim.max_per_principal.is_some() || claim.max_total.is_some())
@@ -403,7 +348,7 @@ impl Store for RedisStore {
                 .arg(claim.max_per_principal.map(|n| n.to_string()).unwrap_or_default())
                 .arg(claim.max_total.map(|n| n.to_string()).unwrap_or_default())
                 .arg(crate::now_ms())
-                .invoke_async(&mut conn)
+                .invoke_async(&mut self.conn())
                 .await
                 .map_err(|e| self.refused(e))?;
             match counted {
@@ -412,183 +357,55 @@ impl Store for RedisStore {
                 _ => {}
             }
         }
-        let mut invocation = self.scripts.admit.prepare_invoke();
-        // A claim standing in for the message's dedupe entry: checked first, written only if no claim is made.
+        // What the rules may read, all in the session's slot (or the replay entry's own, outside a session).
+        let mut watch = Vec::with_capacity(4);
         let dedupe = match &admission.task {
             Some(TaskStep::Claim { dedupe: Some(entry), .. }) if admission.replay.is_none() => Some(entry),
             _ => None,
         };
-        // Without a replay entry, a placeholder in the session's slot (the script does not touch it).
-        let entry = admission.replay.as_ref().or(dedupe);
-        let replay_key = match (entry, session_id) {
-            (Some(claim), _) => self.replay_key(session_id, &claim.key),
-            (None, Some(id)) => self.replay_key(Some(id), ""),
-            (None, None) => return Ok(Admitted::replay_only(ReplayVerdict::Fresh)),
-        };
-        invocation.key(&replay_key);
-        let task_key = match &admission.task {
-            Some(TaskStep::Claim { key, .. } | TaskStep::Read(key) | TaskStep::Cancel(key)) => Some(key),
-            _ => None,
-        };
+        if let Some(entry) = admission.replay.as_ref().or(dedupe) {
+            watch.push((self.replay_key(session_id, &entry.key), Role::Entry));
+        }
         if let Some(id) = session_id {
-            invocation.key(self.session_key(id));
-            // The task keys are in the session's slot; a message with no task step names placeholders there.
-            let (record, lease) = match task_key {
-                Some(key) => self.task_keys(key),
-                None => self.task_keys(&TaskKey { session_id: id.to_owned(), task_id: String::new() }),
-            };
-            invocation.key(record).key(lease).key(self.usage_key(id));
-        }
-        invocation
-            .arg(crate::now_ms())
-            .arg(ms(self.cfg.closed_ttl).max(1))
-            .arg(entry.map(|c| c.expires_at_ms.to_string()).unwrap_or_default());
-        match &admission.task {
-            Some(TaskStep::Claim { task, lease, max_tasks, usage, .. }) => {
-                invocation
-                    .arg("claim")
-                    .arg(encode(task)?)
-                    .arg(&task.owner)
-                    .arg(ms(*lease).max(1))
-                    .arg(ms(self.cfg.result_ttl).max(1))
-                    .arg(max_tasks.map(|n| n.to_string()).unwrap_or_default())
-                    .arg(if *usage { "1" } else { "" })
-                    .arg(task.message_key.as_deref().unwrap_or_default())
-                    .arg(if dedupe.is_some() { "1" } else { "" })
-                    .arg(&self.scripts.tables.claim);
-            }
-            Some(TaskStep::Read(_)) => {
-                invocation.arg("read");
-            }
-            Some(TaskStep::Cancel(_)) => {
-                invocation.arg("cancel");
-            }
-            _ => {
-                invocation.arg("");
-            }
-        }
-        let reply: Vec<Option<String>> = invocation.invoke_async(&mut conn).await.map_err(|e| self.refused(e))?;
-        self.after_write();
-        let mut reply = reply.into_iter();
-        if reply.next().flatten().as_deref() == Some("seen") {
-            return Ok(Admitted::replay_only(ReplayVerdict::Seen));
-        }
-        let mut admitted = Admitted::replay_only(ReplayVerdict::Fresh);
-        if session_id.is_none() {
-            return Ok(admitted);
-        }
-        let session = match reply.next().flatten().as_deref() {
-            None => SessionLookup::Unknown,
-            Some(CLOSED) => SessionLookup::Closed,
-            Some(EXPIRED) => SessionLookup::Expired,
-            Some(CORRUPT) => return Err(corrupt(BACKEND, "a session's value is not <expiry>|<TTL>|<record>")),
-            Some(text) => SessionLookup::Live(decode(text)?),
-        };
-        let live = matches!(session, SessionLookup::Live(_));
-        admitted.session = Some(session);
-        let (Some(step), true) = (&admission.task, live) else { return Ok(admitted) };
-        if let TaskStep::Claim { usage: read, .. } = step {
-            let claim = match reply.next().flatten().as_deref() {
-                Some("1") => TaskClaim::Claimed,
-                Some("2") => TaskClaim::LimitReached,
-                _ => TaskClaim::Taken,
-            };
-            admitted.usage = if *read { Some(usage(reply)?) } else { None };
-            admitted.task = Some(TaskAnswer::Claim(claim));
-            return Ok(admitted);
-        }
-        let (record, leased) = (reply.next().flatten(), reply.next().flatten().as_deref() == Some("1"));
-        admitted.task = match step {
-            TaskStep::Read(key) => Some(TaskAnswer::Read(self.settle_read(key, record, leased).await?)),
-            TaskStep::Cancel(key) => {
-                let cancelled = match record {
-                    Some(text) => {
-                        let task: SharedTask = decode(&text)?;
-                        match rules::cancelled(&task, leased) {
-                            Some(cancelled) => {
-                                self.swap(&self.scripts.cancel, key, &text, &cancelled).await?.then_some(cancelled)
-                            }
-                            None => None,
-                        }
+            watch.push((self.session_key(id), Role::Session));
+            match &admission.task {
+                Some(TaskStep::Claim { key, max_tasks, usage, .. }) => {
+                    if max_tasks.is_some() || *usage {
+                        watch.push((self.usage_key(id), Role::Usage));
                     }
-                    None => None,
-                };
-                Some(TaskAnswer::Cancel(cancelled))
+                    watch.push((self.task_key(key), Role::Task));
+                }
+                Some(TaskStep::Read(key) | TaskStep::Cancel(key)) => watch.push((self.task_key(key), Role::Task)),
+                _ => {}
             }
-            _ => None,
-        };
-        Ok(admitted)
+        } else if watch.is_empty() {
+            return Ok(Admitted::replay_only(ReplayVerdict::Fresh));
+        }
+        let keeping = self.keeping();
+        self.atomically(session_id, &watch, |slot, now| rules::admit(slot, admission, now, keeping)).await
     }
 
     async fn create_session(&self, session: &SharedSession) -> Result<bool, StoreError> {
-        let mut conn = self.conn();
-        let ttl = ms(Duration::from_secs(session.ttl_secs)).max(1);
-        let value = format!("{}|{ttl}|{}", crate::now_ms().saturating_add(ttl), encode(session)?);
-        let set: Option<String> = redis::cmd("SET")
-            .arg(self.session_key(&session.session_id))
-            .arg(value)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl.saturating_add(ms(self.cfg.closed_ttl)))
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.refused(e))?;
-        Ok(set.is_some())
+        let id = session.session_id.as_str();
+        let watch = [(self.session_key(id), Role::Session)];
+        let keeping = self.keeping();
+        self.atomically(Some(id), &watch, |slot, now| rules::create_session(slot, session, now, keeping)).await
     }
 
     async fn close_session(&self, session_id: &str) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let ttl = u64::try_from(ms(self.cfg.closed_ttl).max(1)).unwrap_or(1);
-        let _: i64 = self
-            .scripts
-            .close
-            .key(self.session_key(session_id))
-            .key(self.usage_key(session_id))
-            .arg(CLOSED)
-            .arg(ttl)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.refused(e))?;
-        Ok(())
+        let keeping = self.keeping();
+        self.atomically(Some(session_id), &[], |slot, now| rules::close_session(slot, session_id, now, keeping)).await
     }
 
     async fn claim_task(&self, key: &TaskKey, task: &SharedTask, lease: Duration) -> Result<TaskClaim, StoreError> {
-        let mut conn = self.conn();
-        let (record, lease_key) = self.task_keys(key);
-        let claimed: i64 = self
-            .scripts
-            .claim
-            .key(&record)
-            .key(&lease_key)
-            .arg(encode(task)?)
-            .arg(&task.owner)
-            .arg(ms(lease).max(1))
-            .arg(ms(self.cfg.result_ttl).max(1))
-            .arg(&self.scripts.tables.claim)
-            .invoke_async(&mut conn)
+        let (watch, keeping) = ([(self.task_key(key), Role::Task)], self.keeping());
+        self.atomically(Some(&key.session_id), &watch, |slot, now| rules::claim(slot, key, task, lease, now, keeping))
             .await
-            .map_err(|e| self.refused(e))?;
-        self.after_write();
-        Ok(if claimed == 1 { TaskClaim::Claimed } else { TaskClaim::Taken })
     }
 
     async fn release_task(&self, key: &TaskKey, owner: &str, dedupe: Option<&ReplayClaim>) -> Result<(), StoreError> {
-        let (record, lease_key) = self.task_keys(key);
-        let entry = self.replay_key(Some(&key.session_id), dedupe.map_or("", |e| e.key.as_str()));
-        let _: i64 = self
-            .scripts
-            .release
-            .key(&record)
-            .key(&lease_key)
-            .key(self.usage_key(&key.session_id))
-            .key(entry)
-            .arg(owner)
-            .arg(dedupe.map(|e| e.expires_at_ms.to_string()).unwrap_or_default())
-            .arg(&self.scripts.tables.owner)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| self.refused(e))?;
-        Ok(())
+        let watch = [(self.task_key(key), Role::Task)];
+        self.atomically(Some(&key.session_id), &watch, |slot, _| rules::release(slot, key, owner, dedupe)).await
     }
 
     async fn renew_leases(
@@ -597,67 +414,25 @@ impl Store for RedisStore {
         keys: &[TaskKey],
         lease: Duration,
     ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
-        let mut conn = self.conn();
+        let keeping = self.keeping();
         let mut lost = Vec::new();
+        // One task at a time: each is in its session's slot.
         for key in keys {
-            let (record, lease_key) = self.task_keys(key);
-            let held: Option<String> = self
-                .scripts
-                .renew
-                .key(&record)
-                .key(&lease_key)
-                .arg(owner)
-                .arg(ms(lease).max(1))
-                .arg(ms(self.cfg.result_ttl).max(1))
-                .arg(&self.scripts.tables.owner)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| self.refused(e))?;
-            if let Some(text) = held {
-                lost.push((key.clone(), decode(&text)?));
-            }
+            let (watch, one) = ([(self.task_key(key), Role::Task)], std::slice::from_ref(key));
+            let renew = |slot: &mut records::Slot<'_>, now| rules::renew(slot, owner, one, lease, now, keeping);
+            lost.extend(self.atomically(Some(&key.session_id), &watch, renew).await?);
         }
         Ok(lost)
     }
 
     async fn finish_task(&self, key: &TaskKey, task: &SharedTask) -> Result<TaskFinish, StoreError> {
-        let mut conn = self.conn();
-        let (record, lease_key) = self.task_keys(key);
-        let cost = task.cost.sanitized();
-        let answer: Vec<redis::Value> = self
-            .scripts
-            .finish
-            .key(&record)
-            .key(&lease_key)
-            .key(self.session_key(&key.session_id))
-            .key(self.usage_key(&key.session_id))
-            .arg(encode(&crate::without_message_key(task))?)
-            .arg(&task.owner)
-            .arg(ms(self.cfg.result_ttl).max(1))
-            .arg(if cost.is_zero() { String::new() } else { cost.tokens.min(i64::MAX as u64).to_string() })
-            .arg(cost.cost_usd.to_string())
-            .arg(crate::now_ms())
-            .arg(&self.scripts.tables.end)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.refused(e))?;
-        self.after_write();
-        match answer.as_slice() {
-            [redis::Value::Int(1)] => Ok(TaskFinish::Recorded),
-            [redis::Value::Int(0), held] => {
-                let held: String = redis::from_redis_value_ref(held).map_err(unavailable)?;
-                Ok(TaskFinish::Refused(Box::new(decode(&held)?)))
-            }
-            other => Err(unavailable(format!("the finish script answered {other:?}"))),
-        }
+        let (watch, keeping) = ([(self.task_key(key), Role::Task)], self.keeping());
+        self.atomically(Some(&key.session_id), &watch, |slot, now| rules::finish(slot, key, task, now, keeping)).await
     }
 
     async fn task(&self, key: &TaskKey) -> Result<Option<SharedTask>, StoreError> {
-        let mut conn = self.conn();
-        let (record, lease_key) = self.task_keys(key);
-        let (text, leased): (Option<String>, bool) =
-            self.scripts.read.key(&record).key(&lease_key).invoke_async(&mut conn).await.map_err(unavailable)?;
-        self.settle_read(key, text, leased).await
+        let (watch, keeping) = ([(self.task_key(key), Role::Task)], self.keeping());
+        self.atomically(Some(&key.session_id), &watch, |slot, now| rules::read(slot, key, now, keeping)).await
     }
 
     async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError> {
@@ -680,22 +455,17 @@ impl Store for RedisStore {
             }
             pipe.query_async(&mut conn).await.map_err(unavailable)?
         };
-        let now = crate::now_ms();
-        let ended = session_ids.iter().zip(values).filter_map(|(id, value)| {
-            let value = value?;
-            let how = if value == CLOSED {
-                SessionLookup::Closed
-            } else {
-                // `<expiry ms>|...`: past the expiry, the key is the expired session's marker.
-                let expiry: i64 = value.split('|').next()?.parse().ok()?;
-                if expiry > now {
-                    return None;
-                }
-                SessionLookup::Expired
-            };
-            Some((id.clone(), how))
-        });
-        Ok(ended.collect())
+        let (now, keeping) = (crate::now_ms(), self.keeping());
+        let mut ended = Vec::new();
+        for (id, value) in session_ids.iter().zip(values) {
+            // A value that cannot be read is left to the admission, which answers it `Corrupt`.
+            let row = value.as_deref().and_then(|value| records::session_row(value).ok());
+            let how = rules::session_lookup(row.as_ref(), now, keeping);
+            if matches!(how, SessionLookup::Closed | SessionLookup::Expired) {
+                ended.push((id.clone(), how));
+            }
+        }
+        Ok(ended)
     }
 }
 

@@ -14,6 +14,10 @@ use tokio::sync::mpsc;
 use super::driver::{Signal, Waited, Watch};
 use super::{Exchange, InitiatorDriver, Progress, Transport};
 use crate::TaskKey;
+
+/// The requests' wire names, for errors that name them (the names are `ldp_types::MessageType`'s).
+const PROPOSE: &str = ldp_types::MessageType::SessionPropose.as_str();
+const SUBMIT: &str = ldp_types::MessageType::TaskSubmit.as_str();
 use crate::clock::{IdSource, WallClock};
 use crate::config::InitiatorConfig;
 use crate::error::{PeerMisbehaved, SessionError};
@@ -181,21 +185,18 @@ impl<T: Transport> Client<T> {
         let mut watch = self.driver.watch(Waited::Proposal(env.session_id.clone()), None);
         self.driver.sent(env);
         let reply = tokio::select! {
-            signal = watch.next() => match signalled(signal, "SESSION_PROPOSE")? {
+            signal = watch.next() => match signalled(signal, PROPOSE)? {
                 Signalled::Reply(reply) => Some(reply),
                 Signalled::Send(_) => None,
             },
             reply = self.transport.exchange(env, None) => reply.map_err(classify)?,
         };
         drop(watch);
-        let reply = reply.ok_or(PeerMisbehaved::NoAnswer { request: "SESSION_PROPOSE" })?;
+        let reply = reply.ok_or(PeerMisbehaved::NoAnswer { request: PROPOSE })?;
         let mut init = self.driver.machine();
         handle_reply(&mut init, &reply)?;
-        let mut result = Err(PeerMisbehaved::WrongAnswer {
-            request: "SESSION_PROPOSE",
-            expected: "SESSION_ACCEPT or SESSION_REJECT",
-        }
-        .into());
+        let mut result =
+            Err(PeerMisbehaved::WrongAnswer { request: PROPOSE, expected: "SESSION_ACCEPT or SESSION_REJECT" }.into());
         while let Some(e) = init.poll_event() {
             match e {
                 InitiatorEvent::SessionEstablished { session_id, mode, fallback_chain } => {
@@ -258,7 +259,7 @@ impl<T: Transport> Client<T> {
         let mut next = Some(Outgoing::Request(env));
         loop {
             let reply = match next.take() {
-                None => match signalled(watch.next().await, "TASK_SUBMIT")? {
+                None => match signalled(watch.next().await, SUBMIT)? {
                     Signalled::Reply(reply) => reply,
                     Signalled::Send(t) => {
                         next = Some(Outgoing::Transmit(t));
@@ -298,7 +299,7 @@ impl<T: Transport> Client<T> {
                 Some(resend) => next = Some(Outgoing::Request(resend)),
                 None => {
                     return Err(PeerMisbehaved::WrongAnswer {
-                        request: "TASK_SUBMIT",
+                        request: SUBMIT,
                         expected: "TASK_RESULT or TASK_FAILED",
                     }
                     .into());
@@ -319,7 +320,7 @@ impl<T: Transport> Client<T> {
         self.driver.sent(env);
         let outcome = tokio::select! {
             signal = watch.next() => {
-                return Ok(match signalled(signal, "TASK_SUBMIT")? {
+                return Ok(match signalled(signal, SUBMIT)? {
                     Signalled::Reply(reply) => Step::Reply(reply),
                     Signalled::Send(t) => Step::Send(Some(Outgoing::Transmit(t))),
                 });
@@ -329,7 +330,7 @@ impl<T: Transport> Client<T> {
         match (out, outcome) {
             (Outgoing::Request(_), Exchange::Answered(Some(reply))) => Ok(Step::Reply(reply)),
             (Outgoing::Request(_), Exchange::Answered(None)) => {
-                Err(PeerMisbehaved::NoAnswer { request: "TASK_SUBMIT" }.into())
+                Err(PeerMisbehaved::NoAnswer { request: SUBMIT }.into())
             }
             (Outgoing::Request(_), Exchange::Lost(error)) => {
                 // The peer may have the task: ask it, rather than fail a task that may run.

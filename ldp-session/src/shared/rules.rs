@@ -2,10 +2,10 @@
 //! lease renewal and a session's TTL restart do to the shared records, as pure functions over them.
 //!
 //! A backend supplies only atomic primitives over its records ([`StoreRecords`]: read a session's row or a task's
-//! record, insert a replay entry if absent, write a record back), runs one of the operations here inside its own
-//! atomic step (a mutex held, one SQL transaction) and owns nothing of the protocol. A backend that cannot run Rust
-//! inside its atomic step (Redis runs a Lua script there) takes the decisions it can from the single-record rules
-//! ([`lapsed`], [`cancelled`], [`runs_under`], [`claimable_record`]). A rule change is one edit here.
+//! record, insert a replay entry if absent, write a record back) and runs one of the operations here inside its own
+//! atomic step: a mutex held (memory), one SQL transaction (SQLite), or an optimistic compare-and-set (Redis: the
+//! operation runs on the records as read, and one script writes its decisions only if none of them changed, else it
+//! runs again). It owns nothing of the protocol. A rule change is one edit here.
 //!
 //! Every function takes `now` in milliseconds since the Unix epoch on the store's clock and does no IO.
 
@@ -77,6 +77,13 @@ pub trait StoreRecords {
     fn insert_session(&mut self, session: &SharedSession, expires_ms: i64) -> Result<(), Self::Error>;
     /// Replaces a session's row by its closed marker (no usage), kept until `until_ms`.
     fn close_session(&mut self, id: &str, until_ms: i64) -> Result<(), Self::Error>;
+    /// What a live session has used, `row` being its row as [`Self::session`] gave it. The rules read it only where
+    /// an answer depends on it (a claim under a task limit, or the usage asked for); a backend that keeps the usage
+    /// apart from the row, and must know which reads an answer depends on, overrides it.
+    fn usage(&mut self, id: &str, row: &SessionRow) -> Result<SessionUsage, Self::Error> {
+        let _ = id;
+        Ok(row.usage)
+    }
     /// Moves a live session's expiry to `until_ms`.
     fn renew_session(&mut self, id: &str, until_ms: i64) -> Result<(), Self::Error>;
     /// Adds `delta` to a session's count of admitted tasks (never below 0).
@@ -229,9 +236,11 @@ pub fn admit<R: StoreRecords>(
     };
     admitted.task = match &admission.task {
         Some(TaskStep::Claim { key, task, lease, max_tasks, usage: read, dedupe }) => {
-            admitted.usage = read.then_some(row.usage);
-            let claim = Claim { key, task, lease: *lease, max_tasks: *max_tasks, dedupe: dedupe.as_ref() };
-            let Some(answer) = claim_step(records, claim, row.usage, now, keeping)? else { return seen };
+            let usage = if *read || max_tasks.is_some() { records.usage(id, &row)? } else { SessionUsage::default() };
+            admitted.usage = read.then_some(usage);
+            let (max_tasks, dedupe) = (*max_tasks, dedupe.as_ref());
+            let claim = Claim { key, task, lease: *lease, max_tasks, dedupe, usage, now, keeping };
+            let Some(answer) = claim_step(records, claim)? else { return seen };
             Some(TaskAnswer::Claim(answer))
         }
         Some(TaskStep::Read(key)) => Some(TaskAnswer::Read(read(records, key, now, keeping)?)),
@@ -254,30 +263,23 @@ struct Claim<'a> {
     lease: Duration,
     max_tasks: Option<u64>,
     dedupe: Option<&'a ReplayClaim>,
-}
-
-/// A claim in a live session: `None` when the task's record holds the claiming message (a replay, nothing written).
-fn claim_step<R: StoreRecords>(
-    records: &mut R,
-    claim: Claim<'_>,
+    /// What the session has used (read only under a task limit).
     usage: SessionUsage,
     now: i64,
     keeping: Keeping,
-) -> Result<Option<TaskClaim>, R::Error> {
-    let answer = claim_record(records, claim, usage, now, keeping)?;
+}
+
+/// A claim in a live session: `None` when the task's record holds the claiming message (a replay, nothing written).
+fn claim_step<R: StoreRecords>(records: &mut R, claim: Claim<'_>) -> Result<Option<TaskClaim>, R::Error> {
+    let answer = claim_record(records, claim)?;
     if let (Some(entry), Some(TaskClaim::Taken | TaskClaim::LimitReached)) = (claim.dedupe, &answer) {
         records.write_dedupe(entry)?;
     }
     Ok(answer)
 }
 
-fn claim_record<R: StoreRecords>(
-    records: &mut R,
-    claim: Claim<'_>,
-    usage: SessionUsage,
-    now: i64,
-    keeping: Keeping,
-) -> Result<Option<TaskClaim>, R::Error> {
+fn claim_record<R: StoreRecords>(records: &mut R, claim: Claim<'_>) -> Result<Option<TaskClaim>, R::Error> {
+    let Claim { usage, now, keeping, .. } = claim;
     let limited = at_task_limit(usage, claim.max_tasks);
     let expires = now.saturating_add(keeping.result_ttl_ms);
     let mut running = claim.task.clone();
@@ -322,9 +324,9 @@ pub fn claim<R: StoreRecords>(
     now: i64,
     keeping: Keeping,
 ) -> Result<TaskClaim, R::Error> {
-    let claim = Claim { key, task, lease, max_tasks: None, dedupe: None };
+    let claim = Claim { key, task, lease, max_tasks: None, dedupe: None, usage: SessionUsage::default(), now, keeping };
     // Without a message to hold, no record holds it.
-    Ok(claim_record(records, claim, SessionUsage::default(), now, keeping)?.unwrap_or(TaskClaim::Taken))
+    Ok(claim_record(records, claim)?.unwrap_or(TaskClaim::Taken))
 }
 
 /// [`crate::store::Store::task`] and an admission's read: a task's record, a lapsed lease failed first (kept a result
