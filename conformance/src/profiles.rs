@@ -14,11 +14,20 @@ pub struct Profile {
     pub name: &'static str,
     /// Its features, as Appendix B lists them.
     pub features: &'static str,
-    /// The requirements that must all pass (including those of the profiles it extends).
-    pub requirements: &'static [&'static str],
+    /// The requirements it adds to the profile before it (each profile extends the one before).
+    pub adds: &'static [&'static str],
 }
 
-const A: &[&str] = &[
+impl Profile {
+    /// Every requirement that must pass: those of the profiles it extends, then its own.
+    pub fn requirements(&self) -> impl Iterator<Item = &'static str> + use<> {
+        let last = PROFILES.iter().position(|p| p.id == self.id).unwrap_or(PROFILES.len() - 1);
+        PROFILES[..=last].iter().flat_map(|p| p.adds.iter().copied())
+    }
+}
+
+/// Profile A's requirements.
+const A_ADDS: &[&str] = &[
     "LDP-IDENT-001",
     "LDP-IDENT-002",
     "LDP-IDENT-003",
@@ -27,14 +36,8 @@ const A: &[&str] = &[
     "LDP-SEC-002",
     "LDP-SEC-003",
 ];
-const B: &[&str] = &[
-    "LDP-IDENT-001",
-    "LDP-IDENT-002",
-    "LDP-IDENT-003",
-    "LDP-PAYLOAD-001",
-    "LDP-SEC-001",
-    "LDP-SEC-002",
-    "LDP-SEC-003",
+/// What profile B adds to A.
+const B_ADDS: &[&str] = &[
     "LDP-PROV-001",
     "LDP-PROV-004",
     "LDP-PROV-005",
@@ -43,21 +46,8 @@ const B: &[&str] = &[
     "LDP-POLICY-001",
     "LDP-ERR-001",
 ];
-const C: &[&str] = &[
-    "LDP-IDENT-001",
-    "LDP-IDENT-002",
-    "LDP-IDENT-003",
-    "LDP-PAYLOAD-001",
-    "LDP-SEC-001",
-    "LDP-SEC-002",
-    "LDP-SEC-003",
-    "LDP-PROV-001",
-    "LDP-PROV-004",
-    "LDP-PROV-005",
-    "LDP-TRUST-001",
-    "LDP-TRUST-002",
-    "LDP-POLICY-001",
-    "LDP-ERR-001",
+/// What profile C adds to B.
+const C_ADDS: &[&str] = &[
     "LDP-NEG-001",
     "LDP-NEG-002",
     "LDP-PAYLOAD-002",
@@ -70,13 +60,13 @@ const C: &[&str] = &[
 
 /// The three profiles, cumulative.
 pub const PROFILES: &[Profile] = &[
-    Profile { id: "A", name: "Basic", features: "identity cards + text payloads + signed messages", requirements: A },
-    Profile { id: "B", name: "Enterprise", features: "A + provenance tracking + policy enforcement", requirements: B },
+    Profile { id: "A", name: "Basic", features: "identity cards + text payloads + signed messages", adds: A_ADDS },
+    Profile { id: "B", name: "Enterprise", features: "A + provenance tracking + policy enforcement", adds: B_ADDS },
     Profile {
         id: "C",
         name: "High-Performance",
         features: "B + payload negotiation + session management",
-        requirements: C,
+        adds: C_ADDS,
     },
 ];
 
@@ -110,9 +100,8 @@ pub fn evaluate(results: &[RequirementResult]) -> Vec<ProfileResult> {
         .iter()
         .map(|p| {
             let missing: Vec<String> = p
-                .requirements
-                .iter()
-                .filter_map(|id| match results.iter().find(|r| r.id == *id) {
+                .requirements()
+                .filter_map(|id| match results.iter().find(|r| r.id == id) {
                     Some(r) if r.status == Status::Pass => None,
                     Some(r) => Some(format!("{id} ({})", r.status.as_str())),
                     None => Some(format!("{id} (not run at this --level)")),
@@ -128,16 +117,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn profiles_are_cumulative_and_use_catalogue_ids() {
-        for w in PROFILES.windows(2) {
-            for id in w[0].requirements {
-                assert!(w[1].requirements.contains(id), "{} lacks {id} of {}", w[1].id, w[0].id);
-            }
+    fn profiles_are_cumulative_and_use_catalogue_ids_once() {
+        let all: Vec<&str> = PROFILES.iter().flat_map(|p| p.adds.iter().copied()).collect();
+        for (i, id) in all.iter().enumerate() {
+            assert!(crate::catalogue::requirement(id).is_some(), "{id}");
+            assert!(!all[..i].contains(id), "{id} is listed by two profiles");
         }
-        for p in PROFILES {
-            for id in p.requirements {
-                assert!(crate::catalogue::requirement(id).is_some(), "{id}");
-            }
+        for w in PROFILES.windows(2) {
+            let (smaller, larger): (Vec<_>, Vec<_>) = (w[0].requirements().collect(), w[1].requirements().collect());
+            assert_eq!(larger[..smaller.len()], smaller[..], "{} extends {}", w[1].id, w[0].id);
+            assert_eq!(larger.len(), smaller.len() + w[1].adds.len());
         }
     }
 }

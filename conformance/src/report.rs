@@ -461,21 +461,25 @@ impl Report {
 /// Text for a Markdown table cell: HTML-escaped (so `<script>` or `<img>` from an implementation's answer is shown,
 /// not rendered), with the characters Markdown gives meaning to escaped and line breaks flattened.
 fn md(s: &str) -> String {
+    escaped(s, |c, out| match c {
+        '|' => out.push_str("\\|"),
+        '\\' | '`' | '*' | '_' | '[' | ']' | '#' | '!' => {
+            out.push('\\');
+            out.push(c);
+        }
+        '\n' | '\r' => out.push(' '),
+        c if c.is_control() => out.push(' '),
+        c => out.push(c),
+    })
+}
+
+/// `s` with the entities HTML and XML both need, every other character written by `other`.
+fn escaped(s: &str, other: impl Fn(char, &mut String)) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if let Some(entity) = html_entity(c) {
-            out.push_str(entity);
-            continue;
-        }
-        match c {
-            '|' => out.push_str("\\|"),
-            '\\' | '`' | '*' | '_' | '[' | ']' | '#' | '!' => {
-                out.push('\\');
-                out.push(c);
-            }
-            '\n' | '\r' => out.push(' '),
-            c if c.is_control() => out.push(' '),
-            c => out.push(c),
+        match html_entity(c) {
+            Some(entity) => out.push_str(entity),
+            None => other(c, &mut out),
         }
     }
     out
@@ -493,19 +497,11 @@ fn html_entity(c: char) -> Option<&'static str> {
 }
 
 fn xml(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if let Some(entity) = html_entity(c) {
-            out.push_str(entity);
-            continue;
-        }
-        match c {
-            '\'' => out.push_str("&apos;"),
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => out.push(' '),
-            c => out.push(c),
-        }
-    }
-    out
+    escaped(s, |c, out| match c {
+        '\'' => out.push_str("&apos;"),
+        c if (c as u32) < 0x20 && c != '\n' && c != '\t' => out.push(' '),
+        c => out.push(c),
+    })
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use ldp_session::{InitiatorConfig, SecurityConfig, SeededIds, SystemClock};
 use ldp_transport_http::{ConnectOptions, ConnectSettings, HttpTransport};
 use ldp_transport_ws::WsTransport;
 use ldp_types::signing::{SignatureAlgorithm, SigningKey};
-use ldp_types::{IdentityCard, PayloadMode, RawJson, SessionConfig};
+use ldp_types::{DelegationContract, IdentityCard, PayloadMode, RawJson, SessionConfig};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -93,6 +93,11 @@ pub struct CallArgs {
     /// The shared secret (hmac-*) or the 64-hex-digit Ed25519 seed (ed25519-jcs).
     #[arg(long, value_name = "S", env = "LDP_SECRET", hide_env_values = true, requires = "sign")]
     pub secret: Option<String>,
+    /// Send every task under this delegation contract: a JSON file of the contract's wire shape
+    /// (`{"contract_id": "c1", "objective": "...", "success_criteria": ["check: words <= 50"], "policy": {...}}`,
+    /// docs/contracts.md). The delegate checks it before running anything and answers a violation as a typed failure.
+    #[arg(long, value_name = "FILE")]
+    pub contract: Option<std::path::PathBuf>,
     /// Write the result's chain as an LCTL document to FILE (the last task's, with `--then`): each hop of its
     /// provenance lineage a step, with the facts the hop reported. `ldp lctl check FILE` and `ldp lctl render FILE`
     /// read it.
@@ -151,6 +156,14 @@ pub fn run_call(args: CallArgs) -> ExitCode {
     // One span around the whole call, so its HELLO, session and task are one trace.
     let span = tracing::info_span!("ldp.call", ldp.skill = args.skill.as_str());
     finish("call", json, run_async(async move { call(&args).await }.instrument(span)))
+}
+
+/// Reads `--contract FILE`; a file that is not a contract is a usage error, before anything is sent.
+fn read_contract(path: &std::path::Path) -> Result<DelegationContract, Failure> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Failure::Usage(format!("--contract {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Failure::Usage(format!("--contract {}: not a delegation contract: {e}", path.display())))
 }
 
 fn run_async<F: Future<Output = Result<(), Failure>>>(f: F) -> Result<(), Failure> {
@@ -228,6 +241,7 @@ async fn call_over<T: Transport>(
     input: RawJson,
 ) -> Result<(), Failure> {
     let conn = &args.connection;
+    let contract = args.contract.as_deref().map(read_contract).transpose()?;
     let client = Client::connect(transport, cfg, Arc::new(SystemClock), Box::new(SeededIds::from_entropy()))
         .await
         .map_err(|e| unreachable_hint(conn, e.to_string(), Some(&e.to_ldp_error())))?;
@@ -246,8 +260,11 @@ async fn call_over<T: Transport>(
         let printer = tokio::spawn(print_progress(progress_rx, conn.json));
         let progress = args.stream.then_some(progress_tx);
         let started = std::time::Instant::now();
-        let outcome =
-            client.submit_task(Submission::new(&session.session_id, &args.skill, input).progress(progress)).await;
+        let outcome = client
+            .submit_task(
+                Submission::new(&session.session_id, &args.skill, input).contract(contract.clone()).progress(progress),
+            )
+            .await;
         let elapsed = started.elapsed();
         // The printer ends once every sender is gone, after the last update.
         let _ = printer.await;

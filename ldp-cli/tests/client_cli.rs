@@ -315,3 +315,43 @@ fn lctl_check_json_reports_findings_as_one_object() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(stdout_json(&out)["ok"], false);
 }
+
+#[test]
+fn call_sends_the_contract_of_a_file_and_reports_what_it_found() {
+    let (_server, url) = serve(&[], Stdio::null());
+    let dir = TempDir::new("call-contract");
+    let contract = |id: &str, policy: &str, criterion: &str| {
+        json!({"contract_id": id, "objective": "echo", "success_criteria": [criterion],
+               "policy": {"failure_policy": policy}})
+        .to_string()
+    };
+
+    // fail_open: the result stands, and provenance says which predicate failed.
+    let open = dir.write("open.json", &contract("c-open", "fail_open", "check: has echo.missing"));
+    let out = ldp(&["call", &url, "echo", r#"{"text":"hi"}"#, "--json", "--contract", &open], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let provenance = &stdout_json(&out)["provenance"];
+    assert_eq!(provenance["contract_id"], "c-open", "{provenance:#}");
+    assert_eq!(provenance["contract_satisfied"], false, "{provenance:#}");
+    assert_eq!(provenance["contract_violations"], json!(["SUCCESS_CRITERION_FAILED"]), "{provenance:#}");
+
+    // fail_closed and the predicate holds: satisfied.
+    let held = dir.write("held.json", &contract("c-held", "fail_closed", "check: has echo.text"));
+    let out = ldp(&["call", &url, "echo", r#"{"text":"hi"}"#, "--json", "--contract", &held], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["provenance"]["contract_satisfied"], true);
+
+    // fail_closed and it fails: exit 1 with the typed error.
+    let closed = dir.write("closed.json", &contract("c-closed", "fail_closed", "check: has echo.missing"));
+    let out = ldp(&["call", &url, "echo", r#"{"text":"hi"}"#, "--json", "--contract", &closed], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["error"]["code"], "CONTRACT_VIOLATED");
+
+    // A file that is not a contract, or is missing, is a usage error and nothing is sent.
+    let junk = dir.write("junk.json", "[1, 2]");
+    for path in [junk, dir.path("absent.json")] {
+        let out = ldp(&["call", &url, "echo", "x", "--contract", &path], &[]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("--contract"), "{}", stderr(&out));
+    }
+}

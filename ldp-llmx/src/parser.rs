@@ -297,6 +297,41 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Runs `inner` one nesting level deeper, past the opening bracket at the cursor.
+    #[inline]
+    fn nested<T>(&mut self, inner: impl FnOnce(&mut Self) -> Result<T, PErr>) -> Result<T, PErr> {
+        self.enter()?;
+        self.i += 1;
+        let value = inner(self)?;
+        self.depth -= 1;
+        Ok(value)
+    }
+
+    /// A list's items up to and past its `]` (the `[` already consumed), each read by `item` from its offset.
+    #[inline]
+    fn list_items(&mut self, mut item: impl FnMut(&mut Self, usize) -> Result<(), PErr>) -> Result<(), PErr> {
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.i += 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            let at = self.i;
+            item(self, at)?;
+            if !self.list_continues()? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The pairs of an object or a tuple, up to and past `close`.
+    fn object(&mut self, close: u8, sep_expected: &'static str) -> Result<Object, PErr> {
+        let mut pairs = Vec::new();
+        self.pairs(close, sep_expected, &mut pairs)?;
+        Ok(Object::from_unique(pairs))
+    }
+
     fn unexpected(&self, expected: &'static str) -> PErr {
         PErr::new(self.i, ParseErrorKind::Unexpected { expected, found: self.found() })
     }
@@ -367,30 +402,20 @@ impl<'a> Cursor<'a> {
         self.ws();
         let body = match self.peek() {
             Some(b'{') => {
-                self.enter()?;
-                self.i += 1;
                 fields.clear();
-                self.pairs(b'}', "',' or '}'", fields)?;
-                self.depth -= 1;
+                self.nested(|p| p.pairs(b'}', "',' or '}'", fields))?;
                 RawBody::Object
             }
             // PLAN steps are parsed straight into the field buffer, so that their keys stay borrowed.
             Some(b'[') if name == "PLAN" => {
-                self.enter()?;
-                self.i += 1;
                 fields.clear();
                 let mut steps = Vec::new();
-                self.ws();
-                if self.peek() == Some(b']') {
-                    self.i += 1;
-                } else {
-                    loop {
-                        self.ws();
-                        let at = self.i;
+                self.nested(|p| {
+                    p.list_items(|p, at| {
                         // Tuples are what the examples write; objects are what the appendix grammar allows.
-                        let close = match self.peek() {
-                            Some(b'(') => b')',
-                            Some(b'{') => b'}',
+                        let (close, expected) = match p.peek() {
+                            Some(b'(') => (b')', "',' or ')'"),
+                            Some(b'{') => (b'}', "',' or '}'"),
                             _ => {
                                 return Err(PErr::new(
                                     at,
@@ -402,38 +427,22 @@ impl<'a> Cursor<'a> {
                                 ));
                             }
                         };
-                        self.enter()?;
-                        self.i += 1;
                         let start = fields.len();
-                        self.pairs(close, if close == b')' { "',' or ')'" } else { "',' or '}'" }, fields)?;
-                        self.depth -= 1;
+                        p.nested(|p| p.pairs(close, expected, fields))?;
                         steps.push((start..fields.len(), at));
-                        if !self.list_continues()? {
-                            break;
-                        }
-                    }
-                }
-                self.depth -= 1;
+                        Ok(())
+                    })
+                })?;
                 RawBody::Steps(steps)
             }
             Some(b'[') => {
-                self.enter()?;
-                self.i += 1;
                 let mut items = Vec::new();
-                self.ws();
-                if self.peek() == Some(b']') {
-                    self.i += 1;
-                } else {
-                    loop {
-                        self.ws();
-                        let at = self.i;
-                        items.push((self.value()?, at));
-                        if !self.list_continues()? {
-                            break;
-                        }
-                    }
-                }
-                self.depth -= 1;
+                self.nested(|p| {
+                    p.list_items(|p, at| {
+                        items.push((p.value()?, at));
+                        Ok(())
+                    })
+                })?;
                 RawBody::Array(items)
             }
             _ => return Err(self.unexpected("'{' or '[' after the block type")),
@@ -499,39 +508,16 @@ impl<'a> Cursor<'a> {
         match self.peek() {
             Some(b'"') => Ok(Value::Str(self.string()?)),
             Some(b'-' | b'0'..=b'9') => Ok(Value::Number(self.number()?)),
-            Some(b'{') => {
-                self.enter()?;
-                self.i += 1;
-                let mut pairs = Vec::new();
-                self.pairs(b'}', "',' or '}'", &mut pairs)?;
-                self.depth -= 1;
-                Ok(Value::Object(Object::from_unique(pairs)))
-            }
-            Some(b'(') => {
-                self.enter()?;
-                self.i += 1;
-                let mut pairs = Vec::new();
-                self.pairs(b')', "',' or ')'", &mut pairs)?;
-                self.depth -= 1;
-                Ok(Value::Tuple(Object::from_unique(pairs)))
-            }
+            Some(b'{') => self.nested(|p| p.object(b'}', "',' or '}'")).map(Value::Object),
+            Some(b'(') => self.nested(|p| p.object(b')', "',' or ')'")).map(Value::Tuple),
             Some(b'[') => {
-                self.enter()?;
-                self.i += 1;
                 let mut items = Vec::new();
-                self.ws();
-                if self.peek() == Some(b']') {
-                    self.i += 1;
-                } else {
-                    loop {
-                        self.ws();
-                        items.push(self.value()?);
-                        if !self.list_continues()? {
-                            break;
-                        }
-                    }
-                }
-                self.depth -= 1;
+                self.nested(|p| {
+                    p.list_items(|p, _| {
+                        items.push(p.value()?);
+                        Ok(())
+                    })
+                })?;
                 Ok(Value::Array(items))
             }
             Some(b) if is_key_start(b) => {

@@ -36,7 +36,9 @@
 //! # Ok::<(), ldp_types::Error>(())
 //! ```
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use serde_json::Value;
 
@@ -52,12 +54,18 @@ pub const MAX_NESTING: usize = 32;
 pub const MAX_CHECKS_PER_CONTRACT: usize = 64;
 /// Compiled size limit of one regular expression, in bytes.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// Most parsed predicates kept for reuse (each at most [`MAX_CRITERION_BYTES`] of text).
+const PARSED_CACHE_ENTRIES: usize = 256;
+
+/// Predicates already parsed, by their text: a contract is usually the same on every task of a session, and
+/// compiling its JSON Schemas and regular expressions again each time was most of a delegated hop's cost.
+static PARSED: LazyLock<Mutex<HashMap<Box<str>, Arc<Expr>>>> = LazyLock::new(Mutex::default);
 
 /// One machine-checkable predicate, parsed.
 #[derive(Debug, Clone)]
 pub struct Criterion {
     source: String,
-    expr: Expr,
+    expr: Arc<Expr>,
 }
 
 impl PartialEq for Criterion {
@@ -81,13 +89,26 @@ impl Criterion {
         if text.len() > MAX_CRITERION_BYTES {
             return Err(invalid(format!("longer than {MAX_CRITERION_BYTES} bytes")));
         }
+        let source = text.trim();
+        if let Some(expr) = PARSED.lock().unwrap_or_else(PoisonError::into_inner).get(source) {
+            return Ok(Some(Criterion { source: source.to_owned(), expr: Arc::clone(expr) }));
+        }
         let mut parser = Parser { text: body, pos: 0, depth: 0 };
         let expr = parser.or().map_err(invalid)?;
         parser.skip_space();
         if parser.pos < body.len() {
             return Err(invalid(format!("unexpected {:?} at column {}", parser.rest_preview(), parser.column())));
         }
-        Ok(Some(Criterion { source: text.trim().to_owned(), expr }))
+        let expr = Arc::new(expr);
+        let mut parsed = PARSED.lock().unwrap_or_else(PoisonError::into_inner);
+        if parsed.len() >= PARSED_CACHE_ENTRIES {
+            // Peers choose the texts, so no order of eviction is better than another; any entry makes room.
+            if let Some(victim) = parsed.keys().next().cloned() {
+                parsed.remove(&victim);
+            }
+        }
+        parsed.insert(source.into(), Arc::clone(&expr));
+        Ok(Some(Criterion { source: source.to_owned(), expr }))
     }
 
     /// The predicate's text, as written in the contract.
@@ -711,6 +732,20 @@ mod tests {
         assert!(!holds("check: not (has revenue)", &doc));
         assert!(holds("check: json", &doc));
         assert!(!holds("check: json", &json!("text")));
+    }
+
+    #[test]
+    fn a_repeated_predicate_is_compiled_once_and_the_cache_stays_bounded() {
+        let text = r#"check: schema {"type": "object", "required": ["once"]}"#;
+        let first = check(text);
+        let again = check(&format!("  {text} "));
+        assert!(Arc::ptr_eq(&first.expr, &again.expr), "the second parse reused the first's schema");
+        assert!(again.evaluate(&json!({"once": 1})).is_ok());
+        assert!(again.evaluate(&json!({})).is_err());
+        for i in 0..PARSED_CACHE_ENTRIES * 2 {
+            check(&format!("check: words <= {i}"));
+        }
+        assert!(PARSED.lock().unwrap_or_else(PoisonError::into_inner).len() <= PARSED_CACHE_ENTRIES);
     }
 
     #[test]
