@@ -474,29 +474,27 @@ fn check_confidence_bands(doc: &LctlDocument, index: usize, report: &mut Report)
     for (id, fact) in doc.facts.iter() {
         let path = format!("facts.{id}.confidence");
         let critical = doc.critical_facts().contains(id);
-        match fact.confidence.band() {
-            ConfidenceBand::Uncertain => report.push(
+        let c = fact.confidence;
+        let finding = match c.band() {
+            ConfidenceBand::Uncertain => Some((
                 Rule::DoNotPropagate,
                 Severity::Error,
-                index,
-                path,
-                format!("{id} has confidence {} (below 0.40): do not propagate", fact.confidence),
-            ),
-            ConfidenceBand::Low if critical => report.push(
+                format!("{id} has confidence {c} (below 0.40): do not propagate"),
+            )),
+            ConfidenceBand::Low if critical => Some((
                 Rule::FlagForReview,
                 Severity::Warning,
-                index,
-                path,
-                format!("critical fact {id} has low confidence {}: flag for human review", fact.confidence),
-            ),
-            ConfidenceBand::Moderate if critical => report.push(
+                format!("critical fact {id} has low confidence {c}: flag for human review"),
+            )),
+            ConfidenceBand::Moderate if critical => Some((
                 Rule::VerifyBeforeActing,
                 Severity::Note,
-                index,
-                path,
-                format!("critical fact {id} has moderate confidence {}: verify before acting", fact.confidence),
-            ),
-            _ => {}
+                format!("critical fact {id} has moderate confidence {c}: verify before acting"),
+            )),
+            _ => None,
+        };
+        if let Some((rule, severity, message)) = finding {
+            report.push(rule, severity, index, path, message);
         }
     }
 }

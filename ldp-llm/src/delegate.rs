@@ -409,7 +409,9 @@ impl LlmDelegate {
                     // here (routing and failover included).
                     let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                     let skill = out.skill.as_deref().unwrap_or(&call.name);
-                    delegated.push(DelegatedHop::new(provenance.clone()).with_skill(skill).with_latency_ms(latency_ms));
+                    delegated.push(DelegatedHop::new(provenance.clone(), |e| {
+                        e.with_skill(skill).with_latency_ms(latency_ms)
+                    }));
                 }
                 request.messages.push(ChatMessage::tool_result(call.id.clone(), result_text(&outcome)));
             }

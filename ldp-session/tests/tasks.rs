@@ -85,7 +85,7 @@ fn results_obtained_by_re_delegating_become_lineage() {
     let deep = LineageEntry::new("ldp:delegate:c", "c-1", "delegated");
     let mut b = Provenance::new("ldp:delegate:b", "b-1", PayloadMode::SemanticFrame);
     b.lineage = vec![deep.clone()];
-    let first = ldp_session::DelegatedHop::new(a.clone()).with_skill("summarize").with_latency_ms(17);
+    let first = ldp_session::DelegatedHop::new(a.clone(), |e| e.with_skill("summarize").with_latency_ms(17));
     let out = TaskOutput { delegated: vec![first, b.into()], ..TaskOutput::new(json!("summary")) };
     let p = result_provenance(&sim.complete(&task.key, out));
     let hops: Vec<(&str, &str, VerificationStatus)> =

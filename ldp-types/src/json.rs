@@ -316,6 +316,15 @@ impl<'a, 'o, S: Style> Compound<'a, 'o, S> {
     }
 }
 
+/// The integer methods of a `Serializer`, each writing its value as the [`Number`] variant that holds it.
+macro_rules! serialize_integers {
+    ($($method:ident($int:ty) => $variant:ident),* $(,)?) => {
+        $(fn $method(self, v: $int) -> Result<(), Error> {
+            self.style.number(self.out, Number::$variant(v.into()))
+        })*
+    };
+}
+
 impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
     type Ok = ();
     type Error = Error;
@@ -331,35 +340,10 @@ impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
         self.out.extend_from_slice(if v { b"true" } else { b"false" });
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Result<(), Error> {
-        self.style.number(self.out, Number::I64(v.into()))
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), Error> {
-        self.style.number(self.out, Number::I64(v.into()))
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), Error> {
-        self.style.number(self.out, Number::I64(v.into()))
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        self.style.number(self.out, Number::I64(v))
-    }
-    fn serialize_i128(self, v: i128) -> Result<(), Error> {
-        self.style.number(self.out, Number::I128(v))
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), Error> {
-        self.style.number(self.out, Number::U64(v.into()))
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), Error> {
-        self.style.number(self.out, Number::U64(v.into()))
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), Error> {
-        self.style.number(self.out, Number::U64(v.into()))
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        self.style.number(self.out, Number::U64(v))
-    }
-    fn serialize_u128(self, v: u128) -> Result<(), Error> {
-        self.style.number(self.out, Number::U128(v))
+    serialize_integers! {
+        serialize_i8(i8) => I64, serialize_i16(i16) => I64, serialize_i32(i32) => I64, serialize_i64(i64) => I64,
+        serialize_i128(i128) => I128, serialize_u8(u8) => U64, serialize_u16(u16) => U64, serialize_u32(u32) => U64,
+        serialize_u64(u64) => U64, serialize_u128(u128) => U128,
     }
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
         self.float(Number::F32(v), v.is_finite())

@@ -399,7 +399,7 @@ impl Responder {
             provenance.usage_receipt = receipt.sign(signing_key).ok().map(Box::new);
         }
         for hop in out.delegated {
-            provenance.lineage.push(hop.lineage_entry());
+            provenance.lineage.push(hop.entry);
             provenance.lineage.extend(hop.provenance.lineage);
         }
         if let (Some(input), Some(skill)) = (task.input, skill)

@@ -129,51 +129,32 @@ pub struct TaskOutput {
     pub model: Option<String>,
 }
 
-/// A result obtained by re-delegating: its provenance, and what the delegating side knows of the hop that the
-/// result does not carry. It becomes a lineage entry ([`ldp_types::LineageEntry::of_result`], step `delegated`).
+/// A result obtained by re-delegating: its provenance, and its lineage entry (step `delegated`), which adds what the
+/// delegating side knows of the hop and the result does not carry (the skill it ran, its latency).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct DelegatedHop {
-    /// The sub-task's provenance.
+    /// The sub-task's provenance; its own lineage follows the hop's entry.
     pub provenance: Provenance,
-    /// The skill the sub-task ran.
-    pub skill: Option<String>,
-    /// Milliseconds from sending the sub-task to its result, failover included.
-    pub latency_ms: Option<u64>,
+    /// The hop's lineage entry.
+    pub entry: ldp_types::LineageEntry,
 }
 
 impl DelegatedHop {
-    /// A hop whose result carried `provenance`, with no skill or latency known.
-    pub fn new(provenance: Provenance) -> Self {
-        Self { provenance, skill: None, latency_ms: None }
-    }
-
-    /// Sets the skill the sub-task ran.
-    #[must_use]
-    pub fn with_skill(mut self, skill: impl Into<String>) -> Self {
-        self.skill = Some(skill.into());
-        self
-    }
-
-    /// Sets the hop's latency in milliseconds.
-    #[must_use]
-    pub fn with_latency_ms(mut self, latency_ms: u64) -> Self {
-        self.latency_ms = Some(latency_ms);
-        self
-    }
-
-    /// The lineage entry of this hop (step `delegated`).
-    pub fn lineage_entry(&self) -> ldp_types::LineageEntry {
-        let mut entry = ldp_types::LineageEntry::of_result(&self.provenance, "delegated");
-        entry.skill.clone_from(&self.skill);
-        entry.latency_ms = self.latency_ms;
-        entry
+    /// A hop whose result carried `provenance`, its entry [`ldp_types::LineageEntry::of_result`] with step
+    /// `delegated`, refined by `describe` (e.g. `|entry| entry.with_skill("summarize").with_latency_ms(17)`).
+    pub fn new(
+        provenance: Provenance,
+        describe: impl FnOnce(ldp_types::LineageEntry) -> ldp_types::LineageEntry,
+    ) -> Self {
+        let entry = describe(ldp_types::LineageEntry::of_result(&provenance, "delegated"));
+        Self { provenance, entry }
     }
 }
 
 impl From<Provenance> for DelegatedHop {
     fn from(provenance: Provenance) -> Self {
-        Self::new(provenance)
+        Self::new(provenance, |entry| entry)
     }
 }
 

@@ -98,21 +98,16 @@ pub(super) fn receipt_len(r: &crate::UsageReceipt) -> usize {
 /// the common bodies' member names written as constants rather than escaped one by one through serde: that was
 /// most of the cost of encoding a message whose payload is already text.
 pub(super) fn write_envelope(w: &mut Writer<'_, Compact>, env: &Envelope) -> Result<(), JsonError> {
-    w.out.extend_from_slice(b"{\"message_id\":");
-    write_str(w.out, &env.message_id);
-    w.out.extend_from_slice(b",\"session_id\":");
-    write_str(w.out, &env.session_id);
-    w.out.extend_from_slice(b",\"from\":");
-    write_str(w.out, &env.from);
-    w.out.extend_from_slice(b",\"to\":");
-    write_str(w.out, &env.to);
+    str_member(w.out, b"{\"message_id\":", &env.message_id);
+    str_member(w.out, b",\"session_id\":", &env.session_id);
+    str_member(w.out, b",\"from\":", &env.from);
+    str_member(w.out, b",\"to\":", &env.to);
     w.out.extend_from_slice(b",\"body\":");
     write_body(w, &env.body)?;
     w.out.extend_from_slice(b",\"payload_mode\":\"");
     // Mode names are plain ASCII.
     w.out.extend_from_slice(env.payload_mode.as_str().as_bytes());
-    w.out.extend_from_slice(b"\",\"timestamp\":");
-    write_str(w.out, &env.timestamp);
+    str_member(w.out, b"\",\"timestamp\":", &env.timestamp);
     w.out.extend_from_slice(b",\"provenance\":");
     match &env.provenance {
         None => w.out.extend_from_slice(b"null"),
@@ -125,21 +120,24 @@ pub(super) fn write_envelope(w: &mut Writer<'_, Compact>, env: &Envelope) -> Res
         }
     }
     if let Some(nonce) = &env.nonce {
-        w.out.extend_from_slice(b",\"nonce\":");
-        write_str(w.out, nonce);
+        str_member(w.out, b",\"nonce\":", nonce);
     }
     write_members(w, &env.extensions)?;
     w.out.push(b'}');
     Ok(())
 }
 
+/// Writes `prefix` (the punctuation and the quoted name of a member, such as `,"objective":`) and a string value.
+fn str_member(out: &mut Vec<u8>, prefix: &[u8], value: &str) {
+    out.extend_from_slice(prefix);
+    write_str(out, value);
+}
+
 /// Writes a provenance record as its `Serialize` does (the same members, order and omissions); evidence and lineage
 /// entries, rare, go through `Serialize`.
 pub(super) fn write_provenance(w: &mut Writer<'_, Compact>, p: &Provenance) -> Result<(), JsonError> {
-    w.out.extend_from_slice(b"{\"produced_by\":");
-    write_str(w.out, &p.produced_by);
-    w.out.extend_from_slice(b",\"model_version\":");
-    write_str(w.out, &p.model_version);
+    str_member(w.out, b"{\"produced_by\":", &p.produced_by);
+    str_member(w.out, b",\"model_version\":", &p.model_version);
     w.out.extend_from_slice(b",\"payload_mode_used\":\"");
     // Mode names are plain ASCII.
     w.out.extend_from_slice(p.payload_mode_used.as_str().as_bytes());
@@ -178,8 +176,7 @@ pub(super) fn write_provenance(w: &mut Writer<'_, Compact>, p: &Provenance) -> R
         cost.serialize(&mut *w)?;
     }
     if let Some(contract_id) = &p.contract_id {
-        w.out.extend_from_slice(b",\"contract_id\":");
-        write_str(w.out, contract_id);
+        str_member(w.out, b",\"contract_id\":", contract_id);
     }
     if let Some(satisfied) = p.contract_satisfied {
         w.out.extend_from_slice(if satisfied {
@@ -219,10 +216,8 @@ pub(super) fn write_members(w: &mut Writer<'_, Compact>, map: &Map<String, Value
 pub(super) fn write_body(w: &mut Writer<'_, Compact>, body: &Body) -> Result<(), JsonError> {
     match body {
         Body::TaskSubmit(b) => {
-            w.out.extend_from_slice(b"{\"type\":\"TASK_SUBMIT\",\"task_id\":");
-            write_str(w.out, &b.task_id);
-            w.out.extend_from_slice(b",\"skill\":");
-            write_str(w.out, &b.skill);
+            str_member(w.out, b"{\"type\":\"TASK_SUBMIT\",\"task_id\":", &b.task_id);
+            str_member(w.out, b",\"skill\":", &b.skill);
             w.out.extend_from_slice(b",\"input\":");
             w.out.extend_from_slice(b.input.json().as_bytes());
             if let Some(contract) = &b.contract {
@@ -232,8 +227,7 @@ pub(super) fn write_body(w: &mut Writer<'_, Compact>, body: &Body) -> Result<(),
             write_members(w, &b.extra)?;
         }
         Body::TaskResult(b) => {
-            w.out.extend_from_slice(b"{\"type\":\"TASK_RESULT\",\"task_id\":");
-            write_str(w.out, &b.task_id);
+            str_member(w.out, b"{\"type\":\"TASK_RESULT\",\"task_id\":", &b.task_id);
             w.out.extend_from_slice(b",\"output\":");
             w.out.extend_from_slice(b.output.json().as_bytes());
             w.out.extend_from_slice(b",\"provenance\":");
@@ -248,10 +242,8 @@ pub(super) fn write_body(w: &mut Writer<'_, Compact>, body: &Body) -> Result<(),
 
 /// Writes the contract as its derived `Serialize` does.
 pub(super) fn write_contract(w: &mut Writer<'_, Compact>, c: &DelegationContract) -> Result<(), JsonError> {
-    w.out.extend_from_slice(b"{\"contract_id\":");
-    write_str(w.out, &c.contract_id);
-    w.out.extend_from_slice(b",\"objective\":");
-    write_str(w.out, &c.objective);
+    str_member(w.out, b"{\"contract_id\":", &c.contract_id);
+    str_member(w.out, b",\"objective\":", &c.objective);
     w.out.extend_from_slice(b",\"success_criteria\":");
     write_strings(w, &c.success_criteria);
     w.out.extend_from_slice(b",\"policy\":{\"failure_policy\":");
@@ -285,12 +277,10 @@ pub(super) fn write_contract(w: &mut Writer<'_, Compact>, c: &DelegationContract
     }
     w.out.push(b'}');
     if let Some(deadline) = &c.deadline {
-        w.out.extend_from_slice(b",\"deadline\":");
-        write_str(w.out, deadline);
+        str_member(w.out, b",\"deadline\":", deadline);
     }
     if let Some(created_at) = &c.created_at {
-        w.out.extend_from_slice(b",\"created_at\":");
-        write_str(w.out, created_at);
+        str_member(w.out, b",\"created_at\":", created_at);
     }
     w.out.push(b'}');
     Ok(())
