@@ -227,6 +227,8 @@ pub(crate) fn url_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>,
 /// One `ISSUER_ID=KEY_ID=PUBLIC_HEX[@URL]` entry of `backend.delegates_issuers`: an attestation issuer's pinned
 /// key, and where its documents are published.
 #[derive(Debug, Clone)]
+// Checked when any configuration is read; only a build with LLM delegates (feature `llm`) uses what it holds.
+#[cfg_attr(not(feature = "llm"), allow(dead_code))]
 pub(crate) struct IssuerPin<'a> {
     pub(crate) issuer_id: &'a str,
     pub(crate) key_id: &'a str,

@@ -371,6 +371,7 @@ fn issuer_trust(b: &crate::config::BackendConfig) -> Result<crate::delegates::Is
 
 /// Where the bearer token for `backend.delegates` comes from: a command, or OAuth client credentials with the
 /// secret from the named environment variable; `None` for no token.
+#[cfg(feature = "llm")]
 fn delegates_token_source(
     b: &crate::config::BackendConfig,
 ) -> Result<Option<Arc<dyn ldp_transport_http::TokenSource>>, Error> {
