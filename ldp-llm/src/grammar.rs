@@ -73,7 +73,7 @@ pub const MAX_SCHEMA_SIZE: usize = 10_000;
 pub const MAX_REPETITION: u64 = 1_000;
 /// The steps the `oneOf` overlap check and the `enum` filter may take in one conversion; past it they answer
 /// "unknown", which refuses the `oneOf` or drops the value.
-const MAX_CHECK_STEPS: usize = 100_000;
+const MAX_CHECK_STEPS: usize = 1_000_000;
 
 /// Why a schema has no grammar. Every variant names where in the schema (a JSON pointer, `""` for the root).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -653,6 +653,7 @@ impl<'a> Document<'a> {
                 props.push(Prop { name: name.clone(), node, required: false });
             }
         }
+        let closed = map.get("additionalProperties") == Some(&Value::Bool(false));
         if let Some(required) = map.get("required") {
             let at = child(pointer, "required");
             let Value::Array(required) = required else {
@@ -668,12 +669,16 @@ impl<'a> Document<'a> {
                 };
                 match props.iter_mut().find(|p| &p.name == name) {
                     Some(prop) => prop.required = true,
-                    // Valid values have it, with any value: generate it, after the declared ones.
-                    None => props.push(Prop { name: name.clone(), node: Node::Any, required: true }),
+                    // Valid values have it, with any value (none when the object is closed): generate it, after
+                    // the declared ones.
+                    None => {
+                        let node = if closed { Node::Never } else { Node::Any };
+                        props.push(Prop { name: name.clone(), node, required: true });
+                    }
                 }
             }
         }
-        Ok(ObjectRule { props, closed: map.get("additionalProperties") == Some(&Value::Bool(false)) })
+        Ok(ObjectRule { props, closed })
     }
 
     fn def(&self, index: usize) -> Option<&Node> {
