@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 fn grammar(schema: &Value) -> Grammar {
     let text = schema_to_gbnf(schema).unwrap_or_else(|e| panic!("{schema}: {e}"));
     let g = Grammar::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    // What generates nothing is pruned, never written.
+    assert!(!text.contains(r"\U0010FFFF"), "{text}");
     assert!(g.unproductive().is_empty(), "unproductive rules {:?}\n{text}", g.unproductive());
     g
 }
