@@ -136,17 +136,62 @@ pub struct EchoDelegate;
 #[async_trait]
 impl Delegate for EchoDelegate {
     async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
-        let echo = format!("{{\"echo\":{}}}", task.input.json());
+        let input = task.input.json();
+        let echo = format!("{{\"echo\":{input}}}");
+        let cannot = |e: ldp_types::Error| {
+            LdpError::runtime(codes::EXECUTION_FAILED, format!("the input cannot be echoed: {e}")).with_retryable(false)
+        };
+        // An input whose output cannot come near the nesting limit is checked once, as the output: the check below
+        // would find exactly what this one finds (a payload's text is valid JSON, so only a repeated member name can
+        // fail it, and that verdict does not depend on where the text sits).
+        if json_depth(input) + ECHO_NESTING < MAX_NESTING {
+            let output = RawJson::from_json(echo).map_err(cannot)?;
+            let mut out = TaskOutput::new(output);
+            out.confidence = ldp_types::Score::new(1.0).ok();
+            return Ok(out);
+        }
         // The output travels two levels down in its envelope (envelope, body), and the whole message must nest within
         // what a `serde_json::Value` holds; checking it at that depth checks exactly that (and the text's validity).
-        RawJson::from_json(format!("[[{echo}]]")).map_err(|e| {
-            LdpError::runtime(codes::EXECUTION_FAILED, format!("the input cannot be echoed: {e}")).with_retryable(false)
-        })?;
+        RawJson::from_json(format!("[[{echo}]]")).map_err(cannot)?;
         let output = RawJson::from_json(echo).map_err(|e| LdpError::runtime(codes::EXECUTION_FAILED, e.to_string()))?;
         let mut out = TaskOutput::new(output);
         out.confidence = ldp_types::Score::new(1.0).ok();
         Ok(out)
     }
+}
+
+/// The levels the echo's output adds above its input in the reply: the envelope, the body, `{"echo": ...}`.
+const ECHO_NESTING: usize = 3;
+
+/// The deepest nesting a `serde_json::Value` can be read with (serde_json's recursion limit, 127).
+const MAX_NESTING: usize = 127;
+
+/// The nesting depth of JSON text (0 for a scalar, 1 for `[]`), counted without parsing it: brackets outside
+/// strings. Meaningful for valid JSON only.
+fn json_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &byte in text.as_bytes() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// The answer to one inbound message.
@@ -688,3 +733,18 @@ pub use client::{Client, SessionInfo, Submission, TaskOutcome};
 pub use connections::RuntimeGauges;
 pub use driver::{AttachedDrivers, DEFAULT_STATUS_POLL, InitiatorDriver};
 pub use transport::{Exchange, MemoryTransport, Transport};
+
+#[cfg(test)]
+mod tests {
+    use super::json_depth;
+
+    /// Brackets inside strings, escaped quotes included, do not count.
+    #[test]
+    fn json_depth_counts_brackets_outside_strings() {
+        assert_eq!(json_depth("1"), 0);
+        assert_eq!(json_depth(r#""[{""#), 0);
+        assert_eq!(json_depth("[]"), 1);
+        assert_eq!(json_depth(r#"{"a":[[1],{"b":"\"]]]["}],"c":[]}"#), 3);
+        assert_eq!(json_depth(r#"["\\",[["x"]]]"#), 3);
+    }
+}

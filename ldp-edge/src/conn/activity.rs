@@ -66,6 +66,9 @@ pub(super) struct Activity {
     pub(super) body_started: Option<Instant>,
     /// A too-slow head's answer, for the stream to write in place of further reads.
     pub(super) refusal: Option<Vec<u8>>,
+    /// The deadline the connection's timer is set for, as its loop last published it; `None` while the loop wants
+    /// to hear of every change (its timer is not set, it is shutting down or refusing a head).
+    pub(super) timer_at: Option<Instant>,
 }
 
 impl Activity {
@@ -77,6 +80,19 @@ impl Activity {
             head_window: RateWindow::new(now, Duration::ZERO),
             body_started: None,
             refusal: None,
+            timer_at: None,
+        }
+    }
+
+    /// Whether the connection's loop must wake for the change just made: only when it moved the deadline before
+    /// the one its timer is set for, or the loop asked to hear of every change. A request's head and its answer
+    /// each change the activity, and on a busy connection neither needs the loop (the deadline they make is later
+    /// than the timer's, which finds nothing due when it fires and is set again): two wakes less per request.
+    pub(super) fn wakes_timer(&self, limits: &ConnectionLimits) -> bool {
+        match (self.timer_at, self.deadline(limits)) {
+            (Some(armed), Some(at)) => at < armed,
+            (Some(_), None) => false,
+            (None, _) => true,
         }
     }
 
@@ -227,8 +243,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Tracked<T> {
                     activity.head_started = Some(now);
                     activity.head_window = RateWindow::new(now, this.limits.min_rate_window);
                     activity.head_window.bytes = read as u64;
+                    let wake = activity.wakes_timer(&this.limits);
                     drop(activity);
-                    this.activity.changed.notify_one();
+                    if wake {
+                        this.activity.changed.notify_one();
+                    }
                 } else {
                     activity.head_window.bytes = activity.head_window.bytes.saturating_add(read as u64);
                 }
@@ -265,28 +284,34 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
 }
 
 /// A request in progress; when dropped (its response body sent, or abandoned), the connection is idle again.
-pub(super) struct InFlight(pub(super) Arc<Watched>);
+pub(super) struct InFlight {
+    pub(super) activity: Arc<Watched>,
+    limits: Arc<ConnectionLimits>,
+}
 
 impl InFlight {
     /// `reading_body`: the request has a body still to arrive, during which the connection stays closable.
-    pub(super) fn start(activity: &Arc<Watched>, reading_body: bool) -> Self {
+    pub(super) fn start(activity: &Arc<Watched>, limits: &Arc<ConnectionLimits>, reading_body: bool) -> Self {
         let mut a = lock(activity);
         a.in_flight += 1;
         a.head_started = None;
         a.body_started = reading_body.then(Instant::now);
         drop(a);
-        Self(Arc::clone(activity))
+        Self { activity: Arc::clone(activity), limits: Arc::clone(limits) }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let mut a = lock(&self.0);
+        let mut a = lock(&self.activity);
         a.in_flight = a.in_flight.saturating_sub(1);
         a.idle_since = Instant::now();
         a.body_started = None;
+        let wake = a.wakes_timer(&self.limits);
         drop(a);
-        self.0.changed.notify_one();
+        if wake {
+            self.activity.changed.notify_one();
+        }
     }
 }
 

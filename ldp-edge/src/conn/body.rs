@@ -47,7 +47,7 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
     }
 
     fn call(&mut self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
-        let in_flight = InFlight::start(&self.activity, !http_body::Body::is_end_stream(req.body()));
+        let in_flight = InFlight::start(&self.activity, &self.limits, !http_body::Body::is_end_stream(req.body()));
         let (limits, activity) = (Arc::clone(&self.limits), Arc::clone(&self.activity));
         let mut req = req.map(|body| Body::new(LimitedBody::new(body, limits, activity)));
         req.extensions_mut().insert(ConnectInfo(self.remote));
@@ -62,7 +62,7 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
         Box::pin(async move {
             let Ok(resp) = future.await;
             // A handler that answered without reading its whole body has the request all the same.
-            body_read(&in_flight.0);
+            body_read(&in_flight.activity);
             // The request counts as in progress until its body (an SSE stream, say) has been sent.
             Ok(resp.map(|body| {
                 Body::new(body.map_frame(move |frame| {

@@ -400,9 +400,10 @@ impl<E: Establish> Connection<E> {
         // Set once a too-slow head is being answered 408: the answer is written by the stream (hyper holds it),
         // and this bounds how long that may take.
         let mut refusing_until: Option<Instant> = None;
-        // The loop wakes at least twice a request (a head starts, a response ends). Its waits are made once and
-        // kept across wakes: the timer is moved only to an earlier deadline, and a timer that fires before the
-        // current deadline finds nothing due and is set again; so a busy connection costs no timer work a request.
+        // A head that starts and a response that ends change the deadline. The loop's waits are made once and kept
+        // across wakes: the timer is moved only to an earlier deadline, and a timer that fires before the current
+        // deadline finds nothing due and is set again; a change wakes the loop only when it needs the timer moved
+        // (`Activity::wakes_timer`), so a busy connection costs no wake and no timer work a request.
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
         let mut armed: Option<Instant> = None;
@@ -411,16 +412,25 @@ impl<E: Establish> Connection<E> {
         let evict = activity.evict.notified();
         tokio::pin!(evict);
         loop {
-            if stopping && lock(&activity).in_flight == 0 {
-                // Shutting down: a connection with no request in progress (idle, or half a head) ends now.
-                return;
-            }
-            let deadline = refusing_until.or_else(|| lock(&activity).deadline(&self.limits));
-            if let Some(at) = deadline
-                && armed.is_none_or(|current| at < current)
-            {
+            // In a block: the guard must be gone before the `select!` awaits.
+            let reset = {
+                let mut watched = lock(&activity);
+                if stopping && watched.in_flight == 0 {
+                    // Shutting down: a connection with no request in progress (idle, or half a head) ends now.
+                    return;
+                }
+                let deadline = refusing_until.or_else(|| watched.deadline(&self.limits));
+                let reset = deadline.filter(|at| armed.is_none_or(|current| *at < current));
+                if reset.is_some() {
+                    armed = reset;
+                }
+                // Published under the lock the changes are made under, so that a change either is seen here or
+                // sees this (`Activity::wakes_timer`). While stopping or refusing, every change may matter.
+                watched.timer_at = if stopping || refusing_until.is_some() { None } else { armed };
+                reset
+            };
+            if let Some(at) = reset {
                 timer.as_mut().reset(at);
-                armed = Some(at);
             }
             tokio::select! {
                 () = changed.as_mut() => changed.set(activity.changed.notified()),
@@ -439,7 +449,9 @@ impl<E: Establish> Connection<E> {
                     return;
                 }
                 () = timer.as_mut(), if armed.is_some() => {
+                    // Changes wake the loop until the timer is set again, at the top of the loop.
                     armed = None;
+                    lock(&activity).timer_at = None;
                     if refusing_until.is_some_and(|until| Instant::now() >= until) {
                         return;
                     }
