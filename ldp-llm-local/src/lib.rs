@@ -29,10 +29,13 @@
 //! ```
 
 mod backend;
+mod candle;
 mod error;
 #[cfg(feature = "fixture")]
 pub mod fixture;
+#[cfg(feature = "llama")]
+mod llama;
 mod prompt;
 
-pub use backend::{LocalBackend, LocalOptions, MAX_CONTEXT, Precision, Sampling, Work};
+pub use backend::{Engine, LocalBackend, LocalOptions, MAX_CONTEXT, Precision, Sampling, Work};
 pub use error::LoadError;

@@ -90,6 +90,13 @@ pub enum LlmError {
     /// An in-process model failed while generating.
     #[error("the model failed: {0}")]
     Inference(String),
+    /// The backend cannot honour part of the request (an engine without constrained decoding asked for tools or a
+    /// response schema), before any work.
+    #[error("this backend does not support {what}")]
+    Unsupported {
+        /// What it cannot do.
+        what: &'static str,
+    },
 }
 
 impl LlmError {
@@ -104,7 +111,7 @@ impl LlmError {
     /// The typed LDP error a peer receives: 401/403 `security` (not retryable), 429 `CAPACITY_EXCEEDED`
     /// (retryable, the `Retry-After` in the message), 5xx `TRANSPORT_ERROR` and timeouts `TIMEOUT` (transient,
     /// retryable, after this delegate's own bounded retries), a malformed or oversized answer `PROVIDER_MALFORMED`, a prompt longer than the context window
-    /// `PROVIDER_REJECTED` (not retryable), an in-process model's failure `EXECUTION_FAILED`.
+    /// or a request the backend cannot honour `PROVIDER_REJECTED` (not retryable), an in-process model's failure `EXECUTION_FAILED`.
     pub fn to_ldp(&self) -> LdpError {
         let message = format!("LLM provider: {self}");
         match self {
@@ -114,7 +121,7 @@ impl LlmError {
                 LdpError::transport(codes::TRANSPORT_ERROR, message).with_retryable(true)
             }
             Self::Timeout { .. } => LdpError::transport(codes::TIMEOUT, message).with_retryable(true),
-            Self::Rejected { .. } | Self::PromptTooLong { .. } => {
+            Self::Rejected { .. } | Self::PromptTooLong { .. } | Self::Unsupported { .. } => {
                 LdpError::capability(PROVIDER_REJECTED, message).with_retryable(false)
             }
             Self::Malformed(_) | Self::TooLarge { .. } => {
