@@ -18,6 +18,7 @@ mod backend;
 mod delegate;
 mod echo;
 mod error;
+pub mod grammar;
 mod http;
 mod key;
 mod openai;
