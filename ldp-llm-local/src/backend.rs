@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use candle_core::quantized::gguf_file;
+use ldp_llm::grammar::{ToolCallOutput, parse_tool_call_output};
 use ldp_llm::{
     BackendInfo, ChatRequest, ChatResponse, FinishReason, LlmBackend, LlmError, OnDelta, StreamControl, ToolCall,
     Trimmed, Usage,
@@ -383,16 +384,25 @@ impl Answer {
         let mut calls = Vec::new();
         let mut finish = finish;
         if plan.shape == Shape::ToolCall && finish == FinishReason::Stop {
-            match read_tool_output(&decoded)? {
-                ToolOutput::Call(call) => {
-                    calls.push(call);
+            let output = parse_tool_call_output(&decoded)
+                .map_err(|e| LlmError::Malformed(format!("the model's constrained output: {e}")))?;
+            match output {
+                ToolCallOutput::Call { name, arguments } => {
+                    // One call per answer (the grammar has room for one), so its id is fixed.
+                    calls.push(ToolCall::new("call_0", name, arguments.to_string()));
                     finish = FinishReason::ToolCalls;
                     self.text.clear();
                 }
-                ToolOutput::Answer(text) => {
+                // An answer that is a JSON string is its text; one under an answer schema, its JSON text.
+                ToolCallOutput::Answer(answer) => {
+                    let text = match answer {
+                        serde_json::Value::String(text) => text,
+                        other => other.to_string(),
+                    };
                     self.send(text.clone());
                     self.text = text;
                 }
+                other => return Err(LlmError::Malformed(format!("unexpected tool output {other:?}"))),
             }
         } else if plan.shape == Shape::ToolCall {
             // Cut short (by the length limit or the caller): what was written is not a whole call.
@@ -406,29 +416,6 @@ impl Answer {
             .with_trimmed(plan.trimmed)
             .with_tool_calls(calls))
     }
-}
-
-enum ToolOutput {
-    Call(ToolCall),
-    Answer(String),
-}
-
-/// Reads `{"tool":NAME,"arguments":ARGS}` or `{"answer":X}` (the sentences of the tool-call grammar): an answer
-/// that is a JSON string is its text, any other value its JSON text.
-fn read_tool_output(text: &str) -> Result<ToolOutput, LlmError> {
-    let malformed = |why: &str| LlmError::Malformed(format!("the model's constrained output {why}: {text:?}"));
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|_| malformed("is not JSON"))?;
-    let object = value.as_object().ok_or_else(|| malformed("is not an object"))?;
-    if let Some(answer) = object.get("answer") {
-        return Ok(ToolOutput::Answer(match answer {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        }));
-    }
-    let name = object.get("tool").and_then(serde_json::Value::as_str).ok_or_else(|| malformed("names no tool"))?;
-    let arguments = object.get("arguments").cloned().unwrap_or_else(|| serde_json::json!({}));
-    // One call per answer: the grammar has no room for a second, so its id is fixed.
-    Ok(ToolOutput::Call(ToolCall::new("call_0", name, arguments.to_string())))
 }
 
 impl LocalBackend {

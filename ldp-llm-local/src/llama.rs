@@ -68,11 +68,15 @@ struct Job {
 /// The grammar `request` must be decoded under: its tools' call grammar, else its response schema's. A schema the
 /// converter cannot enforce is refused here, before any decoding.
 pub(crate) fn grammar_of(request: &ChatRequest) -> Result<Option<String>, LlmError> {
-    // TODO(w3G): ldp_llm::grammar::{tool_call_gbnf, schema_to_gbnf} once it lands.
-    if !request.tools.is_empty() || request.response_schema.is_some() {
-        return Err(LlmError::Unsupported { what: "constrained decoding (not yet wired)" });
+    if !request.tools.is_empty() {
+        return ldp_llm::grammar::tool_call_gbnf(&request.tools, request.response_schema.as_ref())
+            .map(Some)
+            .map_err(LlmError::Schema);
     }
-    Ok(None)
+    match &request.response_schema {
+        Some(schema) => ldp_llm::grammar::schema_to_gbnf(schema).map(Some).map_err(LlmError::Schema),
+        None => Ok(None),
+    }
 }
 
 impl LlamaEngine {

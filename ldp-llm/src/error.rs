@@ -97,6 +97,10 @@ pub enum LlmError {
         /// What it cannot do.
         what: &'static str,
     },
+    /// A JSON Schema of the request (its response schema or a tool's input schema) uses what constrained decoding
+    /// cannot enforce ([`crate::grammar`]), found before any decoding.
+    #[error("cannot decode under the schema: {0}")]
+    Schema(crate::grammar::SchemaError),
 }
 
 impl LlmError {
@@ -111,7 +115,7 @@ impl LlmError {
     /// The typed LDP error a peer receives: 401/403 `security` (not retryable), 429 `CAPACITY_EXCEEDED`
     /// (retryable, the `Retry-After` in the message), 5xx `TRANSPORT_ERROR` and timeouts `TIMEOUT` (transient,
     /// retryable, after this delegate's own bounded retries), a malformed or oversized answer `PROVIDER_MALFORMED`, a prompt longer than the context window
-    /// or a request the backend cannot honour `PROVIDER_REJECTED` (not retryable), an in-process model's failure `EXECUTION_FAILED`.
+    /// or a request the backend cannot honour (a schema it cannot enforce) `PROVIDER_REJECTED` (not retryable), an in-process model's failure `EXECUTION_FAILED`.
     pub fn to_ldp(&self) -> LdpError {
         let message = format!("LLM provider: {self}");
         match self {
@@ -121,7 +125,7 @@ impl LlmError {
                 LdpError::transport(codes::TRANSPORT_ERROR, message).with_retryable(true)
             }
             Self::Timeout { .. } => LdpError::transport(codes::TIMEOUT, message).with_retryable(true),
-            Self::Rejected { .. } | Self::PromptTooLong { .. } | Self::Unsupported { .. } => {
+            Self::Rejected { .. } | Self::PromptTooLong { .. } | Self::Unsupported { .. } | Self::Schema(_) => {
                 LdpError::capability(PROVIDER_REJECTED, message).with_retryable(false)
             }
             Self::Malformed(_) | Self::TooLarge { .. } => {
