@@ -62,9 +62,10 @@ def openai_answer(url, question, tokens):
         return json.load(response)["choices"][0]["message"]["content"]
 
 
-def ldp_session(url, ldp):
+def ldp_session(url, ldp, cap):
     """Three turns of one LDP session (`ldp call --then`); (tokens, seconds) per turn, from each result's
-    provenance and the client's own elapsed time."""
+    provenance and the client's own elapsed time. Provenance counts prompt and answer together (`tokens_used`):
+    an answer cut at the cap (these stories always are; llama-server reports the same 128) counts as `cap`."""
     argv = [ldp, "call", url, "chat", QUESTIONS[0], "--json"]
     for question in QUESTIONS[1:]:
         argv += ["--then", question]
@@ -72,11 +73,7 @@ def ldp_session(url, ldp):
     results = [json.loads(l) for l in lines if l.startswith("{") and '"output"' in l]
     out = []
     for result in results:
-        provenance = result["provenance"]
-        generated = provenance.get("tokens_out")
-        if generated is None:
-            generated = provenance.get("tokens_used", 0) - provenance.get("tokens_in", 0)
-        out.append((generated, result["elapsed_ms"] / 1000.0))
+        out.append((min(result["provenance"].get("tokens_used", 0), cap), result["elapsed_ms"] / 1000.0))
     return out
 
 
@@ -111,7 +108,7 @@ def main():
     else:
         ldp = sys.argv[5]
         answer = ldp_answer(url, ldp, FRANCE)
-        rows = measure(lambda: ldp_session(url, ldp))
+        rows = measure(lambda: ldp_session(url, ldp, tokens))
         name = "ldp"
     json.dump({"name": name, "answer": answer, "rows": rows, "memory": memory(pid)}, sys.stdout)
 
