@@ -316,6 +316,8 @@ pub(crate) const FLAGS: &[(&str, &str, Unit)] = &[
     ("seed", "backend.seed", Unit::Same),
     ("repeat_penalty", "backend.repeat_penalty", Unit::Same),
     ("max_concurrent", "backend.max_concurrent", Unit::Same),
+    ("engine", "backend.engine", Unit::Same),
+    ("threads", "backend.threads", Unit::Same),
     ("precision", "backend.precision", Unit::Same),
     ("mcp_command", "backend.mcp_command", Unit::Same),
     ("mcp_url", "backend.mcp_url", Unit::Same),

@@ -62,9 +62,17 @@ pub struct LlmArgs {
     /// `--backend local`: divide the probability of tokens already in the answer (1.0: off).
     #[arg(long, value_name = "X", default_value_t = 1.0)]
     pub repeat_penalty: f32,
-    /// `--backend local`: answers generated at once; more tasks wait their turn.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// `--backend local`: answers generated at once (llama: sequences decoded together, each keeping its session's
+    /// cache); more tasks wait their turn.
+    #[arg(long, value_name = "N", default_value_t = 4)]
     pub max_concurrent: usize,
+    /// `--backend local`: the runtime: `llama` (llama.cpp in process: batched sessions, tools and response schemas
+    /// by constrained decoding) or `candle` (pure Rust) [default: llama when built in, else candle].
+    #[arg(long, value_name = "ENGINE", value_parser = ["llama", "candle"])]
+    pub engine: Option<String>,
+    /// `--backend local --engine llama`: threads of the model's arithmetic [default: the machine's cores].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
     /// `--backend local`: the arithmetic of the model's matrix products: `f32` (weights widened at load: exact, 4
     /// bytes per parameter) or `quantized` (as the file stores them: least memory).
     #[arg(long, value_name = "PRECISION", default_value = "f32", value_parser = ["f32", "quantized"])]

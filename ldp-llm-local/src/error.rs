@@ -31,4 +31,15 @@ pub enum LoadError {
     /// The options are inconsistent.
     #[error("invalid options: {0}")]
     Options(&'static str),
+    /// The engine asked for was not compiled in (the crate's feature of that name).
+    #[error("the {0} engine is not built in (feature `{0}` of ldp-llm-local)")]
+    EngineMissing(&'static str),
+    /// The engine could not start on this file: `step` says what it was doing, `reason` what its library said.
+    #[error("the engine failed to {step}: {reason}")]
+    EngineStart {
+        /// What failed: `load the model`, `create its context`, ...
+        step: &'static str,
+        /// The engine's own account.
+        reason: String,
+    },
 }

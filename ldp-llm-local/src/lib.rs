@@ -1,5 +1,15 @@
-//! An embedded LLM backend for LDP delegates: a GGUF model of the llama family run in this process, on the CPU,
-//! with [candle](https://docs.rs/candle-core) — no model server, no network, no API key.
+//! An embedded LLM backend for LDP delegates: a GGUF model of the llama family run in this process, on the CPU —
+//! no model server, no network, no API key — with one of two engines ([`Engine`]):
+//!
+//! ```text
+//!               ┌ prompt.rs: the file's tokenizer and chat template, history fit to the window (one rule) ┐
+//! LocalBackend ─┤ candle.rs: candle, one blocking thread per generation, caches kept per prefix            │
+//!               └ llama.rs (feature `llama`): llama.cpp, one scheduler thread, one batch per step over     ┘
+//!                 every active sequence, a cache per sequence, grammar-constrained tools and schemas
+//! ```
+//!
+//! llama.cpp is the `ldp` binary's default: it keeps the weights quantized, batches concurrent sessions, and
+//! decodes tool calls and schema answers under a grammar (BENCHMARKS.md has the figures against `llama-server`).
 //!
 //! [`LocalBackend`] implements [`ldp_llm::LlmBackend`], so everything `ldp-llm` builds on a provider works on it
 //! unchanged: [`ldp_llm::LlmDelegate`] serves it as an LDP delegate (session history as the chat, contract token
@@ -29,10 +39,13 @@
 //! ```
 
 mod backend;
+mod candle;
 mod error;
 #[cfg(feature = "fixture")]
 pub mod fixture;
+#[cfg(feature = "llama")]
+mod llama;
 mod prompt;
 
-pub use backend::{LocalBackend, LocalOptions, MAX_CONTEXT, Precision, Sampling, Work};
+pub use backend::{Engine, LocalBackend, LocalOptions, MAX_CONTEXT, Precision, Sampling, Work};
 pub use error::LoadError;

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 
 use candle_core::quantized::gguf_file::{Content, Value};
-use ldp_llm::{ChatRequest, Role};
+use ldp_llm::{ChatRequest, LlmError, Role, Trimmed};
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -145,9 +145,11 @@ impl PromptCodec {
     }
 
     /// The prompt's token ids: the chat template over the system prompt and the conversation, ending where the
-    /// assistant's answer starts.
+    /// assistant's answer starts. With tools, the system prompt lists them and says how to call one, and an
+    /// assistant's earlier calls read as the JSON it wrote for them (`{"tool":NAME,"arguments":ARGS}`), so that
+    /// the history looks like what constrained decoding lets the model write.
     pub(crate) fn encode(&self, request: &ChatRequest) -> Result<Vec<u32>, LoadError> {
-        let mut texts: Vec<&str> = Vec::new();
+        let mut texts: Vec<String> = Vec::new();
         let mut messages = Vec::new();
         let turns = request.messages.iter().map(|m| {
             let role = match m.role {
@@ -156,9 +158,23 @@ impl PromptCodec {
                 // ChatML-style templates (SmolLM2's) render any role name; a tool's result is its own turn.
                 Role::Tool => "tool",
             };
-            (role, m.content.as_str())
+            let text = if m.tool_calls.is_empty() {
+                m.content.clone()
+            } else {
+                let calls: Vec<String> = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| {
+                        let arguments = if c.arguments.trim().is_empty() { "{}" } else { c.arguments.as_str() };
+                        format!("{{\"tool\":{},\"arguments\":{arguments}}}", serde_json::Value::from(c.name.as_str()))
+                    })
+                    .collect();
+                calls.join("\n")
+            };
+            (role, text)
         });
-        for (role, text) in request.system.as_deref().map(|s| ("system", s)).into_iter().chain(turns) {
+        let system = system_text(request);
+        for (role, text) in system.map(|s| ("system", s)).into_iter().chain(turns) {
             let slot = format!("{PLACEHOLDER_OPEN}{}{PLACEHOLDER_CLOSE}", texts.len());
             messages.push(minijinja::context! { role => role, content => slot });
             texts.push(text);
@@ -205,8 +221,66 @@ impl PromptCodec {
         Ok(())
     }
 
+    /// The prompt of `request` fit to `context_window` with room for an answer: while it leaves less than `wanted`
+    /// tokens (at most a quarter of the window) for the answer, the oldest messages go, a user's message with the
+    /// answers and tool results after it, never the system prompt or the last message. A prompt that still fills
+    /// the window is refused with [`LlmError::PromptTooLong`]. Every engine fits its prompts here, so the rule is
+    /// the same whichever runs the model.
+    pub(crate) fn fit(
+        &self,
+        request: &ChatRequest,
+        wanted: usize,
+        context_window: usize,
+    ) -> Result<(Vec<u32>, Option<Trimmed>), LlmError> {
+        let encode = |r: &ChatRequest| self.encode(r).map_err(|e| LlmError::Inference(e.to_string()));
+        let whole = encode(request)?;
+        let reserve = wanted.min(context_window / 4).max(1);
+        let fits = |prompt: &[u32]| prompt.len() + reserve <= context_window;
+        let mut prompt = whole.clone();
+        let mut dropped = 0;
+        let mut trimmed = request.clone();
+        while !fits(&prompt) && trimmed.messages.len() > 1 {
+            // One turn: the first message, then whatever follows it up to the next user message.
+            let turn =
+                1 + trimmed.messages[1..trimmed.messages.len() - 1].iter().take_while(|m| m.role != Role::User).count();
+            trimmed.messages.drain(..turn);
+            dropped += turn;
+            prompt = encode(&trimmed)?;
+        }
+        if prompt.is_empty() || prompt.len() >= context_window {
+            return Err(LlmError::PromptTooLong { prompt_tokens: whole.len(), context_window });
+        }
+        let trim = (dropped > 0).then(|| {
+            let tokens = whole.len().saturating_sub(prompt.len()) as u64;
+            Trimmed::new(dropped, tokens, context_window as u64)
+        });
+        Ok((prompt, trim))
+    }
+
     /// The text of generated token ids (control tokens left out).
     pub(crate) fn decode(&self, ids: &[u32]) -> Result<String, LoadError> {
         self.with_control.decode(ids, true).map_err(|e| LoadError::Tokenizer(e.to_string()))
+    }
+}
+
+/// The system prompt as the model reads it: the request's, then, when tools are offered, what each does and how to
+/// call one, or, when the answer must follow a schema, that schema.
+fn system_text(request: &ChatRequest) -> Option<String> {
+    let mut extra = String::new();
+    if !request.tools.is_empty() {
+        extra.push_str(
+            "You can call one of these tools. To call one, write only {\"tool\":\"NAME\",\"arguments\":{...}}; \
+             to answer, write only {\"answer\":...}.\nTools:",
+        );
+        for tool in &request.tools {
+            extra.push_str(&format!("\n- {}: {} Arguments: {}", tool.name, tool.description, tool.input_schema));
+        }
+    } else if let Some(schema) = &request.response_schema {
+        extra.push_str(&format!("Answer with JSON valid for this JSON Schema: {schema}"));
+    }
+    match (&request.system, extra.is_empty()) {
+        (system, true) => system.clone(),
+        (Some(system), false) => Some(format!("{system}\n\n{extra}")),
+        (None, false) => Some(extra),
     }
 }

@@ -90,6 +90,17 @@ pub enum LlmError {
     /// An in-process model failed while generating.
     #[error("the model failed: {0}")]
     Inference(String),
+    /// The backend cannot honour part of the request (an engine without constrained decoding asked for tools or a
+    /// response schema), before any work.
+    #[error("this backend does not support {what}")]
+    Unsupported {
+        /// What it cannot do.
+        what: &'static str,
+    },
+    /// A JSON Schema of the request (its response schema or a tool's input schema) uses what constrained decoding
+    /// cannot enforce ([`crate::grammar`]), found before any decoding.
+    #[error("cannot decode under the schema: {0}")]
+    Schema(crate::grammar::SchemaError),
 }
 
 impl LlmError {
@@ -104,7 +115,7 @@ impl LlmError {
     /// The typed LDP error a peer receives: 401/403 `security` (not retryable), 429 `CAPACITY_EXCEEDED`
     /// (retryable, the `Retry-After` in the message), 5xx `TRANSPORT_ERROR` and timeouts `TIMEOUT` (transient,
     /// retryable, after this delegate's own bounded retries), a malformed or oversized answer `PROVIDER_MALFORMED`, a prompt longer than the context window
-    /// `PROVIDER_REJECTED` (not retryable), an in-process model's failure `EXECUTION_FAILED`.
+    /// or a request the backend cannot honour (a schema it cannot enforce) `PROVIDER_REJECTED` (not retryable), an in-process model's failure `EXECUTION_FAILED`.
     pub fn to_ldp(&self) -> LdpError {
         let message = format!("LLM provider: {self}");
         match self {
@@ -114,7 +125,7 @@ impl LlmError {
                 LdpError::transport(codes::TRANSPORT_ERROR, message).with_retryable(true)
             }
             Self::Timeout { .. } => LdpError::transport(codes::TIMEOUT, message).with_retryable(true),
-            Self::Rejected { .. } | Self::PromptTooLong { .. } => {
+            Self::Rejected { .. } | Self::PromptTooLong { .. } | Self::Unsupported { .. } | Self::Schema(_) => {
                 LdpError::capability(PROVIDER_REJECTED, message).with_retryable(false)
             }
             Self::Malformed(_) | Self::TooLarge { .. } => {

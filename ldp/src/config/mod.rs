@@ -33,8 +33,8 @@ pub use layers::{ConfigError, Origin, Setting};
 pub use reference::{KeyDoc, KeyKind, env_var, keys, reference_markdown};
 pub use sections::{
     A2aConfig, AuthConfig, BackendConfig, BackendKind, ConnectionConfig, HeldConfig, IdentityConfig, JwtSection,
-    McpConfig, OauthSection, Precision, SessionConfig, SigningAlgorithm, SigningConfig, StoreConfig, TelemetryConfig,
-    TlsConfig, WebSocketConfig,
+    LocalEngine, McpConfig, OauthSection, Precision, SessionConfig, SigningAlgorithm, SigningConfig, StoreConfig,
+    TelemetryConfig, TlsConfig, WebSocketConfig,
 };
 pub(crate) use units::network;
 

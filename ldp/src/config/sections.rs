@@ -476,6 +476,18 @@ pub enum Precision {
     Quantized,
 }
 
+/// Which runtime runs a local model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum LocalEngine {
+    /// llama.cpp in process: quantized weights, sessions decoded in one batch, constrained decoding (tools,
+    /// response schemas).
+    Llama,
+    /// candle, pure Rust: no tools or response schemas.
+    Candle,
+}
+
 /// What answers tasks when no skills are given in code.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -523,8 +535,14 @@ pub struct BackendConfig {
     pub seed: u64,
     /// `local`: divide the probability of tokens already in the answer (1.0: off). Default `1.0`.
     pub repeat_penalty: f32,
-    /// `local`: answers generated at once; more tasks wait their turn. Default `1`.
+    /// `local`: answers generated at once (llama: sequences decoded together, each keeping its session's cache);
+    /// more tasks wait their turn. Default `4`.
     pub max_concurrent: usize,
+    /// `local`: the runtime, `llama` (llama.cpp in process) or `candle`. Default `llama` when built in, else
+    /// `candle`.
+    pub engine: Option<LocalEngine>,
+    /// `local` with `llama`: threads of the model's arithmetic. Default: the machine's cores.
+    pub threads: Option<usize>,
     /// `local`: `f32` or `quantized`. Default `f32`.
     pub precision: Precision,
     /// `mcp`: the MCP server to start, `PROGRAM ARG...` split on whitespace, speaking MCP on stdio. Default none.
@@ -588,7 +606,9 @@ impl Default for BackendConfig {
             top_p: None,
             seed: 1,
             repeat_penalty: 1.0,
-            max_concurrent: 1,
+            max_concurrent: 4,
+            engine: None,
+            threads: None,
             precision: Precision::F32,
             mcp_command: None,
             mcp_url: None,

@@ -203,6 +203,13 @@ fn local(config: &ServerConfig) -> Result<ldp_llm_local::LocalBackend, Error> {
     }
     options.repeat_penalty = b.repeat_penalty;
     options.max_concurrent = b.max_concurrent;
+    options.threads = b.threads;
+    options.engine = match b.engine {
+        Some(crate::config::LocalEngine::Candle) => ldp_llm_local::Engine::Candle,
+        Some(_) => ldp_llm_local::Engine::Llama,
+        None if cfg!(feature = "llama") => ldp_llm_local::Engine::Llama,
+        None => ldp_llm_local::Engine::Candle,
+    };
     options.precision = match b.precision {
         crate::config::Precision::Quantized => ldp_llm_local::Precision::Quantized,
         _ => ldp_llm_local::Precision::F32,

@@ -1,0 +1,506 @@
+//! The llama.cpp engine: one model and one context shared by every generation, driven by one scheduler thread.
+//!
+//! ```text
+//!  LocalBackend::complete/stream ──Job──▶ scheduler thread ──one llama_batch per step──▶ llama.cpp
+//!        ▲ pieces, answer                   slots: sequence id, the tokens its cache holds, the job on it
+//!        └───────────────────────────────── sampling (greedy / seeded, under a grammar when asked)
+//! ```
+//!
+//! Each step puts every active generation's next token (or the next chunk of its prompt) into one batch, so that
+//! concurrent sessions share the weights' memory traffic: four decode at nearly the cost of one. Each slot is one
+//! sequence of the context and keeps its attention cache after its generation: a prompt that starts with the
+//! tokens a slot holds goes to that slot and decodes only the rest (the slot's divergent tail is removed first);
+//! otherwise the least recently used free slot is emptied for it. A cache is only ever reused for exactly the
+//! tokens it was computed on, so eviction costs time, never a wrong answer.
+
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, OnceLock};
+
+use ldp_llm::{ChatRequest, ChatResponse, FinishReason, LlmError};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token::data::LlamaTokenData;
+use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::LoadError;
+use crate::backend::{Answer, Delta, Plan, Sampling, Shared};
+
+/// The most tokens decoded in one step, over all sequences (llama.cpp's default logical batch).
+const BATCH_TOKENS: usize = 512;
+
+/// llama.cpp's process-wide state: initialised once, its log silenced (the server has its own).
+fn backend() -> Result<&'static LlamaBackend, LoadError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            let mut backend = LlamaBackend::init().map_err(|e| e.to_string())?;
+            backend.void_logs();
+            Ok(backend)
+        })
+        .as_ref()
+        .map_err(|reason| LoadError::EngineStart { step: "initialise llama.cpp", reason: reason.clone() })
+}
+
+/// The handle on the scheduler thread: dropping the last one ends it.
+pub(crate) struct LlamaEngine {
+    jobs: std_mpsc::Sender<Job>,
+}
+
+/// One generation, as the scheduler receives it.
+struct Job {
+    plan: Plan,
+    grammar: Option<String>,
+    answer: Answer,
+    cancel: Arc<AtomicBool>,
+    reply: oneshot::Sender<Result<ChatResponse, LlmError>>,
+}
+
+/// The grammar `request` must be decoded under: its tools' call grammar, else its response schema's. A schema the
+/// converter cannot enforce is refused here, before any decoding.
+pub(crate) fn grammar_of(request: &ChatRequest) -> Result<Option<String>, LlmError> {
+    if !request.tools.is_empty() {
+        return ldp_llm::grammar::tool_call_gbnf(&request.tools, request.response_schema.as_ref())
+            .map(Some)
+            .map_err(LlmError::Schema);
+    }
+    match &request.response_schema {
+        Some(schema) => ldp_llm::grammar::schema_to_gbnf(schema).map(Some).map_err(LlmError::Schema),
+        None => Ok(None),
+    }
+}
+
+impl LlamaEngine {
+    /// Starts the scheduler thread, which loads the model and creates its context; returns once both are ready.
+    pub(crate) fn load(path: &Path, shared: Arc<Shared>) -> Result<Self, LoadError> {
+        let backend = backend()?;
+        let (ready_tx, ready_rx) = std_mpsc::channel();
+        let (jobs, jobs_rx) = std_mpsc::channel();
+        let path = path.to_path_buf();
+        std::thread::Builder::new()
+            .name("ldp-llama".into())
+            .spawn(move || run(backend, &path, &shared, &ready_tx, &jobs_rx))
+            .map_err(LoadError::Io)?;
+        ready_rx.recv().map_err(|_| LoadError::EngineStart { step: "start", reason: "the thread ended".into() })??;
+        Ok(Self { jobs })
+    }
+
+    /// Queues a generation; its answer arrives on the returned receiver.
+    pub(crate) fn start(
+        &self,
+        plan: Plan,
+        grammar: Option<String>,
+        events: Option<mpsc::UnboundedSender<Delta>>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<oneshot::Receiver<Result<ChatResponse, LlmError>>, LlmError> {
+        let (reply, rx) = oneshot::channel();
+        let answer = Answer::new(&plan, events);
+        self.jobs
+            .send(Job { plan, grammar, answer, cancel, reply })
+            .map_err(|_| LlmError::Inference("the llama engine has stopped".into()))?;
+        Ok(rx)
+    }
+}
+
+/// The scheduler thread's body: load, report, then serve jobs until every handle is gone.
+fn run(
+    backend: &'static LlamaBackend,
+    path: &Path,
+    shared: &Shared,
+    ready: &std_mpsc::Sender<Result<(), LoadError>>,
+    jobs: &std_mpsc::Receiver<Job>,
+) {
+    let model = match LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()) {
+        Ok(model) => model,
+        Err(e) => {
+            let _ = ready.send(Err(LoadError::EngineStart { step: "load the model", reason: e.to_string() }));
+            return;
+        }
+    };
+    let slots = shared.options.max_concurrent;
+    let threads = shared
+        .options
+        .threads
+        .or_else(|| std::thread::available_parallelism().ok().map(std::num::NonZeroUsize::get))
+        .unwrap_or(1);
+    let threads = i32::try_from(threads).unwrap_or(i32::MAX);
+    // Each sequence gets a cache of one context window (llama.cpp splits n_ctx evenly between sequences).
+    let n_ctx = u32::try_from(shared.context_window.saturating_mul(slots)).ok().and_then(NonZeroU32::new);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(n_ctx)
+        .with_n_batch(BATCH_TOKENS as u32)
+        .with_n_ubatch(BATCH_TOKENS as u32)
+        .with_n_seq_max(u32::try_from(slots).unwrap_or(u32::MAX))
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads);
+    let context = match model.new_context(backend, params) {
+        Ok(context) => context,
+        Err(e) => {
+            let _ = ready.send(Err(LoadError::EngineStart { step: "create its context", reason: e.to_string() }));
+            return;
+        }
+    };
+    if ready.send(Ok(())).is_err() {
+        return;
+    }
+    let mut scheduler = Scheduler {
+        model: &model,
+        context,
+        shared,
+        slots: (0..slots).map(|seq| Slot { seq: seq as i32, tokens: Vec::new(), used: 0, active: None }).collect(),
+        waiting: std::collections::VecDeque::new(),
+        clock: 0,
+        batch: LlamaBatch::new(BATCH_TOKENS, 1),
+    };
+    scheduler.serve(jobs);
+}
+
+/// One sequence of the shared context.
+struct Slot {
+    seq: i32,
+    /// The tokens this sequence's cache holds, positions 0.. in order.
+    tokens: Vec<u32>,
+    /// When it last served a generation (the scheduler's clock): the least recent free slot is emptied first.
+    used: u64,
+    active: Option<Active>,
+}
+
+/// A generation running on a slot.
+struct Active {
+    job: Job,
+    /// Tokens to decode before the next sampling: the rest of the prompt, then each sampled token.
+    pending: Vec<u32>,
+    sampler: Sampler,
+}
+
+/// How one generation picks its tokens.
+struct Sampler {
+    grammar: Option<LlamaSampler>,
+    /// Temperature, nucleus and the seeded draw; `None` for greedy.
+    random: Option<LlamaSampler>,
+    repeat_penalty: f32,
+}
+
+struct Scheduler<'m> {
+    model: &'m LlamaModel,
+    context: LlamaContext<'m>,
+    shared: &'m Shared,
+    slots: Vec<Slot>,
+    waiting: std::collections::VecDeque<Job>,
+    clock: u64,
+    batch: LlamaBatch<'static>,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+fn llama_token(token: u32) -> Result<LlamaToken, LlmError> {
+    i32::try_from(token).map(LlamaToken).map_err(|_| LlmError::Inference(format!("token id {token} out of range")))
+}
+
+impl Scheduler<'_> {
+    fn serve(&mut self, jobs: &std_mpsc::Receiver<Job>) {
+        loop {
+            let busy = self.slots.iter().any(|s| s.active.is_some());
+            if !busy && self.waiting.is_empty() {
+                // Idle: wait for work; every handle gone ends the thread.
+                match jobs.recv() {
+                    Ok(job) => self.waiting.push_back(job),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(job) = jobs.try_recv() {
+                self.waiting.push_back(job);
+            }
+            self.admit();
+            self.drop_cancelled();
+            self.step();
+        }
+    }
+
+    /// Gives free slots to waiting jobs, oldest first: each to the free slot whose cache shares the longest start
+    /// with its prompt, else to the least recently used.
+    fn admit(&mut self) {
+        while let Some(job) = self.waiting.front() {
+            let prompt = &job.plan.prompt;
+            let best = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.active.is_none())
+                .max_by_key(|(_, s)| (common_prefix(&s.tokens, prompt), std::cmp::Reverse(s.used)))
+                .map(|(i, _)| i);
+            let Some(index) = best else { return };
+            let Some(job) = self.waiting.pop_front() else { return };
+            if job.cancel.load(Ordering::Relaxed) || job.answer.abandoned() {
+                continue;
+            }
+            self.clock += 1;
+            let clock = self.clock;
+            let slot = &mut self.slots[index];
+            // At least one prompt token is decoded again: the next token's scores come from it.
+            let keep = common_prefix(&slot.tokens, &job.plan.prompt).min(job.plan.prompt.len().saturating_sub(1));
+            let keep_u32 = u32::try_from(keep).unwrap_or(u32::MAX);
+            if self.context.kv_cache_seq_rm(slot.seq, Some(keep_u32), None).is_err() {
+                // A partial removal llama.cpp cannot do: start the sequence afresh.
+                let _ = self.context.kv_cache_seq_rm(slot.seq, None, None);
+                slot.tokens.clear();
+            } else {
+                slot.tokens.truncate(keep);
+            }
+            let kept = slot.tokens.len();
+            let counters = &self.shared.counters;
+            counters.reused.fetch_add(kept as u64, Ordering::Relaxed);
+            counters.decoded.fetch_add((job.plan.prompt.len() - kept) as u64, Ordering::Relaxed);
+            slot.used = clock;
+            let sampler = match Sampler::new(self.model, self.shared, job.grammar.as_deref()) {
+                Ok(sampler) => sampler,
+                Err(e) => {
+                    let _ = job.reply.send(Err(e));
+                    continue;
+                }
+            };
+            let pending = job.plan.prompt[kept..].to_vec();
+            slot.active = Some(Active { job, pending, sampler });
+        }
+    }
+
+    /// Ends the generations whose caller has gone or asked to stop, answering with what they have.
+    fn drop_cancelled(&mut self) {
+        for index in 0..self.slots.len() {
+            let gone = self.slots[index]
+                .active
+                .as_ref()
+                .is_some_and(|a| a.job.cancel.load(Ordering::Relaxed) || a.job.answer.abandoned());
+            if gone {
+                self.finish(index, Ok(FinishReason::Stopped));
+            }
+        }
+    }
+
+    /// Answers the slot's generation and frees the slot; its cache stays for the next prompt that extends it.
+    fn finish(&mut self, index: usize, outcome: Result<FinishReason, LlmError>) {
+        let Some(active) = self.slots[index].active.take() else { return };
+        let Job { plan, answer, reply, .. } = active.job;
+        let result = outcome.and_then(|finish| answer.finish(self.shared, &plan, finish));
+        let _ = reply.send(result);
+    }
+
+    /// One decode: every active generation's next token or prompt chunk in one batch, then a token sampled for each
+    /// whose prompt is done.
+    fn step(&mut self) {
+        self.batch.clear();
+        // (slot, tokens added, batch index of its logits)
+        let mut added: Vec<(usize, usize, Option<i32>)> = Vec::new();
+        let mut room = BATCH_TOKENS;
+        // Generating sequences first (one token each), then prompts with what room is left.
+        let mut order: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].active.is_some()).collect();
+        order.sort_by_key(|&i| self.slots[i].active.as_ref().map_or(usize::MAX, |a| a.pending.len()));
+        for index in order {
+            if room == 0 {
+                break;
+            }
+            let slot = &mut self.slots[index];
+            let Some(active) = slot.active.as_mut() else { continue };
+            if active.pending.is_empty() {
+                continue;
+            }
+            if active.job.answer.tokens.len() >= active.job.plan.limit {
+                continue;
+            }
+            let take = active.pending.len().min(room);
+            let mut logits_at = None;
+            let mut failed = None;
+            for (i, &token) in active.pending[..take].iter().enumerate() {
+                let last = i + 1 == active.pending.len();
+                let position = i32::try_from(slot.tokens.len() + i).unwrap_or(i32::MAX);
+                let index_in_batch = self.batch.n_tokens();
+                let added_ok = llama_token(token).and_then(|t| {
+                    self.batch
+                        .add(t, position, &[slot.seq], last)
+                        .map_err(|e| LlmError::Inference(format!("batch: {e}")))
+                });
+                if let Err(e) = added_ok {
+                    failed = Some(e);
+                    break;
+                }
+                if last {
+                    logits_at = Some(index_in_batch);
+                }
+            }
+            if let Some(e) = failed {
+                // Nothing of this slot was decoded yet, but the batch holds part of it: start over cleanly.
+                self.batch.clear();
+                self.finish(index, Err(e));
+                return;
+            }
+            room -= take;
+            added.push((index, take, logits_at));
+        }
+        // Generations that reached their limit end without another decode.
+        for index in 0..self.slots.len() {
+            let done = self.slots[index].active.as_ref().is_some_and(|a| a.job.answer.tokens.len() >= a.job.plan.limit);
+            if done {
+                self.finish(index, Ok(FinishReason::Length));
+            }
+        }
+        if added.is_empty() {
+            return;
+        }
+        if let Err(e) = self.context.decode(&mut self.batch) {
+            // What the failed step left in the caches is unknown: those sequences start afresh.
+            for (index, _, _) in added {
+                let seq = self.slots[index].seq;
+                let _ = self.context.kv_cache_seq_rm(seq, None, None);
+                self.slots[index].tokens.clear();
+                self.finish(index, Err(LlmError::Inference(format!("llama.cpp decode: {e}"))));
+            }
+            return;
+        }
+        for (index, take, logits_at) in added {
+            let slot = &mut self.slots[index];
+            let Some(active) = slot.active.as_mut() else { continue };
+            slot.tokens.extend(active.pending.drain(..take));
+            let Some(at) = logits_at else { continue };
+            let outcome = active.sampler.pick(self.model, &self.context, at, &active.job.answer.tokens, self.shared);
+            match outcome {
+                Err(e) => self.finish(index, Err(e)),
+                Ok(None) => self.finish(index, Ok(FinishReason::Stop)),
+                Ok(Some(token)) => {
+                    active.pending.push(token);
+                    match active.job.answer.push(&self.shared.codec, token) {
+                        Ok(true) => {}
+                        Ok(false) => self.finish(index, Ok(FinishReason::Stopped)),
+                        Err(e) => self.finish(index, Err(e)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Sampler {
+    fn new(model: &LlamaModel, shared: &Shared, grammar: Option<&str>) -> Result<Self, LlmError> {
+        let grammar = grammar
+            .map(|text| {
+                LlamaSampler::grammar(model, text, "root")
+                    .map_err(|e| LlmError::Inference(format!("llama.cpp refused the grammar: {e}")))
+            })
+            .transpose()?;
+        let random = match shared.options.sampling {
+            Sampling::Greedy => None,
+            Sampling::Temperature { temperature, top_p, seed } => {
+                let mut chain = vec![LlamaSampler::temp(temperature as f32)];
+                if let Some(p) = top_p {
+                    chain.push(LlamaSampler::top_p(p as f32, 1));
+                }
+                // llama.cpp's seeds are 32 bits: the low half of ours.
+                chain.push(LlamaSampler::dist(seed as u32));
+                Some(LlamaSampler::chain_simple(chain))
+            }
+        };
+        Ok(Self { grammar, random, repeat_penalty: shared.options.repeat_penalty })
+    }
+
+    /// The next token from the scores at batch index `at`, or `None` when the model ends its answer (a stop token).
+    /// Under a grammar only a token it allows is taken, and the grammar is told of it; a grammar that allows no
+    /// token at all is an error, never a token it forbids.
+    fn pick(
+        &mut self,
+        model: &LlamaModel,
+        context: &LlamaContext<'_>,
+        at: i32,
+        answer: &[u32],
+        shared: &Shared,
+    ) -> Result<Option<u32>, LlmError> {
+        let mut logits = context.get_logits_ith(at).to_vec();
+        if self.repeat_penalty != 1.0 {
+            // The same rule as candle's `apply_repeat_penalty`: each token already in the answer, once.
+            let mut seen = std::collections::HashSet::new();
+            for &token in answer {
+                if seen.insert(token)
+                    && let Some(logit) = logits.get_mut(token as usize)
+                {
+                    *logit = if *logit >= 0.0 { *logit / self.repeat_penalty } else { *logit * self.repeat_penalty };
+                }
+            }
+        }
+        let token = match (&mut self.grammar, &mut self.random) {
+            (None, None) => argmax(&logits),
+            (Some(grammar), None) => {
+                // The most likely token is usually allowed: check it alone before filtering the whole vocabulary.
+                let best = argmax(&logits);
+                let allowed = best.is_some_and(|t| {
+                    let mut one = candidates_of(&[(t, logits[t as usize])]);
+                    one.apply_sampler(grammar);
+                    one.data.first().is_some_and(|d| d.logit().is_finite())
+                });
+                if allowed {
+                    best
+                } else {
+                    let mut all = all_candidates(&logits);
+                    all.apply_sampler(grammar);
+                    all.data
+                        .iter()
+                        .filter(|d| d.logit().is_finite())
+                        .max_by(|a, b| a.logit().total_cmp(&b.logit()))
+                        .map(|d| d.id().0 as u32)
+                }
+            }
+            (grammar, Some(random)) => {
+                let mut all = all_candidates(&logits);
+                if let Some(grammar) = grammar {
+                    all.apply_sampler(grammar);
+                }
+                all.apply_sampler(random);
+                all.selected_token().map(|t| t.0 as u32)
+            }
+        };
+        let Some(token) = token else {
+            return Err(LlmError::Inference("the grammar allows no next token".into()));
+        };
+        let llama = llama_token(token)?;
+        if shared.codec.stop_tokens.contains(&token) || model.vocab().is_eog(llama) {
+            return Ok(None);
+        }
+        if let Some(grammar) = &mut self.grammar {
+            grammar.accept(llama);
+        }
+        Ok(Some(token))
+    }
+}
+
+/// The first of the highest scores, as llama.cpp's greedy sampler takes it.
+fn argmax(logits: &[f32]) -> Option<u32> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &logit) in logits.iter().enumerate() {
+        if best.is_none_or(|(_, b)| logit > b) {
+            best = Some((i, logit));
+        }
+    }
+    best.and_then(|(i, _)| u32::try_from(i).ok())
+}
+
+fn candidates_of(pairs: &[(u32, f32)]) -> LlamaTokenDataArray {
+    LlamaTokenDataArray::from_iter(
+        pairs.iter().map(|&(t, logit)| LlamaTokenData::new(LlamaToken(t as i32), logit, 0.0)),
+        false,
+    )
+}
+
+fn all_candidates(logits: &[f32]) -> LlamaTokenDataArray {
+    LlamaTokenDataArray::from_iter(
+        logits.iter().enumerate().map(|(i, &logit)| LlamaTokenData::new(LlamaToken(i as i32), logit, 0.0)),
+        false,
+    )
+}
