@@ -425,6 +425,7 @@ impl LocalBackend {
         &self,
         request: &ChatRequest,
         events: Option<mpsc::UnboundedSender<Delta>>,
+        answer_only: bool,
     ) -> Result<(tokio::sync::oneshot::Receiver<Result<ChatResponse, LlmError>>, CancelOnDrop), LlmError> {
         let cancel = Arc::new(AtomicBool::new(false));
         let guard = CancelOnDrop(Arc::clone(&cancel));
@@ -446,12 +447,48 @@ impl LocalBackend {
             }
             #[cfg(feature = "llama")]
             Engines::Llama(engine) => {
-                let grammar = crate::llama::grammar_of(request)?;
+                let grammar = crate::llama::grammar_of(request, answer_only)?;
                 let plan = shared.plan(request)?;
                 engine.start(plan, grammar, events, cancel)?
             }
         };
         Ok((receiver, guard))
+    }
+}
+
+/// The answer calls a tool with the same arguments as a call whose result the history already holds: a small model
+/// loops so, and the call would learn nothing new. The engine then decodes again under the answer branch only.
+fn repeats_a_call(request: &ChatRequest, answer: &ChatResponse) -> bool {
+    let same = |a: &ToolCall, b: &ToolCall| {
+        a.name == b.name
+            && serde_json::from_str::<serde_json::Value>(&a.arguments).ok()
+                == serde_json::from_str::<serde_json::Value>(&b.arguments).ok()
+    };
+    answer
+        .tool_calls
+        .iter()
+        .any(|call| request.messages.iter().flat_map(|m| m.tool_calls.iter()).any(|earlier| same(call, earlier)))
+}
+
+impl LocalBackend {
+    /// [`LlmBackend::stream`] with the grammar's answer branch only (see [`repeats_a_call`]).
+    async fn complete_answer_only(
+        &self,
+        request: &ChatRequest,
+        on_delta: &mut OnDelta<'_>,
+    ) -> Result<ChatResponse, LlmError> {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (receiver, guard) = self.start(request, Some(tx), true).await?;
+        let mut text = String::new();
+        while let Some(Delta { text: piece, usage }) = rx.recv().await {
+            text.push_str(&piece);
+            if on_delta(&piece, &usage) == StreamControl::Stop {
+                guard.0.store(true, Ordering::Relaxed);
+                let name = Some(self.inner.shared.name.clone());
+                return Ok(ChatResponse::new(text, name, usage, FinishReason::Stopped));
+            }
+        }
+        joined(receiver.await)
     }
 }
 
@@ -468,7 +505,12 @@ impl LlmBackend for LocalBackend {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        let (receiver, _guard) = self.start(request, None).await?;
+        let (receiver, _guard) = self.start(request, None, false).await?;
+        let answer = joined(receiver.await)?;
+        if !repeats_a_call(request, &answer) {
+            return Ok(answer);
+        }
+        let (receiver, _guard) = self.start(request, None, true).await?;
         joined(receiver.await)
     }
 
@@ -476,7 +518,7 @@ impl LlmBackend for LocalBackend {
         // Unbounded: an answer is at most `max_tokens` pieces, and the llama engine's one thread, which serves every
         // generation, must never wait for one slow reader.
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let (receiver, guard) = self.start(request, Some(tx)).await?;
+        let (receiver, guard) = self.start(request, Some(tx), false).await?;
         let mut text = String::new();
         // The generation drops its sender when it ends, which ends this loop.
         while let Some(Delta { text: piece, usage }) = rx.recv().await {
@@ -487,6 +529,11 @@ impl LlmBackend for LocalBackend {
                 return Ok(ChatResponse::new(text, name, usage, FinishReason::Stopped));
             }
         }
-        joined(receiver.await)
+        let answer = joined(receiver.await)?;
+        if !repeats_a_call(request, &answer) {
+            return Ok(answer);
+        }
+        // A tool call's pieces are held back, so the caller has seen nothing of the refused call.
+        self.complete_answer_only(request, on_delta).await
     }
 }

@@ -67,9 +67,12 @@ struct Job {
 
 /// The grammar `request` must be decoded under: its tools' call grammar, else its response schema's. A schema the
 /// converter cannot enforce is refused here, before any decoding.
-pub(crate) fn grammar_of(request: &ChatRequest) -> Result<Option<String>, LlmError> {
+pub(crate) fn grammar_of(request: &ChatRequest, answer_only: bool) -> Result<Option<String>, LlmError> {
     if !request.tools.is_empty() {
-        return ldp_llm::grammar::tool_call_gbnf(&request.tools, request.response_schema.as_ref())
+        // The tools are checked all the same: a schema the grammar cannot enforce is refused either way.
+        ldp_llm::grammar::tool_call_gbnf(&request.tools, request.response_schema.as_ref()).map_err(LlmError::Schema)?;
+        let tools: &[ldp_llm::ToolSpec] = if answer_only { &[] } else { &request.tools };
+        return ldp_llm::grammar::tool_call_gbnf(tools, request.response_schema.as_ref())
             .map(Some)
             .map_err(LlmError::Schema);
     }
