@@ -538,7 +538,7 @@ pub struct BackendConfig {
     /// `local`: answers generated at once (llama: sequences decoded together, each keeping its session's cache);
     /// more tasks wait their turn. Default `4`.
     pub max_concurrent: usize,
-    /// `local`: the runtime, `llama` (llama.cpp in process) or `candle`. Default `llama` when built in, else
+    /// `local`: the runtime, `llama` (llama.cpp in process) or `candle`. Unset: `llama` when built in, else
     /// `candle`.
     pub engine: Option<LocalEngine>,
     /// `local` with `llama`: threads of the model's arithmetic. Default: the machine's cores.
