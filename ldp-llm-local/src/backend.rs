@@ -471,15 +471,19 @@ fn repeats_a_call(request: &ChatRequest, answer: &ChatResponse) -> bool {
 }
 
 impl LocalBackend {
-    /// [`LlmBackend::stream`] with the grammar's answer branch only (see [`repeats_a_call`]).
-    async fn complete_answer_only(
+    /// One streamed generation; `answer_only` keeps the grammar's answer branch only (see [`repeats_a_call`]).
+    async fn stream_once(
         &self,
         request: &ChatRequest,
         on_delta: &mut OnDelta<'_>,
+        answer_only: bool,
     ) -> Result<ChatResponse, LlmError> {
+        // Unbounded: an answer is at most `max_tokens` pieces, and the llama engine's one thread, which serves every
+        // generation, must never wait for one slow reader.
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let (receiver, guard) = self.start(request, Some(tx), true).await?;
+        let (receiver, guard) = self.start(request, Some(tx), answer_only).await?;
         let mut text = String::new();
+        // The generation drops its sender when it ends, which ends this loop.
         while let Some(Delta { text: piece, usage }) = rx.recv().await {
             text.push_str(&piece);
             if on_delta(&piece, &usage) == StreamControl::Stop {
@@ -515,25 +519,11 @@ impl LlmBackend for LocalBackend {
     }
 
     async fn stream(&self, request: &ChatRequest, on_delta: &mut OnDelta<'_>) -> Result<ChatResponse, LlmError> {
-        // Unbounded: an answer is at most `max_tokens` pieces, and the llama engine's one thread, which serves every
-        // generation, must never wait for one slow reader.
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let (receiver, guard) = self.start(request, Some(tx), false).await?;
-        let mut text = String::new();
-        // The generation drops its sender when it ends, which ends this loop.
-        while let Some(Delta { text: piece, usage }) = rx.recv().await {
-            text.push_str(&piece);
-            if on_delta(&piece, &usage) == StreamControl::Stop {
-                guard.0.store(true, Ordering::Relaxed);
-                let name = Some(self.inner.shared.name.clone());
-                return Ok(ChatResponse::new(text, name, usage, FinishReason::Stopped));
-            }
-        }
-        let answer = joined(receiver.await)?;
+        let answer = self.stream_once(request, on_delta, false).await?;
         if !repeats_a_call(request, &answer) {
             return Ok(answer);
         }
         // A tool call's pieces are held back, so the caller has seen nothing of the refused call.
-        self.complete_answer_only(request, on_delta).await
+        self.stream_once(request, on_delta, true).await
     }
 }
