@@ -27,21 +27,16 @@ use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+// The signature algorithms by their registered names, as the lists below and JOSE headers write them.
+use jsonwebtoken::Algorithm::{ES256, ES384, EdDSA, PS256, PS384, PS512, RS256, RS384, RS512};
 use ldp_session::{AuthenticatedPeer, PeerContext};
 use serde_json::{Map, Value};
 
 /// The algorithms accepted by default: the asymmetric ones identity providers sign access tokens with.
-pub const DEFAULT_ALGORITHMS: &[Algorithm] = &[
-    Algorithm::RS256,
-    Algorithm::RS384,
-    Algorithm::RS512,
-    Algorithm::PS256,
-    Algorithm::PS384,
-    Algorithm::PS512,
-    Algorithm::ES256,
-    Algorithm::ES384,
-    Algorithm::EdDSA,
-];
+pub const DEFAULT_ALGORITHMS: &[Algorithm] = &[RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA];
+
+/// The algorithms an RSA key verifies.
+const RSA_FAMILY: &[Algorithm] = &[RS256, RS384, RS512, PS256, PS384, PS512];
 
 /// The default bound on a token's length: real access tokens are 1-2 KiB; a larger one is refused unread.
 pub const DEFAULT_MAX_TOKEN_BYTES: usize = 8 * 1024;
@@ -238,20 +233,13 @@ fn algorithms_of(jwk: &Jwk, allowed: &[Algorithm]) -> Vec<Algorithm> {
         return Vec::new();
     }
     let family: &[Algorithm] = match &jwk.algorithm {
-        AlgorithmParameters::RSA(_) => &[
-            Algorithm::RS256,
-            Algorithm::RS384,
-            Algorithm::RS512,
-            Algorithm::PS256,
-            Algorithm::PS384,
-            Algorithm::PS512,
-        ],
+        AlgorithmParameters::RSA(_) => RSA_FAMILY,
         AlgorithmParameters::EllipticCurve(ec) => match ec.curve {
-            EllipticCurve::P256 => &[Algorithm::ES256],
-            EllipticCurve::P384 => &[Algorithm::ES384],
+            EllipticCurve::P256 => &[ES256],
+            EllipticCurve::P384 => &[ES384],
             _ => &[],
         },
-        AlgorithmParameters::OctetKeyPair(_) => &[Algorithm::EdDSA],
+        AlgorithmParameters::OctetKeyPair(_) => &[EdDSA],
         // A symmetric key has no place in a public key set.
         AlgorithmParameters::OctetKey(_) => &[],
     };

@@ -251,6 +251,14 @@ impl<S: Style> Writer<'_, S> {
         self.style.begin_object(self.out);
     }
 
+    /// `{"variant":`, the head of an externally tagged enum variant with fields.
+    fn begin_variant(&mut self, variant: &str) -> Result<(), Error> {
+        self.begin_object();
+        self.begin_key(&mut true)?;
+        write_str(self.out, variant);
+        self.end_key()
+    }
+
     pub(crate) fn end_object(&mut self) -> Result<(), Error> {
         self.style.end_object(self.out)?;
         self.out.push(b'}');
@@ -414,10 +422,7 @@ impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
         variant: &'static str,
         _: usize,
     ) -> Result<Compound<'a, 'o, S>, Error> {
-        self.begin_object();
-        self.begin_key(&mut true)?;
-        write_str(self.out, variant);
-        self.end_key()?;
+        self.begin_variant(variant)?;
         self.out.push(b'[');
         Ok(Compound { w: self, first: true, variant: true, raw: false })
     }
@@ -438,10 +443,7 @@ impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
         variant: &'static str,
         _: usize,
     ) -> Result<Compound<'a, 'o, S>, Error> {
-        self.begin_object();
-        self.begin_key(&mut true)?;
-        write_str(self.out, variant);
-        self.end_key()?;
+        self.begin_variant(variant)?;
         self.begin_object();
         Ok(Compound { w: self, first: true, variant: true, raw: false })
     }

@@ -176,17 +176,23 @@ impl Builder {
 
     /// Which rules generate at least one finite sentence (a least fixpoint).
     fn productive(&self) -> Vec<bool> {
-        let mut productive = vec![false; self.rules.len()];
+        self.least_fixpoint(is_productive)
+    }
+
+    /// The rules for which `holds` becomes true, given what holds of the rules they refer to, repeated until nothing
+    /// changes.
+    fn least_fixpoint(&self, holds: fn(&Expr, &[bool]) -> bool) -> Vec<bool> {
+        let mut known = vec![false; self.rules.len()];
         loop {
             let mut changed = false;
             for (i, rule) in self.rules.iter().enumerate() {
-                if !productive[i] && is_productive(&rule.body, &productive) {
-                    productive[i] = true;
+                if !known[i] && holds(&rule.body, &known) {
+                    known[i] = true;
                     changed = true;
                 }
             }
             if !changed {
-                return productive;
+                return known;
             }
         }
     }
@@ -209,19 +215,7 @@ impl Builder {
     /// llama.cpp refuses a rule that can reach itself before consuming a character.
     fn check_left_recursion(&self, reachable: &[bool]) -> Result<(), SchemaError> {
         let n = self.rules.len();
-        let mut nullable = vec![false; n];
-        loop {
-            let mut changed = false;
-            for (i, rule) in self.rules.iter().enumerate() {
-                if !nullable[i] && is_nullable(&rule.body, &nullable) {
-                    nullable[i] = true;
-                    changed = true;
-                }
-            }
-            if !changed {
-                break;
-            }
-        }
+        let nullable = self.least_fixpoint(is_nullable);
         let left: Vec<Vec<usize>> = self
             .rules
             .iter()
