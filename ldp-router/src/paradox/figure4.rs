@@ -5,7 +5,7 @@ use std::fmt::{self, Write as _};
 
 use serde::Serialize;
 
-use super::{Condition, InflationLevel, Scenario, format_p, run_experiment};
+use super::{Condition, InflationLevel, Qualities, Scenario, format_p, run_experiment};
 use crate::RouterError;
 
 /// The dishonest fractions of the slice: every tenth from 10% to 90% (the sensitivity analysis's four among them).
@@ -80,18 +80,10 @@ impl Figure4Report {
         let mut out =
             String::from("dishonest_pct,inflators,blind,self_claimed,attested,ours,p_self_vs_blind,paradox\n");
         for r in &self.rows {
-            let _ = writeln!(
-                out,
-                "{:.0},{},{:.4},{:.4},{:.4},{:.4},{},{}",
-                100.0 * r.dishonest_fraction,
-                r.inflators,
-                r.blind,
-                r.self_claimed,
-                r.attested,
-                r.ours,
-                r.p_self_vs_blind.map(|p| format!("{p:.3e}")).unwrap_or_default(),
-                r.paradox
-            );
+            let qualities = Qualities([r.blind, r.self_claimed, r.attested, r.ours]);
+            let p = r.p_self_vs_blind.map(|p| format!("{p:.3e}")).unwrap_or_default();
+            let (pct, inflators) = (100.0 * r.dishonest_fraction, r.inflators);
+            let _ = writeln!(out, "{pct:.0},{inflators},{},{p},{}", qualities.csv(), r.paradox);
         }
         out
     }
@@ -112,18 +104,11 @@ impl fmt::Display for Figure4Report {
             "dishonest", "inflators", "blind", "self", "attested", "ours", "p self/blind"
         )?;
         for r in &self.rows {
-            writeln!(
-                f,
-                "{:>8.0}% {:>9} {:>7.3} {:>7.3} {:>8.3} {:>7.3} {:>12}  {}",
-                100.0 * r.dishonest_fraction,
-                r.inflators,
-                r.blind,
-                r.self_claimed,
-                r.attested,
-                r.ours,
-                r.p_self_vs_blind.map_or_else(|| "-".to_owned(), format_p),
-                if r.paradox { "yes (self-claimed below random)" } else { "" }
-            )?;
+            let qualities = Qualities([r.blind, r.self_claimed, r.attested, r.ours]);
+            let p = r.p_self_vs_blind.map_or_else(|| "-".to_owned(), format_p);
+            let (pct, inflators) = (100.0 * r.dishonest_fraction, r.inflators);
+            let zone = if r.paradox { "yes (self-claimed below random)" } else { "" };
+            writeln!(f, "{pct:>8.0}% {inflators:>9} {} {p:>12}  {zone}", qualities.table())?;
         }
         writeln!(f)?;
         let zone = self.paradox_zone();

@@ -4,7 +4,7 @@ use std::fmt::{self, Write as _};
 
 use serde::Serialize;
 
-use super::{Condition, InflationLevel, Scenario, run_experiment};
+use super::{Condition, InflationLevel, Qualities, Scenario, run_experiment};
 use crate::RouterError;
 
 /// One configuration of the sensitivity analysis.
@@ -104,18 +104,9 @@ impl SensitivityReport {
     pub fn to_csv(&self) -> String {
         let mut out = String::from("dishonest_pct,inflation,pool_size,blind,self_claimed,attested,ours,paradox\n");
         for r in &self.rows {
-            let _ = writeln!(
-                out,
-                "{:.0},{},{},{:.4},{:.4},{:.4},{:.4},{}",
-                100.0 * r.dishonest_fraction,
-                r.inflation.name(),
-                r.pool_size,
-                r.blind,
-                r.self_claimed,
-                r.attested,
-                r.ours,
-                r.paradox
-            );
+            let qualities = Qualities([r.blind, r.self_claimed, r.attested, r.ours]);
+            let (pct, inflation, pool) = (100.0 * r.dishonest_fraction, r.inflation.name(), r.pool_size);
+            let _ = writeln!(out, "{pct:.0},{inflation},{pool},{},{}", qualities.csv(), r.paradox);
         }
         out
     }
@@ -138,18 +129,10 @@ impl fmt::Display for SensitivityReport {
             "dishonest", "inflation", "pool", "blind", "self", "attested", "ours"
         )?;
         for r in &self.rows {
-            writeln!(
-                f,
-                "{:>8.0}% {:>9} {:>5} {:>7.3} {:>7.3} {:>8.3} {:>7.3}  {}",
-                100.0 * r.dishonest_fraction,
-                r.inflation.name(),
-                r.pool_size,
-                r.blind,
-                r.self_claimed,
-                r.attested,
-                r.ours,
-                if r.paradox { "yes" } else { "" }
-            )?;
+            let qualities = Qualities([r.blind, r.self_claimed, r.attested, r.ours]);
+            let (pct, inflation, pool) = (100.0 * r.dishonest_fraction, r.inflation.name(), r.pool_size);
+            let zone = if r.paradox { "yes" } else { "" };
+            writeln!(f, "{pct:>8.0}% {inflation:>9} {pool:>5} {}  {zone}", qualities.table())?;
         }
         writeln!(f)?;
         writeln!(
