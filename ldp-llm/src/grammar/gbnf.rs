@@ -362,25 +362,8 @@ fn gbnf_literal(text: &str, out: &mut String) {
 
 /// `s` as JSON text, as serde_json writes it.
 pub(super) fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    // A `Value`'s `Display` is serde_json's own writer, which cannot fail on a string.
+    Value::String(s.to_owned()).to_string()
 }
 
 fn is_productive(e: &Expr, productive: &[bool]) -> bool {
