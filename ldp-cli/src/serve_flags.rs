@@ -70,7 +70,7 @@ pub struct LlmArgs {
     /// by constrained decoding) or `candle` (pure Rust) [default: llama when built in, else candle].
     #[arg(long, value_name = "ENGINE", value_parser = ["llama", "candle"])]
     pub engine: Option<String>,
-    /// `--backend local --engine llama`: threads of the model's arithmetic [default: the machine's cores].
+    /// `--backend local --engine llama`: threads of the model's arithmetic [default: the machine's cores but one, at least one].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// `--backend local`: the arithmetic of the model's matrix products: `f32` (weights widened at load: exact, 4

@@ -97,7 +97,7 @@ pub struct LocalOptions {
     pub prefix_cache_tokens: Option<usize>,
     /// The runtime [default: candle; `ldp serve` defaults to llama when built with it].
     pub engine: Engine,
-    /// llama: the threads its arithmetic runs on [default: the machine's cores].
+    /// llama: the threads its arithmetic runs on [default: the machine's cores but one, at least one].
     pub threads: Option<usize>,
 }
 

@@ -11,7 +11,8 @@
 //! sequence of the context and keeps its attention cache after its generation: a prompt that starts with the
 //! tokens a slot holds goes to that slot and decodes only the rest (the slot's divergent tail is removed first);
 //! otherwise the least recently used free slot is emptied for it. A cache is only ever reused for exactly the
-//! tokens it was computed on, so eviction costs time, never a wrong answer.
+//! tokens it was computed on, and only where it was computed in the same pieces as a fresh decode would ([`CHUNK`]),
+//! so reuse and eviction cost time, never a different answer.
 
 use std::num::NonZeroU32;
 use std::path::Path;
@@ -37,6 +38,13 @@ use crate::backend::{Answer, Delta, Plan, Sampling, Shared};
 
 /// The most tokens decoded in one step, over all sequences (llama.cpp's default logical batch).
 const BATCH_TOKENS: usize = 512;
+
+/// Prompts are decoded in chunks that start and end at multiples of this position, and a kept cache is reused up to
+/// such a multiple only: llama.cpp's arithmetic for a token depends on how many tokens share its decode (one token
+/// alone takes another kernel than a chunk), so a cache computed in other pieces than a fresh decode's would change
+/// a greedy answer (measured: SmolLM2's answer after a tool call differed between the first and second run of one
+/// server). On the same grid, a reused cache holds exactly the values a fresh decode computes.
+const CHUNK: usize = 64;
 
 /// llama.cpp's process-wide state: initialised once, its log silenced (the server has its own).
 fn backend() -> Result<&'static LlamaBackend, LoadError> {
@@ -130,10 +138,13 @@ fn run(
         }
     };
     let slots = shared.options.max_concurrent;
+    // One core is left to the rest of the process (the server, a tool loop's delegates) and its neighbours:
+    // llama.cpp's threads wait for each other at every step, so one of them preempted stalls the step (measured on
+    // two busy cores: 15 s for a SmolLM2 tool loop on two threads, 2.8 s on one; 1.4 s and 1.8 s when idle).
     let threads = shared
         .options
         .threads
-        .or_else(|| std::thread::available_parallelism().ok().map(std::num::NonZeroUsize::get))
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get().saturating_sub(1).max(1)))
         .unwrap_or(1);
     let threads = i32::try_from(threads).unwrap_or(i32::MAX);
     // Each sequence gets a cache of one context window (llama.cpp splits n_ctx evenly between sequences).
@@ -159,7 +170,9 @@ fn run(
         model: &model,
         context,
         shared,
-        slots: (0..slots).map(|seq| Slot { seq: seq as i32, tokens: Vec::new(), used: 0, active: None }).collect(),
+        slots: (0..slots)
+            .map(|seq| Slot { seq: seq as i32, tokens: Vec::new(), exact: 0, used: 0, active: None })
+            .collect(),
         waiting: std::collections::VecDeque::new(),
         clock: 0,
         batch: LlamaBatch::new(BATCH_TOKENS, 1),
@@ -172,6 +185,10 @@ struct Slot {
     seq: i32,
     /// The tokens this sequence's cache holds, positions 0.. in order.
     tokens: Vec<u32>,
+    /// How many of `tokens` were decoded in whole prompt chunks of the [`CHUNK`] grid, so that their cache is what a
+    /// fresh decode of any prompt starting with them computes: only these are reused (generated tokens, decoded
+    /// one at a time, and a prompt's last partial chunk are not).
+    exact: usize,
     /// When it last served a generation (the scheduler's clock): the least recent free slot is emptied first.
     used: u64,
     active: Option<Active>,
@@ -182,6 +199,8 @@ struct Active {
     job: Job,
     /// Tokens to decode before the next sampling: the rest of the prompt, then each sampled token.
     pending: Vec<u32>,
+    /// How many of `pending` are still the prompt's (decoded by chunks of the [`CHUNK`] grid).
+    prompt_left: usize,
     sampler: Sampler,
 }
 
@@ -205,6 +224,13 @@ struct Scheduler<'m> {
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// How much of `slot`'s cache a prompt may reuse: the start they share, as far as a fresh decode would have computed
+/// it the same way (see [`CHUNK`]), and never the prompt's last token, whose scores give the first answer token.
+fn reusable(slot: &Slot, prompt: &[u32]) -> usize {
+    let shared = common_prefix(&slot.tokens, prompt).min(prompt.len().saturating_sub(1)).min(slot.exact);
+    shared / CHUNK * CHUNK
 }
 
 fn llama_token(token: u32) -> Result<LlamaToken, LlmError> {
@@ -241,7 +267,7 @@ impl Scheduler<'_> {
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| s.active.is_none())
-                .max_by_key(|(_, s)| (common_prefix(&s.tokens, prompt), std::cmp::Reverse(s.used)))
+                .max_by_key(|(_, s)| (reusable(s, prompt), std::cmp::Reverse(s.used)))
                 .map(|(i, _)| i);
             let Some(index) = best else { return };
             let Some(job) = self.waiting.pop_front() else { return };
@@ -251,8 +277,7 @@ impl Scheduler<'_> {
             self.clock += 1;
             let clock = self.clock;
             let slot = &mut self.slots[index];
-            // At least one prompt token is decoded again: the next token's scores come from it.
-            let keep = common_prefix(&slot.tokens, &job.plan.prompt).min(job.plan.prompt.len().saturating_sub(1));
+            let keep = reusable(slot, &job.plan.prompt);
             let keep_u32 = u32::try_from(keep).unwrap_or(u32::MAX);
             if self.context.kv_cache_seq_rm(slot.seq, Some(keep_u32), None).is_err() {
                 // A partial removal llama.cpp cannot do: start the sequence afresh.
@@ -261,6 +286,7 @@ impl Scheduler<'_> {
             } else {
                 slot.tokens.truncate(keep);
             }
+            slot.exact = slot.tokens.len();
             let kept = slot.tokens.len();
             let counters = &self.shared.counters;
             counters.reused.fetch_add(kept as u64, Ordering::Relaxed);
@@ -274,7 +300,8 @@ impl Scheduler<'_> {
                 }
             };
             let pending = job.plan.prompt[kept..].to_vec();
-            slot.active = Some(Active { job, pending, sampler });
+            let prompt_left = pending.len();
+            slot.active = Some(Active { job, pending, prompt_left, sampler });
         }
     }
 
@@ -321,7 +348,16 @@ impl Scheduler<'_> {
             if active.job.answer.tokens.len() >= active.job.plan.limit {
                 continue;
             }
-            let take = active.pending.len().min(room);
+            // A prompt goes in whole chunks of the grid, up to the next multiple of `CHUNK`; a chunk that does not fit
+            // waits for the next step rather than being split (a split chunk would compute other values).
+            let take = if active.prompt_left > 0 {
+                active.prompt_left.min(CHUNK - slot.tokens.len() % CHUNK)
+            } else {
+                active.pending.len()
+            };
+            if take > room {
+                continue;
+            }
             let mut logits_at = None;
             let mut failed = None;
             for (i, &token) in active.pending[..take].iter().enumerate() {
@@ -366,6 +402,7 @@ impl Scheduler<'_> {
                 let seq = self.slots[index].seq;
                 let _ = self.context.kv_cache_seq_rm(seq, None, None);
                 self.slots[index].tokens.clear();
+                self.slots[index].exact = 0;
                 self.finish(index, Err(LlmError::Inference(format!("llama.cpp decode: {e}"))));
             }
             return;
@@ -373,7 +410,15 @@ impl Scheduler<'_> {
         for (index, take, logits_at) in added {
             let slot = &mut self.slots[index];
             let Some(active) = slot.active.as_mut() else { continue };
+            let start = slot.tokens.len();
             slot.tokens.extend(active.pending.drain(..take));
+            if active.prompt_left > 0 {
+                active.prompt_left -= take;
+                // A whole chunk of the grid, on an exact cache: a fresh decode computes the same values.
+                if slot.exact == start && slot.tokens.len().is_multiple_of(CHUNK) {
+                    slot.exact = slot.tokens.len();
+                }
+            }
             let Some(at) = logits_at else { continue };
             let outcome = active.sampler.pick(self.model, &self.context, at, &active.job.answer.tokens, self.shared);
             match outcome {

@@ -88,7 +88,12 @@ async fn greedy_answers_repeat_and_match_llama_cpp_s_own() {
 #[tokio::test]
 async fn a_sessions_third_turn_decodes_only_its_new_tokens() {
     let model = load(2);
-    let questions = ["The secret word is banana. Say OK.", "What is the secret word?", "Spell it backwards."];
+    // Turn 1 long enough that turn 2's prompt spans a whole chunk of the engine's grid, which turn 3 can reuse.
+    let questions = [
+        "The secret word is banana. Remember it well, because I will ask you about it later in this conversation. Say OK.",
+        "What is the secret word?",
+        "Spell it backwards.",
+    ];
     let mut turns: Vec<(String, String)> = Vec::new();
     let mut prompts = Vec::new();
     let mut decoded = Vec::new();
@@ -108,14 +113,17 @@ async fn a_sessions_third_turn_decodes_only_its_new_tokens() {
     }
     assert_eq!(decoded[0], prompts[0], "nothing to reuse on the first turn");
     // Turn 3's prompt starts with all of turn 2's: only the rest (turn 2's answer, the new question, the template
-    // around them) is decoded.
+    // around them) is decoded, from the last multiple of the engine's chunk grid within turn 2's prompt (a cache is
+    // reused on that grid only, so that it holds what a fresh decode computes).
+    const CHUNK: u64 = 64;
+    assert!(prompts[1] >= CHUNK, "turn 2's prompt spans a whole chunk, so turn 3 has one to reuse: {prompts:?}");
     assert!(
-        decoded[2] <= prompts[2] - prompts[1],
+        decoded[2] <= prompts[2] - prompts[1] / CHUNK * CHUNK,
         "turn 3 decoded {} of {} tokens: {decoded:?} {prompts:?}",
         decoded[2],
         prompts[2]
     );
-    assert!(decoded[2] < prompts[0], "turn 3 decoded more than turn 1's whole prompt: {decoded:?}");
+    assert!(decoded[2] < prompts[2], "turn 3 reused part of its prompt: {decoded:?} {prompts:?}");
     eprintln!("prompts {prompts:?}, decoded {decoded:?}, answers {turns:?}");
 }
 
@@ -245,4 +253,44 @@ async fn a_schema_the_grammar_cannot_enforce_is_refused_before_decoding() {
     let error = model.complete(&request).await.expect_err("refused");
     assert!(matches!(error, LlmError::Schema(_)), "{error:?}");
     assert_eq!(model.work(), before, "nothing was decoded");
+}
+
+/// `ldp serve --delegate`'s tool loop as `scripts/smollm2` runs it on SmolLM2: the model calls an echo tool, gets its
+/// result, and answers (the engine decodes a repeated call again as an answer).
+async fn echo_loop(model: &LocalBackend) -> (Vec<String>, String, FinishReason) {
+    let echo = ToolSpec::new(
+        "echo",
+        "Echoes its input",
+        json!({"properties": {"input": {}}, "required": ["input"], "type": "object"}),
+    );
+    let mut messages = vec![ChatMessage::user("Use the echo tool on the word banana.")];
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        let request = ChatRequest::new(messages.clone())
+            .with_system("You are a helpful assistant. Answer briefly.")
+            .with_tools(vec![echo.clone()])
+            .with_max_tokens(96);
+        let answer = model.complete(&request).await.expect("answer");
+        let [call] = answer.tool_calls.as_slice() else { return (calls, answer.text, answer.finish) };
+        calls.push(call.arguments.clone());
+        let arguments = call.arguments_json().expect("JSON arguments");
+        messages.push(ChatMessage::assistant_calls("", answer.tool_calls.clone()));
+        messages.push(ChatMessage::tool_result(call.id.as_str(), json!({ "echo": arguments["input"] }).to_string()));
+    }
+    panic!("no answer after three rounds: {calls:?}")
+}
+
+#[tokio::test]
+async fn a_tool_loop_answers_the_same_on_every_run_of_one_model_and_of_a_fresh_one() {
+    // Default concurrency of `ldp serve` (4 sequences), so the runs go to the sequence whose cache they extend.
+    let model = load(4);
+    let first = echo_loop(&model).await;
+    assert_eq!(first.0.len(), 1, "one call of the echo tool: {first:?}");
+    assert_eq!(first.2, FinishReason::Stop, "an answer that ends, not one cut at max_tokens: {first:?}");
+    // Later runs reuse the caches the first one left (its prompts and answers): the answers must not move.
+    for run in 2..=3 {
+        assert_eq!(echo_loop(&model).await, first, "run {run} of one model");
+    }
+    assert_eq!(echo_loop(&load(4)).await, first, "a fresh model");
+    assert!(model.work().prompt_tokens_reused > 0, "the later runs reused a cache");
 }

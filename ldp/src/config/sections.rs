@@ -541,7 +541,7 @@ pub struct BackendConfig {
     /// `local`: the runtime, `llama` (llama.cpp in process) or `candle`. Unset: `llama` when built in, else
     /// `candle`.
     pub engine: Option<LocalEngine>,
-    /// `local` with `llama`: threads of the model's arithmetic. Default: the machine's cores.
+    /// `local` with `llama`: threads of the model's arithmetic. Default: the machine's cores but one, at least one.
     pub threads: Option<usize>,
     /// `local`: `f32` or `quantized`. Default `f32`.
     pub precision: Precision,
