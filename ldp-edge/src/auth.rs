@@ -7,10 +7,15 @@
 //!
 //! [`BearerAuth::authenticate`] is the check itself, usable by any transport (the WebSocket binding calls it on its
 //! upgrade request); [`require_bearer`] is the same check as an axum middleware that stores the resulting
-//! [`PeerContext`] in the request extensions.
+//! [`PeerContext`] in the request extensions, and [`BearerLayer`] the same check as a tower layer that costs a request
+//! which passes without waiting nothing beyond the check.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
@@ -188,26 +193,144 @@ impl BearerAuth {
 ///     .route("/ldp/ws", post(|Extension(peer): Extension<PeerContext>| async move { format!("{peer:?}") }))
 ///     .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer));
 /// ```
-pub async fn require_bearer(State(auth): State<BearerAuth>, mut req: Request, next: Next) -> Response {
-    if let Some(peer) = req.extensions().get::<PeerContext>().filter(|p| p.authenticated.is_some()) {
-        if let Err(e) = auth.check_endpoint(req.uri().path(), peer) {
-            return auth.refusal(e, req.headers());
-        }
-        return next.run(req).await;
+pub async fn require_bearer(State(auth): State<BearerAuth>, req: Request, next: Next) -> Response {
+    match auth.admit(req) {
+        Admitted::Pass(req) => next.run(req).await,
+        Admitted::Refused(resp) => resp,
+        Admitted::Fresh(req) => match auth.admit_fresh(req).await {
+            Ok(req) => next.run(req).await,
+            Err(resp) => resp,
+        },
     }
-    // Static tokens only: the check is synchronous, as it has always been.
-    let checked = if auth.jwt.is_none() {
-        auth.authenticate(req.headers())
-    } else {
-        auth.authenticate_fresh(req.headers()).await
-    };
-    match checked.and_then(|peer| auth.check_endpoint(req.uri().path(), &peer).map(|()| peer)) {
-        Ok(mut peer) => {
-            // The client's address, which the edge found (`identify_client`), stays with the credential.
-            peer.address = req.extensions().get::<PeerContext>().and_then(|p| p.address);
-            req.extensions_mut().insert(peer);
-            next.run(req).await
+}
+
+/// What [`BearerAuth::admit`] decided without waiting.
+enum Admitted {
+    /// The request goes on, its [`PeerContext`] in its extensions.
+    Pass(Request),
+    /// The answer to a refused request.
+    Refused(Response),
+    /// A JWT issuer is configured: the token is judged by [`BearerAuth::admit_fresh`], which may fetch keys.
+    Fresh(Request),
+}
+
+impl BearerAuth {
+    /// [`require_bearer`]'s decision, as far as it can be taken without waiting: a peer the connection
+    /// authenticated, and the static token table, are judged here; a token for the JWT issuer is left to
+    /// [`BearerAuth::admit_fresh`].
+    fn admit(&self, mut req: Request) -> Admitted {
+        if let Some(peer) = req.extensions().get::<PeerContext>().filter(|p| p.authenticated.is_some()) {
+            return match self.check_endpoint(req.uri().path(), peer) {
+                Ok(()) => Admitted::Pass(req),
+                Err(e) => Admitted::Refused(self.refusal(e, req.headers())),
+            };
         }
-        Err(e) => auth.refusal(e, req.headers()),
+        // Static tokens only: the check is synchronous, as it has always been.
+        if self.jwt.is_some() {
+            return Admitted::Fresh(req);
+        }
+        match self.authenticate(req.headers()) {
+            Ok(peer) => match self.accept(peer, &mut req) {
+                Ok(()) => Admitted::Pass(req),
+                Err(e) => Admitted::Refused(self.refusal(e, req.headers())),
+            },
+            Err(e) => Admitted::Refused(self.refusal(e, req.headers())),
+        }
+    }
+
+    /// The rest of [`require_bearer`] for a server with a JWT issuer: the token judged with
+    /// [`BearerAuth::authenticate_fresh`].
+    async fn admit_fresh(&self, mut req: Request) -> Result<Request, Response> {
+        let checked = self.authenticate_fresh(req.headers()).await;
+        match checked.and_then(|peer| self.accept(peer, &mut req)) {
+            Ok(()) => Ok(req),
+            Err(e) => Err(self.refusal(e, req.headers())),
+        }
+    }
+
+    /// Checks the endpoint's scopes for `peer` and puts it on `req`, keeping the client's address, which the edge
+    /// found ([`crate::identify`]), with the credential.
+    fn accept(&self, mut peer: PeerContext, req: &mut Request) -> Result<(), HttpError> {
+        self.check_endpoint(req.uri().path(), &peer)?;
+        peer.address = req.extensions().get::<PeerContext>().and_then(|p| p.address);
+        req.extensions_mut().insert(peer);
+        Ok(())
+    }
+}
+
+/// [`require_bearer`] as a tower layer, for a router's `route_layer`: the same checks, the same answers, but a
+/// request that passes them without waiting (a static token table, or no tokens at all) goes straight to the route,
+/// without the boxed future, the copy of the route and the `Next` that an axum `from_fn` middleware costs each
+/// request.
+///
+/// ```
+/// # use axum::{Router, routing::post, Extension};
+/// # use ldp_session::PeerContext;
+/// use ldp_edge::{BearerAuth, BearerLayer};
+/// let app: Router = Router::new()
+///     .route("/ldp/ws", post(|Extension(peer): Extension<PeerContext>| async move { format!("{peer:?}") }))
+///     .route_layer(BearerLayer::new(BearerAuth::default()));
+/// ```
+#[derive(Debug, Clone)]
+pub struct BearerLayer {
+    auth: BearerAuth,
+}
+
+impl BearerLayer {
+    /// The layer judging requests by `auth`.
+    pub fn new(auth: BearerAuth) -> Self {
+        Self { auth }
+    }
+}
+
+impl<S> tower::Layer<S> for BearerLayer {
+    type Service = RequireBearer<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequireBearer { auth: self.auth.clone(), inner }
+    }
+}
+
+/// The service [`BearerLayer`] wraps a route in.
+#[derive(Debug, Clone)]
+pub struct RequireBearer<S> {
+    auth: BearerAuth,
+    inner: S,
+}
+
+/// A boxed response future: a refusal, or a request whose token is judged asynchronously.
+type BoxResponse = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl<S> tower::Service<Request> for RequireBearer<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = futures::future::Either<S::Future, BoxResponse>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        use futures::future::Either;
+        match self.auth.admit(req) {
+            Admitted::Pass(req) => Either::Left(self.inner.call(req)),
+            Admitted::Refused(resp) => Either::Right(Box::pin(std::future::ready(Ok(resp)))),
+            Admitted::Fresh(req) => {
+                // The ready service goes with the request; a clone stays for the next one.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let auth = self.auth.clone();
+                Either::Right(Box::pin(async move {
+                    match auth.admit_fresh(req).await {
+                        Ok(req) => tower::ServiceExt::oneshot(inner, req).await,
+                        Err(resp) => Ok(resp),
+                    }
+                }))
+            }
+        }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! | module | owns |
 //! | --- | --- |
-//! | `auth` (feature `server`) | [`BearerAuth`]: token -> authenticated peer, compared in constant time; [`require_bearer`] |
+//! | `auth` (feature `server`) | [`BearerAuth`]: token -> authenticated peer, compared in constant time; [`require_bearer`], [`BearerLayer`] |
 //! | `jwt` (feature `server`) | [`JwtAuth`]: JWT access tokens checked against an issuer's cached keys, [`TokenError`] |
 //! | `oauth` (feature `server`) | [`ProtectedResource`]: RFC 9728 metadata, challenges pointing at it, scopes per endpoint |
 //! | `source` (feature `server`) | [`identify_client`]: the client's address (trusted proxies), two `Authorization` headers refused |
@@ -51,7 +51,7 @@ mod token_sources;
 pub mod trace_context;
 
 #[cfg(feature = "server")]
-pub use auth::{BearerAuth, require_bearer};
+pub use auth::{BearerAuth, BearerLayer, RequireBearer, require_bearer};
 pub use client_tls::ClientTls;
 #[cfg(feature = "server")]
 pub use conn::{

@@ -365,3 +365,48 @@ async fn static_tokens_keep_working_beside_jwts_and_refusals_name_the_check_not_
     assert!(matches!(error, HttpError::InvalidToken(TokenError::Malformed)));
     assert_eq!(error.into_response().status(), StatusCode::UNAUTHORIZED);
 }
+
+/// [`ldp_edge::BearerLayer`] judges a JWT with [`BearerAuth::authenticate_fresh`], as the middleware does: a token
+/// signed by a key the issuer just rotated in passes at once (the layer waits for the refetch), a forged one is
+/// refused 401 `invalid_token`, and a valid one lacking an endpoint's scope 403.
+#[tokio::test]
+async fn the_bearer_layer_waits_for_a_rotated_key_and_refuses_what_the_middleware_refuses() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use axum::routing::post;
+    use tower::ServiceExt;
+
+    let old = ec_key("old");
+    let issuer = issuer(vec![old.jwk.clone()]).await;
+    let mut resource = ProtectedResource::new(vec![issuer.url.clone()]);
+    resource.endpoint_scopes = vec![("/mcp".into(), vec!["mcp:tools".into()])];
+    let auth = BearerAuth::default().with_jwt(Some(started(&issuer).await)).with_resource(Some(resource));
+    let app = Router::new()
+        .route(
+            "/ldp/messages",
+            post(|axum::Extension(peer): axum::Extension<ldp_session::PeerContext>| async move {
+                peer.authenticated.and_then(|p| p.delegate_id).unwrap_or_default()
+            }),
+        )
+        .route("/mcp", post(|| async { "tools" }))
+        .route_layer(ldp_edge::BearerLayer::new(auth));
+    let call = |path: &str, token: &str| {
+        let mut req = Request::post(path).body(Body::empty()).unwrap();
+        *req.headers_mut() = bearer(token);
+        app.clone().oneshot(req)
+    };
+
+    let new = ec_key("new");
+    issuer.keys.lock().unwrap().push(new.jwk.clone());
+    let resp = call("/ldp/messages", &es256(&new, "new", &issuer.claims())).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+    assert_eq!(&body[..], b"ldp:delegate:alice");
+    assert_eq!(issuer.fetches.load(Ordering::SeqCst), 2, "the rotated key was not fetched");
+
+    let resp = call("/ldp/messages", "not-a-jwt").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert!(resp.headers()[header::WWW_AUTHENTICATE].to_str().unwrap().contains("error=\"invalid_token\""));
+    let resp = call("/mcp", &es256(&old, "old", &issuer.claims())).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+}

@@ -32,7 +32,7 @@ use tracing::field::Empty;
 
 use crate::rate::{Limiter, RateLimit};
 use crate::trace_context;
-use ldp_edge::{BearerAuth, require_bearer};
+use ldp_edge::{BearerAuth, BearerLayer};
 use ldp_edge::{CAPABILITIES, HEALTHZ, IDENTITY, MESSAGES, METRICS, READYZ, STREAM, WELL_KNOWN_IDENTITY};
 use ldp_edge::{ConnectionLimits, ConnectionStats, Plain, body_too_slow, serve_established, serve_router_with_limits};
 use ldp_edge::{HttpError, error_body, json_response};
@@ -249,13 +249,19 @@ pub fn router_with(state: HttpState, extra: Router<HttpState>) -> Router {
         .route(MESSAGES, post(messages))
         .route(STREAM, post(stream))
         .merge(extra)
-        .route_layer(axum::middleware::from_fn_with_state(state.inner.auth.clone(), require_bearer));
+        .route_layer(BearerLayer::new(state.inner.auth.clone()));
     let config = &state.inner.config;
     let edge = Arc::new(EdgeChecks {
         proxies: TrustedProxies::new(&config.trusted_proxies),
         limiter: config.rate_limit.map(|rate| Limiter::new(rate, state.inner.auth.clone())),
         max_body: config.max_body,
     });
+    // The request's tracing, the edge checks and the body limit, outermost first, as one layer: each layer a router
+    // applies wraps every route in one more boxed route, which each request clones (with all it wraps) and calls.
+    let layers = tower::ServiceBuilder::new()
+        .layer(TraceLayer::new_for_http())
+        .layer(EdgeLayer(edge))
+        .layer(DefaultBodyLimit::max(config.max_body));
     Router::new()
         .route(HEALTHZ, get(healthz))
         .route(READYZ, get(readyz))
@@ -265,40 +271,73 @@ pub fn router_with(state: HttpState, extra: Router<HttpState>) -> Router {
         .route(CAPABILITIES, get(capabilities))
         .merge(protected)
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(config.max_body))
-        .layer(axum::middleware::from_fn_with_state(edge, edge_checks))
-        .layer(TraceLayer::new_for_http())
+        .layer(layers)
         .with_state(state)
 }
 
-/// What every request passes before any route: see [`edge_checks`].
+/// What every request passes before any route: see [`Edge`].
 struct EdgeChecks {
     proxies: TrustedProxies,
     limiter: Option<Limiter>,
     max_body: usize,
 }
 
-/// The checks every request passes before any route, in one layer (each layer costs every request a clone of the
-/// routes and a boxed future): the client's address ([`ldp_edge::identify`]), so that everything after it knows it;
-/// then the rate limit, before the body is read, so that a request over its quota costs no body read and no work;
-/// then a declared body size over the limit ([`refuse_declared_oversize`]).
-async fn edge_checks(
-    State(edge): State<Arc<EdgeChecks>>,
-    mut request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    if let Err(e) = identify(&edge.proxies, &mut request) {
-        return e.into_response();
+/// The layer of [`Edge`].
+#[derive(Clone)]
+struct EdgeLayer(Arc<EdgeChecks>);
+
+impl<S> tower::Layer<S> for EdgeLayer {
+    type Service = Edge<S>;
+
+    fn layer(&self, inner: S) -> Edge<S> {
+        Edge { checks: Arc::clone(&self.0), inner }
     }
-    if let Some(limiter) = &edge.limiter
-        && let Some(refusal) = limiter.refusal(&request)
-    {
-        return refusal;
+}
+
+/// The checks every request passes before any route, in one hand-written layer (an axum `from_fn` middleware costs
+/// every request a copy of the route it wraps, a `Next` and a boxed future): the client's address
+/// ([`ldp_edge::identify`]), so that everything after it knows it; then the rate limit, before the body is read, so
+/// that a request over its quota costs no body read and no work; then a declared body size over the limit
+/// ([`refuse_declared_oversize`]). A request that passes goes to the route as it is.
+#[derive(Clone)]
+struct Edge<S> {
+    checks: Arc<EdgeChecks>,
+    inner: S,
+}
+
+/// A refusal's response future (off the path of a request that passes).
+type Refused = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl<S> tower::Service<axum::extract::Request> for Edge<S>
+where
+    S: tower::Service<axum::extract::Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = futures::future::Either<S::Future, Refused>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
     }
-    if declared_length(request.headers()).is_some_and(|n| n > edge.max_body as u64) {
-        return refuse_declared_oversize(request, edge.max_body).await;
+
+    fn call(&mut self, mut request: axum::extract::Request) -> Self::Future {
+        use futures::future::Either;
+        let refused = |resp: Response| -> Self::Future { Either::Right(Box::pin(std::future::ready(Ok(resp)))) };
+        let checks = &self.checks;
+        if let Err(e) = identify(&checks.proxies, &mut request) {
+            return refused(e.into_response());
+        }
+        if let Some(limiter) = &checks.limiter
+            && let Some(refusal) = limiter.refusal(&request)
+        {
+            return refused(refusal);
+        }
+        if declared_length(request.headers()).is_some_and(|n| n > checks.max_body as u64) {
+            let limit = checks.max_body;
+            return Either::Right(Box::pin(async move { Ok(refuse_declared_oversize(request, limit).await) }));
+        }
+        Either::Left(self.inner.call(request))
     }
-    next.run(request).await
 }
 
 /// A request's `Content-Length`, when it declares a valid one.
