@@ -12,8 +12,6 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -298,9 +296,6 @@ pub struct RequireBearer<S> {
     inner: S,
 }
 
-/// A boxed response future: a refusal, or a request whose token is judged asynchronously.
-type BoxResponse = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
 impl<S> tower::Service<Request> for RequireBearer<S>
 where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
@@ -308,7 +303,8 @@ where
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = futures::future::Either<S::Future, BoxResponse>;
+    // Boxed only off the fast path: a refusal, or a token judged asynchronously.
+    type Future = futures::future::Either<S::Future, futures::future::BoxFuture<'static, Result<Response, Infallible>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)

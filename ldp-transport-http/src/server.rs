@@ -305,16 +305,14 @@ struct Edge<S> {
     inner: S,
 }
 
-/// A refusal's response future (off the path of a request that passes).
-type Refused = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
 impl<S> tower::Service<axum::extract::Request> for Edge<S>
 where
     S: tower::Service<axum::extract::Request, Response = Response, Error = Infallible>,
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = futures::future::Either<S::Future, Refused>;
+    // Boxed only for a refusal, off the path of a request that passes.
+    type Future = futures::future::Either<S::Future, futures::future::BoxFuture<'static, Result<Response, Infallible>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
