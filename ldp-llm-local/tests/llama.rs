@@ -31,6 +31,13 @@ fn model_path() -> PathBuf {
     .clone()
 }
 
+/// Held by each test for its whole run. Each model runs two llama.cpp threads that wait for each other at every step,
+/// so tests run side by side on two cores stall each other (measured: 134 s for the file, 18 s one at a time).
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
 fn options(max_concurrent: usize) -> LocalOptions {
     let mut options = LocalOptions::default();
     options.engine = Engine::Llama;
@@ -71,6 +78,7 @@ const LLAMA_CPP_FRANCE: &str =
 
 #[tokio::test]
 async fn greedy_answers_repeat_and_match_llama_cpp_s_own() {
+    let _turn = one_at_a_time().await;
     let model = load(1);
     let first = model.complete(&ask("What is the capital of France?")).await.expect("answer");
     assert_eq!(first.usage.input_tokens, Some(37), "the prompt llama-server's template makes: {first:?}");
@@ -87,6 +95,7 @@ async fn greedy_answers_repeat_and_match_llama_cpp_s_own() {
 
 #[tokio::test]
 async fn a_sessions_third_turn_decodes_only_its_new_tokens() {
+    let _turn = one_at_a_time().await;
     let model = load(2);
     // Turn 1 long enough that turn 2's prompt spans a whole chunk of the engine's grid, which turn 3 can reuse.
     let questions = [
@@ -129,6 +138,7 @@ async fn a_sessions_third_turn_decodes_only_its_new_tokens() {
 
 #[tokio::test]
 async fn a_history_past_the_window_is_trimmed_and_answered() {
+    let _turn = one_at_a_time().await;
     let mut opts = options(1);
     opts.context_window = Some(256);
     let model = LocalBackend::load(model_path(), opts).expect("load");
@@ -148,6 +158,7 @@ async fn a_history_past_the_window_is_trimmed_and_answered() {
 
 #[tokio::test]
 async fn four_concurrent_sessions_answer_as_one_at_a_time() {
+    let _turn = one_at_a_time().await;
     let model = load(4);
     let questions =
         ["What is the capital of France?", "Name a primary colour.", "What is 2 plus 2?", "Say hello in Spanish."];
@@ -176,6 +187,7 @@ async fn futures_join<T: Send + 'static>(handles: impl Iterator<Item = tokio::ta
 
 #[tokio::test]
 async fn a_caller_that_stops_or_goes_away_stops_the_generation() {
+    let _turn = one_at_a_time().await;
     let model = load(1);
     let long = ChatRequest::new(vec![ChatMessage::user("Write a long story about a dragon.")]).with_max_tokens(400);
     let mut pieces = 0;
@@ -210,6 +222,7 @@ fn weather_tool() -> ToolSpec {
 
 #[tokio::test]
 async fn a_tool_call_under_constrained_decoding_is_valid_for_its_schema_every_time() {
+    let _turn = one_at_a_time().await;
     let model = load(1);
     let tool = weather_tool();
     let validator = jsonschema::validator_for(&tool.input_schema).expect("schema");
@@ -230,8 +243,44 @@ async fn a_tool_call_under_constrained_decoding_is_valid_for_its_schema_every_ti
     }
 }
 
+/// Each sequence of a batch keeps its own grammar state: four constrained tool calls decoded in one batch are the
+/// calls each makes alone, and valid for the schema.
+#[tokio::test]
+async fn constrained_tool_calls_batched_together_match_each_alone() {
+    let _turn = one_at_a_time().await;
+    let tool = weather_tool();
+    let validator = jsonschema::validator_for(&tool.input_schema).expect("schema");
+    let cities = ["Paris", "Tokyo", "Lima", "Oslo"];
+    let request = |city: &str| {
+        ChatRequest::new(vec![ChatMessage::user(format!("What is the weather in {city}? Use the tool."))])
+            .with_tools(vec![tool.clone()])
+            .with_max_tokens(64)
+    };
+    let model = load(4);
+    let mut alone = Vec::new();
+    for city in cities {
+        alone.push(model.complete(&request(city)).await.expect("answer").tool_calls);
+    }
+    let model = load(4);
+    let together = futures_join(cities.iter().map(|city| {
+        let (model, request) = (model.clone(), request(city));
+        tokio::spawn(async move { model.complete(&request).await.expect("answer").tool_calls })
+    }))
+    .await;
+    for (city, (batched, single)) in cities.iter().zip(together.iter().zip(&alone)) {
+        let names: Vec<_> = batched.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["weather"], "{city}: one call of the tool: {batched:?}");
+        let arguments = batched[0].arguments_json().expect("JSON arguments");
+        assert!(validator.is_valid(&arguments), "{city}: {arguments} is not valid for the tool's schema");
+        let single: Vec<_> = single.iter().map(|c| (&c.name, &c.arguments)).collect();
+        let batched: Vec<_> = batched.iter().map(|c| (&c.name, &c.arguments)).collect();
+        assert_eq!(batched, single, "{city}: batching changed the call");
+    }
+}
+
 #[tokio::test]
 async fn an_answer_under_a_response_schema_is_valid_for_it() {
+    let _turn = one_at_a_time().await;
     let model = load(1);
     let schema = json!({
         "type": "object",
@@ -247,6 +296,7 @@ async fn an_answer_under_a_response_schema_is_valid_for_it() {
 
 #[tokio::test]
 async fn a_schema_the_grammar_cannot_enforce_is_refused_before_decoding() {
+    let _turn = one_at_a_time().await;
     let model = load(1);
     let before = model.work();
     let request = ask("Any number?").with_response_schema(json!({"type": "string", "pattern": "^[0-9]+$"}));
@@ -282,6 +332,7 @@ async fn echo_loop(model: &LocalBackend) -> (Vec<String>, String, FinishReason) 
 
 #[tokio::test]
 async fn a_tool_loop_answers_the_same_on_every_run_of_one_model_and_of_a_fresh_one() {
+    let _turn = one_at_a_time().await;
     // Default concurrency of `ldp serve` (4 sequences), so the runs go to the sequence whose cache they extend.
     let model = load(4);
     let first = echo_loop(&model).await;

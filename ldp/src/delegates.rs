@@ -241,6 +241,10 @@ impl Toolbox for RouterTools {
         let Some(tool) = offered.get(call.tool) else {
             return Err(LdpError::capability(codes::SKILL_NOT_FOUND, format!("no delegate offers {:?}", call.tool)));
         };
+        // What the model sent and the schema it was offered, for whoever audits a model's calls (`scripts/smollm2`
+        // checks every call against its schema from this line). Debug only: the arguments may carry user data.
+        tracing::debug!(tool = call.tool, skill = %tool.skill, arguments = %call.arguments,
+            schema = %tool.spec.input_schema, "routing a tool call");
         let input =
             if tool.wrapped { call.arguments.get(WRAPPED).cloned().unwrap_or(Value::Null) } else { call.arguments };
         let mut task = RouteTask::new(tool.skill.clone(), RawJson::from(input));
