@@ -337,14 +337,8 @@ pub fn read<R: StoreRecords>(
     now: i64,
     keeping: Keeping,
 ) -> Result<Option<SharedTask>, R::Error> {
-    let Some(task) = records.task(key)? else { return Ok(None) };
-    match lapsed(&task, lease_live(&task, now)) {
-        Some(failed) => {
-            records.put_task(key, &failed, now.saturating_add(keeping.result_ttl_ms))?;
-            Ok(Some(failed))
-        }
-        None => Ok(Some(task)),
-    }
+    let found = rewrite(records, key, now, keeping, lapsed)?;
+    Ok(found.map(|(task, failed)| failed.unwrap_or(task)))
 }
 
 /// An admission's cancel: a running task with a live lease becomes [`SharedTask::cancelled`] (kept a result TTL from
@@ -355,10 +349,24 @@ pub fn cancel<R: StoreRecords>(
     now: i64,
     keeping: Keeping,
 ) -> Result<Option<SharedTask>, R::Error> {
+    Ok(rewrite(records, key, now, keeping, cancelled)?.and_then(|(_, cancelled)| cancelled))
+}
+
+/// A task's record and what `change` made of it (given whether its lease is live), written when it changed, kept a
+/// result TTL from now.
+fn rewrite<R: StoreRecords>(
+    records: &mut R,
+    key: &TaskKey,
+    now: i64,
+    keeping: Keeping,
+    change: fn(&SharedTask, bool) -> Option<SharedTask>,
+) -> Result<Option<(SharedTask, Option<SharedTask>)>, R::Error> {
     let Some(task) = records.task(key)? else { return Ok(None) };
-    let Some(cancelled) = cancelled(&task, lease_live(&task, now)) else { return Ok(None) };
-    records.put_task(key, &cancelled, now.saturating_add(keeping.result_ttl_ms))?;
-    Ok(Some(cancelled))
+    let changed = change(&task, lease_live(&task, now));
+    if let Some(changed) = &changed {
+        records.put_task(key, changed, now.saturating_add(keeping.result_ttl_ms))?;
+    }
+    Ok(Some((task, changed)))
 }
 
 /// [`crate::store::Store::finish_task`]: the end recorded by [`ended`] (kept a result TTL from now), and what the

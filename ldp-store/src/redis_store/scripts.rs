@@ -93,8 +93,8 @@ return after
 /// replay, which the admission then refuses `seen`, as the other backends do, without counting it against the
 /// replaying principal's share), `0` the share is full (or as large as the room the window has left: the rule of
 /// `ldp_session::replay_room`, which the other backends call), `2` the total is. The one rule a script restates: the
-/// window's counts live in a slot of their own, and counting must be atomic with the room check; the differential
-/// test (`tests/backends_agree.rs`, bounded replay entries) holds it to `replay_room`.
+/// window's counts live in a slot of their own, and counting must be atomic with the room check. Two tests hold it to
+/// `replay_room`: `tests/backends_agree.rs` (bounded replay entries) and this file's own, window by window.
 pub(super) const ACCOUNT: &str = r"
 local now = ARGV[5]
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -115,3 +115,117 @@ for i = 1, 2 do
 end
 return 1
 ";
+
+#[cfg(all(test, feature = "test-redis"))]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::ACCOUNT;
+    use crate::test_redis::RedisServer;
+    use ldp_session::replay_room;
+    use ldp_session::shared::ReplayVerdict;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    /// A window as ACCOUNT finds it: the principal's live entries, other principals' live entries, entries past their
+    /// expiry in both sets, the bounds, and whether the message's own entry is already counted.
+    #[derive(Debug, Clone)]
+    struct Window {
+        held: usize,
+        others: usize,
+        lapsed: usize,
+        max_per_principal: Option<usize>,
+        max_total: Option<usize>,
+        seen: bool,
+    }
+
+    fn window() -> impl Strategy<Value = Window> {
+        (
+            0..6_usize,
+            0..6_usize,
+            0..3_usize,
+            proptest::option::of(0..8_usize),
+            proptest::option::of(0..12_usize),
+            any::<bool>(),
+        )
+            .prop_map(|(held, others, lapsed, max_per_principal, max_total, seen)| Window {
+                held,
+                others,
+                lapsed,
+                max_per_principal,
+                max_total,
+                seen: seen && held + others > 0,
+            })
+    }
+
+    /// The script restates `replay_room` (it must count atomically with the check): on a real Redis, its verdict is
+    /// the function's on every window, lapsed entries are not counted, an entry counted already is a replay for the
+    /// admission to refuse (`1`, nothing added), and a fresh entry is added to both sets.
+    #[test]
+    fn account_judges_every_window_as_replay_room_does() {
+        let server = RedisServer::start().unwrap();
+        // TestRunner::run takes a `Fn`: the connection is borrowed anew by each case.
+        let conn = std::cell::RefCell::new(redis::Client::open(server.url()).unwrap().get_connection().unwrap());
+        let script = redis::Script::new(ACCOUNT);
+        let mut runner = TestRunner::new(Config { cases: 300, ..Config::default() });
+        let outcome = runner.run(&window(), |w| {
+            let conn = &mut *conn.borrow_mut();
+            let (share, total) = ("t:share", "t:total");
+            // Real time: the script sets each set to expire (PEXPIREAT) with its last entry.
+            let now = crate::now_ms();
+            let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
+            for i in 0..w.held {
+                let _: () = redis::pipe()
+                    .zadd(share, format!("mine-{i}"), now + 60_000)
+                    .zadd(total, format!("mine-{i}"), now + 60_000)
+                    .query(conn)
+                    .unwrap();
+            }
+            for i in 0..w.others {
+                let _: () =
+                    redis::cmd("ZADD").arg(total).arg(now + 60_000).arg(format!("other-{i}")).query(conn).unwrap();
+            }
+            for i in 0..w.lapsed {
+                let _: () = redis::pipe()
+                    .zadd(share, format!("old-{i}"), now - 1)
+                    .zadd(total, format!("old-{i}"), now - 1)
+                    .query(conn)
+                    .unwrap();
+            }
+            let entry = match (w.seen, w.held) {
+                (true, 0) => "other-0".to_owned(),
+                (true, _) => "mine-0".to_owned(),
+                (false, _) => "fresh".to_owned(),
+            };
+            let bound = |n: Option<usize>| n.map(|n| n.to_string()).unwrap_or_default();
+            let counted: i64 = script
+                .key(share)
+                .key(total)
+                .arg(&entry)
+                .arg(now + 60_000)
+                .arg(bound(w.max_per_principal))
+                .arg(bound(w.max_total))
+                .arg(now)
+                .invoke(conn)
+                .unwrap();
+            let expected = if w.seen {
+                1
+            } else {
+                match replay_room(w.held, w.held + w.others, w.max_per_principal, w.max_total) {
+                    ReplayVerdict::Fresh => 1,
+                    ReplayVerdict::Full => 0,
+                    ReplayVerdict::TableFull => 2,
+                    other => panic!("replay_room never judges {other:?}"),
+                }
+            };
+            prop_assert_eq!(counted, expected, "{:?}", w);
+            let added = usize::from(!w.seen && counted == 1);
+            let cards: (usize, usize) = redis::pipe().zcard(share).zcard(total).query(conn).unwrap();
+            prop_assert_eq!(cards, (w.held + added, w.held + w.others + added), "lapsed entries pruned: {:?}", w);
+            Ok(())
+        });
+        if let Err(e) = outcome {
+            panic!("{e}");
+        }
+    }
+}
