@@ -250,8 +250,16 @@ impl BearerAuth {
     /// found ([`crate::identify`]), with the credential.
     fn accept(&self, mut peer: PeerContext, req: &mut Request) -> Result<(), HttpError> {
         self.check_endpoint(req.uri().path(), &peer)?;
-        peer.address = req.extensions().get::<PeerContext>().and_then(|p| p.address);
-        req.extensions_mut().insert(peer);
+        // Replaced in place when the edge put one there: an insert would box the context again.
+        match req.extensions_mut().get_mut::<PeerContext>() {
+            Some(found) => {
+                peer.address = found.address;
+                *found = peer;
+            }
+            None => {
+                req.extensions_mut().insert(peer);
+            }
+        }
         Ok(())
     }
 }

@@ -53,6 +53,16 @@ proptest! {
         prop_assert!(envelope_validator().is_valid(&env.to_value().unwrap()));
     }
 
+    /// A TASK_RESULT's provenance given again on the envelope (as the reference transcript does) is written once
+    /// and copied: the bytes must still be serde's.
+    #[test]
+    fn a_result_s_provenance_given_twice_is_written_as_serde_writes_it(mut env in envelope()) {
+        if let ldp_types::Body::TaskResult(r) = &env.body {
+            env.provenance = Some(r.provenance.clone());
+        }
+        prop_assert_eq!(&env.to_vec().unwrap(), &serde_json::to_vec(&env).unwrap());
+    }
+
     #[test]
     fn identity_card_round_trips(card in identity_card()) {
         round_trip(&card);

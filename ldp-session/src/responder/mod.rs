@@ -432,15 +432,22 @@ impl Responder {
 
     /// Builds, stamps and signs an outbound envelope.
     fn envelope(&mut self, session_id: &str, to: &str, body: impl Into<Body>, mode: PayloadMode) -> Envelope {
-        let mut env = Envelope::new(
-            self.ids.uuid(),
-            ldp_types::time::format_timestamp(self.wall.now_utc()),
-            session_id,
-            self.cfg.card.delegate_id.as_str(),
-            to,
-            body,
-        )
-        .with_payload_mode(mode);
+        let timestamp = ldp_types::time::format_timestamp(self.wall.now_utc());
+        self.envelope_at(timestamp, session_id, to, body, mode)
+    }
+
+    /// [`Responder::envelope`] stamped `timestamp` (a result's, which its provenance carries too).
+    fn envelope_at(
+        &mut self,
+        timestamp: String,
+        session_id: &str,
+        to: &str,
+        body: impl Into<Body>,
+        mode: PayloadMode,
+    ) -> Envelope {
+        let mut env =
+            Envelope::new(self.ids.uuid(), timestamp, session_id, self.cfg.card.delegate_id.as_str(), to, body)
+                .with_payload_mode(mode);
         // RFC 3.1's envelope has a `provenance` member; the reference transcript (ldp-session-flow.json, step 6)
         // fills it on TASK_RESULT with the body's record, and so does this responder (before signing, so the
         // algorithms that cover the envelope's provenance cover it; reference `hmac-sha256` covers neither copy).

@@ -262,7 +262,9 @@ impl Responder {
         keys.sort_unstable_by(|a, b| (&a.session_id, &a.task_id).cmp(&(&b.session_id, &b.task_id)));
         for key in &keys {
             let error = LdpError::runtime(codes::CANCELLED, format!("cancelled {why}")).with_retryable(true);
-            let Some(peer) = self.sessions.get(key.session_id.as_str()).map(|s| s.peer.to_string()) else { continue };
+            let Some(peer) = self.sessions.get(key.session_id.as_str()).map(|s| String::from(&*s.peer)) else {
+                continue;
+            };
             if let Some(mode) = self.end_task(key, TaskStatus::Cancelled) {
                 self.abort_with(&peer, mode, key.clone(), error);
             }
@@ -275,7 +277,7 @@ impl Responder {
         let s = self.sessions.get_mut(key.session_id.as_str())?;
         let task = s.running.remove(key.task_id.as_str())?;
         if let Some(input) = task.input {
-            let turn = Turn { task_id: key.task_id.clone(), skill: task.skill.to_string(), input, output: None };
+            let turn = Turn { task_id: key.task_id.clone(), skill: String::from(&*task.skill), input, output: None };
             s.context.push(turn, None, limits.context_turns, limits.context_bytes);
         }
         s.record_history(&key.task_id, task.skill, status, limits.history_len);
@@ -356,9 +358,9 @@ impl Responder {
         }
         s.tokens_used = s.tokens_used.saturating_add(out.tokens_used.unwrap_or(0));
         s.cost_usd += out.cost_usd.unwrap_or(0.0);
-        let skill = (task.input.is_some()).then(|| task.skill.to_string());
+        let skill = (task.input.is_some()).then(|| String::from(&*task.skill));
         s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);
-        let peer = s.peer.to_string();
+        let peer = String::from(&*s.peer);
         let idle = s.is_idle();
         self.count_task_left(&key.session_id, idle);
         let mode = task.mode;
@@ -366,7 +368,9 @@ impl Responder {
             Provenance::new(self.cfg.card.delegate_id.as_str(), self.cfg.card.model_version.as_str(), mode);
         provenance.confidence = out.confidence;
         provenance.session_id = Some(key.session_id.clone());
-        provenance.timestamp = Some(ldp_types::time::format_timestamp(self.wall.now_utc()));
+        // One instant for the result: its provenance and its envelope.
+        let timestamp = ldp_types::time::format_timestamp(self.wall.now_utc());
+        provenance.timestamp = Some(timestamp.clone());
         provenance.set_verification_status(out.verification_status);
         provenance.evidence = out.evidence;
         provenance.tokens_used = out.tokens_used;
@@ -409,8 +413,8 @@ impl Responder {
             let limits = &self.cfg.limits;
             s.context.push(turn, Some(Box::new(provenance.clone())), limits.context_turns, limits.context_bytes);
         }
-        let env =
-            self.envelope(&key.session_id, &peer, TaskResult::new(key.task_id.clone(), out.output, provenance), mode);
+        let result = TaskResult::new(key.task_id.clone(), out.output, provenance);
+        let env = self.envelope_at(timestamp, &key.session_id, &peer, result, mode);
         Ok(self.deliver(now, key, env))
     }
 
@@ -435,7 +439,7 @@ impl Responder {
             return None;
         }
         let task = session.running.remove(task_id)?;
-        let peer = session.peer.to_string();
+        let peer = String::from(&*session.peer);
         let history_len = self.cfg.limits.history_len;
         session.record_history(task_id, task.skill, TaskStatus::Failed, history_len);
         let idle = session.is_idle();
@@ -475,7 +479,7 @@ impl Responder {
             entry.status = status;
         }
         s.context.withdraw_result(&key.task_id);
-        let peer = s.peer.to_string();
+        let peer = String::from(&*s.peer);
         Some(self.envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode))
     }
 
@@ -484,7 +488,9 @@ impl Responder {
     /// stopped (queued for [`Responder::poll_aborted`]). `false` when it is not running here.
     pub fn end_by_store(&mut self, key: &TaskKey, error: LdpError) -> bool {
         let status = if error.code == codes::CANCELLED { TaskStatus::Cancelled } else { TaskStatus::Failed };
-        let Some(peer) = self.sessions.get(key.session_id.as_str()).map(|s| s.peer.to_string()) else { return false };
+        let Some(peer) = self.sessions.get(key.session_id.as_str()).map(|s| String::from(&*s.peer)) else {
+            return false;
+        };
         let Some(mode) = self.end_task(key, status) else { return false };
         self.abort_with(&peer, mode, key.clone(), error);
         true

@@ -1,6 +1,8 @@
 //! The direct encoder of envelopes (the same bytes as their `Serialize`, property-tested) and the estimate of an
 //! encoded envelope's size, for its output buffer.
 
+use std::ops::Range;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -103,15 +105,17 @@ pub(super) fn write_envelope(w: &mut Writer<'_, Compact>, env: &Envelope) -> Res
     str_member(w.out, b",\"from\":", &env.from);
     str_member(w.out, b",\"to\":", &env.to);
     w.out.extend_from_slice(b",\"body\":");
-    write_body(w, &env.body)?;
+    let result_provenance = write_body(w, &env.body)?;
     w.out.extend_from_slice(b",\"payload_mode\":\"");
     // Mode names are plain ASCII.
     w.out.extend_from_slice(env.payload_mode.as_str().as_bytes());
     str_member(w.out, b"\",\"timestamp\":", &env.timestamp);
     w.out.extend_from_slice(b",\"provenance\":");
-    match &env.provenance {
-        None => w.out.extend_from_slice(b"null"),
-        Some(p) => write_provenance(w, p)?,
+    match (&env.provenance, &env.body, result_provenance) {
+        (None, _, _) => w.out.extend_from_slice(b"null"),
+        // A TASK_RESULT carries its provenance twice (the reference transcript, step 6): the body's bytes, copied.
+        (Some(p), Body::TaskResult(r), Some(written)) if r.provenance == *p => w.out.extend_from_within(written),
+        (Some(p), _, _) => write_provenance(w, p)?,
     }
     for (name, value) in [("signature", &env.signature), ("signature_algorithm", &env.signature_algorithm)] {
         if let Some(value) = value {
@@ -213,7 +217,9 @@ pub(super) fn write_members(w: &mut Writer<'_, Compact>, map: &Map<String, Value
     Ok(())
 }
 
-pub(super) fn write_body(w: &mut Writer<'_, Compact>, body: &Body) -> Result<(), JsonError> {
+/// Writes a body; for a TASK_RESULT, returns where its provenance's bytes are in the output.
+pub(super) fn write_body(w: &mut Writer<'_, Compact>, body: &Body) -> Result<Option<Range<usize>>, JsonError> {
+    let mut provenance = None;
     match body {
         Body::TaskSubmit(b) => {
             str_member(w.out, b"{\"type\":\"TASK_SUBMIT\",\"task_id\":", &b.task_id);
@@ -231,13 +237,15 @@ pub(super) fn write_body(w: &mut Writer<'_, Compact>, body: &Body) -> Result<(),
             w.out.extend_from_slice(b",\"output\":");
             w.out.extend_from_slice(b.output.json().as_bytes());
             w.out.extend_from_slice(b",\"provenance\":");
+            let start = w.out.len();
             write_provenance(w, &b.provenance)?;
+            provenance = Some(start..w.out.len());
             write_members(w, &b.extra)?;
         }
-        other => return other.serialize(&mut *w),
+        other => return other.serialize(&mut *w).map(|()| None),
     }
     w.out.push(b'}');
-    Ok(())
+    Ok(provenance)
 }
 
 /// Writes the contract as its derived `Serialize` does.
