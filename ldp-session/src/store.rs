@@ -97,6 +97,10 @@ impl StoreOptions {
     }
 }
 
+/// The tasks a lease renewal found no longer running under their owner, with their records
+/// ([`Store::renew_leases`]): cancelled through another replica, or failed or taken over after a lapsed lease.
+pub type LostTasks = Vec<(TaskKey, SharedTask)>;
+
 /// A store shared by the replicas of one delegate. Each method is one atomic operation in the store, and the runtime
 /// makes at most two per TASK_SUBMIT ([`Store::admit`] before the machine, [`Store::finish_task`] before the
 /// answer): round trips, not the work inside them, are what a store costs.
@@ -147,12 +151,7 @@ pub trait Store: Send + Sync + 'static {
     /// Extends the leases of `owner`'s running tasks, and returns those of `keys` that are no longer running
     /// under `owner` in the store, with their records (cancelled through another replica, or failed or taken over
     /// after a lapsed lease): the owner stops them.
-    async fn renew_leases(
-        &self,
-        owner: &str,
-        keys: &[TaskKey],
-        lease: Duration,
-    ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError>;
+    async fn renew_leases(&self, owner: &str, keys: &[TaskKey], lease: Duration) -> Result<LostTasks, StoreError>;
 
     /// Records how a task ended (its result or failure) and releases its lease, kept for status queries from any
     /// replica; only while the task is running under `task.owner` (a task cancelled elsewhere, failed after a lapsed

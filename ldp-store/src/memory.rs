@@ -17,7 +17,7 @@ use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SessionUsage, SharedSession, SharedTask,
     SharedTaskStatus, TaskClaim, TaskCost, TaskFinish, TaskStep,
 };
-use ldp_session::store::{Store, StoreError};
+use ldp_session::store::{LostTasks, Store, StoreError};
 use ldp_session::{TaskKey, replay_room};
 
 use crate::{MIN_BOUND_BYTES, StoreConfig, drop_marks, now_ms};
@@ -413,12 +413,7 @@ impl Store for MemoryStore {
         self.with_records(|records, _, _| rules::release(records, key, owner, dedupe))
     }
 
-    async fn renew_leases(
-        &self,
-        owner: &str,
-        keys: &[TaskKey],
-        lease: Duration,
-    ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
+    async fn renew_leases(&self, owner: &str, keys: &[TaskKey], lease: Duration) -> Result<LostTasks, StoreError> {
         self.with_records(|records, now, keeping| rules::renew(records, owner, keys, lease, now, keeping))
     }
 

@@ -38,7 +38,7 @@ use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, ReplayVerdict, SessionLookup, SharedSession, SharedTask, TaskClaim, TaskFinish,
     TaskStep,
 };
-use ldp_session::store::{Store, StoreError};
+use ldp_session::store::{LostTasks, Store, StoreError};
 use redis::{AsyncCommands, Script};
 
 use crate::{OpenError, StoreConfig, corrupt};
@@ -408,12 +408,7 @@ impl Store for RedisStore {
         self.atomically(Some(&key.session_id), &watch, |slot, _| rules::release(slot, key, owner, dedupe)).await
     }
 
-    async fn renew_leases(
-        &self,
-        owner: &str,
-        keys: &[TaskKey],
-        lease: Duration,
-    ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
+    async fn renew_leases(&self, owner: &str, keys: &[TaskKey], lease: Duration) -> Result<LostTasks, StoreError> {
         let keeping = self.keeping();
         let mut lost = Vec::new();
         // One task at a time: each is in its session's slot.

@@ -292,6 +292,9 @@ impl<S: Style> Writer<'_, S> {
     }
 }
 
+/// What the serializer's compound methods return: the array or object they opened.
+type Opened<'a, 'o, S> = Result<Compound<'a, 'o, S>, Error>;
+
 /// An array or object being written.
 pub(crate) struct Compound<'a, 'o, S> {
     w: &'a mut Writer<'o, S>,
@@ -415,13 +418,7 @@ impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
     fn serialize_tuple_struct(self, _: &'static str, len: usize) -> Result<Compound<'a, 'o, S>, Error> {
         self.serialize_seq(Some(len))
     }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        variant: &'static str,
-        _: usize,
-    ) -> Result<Compound<'a, 'o, S>, Error> {
+    fn serialize_tuple_variant(self, _: &'static str, _: u32, variant: &'static str, _: usize) -> Opened<'a, 'o, S> {
         self.begin_variant(variant)?;
         self.out.push(b'[');
         Ok(Compound { w: self, first: true, variant: true, raw: false })
@@ -436,13 +433,7 @@ impl<'a, 'o, S: Style> ser::Serializer for &'a mut Writer<'o, S> {
         }
         self.serialize_map(Some(len))
     }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        variant: &'static str,
-        _: usize,
-    ) -> Result<Compound<'a, 'o, S>, Error> {
+    fn serialize_struct_variant(self, _: &'static str, _: u32, variant: &'static str, _: usize) -> Opened<'a, 'o, S> {
         self.begin_variant(variant)?;
         self.begin_object();
         Ok(Compound { w: self, first: true, variant: true, raw: false })

@@ -57,7 +57,7 @@ use ldp_session::shared::rules::{self, Keeping};
 use ldp_session::shared::{
     Admission, Admitted, ReplayClaim, SessionLookup, SharedSession, SharedTask, TaskClaim, TaskFinish,
 };
-use ldp_session::store::{OUTAGE_LINE_EVERY, OutageLog, Store, StoreError};
+use ldp_session::store::{LostTasks, OUTAGE_LINE_EVERY, OutageLog, Store, StoreError};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
@@ -589,12 +589,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn renew_leases(
-        &self,
-        owner: &str,
-        keys: &[TaskKey],
-        lease: Duration,
-    ) -> Result<Vec<(TaskKey, SharedTask)>, StoreError> {
+    async fn renew_leases(&self, owner: &str, keys: &[TaskKey], lease: Duration) -> Result<LostTasks, StoreError> {
         let (owner, keys) = (owner.to_owned(), keys.to_vec());
         self.tx(move |conn, cfg, now| {
             rules::renew(&mut Records { conn, cfg, now, end_text: None }, &owner, &keys, lease, now, keeping(cfg))
