@@ -213,7 +213,9 @@ pub(crate) fn quoted(text: &str) -> String {
 #[cfg(feature = "server")]
 /// A JSON response from already-encoded bytes.
 pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
-    let mut resp = (status, body).into_response();
+    // Built whole: `(status, body).into_response()` would first set an octet-stream type, then be overwritten.
+    let mut resp = Response::new(axum::body::Body::from(body));
+    *resp.status_mut() = status;
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }

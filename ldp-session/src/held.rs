@@ -7,7 +7,8 @@
 //! ([`Responder::hold`](crate::Responder::hold)) share one bound, whichever binding carries the session. It holds
 //! encoded messages, so that its byte bound counts what a resume will write.
 
-use std::collections::{HashMap, VecDeque};
+use crate::keyed::PeerMap;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Limits on the answers kept for resume.
@@ -125,7 +126,7 @@ pub(crate) struct Taken {
 /// The store. Sans-IO: every call that depends on time takes `now`.
 #[derive(Debug, Default)]
 pub(crate) struct HeldStore {
-    sessions: HashMap<Box<str>, SessionHeld>,
+    sessions: PeerMap<Box<str>, SessionHeld>,
     /// Every kept answer in arrival order, as (sequence, session); entries of answers already taken are skipped.
     order: VecDeque<(u64, Box<str>)>,
     next_seq: u64,

@@ -9,6 +9,7 @@
 
 mod resume;
 
+use crate::keyed::PeerMap;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -129,8 +130,8 @@ pub struct Initiator {
     peer: String,
     manifest: Option<Manifest>,
     proposals: VecDeque<String>,
-    sessions: HashMap<String, InitiatorSession>,
-    tasks: HashMap<TaskKey, PendingTask>,
+    sessions: PeerMap<String, InitiatorSession>,
+    tasks: PeerMap<TaskKey, PendingTask>,
     replay: ReplayGuard,
     outbound: VecDeque<Envelope>,
     events: VecDeque<InitiatorEvent>,
@@ -161,8 +162,8 @@ impl Initiator {
             peer: peer.into(),
             manifest: None,
             proposals: VecDeque::new(),
-            sessions: HashMap::new(),
-            tasks: HashMap::new(),
+            sessions: PeerMap::default(),
+            tasks: PeerMap::default(),
             replay: ReplayGuard::default(),
             outbound: VecDeque::new(),
             events: VecDeque::new(),

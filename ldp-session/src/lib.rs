@@ -61,6 +61,7 @@ mod config;
 mod error;
 mod held;
 mod initiator;
+mod keyed;
 mod refusals;
 mod responder;
 mod security;

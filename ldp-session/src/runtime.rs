@@ -6,18 +6,18 @@
 //! [`MemoryTransport`]) implement [`Transport`] on the client side and call [`DelegateRuntime::handle`] on the
 //! server side, so swapping one for another changes one value in user code.
 
-use std::collections::HashMap;
+use crate::keyed::PeerMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ldp_types::{Envelope, IdentityCard, LdpError, RawJson, codes};
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
@@ -48,23 +48,60 @@ pub struct Progress {
 /// reports, and the signal that it was cancelled.
 #[derive(Debug, Clone)]
 pub struct TaskContext {
-    updates: mpsc::UnboundedSender<Progress>,
-    cancel: watch::Receiver<bool>,
+    /// Where reports go; `None` where nobody can receive them (an answer over plain HTTP), so that they cost nothing.
+    updates: Option<mpsc::UnboundedSender<Progress>>,
+    cancel: Arc<CancelSignal>,
     history: History,
+}
+
+/// A task's cancellation signal: raised once, seen by every copy of its context. Lighter than a `watch` channel,
+/// whose sender wakes eight notifiers when it is dropped, which every task that ends uncancelled would pay for.
+#[derive(Debug, Default)]
+struct CancelSignal {
+    raised: AtomicBool,
+    notify: Notify,
+}
+
+impl CancelSignal {
+    fn raise(&self) {
+        self.raised.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::Acquire)
+    }
+
+    async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read: a raise in between still wakes this waiter.
+            notified.as_mut().enable();
+            if self.is_raised() {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 impl TaskContext {
     /// Reports progress; it reaches the initiator as TASK_UPDATE when the transport can push it.
     pub fn progress(&self, progress: Option<f64>, message: impl Into<Option<String>>) {
         // The receiver is gone only after the task ended; a late report has nowhere to go.
-        let _ = self.updates.send(Progress { progress, message: message.into(), partial: None });
+        if let Some(updates) = &self.updates {
+            let _ = updates.send(Progress { progress, message: message.into(), partial: None });
+        }
     }
 
     /// Sends the next chunk of the output (text as a `&str` or `String`, or JSON as a `serde_json::Value` or
     /// [`RawJson`]); it reaches the initiator as a TASK_UPDATE with `partial_output` when the transport can push it
     /// (SSE on `/ldp/stream`, WebSocket), and is dropped otherwise. The task's result still carries its whole output.
     pub fn partial(&self, chunk: impl Into<RawJson>) {
-        let _ = self.updates.send(Progress { progress: None, message: None, partial: Some(chunk.into()) });
+        if let Some(updates) = &self.updates {
+            let _ = updates.send(Progress { progress: None, message: None, partial: Some(chunk.into()) });
+        }
     }
 
     /// The session's earlier turns, oldest first (RFC 5.3: the initiator need not re-send them).
@@ -75,26 +112,22 @@ impl TaskContext {
     /// Whether the task was cancelled (TASK_CANCEL, its session closed or expired). Its answer has then already gone
     /// to the submitter; whatever the delegate returns is discarded.
     pub fn is_cancelled(&self) -> bool {
-        *self.cancel.borrow()
+        self.cancel.is_raised()
     }
 
     /// Resolves when the task is cancelled, and never if it is not: select on it next to slow work (a provider
     /// request) to stop that work. The runtime drops a cancelled delegate's future after its cancel grace
     /// ([`DelegateRuntime::set_cancel_grace`]) in any case.
     pub async fn cancelled(&self) {
-        let mut rx = self.cancel.clone();
-        if rx.wait_for(|c| *c).await.is_err() {
-            // The task ended without being cancelled: it never will be.
-            std::future::pending::<()>().await;
-        }
+        self.cancel.wait().await;
     }
 
     /// A context outside any runtime, for testing a delegate on its own: the handle receives what the task reports
     /// and can cancel it.
     pub fn detached(history: History) -> (Self, TaskHandle) {
         let (updates, rx) = mpsc::unbounded_channel();
-        let (cancel_tx, cancel) = watch::channel(false);
-        (Self { updates, cancel, history }, TaskHandle { updates: rx, cancel: cancel_tx })
+        let cancel = Arc::new(CancelSignal::default());
+        (Self { updates: Some(updates), cancel: Arc::clone(&cancel), history }, TaskHandle { updates: rx, cancel })
     }
 }
 
@@ -102,13 +135,13 @@ impl TaskContext {
 #[derive(Debug)]
 pub struct TaskHandle {
     updates: mpsc::UnboundedReceiver<Progress>,
-    cancel: watch::Sender<bool>,
+    cancel: Arc<CancelSignal>,
 }
 
 impl TaskHandle {
     /// Raises the task's cancellation signal.
     pub fn cancel(&self) {
-        self.cancel.send_replace(true);
+        self.cancel.raise();
     }
 
     /// The next report, `None` once every copy of the context is dropped.
@@ -136,24 +169,16 @@ pub struct EchoDelegate;
 #[async_trait]
 impl Delegate for EchoDelegate {
     async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
-        let input = task.input.json();
-        let echo = format!("{{\"echo\":{input}}}");
-        let cannot = |e: ldp_types::Error| {
-            LdpError::runtime(codes::EXECUTION_FAILED, format!("the input cannot be echoed: {e}")).with_retryable(false)
+        // The output travels two levels down in its envelope (envelope, body) and the whole message must nest within
+        // what a `serde_json::Value` holds; the input was checked when it was read, so its depth is all that can fail.
+        let cannot = |reason: String| {
+            LdpError::runtime(codes::EXECUTION_FAILED, format!("the input cannot be echoed: {reason}"))
+                .with_retryable(false)
         };
-        // An input whose output cannot come near the nesting limit is checked once, as the output: the check below
-        // would find exactly what this one finds (a payload's text is valid JSON, so only a repeated member name can
-        // fail it, and that verdict does not depend on where the text sits).
-        if json_depth(input) + ECHO_NESTING < MAX_NESTING {
-            let output = RawJson::from_json(echo).map_err(cannot)?;
-            let mut out = TaskOutput::new(output);
-            out.confidence = ldp_types::Score::new(1.0).ok();
-            return Ok(out);
+        if task.input.depth() + ECHO_NESTING > MAX_NESTING {
+            return Err(cannot(format!("the reply would nest deeper than {MAX_NESTING} levels")));
         }
-        // The output travels two levels down in its envelope (envelope, body), and the whole message must nest within
-        // what a `serde_json::Value` holds; checking it at that depth checks exactly that (and the text's validity).
-        RawJson::from_json(format!("[[{echo}]]")).map_err(cannot)?;
-        let output = RawJson::from_json(echo).map_err(|e| LdpError::runtime(codes::EXECUTION_FAILED, e.to_string()))?;
+        let output = RawJson::member("echo", &task.input).map_err(|e| cannot(e.to_string()))?;
         let mut out = TaskOutput::new(output);
         out.confidence = ldp_types::Score::new(1.0).ok();
         Ok(out)
@@ -165,34 +190,6 @@ const ECHO_NESTING: usize = 3;
 
 /// The deepest nesting a `serde_json::Value` can be read with (serde_json's recursion limit, 127).
 const MAX_NESTING: usize = 127;
-
-/// The nesting depth of JSON text (0 for a scalar, 1 for `[]`), counted without parsing it: brackets outside
-/// strings. Meaningful for valid JSON only.
-fn json_depth(text: &str) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for &byte in text.as_bytes() {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if byte == b'\\' {
-                escaped = true;
-            } else if byte == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
-        match byte {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
-}
 
 /// The answer to one inbound message.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,7 +210,7 @@ struct RuntimeInner {
     delegate: Arc<dyn Delegate>,
     /// The tasks the machine told the runtime to run, registered under the responder's lock as the machine hands
     /// them out, so that an abort the machine decides later always finds its task.
-    running: Mutex<HashMap<TaskKey, Running>>,
+    running: Mutex<PeerMap<TaskKey, Running>>,
     events: broadcast::Sender<ResponderEvent>,
     /// The one source of monotonic time for the machine ([`DelegateRuntime::with_time`]).
     now: TimeSource,
@@ -264,7 +261,7 @@ struct Running {
     /// The delegate's own task, when it runs on one (it outlives the awaiting future, so it is aborted directly).
     spawned: Option<AbortHandle>,
     /// The delegate's cancellation signal ([`TaskContext::cancelled`]).
-    cancel: watch::Sender<bool>,
+    cancel: Arc<CancelSignal>,
 }
 
 /// A cancelled delegate's work, left to run for the cancel grace.
@@ -278,7 +275,7 @@ enum WindDown {
 /// What the machine made of a message: an answer, or a task to run (registered in `running`).
 enum Decision {
     Answer(Response),
-    Execute { task: TaskRequest, stop: oneshot::Receiver<Envelope>, cancelled: watch::Receiver<bool> },
+    Execute { task: TaskRequest, stop: oneshot::Receiver<Envelope>, cancelled: Arc<CancelSignal> },
 }
 
 /// How a delegate's run ended.
@@ -325,7 +322,7 @@ impl DelegateRuntime {
                 check: responder.inbound_check(),
                 responder: Mutex::new(responder),
                 delegate,
-                running: Mutex::new(HashMap::new()),
+                running: Mutex::new(PeerMap::default()),
                 events,
                 now,
                 timers: tokio::sync::Notify::new(),
@@ -449,7 +446,7 @@ impl DelegateRuntime {
             for Aborted { key, reply } in aborted {
                 if let Some(task) = running.remove(&key) {
                     // The signal first, so that the delegate sees it before its work is dropped.
-                    task.cancel.send_replace(true);
+                    task.cancel.raise();
                     if let Some(handle) = task.spawned {
                         self.wind_down(WindDown::Spawned(handle));
                     }
@@ -562,7 +559,8 @@ impl DelegateRuntime {
             let stop = match &outcome {
                 Ok(Outcome::Execute(task)) => {
                     let (tx, rx) = oneshot::channel();
-                    let (cancel, cancelled) = watch::channel(false);
+                    let cancelled = Arc::new(CancelSignal::default());
+                    let cancel = Arc::clone(&cancelled);
                     lock(&self.inner.running).insert(task.key.clone(), Running { stop: tx, spawned: None, cancel });
                     if task.contract.as_ref().is_some_and(|c| c.deadline.is_some()) {
                         // The machine may now time out sooner than the reaper is sleeping for.
@@ -592,12 +590,19 @@ impl DelegateRuntime {
         &self,
         task: TaskRequest,
         stop: oneshot::Receiver<Envelope>,
-        cancelled: watch::Receiver<bool>,
+        cancelled: Arc<CancelSignal>,
         updates: Option<mpsc::Sender<Envelope>>,
         in_place: bool,
     ) -> impl Future<Output = Response> + Send + '_ {
         let key = task.key.clone();
-        let (progress_tx, progress_rx) = mpsc::unbounded_channel::<Progress>();
+        // Reports go through a channel only to a transport that can push them (SSE, WebSocket).
+        let (progress_tx, progress_rx) = match updates {
+            Some(_) => {
+                let (tx, rx) = mpsc::unbounded_channel::<Progress>();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
         let ctx = TaskContext { updates: progress_tx, cancel: cancelled, history: task.history.clone() };
         // Boxed: the delivery polls the run while forwarding progress, and a run held by value would be stored
         // twice in that future (as its argument and pinned), which every transport moves per message.
@@ -660,7 +665,7 @@ impl DelegateRuntime {
         &self,
         key: TaskKey,
         mut run: impl Future<Output = (Finished, oneshot::Receiver<Envelope>)> + Unpin,
-        mut progress_rx: mpsc::UnboundedReceiver<Progress>,
+        progress_rx: Option<mpsc::UnboundedReceiver<Progress>>,
         updates: Option<mpsc::Sender<Envelope>>,
     ) -> Response {
         // Forward updates while the task runs, and those sent before it ended; later ones (from a delegate winding
@@ -680,16 +685,22 @@ impl DelegateRuntime {
         // The task's end is worked out in blocks, so that only the answer itself is held across the store's await
         // (a local in scope at an `.await` takes room in the future even once moved; see `handle_with`).
         let (delivery, stop) = {
-            let (finished, stop) = loop {
-                tokio::select! {
-                    biased;
-                    Some(p) = progress_rx.recv() => forward(p),
-                    finished = &mut run => break finished,
+            let (finished, stop) = match progress_rx {
+                None => run.await,
+                Some(mut progress_rx) => {
+                    let finished = loop {
+                        tokio::select! {
+                            biased;
+                            Some(p) = progress_rx.recv() => forward(p),
+                            finished = &mut run => break finished,
+                        }
+                    };
+                    while let Ok(p) = progress_rx.try_recv() {
+                        forward(p);
+                    }
+                    finished
                 }
             };
-            while let Ok(p) = progress_rx.try_recv() {
-                forward(p);
-            }
             let now = self.now();
             let delivery = match finished {
                 Finished::Aborted(reply) => return Response::Reply(reply),
@@ -733,18 +744,3 @@ pub use client::{Client, SessionInfo, Submission, TaskOutcome};
 pub use connections::RuntimeGauges;
 pub use driver::{AttachedDrivers, DEFAULT_STATUS_POLL, InitiatorDriver};
 pub use transport::{Exchange, MemoryTransport, Transport};
-
-#[cfg(test)]
-mod tests {
-    use super::json_depth;
-
-    /// Brackets inside strings, escaped quotes included, do not count.
-    #[test]
-    fn json_depth_counts_brackets_outside_strings() {
-        assert_eq!(json_depth("1"), 0);
-        assert_eq!(json_depth(r#""[{""#), 0);
-        assert_eq!(json_depth("[]"), 1);
-        assert_eq!(json_depth(r#"{"a":[[1],{"b":"\"]]]["}],"c":[]}"#), 3);
-        assert_eq!(json_depth(r#"["\\",[["x"]]]"#), 3);
-    }
-}

@@ -5,6 +5,7 @@
 //! the table is full, new messages are refused (retryably) rather than evicting old entries, so flooding with fresh
 //! nonces can never re-open a replay.
 
+use crate::keyed::PeerMap;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,9 +99,9 @@ impl SecurityConfig {
 #[derive(Debug, Default)]
 pub struct ReplayGuard {
     /// Remembered keys and the principal each counts against.
-    seen: HashMap<String, Arc<str>>,
+    seen: PeerMap<String, Arc<str>>,
     by_expiry: BTreeSet<(i128, String)>,
-    per_principal: HashMap<Arc<str>, usize>,
+    per_principal: PeerMap<Arc<str>, usize>,
 }
 
 impl ReplayGuard {

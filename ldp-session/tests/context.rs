@@ -269,3 +269,27 @@ async fn a_detached_context_serves_tests_of_a_delegate() {
     handle.cancel();
     tokio::time::timeout(Duration::from_secs(1), ctx.cancelled()).await.unwrap();
 }
+
+/// The signal reaches every copy of a context, whether it waits already or starts waiting later, and a context
+/// whose task is never cancelled never sees it.
+#[tokio::test]
+async fn every_copy_of_a_context_sees_one_cancellation() {
+    let (ctx, handle) = TaskContext::detached(History::default());
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let ctx = ctx.clone();
+            tokio::spawn(async move { ctx.cancelled().await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    let (other, _other_handle) = TaskContext::detached(History::default());
+    handle.cancel();
+    for waiter in waiting {
+        tokio::time::timeout(Duration::from_secs(1), waiter).await.unwrap().unwrap();
+    }
+    let late = ctx.clone();
+    tokio::time::timeout(Duration::from_secs(1), late.cancelled()).await.unwrap();
+    assert!(late.is_cancelled());
+    assert!(!other.is_cancelled());
+    assert!(tokio::time::timeout(Duration::from_millis(50), other.cancelled()).await.is_err());
+}

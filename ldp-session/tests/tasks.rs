@@ -333,6 +333,35 @@ fn duplicate_and_empty_task_ids_are_refused() {
     assert_eq!(sim.responder.running_tasks(), 1);
 }
 
+/// A finished task's id stays taken while its session remembers it, whatever ids it sits among (ids that count up
+/// and share their start, or their end); a failed task's id may be submitted again (a retry).
+#[test]
+fn ids_of_finished_tasks_stay_taken_and_failed_ones_are_free() {
+    let mut sim = Sim::new();
+    let sid = sim.session();
+    let ids = ["t-1", "t-2", "t-10", "u-10", "t-100", "x"];
+    for (i, id) in ids.iter().enumerate() {
+        let env =
+            sim.forge(&sid, TaskSubmit::new((*id).into(), "echo".into(), frame("x"), None), PayloadMode::SemanticFrame);
+        let key = sim.step(env).task().key;
+        if i == 2 {
+            sim.responder.fail_task(sim.now(), &key, LdpError::runtime("X", "y")).unwrap();
+        } else {
+            sim.responder.complete_task(sim.now(), &key, TaskOutput::new(json!(1))).unwrap();
+        }
+    }
+    for id in ids {
+        let env =
+            sim.forge(&sid, TaskSubmit::new(id.into(), "echo".into(), frame("x"), None), PayloadMode::SemanticFrame);
+        let answer = sim.send_responder(&env);
+        if id == "t-10" {
+            assert!(matches!(answer, Ok(Outcome::Execute(_))), "{id}: {answer:?}");
+        } else {
+            assert_eq!(answer.unwrap_err().error.code, codes::DUPLICATE_TASK, "{id}");
+        }
+    }
+}
+
 /// RFC 3.2: "`TASK_UPDATE` | Responder → Initiator | Task progress update". The RFC gives no meaning to a TASK_UPDATE
 /// a responder receives; ldp-rs answers it in the RFC's direction, with a TASK_UPDATE carrying the task's status (the
 /// status query its WebSocket resume and the Rust reference crate send), and never takes it as progress: the

@@ -73,6 +73,64 @@ impl RawJson {
         Self(text.into())
     }
 
+    /// The one-member object `{name: value}`, built around an already checked value without reading it again (a
+    /// payload's text is checked once, when it is read).
+    ///
+    /// Errors: [`Error::MalformedJson`] when the object would nest deeper than a `serde_json::Value` holds (127
+    /// levels).
+    ///
+    /// ```
+    /// use ldp_types::RawJson;
+    /// use serde_json::json;
+    ///
+    /// let input = RawJson::from_json(r#"{"text":"hi"}"#)?;
+    /// assert_eq!(RawJson::member("echo", &input)?, json!({"echo": {"text": "hi"}}));
+    /// # Ok::<(), ldp_types::Error>(())
+    /// ```
+    pub fn member(name: &str, value: &RawJson) -> Result<Self, Error> {
+        if value.depth() + 1 > crate::check::MAX_DEPTH {
+            let too_deep = format!("nested deeper than {} levels", crate::check::MAX_DEPTH);
+            return Err(Error::MalformedJson(de::Error::custom(too_deep)));
+        }
+        let mut out = Vec::with_capacity(name.len() + value.0.len() + 8);
+        out.push(b'{');
+        crate::json::write_str(&mut out, name);
+        out.push(b':');
+        out.extend_from_slice(value.0.as_bytes());
+        out.push(b'}');
+        // Both parts are UTF-8 (a checked value, a string the writer escaped): this cannot fail.
+        String::from_utf8(out)
+            .map(|text| Self(text.into_boxed_str()))
+            .map_err(|e| Error::MalformedJson(de::Error::custom(e)))
+    }
+
+    /// How deeply arrays and objects nest in the value: 0 for a scalar, 1 for `[]` or `{"a":1}`.
+    pub fn depth(&self) -> usize {
+        let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+        for &byte in self.0.as_bytes() {
+            if in_string {
+                if escaped {
+                    escaped = false;
+                } else if byte == b'\\' {
+                    escaped = true;
+                } else if byte == b'"' {
+                    in_string = false;
+                }
+                continue;
+            }
+            match byte {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        deepest
+    }
+
     /// The compact JSON of any serialisable value.
     pub fn from_serializable<T: Serialize + ?Sized>(value: &T) -> Result<Self, Error> {
         let mut out = Vec::new();
@@ -430,6 +488,42 @@ mod tests {
             // Canonicalised like the value itself.
             proptest::prop_assert_eq!(crate::jcs::to_vec(&raw).unwrap(), crate::jcs::to_vec(&value).unwrap());
         }
+    }
+
+    /// The depth of a value as serde_json sees it, for comparison.
+    fn value_depth(value: &Value) -> usize {
+        match value {
+            Value::Array(items) => 1 + items.iter().map(value_depth).max().unwrap_or(0),
+            Value::Object(members) => 1 + members.values().map(value_depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_member_wraps_any_value_as_serde_would(value in any_json(), name in "[\\x00-\\x1f\"\\\\a-z\u{e9}]{0,8}", pretty in proptest::bool::ANY) {
+            let text = if pretty { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) };
+            let raw = RawJson::from_json(text.unwrap()).unwrap();
+            proptest::prop_assert_eq!(raw.depth(), value_depth(&value));
+            let wrapped = RawJson::member(&name, &raw).unwrap();
+            // Text that reads back (and checks) as the object serde_json builds.
+            let reread = RawJson::from_json(wrapped.json()).unwrap();
+            proptest::prop_assert_eq!(reread.to_value().unwrap(), json!({ name: value }));
+            proptest::prop_assert_eq!(wrapped.depth(), raw.depth() + 1);
+        }
+    }
+
+    #[test]
+    fn a_member_never_nests_past_what_a_value_holds() {
+        let nested = |n: usize| RawJson::from_json(format!("{}{}", "[".repeat(n), "]".repeat(n))).unwrap();
+        let deepest = RawJson::member("a", &nested(126)).unwrap();
+        assert_eq!(deepest.depth(), 127);
+        assert!(deepest.to_value().is_ok());
+        assert!(matches!(RawJson::member("a", &nested(127)), Err(Error::MalformedJson(_))));
+        // Brackets in strings, escaped quotes included, do not count.
+        assert_eq!(RawJson::from_json(r#"{"a":[[1],{"b":"\"]]]["}],"c":[]}"#).unwrap().depth(), 3);
+        assert_eq!(RawJson::from_json(r#"["\\",[["x"]]]"#).unwrap().depth(), 3);
+        assert_eq!(RawJson::from_json(r#""[{""#).unwrap().depth(), 0);
     }
 
     #[test]

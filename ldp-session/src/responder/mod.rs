@@ -21,6 +21,7 @@
 //! | `context.rs` | a session's context (RFC 5.3): [`History`], [`Turn`] |
 //! | `types.rs` | the public vocabulary: [`PeerContext`], [`Outcome`], [`Delivery`], [`Aborted`], [`ResponderEvent`], ... |
 
+use crate::keyed::PeerMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -68,19 +69,19 @@ pub struct Responder {
     cfg: ResponderConfig,
     wall: Arc<dyn WallClock>,
     ids: Box<dyn IdSource>,
-    sessions: HashMap<Arc<str>, ResponderSession>,
+    sessions: PeerMap<Arc<str>, ResponderSession>,
     expiry: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
     /// Deadlines of running tasks under `fail_closed` contracts, (when, session id, task id); an entry whose task
     /// has ended meanwhile is skipped when it comes due.
     task_deadlines: BinaryHeap<Reverse<TaskDeadline>>,
-    ended: HashMap<Box<str>, Ended>,
+    ended: PeerMap<Box<str>, Ended>,
     ended_order: VecDeque<Box<str>>,
     replay: ReplayGuard,
     /// Message ids seen recently, in unsigned mode.
     dedupe: Dedupe,
     /// The ids of the live sessions of each source ([`Responder::quota_key`]), for `max_sessions_per_principal`, and
     /// so that the scans at that limit read one source's sessions rather than all of them.
-    sessions_per_principal: HashMap<Arc<str>, PrincipalSessions>,
+    sessions_per_principal: PeerMap<Arc<str>, PrincipalSessions>,
     /// The sources holding two sessions or more, by count, for the heaviest to give way in a full table.
     heavy: HeavySources,
     /// The attack signals of the machine's limits.
@@ -140,13 +141,13 @@ impl Responder {
             cfg,
             wall,
             ids,
-            sessions: HashMap::new(),
+            sessions: PeerMap::default(),
             expiry: BinaryHeap::new(),
             task_deadlines: BinaryHeap::new(),
-            ended: HashMap::new(),
+            ended: PeerMap::default(),
             ended_order: VecDeque::new(),
             replay: ReplayGuard::default(),
-            sessions_per_principal: HashMap::new(),
+            sessions_per_principal: PeerMap::default(),
             heavy: HeavySources::new(),
             refusals: Refusals::default(),
             draining: false,

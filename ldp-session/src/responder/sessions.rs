@@ -1,8 +1,9 @@
 //! Sessions: establishment (trust domain, caps, TTL), the one check every in-session message passes (live, from
 //! its peer; touching and resuming it), and their end (close, expiry).
 
+use crate::keyed::PeerMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,7 @@ pub(super) struct ResponderSession {
     pub(super) ttl: Duration,
     pub(super) last_activity: Instant,
     pub(super) connection: Option<u64>,
-    pub(super) running: HashMap<Box<str>, RunningTask>,
+    pub(super) running: PeerMap<Box<str>, RunningTask>,
     pub(super) history: VecDeque<HistoryEntry>,
     /// Earlier tasks' inputs and outputs (RFC 5.3).
     pub(super) context: Context,
@@ -69,7 +70,7 @@ impl ResponderSession {
             ttl,
             last_activity: now,
             connection,
-            running: HashMap::new(),
+            running: PeerMap::default(),
             history: VecDeque::new(),
             context: Context::default(),
             tasks_submitted: 0,
@@ -109,6 +110,11 @@ impl ResponderSession {
         self.running.is_empty() && self.state == SessionState::Active
     }
 
+    /// The initiator's delegate id, owned: the `to` of a message this session sends.
+    pub(super) fn peer_id(&self) -> String {
+        String::from(&*self.peer)
+    }
+
     pub(super) fn deadline(&self) -> Instant {
         self.last_activity + self.ttl
     }
@@ -143,7 +149,7 @@ pub(super) enum Ended {
 pub(super) type IdleOrder = BinaryHeap<Reverse<(Instant, Arc<str>)>>;
 
 /// The idle sessions of `sessions` by last activity, for [`Responder`]'s idle order.
-pub(super) fn idle_order_of(sessions: &HashMap<Arc<str>, ResponderSession>) -> IdleOrder {
+pub(super) fn idle_order_of(sessions: &PeerMap<Arc<str>, ResponderSession>) -> IdleOrder {
     sessions.iter().filter(|(_, s)| s.is_idle()).map(|(id, s)| Reverse((s.last_activity, id.clone()))).collect()
 }
 

@@ -16,6 +16,7 @@ use crate::shared::SharedTask;
 
 use super::admit::Admission;
 use super::context::Turn;
+use super::sessions::ResponderSession;
 use super::types::{Aborted, Delivery, Outcome, PeerContext, ResponderEvent, TaskOutput, TaskRequest, TaskStatus};
 use super::{Responder, internal, session_error};
 
@@ -262,7 +263,7 @@ impl Responder {
         keys.sort_unstable_by(|a, b| (&a.session_id, &a.task_id).cmp(&(&b.session_id, &b.task_id)));
         for key in &keys {
             let error = LdpError::runtime(codes::CANCELLED, format!("cancelled {why}")).with_retryable(true);
-            let Some(peer) = self.sessions.get(key.session_id.as_str()).map(|s| String::from(&*s.peer)) else {
+            let Some(peer) = self.sessions.get(key.session_id.as_str()).map(ResponderSession::peer_id) else {
                 continue;
             };
             if let Some(mode) = self.end_task(key, TaskStatus::Cancelled) {
@@ -360,7 +361,7 @@ impl Responder {
         s.cost_usd += out.cost_usd.unwrap_or(0.0);
         let skill = (task.input.is_some()).then(|| String::from(&*task.skill));
         s.record_history(&key.task_id, task.skill, TaskStatus::Completed, history_len);
-        let peer = String::from(&*s.peer);
+        let peer = s.peer_id();
         let idle = s.is_idle();
         self.count_task_left(&key.session_id, idle);
         let mode = task.mode;
@@ -439,7 +440,7 @@ impl Responder {
             return None;
         }
         let task = session.running.remove(task_id)?;
-        let peer = String::from(&*session.peer);
+        let peer = session.peer_id();
         let history_len = self.cfg.limits.history_len;
         session.record_history(task_id, task.skill, TaskStatus::Failed, history_len);
         let idle = session.is_idle();
@@ -479,7 +480,7 @@ impl Responder {
             entry.status = status;
         }
         s.context.withdraw_result(&key.task_id);
-        let peer = String::from(&*s.peer);
+        let peer = s.peer_id();
         Some(self.envelope(&key.session_id, &peer, TaskFailed::new(key.task_id.clone(), error), mode))
     }
 
@@ -488,7 +489,7 @@ impl Responder {
     /// stopped (queued for [`Responder::poll_aborted`]). `false` when it is not running here.
     pub fn end_by_store(&mut self, key: &TaskKey, error: LdpError) -> bool {
         let status = if error.code == codes::CANCELLED { TaskStatus::Cancelled } else { TaskStatus::Failed };
-        let Some(peer) = self.sessions.get(key.session_id.as_str()).map(|s| String::from(&*s.peer)) else {
+        let Some(peer) = self.sessions.get(key.session_id.as_str()).map(ResponderSession::peer_id) else {
             return false;
         };
         let Some(mode) = self.end_task(key, status) else { return false };
