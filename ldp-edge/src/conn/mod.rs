@@ -411,6 +411,9 @@ impl<E: Establish> Connection<E> {
         tokio::pin!(changed);
         let evict = activity.evict.notified();
         tokio::pin!(evict);
+        // Made once too: a new `changed()` each pass would register with the channel and leave it again every wake.
+        let stop = self.stop.changed();
+        tokio::pin!(stop);
         loop {
             // In a block: the guard must be gone before the `select!` awaits.
             let reset = {
@@ -469,7 +472,7 @@ impl<E: Establish> Connection<E> {
                         }
                     }
                 }
-                changed = self.stop.changed(), if !stopping => {
+                changed = stop.as_mut(), if !stopping => {
                     stopping = true;
                     if changed.is_ok() {
                         conn.as_mut().graceful_shutdown();

@@ -5,7 +5,7 @@ use ldp_types::{DelegationContract, LdpError, PayloadMode, RawJson, TaskSubmit, 
 
 use crate::config::FallbackStyle;
 
-use super::sessions::ResponderSession;
+use super::sessions::{IdTag, ResponderSession};
 use super::types::TaskStatus;
 use super::{Responder, session_error};
 
@@ -110,18 +110,13 @@ fn task_id_present(task_id: &str) -> Result<(), LdpError> {
 
 /// A failed task may be resubmitted under its id (payload fallback, retries); a running or finished one may not.
 fn task_id_new(session: &ResponderSession, task_id: &str) -> Result<(), LdpError> {
+    let tag = IdTag::of(task_id);
     if session.running.contains_key(task_id)
-        || session.history.iter().any(|h| same_id(&h.task_id, task_id) && h.status != TaskStatus::Failed)
+        || session.history.iter().any(|h| h.is(tag, task_id) && h.status != TaskStatus::Failed)
     {
         return Err(duplicate_task(task_id));
     }
     Ok(())
-}
-
-/// Whether two ids are equal, compared from their last byte: ids that count up share their start and differ at the
-/// end, so that most comparisons of a submit against its session's history stop at the first byte they read.
-fn same_id(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().rev().eq(b.bytes().rev())
 }
 
 /// The refusal of a task id already in use (here, or by another replica: [`Responder::refuse_claimed`]).

@@ -1,9 +1,10 @@
 //! Sessions: establishment (trust domain, caps, TTL), the one check every in-session message passes (live, from
 //! its peer; touching and resuming it), and their end (close, expiry).
 
-use crate::keyed::PeerMap;
+use crate::keyed::{PeerKeyed, PeerMap};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -125,16 +126,48 @@ impl ResponderSession {
             if self.history.len() >= history_len {
                 self.history.pop_front();
             }
-            self.history.push_back(HistoryEntry { task_id: task_id.into(), skill, status });
+            self.history.push_back(HistoryEntry { tag: IdTag::of(task_id), task_id: task_id.into(), skill, status });
         }
+    }
+
+    /// The remembered finished task `task_id`, latest first.
+    pub(super) fn finished(&self, task_id: &str) -> Option<&HistoryEntry> {
+        let tag = IdTag::of(task_id);
+        self.history.iter().rev().find(|h| h.is(tag, task_id))
+    }
+
+    /// [`ResponderSession::finished`], to change.
+    pub(super) fn finished_mut(&mut self, task_id: &str) -> Option<&mut HistoryEntry> {
+        let tag = IdTag::of(task_id);
+        self.history.iter_mut().rev().find(|h| h.is(tag, task_id))
     }
 }
 
 #[derive(Debug)]
 pub(super) struct HistoryEntry {
+    /// Compared before the id: a submit checks its id against the whole history.
+    tag: IdTag,
     pub(super) task_id: Box<str>,
     pub(super) skill: Box<str>,
     pub(super) status: TaskStatus,
+}
+
+impl HistoryEntry {
+    /// Whether this is the task `task_id`, whose tag is `tag`.
+    pub(super) fn is(&self, tag: IdTag, task_id: &str) -> bool {
+        self.tag == tag && *self.task_id == *task_id
+    }
+}
+
+/// 32 bits of an id's keyed hash: two ids with different tags differ, so most comparisons end on one integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct IdTag(u32);
+
+impl IdTag {
+    pub(super) fn of(id: &str) -> Self {
+        // Truncated on purpose: the tag only filters, and equal tags are confirmed on the ids themselves.
+        Self(PeerKeyed.hash_one(id) as u32)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

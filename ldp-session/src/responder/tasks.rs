@@ -216,7 +216,7 @@ impl Responder {
             if s.running.contains_key(task_id) {
                 return Some("running");
             }
-            s.history.iter().rev().find(|h| *h.task_id == *task_id).map(|h| match h.status {
+            s.finished(task_id).map(|h| match h.status {
                 TaskStatus::Completed => "completed",
                 TaskStatus::Failed => "failed",
                 TaskStatus::Cancelled => "cancelled",
@@ -476,7 +476,7 @@ impl Responder {
     pub fn overruled_by_store(&mut self, key: &TaskKey, error: LdpError, mode: PayloadMode) -> Option<Envelope> {
         let status = if error.code == codes::CANCELLED { TaskStatus::Cancelled } else { TaskStatus::Failed };
         let s = self.sessions.get_mut(key.session_id.as_str())?;
-        if let Some(entry) = s.history.iter_mut().rev().find(|h| *h.task_id == *key.task_id) {
+        if let Some(entry) = s.finished_mut(&key.task_id) {
             entry.status = status;
         }
         s.context.withdraw_result(&key.task_id);
