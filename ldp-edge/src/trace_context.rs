@@ -71,6 +71,10 @@ pub fn adopt_remote_parent(span: &tracing::Span, traceparent: Option<&str>, stat
 
 /// [`adopt_remote_parent`] from an HTTP request's headers.
 pub fn adopt_from_headers(span: &tracing::Span, headers: &http::HeaderMap) -> bool {
+    // A span no subscriber records has no parent to take: the header lookups are skipped on every request then.
+    if span.is_disabled() {
+        return false;
+    }
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     adopt_remote_parent(span, value(TRACEPARENT), value(TRACESTATE))
 }
