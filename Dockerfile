@@ -5,7 +5,7 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p ldp-cli --bin ldp
+RUN cargo build --profile dist --locked -p ldp-cli --bin ldp
 
 # Runtime stage: no compiler, no shell tools beyond Debian's base, an unprivileged user. CA certificates for
 # `--store rediss://` and LLM providers over HTTPS (the system's roots); /var/lib/ldp, the user's own, for
@@ -17,7 +17,7 @@ RUN apt-get update \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ldp \
     && mkdir -p /var/lib/ldp \
     && chown ldp /var/lib/ldp
-COPY --from=build /src/target/release/ldp /usr/local/bin/ldp
+COPY --from=build /src/target/dist/ldp /usr/local/bin/ldp
 USER ldp
 VOLUME /var/lib/ldp
 EXPOSE 8090
