@@ -73,14 +73,12 @@ impl CancelSignal {
     }
 
     async fn wait(&self) {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            // Registered before the flag is read: a raise in between still wakes this waiter.
-            notified.as_mut().enable();
-            if self.is_raised() {
-                return;
-            }
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read: a raise in between still wakes this waiter, and a wake only follows a
+        // raise (the flag is set before the notification).
+        notified.as_mut().enable();
+        if !self.is_raised() {
             notified.await;
         }
     }
