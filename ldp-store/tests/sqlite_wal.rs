@@ -70,3 +70,60 @@ async fn the_wal_stays_bounded_under_continuous_writes() {
     );
     assert!(written > 4 * limit, "the test wrote too little ({written} bytes) to show the bound");
 }
+
+/// Another connection reading an old snapshot keeps every checkpoint from completing, so the WAL must grow while it
+/// reads (nothing committed is dropped to stay small); once it ends, the writer's next checkpoint completes and the
+/// WAL is truncated back to its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_pins_the_wal_until_it_ends_then_the_wal_starts_over() {
+    const PAGES: u32 = 64;
+    let dir = std::env::temp_dir().join(format!("ldp-store-wal-reader-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.db");
+    let wal = dir.join("state.db-wal");
+    let mut cfg = StoreConfig::new("ldp:delegate:wal");
+    cfg.sqlite_wal_pages = PAGES;
+    let limit = u64::from(PAGES) * 4096;
+    let store = SqliteStore::open(&path, cfg).unwrap();
+    let running = SharedTask::running("replica-a", PayloadMode::Text);
+    let mut done = running.clone();
+    done.status = SharedTaskStatus::Completed;
+    done.output = Some(format!("\"{}\"", "x".repeat(2000)));
+    let write = |from: usize, to: usize| {
+        let (store, running, done) = (&store, &running, &done);
+        async move {
+            for i in from..to {
+                let key = TaskKey { session_id: "s".to_owned(), task_id: format!("t{i}") };
+                let claim = store.claim_task(&key, running, Duration::from_secs(30)).await.unwrap();
+                assert_eq!(claim, TaskClaim::Claimed);
+                assert_eq!(store.finish_task(&key, done).await.unwrap(), TaskFinish::Recorded);
+            }
+        }
+    };
+    write(0, 10).await;
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let seen: i64 = reader.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0)).unwrap();
+    assert!(seen > 0);
+    write(10, 400).await;
+    let pinned = std::fs::metadata(&wal).unwrap().len();
+    assert!(pinned > 4 * limit, "the WAL is {pinned} bytes with a reader on an old snapshot: checkpoints skipped it");
+    reader.execute_batch("COMMIT").unwrap();
+    drop(reader);
+    // The writer tries again once the WAL has doubled: at most as many tasks again as the reader saw written.
+    let mut written = 400;
+    let mut after = pinned;
+    while after > pinned / 2 && written < 800 {
+        write(written, written + 10).await;
+        written += 10;
+        after = std::fs::metadata(&wal).unwrap().len();
+    }
+    for i in 0..written {
+        let key = TaskKey { session_id: "s".to_owned(), task_id: format!("t{i}") };
+        assert!(store.task(&key).await.unwrap().is_some(), "task {i} was lost");
+    }
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+    // Truncated to the limit when it starts over (and written up to it again at most).
+    assert!(after <= limit + 4096 * 64, "the WAL is still {after} bytes after the reader ended (limit {limit})");
+}

@@ -19,8 +19,9 @@
 //!
 //! **Checkpoints** run on a thread of their own (a second connection, a `PASSIVE` checkpoint every
 //! [`CHECKPOINT_EVERY`]), so copying the WAL into the database file and fsyncing it do not stall the batches. The
-//! writer checkpoints too once the WAL passes [`StoreConfig::sqlite_wal_pages`]: a checkpoint on another connection
-//! never completes while the writer keeps committing, and only a complete one lets the WAL start over.
+//! writer checkpoints too once the WAL passes [`StoreConfig::sqlite_wal_pages`] (see [`WalBound`]): a checkpoint on
+//! another connection never completes while the writer keeps committing, and only a complete one lets the WAL start
+//! over.
 //!
 //! **Reads** go through a memory map of the database file ([`StoreConfig::sqlite_mmap_bytes`]) with a small page
 //! cache beside it (see `SqliteStore::open` for why small).
@@ -47,8 +48,8 @@
 //! sweep reads what has expired and not everything the file holds (see `SWEEP_DELETES`).
 
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -183,6 +184,9 @@ pub struct SqliteStore {
     _checkpointer: Arc<mpsc::Sender<()>>,
 }
 
+/// How long a connection waits for another process's write lock (or checkpoint) before it answers busy.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How often the checkpoint thread copies the WAL's committed pages into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
@@ -281,7 +285,7 @@ impl<T: Send> Op for Pending<T> {
 /// does fail, the whole transaction is rolled back and the batch runs again with a savepoint per operation, so that
 /// only the failed one is undone; operations are `Fn` and read what they decide from the database, which the
 /// rollback has put back as it was, and `now` is the same, so the second run decides as the first did.
-fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Receiver<Box<dyn Op>>) {
+fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, wal: WalBound, queue: mpsc::Receiver<Box<dyn Op>>) {
     let mut ops: u64 = 0;
     let sweeps = OutageLog::new("the SQLite sweep", OUTAGE_LINE_EVERY);
     let early_drops = OutageLog::new("keeping every result for its TTL", OUTAGE_LINE_EVERY);
@@ -369,18 +373,113 @@ fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, queue: mpsc::Recei
         for op in batch {
             op.answer(committed.clone());
         }
+        // After the answers: the batch's callers do not wait for the checkpoint, the next batch's do.
+        wal.restart_if_full(&conn);
+    }
+}
+
+/// Keeps the WAL within [`StoreConfig::sqlite_wal_pages`]: the writer's commits count its frames, and the first
+/// commit past the limit is followed by a `RESTART` checkpoint on the writer's connection, after which the next
+/// commit writes the WAL from its beginning (and truncates it to the limit, `journal_size_limit`).
+///
+/// The checkpoint thread and the writer take turns through `turn`: SQLite answers a checkpoint `SQLITE_BUSY` at once,
+/// without its busy handler, while another connection checkpoints, and under a slow disk the thread's checkpoints
+/// (an fsync each) left the writer almost no moment to run its own: the WAL grew to 15 MB past a 1 MiB limit.
+struct WalBound {
+    /// The WAL's frames after the writer's last commit (SQLite's WAL hook).
+    frames: Arc<AtomicU32>,
+    /// The frames past which the writer checkpoints (`sqlite_wal_pages`).
+    limit: u32,
+    /// The frames past which it next tries: the limit, or twice the WAL's frames after a checkpoint that another
+    /// process kept from completing, so that a long reader elsewhere stalls the writer a few times, not once per
+    /// limit's worth of commits.
+    next_try: std::cell::Cell<u32>,
+    /// Held by whichever connection of this process is checkpointing.
+    turn: Arc<Mutex<()>>,
+    /// Restart checkpoints that could not complete (another process reading an old snapshot, or its checkpoint).
+    outage: OutageLog,
+}
+
+/// How long the writer retries a `RESTART` checkpoint that another process keeps busy before it gives up until the
+/// WAL has doubled.
+const RESTART_PATIENCE: Duration = Duration::from_millis(200);
+
+impl WalBound {
+    /// Counts `conn`'s commits' frames from now on, and checkpoints past `limit` pages.
+    fn install(conn: &mut Connection, limit: u32, turn: Arc<Mutex<()>>) -> rusqlite::Result<Self> {
+        let frames = Arc::new(AtomicU32::new(0));
+        let counted = frames.clone();
+        // Replaces SQLite's own autocheckpoint, a `PASSIVE` one that gives up whenever the thread is checkpointing.
+        conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+            counted.store(u32::try_from(pages).unwrap_or(0), Ordering::Relaxed);
+            Ok(())
+        }))?;
+        let outage = OutageLog::new("the SQLite WAL's restart", OUTAGE_LINE_EVERY);
+        let limit = limit.max(1);
+        Ok(Self { frames, limit, next_try: std::cell::Cell::new(limit), turn, outage })
+    }
+
+    /// Checkpoints the whole WAL if the last commit left it past the limit, so that the next commit starts it over.
+    fn restart_if_full(&self, conn: &Connection) {
+        let frames = self.frames.load(Ordering::Relaxed);
+        if frames <= self.next_try.get() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + RESTART_PATIENCE;
+        // Another process's readers of an old snapshot hold the checkpoint up through the busy handler: for no
+        // longer than the retries do, not the 5 s a write lock is waited for.
+        let _ = conn.busy_timeout(RESTART_PATIENCE);
+        self.restart_until(conn, deadline);
+        let _ = conn.busy_timeout(BUSY_TIMEOUT);
+    }
+
+    fn back_off(&self) {
+        self.next_try.set(self.frames.load(Ordering::Relaxed).max(self.limit).saturating_mul(2));
+    }
+
+    fn restart_until(&self, conn: &Connection, deadline: std::time::Instant) {
+        loop {
+            let done = {
+                let _turn = self.turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                // The row is (busy, frames in the WAL, frames checkpointed); busy means it stopped short.
+                conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get::<_, i64>(0))
+            };
+            match done {
+                Ok(0) => {
+                    self.frames.store(0, Ordering::Relaxed);
+                    self.next_try.set(self.limit);
+                    self.outage.succeeded();
+                    return;
+                }
+                Ok(_) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Ok(_) => {
+                    self.back_off();
+                    return self.outage.failed(
+                        &"another connection kept the checkpoint busy",
+                        "the SQLite WAL grows past --sqlite-wal-pages until a checkpoint completes",
+                    );
+                }
+                Err(e) => {
+                    self.back_off();
+                    return self.outage.failed(&e, "could not checkpoint the SQLite WAL");
+                }
+            }
+        }
     }
 }
 
 /// Checkpoints the WAL every [`CHECKPOINT_EVERY`] until the store is dropped, then once more. `PASSIVE`: it copies
 /// what it can without waiting for, or blocking, the writer; the writer starts the WAL over from its beginning once a
 /// checkpoint has copied all of it.
-fn checkpoint_loop(conn: &Connection, stop: &mpsc::Receiver<()>) {
+fn checkpoint_loop(conn: &Connection, turn: &Mutex<()>, stop: &mpsc::Receiver<()>) {
     // A full disk fails every checkpoint, 20 a second: logged as one outage, not a line each.
     let outage = OutageLog::new("the SQLite checkpoint", OUTAGE_LINE_EVERY);
-    let checkpoint = || match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-        Ok(()) => outage.succeeded(),
-        Err(e) => outage.failed(&e, "could not checkpoint the SQLite WAL"),
+    let checkpoint = || {
+        let _turn = turn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            Ok(()) => outage.succeeded(),
+            Err(e) => outage.failed(&e, "could not checkpoint the SQLite WAL"),
+        }
     };
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
         checkpoint();
@@ -393,8 +492,8 @@ impl SqliteStore {
     /// writer thread.
     pub fn open(path: &Path, cfg: StoreConfig) -> Result<Self, OpenError> {
         let fail = |e: rusqlite::Error| OpenError::Sqlite { path: path.display().to_string(), reason: e.to_string() };
-        let conn = Connection::open(path).map_err(fail)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(fail)?;
+        let mut conn = Connection::open(path).map_err(fail)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(fail)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(OpenError::Sqlite {
@@ -481,25 +580,23 @@ impl SqliteStore {
         // `CHECKPOINT_EVERY`'s pages): a checkpoint on another thread never catches up with a writer that keeps
         // committing, and only a complete one lets the next commit start the WAL over.
         let pages = cfg.sqlite_wal_pages.max(1);
-        conn.execute_batch(&format!(
-            "PRAGMA wal_autocheckpoint={pages}; PRAGMA journal_size_limit={};",
-            u64::from(pages) * 4096
-        ))
-        .map_err(fail)?;
+        conn.execute_batch(&format!("PRAGMA journal_size_limit={};", u64::from(pages) * 4096)).map_err(fail)?;
+        let turn = Arc::new(Mutex::new(()));
+        let wal = WalBound::install(&mut conn, pages, turn.clone()).map_err(fail)?;
         let room = Room::new(&conn, cfg.sqlite_max_bytes).map_err(fail)?;
         let checkpoints = Connection::open(path).map_err(fail)?;
-        checkpoints.busy_timeout(Duration::from_secs(5)).map_err(fail)?;
+        checkpoints.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
         let spawn_error =
             |e: std::io::Error| OpenError::Sqlite { path: path.display().to_string(), reason: e.to_string() };
         let (checkpointer, stop) = mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("ldp-sqlite-checkpoint".into())
-            .spawn(move || checkpoint_loop(&checkpoints, &stop))
+            .spawn(move || checkpoint_loop(&checkpoints, &turn, &stop))
             .map_err(spawn_error)?;
         let (writer, queue) = mpsc::sync_channel::<Box<dyn Op>>(MAX_QUEUED);
         std::thread::Builder::new()
             .name("ldp-sqlite-writer".into())
-            .spawn(move || write_loop(conn, cfg, room, queue))
+            .spawn(move || write_loop(conn, cfg, room, wal, queue))
             .map_err(spawn_error)?;
         Ok(Self { writer: Arc::new(writer), _checkpointer: Arc::new(checkpointer) })
     }
