@@ -159,35 +159,22 @@ pub trait Delegate: Send + Sync + 'static {
 /// The echo delegate of the reference SDKs: answers `{"echo": <input>}`.
 ///
 /// It never parses the input (it writes the text back inside one more object), so no input can make it fail but one
-/// nested so deep that one more level would make the result a message no JSON reader holds; that input fails the task
-/// with a typed `EXECUTION_FAILED`.
+/// nested so deep that one more level would make the result a message no JSON reader holds; that task fails with a
+/// typed `EXECUTION_FAILED` (the responder's rule for every delegate's output, `Responder::complete_task`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EchoDelegate;
 
 #[async_trait]
 impl Delegate for EchoDelegate {
     async fn execute(&self, task: TaskRequest, _ctx: TaskContext) -> Result<TaskOutput, LdpError> {
-        // The output travels two levels down in its envelope (envelope, body) and the whole message must nest within
-        // what a `serde_json::Value` holds; the input was checked when it was read, so its depth is all that can fail.
-        let cannot = |reason: String| {
-            LdpError::runtime(codes::EXECUTION_FAILED, format!("the input cannot be echoed: {reason}"))
-                .with_retryable(false)
-        };
-        if task.input.depth() + ECHO_NESTING > MAX_NESTING {
-            return Err(cannot(format!("the reply would nest deeper than {MAX_NESTING} levels")));
-        }
-        let output = RawJson::member("echo", &task.input).map_err(|e| cannot(e.to_string()))?;
+        let output = RawJson::member("echo", &task.input).map_err(|e| {
+            LdpError::runtime(codes::EXECUTION_FAILED, format!("the input cannot be echoed: {e}")).with_retryable(false)
+        })?;
         let mut out = TaskOutput::new(output);
         out.confidence = ldp_types::Score::new(1.0).ok();
         Ok(out)
     }
 }
-
-/// The levels the echo's output adds above its input in the reply: the envelope, the body, `{"echo": ...}`.
-const ECHO_NESTING: usize = 3;
-
-/// The deepest nesting a `serde_json::Value` can be read with (serde_json's recursion limit, 127).
-const MAX_NESTING: usize = 127;
 
 /// The answer to one inbound message.
 #[derive(Debug, Clone, PartialEq)]

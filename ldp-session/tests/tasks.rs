@@ -362,6 +362,36 @@ fn ids_of_finished_tasks_stay_taken_and_failed_ones_are_free() {
     }
 }
 
+/// Whatever the delegate, an output nested so deeply that its TASK_RESULT would be a message no JSON reader holds
+/// (more than 127 levels counted from the envelope) fails the task with a typed, final EXECUTION_FAILED; the
+/// deepest output that fits goes out as a result the peer reads back.
+#[test]
+fn an_output_too_deep_for_its_reply_fails_the_task() {
+    let nested = |depth: usize| ldp_types::RawJson::from_json(format!("{}{}", "[".repeat(depth), "]".repeat(depth)));
+    for depth in [ldp_types::MAX_JSON_DEPTH - 2, ldp_types::MAX_JSON_DEPTH - 1, ldp_types::MAX_JSON_DEPTH] {
+        let mut sim = Sim::new();
+        let sid = sim.session();
+        let task = sim.submit(&sid, "echo", frame("x")).task();
+        let delivery = sim.responder.complete_task(sim.now(), &task.key, TaskOutput::new(nested(depth).unwrap()));
+        let Ok(Delivery::Send(env)) = delivery else { panic!("{depth}: {delivery:?}") };
+        let wire = env.to_vec().unwrap();
+        let received = ldp_types::Envelope::from_slice(&wire).unwrap();
+        match received.body {
+            Body::TaskResult(result) if depth + 2 <= ldp_types::MAX_JSON_DEPTH => {
+                assert_eq!(result.output, nested(depth).unwrap().to_value().unwrap());
+            }
+            Body::TaskFailed(failed) if depth + 2 > ldp_types::MAX_JSON_DEPTH => {
+                assert_eq!(failed.error.code, codes::EXECUTION_FAILED);
+                assert!(!failed.error.retryable);
+            }
+            other => panic!("{depth}: {other:?}"),
+        }
+        let status = if depth + 2 <= ldp_types::MAX_JSON_DEPTH { TaskStatus::Completed } else { TaskStatus::Failed };
+        let history = sim.responder.session_history(&sid);
+        assert_eq!(history.iter().map(|h| h.status).collect::<Vec<_>>(), vec![status], "{depth}");
+    }
+}
+
 /// RFC 3.2: "`TASK_UPDATE` | Responder → Initiator | Task progress update". The RFC gives no meaning to a TASK_UPDATE
 /// a responder receives; ldp-rs answers it in the RFC's direction, with a TASK_UPDATE carrying the task's status (the
 /// status query its WebSocket resume and the Rust reference crate send), and never takes it as progress: the

@@ -22,7 +22,7 @@ use crate::Error;
 
 /// The deepest nesting of arrays and objects a `serde_json::Value` can be read with (serde_json's recursion limit);
 /// a whole message, counted from its outermost object, must stay within it. Tested against serde_json below.
-pub(crate) const MAX_DEPTH: usize = 127;
+pub const MAX_DEPTH: usize = 127;
 
 /// Checks that `text` is one JSON value a `serde_json::Value` can hold, with no duplicate member names.
 ///

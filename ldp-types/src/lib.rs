@@ -73,6 +73,7 @@ pub mod signing;
 pub mod time;
 pub mod trace_context;
 
+pub use check::MAX_DEPTH as MAX_JSON_DEPTH;
 pub use contract::{
     Budget, ContractCheck, ContractLimits, ContractOutcome, ContractPolicy, ContractViolation, DelegationContract,
     FailurePolicy, apply_contract, check_output,

@@ -88,7 +88,7 @@ impl RawJson {
     /// # Ok::<(), ldp_types::Error>(())
     /// ```
     pub fn member(name: &str, value: &RawJson) -> Result<Self, Error> {
-        if value.depth() + 1 > crate::check::MAX_DEPTH {
+        if !value.nests_within(crate::check::MAX_DEPTH - 1) {
             let too_deep = format!("nested deeper than {} levels", crate::check::MAX_DEPTH);
             return Err(Error::MalformedJson(de::Error::custom(too_deep)));
         }
@@ -102,6 +102,21 @@ impl RawJson {
         String::from_utf8(out)
             .map(|text| Self(text.into_boxed_str()))
             .map_err(|e| Error::MalformedJson(de::Error::custom(e)))
+    }
+
+    /// Whether arrays and objects nest at most `levels` deep in the value ([`RawJson::depth`] `<= levels`). A text
+    /// too short to nest deeper (each level takes two bytes) is not scanned, so small values cost nothing.
+    ///
+    /// ```
+    /// use ldp_types::RawJson;
+    ///
+    /// let value = RawJson::from_json(r#"{"a":[1,2]}"#)?;
+    /// assert!(value.nests_within(2));
+    /// assert!(!value.nests_within(1));
+    /// # Ok::<(), ldp_types::Error>(())
+    /// ```
+    pub fn nests_within(&self, levels: usize) -> bool {
+        self.0.len() / 2 <= levels || self.depth() <= levels
     }
 
     /// How deeply arrays and objects nest in the value: 0 for a scalar, 1 for `[]` or `{"a":1}`.
@@ -510,6 +525,13 @@ mod tests {
             let reread = RawJson::from_json(wrapped.json()).unwrap();
             proptest::prop_assert_eq!(reread.to_value().unwrap(), json!({ name: value }));
             proptest::prop_assert_eq!(wrapped.depth(), raw.depth() + 1);
+        }
+
+        #[test]
+        fn nests_within_agrees_with_the_depth(value in any_json(), pretty in proptest::bool::ANY, levels in 0usize..8) {
+            let text = if pretty { serde_json::to_string_pretty(&value) } else { serde_json::to_string(&value) };
+            let raw = RawJson::from_json(text.unwrap()).unwrap();
+            proptest::prop_assert_eq!(raw.nests_within(levels), value_depth(&value) <= levels);
         }
     }
 

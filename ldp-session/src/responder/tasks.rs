@@ -20,6 +20,9 @@ use super::sessions::ResponderSession;
 use super::types::{Aborted, Delivery, Outcome, PeerContext, ResponderEvent, TaskOutput, TaskRequest, TaskStatus};
 use super::{Responder, internal, session_error};
 
+/// The levels a TASK_RESULT's output sits in its message: the envelope, the body.
+const RESULT_NESTING: usize = 2;
+
 #[derive(Debug)]
 pub(super) struct RunningTask {
     pub(super) skill: Box<str>,
@@ -324,7 +327,21 @@ impl Responder {
     /// session budget, and appends lineage entries for results obtained by re-delegating. A task whose session's TTL
     /// has run out by `now` cannot complete: the session is reaped first, as [`Responder::handle`] would, and the
     /// task is queued for [`Responder::poll_aborted`].
+    /// An output nested too deeply for its reply to be read (a result sits two levels into its message: the
+    /// envelope, the body) fails the task `EXECUTION_FAILED` instead, not retryable: whatever the delegate, the peer gets an
+    /// answer it can read.
     pub fn complete_task(&mut self, now: Instant, key: &TaskKey, out: TaskOutput) -> Result<Delivery, SessionError> {
+        if !out.output.nests_within(ldp_types::MAX_JSON_DEPTH - RESULT_NESTING) {
+            let error = LdpError::runtime(
+                codes::EXECUTION_FAILED,
+                format!(
+                    "the delegate's output nests deeper than the {} levels a result can carry",
+                    ldp_types::MAX_JSON_DEPTH - RESULT_NESTING
+                ),
+            )
+            .with_retryable(false);
+            return self.fail_task(now, key, error);
+        }
         let _reaped = self.handle_timeout(now);
         // One lookup of the session (and one of the task) for all the bookkeeping: this runs for every task.
         let history_len = self.cfg.limits.history_len;
