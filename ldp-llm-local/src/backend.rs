@@ -208,31 +208,38 @@ impl LocalBackend {
     pub fn load(path: impl AsRef<Path>, options: LocalOptions) -> Result<Self, LoadError> {
         let path = path.as_ref();
         check_options(&options)?;
-        let mut file = std::fs::File::open(path)?;
-        let content = gguf_file::Content::read(&mut file).map_err(|e| LoadError::Gguf(e.to_string()))?;
-        let model_context = crate::candle::check_shape(&content)?;
-        let codec = PromptCodec::from_gguf(&content)?;
-        let name = match &options.model_name {
-            Some(name) => name.clone(),
-            None => content
-                .metadata
-                .get("general.name")
-                .and_then(|v| v.to_string().ok())
-                .cloned()
-                .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| "local".to_owned()),
+        let file_stem = || path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        let window = |model_context: usize| match options.context_window {
+            Some(0) => Err(LoadError::Options("context_window must be at least 1")),
+            Some(n) => Ok(n.min(MAX_CONTEXT)),
+            None => Ok(model_context.min(MAX_CONTEXT)),
         };
-        let context_window = match options.context_window {
-            Some(0) => return Err(LoadError::Options("context_window must be at least 1")),
-            Some(n) => n.min(MAX_CONTEXT),
-            None => model_context,
+        let shared = |codec, name: Option<String>, context_window| {
+            let name = options.model_name.clone().or(name).or_else(file_stem).unwrap_or_else(|| "local".to_owned());
+            Arc::new(Shared { codec, name, context_window, options: options.clone(), counters: Counters::default() })
         };
-        let shared =
-            Arc::new(Shared { codec, name, context_window, options: options.clone(), counters: Counters::default() });
-        let engine = match options.engine {
-            Engine::Candle => Engines::Candle(Box::new(CandleEngine::load(content, &mut file, &shared)?)),
+        let (engine, shared) = match options.engine {
+            Engine::Candle => {
+                let mut file = std::fs::File::open(path)?;
+                let content = gguf_file::Content::read(&mut file).map_err(|e| LoadError::Gguf(e.to_string()))?;
+                let context_window = window(crate::candle::check_shape(&content)?)?;
+                let codec = PromptCodec::from_gguf(&content)?;
+                let name = content.metadata.get("general.name").and_then(|v| v.to_string().ok()).cloned();
+                let shared = shared(codec, name, context_window);
+                (Engines::Candle(Box::new(CandleEngine::load(content, &mut file, &shared)?)), shared)
+            }
+            // llama.cpp reads the file itself, tokenizer included: nothing of it is parsed here.
             #[cfg(feature = "llama")]
-            Engine::Llama => Engines::Llama(crate::llama::LlamaEngine::load(path, Arc::clone(&shared))?),
+            Engine::Llama => {
+                // A file that cannot be opened is an I/O error whichever engine reads it.
+                drop(std::fs::File::open(path)?);
+                let model = crate::llama::load_model(path)?;
+                let context_window = window(model.n_ctx_train() as usize)?;
+                let codec = crate::llama::codec(&model)?;
+                let shared = shared(codec, crate::llama::metadata(&model, "general.name"), context_window);
+                let engine = crate::llama::LlamaEngine::start_on(model, Arc::clone(&shared))?;
+                (Engines::Llama(engine), shared)
+            }
             #[cfg(not(feature = "llama"))]
             Engine::Llama => return Err(LoadError::EngineMissing("llama")),
         };
@@ -427,6 +434,9 @@ impl LocalBackend {
         events: Option<mpsc::UnboundedSender<Delta>>,
         answer_only: bool,
     ) -> Result<(tokio::sync::oneshot::Receiver<Result<ChatResponse, LlmError>>, CancelOnDrop), LlmError> {
+        // Only the llama engine decodes under a grammar, which `answer_only` narrows.
+        #[cfg(not(feature = "llama"))]
+        let _ = answer_only;
         let cancel = Arc::new(AtomicBool::new(false));
         let guard = CancelOnDrop(Arc::clone(&cancel));
         let shared = &self.inner.shared;

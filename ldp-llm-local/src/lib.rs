@@ -16,8 +16,9 @@
 //! budgets as `max_tokens`, streamed partial output, provenance with the model's own token counts), and
 //! `ldp serve --backend local --model FILE.gguf` puts it on the network.
 //!
-//! What the file says is what runs: the tokenizer is built from the file's vocabulary and merges (byte-level BPE,
-//! with the `tokenizers` crate), the prompt from its chat template (with `minijinja`; ChatML when the file has
+//! What the file says is what runs: the tokenizer is the file's (llama.cpp's own for the llama engine, the one
+//! llama-server uses; for candle, built from the file's vocabulary and merges, byte-level BPE, with the
+//! `tokenizers` crate), the prompt from its chat template (with `minijinja`; ChatML when the file has
 //! none), and an answer ends at the end-of-sequence token or any control token. A peer's text never becomes
 //! control tokens: `<|im_start|>` inside a task input is read as text.
 //!

@@ -14,6 +14,7 @@
 //! tokens it was computed on, and only where it was computed in the same pieces as a fresh decode would ([`CHUNK`]),
 //! so reuse and eviction cost time, never a different answer.
 
+use std::collections::HashSet;
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::LoadError;
 use crate::backend::{Answer, Delta, Plan, Sampling, Shared};
+use crate::prompt::{PromptCodec, Vocabulary};
 
 /// The most tokens decoded in one step, over all sequences (llama.cpp's default logical batch).
 const BATCH_TOKENS: usize = 512;
@@ -57,6 +59,78 @@ fn backend() -> Result<&'static LlamaBackend, LoadError> {
         })
         .as_ref()
         .map_err(|reason| LoadError::EngineStart { step: "initialise llama.cpp", reason: reason.clone() })
+}
+
+/// Loads the model file (its weights memory-mapped, as llama.cpp does by default).
+pub(crate) fn load_model(path: &Path) -> Result<Arc<LlamaModel>, LoadError> {
+    let model = LlamaModel::load_from_file(backend()?, path, &LlamaModelParams::default())
+        .map_err(|e| LoadError::EngineStart { step: "load the model", reason: e.to_string() })?;
+    Ok(Arc::new(model))
+}
+
+/// The model's metadata value under `key`, if it has one.
+pub(crate) fn metadata(model: &LlamaModel, key: &str) -> Option<String> {
+    model.meta_val_str(key).ok()
+}
+
+/// The prompt codec of a loaded model: llama.cpp's own tokenizer (the one llama-server uses, so prompts are the
+/// same token for token) and the file's chat template. Nothing is read twice: no second copy of the vocabulary
+/// is built (it took 26 MiB of heap as a `tokenizers` BPE pair).
+pub(crate) fn codec(model: &Arc<LlamaModel>) -> Result<PromptCodec, LoadError> {
+    let vocab = model.vocab();
+    let text = |token: LlamaToken| vocab.text(token).map(|t| t.to_string_lossy().into_owned()).unwrap_or_default();
+    let n_tokens = vocab.n_tokens();
+    let (bos, eos) = (vocab.bos(), vocab.eos());
+    let in_range = |t: LlamaToken| (0..n_tokens).contains(&t.0);
+    // Every control token ends an answer (a turn's end), and the end-of-sequence token; the beginning-of-sequence
+    // token is a control token too, but generating it does not end a turn.
+    let mut stop_tokens: HashSet<u32> =
+        (0..n_tokens).filter(|&t| vocab.is_control(LlamaToken(t))).filter_map(|t| u32::try_from(t).ok()).collect();
+    if in_range(eos) {
+        stop_tokens.extend(u32::try_from(eos.0).ok());
+    }
+    if in_range(bos) && bos != eos {
+        stop_tokens.remove(&u32::try_from(bos.0).unwrap_or(u32::MAX));
+    }
+    if stop_tokens.is_empty() {
+        return Err(LoadError::MissingMetadata("tokenizer.ggml.eos_token_id"));
+    }
+    let name_of = |t: LlamaToken| if in_range(t) { text(t) } else { String::new() };
+    let (bos_token, eos_token) = (name_of(bos), name_of(eos));
+    let template = metadata(model, "tokenizer.chat_template");
+    PromptCodec::new(Box::new(LlamaVocabulary(Arc::clone(model))), template, bos_token, eos_token, stop_tokens)
+}
+
+/// llama.cpp's tokenizer, read through the loaded model.
+struct LlamaVocabulary(Arc<LlamaModel>);
+
+/// The longest text tokenized at once: llama.cpp counts in `i32`, and the wrapper panics past it.
+const MAX_TOKENIZED_BYTES: usize = (i32::MAX / 2) as usize;
+
+impl Vocabulary for LlamaVocabulary {
+    fn encode(&self, ids: &mut Vec<u32>, text: &str, control: bool) -> Result<(), LoadError> {
+        if text.len() > MAX_TOKENIZED_BYTES {
+            return Err(LoadError::Tokenizer(format!("a text of {} bytes is too long to tokenize", text.len())));
+        }
+        // No BOS or EOS added (the template writes what the model wants); `control` parses control tokens.
+        let tokens = self.0.vocab().tokenize(text.as_bytes(), false, control);
+        ids.extend(tokens.iter().filter_map(|t| u32::try_from(t.0).ok()));
+        Ok(())
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, LoadError> {
+        let vocab = self.0.vocab();
+        let n_tokens = vocab.n_tokens();
+        // llama.cpp aborts the process on an id outside its vocabulary (a C++ exception across the FFI).
+        let tokens = ids
+            .iter()
+            .map(|&id| i32::try_from(id).ok().filter(|t| (0..n_tokens).contains(t)).map(LlamaToken))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| LoadError::Tokenizer("a token id outside the vocabulary".into()))?;
+        // Control tokens are left out of the text (`unparse_special` off).
+        let bytes = vocab.detokenize(&tokens, true, false);
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
 }
 
 /// The handle on the scheduler thread: dropping the last one ends it.
@@ -91,15 +165,14 @@ pub(crate) fn grammar_of(request: &ChatRequest, answer_only: bool) -> Result<Opt
 }
 
 impl LlamaEngine {
-    /// Starts the scheduler thread, which loads the model and creates its context; returns once both are ready.
-    pub(crate) fn load(path: &Path, shared: Arc<Shared>) -> Result<Self, LoadError> {
+    /// Starts the scheduler thread, which creates the model's context; returns once it is ready.
+    pub(crate) fn start_on(model: Arc<LlamaModel>, shared: Arc<Shared>) -> Result<Self, LoadError> {
         let backend = backend()?;
         let (ready_tx, ready_rx) = std_mpsc::channel();
         let (jobs, jobs_rx) = std_mpsc::channel();
-        let path = path.to_path_buf();
         std::thread::Builder::new()
             .name("ldp-llama".into())
-            .spawn(move || run(backend, &path, &shared, &ready_tx, &jobs_rx))
+            .spawn(move || run(backend, &model, &shared, &ready_tx, &jobs_rx))
             .map_err(LoadError::Io)?;
         ready_rx.recv().map_err(|_| LoadError::EngineStart { step: "start", reason: "the thread ended".into() })??;
         Ok(Self { jobs })
@@ -122,21 +195,14 @@ impl LlamaEngine {
     }
 }
 
-/// The scheduler thread's body: load, report, then serve jobs until every handle is gone.
+/// The scheduler thread's body: create the context, report, then serve jobs until every handle is gone.
 fn run(
     backend: &'static LlamaBackend,
-    path: &Path,
+    model: &LlamaModel,
     shared: &Shared,
     ready: &std_mpsc::Sender<Result<(), LoadError>>,
     jobs: &std_mpsc::Receiver<Job>,
 ) {
-    let model = match LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()) {
-        Ok(model) => model,
-        Err(e) => {
-            let _ = ready.send(Err(LoadError::EngineStart { step: "load the model", reason: e.to_string() }));
-            return;
-        }
-    };
     let slots = shared.options.max_concurrent;
     // One core is left to the rest of the process (the server, a tool loop's delegates) and its neighbours:
     // llama.cpp's threads wait for each other at every step, so one of them preempted stalls the step (measured on
@@ -167,7 +233,7 @@ fn run(
         return;
     }
     let mut scheduler = Scheduler {
-        model: &model,
+        model,
         context,
         shared,
         slots: (0..slots)

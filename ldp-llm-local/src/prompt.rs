@@ -1,5 +1,6 @@
-//! From a chat request to token ids, with what the GGUF file itself says: its vocabulary and merges (a byte-level
-//! BPE tokenizer built with the `tokenizers` crate) and its chat template (rendered with `minijinja`).
+//! From a chat request to token ids, with what the GGUF file itself says: its vocabulary (a [`Vocabulary`]: for
+//! candle, a byte-level BPE tokenizer built from the file's vocabulary and merges with the `tokenizers` crate; for
+//! llama.cpp, the tokenizer llama.cpp loaded with the model) and its chat template (rendered with `minijinja`).
 //!
 //! A peer's text is data, never control: the template is rendered with a placeholder where each message goes, the
 //! template's own text is tokenized with the model's control tokens recognised, and each message's text with them
@@ -33,13 +34,39 @@ pub(crate) const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_
 const PLACEHOLDER_OPEN: char = '\u{F8F0}';
 const PLACEHOLDER_CLOSE: char = '\u{F8F1}';
 
-/// The model's tokenizer and chat template, and the tokens that end an answer.
-#[derive(Debug, Clone)]
-pub(crate) struct PromptCodec {
-    /// Recognises the control tokens (for the template's own text).
+/// A model's tokenizer, as the prompt codec uses it.
+pub(crate) trait Vocabulary: Send + Sync {
+    /// Appends the ids of `text`: with its control tokens recognised (`control`, for the template's own text), or
+    /// spelled out as plain text (for peers' text).
+    fn encode(&self, ids: &mut Vec<u32>, text: &str, control: bool) -> Result<(), LoadError>;
+    /// The text of generated ids, control tokens left out.
+    fn decode(&self, ids: &[u32]) -> Result<String, LoadError>;
+}
+
+/// The `tokenizers` crate's byte-level BPE, built from the file's vocabulary and merges (the candle engine).
+struct Bpe {
+    /// Recognises the control tokens.
     with_control: Tokenizer,
-    /// Spells control tokens out as text (for peers' text).
+    /// Spells control tokens out as text.
     plain: Tokenizer,
+}
+
+impl Vocabulary for Bpe {
+    fn encode(&self, ids: &mut Vec<u32>, text: &str, control: bool) -> Result<(), LoadError> {
+        let tokenizer = if control { &self.with_control } else { &self.plain };
+        let encoding = tokenizer.encode(text, false).map_err(|e| LoadError::Tokenizer(e.to_string()))?;
+        ids.extend_from_slice(encoding.get_ids());
+        Ok(())
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, LoadError> {
+        self.with_control.decode(ids, true).map_err(|e| LoadError::Tokenizer(e.to_string()))
+    }
+}
+
+/// The model's tokenizer and chat template, and the tokens that end an answer.
+pub(crate) struct PromptCodec {
+    vocabulary: Box<dyn Vocabulary>,
     template: String,
     bos_token: String,
     eos_token: String,
@@ -114,6 +141,7 @@ impl PromptCodec {
         with_control.add_special_tokens(specials).map_err(|e| LoadError::Tokenizer(e.to_string()))?;
         let mut plain = with_control.clone();
         plain.set_encode_special_tokens(true);
+        let vocabulary = Box::new(Bpe { with_control, plain });
 
         let eos = token_id(content, "tokenizer.ggml.eos_token_id")?;
         let bos = token_id(content, "tokenizer.ggml.bos_token_id")?;
@@ -134,12 +162,23 @@ impl PromptCodec {
             return Err(LoadError::MissingMetadata("tokenizer.ggml.eos_token_id"));
         }
         let template = match content.metadata.get("tokenizer.chat_template") {
-            Some(v) => v.to_string().map_err(|_| LoadError::BadMetadata("tokenizer.chat_template"))?.clone(),
-            None => CHATML_TEMPLATE.to_owned(),
+            Some(v) => Some(v.to_string().map_err(|_| LoadError::BadMetadata("tokenizer.chat_template"))?.clone()),
+            None => None,
         };
-        let codec =
-            Self { with_control, plain, template, bos_token: name_of(bos), eos_token: name_of(eos), stop_tokens };
-        // A template that cannot render fails at load, not on the first task.
+        Self::new(vocabulary, template, name_of(bos), name_of(eos), stop_tokens)
+    }
+
+    /// The codec of a vocabulary and a chat template (ChatML when `None`), whose answers end at any of
+    /// `stop_tokens`. A template that cannot render fails here, at load, not on the first task.
+    pub(crate) fn new(
+        vocabulary: Box<dyn Vocabulary>,
+        template: Option<String>,
+        bos_token: String,
+        eos_token: String,
+        stop_tokens: HashSet<u32>,
+    ) -> Result<Self, LoadError> {
+        let template = template.unwrap_or_else(|| CHATML_TEMPLATE.to_owned());
+        let codec = Self { vocabulary, template, bos_token, eos_token, stop_tokens };
         codec.encode(&ChatRequest::new(vec![ldp_llm::ChatMessage::user("hello")]).with_system("system"))?;
         Ok(codec)
     }
@@ -200,25 +239,23 @@ impl PromptCodec {
         let mut ids = Vec::new();
         let mut rest = rendered.as_str();
         while let Some(open) = rest.find(PLACEHOLDER_OPEN) {
-            self.extend(&mut ids, &self.with_control, &rest[..open])?;
+            self.extend(&mut ids, &rest[..open], true)?;
             let after = &rest[open + PLACEHOLDER_OPEN.len_utf8()..];
             let close = after.find(PLACEHOLDER_CLOSE).ok_or_else(|| LoadError::Template("unbalanced slot".into()))?;
             let index: usize = after[..close].parse().map_err(|_| LoadError::Template("bad slot".into()))?;
             let text = texts.get(index).ok_or_else(|| LoadError::Template("unknown slot".into()))?;
-            self.extend(&mut ids, &self.plain, text)?;
+            self.extend(&mut ids, text, false)?;
             rest = &after[close + PLACEHOLDER_CLOSE.len_utf8()..];
         }
-        self.extend(&mut ids, &self.with_control, rest)?;
+        self.extend(&mut ids, rest, true)?;
         Ok(ids)
     }
 
-    fn extend(&self, ids: &mut Vec<u32>, tokenizer: &Tokenizer, text: &str) -> Result<(), LoadError> {
+    fn extend(&self, ids: &mut Vec<u32>, text: &str, control: bool) -> Result<(), LoadError> {
         if text.is_empty() {
             return Ok(());
         }
-        let encoding = tokenizer.encode(text, false).map_err(|e| LoadError::Tokenizer(e.to_string()))?;
-        ids.extend_from_slice(encoding.get_ids());
-        Ok(())
+        self.vocabulary.encode(ids, text, control)
     }
 
     /// The prompt of `request` fit to `context_window` with room for an answer: while it leaves less than `wanted`
@@ -259,7 +296,7 @@ impl PromptCodec {
 
     /// The text of generated token ids (control tokens left out).
     pub(crate) fn decode(&self, ids: &[u32]) -> Result<String, LoadError> {
-        self.with_control.decode(ids, true).map_err(|e| LoadError::Tokenizer(e.to_string()))
+        self.vocabulary.decode(ids)
     }
 }
 
