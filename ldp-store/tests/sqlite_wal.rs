@@ -19,21 +19,36 @@ const WRITERS: usize = 4;
 /// The WAL's limit in this test (1 MiB), small so that the test writes it over many times.
 const WAL_PAGES: u32 = 256;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_wal_stays_bounded_under_continuous_writes() {
-    let dir = std::env::temp_dir().join(format!("ldp-store-wal-{}", std::process::id()));
+/// A store in a directory of its own whose WAL is limited to `pages`, with the running and the finished record of
+/// a task (a big result, so that every commit writes several pages).
+struct Setup {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+    wal: std::path::PathBuf,
+    limit: u64,
+    store: SqliteStore,
+    running: SharedTask,
+    done: SharedTask,
+}
+
+fn setup(name: &str, pages: u32) -> Setup {
+    let dir = std::env::temp_dir().join(format!("ldp-store-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("state.db");
-    let wal = dir.join("state.db-wal");
+    let (path, wal) = (dir.join("state.db"), dir.join("state.db-wal"));
     let mut cfg = StoreConfig::new("ldp:delegate:wal");
-    cfg.sqlite_wal_pages = WAL_PAGES;
-    let limit = u64::from(WAL_PAGES) * 4096;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path, cfg).unwrap());
+    cfg.sqlite_wal_pages = pages;
+    let store = SqliteStore::open(&path, cfg).unwrap();
     let running = SharedTask::running("replica-a", PayloadMode::Text);
-    // A big result, so that every commit writes several pages.
     let mut done = running.clone();
     done.status = SharedTaskStatus::Completed;
     done.output = Some(format!("\"{}\"", "x".repeat(2000)));
+    Setup { dir, path, wal, limit: u64::from(pages) * 4096, store, running, done }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_stays_bounded_under_continuous_writes() {
+    let Setup { dir, path, wal, limit, store, running, done } = setup("wal", WAL_PAGES);
+    let store: Arc<dyn Store> = Arc::new(store);
     let started = Instant::now();
     let mut writers = Vec::new();
     for w in 0..WRITERS {
@@ -76,19 +91,7 @@ async fn the_wal_stays_bounded_under_continuous_writes() {
 /// WAL is truncated back to its limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_pins_the_wal_until_it_ends_then_the_wal_starts_over() {
-    const PAGES: u32 = 64;
-    let dir = std::env::temp_dir().join(format!("ldp-store-wal-reader-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("state.db");
-    let wal = dir.join("state.db-wal");
-    let mut cfg = StoreConfig::new("ldp:delegate:wal");
-    cfg.sqlite_wal_pages = PAGES;
-    let limit = u64::from(PAGES) * 4096;
-    let store = SqliteStore::open(&path, cfg).unwrap();
-    let running = SharedTask::running("replica-a", PayloadMode::Text);
-    let mut done = running.clone();
-    done.status = SharedTaskStatus::Completed;
-    done.output = Some(format!("\"{}\"", "x".repeat(2000)));
+    let Setup { dir, path, wal, limit, store, running, done } = setup("wal-reader", 64);
     let write = |from: usize, to: usize| {
         let (store, running, done) = (&store, &running, &done);
         async move {
