@@ -14,7 +14,6 @@
 //! tokens it was computed on, and only where it was computed in the same pieces as a fresh decode would ([`CHUNK`]),
 //! so reuse and eviction cost time, never a different answer.
 
-use std::collections::HashSet;
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::LoadError;
 use crate::backend::{Answer, Delta, Plan, Sampling, Shared};
-use crate::prompt::{PromptCodec, Vocabulary};
+use crate::prompt::{self, PromptCodec, Vocabulary};
 
 /// The most tokens decoded in one step, over all sequences (llama.cpp's default logical batch).
 const BATCH_TOKENS: usize = 512;
@@ -82,19 +81,9 @@ pub(crate) fn codec(model: &Arc<LlamaModel>) -> Result<PromptCodec, LoadError> {
     let n_tokens = vocab.n_tokens();
     let (bos, eos) = (vocab.bos(), vocab.eos());
     let in_range = |t: LlamaToken| (0..n_tokens).contains(&t.0);
-    // Every control token ends an answer (a turn's end), and the end-of-sequence token; the beginning-of-sequence
-    // token is a control token too, but generating it does not end a turn.
-    let mut stop_tokens: HashSet<u32> =
-        (0..n_tokens).filter(|&t| vocab.is_control(LlamaToken(t))).filter_map(|t| u32::try_from(t).ok()).collect();
-    if in_range(eos) {
-        stop_tokens.extend(u32::try_from(eos.0).ok());
-    }
-    if in_range(bos) && bos != eos {
-        stop_tokens.remove(&u32::try_from(bos.0).unwrap_or(u32::MAX));
-    }
-    if stop_tokens.is_empty() {
-        return Err(LoadError::MissingMetadata("tokenizer.ggml.eos_token_id"));
-    }
+    let id_of = |t: LlamaToken| if in_range(t) { u32::try_from(t.0).ok() } else { None };
+    let control = (0..n_tokens).filter(|&t| vocab.is_control(LlamaToken(t))).filter_map(|t| u32::try_from(t).ok());
+    let stop_tokens = prompt::stop_tokens(control, id_of(eos), id_of(bos))?;
     let name_of = |t: LlamaToken| if in_range(t) { text(t) } else { String::new() };
     let (bos_token, eos_token) = (name_of(bos), name_of(eos));
     let template = metadata(model, "tokenizer.chat_template");

@@ -87,6 +87,25 @@ fn token_id(content: &Content, key: &'static str) -> Result<Option<u32>, LoadErr
     content.metadata.get(key).map(|v| v.to_u32().map_err(|_| LoadError::BadMetadata(key))).transpose()
 }
 
+/// The tokens that end an answer: every control token (a turn's end) and the end-of-sequence token, but not the
+/// beginning-of-sequence token, which is a control token whose generation ends no turn. A vocabulary with none is
+/// refused, since its answers would never end.
+pub(crate) fn stop_tokens(
+    control: impl IntoIterator<Item = u32>,
+    eos: Option<u32>,
+    bos: Option<u32>,
+) -> Result<HashSet<u32>, LoadError> {
+    let mut stop_tokens: HashSet<u32> = control.into_iter().collect();
+    stop_tokens.extend(eos);
+    if let Some(bos) = bos.filter(|b| Some(*b) != eos) {
+        stop_tokens.remove(&bos);
+    }
+    if stop_tokens.is_empty() {
+        return Err(LoadError::MissingMetadata("tokenizer.ggml.eos_token_id"));
+    }
+    Ok(stop_tokens)
+}
+
 impl PromptCodec {
     /// Builds the tokenizer and template of a GGUF file's metadata. Only byte-level BPE vocabularies
     /// (`tokenizer.ggml.model = gpt2`, the family of SmolLM, Llama 3, Qwen, Mistral-Nemo and most recent models)
@@ -146,21 +165,13 @@ impl PromptCodec {
         let eos = token_id(content, "tokenizer.ggml.eos_token_id")?;
         let bos = token_id(content, "tokenizer.ggml.bos_token_id")?;
         let name_of = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize)).cloned().unwrap_or_default();
-        let mut stop_tokens: HashSet<u32> = tokens
+        let control = tokens
             .iter()
             .zip(types.iter().copied().chain(std::iter::repeat(0)))
             .enumerate()
             .filter(|(_, (_, t))| *t == TOKEN_TYPE_CONTROL)
-            .filter_map(|(id, _)| u32::try_from(id).ok())
-            .collect();
-        stop_tokens.extend(eos);
-        // The beginning-of-sequence token is a control token too, but generating it does not end a turn.
-        if let Some(bos) = bos.filter(|b| Some(*b) != eos) {
-            stop_tokens.remove(&bos);
-        }
-        if stop_tokens.is_empty() {
-            return Err(LoadError::MissingMetadata("tokenizer.ggml.eos_token_id"));
-        }
+            .filter_map(|(id, _)| u32::try_from(id).ok());
+        let stop_tokens = stop_tokens(control, eos, bos)?;
         let template = match content.metadata.get("tokenizer.chat_template") {
             Some(v) => Some(v.to_string().map_err(|_| LoadError::BadMetadata("tokenizer.chat_template"))?.clone()),
             None => None,
