@@ -80,19 +80,21 @@ async fn task_events_reach_a_host_that_asks_for_them_as_log_messages() {
     let (_server, url) = serve(&["--mcp"], Stdio::null());
     let target = format!("{url}/mcp");
     let call = r#"call:echo:{"input": "logged"}"#;
-    let quiet = mcp_client(&target, "legacy", &[call]).await;
+    // Log lines ride the GET stream and may trail the result: each run waits (bounded) for those it expects, and
+    // the quiet one for a moment, so that a line sent wrongly is seen.
+    let quiet = mcp_client(&target, "legacy", &[call, "pause:0.3"]).await;
     assert_eq!(quiet["log"], json!([]), "log messages nobody asked for: {quiet}");
 
     let events = |out: &Value| -> Vec<String> {
         out["log"].as_array().unwrap().iter().filter_map(|m| m["data"]["event"].as_str().map(str::to_owned)).collect()
     };
-    let info = mcp_client(&target, "legacy", &["loglevel:info", call]).await;
+    let info = mcp_client(&target, "legacy", &["loglevel:info", call, "awaitlog:1:10"]).await;
     assert_eq!(events(&info), ["task completed"], "info and above, not debug: {info}");
     let line = &info["log"][0];
     assert_eq!(line["level"], "info");
     assert_eq!(line["logger"], "ldp");
     assert_eq!(line["data"]["produced_by"], card(&url).await["delegate_id"]);
-    let debug = mcp_client(&target, "legacy", &["loglevel:debug", call]).await;
+    let debug = mcp_client(&target, "legacy", &["loglevel:debug", call, "awaitlog:2:10"]).await;
     assert_eq!(events(&debug), ["task submitted", "task completed"], "{debug}");
 }
 

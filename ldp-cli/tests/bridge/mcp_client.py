@@ -7,7 +7,8 @@ SDK's connect mode (`legacy`: the initialize handshake and an MCP session; `auto
 `list`, `call:TOOL:JSON_ARGS` (a call; its result and the progress notifications it got),
 `cancel:TOOL:JSON_ARGS:SECS` (a call abandoned after SECS seconds once progress has arrived: the SDK sends
 notifications/cancelled), `concurrent:TOOL:JSON_ARGS:N` (N calls at once in the session; their results), or
-`pause:SECS` (the session stays open meanwhile), or `loglevel:LEVEL` (`logging/setLevel`), or
+`pause:SECS` (the session stays open meanwhile), or `loglevel:LEVEL` (`logging/setLevel`), or `awaitlog:N:SECS`
+(waits until N log messages have come in all, or SECS have passed: they ride the GET stream, so may trail a result), or
 `resources:TOOL:JSON_ARGS` (a call during which the task's resources are found in `resources/list`, its result and
 provenance subscribed and its result read while it runs; after it, the list, the templates and each resource read).
 `prompts` (`prompts/list`), or `prompt:NAME:JSON_ARGS` (`prompts/get`; an error is recorded as such).
@@ -145,6 +146,11 @@ async def main() -> None:
                     out["steps"].append({"error": type(e).__name__, "message": str(e)})
             elif kind == "pause":
                 await anyio.sleep(float(rest))
+            elif kind == "awaitlog":
+                count, _, secs = rest.partition(":")
+                with anyio.move_on_after(float(secs)):
+                    while len(out["log"]) < int(count):
+                        await anyio.sleep(0.02)
             elif kind == "loglevel":
                 out["steps"].append({"loglevel": dump(await client.set_logging_level(rest))})
             else:
