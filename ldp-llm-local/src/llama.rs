@@ -50,6 +50,44 @@ const BATCH_TOKENS: usize = 512;
 /// or beside other sessions.
 const FLASH_ATTENTION: llama_cpp_sys_2::llama_flash_attn_type = llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_DISABLED;
 
+/// `GGML_LLAMAFILE` as this crate was compiled with it: the same build environment in which llama-cpp-sys-2's build
+/// script handed it to cmake (rustc records the variable, so a change rebuilds this crate).
+const LLAMAFILE_SETTING: Option<&str> = option_env!("GGML_LLAMAFILE");
+
+/// Whether llama.cpp was built without llamafile's kernels ([`FLASH_ATTENTION`] says why that is needed), from the
+/// cmake setting `GGML_LLAMAFILE` (`None`: unset, which cmake takes as on, except on Android, where llama-cpp-sys-2
+/// turns it off). A value is off when cmake reads it as a false constant (`OFF`, `0`, `NO`, `FALSE`, `N`, `IGNORE`,
+/// `NOTFOUND`, empty or `*-NOTFOUND`, in any case); anything else is taken as on, so an unknown value refuses
+/// rather than risks changed answers.
+fn exact_kernels(setting: Option<&str>, android: bool) -> bool {
+    if android {
+        return true;
+    }
+    let Some(value) = setting.map(str::trim) else { return false };
+    let upper = value.to_ascii_uppercase();
+    matches!(upper.as_str(), "" | "0" | "OFF" | "NO" | "FALSE" | "N" | "IGNORE" | "NOTFOUND")
+        || upper.ends_with("-NOTFOUND")
+}
+
+/// Refuses to start on a llama.cpp built with llamafile's kernels (`setting`: `GGML_LLAMAFILE` at build time): its
+/// batched and reused answers could differ from a fresh run's, which this engine promises never happens. The
+/// setting is read, not the library asked (llama.cpp reports its features only through C calls, and this crate has
+/// no unsafe code); a llama-cpp-sys-2 built before the setting changed keeps its kernels until rebuilt.
+fn check_build(setting: Option<&str>, android: bool) -> Result<(), LoadError> {
+    if exact_kernels(setting, android) {
+        return Ok(());
+    }
+    Err(LoadError::EngineStart {
+        step: "check how llama.cpp was built",
+        reason: format!(
+            "GGML_LLAMAFILE is {}: llama.cpp's llamafile kernels make a token's values depend on how it was batched, \
+             so reused caches and batched sessions could change answers; build with GGML_LLAMAFILE=OFF (the \
+             environment, or [env] in .cargo/config.toml) and `cargo clean -p llama-cpp-sys-2`",
+            setting.map_or_else(|| "unset (cmake's default: on)".to_owned(), |v| format!("{v:?}"))
+        ),
+    })
+}
+
 /// llama.cpp's process-wide state: initialised once, its log silenced (the server has its own).
 fn backend() -> Result<&'static LlamaBackend, LoadError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
@@ -65,6 +103,7 @@ fn backend() -> Result<&'static LlamaBackend, LoadError> {
 
 /// Loads the model file (its weights memory-mapped, as llama.cpp does by default).
 pub(crate) fn load_model(path: &Path) -> Result<Arc<LlamaModel>, LoadError> {
+    check_build(LLAMAFILE_SETTING, cfg!(target_os = "android"))?;
     let model = LlamaModel::load_from_file(backend()?, path, &LlamaModelParams::default())
         .map_err(|e| LoadError::EngineStart { step: "load the model", reason: e.to_string() })?;
     Ok(Arc::new(model))
@@ -589,4 +628,42 @@ fn all_candidates(logits: &[f32]) -> LlamaTokenDataArray {
         logits.iter().enumerate().map(|(i, &logit)| LlamaTokenData::new(LlamaToken(i as i32), logit, 0.0)),
         false,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setting_is_off_only_when_cmake_reads_it_false() {
+        for off in ["OFF", "off", " 0 ", "No", "FALSE", "n", "Ignore", "NOTFOUND", "", "LIBFOO-NOTFOUND"] {
+            assert!(exact_kernels(Some(off), false), "{off:?} is off");
+        }
+        for on in ["ON", "1", "yes", "TRUE", "Y", "2", "0.5", "whatever"] {
+            assert!(!exact_kernels(Some(on), false), "{on:?} is not off");
+        }
+        assert!(!exact_kernels(None, false), "unset is cmake's default: on");
+        assert!(exact_kernels(None, true), "llama-cpp-sys-2 turns it off on Android");
+    }
+
+    #[test]
+    fn a_build_with_llamafile_s_kernels_is_refused_with_the_fix() {
+        for setting in [None, Some("ON")] {
+            let Err(LoadError::EngineStart { step, reason }) = check_build(setting, false) else {
+                panic!("{setting:?} started");
+            };
+            assert_eq!(step, "check how llama.cpp was built");
+            assert!(
+                reason.contains("GGML_LLAMAFILE=OFF") && reason.contains("cargo clean -p llama-cpp-sys-2"),
+                "{reason}"
+            );
+        }
+    }
+
+    /// The workspace's `.cargo/config.toml` sets it: losing that line fails here, not only in the answers.
+    #[test]
+    fn this_workspace_builds_llama_cpp_without_llamafile_s_kernels() {
+        assert_eq!(LLAMAFILE_SETTING, Some("OFF"));
+        assert!(check_build(LLAMAFILE_SETTING, false).is_ok());
+    }
 }
