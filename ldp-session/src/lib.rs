@@ -85,7 +85,7 @@ pub use initiator::{
 pub use refusals::{REFUSAL_LINE_EVERY, REFUSAL_QUIET_AFTER, RefusalLine, RefusalLog};
 pub use responder::{
     Aborted, AuthenticatedPeer, Checked, DelegatedHop, Delivery, History, HistoryItem, InboundCheck, Outcome,
-    PeerContext, Responder, ResponderEvent, SharedEnd, TaskOutput, TaskRequest, TaskStatus, Turn, source_of,
+    PeerContext, Responder, ResponderEvent, SharedEnd, TaskOutput, TaskRequest, TaskStatus, Turn, Turns, source_of,
 };
 pub use security::{ReplayConfig, ReplayGuard, SecurityConfig, SignaturePolicy, replay_room};
 

@@ -51,7 +51,7 @@ mod sources;
 mod tasks;
 mod types;
 
-pub use context::{History, Turn};
+pub use context::{History, Turn, Turns};
 pub use inbound::{Checked, InboundCheck};
 use inbound::{Dedupe, check_identifiers, decode, reference_category};
 use sessions::{Ended, IdleOrder, ResponderSession};
