@@ -149,26 +149,19 @@ pub(super) struct Kept {
 
 /// A session's context: its latest turns within the configured count and bytes.
 ///
-/// The kept turns are also `log[start..end]`, an append-only log that tasks' histories share: a history is a view
-/// of it, taken in O(1). Turns dropped from the front stay in the log until it is replaced by one holding only the
+/// The kept turns are also `view`, a view of an append-only log that tasks' histories share: handing one to a task
+/// clones the view, O(1). Turns dropped from the front stay in the log until it is replaced by one holding only the
 /// kept turns, which happens when it is full or when the dropped turns' bytes and the kept ones' would pass the
 /// byte bound, so the log never holds more than the bound either (each replacement copies as many references as
 /// turns were appended since the last: O(1) a turn).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Context {
     pub(super) kept: VecDeque<Kept>,
     pub(super) bytes: usize,
-    log: Arc<[Slot]>,
-    start: usize,
-    end: usize,
-    /// The bytes of the turns before `start`, which the log still holds.
+    /// The kept turns, in the log that holds them.
+    view: History,
+    /// The bytes of the turns before the view's start, which the log still holds.
     dropped_bytes: usize,
-}
-
-impl Default for Context {
-    fn default() -> Self {
-        Self { kept: VecDeque::new(), bytes: 0, log: Arc::from(Vec::new()), start: 0, end: 0, dropped_bytes: 0 }
-    }
 }
 
 /// The fewest places of a new log.
@@ -190,17 +183,18 @@ impl Context {
             let Some(old) = self.kept.pop_front() else { break };
             self.bytes -= old.bytes;
             self.dropped_bytes += old.bytes;
-            self.start += 1;
+            self.view.start += 1;
         }
-        if self.end == self.log.len() || self.bytes + self.dropped_bytes + bytes > max_bytes {
+        let view = &self.view;
+        if view.end == view.log.len() || self.bytes + self.dropped_bytes + bytes > max_bytes {
             self.relog(1);
         }
         let turn = Arc::new(turn);
-        if let Some(slot) = self.log.get(self.end) {
-            // A place past `end` is never set (a new log starts empty past its kept turns).
+        if let Some(slot) = self.view.log.get(self.view.end) {
+            // A place past the view's end is never set (a new log starts empty past its kept turns).
             let _ = slot.set(Arc::clone(&turn));
         }
-        self.end += 1;
+        self.view.end += 1;
         self.bytes += bytes;
         self.kept.push_back(Kept { turn, provenance, bytes });
     }
@@ -210,13 +204,14 @@ impl Context {
         let capacity = (2 * (self.kept.len() + room)).max(MIN_LOG);
         let turns = self.kept.iter().map(|k| Some(Arc::clone(&k.turn)));
         let slot = |turn: Option<Arc<Turn>>| turn.map_or_else(OnceLock::new, OnceLock::from);
-        self.log = turns.chain(std::iter::repeat_with(|| None)).take(capacity).map(slot).collect();
-        (self.start, self.end, self.dropped_bytes) = (0, self.kept.len(), 0);
+        let log = turns.chain(std::iter::repeat_with(|| None)).take(capacity).map(slot).collect();
+        self.view = History { log, start: 0, end: self.kept.len() };
+        self.dropped_bytes = 0;
     }
 
     /// The turns kept now, for a task: a view of the log (no copy).
     pub(super) fn snapshot(&self) -> History {
-        History { log: Arc::clone(&self.log), start: self.start, end: self.end }
+        self.view.clone()
     }
 
     /// Takes back the result of `task_id` (a task the store says ended otherwise): its turn stays, as the turn of a

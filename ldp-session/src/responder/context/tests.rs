@@ -91,7 +91,7 @@ proptest! {
             prop_assert_eq!(history.last(), model.kept.back().map(|(t, _)| t));
             prop_assert_eq!(context.bytes, model.bytes);
             prop_assert!(context.bytes + context.dropped_bytes <= max_bytes, "the log holds more than the bound");
-            prop_assert!(context.log.len() <= (2 * max_turns).max(MIN_LOG), "log of {}", context.log.len());
+            prop_assert!(context.view.log.len() <= (2 * max_turns).max(MIN_LOG), "log of {}", context.view.log.len());
             taken.push((history, model.turns()));
             for (earlier, turns) in &taken {
                 prop_assert_eq!(&earlier.iter().cloned().collect::<Vec<_>>(), turns);
