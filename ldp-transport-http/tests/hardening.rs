@@ -551,3 +551,104 @@ async fn at_the_cap_requests_trickled_from_one_address_make_room_for_another_add
     assert_eq!(status_of(&got), 200, "{got}");
     server.shutdown().await.unwrap();
 }
+
+/// A server that answers `/ldp/messages` without a known bearer token `401`, before reading the body.
+async fn server_with_tokens() -> ServerHandle {
+    let tokens = HashMap::from([("tok".to_owned(), AuthenticatedPeer { delegate_id: None, trust_domain: "a".into() })]);
+    spawn("127.0.0.1:0", state(HttpServerConfig { tokens, limits: patient_limits(), ..Default::default() }))
+        .await
+        .unwrap()
+}
+
+/// Reads one response (head, and a body of its `content-length`) within 3 s: its head, lower-cased, and its body.
+async fn read_response(stream: &mut TcpStream) -> (String, String) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let head = head.to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return (head, body[..length].to_owned());
+            }
+        }
+        let n = tokio::time::timeout_at(deadline, stream.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("no whole response within 3 s: {text:?}"))
+            .unwrap();
+        assert!(n > 0, "the connection closed before a whole response: {text:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+fn says_close(head: &str) -> bool {
+    head.lines().any(|l| l.starts_with("connection:") && l.contains("close"))
+}
+
+#[tokio::test]
+async fn a_request_refused_before_its_body_arrived_leaves_the_connection_usable() {
+    let server = server_with_tokens().await;
+    let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+    let body = padded_hello(0);
+    // The head alone first: the server refuses it (no token) before any of the body has arrived.
+    stream.write_all(post_head(body.len()).as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stream.write_all(&body).await.unwrap();
+    let (head, refused) = read_response(&mut stream).await;
+    assert_eq!(status_of(&head), 401, "{head}");
+    assert_eq!(json_body(&format!("\r\n\r\n{refused}"))["error"]["code"], "UNAUTHENTICATED", "{refused}");
+    assert!(!says_close(&head), "a small body can be drained, and the connection kept: {head}");
+    // The connection said it stays open, so it must: the next request on it is answered.
+    stream.write_all(b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    let (head, card) = read_response(&mut stream).await;
+    assert_eq!(status_of(&head), 200, "{head}");
+    assert_eq!(serde_json::from_str::<Value>(&card).unwrap()["delegate_id"], "ldp:delegate:echo");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_request_whose_body_is_too_large_to_drain_is_told_the_connection_closes() {
+    let server = server_with_tokens().await;
+    let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+    stream.write_all(post_head(512 * 1024).as_bytes()).await.unwrap();
+    stream.write_all(&[b' '; 1024]).await.unwrap();
+    let (head, _) = read_response(&mut stream).await;
+    assert_eq!(status_of(&head), 401, "{head}");
+    assert!(says_close(&head), "the rest of the body is not read, so the client must not reuse the connection: {head}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_request_whose_body_stalls_is_answered_and_told_the_connection_closes() {
+    let server = server_with_tokens().await;
+    let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+    stream.write_all(post_head(1000).as_bytes()).await.unwrap();
+    stream.write_all(b"{\"message_id\":").await.unwrap();
+    // The answer waits a bounded time for the rest of the body (patient limits: 30 s body timeout), then goes out.
+    let (head, _) = read_response(&mut stream).await;
+    assert_eq!(status_of(&head), 401, "{head}");
+    assert!(says_close(&head), "{head}");
+    let (_, closed) = read_until_closed(&mut stream, Duration::from_secs(2)).await;
+    assert!(closed, "the server closes the connection it said it would");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_request_that_awaits_100_continue_is_not_asked_for_its_body() {
+    let server = server_with_tokens().await;
+    let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+    let head = post_head(100).replace("\r\n\r\n", "\r\nexpect: 100-continue\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (got, closed) = read_until_closed(&mut stream, Duration::from_secs(3)).await;
+    assert!(closed, "the body was never sent: the connection cannot be reused and is closed: {got}");
+    assert!(!got.contains("100 Continue"), "the body was asked for though the request was refused: {got}");
+    assert_eq!(status_of(&got), 401, "{got}");
+    assert!(says_close(&got.to_ascii_lowercase()), "{got}");
+    server.shutdown().await.unwrap();
+}

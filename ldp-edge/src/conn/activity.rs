@@ -64,6 +64,9 @@ pub(super) struct Activity {
     /// While the body of the request in progress is still being read (no handler has the message yet): when the
     /// body started.
     pub(super) body_started: Option<Instant>,
+    /// The rest of a body its handler dropped before the end, for the response to wait for (or give up on and
+    /// close the connection): see [`unread_body`].
+    pub(super) unread: Option<hyper::body::Incoming>,
     /// A too-slow head's answer, for the stream to write in place of further reads.
     pub(super) refusal: Option<Vec<u8>>,
     /// The deadline the connection's timer is set for, as its loop last published it; `None` while the loop wants
@@ -79,6 +82,7 @@ impl Activity {
             head_started: None,
             head_window: RateWindow::new(now, Duration::ZERO),
             body_started: None,
+            unread: None,
             refusal: None,
             timer_at: None,
         }
@@ -296,6 +300,8 @@ impl InFlight {
         a.in_flight += 1;
         a.head_started = None;
         a.body_started = reading_body.then(Instant::now);
+        // A body an earlier handler held past its answer is not this request's.
+        a.unread = None;
         drop(a);
         Self { activity: Arc::clone(activity), limits: Arc::clone(limits) }
     }
@@ -318,4 +324,20 @@ impl Drop for InFlight {
 /// The request has been read (or given up on), and a handler has it: the connection is no longer closable.
 pub(super) fn body_read(activity: &Watched) {
     lock(activity).body_started = None;
+}
+
+/// What is left of a request body once its handler has answered.
+pub(super) enum Unread {
+    /// The handler dropped the body before its end; here is the rest.
+    Dropped(hyper::body::Incoming),
+    /// The body is still held (by the response, say) or was never asked for (`Expect: 100-continue`).
+    Held,
+}
+
+/// Whether the request's body was left unread by its handler, and what of it: `None` when it was read to its end
+/// (or failed). Left unread, the body is still being sent, so the connection stays closable.
+pub(super) fn unread_body(activity: &Watched) -> Option<Unread> {
+    let mut a = lock(activity);
+    a.body_started?;
+    Some(a.unread.take().map_or(Unread::Held, Unread::Dropped))
 }

@@ -22,8 +22,12 @@ use tower::Service;
 
 use crate::error::{HttpError, error_body};
 
-use super::activity::{InFlight, RateWindow, Watched, body_read};
-use super::{BoxError, ConnectionLimits, EstablishedPeer};
+use super::activity::{InFlight, RateWindow, Unread, Watched, body_read, lock, unread_body};
+use super::{BoxError, ConnectionLimits, EstablishedPeer, REFUSAL_LINGER};
+
+/// Largest rest of a request body read and thrown away after its handler answered without it, so that the
+/// connection can serve the next request; a larger rest closes the connection instead.
+const MAX_DRAINED_BODY: u64 = 64 * 1024;
 
 /// The router, with each request's extensions holding the connection's `ConnectInfo<SocketAddr>` (and, for a
 /// certificate-authenticated connection, its [`PeerContext`]), its body under the body deadline and minimum rate,
@@ -49,7 +53,9 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
     fn call(&mut self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
         let in_flight = InFlight::start(&self.activity, &self.limits, !http_body::Body::is_end_stream(req.body()));
         let (limits, activity) = (Arc::clone(&self.limits), Arc::clone(&self.activity));
-        let mut req = req.map(|body| Body::new(LimitedBody::new(body, limits, activity)));
+        // Reading such a body would ask the client for what the handler did not want (`100 Continue`).
+        let awaits_continue = req.headers().contains_key(header::EXPECT);
+        let mut req = req.map(|body| Body::new(LimitedBody::new(body, limits, activity, awaits_continue)));
         req.extensions_mut().insert(ConnectInfo(self.remote));
         if let Some((peer, principal)) = &self.peer {
             req.extensions_mut().insert(PeerContext {
@@ -59,10 +65,22 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
             });
         }
         let future = self.app.call(req);
+        let drain_wait = REFUSAL_LINGER.min(self.limits.body_timeout);
         Box::pin(async move {
-            let Ok(resp) = future.await;
-            // A handler that answered without reading its whole body has the request all the same.
-            body_read(&in_flight.activity);
+            let Ok(mut resp) = future.await;
+            if let Some(unread) = unread_body(&in_flight.activity) {
+                // Left unread, the body would be drained by hyper only as far as it had arrived, and the connection
+                // closed after the response without saying so: a client reusing it would lose its next request.
+                let drained = match unread {
+                    Unread::Dropped(rest) => drain(rest, drain_wait).await,
+                    Unread::Held => false,
+                };
+                if !drained {
+                    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                // A handler that answered without reading its whole body has the request all the same.
+                body_read(&in_flight.activity);
+            }
             // The request counts as in progress until its body (an SSE stream, say) has been sent.
             Ok(resp.map(|body| {
                 Body::new(body.map_frame(move |frame| {
@@ -72,6 +90,28 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
             }))
         })
     }
+}
+
+/// Reads the rest of a body its handler did not want and throws it away: whether it ended within `wait` and
+/// [`MAX_DRAINED_BODY`] bytes (the connection can then serve another request).
+async fn drain(mut rest: hyper::body::Incoming, wait: Duration) -> bool {
+    if http_body::Body::size_hint(&rest).lower() > MAX_DRAINED_BODY {
+        return false;
+    }
+    let read = async {
+        let mut seen = 0u64;
+        while let Some(frame) = rest.frame().await {
+            let Ok(frame) = frame else { return false };
+            if let Some(data) = frame.data_ref() {
+                seen = seen.saturating_add(data.len() as u64);
+                if seen > MAX_DRAINED_BODY {
+                    return false;
+                }
+            }
+        }
+        true
+    };
+    tokio::time::timeout(wait, read).await.unwrap_or(false)
 }
 
 /// Why a request body was cut off.
@@ -101,9 +141,15 @@ impl From<&BodyTooSlow> for HttpError {
 }
 
 /// A request body that fails with [`BodyTooSlow`] once its deadline passes or a rate window brings too little, and
-/// marks the connection as no longer closable once it has been read.
+/// marks the connection as no longer closable once it has been read. Dropped before its end, it leaves the rest
+/// to the connection's activity, for [`PerRequest`] to drain.
 pub(super) struct LimitedBody {
-    pub(super) inner: hyper::body::Incoming,
+    /// `None` only once dropped.
+    pub(super) inner: Option<hyper::body::Incoming>,
+    /// The body ended (or failed): nothing is left to drain.
+    pub(super) ended: bool,
+    /// The client waits for `100 Continue` before sending the body, which draining would ask for.
+    pub(super) awaits_continue: bool,
     pub(super) limits: Arc<ConnectionLimits>,
     pub(super) activity: Arc<Watched>,
     pub(super) deadline: Instant,
@@ -113,15 +159,23 @@ pub(super) struct LimitedBody {
 }
 
 impl LimitedBody {
-    pub(super) fn new(inner: hyper::body::Incoming, limits: Arc<ConnectionLimits>, activity: Arc<Watched>) -> Self {
+    pub(super) fn new(
+        inner: hyper::body::Incoming,
+        limits: Arc<ConnectionLimits>,
+        activity: Arc<Watched>,
+        awaits_continue: bool,
+    ) -> Self {
         let now = Instant::now();
         let deadline = now + limits.body_timeout;
         let window = (limits.min_body_rate > 0).then(|| RateWindow::new(now, limits.min_rate_window));
         let next = window.map_or(deadline, |w| w.ends.min(deadline));
-        Self { inner, limits, activity, deadline, window, timer: Box::pin(tokio::time::sleep_until(next)) }
+        let ended = http_body::Body::is_end_stream(&inner);
+        let timer = Box::pin(tokio::time::sleep_until(next));
+        Self { inner: Some(inner), ended, awaits_continue, limits, activity, deadline, window, timer }
     }
 
-    pub(super) fn fail(&self, slow: BodyTooSlow) -> Poll<Option<Result<Frame<axum::body::Bytes>, BoxError>>> {
+    pub(super) fn fail(&mut self, slow: BodyTooSlow) -> Poll<Option<Result<Frame<axum::body::Bytes>, BoxError>>> {
+        self.ended = true;
         body_read(&self.activity);
         Poll::Ready(Some(Err(Box::new(slow))))
     }
@@ -133,17 +187,22 @@ impl http_body::Body for LimitedBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
-        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+        let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
+        if let Poll::Ready(frame) = Pin::new(&mut *inner).poll_frame(cx) {
             match &frame {
                 Some(Ok(f)) => {
                     if let (Some(window), Some(data)) = (&mut this.window, f.data_ref()) {
                         window.bytes = window.bytes.saturating_add(data.len() as u64);
                     }
-                    if this.inner.is_end_stream() {
+                    if inner.is_end_stream() {
+                        this.ended = true;
                         body_read(&this.activity);
                     }
                 }
-                Some(Err(_)) | None => body_read(&this.activity),
+                Some(Err(_)) | None => {
+                    this.ended = true;
+                    body_read(&this.activity);
+                }
             }
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
@@ -167,11 +226,19 @@ impl http_body::Body for LimitedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(http_body::Body::is_end_stream)
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        self.inner.as_ref().map_or_else(|| http_body::SizeHint::with_exact(0), http_body::Body::size_hint)
+    }
+}
+
+impl Drop for LimitedBody {
+    fn drop(&mut self) {
+        if !self.ended && !self.awaits_continue {
+            lock(&self.activity).unread = self.inner.take();
+        }
     }
 }
 

@@ -9,7 +9,8 @@
 //! `mod.rs` holds the limits, the accept loop (`serve_connections`: the cap, eviction, refusals when full) and one
 //! connection's life (`Connection`); `activity.rs` what a connection's bytes show (`Activity`, the transfer-rate
 //! windows, the `Tracked` stream wrapper that answers a stalled head itself); `body.rs` the per-request service
-//! (`PerRequest`, the body deadline and rate in `LimitedBody`) and the refusals with `Retry-After`.
+//! (`PerRequest`, the body deadline and rate in `LimitedBody`, the rest of a body its handler did not read drained
+//! or the connection closed, saying so) and the refusals with `Retry-After`.
 
 use std::collections::HashMap;
 use std::future::Future;
