@@ -72,7 +72,8 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
                 // Left unread, the body would be drained by hyper only as far as it had arrived, and the connection
                 // closed after the response without saying so: a client reusing it would lose its next request.
                 let drained = match unread {
-                    Unread::Dropped(rest) => drain(rest, drain_wait).await,
+                    // Boxed: held inline, the rare drain would grow every request's future.
+                    Unread::Dropped(rest) => Box::pin(drain(rest, drain_wait)).await,
                     Unread::Held => false,
                 };
                 if !drained {
