@@ -177,15 +177,30 @@ impl Delegate for EchoDelegate {
 }
 
 /// The answer to one inbound message.
+///
+/// Both answers are boxed: a response passes by value through every layer of a transport (the handling future,
+/// its timeout, the handler), and an envelope inline made each of those moves 464 bytes.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::exhaustive_enums)] // Closed on purpose: a transport must answer every response, so a new one breaks its build.
 pub enum Response {
     /// Send this envelope.
-    Reply(Envelope),
+    Reply(Box<Envelope>),
     /// Accepted; nothing to send.
     Accepted,
     /// Refused; send the reply if any, else the error alone.
-    Refused(Refusal),
+    Refused(Box<Refusal>),
+}
+
+impl Response {
+    /// [`Response::Reply`] with `envelope`.
+    pub fn reply(envelope: Envelope) -> Self {
+        Self::Reply(Box::new(envelope))
+    }
+
+    /// [`Response::Refused`] with `refusal`.
+    pub fn refused(refusal: Refusal) -> Self {
+        Self::Refused(Box::new(refusal))
+    }
 }
 
 struct RuntimeInner {
@@ -500,7 +515,7 @@ impl DelegateRuntime {
         let (handling, span) = {
             let checked = match self.inner.check.check(bytes) {
                 Ok(checked) => checked,
-                Err(refusal) => return Response::Refused(refusal),
+                Err(refusal) => return Response::refused(refusal),
             };
             let span = crate::spans::handle_span(checked.envelope());
             (self.handle_checked(peer, checked, updates, in_place).instrument(span.clone()), span)
@@ -558,8 +573,8 @@ impl DelegateRuntime {
             (outcome, stop)
         });
         Decision::Answer(match outcome {
-            (Err(refusal), _) => Response::Refused(refusal),
-            (Ok(Outcome::Reply(env) | Outcome::Cancel { reply: env, .. }), _) => Response::Reply(env),
+            (Err(refusal), _) => Response::refused(refusal),
+            (Ok(Outcome::Reply(env) | Outcome::Cancel { reply: env, .. }), _) => Response::reply(env),
             (Ok(Outcome::Accepted), _) => Response::Accepted,
             (Ok(Outcome::Execute(task)), Some((stop, cancelled))) => {
                 return Decision::Execute { task, stop, cancelled };
@@ -688,7 +703,7 @@ impl DelegateRuntime {
             };
             let now = self.now();
             let delivery = match finished {
-                Finished::Aborted(reply) => return Response::Reply(reply),
+                Finished::Aborted(reply) => return Response::reply(reply),
                 Finished::Done(Ok(output)) => self.with_responder(|r| r.complete_task(now, &key, output)),
                 Finished::Done(Err(error)) => self.with_responder(|r| r.fail_task(now, &key, error)),
                 Finished::Panicked => {
@@ -708,14 +723,14 @@ impl DelegateRuntime {
             }
             // The machine ended the task while it ran (cancelled, its session closed or expired) and queued its
             // answer, which `with_responder` hands to `stop` (the registration is still there to receive it).
-            Err(_) => return stop.await.map_or(Response::Accepted, Response::Reply),
+            Err(_) => return stop.await.map_or(Response::Accepted, Response::reply),
         };
         // Committed before the answer goes out: an answered task is in the store for every replica's status
         // queries, and survives this process. Boxed for the reason `handle_checked` boxes the store's steps.
         if let Some(link) = self.inner.store.get() {
-            return Response::Reply(Box::pin(self.record_answer(link, &key, answer)).await);
+            return Response::reply(Box::pin(self.record_answer(link, &key, answer)).await);
         }
-        Response::Reply(answer)
+        Response::reply(answer)
     }
 }
 

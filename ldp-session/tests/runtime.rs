@@ -168,11 +168,12 @@ impl runtime::Transport for InPlaceTransport {
         let rt = self.runtime.clone();
         let job = tokio::spawn(async move { rt.handle_in_place(&PeerContext::default(), &bytes, updates).await });
         match job.await.unwrap() {
-            runtime::Response::Reply(env) | runtime::Response::Refused(Refusal { reply: Some(env), .. }) => {
-                Ok(Some(env.to_vec().unwrap()))
-            }
+            runtime::Response::Reply(env) => Ok(Some(env.to_vec().unwrap())),
             runtime::Response::Accepted => Ok(None),
-            runtime::Response::Refused(Refusal { error, reply: None }) => Err(error),
+            runtime::Response::Refused(refusal) => match *refusal {
+                Refusal { reply: Some(env), .. } => Ok(Some(env.to_vec().unwrap())),
+                Refusal { error, reply: None } => Err(error),
+            },
         }
     }
 }
@@ -288,7 +289,8 @@ async fn the_echo_delegate_never_panics_on_hostile_input() {
     for (n, (input, expect)) in cases.iter().enumerate() {
         let response = rt.handle(&PeerContext::default(), submit(n, input).as_bytes(), None).await;
         match (expect, response) {
-            (Expect::Refused, runtime::Response::Refused(Refusal { error, .. })) => {
+            (Expect::Refused, runtime::Response::Refused(refusal)) => {
+                let error = &refusal.error;
                 assert_eq!(error.code, codes::MALFORMED_MESSAGE, "{input}: {error}");
             }
             (Expect::Failed, runtime::Response::Reply(env)) => {

@@ -41,7 +41,7 @@ fn runtime(store: Option<Arc<dyn Store>>) -> DelegateRuntime {
 
 async fn exchange(rt: &DelegateRuntime, env: &ldp_types::Envelope) -> ldp_types::Envelope {
     match rt.handle(&PeerContext::default(), &env.to_vec().unwrap(), None).await {
-        Response::Reply(env) => env,
+        Response::Reply(env) => *env,
         other => panic!("{other:?}"),
     }
 }

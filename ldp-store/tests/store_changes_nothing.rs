@@ -90,7 +90,7 @@ fn runtime(store: Option<Arc<dyn Store>>, signed: bool, seed: u64) -> DelegateRu
 /// What a peer sees of an answer: its type and, for a failure, its code.
 fn view(response: Response) -> (String, Option<Vec<u8>>) {
     let env = match response {
-        Response::Reply(env) => env,
+        Response::Reply(env) => *env,
         Response::Refused(refusal) => match refusal.reply {
             Some(env) => env,
             None => return (format!("refused {}", refusal.error.code.as_str()), None),

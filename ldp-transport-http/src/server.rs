@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use futures::Stream;
 use ldp_session::runtime::{DelegateRuntime, Response as RuntimeResponse};
-use ldp_session::{AuthenticatedPeer, PeerContext, Refusal};
+use ldp_session::{AuthenticatedPeer, PeerContext};
 use ldp_types::{Envelope, IdentityCard};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -513,7 +513,7 @@ fn answer(resp: RuntimeResponse) -> Result<Response, HttpError> {
             Ok(json_response(StatusCode::OK, body))
         }
         RuntimeResponse::Accepted => Ok(StatusCode::ACCEPTED.into_response()),
-        RuntimeResponse::Refused(refusal) => Err(refusal.into()),
+        RuntimeResponse::Refused(refusal) => Err((*refusal).into()),
     }
 }
 
@@ -562,7 +562,7 @@ async fn messages(State(state): State<HttpState>, request: axum::extract::Reques
 /// The message type of the answer, as a metrics label.
 fn reply_type(resp: &RuntimeResponse) -> Option<&'static str> {
     let env = match resp {
-        RuntimeResponse::Reply(env) => Some(env),
+        RuntimeResponse::Reply(env) => Some(&**env),
         RuntimeResponse::Refused(refusal) => refusal.reply.as_ref(),
         _ => None,
     };
@@ -660,10 +660,10 @@ async fn start_stream(
             match done? {
                 RuntimeResponse::Reply(env) => events.push(envelope_event(&env)),
                 RuntimeResponse::Accepted => {}
-                RuntimeResponse::Refused(refusal) if events.is_empty() => return Err(refusal.into()),
-                RuntimeResponse::Refused(Refusal { error, reply }) => match reply {
+                RuntimeResponse::Refused(refusal) if events.is_empty() => return Err((*refusal).into()),
+                RuntimeResponse::Refused(refusal) => match refusal.reply {
                     Some(env) => events.push(envelope_event(&env)),
-                    None => events.push(error_event(&Refusal { error, reply: None }.into())),
+                    None => events.push(error_event(&(*refusal).into())),
                 },
             }
             let events = futures::stream::iter(events.into_iter().map(Ok));
@@ -687,8 +687,10 @@ async fn start_stream(
         let last = match tokio::time::timeout_at(deadline, job).await {
             Ok(Ok(RuntimeResponse::Reply(env))) => envelope_event(&env),
             Ok(Ok(RuntimeResponse::Accepted)) => return,
-            Ok(Ok(RuntimeResponse::Refused(Refusal { reply: Some(env), .. }))) => envelope_event(&env),
-            Ok(Ok(RuntimeResponse::Refused(refusal))) => error_event(&refusal.into()),
+            Ok(Ok(RuntimeResponse::Refused(refusal))) => match refusal.reply {
+                Some(env) => envelope_event(&env),
+                None => error_event(&(*refusal).into()),
+            },
             Ok(Err(e)) => error_event(&e),
             Err(_) => error_event(&HttpError::Timeout(timeout)),
         };

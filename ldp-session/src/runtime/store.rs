@@ -190,7 +190,7 @@ impl DelegateRuntime {
                 Some(TaskAnswer::Read(task) | TaskAnswer::Cancel(task)) => (task, None, None),
                 _ => (None, None, None),
             },
-            Err(refusal) => return Response::Refused(refusal),
+            Err(refusal) => return Response::refused(refusal),
         };
         // The request itself, for answering a commit that fails after the machine accepted (rare messages only).
         let request =
@@ -360,7 +360,7 @@ impl DelegateRuntime {
                 };
                 self.with_responder(|r| r.end_shared_session(&id, crate::SharedEnd::Discarded));
                 if let Some(request) = request {
-                    *response = Response::Refused(self.with_responder(|r| r.refusal(request, error.to_ldp())));
+                    *response = Response::refused(self.with_responder(|r| r.refusal(request, error.to_ldp())));
                 }
             }
             ldp_types::Body::SessionClose(_) => {
@@ -369,7 +369,7 @@ impl DelegateRuntime {
                     // The session is closed here; the store (the authority) still has it live, so a retried close
                     // is adopted again and closed then.
                     if let Some(request) = request {
-                        *response = Response::Refused(self.with_responder(|r| r.refusal(request, e.to_ldp())));
+                        *response = Response::refused(self.with_responder(|r| r.refusal(request, e.to_ldp())));
                     }
                 }
             }
@@ -406,9 +406,9 @@ impl DelegateRuntime {
         };
         lock(&self.inner.running).remove(&task.key);
         match refusal {
-            Some(refusal) => Err(Response::Refused(refusal)),
+            Some(refusal) => Err(Response::refused(refusal)),
             // The machine ended the task meanwhile (its session closed) and sent its answer to `stop`.
-            None => Err(stop.await.map_or(Response::Accepted, Response::Reply)),
+            None => Err(stop.await.map_or(Response::Accepted, Response::reply)),
         }
     }
 }

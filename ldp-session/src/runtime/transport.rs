@@ -116,10 +116,12 @@ impl Transport for MemoryTransport {
         let bytes = envelope.to_vec().map_err(|e| LdpError::from(&e))?;
         let encode = |env: Envelope| env.to_vec().map(Some).map_err(|e| LdpError::from(&e));
         match self.runtime.handle(&self.peer, &bytes, updates).await {
-            Response::Reply(env) => encode(env),
+            Response::Reply(env) => encode(*env),
             Response::Accepted => Ok(None),
-            Response::Refused(Refusal { reply: Some(env), .. }) => encode(env),
-            Response::Refused(Refusal { error, reply: None }) => Err(error),
+            Response::Refused(refusal) => match *refusal {
+                Refusal { reply: Some(env), .. } => encode(env),
+                Refusal { error, reply: None } => Err(error),
+            },
         }
     }
 }

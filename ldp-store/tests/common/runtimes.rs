@@ -13,7 +13,7 @@ pub async fn send(rt: &DelegateRuntime, env: &Envelope) -> Envelope {
 /// `bytes` handled by `rt` as they are; the answer.
 pub async fn send_bytes(rt: &DelegateRuntime, bytes: &[u8]) -> Envelope {
     match rt.handle(&PeerContext::default(), bytes, None).await {
-        Response::Reply(env) => env,
+        Response::Reply(env) => *env,
         Response::Refused(r) => r.reply.unwrap_or_else(|| panic!("refused without a reply: {:?}", r.error)),
         Response::Accepted => panic!("no answer"),
     }

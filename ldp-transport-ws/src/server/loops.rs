@@ -278,12 +278,14 @@ pub(super) async fn handle_head(
         hub.runtime.connection_closed(conn);
     }
     let reply = match response {
-        RuntimeResponse::Reply(env) => Some(Ok(env)),
+        RuntimeResponse::Reply(env) => Some(Ok(*env)),
         // A TASK_SUBMIT whose result the machine holds: its session was suspended meanwhile; resume delivers it.
         RuntimeResponse::Accepted if is_submit => None,
         RuntimeResponse::Accepted => Some(Err(accepted_frame(id))),
-        RuntimeResponse::Refused(Refusal { reply: Some(env), .. }) => Some(Ok(env)),
-        RuntimeResponse::Refused(Refusal { error, reply: None }) => Some(Err(error_frame(&error, Some(id)))),
+        RuntimeResponse::Refused(refusal) => match *refusal {
+            Refusal { reply: Some(env), .. } => Some(Ok(env)),
+            Refusal { error, reply: None } => Some(Err(error_frame(&error, Some(id)))),
+        },
     };
     let session = match &reply {
         Some(Ok(env)) if !env.session_id.is_empty() => env.session_id.clone(),
