@@ -43,6 +43,11 @@ pub use body::{BodyTooSlow, body_too_slow, refusal_with_retry, retry_after};
 ///
 /// Every wait a peer controls has a bound here; together with [`max_connections`](Self::max_connections) they keep
 /// half-open or trickling sockets from locking legitimate clients out.
+///
+/// A request answered without its whole body being read (refused by an authentication check or a rate limit, say)
+/// waits for the rest of the body, at most 64 KiB within a second (or the body timeout, if shorter), and throws it
+/// away, so that the connection can serve the next request; a larger or slower rest, or a body the client holds
+/// back for `100 Continue`, is not read and the answer says `Connection: close`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimits {
     /// Connections open at the same time, TLS handshakes and upgraded WebSockets included (default 512, half the
