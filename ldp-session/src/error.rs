@@ -15,6 +15,16 @@ pub struct Refusal {
     pub reply: Option<Envelope>,
 }
 
+impl Refusal {
+    /// What the peer is sent: the protocol reply when there is one, else the error alone.
+    pub fn into_reply(self) -> Result<Envelope, LdpError> {
+        match self {
+            Self { reply: Some(env), .. } => Ok(env),
+            Self { error, reply: None } => Err(error),
+        }
+    }
+}
+
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "refused: {}", self.error)

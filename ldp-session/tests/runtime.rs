@@ -170,10 +170,7 @@ impl runtime::Transport for InPlaceTransport {
         match job.await.unwrap() {
             runtime::Response::Reply(env) => Ok(Some(env.to_vec().unwrap())),
             runtime::Response::Accepted => Ok(None),
-            runtime::Response::Refused(refusal) => match *refusal {
-                Refusal { reply: Some(env), .. } => Ok(Some(env.to_vec().unwrap())),
-                Refusal { error, reply: None } => Err(error),
-            },
+            runtime::Response::Refused(refusal) => refusal.into_reply().map(|env| Some(env.to_vec().unwrap())),
         }
     }
 }

@@ -8,7 +8,6 @@ use ldp_types::{Envelope, IdentityCard, LdpError};
 use tokio::sync::mpsc;
 
 use super::{DelegateRuntime, InitiatorDriver, Response};
-use crate::error::Refusal;
 use crate::responder::PeerContext;
 
 /// How one exchange ended ([`Transport::exchange_outcome`]): what the initiator's driver needs to know to resume.
@@ -118,10 +117,7 @@ impl Transport for MemoryTransport {
         match self.runtime.handle(&self.peer, &bytes, updates).await {
             Response::Reply(env) => encode(*env),
             Response::Accepted => Ok(None),
-            Response::Refused(refusal) => match *refusal {
-                Refusal { reply: Some(env), .. } => encode(env),
-                Refusal { error, reply: None } => Err(error),
-            },
+            Response::Refused(refusal) => refusal.into_reply().and_then(encode),
         }
     }
 }

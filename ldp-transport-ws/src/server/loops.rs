@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::{Sink, SinkExt, Stream, StreamExt};
+use ldp_session::PeerContext;
 use ldp_session::runtime::Response as RuntimeResponse;
-use ldp_session::{PeerContext, Refusal};
 use ldp_types::{Envelope, LdpError, MessageType, codes};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tracing::Instrument;
@@ -282,10 +282,7 @@ pub(super) async fn handle_head(
         // A TASK_SUBMIT whose result the machine holds: its session was suspended meanwhile; resume delivers it.
         RuntimeResponse::Accepted if is_submit => None,
         RuntimeResponse::Accepted => Some(Err(accepted_frame(id))),
-        RuntimeResponse::Refused(refusal) => match *refusal {
-            Refusal { reply: Some(env), .. } => Some(Ok(env)),
-            Refusal { error, reply: None } => Some(Err(error_frame(&error, Some(id)))),
-        },
+        RuntimeResponse::Refused(refusal) => Some(refusal.into_reply().map_err(|error| error_frame(&error, Some(id)))),
     };
     let session = match &reply {
         Some(Ok(env)) if !env.session_id.is_empty() => env.session_id.clone(),
