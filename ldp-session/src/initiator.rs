@@ -426,14 +426,22 @@ impl Initiator {
         };
         let event = match pending.contract {
             Some((contract, limits)) => {
-                match apply_contract(&contract, &limits, &r.output, *r.provenance, self.wall.now_utc()) {
+                match apply_contract(
+                    &contract,
+                    &limits,
+                    &r.output,
+                    Arc::unwrap_or_clone(r.provenance),
+                    self.wall.now_utc(),
+                ) {
                     ContractOutcome::Accepted(provenance) => {
                         InitiatorEvent::TaskCompleted { key, output: r.output, provenance }
                     }
                     ContractOutcome::Rejected(error) => InitiatorEvent::TaskFailed { key, error },
                 }
             }
-            None => InitiatorEvent::TaskCompleted { key, output: r.output, provenance: *r.provenance },
+            None => {
+                InitiatorEvent::TaskCompleted { key, output: r.output, provenance: Arc::unwrap_or_clone(r.provenance) }
+            }
         };
         self.events.push_back(event);
         Ok(())

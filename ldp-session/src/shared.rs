@@ -15,6 +15,8 @@
 //!
 //! Backends live above this crate (`ldp-store`); the records serialize with serde so that any of them can keep them.
 
+use std::sync::Arc;
+
 use ldp_types::{LdpError, PayloadMode, Provenance, codes};
 use serde::{Deserialize, Serialize};
 
@@ -91,7 +93,7 @@ pub struct SharedTask {
     pub output: Option<String>,
     /// The provenance of a completed task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provenance: Option<Box<Provenance>>,
+    pub provenance: Option<Arc<Provenance>>,
     /// The error of a failed task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Box<LdpError>>,

@@ -10,6 +10,8 @@
 //! decoder; `decode` the envelope's serde decoder (the reference the scanner is checked against); `write` the direct
 //! encoder and its output-size estimate; `scan` the fast-path decoder.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde::de;
 use serde::ser::{SerializeMap, Serializer};
@@ -47,8 +49,9 @@ pub struct Envelope {
     pub payload_mode: PayloadMode,
     /// ISO 8601 timestamp, kept exactly as sent because signatures cover it.
     pub timestamp: String,
-    /// Envelope-level provenance (RFC 3.1; usually `null`, so boxed: every move of an envelope would copy it).
-    pub provenance: Option<Box<Provenance>>,
+    /// Envelope-level provenance (RFC 3.1; usually `null`, and on a TASK_RESULT the body's record, so shared rather
+    /// than held inline: every move of an envelope would copy it).
+    pub provenance: Option<Arc<Provenance>>,
     /// Hex signature.
     pub signature: Option<String>,
     /// Signature algorithm name, e.g. `hmac-sha256-jcs`.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -305,8 +306,9 @@ pub struct TaskResult {
     /// The output, kept as produced ([`RawJson::parse`] reads it).
     #[serde(default)]
     pub output: RawJson,
-    /// Who produced it and how (RFC 6.1: required). Boxed to keep every message small to move.
-    pub provenance: Box<Provenance>,
+    /// Who produced it and how (RFC 6.1: required). Shared: a responder's result carries the same record in its
+    /// body, its envelope and its session's context, and every move of a message stays small.
+    pub provenance: Arc<Provenance>,
     /// Fields this implementation does not define, kept as received.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -421,8 +423,9 @@ impl TaskUpdate {
 }
 
 impl TaskResult {
-    /// Builds the body with no extra fields; `output` may be a `serde_json::Value`, a [`RawJson`] or a `&str`.
-    pub fn new(task_id: String, output: impl Into<RawJson>, provenance: Provenance) -> Self {
-        Self { task_id, output: output.into(), provenance: Box::new(provenance), extra: Map::new() }
+    /// Builds the body with no extra fields; `output` may be a `serde_json::Value`, a [`RawJson`] or a `&str`, and
+    /// `provenance` a [`Provenance`] or one already shared (`Arc<Provenance>`).
+    pub fn new(task_id: String, output: impl Into<RawJson>, provenance: impl Into<Arc<Provenance>>) -> Self {
+        Self { task_id, output: output.into(), provenance: provenance.into(), extra: Map::new() }
     }
 }

@@ -509,7 +509,7 @@ mod tests {
     #[test]
     fn sorted_signing_view_is_the_canonical_form() {
         let mut env = submit();
-        env.provenance = Some(Box::new(crate::Provenance::new("a", "m", crate::PayloadMode::Text)));
+        env.provenance = Some(std::sync::Arc::new(crate::Provenance::new("a", "m", crate::PayloadMode::Text)));
         let ours = canonical_signing_input(&env).unwrap();
         let mut value = env.to_value().unwrap();
         value.as_object_mut().unwrap().remove("signature");

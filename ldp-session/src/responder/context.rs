@@ -143,7 +143,7 @@ impl ExactSizeIterator for Turns<'_> {}
 #[derive(Debug)]
 pub(super) struct Kept {
     pub(super) turn: Arc<Turn>,
-    pub(super) provenance: Option<Box<Provenance>>,
+    pub(super) provenance: Option<Arc<Provenance>>,
     pub(super) bytes: usize,
 }
 
@@ -168,7 +168,7 @@ pub(super) struct Context {
 const MIN_LOG: usize = 4;
 
 impl Context {
-    pub(super) fn push(&mut self, turn: Turn, provenance: Option<Box<Provenance>>, max_turns: usize, max_bytes: usize) {
+    pub(super) fn push(&mut self, turn: Turn, provenance: Option<Arc<Provenance>>, max_turns: usize, max_bytes: usize) {
         if max_turns == 0 {
             return;
         }

@@ -453,7 +453,7 @@ impl Responder {
         // fills it on TASK_RESULT with the body's record, and so does this responder (before signing, so the
         // algorithms that cover the envelope's provenance cover it; reference `hmac-sha256` covers neither copy).
         if let Body::TaskResult(r) = &env.body {
-            env.provenance = Some(r.provenance.clone());
+            env.provenance = Some(Arc::clone(&r.provenance));
         }
         sign_outbound(&self.cfg.security, self.cfg.hmac_sha256_nonce, self.ids.as_mut(), &mut env);
         env

@@ -3,6 +3,7 @@
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use ldp_types::{
@@ -424,12 +425,13 @@ impl Responder {
             provenance.lineage.push(hop.entry);
             provenance.lineage.extend(hop.provenance.lineage);
         }
+        let provenance = Arc::new(provenance);
         if let (Some(input), Some(skill)) = (task.input, skill)
             && let Some(s) = self.sessions.get_mut(key.session_id.as_str())
         {
             let turn = Turn { task_id: key.task_id.clone(), skill, input, output: Some(out.output.clone()) };
             let limits = &self.cfg.limits;
-            s.context.push(turn, Some(Box::new(provenance.clone())), limits.context_turns, limits.context_bytes);
+            s.context.push(turn, Some(Arc::clone(&provenance)), limits.context_turns, limits.context_bytes);
         }
         let result = TaskResult::new(key.task_id.clone(), out.output, provenance);
         let env = self.envelope_at(timestamp, &key.session_id, &peer, result, mode);

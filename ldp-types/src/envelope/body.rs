@@ -2,6 +2,7 @@
 //! fields, the variant assembled once `type` is known, wherever it appears.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
@@ -257,7 +258,7 @@ pub(super) struct BodySlots {
     pub(super) message: Option<String>,
     pub(super) partial_output: Option<RawJson>,
     pub(super) output: Option<RawJson>,
-    pub(super) provenance: Option<Box<Provenance>>,
+    pub(super) provenance: Option<Arc<Provenance>>,
     pub(super) claim: Option<Value>,
     pub(super) evidence: Option<Value>,
     pub(super) extra: Map<String, Value>,

@@ -2,6 +2,7 @@
 //! `Deserialize` runs.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
@@ -107,7 +108,7 @@ pub(super) fn envelope_members<'de, A: MapAccess<'de>>(
     let mut body: Option<Body> = None;
     let mut payload_mode: Option<PayloadMode> = None;
     let mut timestamp: Option<String> = None;
-    let mut provenance: Option<Box<Provenance>> = None;
+    let mut provenance: Option<Arc<Provenance>> = None;
     let mut signature: Option<String> = None;
     let mut signature_algorithm: Option<String> = None;
     let mut nonce: Option<String> = None;

@@ -455,7 +455,7 @@ impl<'a> Scan<'a> {
 
     /// `null` or a provenance record (RFC 6.1 plus the paper's 3.4), decoded as its `Deserialize` would: the
     /// members of `ProvenanceWire`, unknown members ignored, a duplicate one left to serde (which refuses it).
-    fn opt_provenance(&mut self) -> Option<Option<Box<Provenance>>> {
+    fn opt_provenance(&mut self) -> Option<Option<std::sync::Arc<Provenance>>> {
         match self.peek()? {
             b'n' => return self.null().map(|()| None),
             b'{' => {}
@@ -550,7 +550,7 @@ impl<'a> Scan<'a> {
         if let Some(status) = p.verification_status {
             p.verified = status != VerificationStatus::Unverified;
         }
-        Some(Some(Box::new(p)))
+        Some(Some(std::sync::Arc::new(p)))
     }
 
     /// A contract's `budget`: `null`, or an object read as its derived `Deserialize` would.

@@ -219,7 +219,7 @@ pub fn body() -> impl Strategy<Value = Body> {
         (text(), raw_json(), provenance(), extra()).prop_map(|(t, o, p, x)| Body::TaskResult(TaskResult {
             task_id: t,
             output: o,
-            provenance: Box::new(p),
+            provenance: std::sync::Arc::new(p),
             extra: x
         })),
         (text(), ldp_error(), extra()).prop_map(|(t, e, x)| Body::TaskFailed(TaskFailed {
@@ -246,7 +246,7 @@ pub fn envelope() -> impl Strategy<Value = Envelope> {
     )
         .prop_map(|(a, b)| {
             let mut e = Envelope::new(a.0, a.6, a.1, a.2, a.3, a.4).with_payload_mode(a.5);
-            e.provenance = b.0.map(Box::new);
+            e.provenance = b.0.map(std::sync::Arc::new);
             e.signature = b.1;
             e.signature_algorithm = b.2;
             e.nonce = b.3;

@@ -74,7 +74,7 @@ proptest! {
                     let output = output.then(|| RawJson::from(format!("{n}")));
                     let turn = Turn::new(format!("t{n}"), "echo", "x".repeat(input), output);
                     let provenance =
-                        provenance.then(|| Box::new(Provenance::new("ldp:delegate:d", "m", PayloadMode::Text)));
+                        provenance.then(|| std::sync::Arc::new(Provenance::new("ldp:delegate:d", "m", PayloadMode::Text)));
                     let bytes = turn.size() + if provenance.is_some() { 256 } else { 0 };
                     model.push(turn.clone(), bytes, max_turns, max_bytes);
                     context.push(turn, provenance, max_turns, max_bytes);
