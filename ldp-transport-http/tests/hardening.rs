@@ -640,10 +640,30 @@ async fn a_refused_request_whose_body_stalls_is_answered_and_told_the_connection
 }
 
 #[tokio::test]
+async fn a_refused_request_with_another_expectation_is_drained_and_the_connection_kept() {
+    // Only `100-continue` holds a body back (hyper ignores other expectations); such a body arrives and is drained.
+    let server = server_with_tokens().await;
+    let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+    let body = padded_hello(0);
+    let head = post_head(body.len()).replace("\r\n\r\n", "\r\nexpect: x-something-else\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stream.write_all(&body).await.unwrap();
+    let (head, _) = read_response(&mut stream).await;
+    assert_eq!(status_of(&head), 401, "{head}");
+    assert!(!says_close(&head), "the body came and was drained: {head}");
+    stream.write_all(b"GET /ldp/identity HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+    let (head, _) = read_response(&mut stream).await;
+    assert_eq!(status_of(&head), 200, "{head}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_refused_request_that_awaits_100_continue_is_not_asked_for_its_body() {
     let server = server_with_tokens().await;
     let mut stream = TcpStream::connect(server.addr()).await.unwrap();
-    let head = post_head(100).replace("\r\n\r\n", "\r\nexpect: 100-continue\r\n\r\n");
+    // Compared as hyper compares it: case-insensitively.
+    let head = post_head(100).replace("\r\n\r\n", "\r\nexpect: 100-Continue\r\n\r\n");
     stream.write_all(head.as_bytes()).await.unwrap();
     let (got, closed) = read_until_closed(&mut stream, Duration::from_secs(3)).await;
     assert!(closed, "the body was never sent: the connection cannot be reused and is closed: {got}");

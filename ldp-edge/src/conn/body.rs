@@ -53,8 +53,10 @@ impl Service<hyper::Request<hyper::body::Incoming>> for PerRequest {
     fn call(&mut self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
         let in_flight = InFlight::start(&self.activity, &self.limits, !http_body::Body::is_end_stream(req.body()));
         let (limits, activity) = (Arc::clone(&self.limits), Arc::clone(&self.activity));
-        // Reading such a body would ask the client for what the handler did not want (`100 Continue`).
-        let awaits_continue = req.headers().contains_key(header::EXPECT);
+        // Reading such a body would ask the client for what the handler did not want (`100 Continue`). hyper
+        // compares the value as this does (and keeps the last of several); any of them counts here, to be safe.
+        let awaits_continue =
+            req.headers().get_all(header::EXPECT).iter().any(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         let mut req = req.map(|body| Body::new(LimitedBody::new(body, limits, activity, awaits_continue)));
         req.extensions_mut().insert(ConnectInfo(self.remote));
         if let Some((peer, principal)) = &self.peer {
