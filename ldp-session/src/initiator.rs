@@ -424,24 +424,18 @@ impl Initiator {
         let Some(pending) = self.tasks.remove(&key) else {
             return Err(PeerMisbehaved::UnknownTaskResult { task_id: key.task_id }.into());
         };
+        // A record just decoded is held once: unwrapped without a copy.
+        let provenance = Arc::unwrap_or_clone(r.provenance);
         let event = match pending.contract {
             Some((contract, limits)) => {
-                match apply_contract(
-                    &contract,
-                    &limits,
-                    &r.output,
-                    Arc::unwrap_or_clone(r.provenance),
-                    self.wall.now_utc(),
-                ) {
+                match apply_contract(&contract, &limits, &r.output, provenance, self.wall.now_utc()) {
                     ContractOutcome::Accepted(provenance) => {
                         InitiatorEvent::TaskCompleted { key, output: r.output, provenance }
                     }
                     ContractOutcome::Rejected(error) => InitiatorEvent::TaskFailed { key, error },
                 }
             }
-            None => {
-                InitiatorEvent::TaskCompleted { key, output: r.output, provenance: Arc::unwrap_or_clone(r.provenance) }
-            }
+            None => InitiatorEvent::TaskCompleted { key, output: r.output, provenance },
         };
         self.events.push_back(event);
         Ok(())

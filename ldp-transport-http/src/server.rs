@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use futures::Stream;
 use ldp_session::runtime::{DelegateRuntime, Response as RuntimeResponse};
-use ldp_session::{AuthenticatedPeer, PeerContext};
+use ldp_session::{AuthenticatedPeer, PeerContext, Refusal};
 use ldp_types::{Envelope, IdentityCard};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -608,6 +608,14 @@ fn envelope_event(env: &Envelope) -> Event {
     }
 }
 
+/// A refusal once streaming: its reply envelope when the machine made one, else its error.
+fn refusal_event(refusal: Refusal) -> Event {
+    match &refusal.reply {
+        Some(env) => envelope_event(env),
+        None => error_event(&refusal.into()),
+    }
+}
+
 fn error_event(error: &HttpError) -> Event {
     let body = String::from_utf8(error_body(&error.to_ldp_error())).unwrap_or_default();
     Event::default().event("error").data(body)
@@ -661,10 +669,7 @@ async fn start_stream(
                 RuntimeResponse::Reply(env) => events.push(envelope_event(&env)),
                 RuntimeResponse::Accepted => {}
                 RuntimeResponse::Refused(refusal) if events.is_empty() => return Err((*refusal).into()),
-                RuntimeResponse::Refused(refusal) => match refusal.reply {
-                    Some(env) => events.push(envelope_event(&env)),
-                    None => events.push(error_event(&(*refusal).into())),
-                },
+                RuntimeResponse::Refused(refusal) => events.push(refusal_event(*refusal)),
             }
             let events = futures::stream::iter(events.into_iter().map(Ok));
             return Ok(Box::pin(events));
@@ -687,10 +692,7 @@ async fn start_stream(
         let last = match tokio::time::timeout_at(deadline, job).await {
             Ok(Ok(RuntimeResponse::Reply(env))) => envelope_event(&env),
             Ok(Ok(RuntimeResponse::Accepted)) => return,
-            Ok(Ok(RuntimeResponse::Refused(refusal))) => match refusal.reply {
-                Some(env) => envelope_event(&env),
-                None => error_event(&(*refusal).into()),
-            },
+            Ok(Ok(RuntimeResponse::Refused(refusal))) => refusal_event(*refusal),
             Ok(Err(e)) => error_event(&e),
             Err(_) => error_event(&HttpError::Timeout(timeout)),
         };

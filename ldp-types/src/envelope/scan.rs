@@ -15,6 +15,8 @@
 //! records, the map of kept members for unknown ones (or a short list, for records that drop them), and the check
 //! of `crate::check` for every value handed to serde that can hold an object, payloads included.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 
 use super::{Body, BodyKey, BodySlots, Envelope, EnvelopeKey, TypeTag, insert_new};
@@ -455,7 +457,7 @@ impl<'a> Scan<'a> {
 
     /// `null` or a provenance record (RFC 6.1 plus the paper's 3.4), decoded as its `Deserialize` would: the
     /// members of `ProvenanceWire`, unknown members ignored, a duplicate one left to serde (which refuses it).
-    fn opt_provenance(&mut self) -> Option<Option<std::sync::Arc<Provenance>>> {
+    fn opt_provenance(&mut self) -> Option<Option<Arc<Provenance>>> {
         match self.peek()? {
             b'n' => return self.null().map(|()| None),
             b'{' => {}
@@ -550,7 +552,7 @@ impl<'a> Scan<'a> {
         if let Some(status) = p.verification_status {
             p.verified = status != VerificationStatus::Unverified;
         }
-        Some(Some(std::sync::Arc::new(p)))
+        Some(Some(Arc::new(p)))
     }
 
     /// A contract's `budget`: `null`, or an object read as its derived `Deserialize` would.
