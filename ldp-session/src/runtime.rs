@@ -214,14 +214,22 @@ struct RuntimeInner {
     events: broadcast::Sender<ResponderEvent>,
     /// The one source of monotonic time for the machine ([`DelegateRuntime::with_time`]).
     now: TimeSource,
-    /// Wakes the reaper when an admitted task may have brought the machine's next timeout forward (a contract
-    /// deadline sooner than any session's expiry).
+    /// Wakes the reaper when a message brought the machine's next timeout forward (a contract deadline, a session
+    /// with a shorter TTL, the end of a run of refusals), so that it sleeps no longer than the machine asks.
     timers: tokio::sync::Notify,
+    /// The timeout the reaper sleeps until, as nanoseconds after `epoch` ([`NOT_ARMED`]: none); written and
+    /// compared under the responder's lock.
+    armed: AtomicU64,
+    /// The instant `armed` counts from: when the runtime was built.
+    epoch: Instant,
     /// How long a cancelled delegate may run on after its cancellation signal, in milliseconds.
     cancel_grace_ms: AtomicU64,
     /// The store shared with other replicas, once attached ([`DelegateRuntime::attach_store`]).
     store: std::sync::OnceLock<store::StoreLink>,
 }
+
+/// [`RuntimeInner::armed`] when the reaper waits for no timeout (it looks again within a second).
+const NOT_ARMED: u64 = u64::MAX;
 
 /// The default of [`DelegateRuntime::set_cancel_grace`].
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(1);
@@ -317,6 +325,7 @@ impl DelegateRuntime {
     /// and the reaper's deadlines).
     pub fn with_time(responder: Responder, delegate: Arc<dyn Delegate>, now: TimeSource) -> Self {
         let (events, _) = broadcast::channel(1024);
+        let epoch = now();
         Self {
             inner: Arc::new(RuntimeInner {
                 check: responder.inbound_check(),
@@ -326,6 +335,8 @@ impl DelegateRuntime {
                 events,
                 now,
                 timers: tokio::sync::Notify::new(),
+                armed: AtomicU64::new(NOT_ARMED),
+                epoch,
                 cancel_grace_ms: AtomicU64::new(DEFAULT_CANCEL_GRACE.as_millis() as u64),
                 store: std::sync::OnceLock::new(),
             }),
@@ -411,6 +422,7 @@ impl DelegateRuntime {
         let (out, aborted, ended) = {
             let mut r = lock(&self.inner.responder);
             let out = f(&mut r);
+            self.wake_reaper_if_sooner(&r);
             while let Some(e) = r.poll_event() {
                 // No subscribers is fine: events are for observers.
                 let _ = self.inner.events.send(e);
@@ -458,13 +470,34 @@ impl DelegateRuntime {
         out
     }
 
+    /// Wakes the reaper when the machine's next timeout is now sooner than the one it sleeps until. Called with the
+    /// responder's lock held, after every call into the machine: a notification is kept until the reaper next
+    /// waits, so none is lost between its reading the timeout and its sleep.
+    fn wake_reaper_if_sooner(&self, r: &Responder) {
+        let Some(next) = r.poll_timeout() else { return };
+        let next = self.since_epoch(next);
+        if next < self.inner.armed.load(Ordering::Relaxed) {
+            self.inner.armed.store(next, Ordering::Relaxed);
+            self.inner.timers.notify_one();
+        }
+    }
+
+    /// `at` as nanoseconds after the runtime's epoch (0 before it), the form [`RuntimeInner::armed`] holds.
+    fn since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.inner.epoch).as_nanos()).unwrap_or(NOT_ARMED - 1)
+    }
+
     /// Reaps expired sessions (aborting their tasks' work) until the returned task is aborted. Servers spawn it
     /// once.
     pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
         let rt = self.clone();
         tokio::spawn(async move {
             loop {
-                let next = rt.with_responder(|r| r.poll_timeout());
+                let next = rt.with_responder(|r| {
+                    let next = r.poll_timeout();
+                    rt.inner.armed.store(next.map_or(NOT_ARMED, |t| rt.since_epoch(t)), Ordering::Relaxed);
+                    next
+                });
                 let now = rt.now();
                 let wait = next.map_or(std::time::Duration::from_secs(1), |t| t.saturating_duration_since(now));
                 // A relative sleep: the time source need not be tokio's.
@@ -562,10 +595,6 @@ impl DelegateRuntime {
                     let cancelled = Arc::new(CancelSignal::default());
                     let cancel = Arc::clone(&cancelled);
                     lock(&self.inner.running).insert(task.key.clone(), Running { stop: tx, spawned: None, cancel });
-                    if task.contract.as_ref().is_some_and(|c| c.deadline.is_some()) {
-                        // The machine may now time out sooner than the reaper is sleeping for.
-                        self.inner.timers.notify_one();
-                    }
                     Some((rx, cancelled))
                 }
                 _ => None,

@@ -473,6 +473,73 @@ async fn the_reaper_expires_sessions_on_simulated_time() {
     reaper.abort();
 }
 
+/// The reaper sleeps until the machine's next timeout; a message that brings that timeout forward wakes it. Here a
+/// session with a one-minute TTL, proposed while the reaper sleeps until an hour-long session's expiry, is reaped
+/// when its minute is up, not an hour later.
+#[tokio::test(start_paused = true)]
+async fn a_shorter_ttl_proposed_while_the_reaper_sleeps_is_reaped_on_time() {
+    let rt = runtime(Arc::new(EchoDelegate));
+    let reaper = rt.spawn_reaper();
+    let c = client(&rt).await;
+    c.propose(SessionConfig { ttl_secs: Some(3600), ..Default::default() }).await.unwrap();
+    // Past the reaper's one-second look when it had nothing to wait for: it now sleeps until the hour is up.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.propose(SessionConfig { ttl_secs: Some(60), ..Default::default() }).await.unwrap();
+    assert_eq!(rt.gauges().sessions, 2);
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert_eq!(rt.gauges().sessions, 2, "reaped before its TTL");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rt.gauges().sessions, 1, "the one-minute session outlived its TTL");
+    reaper.abort();
+}
+
+/// A writer into a shared buffer, for reading what the runtime logged.
+#[derive(Clone, Default)]
+struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogSink {
+    fn count(&self, needle: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).matches(needle).count()
+    }
+}
+
+/// The end of a run of refusals is logged when the machine's quiet period is up, also when the run started while
+/// the reaper slept until a far later timeout (it had slept until the hour-long session's expiry, so the line came an
+/// hour late, or never).
+#[tokio::test(start_paused = true)]
+async fn the_end_of_a_run_of_refusals_is_logged_when_its_quiet_period_is_up() {
+    let sink = LogSink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut cfg = ResponderConfig::new(card());
+    cfg.limits.max_sessions = 1;
+    let responder = Responder::new(cfg, Arc::new(SystemClock), Box::new(SeededIds::new(7)));
+    let rt = DelegateRuntime::new(responder, Arc::new(EchoDelegate));
+    let reaper = rt.spawn_reaper();
+    let c = client(&rt).await;
+    c.propose(SessionConfig { ttl_secs: Some(3600), ..Default::default() }).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let SessionError::Peer(e) = c.propose(SessionConfig::default()).await.unwrap_err() else { panic!() };
+    assert_eq!(e.code, codes::CAPACITY_EXCEEDED);
+    assert_eq!(sink.count("the session table (max_sessions) started refusing"), 1);
+    tokio::time::sleep(REFUSAL_QUIET_AFTER - Duration::from_secs(1)).await;
+    assert_eq!(sink.count("stopped refusing"), 0, "ended before its quiet period was up");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sink.count("the session table (max_sessions) stopped refusing after 1 refusals"), 1);
+    reaper.abort();
+}
+
 /// A `fail_closed` contract's deadline is enforced while the task runs (issue 22): when it passes, the machine ends
 /// the task, its submitter gets `CONTRACT_VIOLATED` at once (not the result, late), and the delegate's work stops
 /// (after the cancellation grace, which a delegate that watches `TaskContext::cancelled` does not need).

@@ -248,7 +248,10 @@ impl DelegateRuntime {
                 && !matches!(env.body, ldp_types::Body::SessionPropose(_))
                 && let Err(full) = r.room_for_session(peer, env)
             {
-                return Err(r.refusal(env, full));
+                let refusal = r.refusal(env, full);
+                // A refusal can start a run of them, whose end the reaper logs.
+                self.wake_reaper_if_sooner(&r);
+                return Err(refusal);
             }
             (r.replay_claim(peer, env), r.shared_task_limit(), r.judges_by_usage(), r.claim_dedupes(env))
         };
