@@ -167,6 +167,14 @@ pub trait Store: Send + Sync + 'static {
     /// sessions are left out, and no TTL is restarted. The runtime asks it for the sessions of the tasks it runs, at
     /// each lease renewal, so that a close received by another replica stops them here too.
     async fn ended_sessions(&self, session_ids: &[String]) -> Result<Vec<(String, SessionLookup)>, StoreError>;
+
+    /// Ends this process's use of the store: what was called before is finished, then the backend's own threads
+    /// and connections are closed, so that its files are settled when this returns (a directory holding them can be
+    /// removed at once). Calls after it fail with [`StoreError::Unavailable`]; a second close does nothing. The
+    /// default, for a backend with nothing of its own to end, does nothing.
+    async fn close(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// The period of the outage logs of the runtime's store calls and of the SQLite store's checkpoints and sweeps: while

@@ -167,3 +167,37 @@ async fn the_sweep_deletes_expired_tasks_and_sessions_and_keeps_live_ones() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `close` commits what was queued before it, then closes both connections and joins the store's threads: the file
+/// is settled (no WAL or shared-memory file left) when it returns, a later call is refused as unavailable, and a
+/// second close does nothing. Reopened, the file holds what was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_commits_what_was_queued_and_leaves_one_settled_file() {
+    let (dir, path) = scratch("close");
+    let store = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:close")).unwrap();
+    let running = SharedTask::running("replica-a", ldp_types::PayloadMode::Text);
+    let key = |i: usize| TaskKey { session_id: "s".into(), task_id: format!("t{i}") };
+    for i in 0..20 {
+        assert_eq!(store.claim_task(&key(i), &running, Duration::from_secs(30)).await.unwrap(), TaskClaim::Claimed);
+    }
+    // Polled first, the claim is queued before the close.
+    let last = key(20);
+    let (claimed, closed) = tokio::join!(store.claim_task(&last, &running, Duration::from_secs(30)), store.close());
+    assert_eq!(claimed.unwrap(), TaskClaim::Claimed);
+    closed.unwrap();
+    let mut left: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["state.db"], "the WAL outlived the close");
+    let refused = store.task(&key(0)).await.unwrap_err();
+    assert!(
+        matches!(&refused, ldp_session::store::StoreError::Unavailable { reason, .. } if reason.contains("closed"))
+    );
+    store.close().await.unwrap();
+    let again = SqliteStore::open(&path, StoreConfig::new("ldp:delegate:close")).unwrap();
+    for i in 0..=20 {
+        assert!(again.task(&key(i)).await.unwrap().is_some(), "task {i} was lost");
+    }
+    again.close().await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -130,6 +130,10 @@ pub enum Error {
     #[cfg(feature = "server")]
     #[error("store: {0}")]
     Store(#[from] ldp_store::OpenError),
+    /// The store could not be closed at shutdown (what it held may not all be written).
+    #[cfg(feature = "server")]
+    #[error("closing the store: {0}")]
+    StoreClose(#[source] ldp_session::store::StoreError),
     /// A key's value could not be put to use: a file that cannot be read, a key that does not parse, a backend or
     /// bridged server that does not answer.
     #[error("{key}: {source}")]

@@ -207,6 +207,34 @@ async fn shutdown_drains_running_tasks_up_to_the_grace() {
     }
 }
 
+/// A shutdown closes the store: when it returns, the SQLite file is settled (its WAL checkpointed and removed, as
+/// the last connection's close does) and the directory holding it can be removed at once. The store's threads used
+/// to end only when the last clone of the runtime dropped, some time after, and a caller removing the directory
+/// raced them (`DirectoryNotEmpty`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_leaves_the_sqlite_file_settled_and_its_directory_removable() {
+    let dir = std::env::temp_dir().join(format!("ldp-front-door-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = Delegate::builder("ldp:delegate:stored")
+        .store(format!("sqlite:{}", dir.join("state.db").display()))
+        .skill("upper", |input: String, _cx: TaskContext| async move { Ok(input.to_uppercase()) })
+        .spawn("127.0.0.1:0")
+        .await
+        .unwrap();
+    let client = ldp::connect(server.url()).await.unwrap();
+    for word in ["kept", "written"] {
+        assert_eq!(client.call::<String>("upper", word).await.unwrap().output, word.to_uppercase());
+    }
+    // The client's connection stays open through the shutdown, as a peer's may.
+    server.shutdown().await.unwrap();
+    let mut left: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["state.db"], "the WAL outlived the shutdown");
+    std::fs::remove_dir_all(&dir).unwrap();
+    drop(client);
+}
+
 /// Issue 50: one set of client options over either transport, chosen by the URL's scheme: a delegate that wants a
 /// token and signs is called over HTTP and WebSocket alike; a wrong token, no signing key and an unknown scheme are
 /// each a typed error.

@@ -52,6 +52,15 @@ impl DelegateRuntime {
         Some(tokio::spawn(async move { Self::renew_leases(weak).await }))
     }
 
+    /// Closes the attached store, if any ([`Store::close`]): for a server's shutdown, once it serves no more and its
+    /// lease renewer is stopped. Store calls after it fail (messages are refused `STORE_UNAVAILABLE`).
+    pub async fn close_store(&self) -> Result<(), StoreError> {
+        match self.inner.store.get() {
+            Some(link) => link.store.close().await,
+            None => Ok(()),
+        }
+    }
+
     /// This replica's owner name in the store, when a store is attached.
     pub fn replica_id(&self) -> Option<&str> {
         self.inner.store.get().map(|l| l.replica.as_str())

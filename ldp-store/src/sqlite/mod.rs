@@ -178,10 +178,21 @@ fn synchronous(durability: Durability) -> &'static str {
 /// Shared state in an SQLite database file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    /// The writer thread's queue (the thread ends when the last clone of the store is dropped).
-    writer: Arc<mpsc::SyncSender<Box<dyn Op>>>,
-    /// Dropped with the last clone of the store, which ends the checkpoint thread (after a last checkpoint).
-    _checkpointer: Arc<mpsc::Sender<()>>,
+    /// The writer thread's queue (the thread ends at [`Store::close`], or when the last clone of the store is
+    /// dropped).
+    writer: Arc<mpsc::SyncSender<Queued>>,
+    /// Ends the checkpoint thread (after a last checkpoint) when sent to, or dropped with the last clone.
+    checkpointer: Arc<mpsc::Sender<()>>,
+    /// The writer and checkpoint threads, until [`Store::close`] joins them.
+    threads: Arc<Mutex<Option<[std::thread::JoinHandle<()>; 2]>>>,
+}
+
+/// What the writer thread's queue carries.
+enum Queued {
+    /// An operation for the next batch.
+    Op(Box<dyn Op>),
+    /// Close the connection once the operations queued before are committed ([`Store::close`]).
+    Close,
 }
 
 /// How long a connection waits for another process's write lock (or checkpoint) before it answers busy.
@@ -278,27 +289,36 @@ impl<T: Send> Op for Pending<T> {
 }
 
 /// The writer thread: takes every queued operation (up to [`MAX_BATCH`]), runs them in one transaction, commits,
-/// then answers them all.
+/// then answers them all; until [`Queued::Close`] (after the operations queued before it) or the last sender goes.
 ///
 /// Operations run without savepoints: each would cost two statements and a copy of every page the operation first
 /// touches (the statement journal), for a failure that almost never comes (an I/O error, a corrupt record). When one
 /// does fail, the whole transaction is rolled back and the batch runs again with a savepoint per operation, so that
 /// only the failed one is undone; operations are `Fn` and read what they decide from the database, which the
 /// rollback has put back as it was, and `now` is the same, so the second run decides as the first did.
-fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, wal: WalBound, queue: mpsc::Receiver<Box<dyn Op>>) {
+fn write_loop(conn: Connection, cfg: StoreConfig, room: Room, wal: WalBound, queue: mpsc::Receiver<Queued>) {
     let mut ops: u64 = 0;
     let sweeps = OutageLog::new("the SQLite sweep", OUTAGE_LINE_EVERY);
     let early_drops = OutageLog::new("keeping every result for its TTL", OUTAGE_LINE_EVERY);
     // While the file is near its bound (or after a batch failed), every batch checks; otherwise every
     // `room.check_every` operations.
     let pressed = std::cell::Cell::new(false);
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(op) => batch.push(op),
-                Err(_) => break,
+    let mut closing = false;
+    while !closing && let Ok(first) = queue.recv() {
+        let mut batch = Vec::new();
+        let mut next = Ok(first);
+        while let Ok(queued) = next {
+            match queued {
+                Queued::Op(op) => batch.push(op),
+                Queued::Close => {
+                    closing = true;
+                    break;
+                }
             }
+            if batch.len() == MAX_BATCH {
+                break;
+            }
+            next = queue.try_recv();
         }
         batch.retain(|op| !op.abandoned());
         if batch.is_empty() {
@@ -589,16 +609,20 @@ impl SqliteStore {
         let spawn_error =
             |e: std::io::Error| OpenError::Sqlite { path: path.display().to_string(), reason: e.to_string() };
         let (checkpointer, stop) = mpsc::channel::<()>();
-        std::thread::Builder::new()
+        let checkpointing = std::thread::Builder::new()
             .name("ldp-sqlite-checkpoint".into())
             .spawn(move || checkpoint_loop(&checkpoints, &turn, &stop))
             .map_err(spawn_error)?;
-        let (writer, queue) = mpsc::sync_channel::<Box<dyn Op>>(MAX_QUEUED);
-        std::thread::Builder::new()
+        let (writer, queue) = mpsc::sync_channel::<Queued>(MAX_QUEUED);
+        let writing = std::thread::Builder::new()
             .name("ldp-sqlite-writer".into())
             .spawn(move || write_loop(conn, cfg, room, wal, queue))
             .map_err(spawn_error)?;
-        Ok(Self { writer: Arc::new(writer), _checkpointer: Arc::new(checkpointer) })
+        Ok(Self {
+            writer: Arc::new(writer),
+            checkpointer: Arc::new(checkpointer),
+            threads: Arc::new(Mutex::new(Some([writing, checkpointing]))),
+        })
     }
 
     /// Runs `op` in the writer's next batch; answers once that batch is committed. It runs even if the caller has
@@ -637,11 +661,11 @@ impl SqliteStore {
     ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         let pending: Box<dyn Op> = Box::new(Pending { op: Box::new(op), out: None, reply, only_while_awaited });
-        self.writer.try_send(pending).map_err(|e| match e {
+        self.writer.try_send(Queued::Op(pending)).map_err(|e| match e {
             mpsc::TrySendError::Full(_) => {
                 unavailable(format!("{MAX_QUEUED} operations are already waiting for the SQLite writer"))
             }
-            mpsc::TrySendError::Disconnected(_) => unavailable("the writer thread has stopped"),
+            mpsc::TrySendError::Disconnected(_) => unavailable("the store is closed"),
         })?;
         answer.await.map_err(|_| unavailable("the writer thread has stopped"))?
     }
@@ -651,6 +675,28 @@ impl SqliteStore {
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    /// Commits what was queued before, closes both connections (the last close checkpoints the WAL and removes it
+    /// and the shared-memory file) and joins both threads: the database is one settled file when this returns.
+    async fn close(&self) -> Result<(), StoreError> {
+        let threads = self.threads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let Some([writing, checkpointing]) = threads else { return Ok(()) };
+        let (writer, checkpointer) = ((*self.writer).clone(), Arc::clone(&self.checkpointer));
+        // Blocking: the queue may be full, and joining waits for the last commit and checkpoint.
+        let joined = tokio::task::spawn_blocking(move || {
+            // A writer that has stopped already has nothing left to commit.
+            let _ = writer.send(Queued::Close);
+            let wrote = writing.join();
+            let _ = checkpointer.send(());
+            let checkpointed = checkpointing.join();
+            wrote.and(checkpointed).is_ok()
+        })
+        .await;
+        match joined {
+            Ok(true) => Ok(()),
+            _ => Err(unavailable("a thread of the store panicked while closing")),
+        }
     }
 
     async fn admit(&self, admission: &Admission) -> Result<Admitted, StoreError> {

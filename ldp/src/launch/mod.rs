@@ -119,7 +119,8 @@ impl Server {
 
     /// Shuts down gracefully: new sessions and tasks are refused at once (`CAPACITY_EXCEEDED`, retryable), running
     /// tasks get the shutdown grace to finish, those still running are then answered TASK_FAILED `CANCELLED`;
-    /// then the server stops accepting, drains in-flight requests, closes its WebSockets and bridges, and ends.
+    /// then the server stops accepting, drains in-flight requests, closes its WebSockets and bridges, closes its
+    /// store (an SQLite file is settled, its directory removable, when this returns), and ends.
     pub async fn shutdown(mut self) -> Result<(), Error> {
         self.runtime.drain(self.grace).await;
         if let Some(stop) = self.stop.take() {
@@ -132,14 +133,18 @@ impl Server {
         };
         if let Some(renewer) = self.renewer.take() {
             renewer.abort();
+            // Awaited, so that no renewal is still calling the store when it closes.
+            let _ = renewer.await;
         }
+        // The store's files are settled when this returns: a caller may remove their directory at once.
+        let closed = self.runtime.close_store().await.map_err(Error::StoreClose);
         #[cfg(feature = "otel")]
         if let Some(export) = self.export.take()
             && let Err(e) = export.flush()
         {
             tracing::warn!(error = %e, "exporting the last spans failed");
         }
-        served
+        served.and(closed)
     }
 }
 
