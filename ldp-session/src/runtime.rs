@@ -216,7 +216,7 @@ struct RuntimeInner {
     now: TimeSource,
     /// Wakes the reaper when a message brought the machine's next timeout forward (a contract deadline, a session
     /// with a shorter TTL, the end of a run of refusals), so that it sleeps no longer than the machine asks.
-    timers: tokio::sync::Notify,
+    timers: Arc<tokio::sync::Notify>,
     /// The timeout the reaper sleeps until, as nanoseconds after `epoch` ([`NOT_ARMED`]: none); written and
     /// compared under the responder's lock.
     armed: AtomicU64,
@@ -226,6 +226,13 @@ struct RuntimeInner {
     cancel_grace_ms: AtomicU64,
     /// The store shared with other replicas, once attached ([`DelegateRuntime::attach_store`]).
     store: std::sync::OnceLock<store::StoreLink>,
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        // The reaper, asleep without the runtime, wakes and ends.
+        self.timers.notify_one();
+    }
 }
 
 /// [`RuntimeInner::armed`] when the reaper waits for no timeout (it looks again within a second).
@@ -334,7 +341,7 @@ impl DelegateRuntime {
                 running: Mutex::new(PeerMap::default()),
                 events,
                 now,
-                timers: tokio::sync::Notify::new(),
+                timers: Arc::new(tokio::sync::Notify::new()),
                 armed: AtomicU64::new(NOT_ARMED),
                 epoch,
                 cancel_grace_ms: AtomicU64::new(DEFAULT_CANCEL_GRACE.as_millis() as u64),
@@ -487,12 +494,16 @@ impl DelegateRuntime {
         u64::try_from(at.saturating_duration_since(self.inner.epoch).as_nanos()).unwrap_or(NOT_ARMED - 1)
     }
 
-    /// Reaps expired sessions (aborting their tasks' work) until the returned task is aborted. Servers spawn it
-    /// once.
+    /// Reaps expired sessions (aborting their tasks' work) until the returned task is aborted or the runtime is
+    /// dropped. Servers spawn it once. It holds the runtime only while it reaps, not while it sleeps: a detached
+    /// reaper (a router mounted in an app of the caller's) keeps neither the runtime nor its delegate alive.
     pub fn spawn_reaper(&self) -> tokio::task::JoinHandle<()> {
-        let rt = self.clone();
+        let runtime = Arc::downgrade(&self.inner);
+        let timers = Arc::clone(&self.inner.timers);
         tokio::spawn(async move {
             loop {
+                let Some(inner) = runtime.upgrade() else { return };
+                let rt = DelegateRuntime { inner };
                 let next = rt.with_responder(|r| {
                     let next = r.poll_timeout();
                     rt.inner.armed.store(next.map_or(NOT_ARMED, |t| rt.since_epoch(t)), Ordering::Relaxed);
@@ -500,11 +511,14 @@ impl DelegateRuntime {
                 });
                 let now = rt.now();
                 let wait = next.map_or(std::time::Duration::from_secs(1), |t| t.saturating_duration_since(now));
-                // A relative sleep: the time source need not be tokio's.
+                drop(rt);
+                // A relative sleep: the time source need not be tokio's. The runtime's drop notifies too.
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
-                    () = rt.inner.timers.notified() => continue,
+                    () = timers.notified() => continue,
                 }
+                let Some(inner) = runtime.upgrade() else { return };
+                let rt = DelegateRuntime { inner };
                 // The reaped sessions' tasks are queued for `poll_aborted` too, which `with_responder` drains.
                 let now = rt.now();
                 rt.with_responder(|r| r.handle_timeout(now));

@@ -493,6 +493,32 @@ async fn a_shorter_ttl_proposed_while_the_reaper_sleeps_is_reaped_on_time() {
     reaper.abort();
 }
 
+/// Echoes, and says when it is dropped (its guard's only use is its drop).
+struct DropFlag(#[allow(dead_code)] DropGuard);
+
+#[async_trait]
+impl Delegate for DropFlag {
+    async fn execute(&self, task: TaskRequest, ctx: TaskContext) -> Result<TaskOutput, LdpError> {
+        EchoDelegate.execute(task, ctx).await
+    }
+}
+
+/// A detached reaper (as a router mounted in the caller's app spawns) keeps nothing alive: once the last handle of
+/// the runtime is dropped, the delegate is dropped and the reaper ends, though a session had an hour to run.
+#[tokio::test(start_paused = true)]
+async fn a_detached_reaper_ends_with_its_runtime() {
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rt = runtime(Arc::new(DropFlag(DropGuard(dropped.clone()))));
+    let reaper = rt.spawn_reaper();
+    let c = client(&rt).await;
+    c.propose(SessionConfig { ttl_secs: Some(3600), ..Default::default() }).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!reaper.is_finished());
+    drop((c, rt));
+    tokio::time::timeout(Duration::from_secs(1), reaper).await.expect("the reaper outlived its runtime").unwrap();
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the delegate was kept alive");
+}
+
 /// A writer into a shared buffer, for reading what the runtime logged.
 #[derive(Clone, Default)]
 struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
